@@ -1,0 +1,36 @@
+"""mpviz.multiprocessing: a drop-in for ``multiprocessing`` that shares tensors, like torch's.
+
+Everything of the stdlib module is here under the same names. What mpviz adds or changes:
+
+* tensors and storages travel as shared-memory handles through every road multiprocessing
+  pickles on (:mod:`~mpviz.multiprocessing.reductions`);
+* ``Queue.put`` shares the tensor before it returns (:mod:`~mpviz.multiprocessing.queues`);
+* ``Process``/``Pool`` refuse, before starting, functions a spawned child could not import
+  (:mod:`~mpviz.multiprocessing.checks`);
+* the sharing strategies (``get_all_sharing_strategies``, ``get_sharing_strategy``,
+  ``set_sharing_strategy``) and torch's ``spawn``/``start_processes``.
+"""
+import multiprocessing as _stdlib
+from multiprocessing import *  # noqa: F401,F403 - the drop-in promise
+
+from ..sharing import get_all_sharing_strategies, get_sharing_strategy, set_sharing_strategy
+from ..sharing.shm_manager import enable as set_shm_manager
+from . import reductions
+from .checks import MissingMainGuardError, UnpicklableFunctionError
+from .context import DefaultContext, Pool as _PoolClass, Process, default_context as _default
+from .queues import JoinableQueue as _JoinableQueueClass, Queue as _QueueClass
+
+__all__ = list(_stdlib.__all__) + [
+    "get_all_sharing_strategies", "get_sharing_strategy", "set_sharing_strategy", "set_shm_manager",
+    "UnpicklableFunctionError", "MissingMainGuardError",
+]
+
+# The factories, bound to mpviz's default context (which shares the stdlib's start method).
+Queue = _default.Queue
+JoinableQueue = _default.JoinableQueue
+Pool = _default.Pool
+get_context = _default.get_context
+get_start_method = _default.get_start_method
+set_start_method = _default.set_start_method
+
+reductions.init_reductions()

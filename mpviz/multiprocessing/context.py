@@ -1,0 +1,139 @@
+"""Start-method contexts whose Queue, Process and Pool are mpviz's.
+
+The stdlib hands out its objects through *contexts*: ``multiprocessing.get_context("spawn")``
+returns an object whose ``Queue()``, ``Process``, ``Pool()`` … use the spawn start method. mpviz
+subclasses each concrete context so that those factories return mpviz's classes:
+
+* ``Queue`` / ``JoinableQueue`` pickle in ``put`` (:mod:`mpviz.multiprocessing.queues`);
+* a child ``Process`` starts with its parent's sharing settings (strategy, shm manager on/off);
+* ``Process.start()`` and ``Pool``'s submit methods check that a spawned child could import
+  the function it is given, and that the main script has its main guard
+  (:mod:`mpviz.multiprocessing.checks`) — the stdlib would crash or hang later instead.
+
+The *default* context shares its state with the stdlib's: ``mpviz.multiprocessing
+.set_start_method("spawn")`` is ``multiprocessing.set_start_method("spawn")``, as in torch, whose
+``torch.multiprocessing`` simply re-exports the stdlib.
+"""
+import multiprocessing
+import multiprocessing.context as _std
+import multiprocessing.pool
+
+from .. import sharing
+from . import checks, queues
+
+
+class _ProcessChecks:
+    """Mixin for Process classes: refuse, before starting, a child that would crash on arrival."""
+
+    _start_method = None  # None: whatever the default context says at start()
+
+    def start(self):
+        method = self._start_method or multiprocessing.get_start_method()
+        checks.check_function(getattr(self, "_target", None), method, "target")
+        checks.check_main_guard(method, stack_depth=2)
+        self._mpviz_settings = sharing.settings()
+        super().start()
+
+    def _bootstrap(self, *args, **kwargs):
+        # In the child, before the target runs: share the way the parent did.
+        settings = getattr(self, "_mpviz_settings", None)
+        if settings is not None:
+            sharing.apply_settings(settings)
+        return super()._bootstrap(*args, **kwargs)
+
+
+class Process(_ProcessChecks, _std.Process):
+    """``multiprocessing.Process`` (default start method) with mpviz's start checks."""
+
+
+class Pool(multiprocessing.pool.Pool):
+    """``multiprocessing.Pool`` that refuses, at submit time, functions its workers can't import.
+
+    The stdlib Pool hangs instead: its workers die unpickling such a task and the result never
+    comes (see :mod:`mpviz.multiprocessing.checks`).
+    """
+
+    def __init__(self, processes=None, initializer=None, initargs=(), maxtasksperchild=None, context=None):
+        self._mpviz_method = (context or multiprocessing).get_start_method()
+        checks.check_function(initializer, self._mpviz_method, "Pool initializer")
+        checks.check_main_guard(self._mpviz_method, stack_depth=3)
+        super().__init__(processes, initializer, initargs, maxtasksperchild, context)
+
+    def apply_async(self, func, args=(), kwds={}, callback=None, error_callback=None):
+        checks.check_function(func, self._mpviz_method, "function given to apply")
+        return super().apply_async(func, args, kwds, callback, error_callback)
+
+    def _map_async(self, func, iterable, mapper, chunksize=None, callback=None, error_callback=None):
+        checks.check_function(func, self._mpviz_method, "function given to map")
+        return super()._map_async(func, iterable, mapper, chunksize, callback, error_callback)
+
+    def imap(self, func, iterable, chunksize=1):
+        checks.check_function(func, self._mpviz_method, "function given to imap")
+        return super().imap(func, iterable, chunksize)
+
+    def imap_unordered(self, func, iterable, chunksize=1):
+        checks.check_function(func, self._mpviz_method, "function given to imap_unordered")
+        return super().imap_unordered(func, iterable, chunksize)
+
+
+class _ContextMixin:
+    """The factories mpviz replaces; everything else is the stdlib context's."""
+
+    def Queue(self, maxsize=0):
+        return queues.Queue(maxsize, ctx=self.get_context())
+
+    def JoinableQueue(self, maxsize=0):
+        return queues.JoinableQueue(maxsize, ctx=self.get_context())
+
+    def Pool(self, processes=None, initializer=None, initargs=(), maxtasksperchild=None):
+        return Pool(processes, initializer, initargs, maxtasksperchild, context=self.get_context())
+
+    def get_context(self, method=None):
+        if method is None:
+            return self
+        try:
+            return _concrete[method]
+        except KeyError:
+            raise ValueError(f"cannot find context for {method!r}; expected one of "
+                             f"{sorted(_concrete)}") from None
+
+
+_concrete = {}
+
+
+def _make(name, std_context, std_process):
+    process = type(std_process.__name__, (_ProcessChecks, std_process),
+                   {"_start_method": name, "__module__": __name__,
+                    "__doc__": f"``{std_process.__name__}`` with mpviz's start checks."})
+    context = type(type(std_context).__name__, (_ContextMixin, type(std_context)),
+                   {"Process": process, "__module__": __name__})
+    _concrete[name] = context()
+    return process
+
+
+for _name in multiprocessing.get_all_start_methods():
+    _std_ctx = multiprocessing.get_context(_name)
+    globals()[_std_ctx.Process.__name__] = _make(_name, _std_ctx, _std_ctx.Process)
+
+
+class DefaultContext(_ContextMixin, _std.BaseContext):
+    """The default context: its start method *is* the stdlib's (one setting for both)."""
+
+    Process = Process
+
+    def get_context(self, method=None):
+        if method is None:
+            return _concrete[multiprocessing.get_start_method()]
+        return super().get_context(method)
+
+    def get_start_method(self, allow_none=False):
+        return multiprocessing.get_start_method(allow_none)
+
+    def set_start_method(self, method, force=False):
+        multiprocessing.set_start_method(method, force)
+
+    def get_all_start_methods(self):
+        return multiprocessing.get_all_start_methods()
+
+
+default_context = DefaultContext()

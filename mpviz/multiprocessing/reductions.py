@@ -1,0 +1,120 @@
+"""How tensors and storages cross a process boundary: pickled as handles, never as bytes.
+
+``multiprocessing`` pickles everything it sends (Queue, SimpleQueue, Pipe, Pool tasks and results,
+Process arguments under spawn/forkserver) with its ``ForkingPickler``. ``init_reductions()``
+registers two functions with it, so every one of those roads carries handles::
+
+    reduce_tensor(t)   ->  rebuild_tensor, (class, <storage>, offset, shape, strides, dtype, grad)
+    reduce_storage(s)  ->  s.share_memory_()  (moves the bytes, in place, if they were private)
+                           then by strategy:
+                             file_descriptor: rebuild_storage_fd, (sender address, token, inode, …)
+                             file_system:     rebuild_storage_filename, ("/mpviz_…", nbytes, …)
+
+A tensor and its views name the *same* storage object, which pickle writes once per message: so
+views arrive as views of one storage. The ``rebuild_*`` functions look in the receive cache
+(:mod:`mpviz.sharing.cache`) first: a storage this process already maps comes back as the same
+object, and costs no descriptor and no mapping.
+
+Plain ``pickle.dumps`` does not use these reducers and copies the bytes, as in torch.
+
+Adapted from torch's ``torch/multiprocessing/reductions.py`` (the same ``reduce_X``/``rebuild_X``
+names). Differences: ``.grad`` travels when set — what torch's note says, though PyTorch 2.x
+actually drops it (the receiver sees ``grad is None``); CUDA tensors go to :mod:`mpviz.cuda`.
+"""
+import os
+from multiprocessing.reduction import ForkingPickler
+
+from .. import sharing
+from ..sharing import cache, fd_passing, file_descriptor, file_system, shm_manager
+from ..storage import Storage
+from ..tensor import Tensor
+from ..trace import recorder
+
+
+# -- tensors --------------------------------------------------------------------------------------
+
+def reduce_tensor(tensor):
+    """Pickle `tensor` as (its class, its storage, how it views that storage, its grad).
+
+    Note: ``.grad`` is sent, and shared, when it is set — as torch's multiprocessing note says
+    ("If torch.Tensor.grad is not None, it is also shared"). PyTorch 2.x does *not* do this: its
+    ``reduce_tensor`` leaves ``.grad`` behind, and the receiver's is ``None``. A grad created later
+    in the receiver is the receiver's own either way.
+    """
+    if tensor.requires_grad and not tensor.is_leaf:
+        raise RuntimeError(
+            "Cowardly refusing to serialize non-leaf tensor which requires_grad, since autograd "
+            "does not support crossing process boundaries. If you just want to transfer the "
+            "data, call detach() on the tensor before serializing (e.g., putting it on the queue).")
+    if tensor.is_cuda:
+        from .. import cuda
+        return cuda.reduce_tensor(tensor)
+    return (rebuild_tensor, (type(tensor), tensor._storage, tensor._offset, tensor._shape,
+                             tensor._strides, tensor.dtype.str, tensor.requires_grad, tensor.grad))
+
+
+def rebuild_tensor(cls, storage, offset, shape, strides, dtype, requires_grad, grad):
+    tensor = Tensor.__new__(cls)
+    Tensor.__init__(tensor, storage, offset, shape, strides, dtype, requires_grad)
+    tensor.grad = grad
+    return tensor
+
+
+# -- storages -------------------------------------------------------------------------------------
+
+def reduce_storage(storage):
+    """Share `storage` (in place) if it is private, then pickle a handle to it."""
+    if storage.device != "cpu":
+        raise RuntimeError("Cannot pickle CUDA storage; try pickling a CUDA tensor instead")
+    storage.share_memory_(sharing.get_sharing_strategy())  # a no-op if already shared
+    segment = storage._segment
+    cache.put(segment.key, storage)  # so that it comes back to us as itself
+    if segment.strategy == file_descriptor.STRATEGY:
+        address, token = fd_passing.offer(segment)
+        if recorder.ENABLED:
+            recorder.emit("fd.send", name=segment.name, token=token, nbytes=segment.nbytes)
+        return (rebuild_storage_fd, (address, os.getpid(), segment.key, token, segment.nbytes, segment.name))
+    # file_system: count the handle in flight, so the segment outlives us if we let go first.
+    file_system.incref(segment.name)
+    shm_manager.client().sent(segment.name)
+    return (rebuild_storage_filename, (segment.name, segment.nbytes, os.getpid()))
+
+
+def rebuild_storage_fd(address, sender_pid, key, token, nbytes, name):
+    storage = cache.get(key)
+    if storage is not None:
+        fd_passing.release(address, token, sender_pid, name)  # we map it already: no fd needed
+        return storage
+    fd = fd_passing.fetch(address, token, sender_pid, name)
+    if recorder.ENABLED:
+        recorder.emit("fd.recv", name=name, token=token, peer=sender_pid, nbytes=nbytes)
+    storage = Storage(_segment=file_descriptor.from_received_fd(fd, nbytes, name))
+    storage._sent_from = sender_pid
+    cache.put(key, storage)
+    return storage
+
+
+def rebuild_storage_filename(name, nbytes, sender_pid):
+    key = (file_system.STRATEGY, name)
+    storage = cache.get(key)
+    if storage is not None:
+        file_system.decref(name)  # the handle's reference: we hold the segment already
+        shm_manager.client().received(name)
+        return storage
+    segment = file_system.attach(name, nbytes)  # takes over the handle's reference
+    shm_manager.client().received(name)
+    storage = Storage(_segment=segment)
+    storage._sent_from = sender_pid
+    cache.put(key, storage)
+    return storage
+
+
+def init_reductions():
+    """Teach multiprocessing's pickler to send tensors and storages as handles (done on import)."""
+    ForkingPickler.register(Storage, reduce_storage)
+    ForkingPickler.register(Tensor, reduce_tensor)
+
+
+def register_tensor_class(cls):
+    """Send instances of a Tensor subclass (e.g. nn.Parameter) as handles too."""
+    ForkingPickler.register(cls, reduce_tensor)

@@ -1,0 +1,80 @@
+"""Where shared bytes live: the two sharing strategies, chosen once per platform.
+
+=================  ==========================================  ===================================
+strategy           the handle that travels                     what can go wrong
+=================  ==========================================  ===================================
+file_descriptor    "ask process P for descriptor #t"           P exited before you asked; one fd
+                   (anonymous memory, fd passed by P)          per held storage → too many fds
+file_system        "/dev/shm/mpviz_…" (a name, refcounted)     a killed holder leaks the name
+                                                               (the shm manager cleans it up)
+=================  ==========================================  ===================================
+
+``file_descriptor`` needs Linux (``SCM_RIGHTS`` + abstract sockets), so elsewhere ``file_system``
+is the only strategy, as in torch. The setting is read once, where a storage is pickled, and
+passed down from there. Unlike torch, children started with spawn/forkserver inherit the
+parent's choice (through an environment variable), so a child's sends behave like its parent's.
+"""
+import os
+import sys
+
+from . import file_descriptor, file_system
+
+if sys.platform.startswith("linux"):
+    _ALL = ("file_descriptor", "file_system")
+else:  # macOS and friends: no memfd-like anonymous segments to pass around
+    _ALL = ("file_system",)
+
+_ENV = "MPVIZ_SHARING_STRATEGY"  # so that spawned children share the way their parent does
+_strategy = os.environ.get(_ENV) if os.environ.get(_ENV) in _ALL else _ALL[0]
+
+_MODULES = {"file_descriptor": file_descriptor, "file_system": file_system}
+
+
+def get_all_sharing_strategies():
+    """The strategies this platform supports (a set, as in torch)."""
+    return set(_ALL)
+
+
+def get_sharing_strategy():
+    """The strategy used for storages pickled from now on."""
+    return _strategy
+
+
+def set_sharing_strategy(new_strategy):
+    """Choose how storages are shared from now on: 'file_descriptor' or 'file_system'."""
+    global _strategy
+    if not isinstance(new_strategy, str):
+        raise TypeError(f"new_strategy must be a str such as 'file_system', not {type(new_strategy).__name__}")
+    if new_strategy not in _ALL:
+        raise ValueError(
+            f"invalid sharing strategy {new_strategy!r}; expected one of {sorted(_ALL)} "
+            f"(see mpviz.multiprocessing.get_all_sharing_strategies())")
+    _strategy = new_strategy
+    os.environ[_ENV] = new_strategy
+
+
+def settings():
+    """This process's sharing settings, for a child to adopt (see ``apply_settings``)."""
+    from . import shm_manager
+    return {"strategy": _strategy, "shm_manager": shm_manager.enabled()}
+
+
+def apply_settings(values):
+    """Adopt a parent's sharing settings (mpviz's Process does this in the child, first thing).
+
+    Environment variables alone are not enough: a forkserver child inherits the environment the
+    fork server had when it *started*, not the one its parent has now.
+    """
+    from . import shm_manager
+    set_sharing_strategy(values["strategy"])
+    if values["shm_manager"] != shm_manager.enabled():
+        shm_manager.enable(values["shm_manager"])
+
+
+def allocate(nbytes, strategy):
+    """A new shared segment of `nbytes` bytes under `strategy`."""
+    try:
+        module = _MODULES[strategy]
+    except KeyError:
+        raise ValueError(f"invalid sharing strategy {strategy!r}; expected one of {sorted(_ALL)}") from None
+    return module.create(nbytes)

@@ -1,0 +1,285 @@
+"""The shm manager: a small daemon that removes ``file_system`` segments nobody alive holds.
+
+Why it exists: a ``file_system`` segment is freed by whoever drops its reference count to 0 (see
+:mod:`mpviz.sharing.file_system`). A process killed by SIGKILL drops nothing, so its segments
+would stay in /dev/shm, using RAM, until reboot. The manager watches instead::
+
+    process A ──"HOLD /mpviz_1"──▶ ┌──────────────┐     A dies (SIGKILL): its socket closes,
+    process B ──"HOLD /mpviz_1"──▶ │  shm manager │     the manager drops A's holds; a name no
+    process A ──"SEND /mpviz_2"──▶ │  (own session)│    connected process holds, and with no
+                                   └──────────────┘     handle in flight, is unlinked at once.
+
+* One manager per user, at an abstract Unix socket address; it serves only peers of its own uid
+  (``SO_PEERCRED``). The first process that needs it starts it; it double-forks and calls
+  ``setsid()`` so it outlives its starter and is nobody's child, and points stdin/stdout/stderr at
+  /dev/null so a test runner waiting on those pipes is never held open.
+* Every message is a line, sent without waiting for an answer: ``HOLD``/``DROP`` (this process
+  holds / let go of a name), ``SEND``/``RECV`` (a handle went into / came out of a queue),
+  ``UNLINKED``. A process that dies mid-message loses nothing that was already written.
+* A name is unlinked when no connected process holds it and no handle to it is in flight — after
+  a DROP (normally the holder's own refcount got there first) or when a holder disconnects.
+* When no client has been connected for ``IDLE_SECONDS``, it unlinks every name it still knows
+  (handles pickled but never received, for instance) and exits.
+* It can be switched off (``enable(False)``, or ``MPVIZ_SHM_MANAGER=0`` in the environment, which
+  spawned children inherit) to *see* the leak.
+
+Adapted from torch's ``libshm`` (``torch_shm_manager``), which tracks allocations per client and
+cleans up when all clients are gone. Different: mpviz also cleans up after each dead client.
+
+This file runs both as a module (the client) and as a script (the daemon), and uses only the
+standard library so the daemon starts fast.
+"""
+import os
+import selectors
+import socket
+import struct
+import subprocess
+import sys
+import threading
+import time
+
+IDLE_SECONDS = 1.0
+_ENV = "MPVIZ_SHM_MANAGER"
+
+
+def address():
+    return f"\0mpviz-shm-manager-{os.getuid()}"
+
+
+def enabled():
+    """Whether this process reports its segments to the manager (default: yes)."""
+    return os.environ.get(_ENV, "1") != "0"
+
+
+def enable(flag=True):
+    """Switch the manager on or off for this process and the children it starts later."""
+    global _client
+    os.environ[_ENV] = "1" if flag else "0"
+    _client = None
+
+
+# -- the client ---------------------------------------------------------------------------------
+
+class _Client:
+    """This process's connection to the manager. Sends lines; never waits for an answer."""
+
+    def __init__(self):
+        self.pid = os.getpid()
+        self.sock = None
+        self.lock = threading.Lock()
+
+    def hold(self, name):
+        self._send(f"HOLD {name}\n")
+
+    def drop(self, name):
+        self._send(f"DROP {name}\n")
+
+    def sent(self, name):
+        self._send(f"SEND {name}\n")
+
+    def received(self, name):
+        self._send(f"RECV {name}\n")
+
+    def unlinked(self, name):
+        self._send(f"UNLINKED {name}\n")
+
+    def _send(self, line):
+        with self.lock:
+            try:
+                if self.sock is None:
+                    self.sock = _connect_or_start()
+                self.sock.sendall(line.encode())
+            except OSError:
+                self.sock = None  # the manager is gone; the next message starts a new one
+
+
+class _Off:
+    def hold(self, name): pass
+    def drop(self, name): pass
+    def sent(self, name): pass
+    def received(self, name): pass
+    def unlinked(self, name): pass
+
+
+_client = None
+
+
+def client():
+    """This process's manager client (a new one after fork: the parent's socket is not ours)."""
+    global _client
+    c = _client
+    if c is None or (isinstance(c, _Client) and c.pid != os.getpid()):
+        c = _client = _Client() if enabled() else _Off()
+    return c
+
+
+def _after_fork():
+    global _client
+    _client = None
+
+
+os.register_at_fork(after_in_child=_after_fork)
+
+
+def _connect_or_start():
+    sock = _try_connect()
+    if sock is not None:
+        return sock
+    # Nobody is listening: start the daemon. Two processes racing here is fine: the second
+    # daemon finds the address taken and exits.
+    subprocess.run([sys.executable, os.path.abspath(__file__), "--serve"],
+                   stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                   close_fds=True, check=False, timeout=10)
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        sock = _try_connect()
+        if sock is not None:
+            return sock
+        time.sleep(0.005)
+    raise OSError("the mpviz shm manager did not start")
+
+
+def _try_connect():
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        sock.connect(address())
+        return sock
+    except OSError:
+        sock.close()
+        return None
+
+
+def infrastructure_fds():
+    """The manager connection this process keeps open on purpose (empty if none)."""
+    c = _client
+    sock = getattr(c, "sock", None) if c is not None and getattr(c, "pid", None) == os.getpid() else None
+    return {sock.fileno()} if sock is not None else set()
+
+
+def is_running():
+    sock = _try_connect()
+    if sock is None:
+        return False
+    sock.close()
+    return True
+
+
+# -- the daemon ---------------------------------------------------------------------------------
+
+def _daemonize():
+    if os.fork():
+        os._exit(0)  # the starter waits only for this first child
+    os.setsid()
+    if os.fork():
+        os._exit(0)
+    devnull = os.open(os.devnull, os.O_RDWR)
+    for fd in (0, 1, 2):
+        os.dup2(devnull, fd)
+
+
+def serve():
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        listener.bind(address())
+    except OSError:
+        return  # another manager is already serving this user
+    listener.listen(128)
+    listener.setblocking(False)
+    sel = selectors.DefaultSelector()
+    sel.register(listener, selectors.EVENT_READ)
+    holds = {}      # client socket -> set of names it holds
+    inflight = {}   # name -> handles sent minus received (may dip below 0 briefly: no global order)
+    known = set()   # every name ever mentioned, for the final sweep
+    buffers = {}
+    idle_since = time.monotonic()
+
+    def unlink(name):
+        try:
+            import _posixshmem
+            _posixshmem.shm_unlink(name)
+        except OSError:
+            pass
+        known.discard(name)
+        inflight.pop(name, None)
+
+    def orphaned(name):
+        return inflight.get(name, 0) <= 0 and not any(name in h for h in holds.values())
+
+    while True:
+        events = sel.select(timeout=0.1)
+        candidates = set()  # names that may have lost their last holder in this round
+        for key, _ in events:
+            if key.fileobj is listener:
+                try:
+                    conn, _ = listener.accept()
+                except OSError:
+                    continue
+                uid = struct.unpack("3i", conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12))[1]
+                if uid != os.getuid():
+                    conn.close()
+                    continue
+                conn.setblocking(False)
+                sel.register(conn, selectors.EVENT_READ)
+                holds[conn] = set()
+                buffers[conn] = b""
+                continue
+            conn = key.fileobj
+            data, closed = _drain(conn)
+            buffers[conn] += data
+            *lines, buffers[conn] = buffers[conn].split(b"\n")
+            for line in lines:
+                op, _, name = line.decode().partition(" ")
+                if not name.startswith("/mpviz_"):
+                    continue  # only ever touch our own segments
+                if op == "HOLD":
+                    holds[conn].add(name)
+                    known.add(name)
+                elif op == "DROP":
+                    holds[conn].discard(name)
+                    candidates.add(name)
+                elif op == "SEND":
+                    inflight[name] = inflight.get(name, 0) + 1
+                    known.add(name)
+                elif op == "RECV":
+                    inflight[name] = inflight.get(name, 0) - 1
+                elif op == "UNLINKED":
+                    known.discard(name)
+                    inflight.pop(name, None)
+            if closed:
+                # The client exited, normally or killed: what it held may be nobody's now.
+                sel.unregister(conn)
+                candidates |= holds.pop(conn)
+                buffers.pop(conn, None)
+                conn.close()
+        # Decide only after reading every socket that was readable: a message that *caused*
+        # another (the sender's HOLD before the receiver's DROP) was written earlier, so it is
+        # in this round too, whichever socket we happened to read first.
+        for name in candidates:
+            if name in known and orphaned(name):
+                unlink(name)
+        if holds:
+            idle_since = time.monotonic()
+        elif time.monotonic() - idle_since > IDLE_SECONDS:
+            for name in list(known):
+                unlink(name)
+            return
+
+
+def _drain(conn):
+    """Read everything the client has sent so far; also say whether it has closed."""
+    chunks = []
+    while True:
+        try:
+            data = conn.recv(65536)
+        except BlockingIOError:
+            return b"".join(chunks), False
+        except OSError:
+            return b"".join(chunks), True
+        if not data:
+            return b"".join(chunks), True
+        chunks.append(data)
+
+
+if __name__ == "__main__" and sys.argv[1:] == ["--serve"]:
+    _daemonize()
+    serve()

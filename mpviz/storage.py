@@ -1,0 +1,144 @@
+"""A Storage is the bytes; a Tensor is a way of looking at them.
+
+::
+
+    Tensor a  (shape 4x4, offset 0)  ─┐
+    Tensor b = a[1:3]  (offset 4)     ├──▶  Storage (64 floats)  ──▶  where the bytes live:
+    Tensor c = a[:, 0] (stride 4)    ─┘                                heap | file_descriptor
+                                                                       | file_system | cuda
+
+Everything about sharing happens to the Storage, never to a Tensor:
+
+* ``share_memory_()`` allocates a shared segment, copies the bytes into it and **swaps the
+  storage's buffer in place**. Every tensor that looks at this storage — made before or after —
+  now sees the shared bytes, because tensors find their bytes through the storage each time.
+* When a storage is sent to another process, only a small handle travels
+  (:mod:`mpviz.multiprocessing.reductions`); the receiver maps the same memory.
+
+Adapted from torch's ``UntypedStorage`` (``share_memory_`` calls ``set_data_ptr`` on the same
+StorageImpl, so ``_cdata`` stays and ``data_ptr()`` changes). Left out: typed storages, and the
+resizable-after-sharing bug (torch segfaults on ``resize_`` of a shared storage; mpviz refuses).
+"""
+import threading
+
+import numpy as np
+
+from . import sharing
+from .errors import SharingError
+from .trace import recorder
+
+_share_lock = threading.Lock()
+
+
+class Storage:
+    """A flat array of bytes that tensors view. Knows where it lives (:attr:`location`)."""
+
+    def __init__(self, nbytes=0, *, _data=None, _segment=None, _device="cpu"):
+        if _segment is not None:
+            self._segment = _segment
+            self._data = _segment.array
+        else:
+            if not isinstance(nbytes, (int, np.integer)) or nbytes < 0:
+                raise ValueError(f"nbytes must be a non-negative int, not {nbytes!r}")
+            self._segment = None
+            self._data = _data if _data is not None else np.zeros(int(nbytes), dtype=np.uint8)
+        self.device = _device
+        self.version = 0          # bumped whenever the buffer is swapped; tensors re-derive views
+        self._received = False    # True for storages rebuilt from another process's handle
+        self._sent_from = None    # (pid, strategy) of the process this came from, if received
+
+    # -- what the bytes are, and where ----------------------------------------------------------
+
+    @property
+    def data(self):
+        """The bytes, as a 1-D uint8 NumPy array (a view: no copy)."""
+        return self._data
+
+    def nbytes(self):
+        return self._data.shape[0]
+
+    def size(self):
+        return self.nbytes()
+
+    __len__ = nbytes
+
+    @property
+    def location(self):
+        """'heap' (this process's private memory), 'file_descriptor', 'file_system' or 'cuda'."""
+        return self._segment.strategy if self._segment is not None else "heap"
+
+    @property
+    def segment_name(self):
+        """The shared segment's name (for file_descriptor, the name it had before it was unlinked)."""
+        return getattr(self._segment, "name", None)
+
+    def data_ptr(self):
+        return self._data.__array_interface__["data"][0]
+
+    def is_shared(self):
+        return self._segment is not None
+
+    def view_as(self, dtype, offset, shape, strides):
+        """A NumPy view of these bytes as `dtype`, at byte `offset`, with byte `strides`."""
+        return np.ndarray(shape, dtype, buffer=self._data, offset=offset, strides=strides)
+
+    def offset_of(self, array):
+        """Byte offset of `array`'s first element in this storage, or None if it lies elsewhere."""
+        start = self.data_ptr()
+        ptr = array.__array_interface__["data"][0]
+        if start <= ptr < start + max(self.nbytes(), 1) or (array.size == 0 and ptr == start):
+            return ptr - start
+        return None
+
+    # -- sharing --------------------------------------------------------------------------------
+
+    def share_memory_(self, strategy=None):
+        """Move the bytes into shared memory **in place** and return self (no-op if already shared)."""
+        if self._segment is not None:
+            return self
+        strategy = strategy or sharing.get_sharing_strategy()
+        with _share_lock:
+            if self._segment is not None:  # another thread shared it meanwhile
+                return self
+            segment = sharing.allocate(self.nbytes(), strategy)
+            segment.array[:] = self._data
+            if recorder.ENABLED:
+                recorder.emit("copy", nbytes=self.nbytes(), name=segment.name, strategy=strategy)
+            self._segment = segment
+            self._data = segment.array
+            self.version += 1
+        return self
+
+    def resize_(self, nbytes):
+        """Grow or shrink a private storage. Shared storages cannot be resized (other processes map them)."""
+        if self._segment is not None:
+            raise SharingError(
+                f"cannot resize a shared storage ({self.location}, {self.nbytes()} bytes): other "
+                f"processes may map these exact bytes, and a new size would need new memory they "
+                f"cannot see (torch segfaults here). Fix: make a new tensor of the size you need "
+                f"and share that, e.g. mpviz.zeros(n).share_memory_().")
+        new = np.zeros(int(nbytes), dtype=np.uint8)
+        n = min(int(nbytes), self.nbytes())
+        new[:n] = self._data[:n]
+        self._data = new
+        self.version += 1
+        return self
+
+    # -- copies ---------------------------------------------------------------------------------
+
+    def clone(self):
+        return Storage(_data=self._data.copy())
+
+    def tolist(self):
+        return self._data.tolist()
+
+    def __reduce__(self):
+        # Plain pickle (not ForkingPickler) copies the bytes, as torch's does.
+        return (_storage_from_bytes, (self._data.tobytes(),))
+
+    def __repr__(self):
+        return f"<mpviz.Storage {self.nbytes()} bytes in {self.location}>"
+
+
+def _storage_from_bytes(data):
+    return Storage(_data=np.frombuffer(bytearray(data), dtype=np.uint8))

@@ -1,0 +1,23 @@
+"""Recording what every process does, and reading it back (issue #4).
+
+    with mpviz.trace.record() as trace:      # this process + every process started inside
+        ...                                   # (fork, spawn, forkserver, Pool workers)
+    trace.events / processes() / flows() / segments() / locks() / to_chrome("t.json")
+
+    trace = mpviz.trace.load("some/dir")      # afterwards, or from a killed run
+    mpviz.trace.mark("epoch", n=3)            # your own event
+    mpviz.trace.os_view(pid)                  # what the OS says: mapped /dev/shm names, fds
+
+How it works, one module each: recorder.py (the per-process crash-safe log), reader.py (reading
+logs back, incrementally), hooks.py + messages.py + locks.py (what is patched in the stdlib, and
+how children start recording), autostart/ (a fresh interpreter joining a recording), trace.py
+(merging and the views), chrome.py (Chrome/Perfetto JSON), osview.py (/proc cross-checks).
+"""
+from .events import Event, Flow, Hold, LockInfo, ProcessInfo, Segment
+from .osview import OSView, os_view
+from .reader import TraceFormatWarning
+from .recorder import RecorderWarning
+from .trace import Trace, load, mark, record
+
+__all__ = ["record", "load", "mark", "os_view", "Trace", "Event", "Flow", "Segment",
+           "ProcessInfo", "LockInfo", "Hold", "OSView", "RecorderWarning", "TraceFormatWarning"]

@@ -1,0 +1,225 @@
+"""Where recording plugs into the stdlib: processes, threads, and children that record by themselves.
+
+``install()`` replaces a few methods of stdlib classes (mpviz's Queue/Process/Pool are built on the
+same classes, so they are covered too); ``uninstall()`` puts the originals back. Every replacement
+checks ``recorder.ENABLED`` and otherwise behaves exactly like the original, because a bound method
+taken while recording (a Pool's ``_quick_put``) can outlive the recording.
+
+How each kind of child starts recording, with no change to user code::
+
+    fork         os.register_at_fork (recorder.py): the child opens its own log at once
+    spawn        the parent starts  python -c "<prefix>; from multiprocessing.spawn import
+                 spawn_main; ..."  through util.spawnv_passfds; we insert a <prefix> that imports
+                 mpviz.trace.autostart and calls boot(), which installs these hooks in the child.
+                 The parent also adds {"dir": ..., "locks": [...]} to the spawn preparation data;
+                 the child's (patched) spawn.prepare starts recording into that directory -- before
+                 the child re-imports the parent's __main__, so that is recorded too.
+    forkserver   the fork server is started the same way (so it has the hooks, but records
+                 nothing itself); each child it forks gets the preparation data like a spawned one.
+                 A fork server already running *without* the hooks when recording starts is
+                 stopped, so the next Process starts a fresh one.
+    exec'd       ``python -m mpviz trace``: a sitecustomize on PYTHONPATH calls boot() in every
+    programs     Python process, which records when MPVIZ_TRACE_DIR is set (autostart/).
+
+Exits are seen twice: the child records ``process.exit`` when ``_bootstrap`` returns, and the parent
+records ``process.reaped`` (exit code, signal name) when ``join``/``is_alive`` notices the end --
+so a child killed by SIGKILL, which cannot write anything, still gets an end in the trace.
+Adapted from VizTracer's patch.py (spawnv_passfds rewriting); left out: Windows.
+"""
+import os
+import signal
+import sys
+import threading
+import time
+
+from multiprocessing import process, spawn, util
+
+from . import locks, messages, recorder
+
+TRACE_KEY = "mpviz_trace"               # our key in the spawn preparation data
+_orig = {}
+_installed = []                          # (owner, attribute, original) while installed
+_booted = False                          # this process runs the hooks for good (a child)
+
+
+# --- processes, seen from the parent ------------------------------------------------------
+
+def _process_start(self):
+    if not recorder.ENABLED:
+        return _orig["start"](self)
+    ts = time.monotonic_ns()
+    _orig["start"](self)
+    recorder.emit_at(ts, "process.launch", child=self.pid, name=self.name,
+                     start_method=getattr(self._popen, "method", None))
+
+
+def _observe_exit(self):
+    if not recorder.ENABLED or self._popen is None or self.__dict__.get("_mpviz_reaped"):
+        return
+    code = self._popen.returncode
+    if code is not None:
+        self._mpviz_reaped = True
+        sig = signal.Signals(-code).name if code < 0 and -code in signal.valid_signals() else None
+        recorder.emit("process.reaped", child=self.pid, exitcode=code, signal=sig)
+
+
+def _process_join(self, timeout=None):
+    _orig["join"](self, timeout)
+    _observe_exit(self)
+
+
+def _process_is_alive(self):
+    alive = _orig["is_alive"](self)
+    if not alive:
+        _observe_exit(self)
+    return alive
+
+
+# --- processes, seen from the child -------------------------------------------------------
+
+def _process_bootstrap(self, parent_sentinel=None):
+    if recorder.ENABLED:
+        target = getattr(self, "_target", None)
+        recorder.emit("process.bootstrap", name=self.name,
+                      target=getattr(target, "__qualname__", None) if target else None)
+    code = _orig["_bootstrap"](self, parent_sentinel)
+    if recorder.ENABLED:
+        recorder.emit("process.exit", exitcode=code)
+    return code
+
+
+# --- threads ------------------------------------------------------------------------------
+
+def _thread_bootstrap_inner(self):
+    if recorder.ENABLED:
+        recorder.forget_thread()             # this ident may have belonged to a dead thread
+        recorder.emit("thread.start", name=self.name, ident=self.ident, daemon=self.daemon)
+    try:
+        _orig["_bootstrap_inner"](self)
+    finally:
+        if recorder.ENABLED:
+            recorder.emit("thread.exit", name=self.name, ident=self.ident)
+        recorder.forget_thread()
+
+
+# --- spawn and forkserver children ----------------------------------------------------------
+
+def boot_prefix():
+    """The Python statement we put in front of a child's ``-c`` program."""
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    return (f"__import__('sys').path.append({root!r}); "
+            f"__import__('mpviz.trace.autostart').trace.autostart.boot(); ")
+
+
+_hooked_forkserver = None               # pid of a fork server started with our prefix
+
+
+def _spawnv_passfds(path, args, passfds):
+    global _hooked_forkserver
+    args = list(args)
+    prog = ""
+    if "-c" in args:
+        i = args.index("-c") + 1
+        if i < len(args) and "resource_tracker" not in args[i]:
+            prog = args[i]
+            args[i] = boot_prefix() + prog
+    pid = _orig["spawnv_passfds"](path, args, passfds)
+    if "forkserver" in prog:
+        _hooked_forkserver = pid
+    return pid
+
+
+def _get_preparation_data(name):
+    data = _orig["get_preparation_data"](name)
+    directory = recorder.current_directory()
+    if directory is not None:
+        data[TRACE_KEY] = {"dir": directory, "locks": sorted(locks.user_lock_ids),
+                           "threading_locks": threading_locks_on()}
+    return data
+
+
+def _prepare(data):
+    cfg = data.pop(TRACE_KEY, None)
+    if cfg is not None and recorder.current_directory() != cfg["dir"]:
+        locks.user_lock_ids.update(cfg.get("locks", ()))
+        if cfg.get("threading_locks"):
+            _patch(locks.THREADING_PATCHES)
+        how = "forkserver" if data.get("start_method") == "forkserver" else "spawn"
+        recorder.start(cfg["dir"], how)
+    _orig["prepare"](data)
+
+
+# --- installing and removing ----------------------------------------------------------------
+
+PATCHES = [
+    (process.BaseProcess, "start", _process_start, "start"),
+    (process.BaseProcess, "join", _process_join, "join"),
+    (process.BaseProcess, "is_alive", _process_is_alive, "is_alive"),
+    (process.BaseProcess, "_bootstrap", _process_bootstrap, "_bootstrap"),
+    (threading.Thread, "_bootstrap_inner", _thread_bootstrap_inner, "_bootstrap_inner"),
+    (util, "spawnv_passfds", _spawnv_passfds, "spawnv_passfds"),
+    (spawn, "get_preparation_data", _get_preparation_data, "get_preparation_data"),
+    (spawn, "prepare", _prepare, "prepare"),
+]
+
+
+def _patch(patches):
+    for owner, attr, replacement, key in patches:
+        store = _store_for(replacement)
+        if key in store:                     # already installed
+            continue
+        store[key] = owner.__dict__[attr] if attr in owner.__dict__ else getattr(owner, attr)
+        setattr(owner, attr, replacement)
+        _installed.append((owner, attr, store, key))
+
+
+def _store_for(replacement):
+    module = sys.modules[replacement.__module__]
+    return getattr(module, "_orig", _orig)
+
+
+def threading_locks_on():
+    return "threading.Lock" in locks._orig
+
+
+def install(threading_locks=False):
+    """Patch the stdlib for recording (idempotent). Stops a fork server that lacks the hooks."""
+    fresh = "start" not in _orig
+    _patch(PATCHES + messages.PATCHES + locks.PATCHES)
+    if threading_locks:
+        _patch(locks.THREADING_PATCHES)
+    if fresh and not _booted:
+        _restart_forkserver()
+
+
+def uninstall():
+    """Put the stdlib back as it was (not in a booted child: its hooks stay for good)."""
+    if _booted:
+        return
+    while _installed:
+        owner, attr, store, key = _installed.pop()
+        setattr(owner, attr, store.pop(key))
+
+
+def _restart_forkserver():
+    try:
+        from multiprocessing import forkserver
+    except ImportError:
+        return
+    server = forkserver._forkserver
+    pid = getattr(server, "_forkserver_pid", None)
+    if pid is None or pid == _hooked_forkserver or not hasattr(server, "_stop"):
+        return
+    if any(getattr(p._popen, "method", None) == "forkserver" for p in process.active_children()):
+        import warnings
+        warnings.warn(recorder.RecorderWarning(
+            "mpviz.trace: a fork server started before recording still has live children; "
+            "processes it forks now are not recorded. Join them before record() to fix this."),
+            stacklevel=4)
+        return
+    server._stop()                           # started without our hooks: the next is fresh
+
+
+def mark_booted():
+    global _booted
+    _booted = True

@@ -1,0 +1,161 @@
+"""Reading per-process logs back, incrementally, while their writers may still be running.
+
+The file format is described at the top of ``recorder.py``. A ``LogReader`` remembers, per file,
+the offset of the first record it has not yet returned; ``poll()`` lists the directory (new
+processes add new files), reads each file from its offset up to the first length word that is
+still 0, and returns the new events. A live widget can call it many times a second: each call
+costs only the new bytes plus one small read per file.
+
+What can be wrong with a log, and what we do (never crash, always say what was skipped):
+
+    the directory is missing            FileNotFoundError with the path (a clear error)
+    no logs in it                       an empty result and a warning
+    header: wrong magic or too short    that file is skipped, with a warning
+    header: a newer format version      that file is skipped, with a warning naming the versions
+    a torn record (length too large,    the reader stops in that file; if the writer is dead
+      payload that does not decode)     (final read) the rest is skipped with a warning
+
+A torn record can only be the last one a process wrote: records are appended one at a time under
+a lock, and the length word is written after the payload.
+"""
+import marshal
+import os
+import warnings
+
+from .recorder import CHUNK as _DEFAULT_CHUNK  # noqa: F401  (documented default)
+from .recorder import FORMAT_VERSION, HEADER, HEADER_SIZE, LENGTH, MAGIC, PAD, SUFFIX
+
+READ_WINDOW = 1 << 16
+
+
+class TraceFormatWarning(UserWarning):
+    """Raised (as a warning) when part of a trace directory cannot be read and is skipped."""
+
+
+class _FileState:
+    __slots__ = ("path", "pid", "ppid", "chunk", "off", "bad", "torn_at")
+
+    def __init__(self, path):
+        self.path, self.pid, self.ppid, self.chunk = path, None, None, None
+        self.off = HEADER_SIZE
+        self.bad = False       # unreadable header: skipped for good
+        self.torn_at = None    # offset of a record that did not decode (may still be in flight)
+
+
+class LogReader:
+    """Incremental reader of all the logs in one trace directory."""
+
+    def __init__(self, directory):
+        self.directory = os.fspath(directory)
+        self.files = {}        # file name -> _FileState
+        self.problems = []     # what was skipped, in words (also issued as warnings)
+
+    def poll(self, final=False):
+        """Return the events (tuples ts_ns, pid, tid, kind, args) written since the last poll.
+
+        With `final=True` the writers are taken to be finished: a torn record is reported.
+        """
+        if not os.path.isdir(self.directory):
+            raise FileNotFoundError(
+                f"trace directory {self.directory!r} does not exist (or is not a directory); "
+                f"pass the DIR that record(path=DIR) or `python -m mpviz trace -o DIR` wrote")
+        out = []
+        for name in sorted(os.listdir(self.directory)):
+            if not name.endswith(SUFFIX):
+                continue
+            st = self.files.get(name)
+            if st is None:
+                st = self.files[name] = _FileState(os.path.join(self.directory, name))
+            if not st.bad:
+                self._read_file(st, out, final)
+        if final and not self.files:
+            self._problem(f"trace directory {self.directory!r} holds no *{SUFFIX} logs: "
+                          f"nothing was recorded there")
+        return out
+
+    def _problem(self, text):
+        if text not in self.problems:
+            self.problems.append(text)
+            warnings.warn(TraceFormatWarning(text), stacklevel=4)
+
+    def _read_header(self, st, fd):
+        raw = os.pread(fd, HEADER.size, 0)
+        if len(raw) < HEADER.size:
+            if len(raw) == 0:
+                return False            # just created; its writer has not written yet
+            st.bad = True
+            self._problem(f"{st.path}: only {len(raw)} bytes, not a complete log header; skipped")
+            return False
+        magic, version, hsize, chunk, pid, ppid, _t0 = HEADER.unpack(raw)
+        if magic != MAGIC:
+            if magic == b"\0" * 8:
+                return False            # header not written yet
+            st.bad = True
+            self._problem(f"{st.path}: not an mpviz log (magic {magic!r}); skipped")
+            return False
+        if version > FORMAT_VERSION:
+            st.bad = True
+            self._problem(f"{st.path}: written in log format {version}, this mpviz reads up to "
+                          f"{FORMAT_VERSION}; skipped -- upgrade mpviz to read it")
+            return False
+        st.pid, st.ppid, st.chunk, st.off = pid, ppid, chunk, hsize
+        return True
+
+    def _read_file(self, st, out, final):
+        try:
+            fd = os.open(st.path, os.O_RDONLY)
+        except FileNotFoundError:
+            return
+        try:
+            if st.pid is None and not self._read_header(st, fd):
+                return
+            self._read_records(st, fd, out, final)
+        finally:
+            os.close(fd)
+
+    def _read_records(self, st, fd, out, final):
+        size = os.fstat(fd).st_size
+        chunk, pid = st.chunk, st.pid
+        buf, buf_off = b"", st.off
+        while st.off < size:
+            room = chunk - st.off % chunk           # bytes left in this chunk
+            if room < 4:
+                st.off += room
+                continue
+            rel = st.off - buf_off
+            if rel + 4 > len(buf):                   # refill the window from here
+                buf_off = st.off
+                buf = os.pread(fd, min(max(READ_WINDOW, 4), room), st.off)
+                rel = 0
+                if len(buf) < 4:
+                    break
+            (n,) = LENGTH.unpack_from(buf, rel)
+            if n == 0:
+                break                                # the end, for now
+            if n == PAD:
+                st.off += room
+                continue
+            if n + 4 > room:
+                self._torn(st, final, f"a record length of {n} bytes runs past its chunk")
+                return
+            if rel + 4 + n > len(buf):
+                buf_off = st.off
+                buf = os.pread(fd, min(max(READ_WINDOW, n + 4), room), st.off)
+                rel = 0
+            payload = buf[rel + 4:rel + 4 + n]
+            try:
+                ts, tid, kind, args = marshal.loads(payload)
+            except (ValueError, EOFError, TypeError):
+                self._torn(st, final, "a record that does not decode")
+                return
+            out.append((ts, pid, tid, kind, args))
+            st.off += 4 + n
+            st.torn_at = None
+
+    def _torn(self, st, final, what):
+        # While the writer runs this may be a record being written: retry at the next poll.
+        st.torn_at = st.off
+        if final:
+            st.bad = True
+            self._problem(f"{st.path}: {what} at offset {st.off} (a process killed while "
+                          f"writing); the rest of this log is skipped")

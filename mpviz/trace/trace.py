@@ -1,0 +1,245 @@
+"""A trace: the merged events of every recorded process, and what can be read off them.
+
+``record()`` starts this process's log and the hooks, yields a live ``Trace`` (call ``refresh()``
+to pull in what the processes wrote since -- a widget can do that many times a second), and on
+exit stops recording and reads everything. ``load(path)`` reads a directory afterwards, also one
+left by processes that were killed. All the analyses are plain loops over ``events``, which are
+sorted by ``ts_ns`` (one clock for all processes, see recorder.py)::
+
+    processes()  process.start/bootstrap/exit + the parent's process.launch/reaped
+    flows()      queue.put→queue.get and pipe.send→pipe.recv, paired by their message id
+    segments()   shm.create/attach/detach/unlink, by segment name
+    locks()      lock.wait/acquire/release, paired per lock and thread into holds
+"""
+import contextlib
+import os
+import shutil
+import tempfile
+
+from . import hooks, recorder
+from .events import Event, Flow, Hold, LockInfo, ProcessInfo, Segment
+from .reader import LogReader
+
+_install_depth = 0
+
+
+class Trace:
+    """The events of one recording, ordered by time, and views computed from them."""
+
+    def __init__(self, path=None, events=()):
+        self.path = os.fspath(path) if path is not None else None
+        self.events = sorted((Event(*e) for e in events), key=_order)
+        self._reader = LogReader(self.path) if self.path is not None else None
+        self._problems = []
+
+    @property
+    def problems(self):
+        """What could not be read (torn records, unreadable files), in words."""
+        return list(self._reader.problems if self._reader else self._problems)
+
+    def _detach(self):
+        """Stop reading (the directory is about to go away); keep the events."""
+        if self._reader is not None:
+            self._problems = list(self._reader.problems)
+        self.path, self._reader = None, None
+
+    def refresh(self, final=False):
+        """Read what the processes wrote since the last refresh; return how many new events."""
+        if self._reader is None:
+            return 0
+        new = [Event(*e) for e in self._reader.poll(final=final)]
+        if new:
+            new.sort(key=_order)
+            if self.events and _order(new[0]) < _order(self.events[-1]):
+                self.events.extend(new)
+                self.events.sort(key=_order)  # timsort: two sorted runs merge in linear time
+            else:
+                self.events.extend(new)
+        return len(new)
+
+    def __len__(self):
+        return len(self.events)
+
+    def __iter__(self):
+        return iter(self.events)
+
+    def __repr__(self):
+        return (f"<Trace {len(self.events)} events, {len(self.processes())} processes"
+                f"{', from ' + repr(self.path) if self.path else ''}>")
+
+    def of_kind(self, *kinds):
+        """The events whose kind is one of `kinds` (or starts with one ending in '.')."""
+        return [e for e in self.events
+                if e.kind in kinds or any(k.endswith(".") and e.kind.startswith(k) for k in kinds)]
+
+    # --- views ---------------------------------------------------------------------------
+
+    def processes(self):
+        """One ``ProcessInfo`` per process seen (recorded, launched or reaped), by start time."""
+        info = {}
+
+        def get(pid, ts):
+            if pid not in info:
+                info[pid] = dict(pid=pid, ppid=None, name=None, how=None, start_ns=ts,
+                                 exit_ns=None, exitcode=None, signal=None, threads=[])
+            return info[pid]
+
+        for e in self.events:
+            p = get(e.pid, e.ts_ns)
+            if e.tid not in p["threads"]:
+                p["threads"].append(e.tid)
+            a = e.args
+            if e.kind == "process.start":
+                p.update(ppid=a.get("ppid"), how=a.get("how"), start_ns=min(p["start_ns"], e.ts_ns))
+                p["name"] = p["name"] or a.get("name")
+            elif e.kind == "process.bootstrap":
+                p["name"] = a.get("name")
+            elif e.kind == "process.exit":
+                p["exit_ns"] = e.ts_ns
+                if a.get("exitcode") is not None:
+                    p["exitcode"] = a["exitcode"]
+            elif e.kind == "process.launch":
+                c = get(a["child"], e.ts_ns)
+                c["ppid"] = c["ppid"] or e.pid
+                c["name"] = c["name"] or a.get("name")
+                c["how"] = c["how"] or a.get("start_method")
+            elif e.kind == "process.reaped":
+                c = get(a["child"], e.ts_ns)
+                c["exitcode"], c["signal"] = a.get("exitcode"), a.get("signal")
+                if c["exit_ns"] is None:
+                    c["exit_ns"] = e.ts_ns
+        out = [ProcessInfo(**{**p, "threads": tuple(p["threads"])}) for p in info.values()]
+        return sorted(out, key=lambda p: p.start_ns)
+
+    def flows(self):
+        """Every message from its put/send to its get/recv, in the order they were put."""
+        puts, gets = {}, {}
+        for e in self.events:
+            if e.kind in ("queue.put", "pipe.send"):
+                puts[e.args["msg"]] = e
+            elif e.kind in ("queue.get", "pipe.recv"):
+                gets.setdefault(e.args["msg"], e)
+        return [Flow(put, gets.get(msg)) for msg, put in puts.items()]
+
+    def segments(self):
+        """Every shared-memory segment seen: creator, attachers, detachers, unlink."""
+        done, live = [], {}
+        for e in self.events:
+            if not e.kind.startswith("shm."):
+                continue
+            name, a = e.args.get("name"), e.args
+            s = live.get(name)
+            if s is None or (e.kind == "shm.create" and s["unlinked_ns"] is not None):
+                if s is not None:
+                    done.append(s)
+                s = live[name] = dict(name=name, strategy=a.get("strategy"),
+                                      nbytes=a.get("nbytes"), created_by=None, created_ns=None,
+                                      attached_by=[], unlinked_ns=None, unlinked_by=None,
+                                      detached_by=[])
+            s["strategy"] = s["strategy"] or a.get("strategy")
+            s["nbytes"] = s["nbytes"] if s["nbytes"] is not None else a.get("nbytes")
+            if e.kind == "shm.create":
+                s["created_by"], s["created_ns"] = e.pid, e.ts_ns
+            elif e.kind == "shm.attach" and e.pid not in s["attached_by"]:
+                s["attached_by"].append(e.pid)
+            elif e.kind == "shm.detach":
+                s["detached_by"].append(e.pid)
+            elif e.kind == "shm.unlink":
+                s["unlinked_ns"], s["unlinked_by"] = e.ts_ns, e.pid
+        done.extend(live.values())
+        return [Segment(**{**s, "attached_by": tuple(s["attached_by"]),
+                           "detached_by": tuple(s["detached_by"])}) for s in done]
+
+    def locks(self):
+        """Every lock's holds (who, waited since, acquired, released) and its waiters at the end."""
+        state = {}
+        for e in self.events:
+            if not e.kind.startswith("lock."):
+                continue
+            lid, who = e.args["lock"], (e.pid, e.tid)
+            st = state.setdefault(lid, dict(type=e.args.get("type"), holds=[], open=[], waits={}))
+            if e.kind == "lock.wait":
+                st["waits"][who] = e.ts_ns
+            elif e.kind == "lock.timeout":
+                st["waits"].pop(who, None)
+            elif e.kind == "lock.acquire":
+                hold = [e.pid, e.tid, st["waits"].pop(who, None), e.ts_ns, None]
+                st["holds"].append(hold)
+                st["open"].append(hold)
+            elif e.kind == "lock.release" and st["open"]:
+                mine = [h for h in st["open"] if (h[0], h[1]) == who]
+                hold = mine[-1] if mine else st["open"][0]  # a semaphore: anyone may release
+                hold[4] = e.ts_ns
+                st["open"].remove(hold)
+        return [LockInfo(lid, st["type"], tuple(Hold(*h) for h in st["holds"]),
+                         tuple((pid, tid, ts) for (pid, tid), ts in st["waits"].items()))
+                for lid, st in state.items()]
+
+    # --- output ----------------------------------------------------------------------------
+
+    def to_chrome(self, path=None):
+        """Chrome/Perfetto trace JSON (a dict); also written to `path` if given."""
+        from .chrome import to_chrome
+        return to_chrome(self, path)
+
+    def plot(self, **kwargs):
+        """Draw the timeline (needs matplotlib and mpviz.viz)."""
+        from mpviz.viz import timeline
+        return timeline(self, **kwargs)
+
+
+def _order(e):
+    return (e[0], e[1])
+
+
+def load(path):
+    """Read a trace directory (also one whose processes were killed) into a ``Trace``.
+
+    A missing directory raises ``FileNotFoundError``; unreadable parts are skipped with a
+    ``TraceFormatWarning`` that says what was skipped (``trace.problems`` lists them).
+    """
+    trace = Trace(path)
+    trace.refresh(final=True)
+    return trace
+
+
+@contextlib.contextmanager
+def record(path=None, *, threading_locks=False):
+    """Record this process and every process started inside the block.
+
+    `path`: the trace directory (created if missing, kept afterwards); None records into a
+    temporary directory that is removed at the end (the events stay in the returned trace).
+    `threading_locks`: also record ``threading.Lock``/``RLock`` made by your code.
+    If recording cannot start, a ``RecorderWarning`` says why and the block runs unrecorded.
+    """
+    global _install_depth
+    temporary = path is None
+    directory = tempfile.mkdtemp(prefix="mpviz-trace-") if temporary else os.fspath(path)
+    previous = recorder.current_directory()
+    trace = Trace(directory)
+    ok = recorder.start(directory, "record")
+    if not ok:
+        trace._detach()
+    else:
+        hooks.install(threading_locks=threading_locks)
+        _install_depth += 1
+    try:
+        yield trace
+    finally:
+        if ok:
+            recorder.stop()
+            _install_depth -= 1
+            if _install_depth == 0:
+                hooks.uninstall()
+            trace.refresh(final=True)
+        if previous is not None:
+            recorder.start(previous, "resume")
+        if temporary:
+            trace._detach()
+            shutil.rmtree(directory, ignore_errors=True)
+
+
+def mark(name, **args):
+    """Record a user event named `name` with JSON-able `args` (nothing when not recording)."""
+    if recorder.ENABLED:
+        recorder.emit("mark", name=name, **args)

@@ -1,0 +1,136 @@
+"""Shared fixtures: start methods, sharing strategies, and a leak check after every test.
+
+The leak check (torch's ``leak_checker`` idea): after each test there must be no
+``/dev/shm/mpviz_*`` entries, no file descriptors this process did not have before (apart from
+the few mpviz keeps open on purpose: its fd server's listener, its live peer connections and its
+shm manager connection), and no live child processes. Cleanup is asynchronous in places (a
+killed holder's segment is removed by the manager within ~1 s), so the check polls for a
+bounded time before it fails.
+"""
+import gc
+import multiprocessing
+import os
+import signal
+import sys
+import time
+
+import pytest
+
+sys.path.insert(0, os.path.dirname(__file__))  # so spawned children can import tests' workers
+
+import mpviz  # noqa: E402
+import mpviz.multiprocessing as mp  # noqa: E402
+from mpviz.sharing import fd_passing, shm_manager  # noqa: E402
+
+START_METHODS = multiprocessing.get_all_start_methods()
+
+
+@pytest.fixture(params=START_METHODS)
+def start_method(request):
+    """Each test body runs once per start method: fork, spawn, forkserver."""
+    return request.param
+
+
+@pytest.fixture
+def ctx(start_method):
+    return mp.get_context(start_method)
+
+
+@pytest.fixture(params=sorted(mp.get_all_sharing_strategies()))
+def strategy(request):
+    """Each test body runs once per sharing strategy; restored afterwards."""
+    old = mp.get_sharing_strategy()
+    mp.set_sharing_strategy(request.param)
+    yield request.param
+    mp.set_sharing_strategy(old)
+
+
+def shm_entries():
+    return sorted(f for f in os.listdir("/dev/shm") if f.startswith("mpviz"))
+
+
+def open_fds():
+    fds = set()
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            os.readlink(f"/proc/self/fd/{fd}")  # the directory listing's own fd is gone by now
+            fds.add(int(fd))
+        except OSError:
+            pass
+    return fds
+
+
+def children():
+    me = str(os.getpid())
+    found = []
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if fields[1] == me and fields[0] != "Z":
+            found.append(int(pid))
+    return found
+
+
+def _stdlib_helpers():
+    """The forkserver and resource tracker: long-lived helpers stdlib starts once per session."""
+    from multiprocessing import forkserver, resource_tracker
+    pids, fds = set(), set()
+    fs = forkserver._forkserver
+    if getattr(fs, "_forkserver_pid", None):
+        pids.add(fs._forkserver_pid)
+    if getattr(fs, "_forkserver_alive_fd", None) is not None:
+        fds.add(fs._forkserver_alive_fd)
+    rt = resource_tracker._resource_tracker
+    if getattr(rt, "_pid", None):
+        pids.add(rt._pid)
+    if getattr(rt, "_fd", None) is not None:
+        fds.add(rt._fd)
+    return pids, fds
+
+
+def _expected_fds():
+    return fd_passing.infrastructure_fds() | shm_manager.infrastructure_fds() | _stdlib_helpers()[1]
+
+
+@pytest.fixture(autouse=True)
+def leak_check(request):
+    if request.node.get_closest_marker("no_leak_check"):
+        yield
+        return
+    assert not shm_entries(), f"/dev/shm was not clean before {request.node.name}: {shm_entries()}"
+    gc.collect()
+    before = open_fds() - _expected_fds()
+    yield
+    deadline = time.monotonic() + 5
+    while True:
+        multiprocessing.active_children()  # joins finished children
+        gc.collect()
+        fd_passing.sweep()
+        leaked_fds = open_fds() - before - _expected_fds()
+        leaked_shm = shm_entries()
+        live = [pid for pid in children() if pid not in _stdlib_helpers()[0]]
+        if not (leaked_fds or leaked_shm or live) or time.monotonic() > deadline:
+            break
+        time.sleep(0.05)  # polling for asynchronous cleanup, bounded; not synchronisation
+    for pid in live:
+        os.kill(pid, signal.SIGKILL)
+    details = []
+    if leaked_shm:
+        details.append(f"/dev/shm entries left: {leaked_shm}")
+    if leaked_fds:
+        links = {}
+        for fd in leaked_fds:
+            try:
+                links[fd] = os.readlink(f"/proc/self/fd/{fd}")
+            except OSError:
+                links[fd] = "?"
+        details.append(f"file descriptors left open: {links}")
+    if live:
+        details.append(f"child processes still alive (now killed): {live}")
+    if details:
+        pytest.fail("leak after test: " + "; ".join(details), pytrace=False)
