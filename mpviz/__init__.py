@@ -14,6 +14,7 @@ from .storage import Storage
 from .tensor import (Size, Tensor, bool_, check_dtype, float16, float32, float64, int8, int16,
                      int32, int64, uint8)
 from . import random as _random
+from .autograd import no_grad, enable_grad, is_grad_enabled
 
 __version__ = "0.1.0"
 

@@ -84,11 +84,15 @@ class Tensor:
     @classmethod
     def _wrap(cls, array, device="cpu", requires_grad=False):
         """A new tensor that owns a private copy of `array`'s values (C order)."""
+        if not isinstance(array, np.ndarray) and hasattr(array, "get"):
+            array = array.get()  # a CuPy array (an op on a real GPU): bring it to the host first
         array = np.asarray(array)
         dt = check_dtype(array.dtype)
         if device != "cpu":
             from . import cuda
-            return cuda.to_device(cls._wrap(array), device)
+            result = cuda.to_device(cls._wrap(array), device)
+            result.requires_grad = bool(requires_grad)
+            return result
         flat = np.ascontiguousarray(array)
         if flat is array and (array.base is not None or not array.flags.owndata):
             flat = array.copy()
@@ -120,7 +124,9 @@ class Tensor:
 
     def __array__(self, dtype=None, copy=None):
         a = self._np if not self.is_cuda else self.cpu()._np
-        return a.astype(dtype) if dtype is not None else a
+        if dtype is not None:
+            return a.astype(dtype)
+        return a.copy() if copy else a
 
     # -- shape and memory -----------------------------------------------------------------------
 
@@ -204,6 +210,8 @@ class Tensor:
     def __setitem__(self, index, value):
         if isinstance(index, Tensor):
             index = index._np
+        elif isinstance(index, tuple):
+            index = tuple(i._np if isinstance(i, Tensor) else i for i in index)
         self._np[index] = value._np if isinstance(value, Tensor) else value
 
     def _as_view(self, array):
@@ -492,6 +500,8 @@ class Tensor:
         return self.reshape(*shape)
 
     def squeeze(self, dim=None):
+        if dim is not None:
+            dim %= max(self.dim(), 1)
         shape = [n for i, n in enumerate(self._shape) if n != 1 or (dim is not None and i != dim)]
         return self.reshape(*shape)
 
@@ -500,6 +510,8 @@ class Tensor:
         _ag().backward(self, gradient)
 
     def requires_grad_(self, requires_grad=True):
+        if requires_grad and self.dtype.kind not in "fc":
+            raise RuntimeError(f"only Tensors of floating point dtype can require gradients (this one is {self.dtype})")
         if not self.is_leaf and not requires_grad:
             raise RuntimeError("you can only change requires_grad of leaf tensors: use detach()")
         self.requires_grad = requires_grad

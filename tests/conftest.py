@@ -3,7 +3,8 @@
 The leak check (torch's ``leak_checker`` idea): after each test there must be no
 ``/dev/shm/mpviz_*`` entries, no file descriptors this process did not have before (apart from
 the few mpviz keeps open on purpose: its fd server's listener, its live peer connections and its
-shm manager connection), and no live child processes. Cleanup is asynchronous in places (a
+shm manager connection), and no live child processes. (Entries that were already in /dev/shm
+before the test are not its own: another test run on the same machine may have made them.) Cleanup is asynchronous in places (a
 killed holder's segment is removed by the manager within ~1 s), so the check polls for a
 bounded time before it fails.
 """
@@ -102,7 +103,7 @@ def leak_check(request):
     if request.node.get_closest_marker("no_leak_check"):
         yield
         return
-    assert not shm_entries(), f"/dev/shm was not clean before {request.node.name}: {shm_entries()}"
+    shm_before = set(shm_entries())  # normally empty; another test run on the machine may add some
     gc.collect()
     before = open_fds() - _expected_fds()
     yield
@@ -112,7 +113,7 @@ def leak_check(request):
         gc.collect()
         fd_passing.sweep()
         leaked_fds = open_fds() - before - _expected_fds()
-        leaked_shm = shm_entries()
+        leaked_shm = sorted(set(shm_entries()) - shm_before)
         live = [pid for pid in children() if pid not in _stdlib_helpers()[0]]
         if not (leaked_fds or leaked_shm or live) or time.monotonic() > deadline:
             break

@@ -110,3 +110,68 @@ def square_tensor(t):
 def fill_index(t, i):
     t[i] = i
     return i
+
+
+# -- spawn ------------------------------------------------------------------------------------
+
+def rank_noop(i):
+    pass
+
+
+def rank_fill(i, t):
+    t[i] = i + 1
+
+
+def rank_raise_if(i, bad, gate=None):
+    if i == bad:
+        raise ValueError(f"boom from {i}")
+    if gate is not None:
+        gate.wait(60)  # siblings wait, so that only the failing rank can end the run
+
+
+def rank_exit(i, code):
+    if i == 0:
+        import sys
+        sys.exit(code)
+
+
+def rank_kill_self(i, which):
+    if i == which:
+        os.kill(os.getpid(), signal.SIGKILL)
+    import time
+    time.sleep(60)
+
+
+def rank_wait(i, event):
+    event.wait(60)
+
+
+def rank_ignore_sigterm(i, ready):
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    if i == 0:
+        ready.wait(60)
+        raise RuntimeError("rank 0 fails while rank 1 ignores SIGTERM")
+    ready.set()
+    import time
+    time.sleep(60)
+
+
+def rank_keyboard_interrupt(i):
+    raise KeyboardInterrupt
+
+
+# -- Pool, as the tutorial times it ---------------------------------------------------------------
+
+UNIT = 0.15  # seconds standing in for the tutorial's 2 s of work
+
+
+def slow_identity(x):
+    import time
+    time.sleep(UNIT)
+    return x
+
+
+def slow_add(x, y):
+    import time
+    time.sleep(UNIT)
+    return x + y

@@ -7,8 +7,9 @@ Everything of the stdlib module is here under the same names. What mpviz adds or
 * ``Queue.put`` shares the tensor before it returns (:mod:`~mpviz.multiprocessing.queues`);
 * ``Process``/``Pool`` refuse, before starting, functions a spawned child could not import
   (:mod:`~mpviz.multiprocessing.checks`);
+* torch's ``spawn``/``start_processes`` with error propagation (:mod:`~mpviz.multiprocessing.spawn`);
 * the sharing strategies (``get_all_sharing_strategies``, ``get_sharing_strategy``,
-  ``set_sharing_strategy``) and torch's ``spawn``/``start_processes``.
+  ``set_sharing_strategy``), and ``set_shm_manager(False)`` to watch ``file_system`` leak.
 """
 import multiprocessing as _stdlib
 from multiprocessing import *  # noqa: F401,F403 - the drop-in promise
@@ -18,11 +19,15 @@ from ..sharing.shm_manager import enable as set_shm_manager
 from . import reductions
 from .checks import MissingMainGuardError, UnpicklableFunctionError
 from .context import DefaultContext, Pool as _PoolClass, Process, default_context as _default
+from .spawn import (ProcessContext, ProcessException, ProcessExitedException, ProcessRaisedException,
+                    SpawnContext, spawn, start_processes)
 from .queues import JoinableQueue as _JoinableQueueClass, Queue as _QueueClass
 
 __all__ = list(_stdlib.__all__) + [
     "get_all_sharing_strategies", "get_sharing_strategy", "set_sharing_strategy", "set_shm_manager",
     "UnpicklableFunctionError", "MissingMainGuardError",
+    "spawn", "start_processes", "ProcessContext", "SpawnContext", "ProcessException",
+    "ProcessRaisedException", "ProcessExitedException",
 ]
 
 # The factories, bound to mpviz's default context (which shares the stdlib's start method).

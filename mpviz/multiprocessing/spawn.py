@@ -1,0 +1,244 @@
+"""``spawn``: start N processes running ``fn(i, *args)``, and hear about it when one fails.
+
+Joining processes one by one hides failures: if process 0 runs forever, the crash of process 3
+goes unnoticed, and nobody stops the others. ``spawn`` watches them all at once::
+
+    parent                                            children 0..N-1
+    ------                                            ---------------
+    error files e0..eN (paths, not yet created)
+    start P0..PN  ─────────────────────────────────▶  prctl(PR_SET_PDEATHSIG, SIGINT): die with
+                                                      the parent
+    join(): wait on every process's sentinel          fn(i, *args)
+       one exits with code != 0  ◀──────────────────  on an exception: write the traceback to
+       SIGTERM the others; after a grace period,      e_i, then exit(1)
+       SIGKILL those still alive
+       raise ProcessRaisedException(traceback of i)   (no error file: the process was killed or
+          or ProcessExitedException(exit code/signal)  exited on its own → ProcessExitedException)
+
+The one-shot error file is simpler than a queue, which could itself deadlock while the process
+dies (torch's ``spawn.py`` says the same of its earlier design).
+
+Adapted from torch's ``torch/multiprocessing/spawn.py``: same signatures, messages and exception
+fields. Added: mpviz checks, in the parent and before starting, that the children could import
+``fn`` and that the main script has its main guard (see :mod:`mpviz.multiprocessing.checks`).
+Left out: torch's parallel start for forkserver (``TORCH_MP_PARALLEL_START``).
+"""
+import logging
+import multiprocessing
+import multiprocessing.connection
+import os
+import pickle
+import signal
+import sys
+import tempfile
+import time
+import warnings
+
+from . import checks
+
+log = logging.getLogger(__name__)
+
+
+class ProcessException(Exception):
+    """Raised by ``ProcessContext.join`` when a process failed (base of the two below)."""
+
+    def __init__(self, msg, error_index, error_pid):
+        super().__init__(msg)
+        self.msg = msg
+        self.error_index = error_index
+        self.error_pid = error_pid
+
+    @property
+    def pid(self):
+        return self.error_pid
+
+    def __reduce__(self):
+        return type(self), (self.msg, self.error_index, self.error_pid)
+
+
+class ProcessRaisedException(ProcessException):
+    """Raised when a process's ``fn`` raised an exception; the message carries its traceback."""
+
+
+class ProcessExitedException(ProcessException):
+    """Raised when a process exited with a non-zero code or was killed by a signal.
+
+    ``exit_code`` is the code, or ``-signum`` for a signal; ``signal_name`` is e.g. ``"SIGKILL"``
+    (the kernel's OOM killer is the usual sender of that one) or None.
+    """
+
+    def __init__(self, msg, error_index, error_pid, exit_code, signal_name=None):
+        super().__init__(msg, error_index, error_pid)
+        self.exit_code = exit_code
+        self.signal_name = signal_name
+
+    def __reduce__(self):
+        return type(self), (self.msg, self.error_index, self.error_pid, self.exit_code, self.signal_name)
+
+
+def _set_pdeathsig(sig):
+    """Ask Linux to send `sig` to this process when its parent dies (prctl PR_SET_PDEATHSIG)."""
+    if not sys.platform.startswith("linux"):
+        return
+    import ctypes
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(1, int(sig), 0, 0, 0)  # 1 = PR_SET_PDEATHSIG
+
+
+def _wrap(fn, i, args, error_file):
+    """What each child runs: fn(i, *args), reporting an exception through its error file."""
+    # A shell that starts a job in the background (`cmd &`) makes it ignore SIGINT, and children
+    # inherit that; then the death signal below would do nothing. torch has this hole; we close it.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    _set_pdeathsig(signal.SIGINT)
+    parent = multiprocessing.parent_process()
+    if parent is not None and not parent.is_alive():
+        return  # the parent died while we were starting, before the death signal was armed
+    try:
+        fn(i, *args)
+    except KeyboardInterrupt:
+        pass  # SIGINT from the parent (it died, or is shutting us down): counts as success
+    except Exception:
+        import traceback
+        with open(error_file, "wb") as f:
+            pickle.dump(traceback.format_exc(), f)
+        sys.exit(1)
+
+
+class ProcessContext:
+    """The processes started by ``start_processes(..., join=False)``; ``join()`` watches them."""
+
+    def __init__(self, processes, error_files):
+        self.error_files = error_files
+        self.processes = processes
+        self.sentinels = {p.sentinel: i for i, p in enumerate(processes)}
+
+    def pids(self):
+        return [int(p.pid) for p in self.processes]
+
+    def join(self, timeout=None, grace_period=None):
+        """Wait for the processes; return True when all exited cleanly, False on timeout.
+
+        On the first failure, terminate the others (SIGTERM, then SIGKILL after `grace_period`
+        seconds, 30 if None) and raise ProcessRaisedException or ProcessExitedException.
+        """
+        if not self.sentinels:
+            return True
+        ready = multiprocessing.connection.wait(self.sentinels.keys(), timeout=timeout)
+        error_index = None
+        for sentinel in ready:
+            index = self.sentinels.pop(sentinel)
+            process = self.processes[index]
+            process.join()
+            if process.exitcode != 0:
+                error_index = index
+                break
+        if error_index is None:
+            if not self.sentinels:
+                self._remove_error_files()
+            return not self.sentinels
+
+        self._terminate_all(grace_period)
+        failed = self.processes[error_index]
+        error_file = self.error_files[error_index]
+        try:
+            if not os.path.exists(error_file):
+                code = failed.exitcode
+                if code < 0:
+                    name = _signal_name(-code)
+                    raise ProcessExitedException(
+                        f"process {error_index:d} terminated with signal {name}",
+                        error_index, failed.pid, code, name)
+                raise ProcessExitedException(
+                    f"process {error_index:d} terminated with exit code {code:d}",
+                    error_index, failed.pid, code)
+            with open(error_file, "rb") as f:
+                original_trace = pickle.load(f)
+            msg = f"\n\n-- Process {error_index:d} terminated with the following error:\n" + original_trace
+            raise ProcessRaisedException(msg, error_index, failed.pid)
+        finally:
+            self._remove_error_files()
+
+    def _terminate_all(self, grace_period):
+        alive = [p for p in self.processes if p.is_alive()]
+        for p in alive:
+            log.warning("Terminating process %s via signal SIGTERM", p.pid)
+            p.terminate()
+        deadline = time.monotonic() + (30 if grace_period is None else grace_period)
+        for p in alive:
+            p.join(max(0.0, deadline - time.monotonic()))
+        for p in alive:
+            if p.is_alive():
+                log.warning("Unable to shutdown process %s via SIGTERM , forcefully exiting via SIGKILL", p.pid)
+                p.kill()
+            p.join()
+        self.sentinels.clear()
+
+    def _remove_error_files(self):
+        for path in self.error_files:
+            try:
+                os.unlink(path)
+            except FileNotFoundError:
+                pass
+
+
+class SpawnContext(ProcessContext):
+    """The old name of ProcessContext (torch renamed it in 1.4)."""
+
+    def __init__(self, processes, error_files):
+        warnings.warn("SpawnContext is renamed to ProcessContext since 1.4 release.", FutureWarning, stacklevel=2)
+        super().__init__(processes, error_files)
+
+
+def _signal_name(signum):
+    try:
+        return signal.Signals(signum).name
+    except ValueError:
+        return f"<Unknown signal {signum}>"
+
+
+def start_processes(fn, args=(), nprocs=1, join=True, daemon=False, start_method="spawn"):
+    """Start `nprocs` processes running ``fn(i, *args)`` with `start_method`; see ``spawn``."""
+    if not isinstance(nprocs, int) or nprocs < 1:
+        raise ValueError(f"nprocs must be a positive int, got {nprocs!r}")
+    if not callable(fn):
+        raise TypeError(f"fn must be callable, not {type(fn).__name__}")
+    checks.check_function(fn, start_method, "function given to spawn")
+    from .context import _concrete
+    ctx = _concrete[start_method]
+    error_files, processes = [], []
+    try:
+        for i in range(nprocs):
+            fd, path = tempfile.mkstemp(prefix="mpviz-errorfile-", suffix=".pickle")
+            os.close(fd)
+            os.unlink(path)  # the child creates it only if it has an error to report
+            error_files.append(path)
+            process = ctx.Process(target=_wrap, args=(fn, i, args, path), daemon=daemon)
+            process.start()
+            processes.append(process)
+    except BaseException:
+        for p in processes:
+            p.kill()
+            p.join()
+        raise
+    context = ProcessContext(processes, error_files)
+    if not join:
+        return context
+    while not context.join():
+        pass
+
+
+def spawn(fn, args=(), nprocs=1, join=True, daemon=False, start_method="spawn"):
+    """Start `nprocs` processes running ``fn(i, *args)``; raise if any of them fails.
+
+    With ``join=True`` (default) wait for all of them; with ``join=False`` return the
+    :class:`ProcessContext`. A failure terminates the other processes and raises
+    :class:`ProcessRaisedException` (with the child's traceback) or
+    :class:`ProcessExitedException` (exit code or signal).
+    """
+    if start_method != "spawn":
+        warnings.warn(
+            f"This method only supports start_method=spawn (got: {start_method}).\n"
+            f"To use a different start_method use:\n\t\t mpviz.multiprocessing.start_processes(...)",
+            FutureWarning, stacklevel=2)
+    return start_processes(fn, args, nprocs, join, daemon, start_method)
