@@ -16,12 +16,13 @@ OS thread, what happened, and a dict of JSON-able details. The vocabulary, by wh
                                                                      killed and wrote no exit
     thread.start         name, ident, daemon                         the new thread
     thread.exit          name, ident                                 the ending thread
-    queue.put            queue, msg, nbytes (None: pickled later)    the putting thread
+    queue.put            queue, msg, nbytes (SimpleQueue; a Queue     the putting thread
+                         pickles later: see queue.feed)
     queue.feed           queue, msg, nbytes                          the queue's feeder thread,
                                                                      when it pickles the message
-    queue.get            queue, msg, nbytes                          the getter, as it unpickles
+    queue.get            queue, msg                                  the getter, as it unpickles
     pipe.send            pipe, msg, nbytes                           the sender (Connection.send)
-    pipe.recv            pipe, msg, nbytes                           the receiver, as it unpickles
+    pipe.recv            pipe, msg                                   the receiver, as it unpickles
     shm.create           name, strategy, nbytes                      the core (mpviz.storage/sharing)
     shm.attach/detach    name, strategy, nbytes                      the core
     shm.unlink           name, strategy, nbytes                      the core

@@ -40,6 +40,7 @@ TRACE_KEY = "mpviz_trace"               # our key in the spawn preparation data
 _orig = {}
 _installed = []                          # (owner, attribute, original) while installed
 _booted = False                          # this process runs the hooks for good (a child)
+_role = None                             # "forkserver" in a fork server and its children
 
 
 # --- processes, seen from the parent ------------------------------------------------------
@@ -133,7 +134,8 @@ def _get_preparation_data(name):
     data = _orig["get_preparation_data"](name)
     directory = recorder.current_directory()
     if directory is not None:
-        data[TRACE_KEY] = {"dir": directory, "locks": sorted(locks.user_lock_ids),
+        data[TRACE_KEY] = {"dir": directory, "parent": os.getpid(),
+                           "locks": sorted(locks.user_lock_ids),
                            "threading_locks": threading_locks_on()}
     return data
 
@@ -144,8 +146,8 @@ def _prepare(data):
         locks.user_lock_ids.update(cfg.get("locks", ()))
         if cfg.get("threading_locks"):
             _patch(locks.THREADING_PATCHES)
-        how = "forkserver" if data.get("start_method") == "forkserver" else "spawn"
-        recorder.start(cfg["dir"], how)
+        how = "forkserver" if _role == "forkserver" else "spawn"   # forked by a fork server
+        recorder.start(cfg["dir"], how, ppid=cfg.get("parent"))
     _orig["prepare"](data)
 
 
@@ -220,6 +222,6 @@ def _restart_forkserver():
     server._stop()                           # started without our hooks: the next is fresh
 
 
-def mark_booted():
-    global _booted
-    _booted = True
+def mark_booted(role=None):
+    global _booted, _role
+    _booted, _role = True, role

@@ -22,7 +22,6 @@ import marshal
 import os
 import warnings
 
-from .recorder import CHUNK as _DEFAULT_CHUNK  # noqa: F401  (documented default)
 from .recorder import FORMAT_VERSION, HEADER, HEADER_SIZE, LENGTH, MAGIC, PAD, SUFFIX
 
 READ_WINDOW = 1 << 16

@@ -52,10 +52,12 @@ HEADER = struct.Struct("<8sHHIIIQ")  # magic, version, header size, chunk, pid, 
 HEADER_SIZE = 64
 CHUNK = 1 << 20
 LENGTH = struct.Struct("<I")
+_pack_length = LENGTH.pack_into
 PAD = 0xFFFFFFFF
 SUFFIX = ".mpvlog"
 
 ENABLED = False          # the one thing call sites read
+PID = None               # this process's pid while recording (os.getpid() is a system call)
 _log = None              # the open _Log of this process, or None
 _tids = {}               # threading.get_ident() -> OS thread id
 _forking = None          # the _Log whose lock is held across os.fork()
@@ -72,7 +74,6 @@ class _Log:
     def __init__(self, directory, ppid):
         self.lock = allocate_lock()
         self.directory = directory
-        self.events = 0
         pid = os.getpid()
         for n in range(1000):   # a reused pid, or a second record() in this process
             self.path = os.path.join(directory, f"{pid}-{n}{SUFFIX}")
@@ -110,17 +111,19 @@ class _Log:
             off = self.off - self.base
             end = off + 4 + n
             if end > CHUNK:                      # does not fit: pad, then start a new chunk
-                if n + 4 > CHUNK - HEADER_SIZE:
-                    raise ValueError(f"event of {n} bytes is larger than a log chunk")
-                if CHUNK - off >= 4:
-                    LENGTH.pack_into(self.mm, off, PAD)
-                self._map_chunk(self.base + CHUNK)
-                off, end = 0, 4 + n
+                off, end = self._next_chunk(off, n)
             mm = self.mm
             mm[off + 4:end] = rec                # payload first ...
-            LENGTH.pack_into(mm, off, n)         # ... then the length commits it
+            _pack_length(mm, off, n)             # ... then the length commits it
             self.off = self.base + end
-            self.events += 1
+
+    def _next_chunk(self, off, n):
+        if n + 4 > CHUNK - HEADER_SIZE:
+            raise ValueError(f"event of {n} bytes is larger than a log chunk ({CHUNK} bytes)")
+        if CHUNK - off >= 4:
+            _pack_length(self.mm, off, PAD)
+        self._map_chunk(self.base + CHUNK)
+        return 0, 4 + n
 
     def abandon(self):
         """Forget this log without touching it (in a forked child: it is the parent's)."""
@@ -152,15 +155,14 @@ def emit_at(ts_ns, kind, **args):
         _write(ts_ns, kind, args)
 
 
-def _write(ts, kind, args):
+def _write(ts, kind, args, _dumps=marshal.dumps, _get=_tids.get):
     log = _log
     try:
-        tid = _tids.get(get_ident()) or _learn_tid()
-        log.write(marshal.dumps((ts, tid, kind, args), 2))
+        log.write(_dumps((ts, _get(get_ident()) or _learn_tid(), kind, args), 2))
     except Exception as exc:            # a recorder must never break the program it observes
         if log is not None and log is _log:
-            _fail(f"recording stopped after {log.events} events of pid {os.getpid()} "
-                  f"({kind!r}: {exc!r})")
+            _fail(f"recording stopped in pid {os.getpid()} at a {kind!r} event "
+                  f"({exc!r}; args must be str/int/float/bool/None/list/dict)")
 
 
 def forget_thread():
@@ -186,21 +188,23 @@ def start(directory, how, ppid=None, **info):
     Returns True when recording; on failure warns (``RecorderWarning``) and returns False, so
     that the caller's program runs unrecorded. Emits ``process.start`` with `how` and `info`.
     """
-    global ENABLED, _log
+    global ENABLED, PID, _log
     stop()
     _install_fork_hooks()
+    ppid = ppid if ppid is not None else os.getppid()
     try:
         os.makedirs(directory, exist_ok=True)
-        log = _Log(directory, ppid if ppid is not None else os.getppid())
+        log = _Log(directory, ppid)
     except OSError as exc:
         warnings.warn(RecorderWarning(
             f"mpviz.trace: cannot record into {directory!r}: {exc}. The program runs "
             f"unrecorded; pass a writable directory (record(path=...) or -o DIR)."), stacklevel=3)
         return False
     _tids.clear()
+    PID = os.getpid()
     _log, ENABLED = log, True
     import multiprocessing
-    emit("process.start", how=how, ppid=os.getppid(), name=multiprocessing.current_process().name,
+    emit("process.start", how=how, ppid=ppid, name=multiprocessing.current_process().name,
          argv=list(sys.argv), **info)
     return True
 

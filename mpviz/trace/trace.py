@@ -113,12 +113,17 @@ class Trace:
 
     def flows(self):
         """Every message from its put/send to its get/recv, in the order they were put."""
-        puts, gets = {}, {}
+        puts, gets, sizes = {}, {}, {}
         for e in self.events:
             if e.kind in ("queue.put", "pipe.send"):
                 puts[e.args["msg"]] = e
             elif e.kind in ("queue.get", "pipe.recv"):
                 gets.setdefault(e.args["msg"], e)
+            elif e.kind == "queue.feed":
+                sizes[e.args["msg"]] = e.args.get("nbytes")
+        for msg, put in puts.items():             # a Queue learns the size in its feeder
+            if put.args.get("nbytes") is None and msg in sizes:
+                put.args["nbytes"] = sizes[msg]
         return [Flow(put, gets.get(msg)) for msg, put in puts.items()]
 
     def segments(self):

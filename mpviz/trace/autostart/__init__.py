@@ -47,7 +47,7 @@ def boot():
     me = role()
     if me == "resource_tracker":
         return
-    hooks.mark_booted()
+    hooks.mark_booted(me)
     hooks.install(threading_locks=os.environ.get(ENV_THREADING_LOCKS) == "1")
     directory = os.environ.get(ENV_DIR)
     if directory and me == "program":

@@ -1,0 +1,117 @@
+"""How much does recording cost? (issue #4)
+
+Two measurements, each with recording off and on:
+
+1. ``emit``: the time per event of ``mpviz.trace.mark(...)`` in a tight loop (recording on), and
+   of the guarded check ``if recorder.ENABLED:`` the core's call sites pay when nobody records.
+2. ping-pong: a parent and a child bounce one small message back and forth through two stdlib
+   ``multiprocessing.Queue``s, N round trips; recorded, every message costs a put, a feed and a
+   get event plus the envelope (see mpviz/trace/messages.py).
+
+Prints a Markdown table and writes JSON to bench/results/. Run ``python bench/bench_recorder.py``
+(``--quick`` for a smoke run). Each timing is the best of several repetitions.
+"""
+import argparse
+import json
+import multiprocessing as mp
+import os
+import platform
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import mpviz.trace as mt  # noqa: E402
+from mpviz.trace import recorder  # noqa: E402
+
+
+def echo(inbox, outbox, n):
+    for _ in range(n):
+        outbox.put(inbox.get())
+
+
+def ping_pong(ctx, n):
+    a, b = ctx.Queue(), ctx.Queue()
+    child = ctx.Process(target=echo, args=(a, b, n))
+    child.start()
+    a.put(0)                                  # warm up: the child is running, feeders started
+    b.get()
+    t = time.perf_counter()
+    for i in range(n - 1):
+        a.put(i)
+        b.get()
+    elapsed = time.perf_counter() - t
+    child.join()
+    return elapsed / (n - 1)
+
+
+def emit_cost(n):
+    mark = mt.mark
+    t = time.perf_counter()
+    for i in range(n):
+        mark("tick", i=i)
+    return (time.perf_counter() - t) / n
+
+
+def guard_cost(n):
+    t = time.perf_counter()
+    for i in range(n):
+        if recorder.ENABLED:
+            recorder.emit("tick", i=i)
+    loop = time.perf_counter() - t
+    t = time.perf_counter()
+    for i in range(n):
+        pass
+    return max(0.0, loop - (time.perf_counter() - t)) / n
+
+
+def best(fn, reps):
+    return min(fn() for _ in range(reps))
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="small sizes, for a smoke run")
+    parser.add_argument("--start-method", default="fork")
+    args = parser.parse_args(argv)
+    n_events, n_msgs, reps = (20_000, 2_000, 2) if args.quick else (200_000, 10_000, 3)
+    ctx = mp.get_context(args.start_method)
+
+    guard = best(lambda: guard_cost(n_events), reps)
+    off = best(lambda: emit_cost(n_events), reps)           # mark() when not recording
+    with tempfile.TemporaryDirectory() as tmp:
+        with mt.record(os.path.join(tmp, "t")):
+            on = best(lambda: emit_cost(n_events), reps)
+    pp_off, pp_on = [], []
+    for _ in range(reps):                                  # interleaved: fair to both
+        pp_off.append(ping_pong(ctx, n_msgs))
+        with tempfile.TemporaryDirectory() as tmp:
+            with mt.record(os.path.join(tmp, "t")) as trace:
+                pp_on.append(ping_pong(ctx, n_msgs))
+        linked = sum(f.get is not None for f in trace.flows())
+    pp_off, pp_on = min(pp_off), min(pp_on)
+    results = dict(
+        machine=dict(python=platform.python_version(), cpu=platform.processor() or
+                     platform.machine(), cores=os.cpu_count()),
+        quick=args.quick, start_method=args.start_method,
+        guard_ns=guard * 1e9, mark_off_ns=off * 1e9, mark_on_ns=on * 1e9,
+        pingpong_messages=n_msgs, pingpong_off_us=pp_off * 1e6, pingpong_on_us=pp_on * 1e6,
+        pingpong_ratio=pp_on / pp_off, pingpong_flows_linked=linked)
+    print("| measurement | not recording | recording | ratio |")
+    print("|---|---|---|---|")
+    print(f"| guarded check `if recorder.ENABLED:` | {guard * 1e9:.0f} ns | — | — |")
+    print(f"| `mark()` per event | {off * 1e9:.0f} ns | {on * 1e9:.0f} ns | — |")
+    print(f"| ping-pong round trip ({n_msgs} msgs, {args.start_method}) | {pp_off * 1e6:.1f} µs "
+          f"| {pp_on * 1e6:.1f} µs | {pp_on / pp_off:.2f}× |")
+    out_dir = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
+    os.makedirs(out_dir, exist_ok=True)
+    path = os.path.join(out_dir, f"recorder-{time.strftime('%Y%m%d-%H%M%S')}.json")
+    with open(path, "w") as f:
+        json.dump(results, f, indent=2)
+    print(f"\nwritten to {path}")
+    return results
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,182 @@
+"""Export a trace as Chrome Trace Event JSON, for Perfetto (ui.perfetto.dev) or chrome://tracing.
+
+The format is a list of events with a phase ``ph``; timestamps ``ts`` are microseconds (here:
+since the first event, the origin is in ``otherData.t0_ns``). What mpviz concepts become::
+
+    process / thread names     M  process_name, thread_name
+    process lifetime           b/e  async slice, cat "process", drawn in the parent's track
+    queue put/get, pipe        X  short slices; the put carries  bind_id + flow_out, the get
+      send/recv                   bind_id + flow_in  (flow v2): Perfetto draws the arrow
+    pool task start→done       X  slice in the worker thread
+    shm segment lifetime       b/e  async, cat "shm", id2.global = segment name; attach and
+                                  detach are  n  instants on the same id
+    lock wait / hold           b/e  async, cat "lock" (holds of different locks need not nest)
+    queue depth, shm bytes     C  counters in the first process's track
+    everything else            i  thread-scoped instants, args as recorded
+
+``X``/``B``/``E`` must nest strictly per thread, so a short message slice is clipped at the next
+event of its thread (1 µs at most). Async slices have their own tracks and may overlap freely.
+Reference: the Trace Event Format document and Perfetto's JSON importer.
+"""
+import json
+
+SHORT_US = 1.0
+_MESSAGE_OUT = ("queue.put", "pipe.send")
+_MESSAGE_IN = ("queue.get", "pipe.recv")
+
+
+def to_chrome(trace, path=None):
+    """Convert `trace` to a Chrome trace dict; write it as JSON to `path` if given."""
+    events = trace.events
+    t0 = events[0].ts_ns if events else 0
+
+    def us(ns):
+        return (ns - t0) / 1000.0
+
+    out, end_us = [], us(events[-1].ts_ns) if events else 0.0
+    procs = trace.processes()
+    recorded = {e.pid for e in events}
+    root = procs[0].pid if procs else 0
+    _names(trace, procs, out)
+
+    for p in procs:                                          # process lifetimes
+        track = p.ppid if p.ppid in recorded else p.pid
+        common = dict(cat="process", id=f"proc-{p.pid}", pid=track, tid=track,
+                      name=f"{p.name or 'process'} ({p.pid})")
+        out.append(dict(common, ph="b", ts=us(p.start_ns), args=dict(how=p.how)))
+        out.append(dict(common, ph="e", ts=us(p.exit_ns) if p.exit_ns else end_us,
+                        args=dict(exitcode=p.exitcode, signal=p.signal)))
+
+    gets = {f.get.args["msg"] for f in trace.flows() if f.get is not None}
+    puts = {f.put.args["msg"] for f in trace.flows()}
+    next_ts = _next_event_ts(events)
+    starts = {}                                               # pool task (pid, tid, job, index)
+    depth, live_bytes, lock_open = {}, 0, {}
+    for i, e in enumerate(events):
+        ts, base = us(e.ts_ns), dict(pid=e.pid, tid=e.tid, ts=us(e.ts_ns))
+        a = e.args
+        if e.kind in _MESSAGE_OUT or e.kind in _MESSAGE_IN:
+            channel = a.get("queue") or a.get("pipe")
+            dur = min(SHORT_US, us(next_ts[i]) - ts) if next_ts[i] is not None else SHORT_US
+            x = dict(base, ph="X", dur=dur, cat=e.kind.split(".")[0],
+                     name=f"{e.kind.split('.')[1]} {channel}", args=dict(a))
+            if e.kind in _MESSAGE_OUT and a["msg"] in gets:
+                x.update(bind_id=a["msg"], flow_out=True)
+            elif e.kind in _MESSAGE_IN and a["msg"] in puts:
+                x.update(bind_id=a["msg"], flow_in=True)
+            out.append(x)
+            if e.kind.startswith("queue."):
+                q = a["queue"]
+                depth[q] = max(0, depth.get(q, 0) + (1 if e.kind == "queue.put" else -1))
+                out.append(dict(ph="C", pid=root, tid=root, ts=ts, name=f"queue {q} depth",
+                                args={"depth": depth[q]}))
+        elif e.kind == "pool.task" and a.get("phase") in ("start", "done"):
+            key = (e.pid, e.tid, a.get("job"), a.get("index"))
+            if a["phase"] == "start":
+                starts[key] = e
+            elif key in starts:
+                s = starts.pop(key)
+                out.append(dict(pid=e.pid, tid=e.tid, ts=us(s.ts_ns), ph="X", cat="pool",
+                                dur=us(e.ts_ns) - us(s.ts_ns), name=f"task {a.get('func')}",
+                                args=dict(a)))
+        elif e.kind.startswith("shm."):
+            live_bytes = _segment(e, base, a, out, live_bytes, root)
+        elif e.kind.startswith("lock."):
+            _lock(e, base, a, out, lock_open)
+        else:
+            out.append(dict(base, ph="i", s="t", cat=e.kind.split(".")[0], name=e.kind,
+                            args=dict(a)))
+    for (pid, tid, _job, _index), s in starts.items():        # tasks that never finished
+        out.append(dict(pid=pid, tid=tid, ts=us(s.ts_ns), ph="i", s="t", cat="pool",
+                        name="pool.task (unfinished)", args=dict(s.args)))
+    _close_async(out, end_us)
+    data = dict(traceEvents=out, displayTimeUnit="ms",
+                otherData=dict(t0_ns=t0, clock="CLOCK_MONOTONIC", generator="mpviz.trace"))
+    if path is not None:
+        with open(path, "w") as f:
+            json.dump(data, f)
+    return data
+
+
+def _names(trace, procs, out):
+    for p in procs:
+        out.append(dict(ph="M", pid=p.pid, tid=p.pid, name="process_name",
+                        args=dict(name=f"{p.name or 'process'} (pid {p.pid})")))
+    names = {(e.pid, e.tid): e.args.get("name") for e in trace.events if e.kind == "thread.start"}
+    for key in sorted({(e.pid, e.tid) for e in trace.events}):
+        name = "MainThread" if key[0] == key[1] else names.get(key) or f"thread {key[1]}"
+        out.append(dict(ph="M", pid=key[0], tid=key[1], name="thread_name", args=dict(name=name)))
+
+
+def _next_event_ts(events):
+    """For each event, the timestamp of the next event in the same thread (or None)."""
+    nxt, last = [None] * len(events), {}
+    for i, e in enumerate(events):
+        j = last.get((e.pid, e.tid))
+        if j is not None:
+            nxt[j] = e.ts_ns
+        last[(e.pid, e.tid)] = i
+    return nxt
+
+
+def _segment(e, base, a, out, live_bytes, root):
+    common = dict(cat="shm", id2={"global": str(a.get("name"))}, name=f"shm {a.get('name')}")
+    nbytes = a.get("nbytes") or 0
+    if e.kind == "shm.create":
+        out.append(dict(base, ph="b", **common, args=dict(a)))
+        live_bytes += nbytes
+    elif e.kind == "shm.unlink":
+        out.append(dict(base, ph="e", **common, args=dict(a)))
+        live_bytes -= nbytes
+    else:
+        out.append(dict(base, ph="n", **common, args=dict(a, what=e.kind)))
+        return live_bytes
+    out.append(dict(ph="C", pid=root, tid=root, ts=base["ts"], name="shm bytes live",
+                    args={"bytes": live_bytes}))
+    return live_bytes
+
+
+def _lock(e, base, a, out, _lock_open):
+    """Lock waits and holds as async slices, one id per (lock, thread, occurrence)."""
+    lid, who = a.get("lock"), (e.pid, e.tid)
+    key = (lid, who)
+    if e.kind == "lock.wait":
+        _lock_open[("wait",) + key] = _async(out, base, "lock", f"wait {lid}", a)
+    elif e.kind in ("lock.acquire", "lock.timeout"):
+        w = _lock_open.pop(("wait",) + key, None)
+        if w is not None:
+            out.append(dict(base, ph="e", cat="lock", id=w, name=f"wait {lid}", args=dict(a)))
+        if e.kind == "lock.acquire":
+            _lock_open.setdefault(("hold",) + key, []).append(
+                _async(out, base, "lock", f"hold {lid}", a))
+    elif e.kind == "lock.release":
+        stack = _lock_open.get(("hold",) + key)
+        if stack:
+            out.append(dict(base, ph="e", cat="lock", id=stack.pop(), name=f"hold {lid}",
+                            args=dict(a)))
+        else:
+            out.append(dict(base, ph="i", s="t", cat="lock", name="lock.release", args=dict(a)))
+
+
+def _async(out, base, cat, name, args):
+    ident = f"{cat}-{len(out)}"                 # unique: the position of its "b" event
+    out.append(dict(base, ph="b", cat=cat, id=ident, name=name, args=dict(args)))
+    return ident
+
+
+def _close_async(out, end_us):
+    """End async slices still open at the end of the trace (a lock still held, a segment
+    never unlinked), so every b has its e."""
+    opened = {}
+    for ev in out:
+        if ev["ph"] in ("b", "e"):
+            key = (ev["cat"], str(ev.get("id", ev.get("id2"))), ev["name"])
+            opened[key] = opened.get(key, 0) + (1 if ev["ph"] == "b" else -1)
+            opened.setdefault(("first",) + key, ev)
+    for key, n in list(opened.items()):
+        if key[0] == "first" or n <= 0:
+            continue
+        first = opened[("first",) + key]
+        for _ in range(n):
+            end = {k: v for k, v in first.items() if k not in ("args", "ts", "ph")}
+            out.append(dict(end, ph="e", ts=end_us, args={"open_at_end": True}))

@@ -1,0 +1,274 @@
+"""Issue #7: CUDA tensors and CUDA IPC's lifetime rules — one conformance suite for both backends.
+
+Every test body runs once per backend: the simulator always, CuPy only where a GPU works (else it
+is skipped, saying why). Consumers and producers are real processes under spawn.
+"""
+import os
+import pickle
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import mpviz
+import mpviz.cuda as cuda
+import mpviz.multiprocessing as mp
+from mpviz.cuda import cupy_backend
+
+import cuda_workers
+
+pytestmark = pytest.mark.timeout(60)
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SEEDS = os.path.join(os.path.dirname(__file__), "seed_examples")
+WARNING = "terminated before all shared CUDA tensors released"
+_GPU_PROBLEM = cupy_backend.probe()
+
+
+@pytest.fixture(params=["simulator", "cupy"])
+def backend(request):
+    """Run the body on this backend (and make spawned children use it too)."""
+    if request.param == "cupy" and _GPU_PROBLEM is not None:
+        pytest.skip(f"no GPU backend here: {_GPU_PROBLEM}")
+    old = os.environ.get(cuda._ENV_BACKEND)
+    cuda._select(request.param)
+    yield request.param
+    cuda.ipc_collect()
+    if old is None:
+        os.environ.pop(cuda._ENV_BACKEND, None)
+    else:
+        os.environ[cuda._ENV_BACKEND] = old
+    cuda._chosen = None
+
+
+@pytest.fixture
+def spawn():
+    return mp.get_context("spawn")
+
+
+def start(ctx, target, *args):
+    p = ctx.Process(target=target, args=args)
+    p.start()
+    return p
+
+
+def finish(*processes, timeout=30):
+    for p in processes:
+        p.join(timeout)
+        assert p.exitcode == 0, f"{p.name} exited with {p.exitcode}"
+
+
+def blocks(kind="allocated"):
+    return {b["block"]: b for b in cuda.memory_stats()[kind]}
+
+
+# -- 1. the backend, chosen once -------------------------------------------------------------------
+
+def test_backend_choice(backend):
+    assert cuda.backend() == backend
+    assert cuda.is_available() is (backend == "cupy")
+    assert cuda.device_count() >= 1
+    assert (cuda.why_simulator() is None) is (backend == "cupy")
+
+
+def test_simulator_says_so_once_on_first_cuda():
+    code = ("import mpviz; a = mpviz.ones(2).cuda(); b = mpviz.zeros(3).to('cuda'); "
+            "print(a.device, b.device)")
+    env = dict(os.environ, MPVIZ_CUDA_BACKEND="simulator", PYTHONPATH=ROOT)
+    env.pop("MPVIZ_CUDA_SIMULATOR_NOTICE", None)
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=30)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["cuda:0", "cuda:0"]
+    notices = [line for line in r.stderr.splitlines() if "simulator" in line]
+    assert len(notices) == 1 and "no GPU" in notices[0], r.stderr
+
+
+# -- 2. the tensor side ------------------------------------------------------------------------------
+
+def test_cuda_cpu_to_device_and_sharing_is_a_no_op(backend):
+    t = mpviz.arange(12.0).reshape(3, 4)
+    c = t.cuda()
+    assert c.is_cuda and c.device == "cuda:0" and not t.is_cuda and t.device == "cpu"
+    assert t.to("cuda").is_cuda and c.to("cpu").device == "cpu"
+    assert c.is_shared() and c.share_memory_() is c and c.untyped_storage().location == "cuda"
+    assert c.cpu().tolist() == t.tolist() and np.array_equal(np.asarray(c), t.numpy())
+    v = c[1:, ::2]
+    assert v.is_cuda and v.untyped_storage() is c.untyped_storage() and v.cpu().tolist() == [[4, 6], [8, 10]]
+    assert (c + 1).is_cuda and c.clone().untyped_storage() is not c.untyped_storage()
+    with pytest.raises(TypeError, match="cpu"):
+        c.numpy()
+
+
+def test_a_cuda_storage_alone_is_not_sent_and_plain_pickle_copies(backend):
+    from multiprocessing.reduction import ForkingPickler
+    c = mpviz.ones(3).cuda()
+    with pytest.raises(RuntimeError, match="Cannot pickle CUDA storage"):
+        ForkingPickler.dumps(c.untyped_storage())
+    back = pickle.loads(pickle.dumps(c))
+    assert back.is_cuda and back.untyped_storage() is not c.untyped_storage() and back.tolist() == [1, 1, 1]
+
+
+# -- 3. the rules -----------------------------------------------------------------------------------
+
+def test_sent_block_waits_in_limbo_until_the_consumer_releases_it(backend, spawn):
+    """Rule: the producer keeps a sent block until every consumer released it; `del` early frees."""
+    q, out, release = spawn.Queue(), spawn.Queue(), spawn.Event()
+    with mpviz.trace.record() as trace:
+        x = mpviz.full((4, 4), 2.0).cuda()
+        name = x.untyped_storage().block
+        q.put(x)
+        assert blocks()[name]["refcount"] == 1                  # a handle in flight
+        p = start(spawn, cuda_workers.consume, q, out, release)
+        got = out.get(timeout=30)
+        assert got[:4] == ("got", True, "cuda:0", 32.0)
+        assert got[4]["block"] == name and got[4]["refcount"] == 1 and got[4]["valid"]
+        del x                                                   # the producer's code lets go...
+        assert blocks()[name]["state"] == "limbo"               # ...but a consumer holds it
+        assert cuda.ipc_collect() == 0 and name in blocks()
+        release.set()                                           # the consumer: del x
+        assert out.get(timeout=30) == ("released", [])
+        assert blocks()[name]["refcount"] == 0
+        assert cuda.ipc_collect() == 1 and name not in blocks()  # now it is freed
+        finish(p)
+    kinds = [(e.kind, e.pid) for e in trace.events if e.kind.startswith("cuda.") and e.args.get("block") == name]
+    me = os.getpid()
+    assert kinds == [("cuda.alloc", me), ("cuda.send", me), ("cuda.ipc_open", p.pid),
+                     ("cuda.limbo", me), ("cuda.ipc_close", p.pid), ("cuda.free", me)], kinds
+
+
+def test_release_late_keeps_producer_memory_until_the_consumer_exits(backend, spawn):
+    q, out, exit_now = spawn.Queue(), spawn.Queue(), spawn.Event()
+    x = mpviz.ones(8).cuda()
+    name = x.untyped_storage().block
+    q.put(x)
+    p = start(spawn, cuda_workers.consume_and_keep, q, out, exit_now)
+    assert out.get(timeout=30)[:2] == ("got", 8.0)
+    del x
+    assert blocks()[name]["state"] == "limbo" and cuda.memory_stats()["held_for_consumers_bytes"] == 32
+    assert cuda.ipc_collect() == 0
+    exit_now.set()
+    finish(p)                                   # the consumer's exit gives its count back
+    assert blocks()[name]["refcount"] == 0 and cuda.ipc_collect() == 1 and not blocks()
+
+
+@pytest.mark.parametrize("dtype, poison", [("float32", "nan"), ("int64", -1)])
+def test_producer_exit_warns_and_the_consumer_reads_poison(backend, spawn, capfd, dtype, poison):
+    q, got = spawn.Queue(), spawn.Event()
+    p = start(spawn, cuda_workers.produce, q, got, dtype)
+    y = q.get(timeout=30)
+    assert y.cpu().tolist() == [[1] * 4] * 4 and cuda.ipc_info(y)["valid"]
+    got.set()
+    finish(p)                                   # it exits while we still hold its block
+    assert WARNING in capfd.readouterr().err
+    if backend == "simulator":                  # the use-after-free is visible, not silent
+        info = cuda.ipc_info(y)
+        assert info["valid"] is False and info["producer_alive"] is False
+        values = y.cpu().numpy()
+        assert np.isnan(values).all() if poison == "nan" else (values == poison).all()
+    del y
+
+
+def test_producer_that_waits_on_an_event_prints_nothing(backend, spawn, capfd):
+    q, out, release, done = spawn.Queue(), spawn.Queue(), spawn.Event(), spawn.Event()
+    producer = start(spawn, cuda_workers.produce_and_wait, q, done)
+    consumer = start(spawn, cuda_workers.consume, q, out, release, done)
+    assert out.get(timeout=30)[:4] == ("got", True, "cuda:0", 16.0)
+    release.set()
+    assert out.get(timeout=30) == ("released", [])
+    done.set()
+    finish(producer, consumer)
+    assert WARNING not in capfd.readouterr().err
+
+
+def test_resending_a_received_tensor_is_refused_and_its_clone_travels(backend, spawn):
+    q, q2, out, done = spawn.Queue(), spawn.Queue(), spawn.Queue(), spawn.Event()
+    x = mpviz.arange(5.0).cuda()
+    q.put(x)
+    p = start(spawn, cuda_workers.relay, q, q2, out, done)
+    refused = out.get(timeout=30)
+    assert refused[:2] == ("refused", "CudaResendError")
+    assert "Attempted to send CUDA tensor received from another process" in refused[2]
+    assert "clone()" in refused[2]
+    y = q2.get(timeout=30)
+    assert y.cpu().tolist() == [0, 1, 2, 3, 4]
+    assert cuda.ipc_info(y)["producer"] == p.pid   # the clone belongs to the relay
+    del y
+    done.set()
+    finish(p)
+    assert blocks()[x.untyped_storage().block]["refcount"] == 0
+
+
+def test_put_and_get_on_one_queue_in_one_process_raises(backend, spawn):
+    out = spawn.Queue()
+    p = start(spawn, cuda_workers.same_queue, out)
+    kind, message = out.get(timeout=30)
+    assert kind == "CudaSameProcessError" and "two queues" in message
+    stats = out.get(timeout=30)[1]
+    assert [b["refcount"] for b in stats] == [0]  # the refused handle's count was given back
+    finish(p)
+    # and in this process too
+    q = mp.Queue()
+    t = mpviz.ones(2).cuda()
+    q.put(t)
+    with pytest.raises(cuda.CudaSameProcessError, match="keep using the tensor"):
+        q.get(timeout=30)
+    assert blocks()[t.untyped_storage().block]["refcount"] == 0
+
+
+def test_received_twice_is_one_block_and_one_count(backend, spawn):
+    """The receive cache: a second handle to a block held already is given back at once."""
+    q, out = spawn.Queue(), spawn.Queue()
+    x = mpviz.ones(4).cuda()
+    name = x.untyped_storage().block
+    q.put(x)
+    q.put(x[1:])
+    assert blocks()[name]["refcount"] == 2      # two handles in flight
+    p = start(spawn, cuda_workers.consume_twice, q, out)
+    assert out.get(timeout=30) == ("same storage", True, 1)
+    finish(p)
+    assert blocks()[name]["refcount"] == 0
+
+
+@pytest.mark.skipif("fork" not in mp.get_all_start_methods(), reason="fork is POSIX only")
+def test_forked_child_of_a_cuda_process_cannot_use_cuda(backend):
+    mpviz.ones(1).cuda()
+    ctx = mp.get_context("fork")
+    out = ctx.Queue()
+    p = start(ctx, cuda_workers.cuda_in_child, out)
+    kind, message = out.get(timeout=30)
+    assert kind == "CudaForkError" and "spawn" in message
+    finish(p)
+
+
+# -- 4. the seed examples, run as scripts with only their imports changed --------------------------
+
+def run_seed(name):
+    env = dict(os.environ, PYTHONPATH=ROOT)
+    return subprocess.run([sys.executable, os.path.join(SEEDS, name)], env=env, cwd=ROOT,
+                          capture_output=True, text=True, timeout=50)
+
+
+def test_seed_bad_practice_prints_the_warning(backend):
+    r = run_seed("cuda_bad_practice.py")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "Received mpviz.Size([20, 20])"
+    assert "Producer process has been terminated before all shared CUDA tensors released. " \
+           "See Note [Sharing CUDA tensors]" in r.stderr
+
+
+def test_seed_good_practices_print_no_warning(backend):
+    r = run_seed("cuda_good_practices.py")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "Received mpviz.Size([20, 20]), all finite: True"
+    assert WARNING not in r.stderr
+
+
+def test_seed_dont_pass_received_tensors(backend):
+    r = run_seed("cuda_dont_pass_received.py")
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert lines[0].startswith("refused: Attempted to send CUDA tensor received from another "
+                               "process; this is not currently supported. Consider cloning before sending.")
+    assert lines[1] == "clone arrived: [1.0, 1.0, 1.0, 1.0, 1.0]"
+    assert WARNING not in r.stderr

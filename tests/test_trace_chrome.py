@@ -1,0 +1,137 @@
+"""The Chrome/Perfetto export, checked against the Trace Event Format (issue #4)."""
+import json
+import multiprocessing as mp
+import os
+import sys
+from collections import Counter, defaultdict
+
+import pytest
+
+sys.path.insert(0, os.path.dirname(__file__))
+import trace_workers as w  # noqa: E402
+
+import mpviz.trace as mt  # noqa: E402
+
+pytestmark = pytest.mark.timeout(60)
+
+REQUIRED = {                      # keys every event of a phase must have
+    "X": {"name", "ph", "ts", "dur", "pid", "tid"},
+    "B": {"name", "ph", "ts", "pid", "tid"},
+    "E": {"ph", "ts", "pid", "tid"},
+    "i": {"name", "ph", "ts", "pid", "tid", "s"},
+    "C": {"name", "ph", "ts", "pid", "args"},
+    "b": {"name", "ph", "ts", "pid", "cat"},
+    "e": {"name", "ph", "ts", "pid", "cat"},
+    "n": {"name", "ph", "ts", "pid", "cat"},
+    "M": {"name", "ph", "pid", "args"},
+}
+
+
+def validate(data):
+    """Return a list of problems with a Chrome trace dict (empty when it is well formed)."""
+    problems = []
+    events = data.get("traceEvents")
+    if not isinstance(events, list):
+        return ["no traceEvents list"]
+    slices = defaultdict(list)
+    async_open = Counter()
+    flows_out, flows_in = Counter(), Counter()
+    for k, ev in enumerate(events):
+        ph = ev.get("ph")
+        if ph not in REQUIRED:
+            problems.append(f"event {k}: unknown phase {ph!r}")
+            continue
+        missing = REQUIRED[ph] - ev.keys()
+        if missing:
+            problems.append(f"event {k} ({ph}): missing {sorted(missing)}")
+        if ph != "M" and not isinstance(ev.get("ts"), (int, float)):
+            problems.append(f"event {k}: ts is not a number")
+        if ph in "bne" and "id" not in ev and "id2" not in ev:
+            problems.append(f"event {k} ({ph}): async event without id/id2")
+        if ph == "i" and ev.get("s") not in ("g", "p", "t"):
+            problems.append(f"event {k}: instant scope {ev.get('s')!r}")
+        if ph == "C" and not all(isinstance(v, (int, float)) for v in ev["args"].values()):
+            problems.append(f"event {k}: counter with non-numeric args")
+        if ph == "M" and ev["name"] not in ("process_name", "thread_name", "process_sort_index",
+                                            "thread_sort_index", "process_labels"):
+            problems.append(f"event {k}: unknown metadata {ev['name']!r}")
+        if ph == "X":
+            if ev["dur"] < 0:
+                problems.append(f"event {k}: negative dur")
+            slices[(ev["pid"], ev["tid"])].append((ev["ts"], ev["ts"] + ev["dur"], k))
+        if ph in "be":
+            key = (ev["cat"], json.dumps(ev.get("id", ev.get("id2")), sort_keys=True))
+            async_open[key] += 1 if ph == "b" else -1
+        if "bind_id" in ev:
+            if ph not in ("X", "B", "b", "n"):
+                problems.append(f"event {k}: bind_id on phase {ph}")
+            if ev.get("flow_out"):
+                flows_out[ev["bind_id"]] += 1
+            if ev.get("flow_in"):
+                flows_in[ev["bind_id"]] += 1
+    for thread, spans in slices.items():                  # X slices nest strictly per thread
+        stack = []
+        for start, end, k in sorted(spans, key=lambda s: (s[0], -s[1])):
+            while stack and stack[-1][1] <= start:
+                stack.pop()
+            if stack and end > stack[-1][1] + 1e-6:
+                problems.append(f"event {k}: slice overlaps event {stack[-1][2]} on {thread}")
+            stack.append((start, end, k))
+    for key, n in async_open.items():
+        if n != 0:
+            problems.append(f"async {key}: {n:+d} unmatched b/e")
+    if flows_out != flows_in or any(n != 1 for n in flows_out.values()):
+        problems.append(f"flow ids not matched one to one: out={dict(flows_out)} "
+                        f"in={dict(flows_in)}")
+    return problems
+
+
+def test_validator_catches_broken_traces():
+    bad = {"traceEvents": [
+        {"ph": "X", "name": "a", "ts": 0, "dur": 10, "pid": 1, "tid": 1},
+        {"ph": "X", "name": "b", "ts": 5, "dur": 10, "pid": 1, "tid": 1},       # overlaps a
+        {"ph": "X", "name": "c", "ts": 30, "dur": 1, "pid": 1, "tid": 1, "bind_id": "m",
+         "flow_out": True},                                                    # no flow_in
+        {"ph": "b", "name": "p", "ts": 0, "pid": 1, "cat": "process", "id": "x"},  # no e
+        {"ph": "i", "name": "d", "ts": 1, "pid": 1, "tid": 1},                   # no scope
+    ]}
+    problems = validate(bad)
+    assert len(problems) == 5, problems
+
+
+def test_export_validates(tmp_path):
+    ctx = mp.get_context("fork")
+    with mt.record() as trace:
+        q, results = ctx.Queue(), ctx.Queue()
+        lock = ctx.Lock()
+        procs = [ctx.Process(target=w.producer, args=(q, 20, "mpviz_chrome_seg")),
+                 ctx.Process(target=w.consumer, args=(q, results, "mpviz_chrome_seg"))]
+        with lock:
+            for p in procs:
+                p.start()
+        assert results.get() == list(range(20))
+        for p in procs:
+            p.join()
+        with ctx.Pool(2) as pool:
+            pool.map(w.square, range(6), chunksize=2)
+        mt.recorder.emit("shm.unlink", name="mpviz_chrome_seg", strategy="file_system",
+                         nbytes=4096)
+        q.put("in flight forever")                        # a put with no get: no flow flags
+        q.close()
+        q.join_thread()
+    data = trace.to_chrome(tmp_path / "t.json")
+    assert json.loads((tmp_path / "t.json").read_text()) == json.loads(json.dumps(data))
+    assert validate(data) == []
+    events = data["traceEvents"]
+    phases = Counter(e["ph"] for e in events)
+    assert {"M", "X", "b", "e", "n", "C", "i"} <= set(phases)
+    names = {e["args"]["name"] for e in events if e["ph"] == "M" and e["name"] == "process_name"}
+    assert any("MainProcess" in n for n in names) and len(names) >= 5
+    flows = sum(1 for e in events if e.get("flow_out"))
+    assert flows == sum(1 for f in trace.flows() if f.get is not None) >= 21
+    # microseconds: an event's ts is (ts_ns - t0) / 1000
+    t0 = data["otherData"]["t0_ns"]
+    last = trace.events[-1]
+    assert max(e["ts"] for e in events if "ts" in e) == pytest.approx((last.ts_ns - t0) / 1e3)
+    assert [e for e in events if e["ph"] == "C" and e["name"] == "shm bytes live"][-1][
+        "args"] == {"bytes": 0}

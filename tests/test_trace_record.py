@@ -1,0 +1,209 @@
+"""Recording real processes under every start method (issue #4)."""
+import multiprocessing as mp
+import os
+import sys
+import uuid
+from multiprocessing import connection, queues
+
+import pytest
+
+sys.path.insert(0, os.path.dirname(__file__))
+import trace_workers as w  # noqa: E402
+
+import mpviz.trace as mt  # noqa: E402
+from mpviz.trace import recorder  # noqa: E402
+from mpviz.trace.testing import check_sequence_matches  # noqa: E402
+
+pytestmark = pytest.mark.timeout(60)
+
+
+@pytest.fixture(params=["fork", "spawn", "forkserver"])
+def ctx(request):
+    context = mp.get_context(request.param)
+    yield context
+    if request.param == "forkserver":       # the fork server is a child of ours: stop it
+        from multiprocessing import forkserver
+        forkserver._forkserver._stop()
+
+
+def kinds_of(trace, pid, keep=None):
+    return [e.kind for e in trace.events if e.pid == pid and (keep is None or e.kind in keep)]
+
+
+def test_producer_consumer_every_start_method(ctx):
+    segment = f"mpviz_test_{uuid.uuid4().hex[:8]}"
+    with mt.record() as trace:
+        q, results = ctx.Queue(), ctx.Queue()
+        prod = ctx.Process(target=w.producer, args=(q, 5, segment), name="producer")
+        cons = ctx.Process(target=w.consumer, args=(q, results, segment), name="consumer")
+        prod.start()
+        cons.start()
+        got = results.get()
+        prod.join()
+        cons.join()
+    assert got == [0, 1, 2, 3, 4]                          # the user gets exactly their objects
+    me = os.getpid()
+    procs = {p.pid: p for p in trace.processes()}
+    assert {me, prod.pid, cons.pid} <= set(procs)
+    for child, name in ((prod, "producer"), (cons, "consumer")):
+        p = procs[child.pid]
+        assert (p.name, p.how, p.ppid, p.exitcode) == (name, ctx.get_start_method(), me, 0)
+    lifecycle = {"process.start", "process.bootstrap", "process.exit"}
+    check_sequence_matches(kinds_of(trace, prod.pid, lifecycle | {"queue.put", "shm.create"}),
+                           ["process.start", "process.bootstrap", "shm.create"]
+                           + ["queue.put"] * 6 + ["process.exit"])
+    check_sequence_matches(kinds_of(trace, cons.pid, lifecycle | {"queue.get", "mark"}),
+                           ["process.start", "process.bootstrap"]
+                           + ["queue.get", "mark"] * 5 + ["queue.get", "process.exit"])
+    check_sequence_matches(
+        kinds_of(trace, me, {"process.start", "process.launch", "process.reaped"}),
+        ["process.start", "process.launch", "process.launch", {"process.reaped"} | set()]
+        + ["process.reaped"])
+
+    # every put reaches its get, across processes, with the same queue id
+    flows = [f for f in trace.flows() if f.put.pid == prod.pid]
+    assert len(flows) == 6
+    for f in flows:
+        assert f.get is not None and f.get.pid == cons.pid
+        assert f.get.args["queue"] == f.put.args["queue"] and f.get.ts_ns > f.put.ts_ns
+        assert f.nbytes > 0
+    result_flow = [f for f in trace.flows() if f.put.pid == cons.pid]
+    assert len(result_flow) == 1 and result_flow[0].get.pid == me
+
+    (seg,) = [s for s in trace.segments() if s.name == segment]
+    assert (seg.created_by, seg.attached_by, seg.detached_by) == (prod.pid, (cons.pid,),
+                                                                   (cons.pid,))
+    assert seg.strategy == "file_system" and seg.nbytes == 4096 and seg.unlinked_ns is None
+
+
+def test_pool_workers_and_tasks(ctx):
+    with mt.record() as trace:
+        with ctx.Pool(2) as pool:
+            assert pool.map(w.square, range(10), chunksize=3) == [x * x for x in range(10)]
+            assert pool.apply_async(w.square, (7,)).get() == 49
+            workers = [p.pid for p in pool._pool]
+    tasks = trace.of_kind("pool.task")
+    submits = [e for e in tasks if e.args["phase"] == "submit"]
+    assert sorted(e.args["chunk"] for e in submits) == [1, 1, 3, 3, 3]
+    assert all(e.args["func"] == "square" for e in tasks)
+    for phase in ("start", "done"):
+        ran = [e for e in tasks if e.args["phase"] == phase]
+        assert len(ran) == 5 and {e.pid for e in ran} <= set(workers)
+    recorded = {p.pid for p in trace.processes() if p.how == ctx.get_start_method()}
+    assert set(workers) <= recorded
+
+
+def test_lock_wait_and_hold_across_processes(ctx):
+    with mt.record() as trace:
+        lock, got_it = ctx.Lock(), ctx.Event()
+        lock.acquire()
+        child = ctx.Process(target=w.contend, args=(lock, got_it))
+        child.start()
+        # Release only once the child's lock.wait is in the trace: synchronised on the log.
+        while not [e for e in trace.of_kind("lock.wait") if e.pid == child.pid]:
+            trace.refresh()
+            assert child.is_alive()
+        lock.release()
+        assert got_it.wait(30)
+        child.join()
+    (info,) = [lk for lk in trace.locks() if any(h.pid == child.pid for h in lk.holds)]
+    first, second = info.holds
+    assert (first.pid, second.pid, info.type) == (os.getpid(), child.pid, "Lock")
+    assert second.wait_ns is not None and second.wait_ns < first.release_ns <= second.acquire_ns
+    assert second.release_ns is not None and info.waiting == ()
+    check_sequence_matches(kinds_of(trace, child.pid, {"lock.wait", "lock.acquire",
+                                                       "lock.release"}),
+                           ["lock.wait", "lock.acquire", "lock.release"])
+
+
+def test_threads_in_a_child(ctx):
+    with mt.record() as trace:
+        p = ctx.Process(target=w.in_a_thread, args=(3,))
+        p.start()
+        p.join()
+    starts = [e for e in trace.of_kind("thread.start") if e.pid == p.pid]
+    assert [e.args["name"] for e in starts] == ["helper"]
+    tid = starts[0].tid
+    assert tid != p.pid
+    check_sequence_matches([e.kind for e in trace.events if e.tid == tid],
+                           ["thread.start", "mark", "mark", "mark", "thread.exit"])
+
+
+def test_threading_locks_on_request():
+    import threading
+    with mt.record(threading_locks=True) as trace:
+        lock = threading.Lock()
+        with lock:
+            pass
+    with mt.record() as plain:
+        with threading.Lock():
+            pass
+    check_sequence_matches([e.kind for e in trace.of_kind("lock.")],
+                           ["lock.acquire", "lock.release"])
+    assert plain.of_kind("lock.") == []
+    assert threading.Lock is mt.locks._orig.get("threading.Lock", threading.Lock)
+
+
+def test_pipes_are_linked():
+    ctx = mp.get_context("spawn")
+    with mt.record() as trace:
+        a, b = ctx.Pipe()
+        child = ctx.Process(target=w.echo, args=(b, 2))
+        child.start()
+        for i in range(2):
+            a.send(w.Payload(i))
+            assert a.poll(30)
+            assert a.recv() == w.Payload(i)
+        child.join()
+        a.close()
+        b.close()
+    flows = [f for f in trace.flows() if f.put.kind == "pipe.send"]
+    assert len(flows) == 4 and all(f.get is not None for f in flows)
+    assert {(f.put.pid, f.get.pid) for f in flows} == {(os.getpid(), child.pid),
+                                                       (child.pid, os.getpid())}
+
+
+def test_nothing_is_patched_outside_record():
+    originals = (queues.Queue.put, queues.SimpleQueue.put, connection._ConnectionBase.send,
+                 mp.process.BaseProcess.start)
+    with mt.record():
+        assert queues.Queue.put is not originals[0]
+    assert (queues.Queue.put, queues.SimpleQueue.put, connection._ConnectionBase.send,
+            mp.process.BaseProcess.start) == originals
+    assert recorder.ENABLED is False
+    q = mp.get_context("fork").SimpleQueue()
+    q.put(w.Payload(1))
+    assert q.get() == w.Payload(1)
+    q.close()
+
+
+def test_live_reading_while_the_child_runs(ctx):
+    with mt.record() as trace:
+        ready, go = ctx.Event(), ctx.Event()
+        p = ctx.Process(target=w.marks_then_wait, args=(100, ready, go))
+        p.start()
+        assert ready.wait(30)
+        trace.refresh()
+        ticks = [e for e in trace.of_kind("mark") if e.pid == p.pid]
+        assert [e.args["i"] for e in ticks] == list(range(100))
+        assert trace.refresh() == 0                      # nothing new: the child is waiting
+        go.set()
+        p.join()
+    assert [e.kind for e in trace.events if e.pid == p.pid][-1] == "process.exit"
+
+
+def test_os_view_sees_segments_and_fds():
+    from multiprocessing import shared_memory
+    seg = shared_memory.SharedMemory(create=True, size=4096,
+                                     name=f"mpviz_test_{uuid.uuid4().hex[:8]}")
+    try:
+        mapped = mt.os_view(os.getpid())
+        seg.close()                                     # unmaps it and closes its fd
+        closed = mt.os_view()
+        assert seg.name in mapped.shm and seg.name not in closed.shm
+        assert closed.nfds < mapped.nfds                  # its fd (and the fd mmap dup()ed)
+    finally:
+        seg.close()
+        seg.unlink()
+    with pytest.raises(ProcessLookupError):
+        mt.os_view(2 ** 22 + 12345)
