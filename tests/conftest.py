@@ -18,6 +18,10 @@ import time
 import pytest
 
 sys.path.insert(0, os.path.dirname(__file__))  # so spawned children can import tests' workers
+# Name this run's /dev/shm segments mpviz_<tag>_…, so that the leak check sees only its own even
+# when another test run shares the machine. Children inherit it; set before mpviz is imported.
+os.environ.setdefault("MPVIZ_SHM_TAG", f"t{os.getpid()}_")
+SHM_PREFIX = "mpviz_" + os.environ["MPVIZ_SHM_TAG"]
 
 import mpviz  # noqa: E402
 import mpviz.multiprocessing as mp  # noqa: E402
@@ -47,7 +51,7 @@ def strategy(request):
 
 
 def shm_entries():
-    return sorted(f for f in os.listdir("/dev/shm") if f.startswith("mpviz"))
+    return sorted(f for f in os.listdir("/dev/shm") if f.startswith(SHM_PREFIX))
 
 
 def open_fds():

@@ -66,7 +66,7 @@ def map_shared(fd, size):
 
 SLOTS = 1024
 SLOT = struct.Struct("=q")
-PREFIX = "/mpviz_cudarc_"
+PREFIX = "/mpviz_" + os.environ.get("MPVIZ_SHM_TAG", "") + "cudarc_"
 
 
 class CounterFile:

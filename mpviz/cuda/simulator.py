@@ -47,7 +47,7 @@ except ImportError:  # pragma: no cover
     _posixshmem = None
 
 NAME = "simulator"
-PREFIX = "/mpviz_cuda_"
+PREFIX = "/mpviz_" + os.environ.get("MPVIZ_SHM_TAG", "") + "cuda_"
 HEADER = struct.Struct("=8sqqq")  # magic, state, producer pid, nbytes
 HEADER_SIZE = 64                  # keeps the data 64-byte aligned, like a cudaMalloc block
 MAGIC = b"MPVZCUDA"

@@ -53,9 +53,9 @@ def enabled():
 
 def enable(flag=True):
     """Switch the manager on or off for this process and the children it starts later."""
-    global _client
     os.environ[_ENV] = "1" if flag else "0"
-    _client = None
+    # The connection stays open while switched off: closing it would tell the manager that we
+    # died, and it would remove segments we still hold.
 
 
 # -- the client ---------------------------------------------------------------------------------
@@ -65,7 +65,7 @@ class _Client:
 
     def __init__(self):
         self.pid = os.getpid()
-        self.sock = None
+        self.fd = None  # a raw descriptor: it lives as long as the process, and closes with it
         self.lock = threading.Lock()
 
     def hold(self, name):
@@ -86,11 +86,15 @@ class _Client:
     def _send(self, line):
         with self.lock:
             try:
-                if self.sock is None:
-                    self.sock = _connect_or_start()
-                self.sock.sendall(line.encode())
+                if self.fd is None:
+                    self.fd = _connect_or_start().detach()
+                data = line.encode()
+                while data:
+                    data = data[os.write(self.fd, data):]
             except OSError:
-                self.sock = None  # the manager is gone; the next message starts a new one
+                if self.fd is not None:
+                    os.close(self.fd)
+                self.fd = None  # the manager is gone; the next message starts a new one
 
 
 class _Off:
@@ -102,23 +106,33 @@ class _Off:
 
 
 _client = None
+_OFF = _Off()
 
 
 def client():
-    """This process's manager client (a new one after fork: the parent's socket is not ours)."""
+    """This process's manager client, or a do-nothing one while the manager is switched off."""
     global _client
-    c = _client
-    if c is None or (isinstance(c, _Client) and c.pid != os.getpid()):
-        c = _client = _Client() if enabled() else _Off()
-    return c
+    if not enabled():
+        return _OFF
+    if _client is None or _client.pid != os.getpid():  # a new one after fork: the parent's isn't ours
+        _client = _Client()
+    return _client
 
 
-def _after_fork():
+def _forget_client():
     global _client
+    fd = getattr(_client, "fd", None)
+    if fd is not None:
+        try:
+            os.close(fd)
+        except OSError:
+            pass
     _client = None
 
 
-os.register_at_fork(after_in_child=_after_fork)
+# Close the parent's connection in a forked child: the manager learns that a process died when
+# its connection closes, and a child still holding the parent's would hide the parent's death.
+os.register_at_fork(after_in_child=_forget_client)
 
 
 def _connect_or_start():
@@ -152,8 +166,8 @@ def _try_connect():
 def infrastructure_fds():
     """The manager connection this process keeps open on purpose (empty if none)."""
     c = _client
-    sock = getattr(c, "sock", None) if c is not None and getattr(c, "pid", None) == os.getpid() else None
-    return {sock.fileno()} if sock is not None else set()
+    fd = getattr(c, "fd", None) if c is not None and getattr(c, "pid", None) == os.getpid() else None
+    return {fd} if fd is not None else set()
 
 
 def is_running():
