@@ -14,8 +14,17 @@ pickles it later and writes it to a pipe::
 
 The pickled bytes travel inside a tiny :class:`_Pickled` wrapper that the feeder thread pickles
 again (a few hundred bytes for a tensor: just its handle) and ``get`` unwraps on arrival.
+
+``put`` pickles with :class:`_HandlePickler`, which is ``ForkingPickler`` without its per-call
+cost: ``ForkingPickler.dumps`` copies the whole ``copyreg`` dispatch table into every new
+pickler (~6 µs of a ~20 µs put, measured with cProfile in issue #8); a class-level
+``ChainMap`` over the same two tables sees the same reducers, including ones registered later.
 """
+import collections
+import copyreg
+import io
 import multiprocessing.queues
+import pickle
 from multiprocessing.reduction import ForkingPickler
 
 
@@ -35,8 +44,16 @@ def _loads(data):
     return ForkingPickler.loads(data)
 
 
+class _HandlePickler(pickle.Pickler):
+    """Pickles exactly as ForkingPickler does (its reducers first, then copyreg's)."""
+
+    dispatch_table = collections.ChainMap(ForkingPickler._extra_reducers, copyreg.dispatch_table)
+
+
 def _dumps(obj):
-    return bytes(ForkingPickler.dumps(obj))
+    buf = io.BytesIO()
+    _HandlePickler(buf, pickle.HIGHEST_PROTOCOL).dump(obj)
+    return buf.getvalue()
 
 
 class Queue(multiprocessing.queues.Queue):

@@ -15,6 +15,12 @@ views arrive as views of one storage. The ``rebuild_*`` functions look in the re
 (:mod:`mpviz.sharing.cache`) first: a storage this process already maps comes back as the same
 object, and costs no descriptor and no mapping.
 
+Both strategies count each handle in flight in the segment's header (``segment.incref()``, one
+atomic add): the receiver that maps the segment takes that count over, one that maps it already
+gives it back (``decref``). So a count of 1 always means "one process maps it, and no message
+names it" — the fact the caching allocator (:mod:`mpviz.sharing.allocator`) needs before it
+reuses a segment, and the one that lets ``file_system`` unlink a name at the right moment.
+
 Plain ``pickle.dumps`` does not use these reducers and copies the bytes, as in torch.
 
 Adapted from torch's ``torch/multiprocessing/reductions.py`` (the same ``reduce_X``/``rebuild_X``
@@ -69,13 +75,15 @@ def reduce_storage(storage):
     storage.share_memory_(sharing.get_sharing_strategy())  # a no-op if already shared
     segment = storage._segment
     cache.put(segment.key, storage)  # so that it comes back to us as itself
+    # Count the handle in flight (an atomic add on the segment's header), so the segment is not
+    # reused, nor its name unlinked, before the receiver has it.
+    segment.incref()
     if segment.strategy == file_descriptor.STRATEGY:
         address, token = fd_passing.offer(segment)
         if recorder.ENABLED:
             recorder.emit("fd.send", name=segment.name, token=token, nbytes=segment.nbytes)
         return (rebuild_storage_fd, (address, os.getpid(), segment.key, token, segment.nbytes, segment.name))
-    # file_system: count the handle in flight, so the segment outlives us if we let go first.
-    file_system.incref(segment.name)
+    # file_system: the count above also makes the name outlive us if we let go first.
     shm_manager.client().sent(segment.name)
     return (rebuild_storage_filename, (segment.name, segment.nbytes, os.getpid()))
 
@@ -83,6 +91,7 @@ def reduce_storage(storage):
 def rebuild_storage_fd(address, sender_pid, key, token, nbytes, name):
     storage = cache.get(key)
     if storage is not None:
+        storage._segment.decref()  # the handle's count: we are counted already
         fd_passing.release(address, token, sender_pid, name)  # we map it already: no fd needed
         return storage
     fd = fd_passing.fetch(address, token, sender_pid, name)
@@ -98,7 +107,7 @@ def rebuild_storage_filename(name, nbytes, sender_pid):
     key = (file_system.STRATEGY, name)
     storage = cache.get(key)
     if storage is not None:
-        file_system.decref(name)  # the handle's reference: we hold the segment already
+        storage._segment.decref()  # the handle's reference: we hold the segment already
         shm_manager.client().received(name)
         return storage
     segment = file_system.attach(name, nbytes)  # takes over the handle's reference

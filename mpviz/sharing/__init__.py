@@ -17,7 +17,7 @@ parent's choice (through an environment variable), so a child's sends behave lik
 import os
 import sys
 
-from . import file_descriptor, file_system
+from . import allocator, file_descriptor, file_system
 
 if sys.platform.startswith("linux"):
     _ALL = ("file_descriptor", "file_system")
@@ -72,9 +72,18 @@ def apply_settings(values):
 
 
 def allocate(nbytes, strategy):
-    """A new shared segment of `nbytes` bytes under `strategy`."""
+    """A shared segment of `nbytes` bytes under `strategy`: the one place segments come from.
+
+    Its bytes are undefined (the caller, ``Storage.share_memory_``, overwrites them all): with the
+    caching allocator on (:mod:`~mpviz.sharing.allocator`), a segment freed earlier whose pages are
+    already in may come back instead of a new one.
+    """
     try:
         module = _MODULES[strategy]
     except KeyError:
         raise ValueError(f"invalid sharing strategy {strategy!r}; expected one of {sorted(_ALL)}") from None
+    if allocator.enabled():
+        segment = allocator.take(strategy, nbytes)
+        if segment is not None:
+            return segment
     return module.create(nbytes)

@@ -118,6 +118,9 @@ def _serve(st, conn):
                     conn.sendall(_MISSING)
                 else:
                     socket.send_fds(conn, [_FOUND], [segment.fd])
+            # Let go now, not at the next request: a segment kept alive here would still count
+            # this process as a holder (see file_descriptor's header count).
+            segment = None
 
 
 def _recv_exactly(conn, n):

@@ -39,6 +39,7 @@ import threading
 import time
 
 IDLE_SECONDS = 1.0
+BATCH_SECONDS = 0.005
 _ENV = "MPVIZ_SHM_MANAGER"
 
 
@@ -221,6 +222,11 @@ def serve():
 
     while True:
         events = sel.select(timeout=0.1)
+        # Nobody waits for our answers, so there is no hurry: gather what arrives in the next
+        # few milliseconds into one round. On a busy machine that is one wake-up instead of one
+        # per message (each costs the sender a context switch), for 5 ms more cleanup latency.
+        time.sleep(BATCH_SECONDS)
+        events = sel.select(timeout=0) or events
         candidates = set()  # names that may have lost their last holder in this round
         for key, _ in events:
             if key.fileobj is listener:

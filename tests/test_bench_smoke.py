@@ -1,0 +1,19 @@
+"""Issue #8: the benchmark harness runs end to end (a smoke test: no timing is asserted here)."""
+import os
+import subprocess
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+@pytest.mark.timeout(100)
+def test_bench_quick_runs_and_writes_its_table(tmp_path):
+    table = tmp_path / "RESULTS.md"
+    result = subprocess.run([sys.executable, "-m", "bench", "--quick", "--markdown", str(table)],
+                            cwd=ROOT, capture_output=True, text=True, timeout=90)
+    assert result.returncode == 0, result.stderr[-2000:]
+    text = table.read_text()
+    assert "Round trip, tensor already shared" in text and "mpviz fd fork" in text
+    assert "floor" in text and "`import mpviz`" in text
