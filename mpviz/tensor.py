@@ -463,6 +463,8 @@ class Tensor:
     def abs(self):
         return _ag().abs(self)
 
+    __abs__ = abs
+
     def relu(self):
         return _ag().relu(self)
 

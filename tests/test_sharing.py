@@ -324,3 +324,23 @@ def test_file_system_holds_many_under_the_same_low_limit(start_method):
         finish(p)
     finally:
         mp.set_sharing_strategy("file_descriptor")
+
+
+def test_a_forked_child_does_not_keep_its_parents_fd_server_alive():
+    # The parent P of a forked child C shares a tensor, then exits. C is still alive (it holds a
+    # copy of everything P had). A receiver must get "producer exited", not hang on P's listener.
+    fork = mp.get_context("fork")
+    q = fork.Queue()
+    release = fork.Event()
+    grandchild_started = fork.Event()
+    p = start(fork, workers.fork_then_put, q, release, grandchild_started)
+    grandchild_started.wait(30)
+    # P is exiting; its forked child C lives on. (p.join() would wait for C too: C inherited the
+    # pipe whose closing tells us P is done. Ask the kernel instead: waitpid, via p.exitcode.)
+    deadline = time.monotonic() + 30
+    while p.exitcode is None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert p.exitcode == 0
+    with pytest.raises(ProducerExitedError):
+        q.get(timeout=30)
+    release.set()

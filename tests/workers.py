@@ -175,3 +175,26 @@ def slow_add(x, y):
     import time
     time.sleep(UNIT)
     return x + y
+
+
+def wait_for(event):
+    event.wait(60)
+
+
+def share_and_put(q):
+    q.put(mpviz.ones(3))
+
+
+def fork_then_put(q, release, started):
+    """Share a tensor (starting this process's fd server), fork a child that outlives us, put."""
+    q.put(mpviz.ones(3))         # pickling it starts our fd server; the handle waits in q
+    q.close()
+    q.join_thread()
+    mp.get_context("fork").Process(target=_linger, args=(release, started)).start()
+    started.wait(30)
+    os._exit(0)  # leave the child behind, alive
+
+
+def _linger(release, started):
+    started.set()
+    release.wait(60)

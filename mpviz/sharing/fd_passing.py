@@ -56,9 +56,15 @@ _state = _State()
 
 def _reset_after_fork():
     # The child inherits the parent's offers and sockets, but not its server thread: it starts
-    # afresh and serves only what it offers itself.
+    # afresh and serves only what it offers itself. It must also close its copies of the parent's
+    # sockets: while a copy of the listener is open anywhere, a receiver's connect to a parent
+    # that has died would still succeed — and then wait forever for an answer.
     global _state
-    _state = _State()
+    old, _state = _state, _State()
+    if old.listener is not None:
+        old.listener.close()
+    for sock, _ in old.connections.values():
+        sock.close()
 
 
 os.register_at_fork(after_in_child=_reset_after_fork)
