@@ -118,3 +118,5 @@ def _try_plot(trace, directory):
 
 register("trace", "record an unmodified Python program, its child processes included",
          _trace_arguments, _trace_run)
+
+from mpviz.scenarios import cli as _scenarios_cli  # noqa: E402,F401 - registers list and run

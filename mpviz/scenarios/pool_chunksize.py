@@ -1,0 +1,91 @@
+"""pool-chunksize: ``Pool.map`` cuts the work into chunks; the last chunk can leave a worker idle.
+
+The tutorial's example (seed 003), with its seconds scaled down to ``unit``: 10 items, each
+taking 2 units, on 2 workers. ``map`` sends the items in chunks; with ``chunksize=None`` it
+picks ``ceil(10 / (4 * 2)) = 2``, so 5 chunks of 2 items (4 units each)::
+
+    chunksize=None (2)   worker A  [0,1][4,5][8,9]        → 12 units: in the last round
+                         worker B  [2,3][6,7]  idle         one worker has nothing to do
+    chunksize=1 or 5     worker A  [0][2][4][6][8]        → 10 units: both busy to the end
+                         worker B  [1][3][5][7][9]
+
+Why: a chunk is the unit of scheduling -- a worker takes a whole chunk. An odd number of
+chunks on two workers leaves one idle at the end. Bigger chunks cost less overhead (one message
+per chunk), smaller ones balance better; choose ``chunksize`` so the chunks divide evenly among
+the workers, or use small chunks when items take long.
+"""
+import time
+
+from ._common import context, start_method_param, step
+from .base import Param
+
+SUMMARY = "map chunking on 2 workers: 12 vs 10 time units (seed 003)"
+PARAMS = {
+    "chunksize": Param(None, [None, 1, 2, 3, 4, 5, 10],
+                       "items per chunk (None: let Pool choose, which gives 2 here)"),
+    "items": Param(10, None, "how many items map() processes"),
+    "processes": Param(2, None, "workers in the pool"),
+    "unit": Param(0.1, None, "seconds per tutorial second (each item takes 2 units)"),
+    "start_method": start_method_param("fork"),
+}
+
+
+def check_params(p):
+    if not 1 <= p["items"] <= 40 or not 1 <= p["processes"] <= 4:
+        raise ValueError(f"items must be 1..40 and processes 1..4, got {p['items']} and "
+                         f"{p['processes']}")
+    if not 0.02 <= p["unit"] <= 1 or p["items"] * 2 * p["unit"] / p["processes"] > 15:
+        raise ValueError(f"unit must be 0.02..1 s and the whole map at most 15 s, got "
+                         f"unit={p['unit']}")
+
+
+def foo(x, unit=0.1):
+    time.sleep(2 * unit)               # the tutorial's time.sleep(2), scaled
+    return x
+
+
+def _foo(x):
+    return foo(x, _UNIT)
+
+
+_UNIT = 0.1
+
+
+def _set_unit(unit):
+    global _UNIT
+    _UNIT = unit
+
+
+def drive(p, details):
+    ctx = context(p)
+    with ctx.Pool(processes=p["processes"], initializer=_set_unit, initargs=(p["unit"],)) as pool:
+        step("map starts", chunksize=p["chunksize"])
+        t0 = time.monotonic()
+        result = pool.map(_foo, range(p["items"]), chunksize=p["chunksize"])
+        details["map_seconds"] = round(time.monotonic() - t0, 3)
+        step("map returned")
+    details["result_ok"] = result == list(range(p["items"]))
+
+
+def verdict(t, details):
+    prm = details["params"]
+    unit = prm["unit"]
+    starts = [e for e in t.of_kind("pool.task") if e.args.get("phase") == "start"]
+    dones = [e for e in t.of_kind("pool.task") if e.args.get("phase") == "done"]
+    if not starts or not dones:
+        return "error", "No pool task was recorded."
+    makespan = (max(e.ts_ns for e in dones) - min(e.ts_ns for e in starts)) / 1e9 / unit
+    chunks = sorted({e.args.get("chunk") for e in starts})
+    ideal = prm["items"] * 2 / prm["processes"]
+    details.update(makespan_units=round(makespan, 2), ideal_units=ideal, chunks=len(starts),
+                   chunk_sizes=chunks)
+    text = (f"map cut {prm['items']} items into {len(starts)} chunk(s) of {chunks} item(s) for "
+            f"{prm['processes']} workers; from the first chunk's start to the last one's end "
+            f"took {makespan:.1f} units (each item takes 2; perfect balance would be "
+            f"{ideal:g}). ")
+    if makespan > ideal + 1:
+        return "warning", text + (
+            "In the last round some workers had no chunk left and sat idle (the gap at the end "
+            "of their lanes) while the others finished. Fix: pick a chunksize that divides "
+            "the chunks evenly among the workers (chunksize=1 or 5 here).")
+    return "ok", text + "Every worker was busy until the end."

@@ -1,0 +1,477 @@
+"""Running one scenario: the driver process, the watchdog, the cleanup, the verdict.
+
+``Running`` starts ``python -m mpviz.scenarios._driver NAME PARAMS DIR`` in a session of its own
+and returns at once; a watchdog thread in *this* process then looks after it::
+
+    every 0.1 s:  new events in DIR?  the run's processes used CPU?  → progress
+                  the driver exited?                                → finish
+                  no progress for STALL_SECONDS                     → stuck (a deadlock)
+                  past TIME_LIMIT, or stop() was called             → stop it
+
+    stuck:   SIGUSR1 to each recorded process of the run; faulthandler (registered in every
+             process by _site/sitecustomize.py) writes its threads' Python stacks to
+             DIR/.stacks/PID.txt; they go into the trace as ``watchdog.stuck`` events
+    always:  kill what is left of the session (resource trackers last, so that they unlink
+             the semaphores they track), then unlink the /dev/shm segments that the trace
+             says this run created and that are still there; then load the trace and ask the
+             case's ``verdict(trace, details)``
+
+Why a session: every process the driver starts inherits its session id, even one whose parent
+died and which was re-parented to init, so "all processes of the run" is "all processes of the
+session" -- minus mpviz's shm manager, which starts a session of its own on purpose (it serves
+every mpviz process of this user, and exits by itself when idle).
+
+The watchdog writes its events with a log of its own in DIR (recorder.py's format, via its
+``_Log`` class), so they merge into the trace like any process's events.
+"""
+import atexit
+import json
+import marshal
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import weakref
+
+from .. import trace as mtrace
+from ..trace import autostart, recorder
+from . import module as _scenario_module
+from ._common import load_details
+from .base import Result
+
+DEFAULT_STALL_SECONDS = 4.0
+DEFAULT_TIME_LIMIT = 25.0
+POLL_SECONDS = 0.1
+CPU_PROGRESS_SECONDS = 0.25      # this much CPU used by the run since the last progress = progress
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+SITE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_site")
+_CLK_TCK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+_active = weakref.WeakSet()     # runs still going (stopped when this process exits)
+_temporary = []                 # trace directories to remove when this process exits
+
+
+class Running:
+    """One scenario run in progress. ``start()`` returns it; it never blocks.
+
+    ``trace_dir``: the directory being recorded (``mpviz.trace.load(trace_dir)`` reads it live);
+    ``trace()``: the events so far, as a live ``Trace``; ``done()``; ``result(timeout=None)``;
+    ``stop()``: kill the run and clean up (the result then says it was stopped);
+    ``progress()``: (seconds so far, events so far) for a progress line.
+    """
+
+    def __init__(self, name, params, trace_dir=None):
+        self.name, self.params = name, dict(params)
+        self._case = _scenario_module(name)
+        self.stall_seconds = float(getattr(self._case, "STALL_SECONDS", DEFAULT_STALL_SECONDS))
+        self.time_limit = float(getattr(self._case, "TIME_LIMIT", DEFAULT_TIME_LIMIT))
+        if trace_dir is None:
+            self.trace_dir = tempfile.mkdtemp(prefix=f"mpviz-{name}-")
+            _temporary.append(self.trace_dir)
+        else:
+            self.trace_dir = os.path.abspath(os.fspath(trace_dir))
+            os.makedirs(self.trace_dir, exist_ok=True)
+            if any(f.endswith(recorder.SUFFIX) for f in os.listdir(self.trace_dir)):
+                raise ValueError(f"trace_dir {self.trace_dir!r} already holds a recording; "
+                                 f"give an empty or new directory")
+        self.stacks_dir = os.path.join(self.trace_dir, ".stacks")
+        os.makedirs(self.stacks_dir, exist_ok=True)
+        self._lock = threading.Lock()
+        self._live = None
+        self._result = None
+        self._finished = threading.Event()
+        self._wake = threading.Event()
+        self._stop_requested = False
+        self._events = 0
+        self.started = time.monotonic()
+        with open(os.path.join(self.trace_dir, "output.txt"), "wb") as out:
+            self._proc = subprocess.Popen(
+                [sys.executable, "-m", "mpviz.scenarios._driver", name, json.dumps(self.params),
+                 self.trace_dir],
+                env=self._environment(), cwd=self.trace_dir, stdin=subprocess.DEVNULL,
+                stdout=out, stderr=subprocess.STDOUT, start_new_session=True, close_fds=True)
+        self.pid = self._proc.pid
+        _active.add(self)
+        self._thread = threading.Thread(target=self._watch, name=f"mpviz-watchdog-{name}",
+                                        daemon=True)
+        self._thread.start()
+
+    def __repr__(self):
+        state = self._result.outcome if self._result else "running"
+        return f"<Running {self.name} {self.params} ({state}) in {self.trace_dir}>"
+
+    def _environment(self):
+        env = dict(os.environ)
+        for key in (autostart.ENV_DIR, autostart.ENV_THREADING_LOCKS, "MPVIZ_SHARING_STRATEGY",
+                    "MPVIZ_SHM_MANAGER"):
+            env.pop(key, None)       # the case decides these, not the caller's environment
+        env["PYTHONPATH"] = os.pathsep.join(
+            [SITE, ROOT] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
+        env["MPVIZ_SCENARIO_STACKS"] = self.stacks_dir
+        env["PYTHONUNBUFFERED"] = "1"
+        env["PYTHONFAULTHANDLER"] = "1"
+        return env
+
+    # --- what callers use ----------------------------------------------------------------------
+
+    def trace(self):
+        """The events recorded so far (a live ``mpviz.trace.Trace``; complete once done)."""
+        if self._result is not None:
+            return self._result.trace
+        with self._lock:
+            if self._live is None:
+                self._live = mtrace.Trace(self.trace_dir)
+            try:
+                self._live.refresh()
+            except FileNotFoundError:
+                pass
+            return self._live
+
+    def done(self):
+        return self._finished.is_set()
+
+    def progress(self):
+        """(seconds since start, events recorded so far)."""
+        end = self._result.duration_s if self._result else time.monotonic() - self.started
+        return end, self._events
+
+    def result(self, timeout=None):
+        """Wait for the verdict (at most `timeout` seconds: TimeoutError after that)."""
+        if not self._finished.wait(timeout):
+            raise TimeoutError(f"scenario {self.name!r} has not finished within {timeout} s "
+                               f"(it is still running; stop() ends it)")
+        return self._result
+
+    def stop(self):
+        """Kill the run now, clean up, and return its (stopped) result."""
+        self._stop_requested = True
+        self._wake.set()
+        return self.result()
+
+    # --- the watchdog ----------------------------------------------------------------------------
+
+    def _watch(self):
+        try:
+            live = mtrace.Trace(self.trace_dir)
+            last_progress = time.monotonic()
+            cpu_mark = _session_cpu(self.pid)
+            reason = None
+            while True:
+                finished = self._proc.poll() is not None
+                try:
+                    new = live.refresh()
+                except Exception:
+                    new = 0
+                now = time.monotonic()
+                cpu = _session_cpu(self.pid)
+                if new or cpu - cpu_mark > CPU_PROGRESS_SECONDS:
+                    last_progress, cpu_mark = now, cpu
+                self._events = len(live)
+                if finished:
+                    break
+                if self._stop_requested:
+                    reason = "stopped"
+                    break
+                if now - last_progress > self.stall_seconds:
+                    reason = "stuck"
+                    break
+                if now - self.started > self.time_limit:
+                    reason = "time limit"
+                    break
+                self._wake.wait(POLL_SECONDS)
+            self._result = self._finish(reason, live, now - last_progress)
+        except BaseException as exc:      # never leave a caller waiting forever
+            import traceback
+            _kill_session(self.pid, self._proc, graceful=False)
+            self._result = Result(self.name, self.params, mtrace.Trace(None), "error",
+                                  f"mpviz failed while watching this run: {exc!r}",
+                                  time.monotonic() - self.started,
+                                  problem=traceback.format_exc())
+        finally:
+            _active.discard(self)
+            self._finished.set()
+
+    def _finish(self, reason, live, stalled_for):
+        stacks = {}
+        if reason in ("stuck", "time limit"):
+            stacks = self._capture_stacks(live)
+        killed = _kill_session(self.pid, self._proc, graceful=reason is None)
+        duration = time.monotonic() - self.started
+        if reason is not None:
+            self._write_watchdog_events(reason, stacks, killed, live, stalled_for)
+        trace = mtrace.load(self.trace_dir)
+        details = load_details(os.path.join(self.trace_dir, "details.json"))
+        removed = _remove_segments(trace, wait=0.0 if reason else 1.0)
+        details["cleanup"] = {"killed": killed, "unlinked": removed}
+        output = _read_text(os.path.join(self.trace_dir, "output.txt"))
+        stopped = reason == "stopped"
+        problem = None
+        if reason == "stuck":
+            details["stuck"] = {"seconds_without_progress": round(stalled_for, 2),
+                                "stacks": {str(k): v["stacks"] for k, v in stacks.items()}}
+        if stopped:
+            outcome = "error"
+            explanation = (f"Stopped after {duration:.1f} s, before the case finished. Nothing "
+                           f"is left: {len(killed)} process(es) killed, {len(removed)} shared-"
+                           f"memory segment(s) removed. Run it again to see the verdict.")
+        elif reason == "time limit":
+            outcome, problem = "error", (f"the run did not finish within its time limit of "
+                                         f"{self.time_limit:.0f} s (it kept making progress)")
+            explanation = (f"mpviz could not finish this case: {problem}. Where each process "
+                           f"was:\n{_stack_summary(stacks)}")
+        elif "driver_error" in details or (reason is None and not details.get("finished")):
+            outcome = "error"
+            problem = details.get("driver_error") or (
+                f"the driver exited with status {self._proc.returncode} before finishing; "
+                f"its output:\n{output[-2000:]}")
+            explanation = f"mpviz itself failed to run this case:\n{problem}"
+        else:
+            try:
+                outcome, explanation = self._case.verdict(trace, details)
+            except Exception:
+                import traceback
+                outcome, problem = "error", traceback.format_exc()
+                explanation = f"mpviz failed to judge this run:\n{problem}"
+            if reason == "stuck":
+                if outcome != "deadlock":
+                    explanation = (f"No process of the run made progress for "
+                                   f"{stalled_for:.1f} s, so the watchdog stopped it; the case "
+                                   f"did not expect that. {explanation}")
+                outcome = "deadlock"
+                explanation += ("\n\nWhere the stuck processes were (captured with faulthandler "
+                                "before they were killed):\n" + _stack_summary(stacks))
+        return Result(self.name, self.params, trace, outcome, explanation, duration,
+                      stacks={pid: v["stacks"] for pid, v in stacks.items()}, details=details,
+                      output=output, problem=problem, stopped=stopped)
+
+    def _capture_stacks(self, live):
+        """Ask each recorded, still-running process of the run for its Python stacks."""
+        names = {p.pid: p.name for p in live.processes()}
+        names.setdefault(self.pid, "driver")
+        pids = [pid for pid in _session_pids(self.pid) if pid in names]
+        sizes = {}
+        for pid in pids:
+            path = os.path.join(self.stacks_dir, f"{pid}.txt")
+            sizes[pid] = _size(path)
+            try:
+                os.kill(pid, signal.SIGUSR1)
+            except OSError:
+                pass
+        deadline = time.monotonic() + 1.5
+        last, stable_since = None, time.monotonic()
+        while time.monotonic() < deadline:          # until every file has grown and settled
+            now_sizes = {pid: _size(os.path.join(self.stacks_dir, f"{pid}.txt")) for pid in pids}
+            if now_sizes != last:
+                last, stable_since = now_sizes, time.monotonic()
+            elif all(now_sizes[p] > sizes[p] for p in pids) and \
+                    time.monotonic() - stable_since > 0.1:
+                break
+            time.sleep(0.02)     # polling a file written by a signal handler; bounded
+        out = {}
+        for pid in pids:
+            text = _read_text(os.path.join(self.stacks_dir, f"{pid}.txt"))[sizes[pid]:]
+            out[pid] = {"name": names.get(pid), "stacks": text.strip() or "(no stacks captured)"}
+        return out
+
+    def _write_watchdog_events(self, reason, stacks, killed, live, stalled_for):
+        try:
+            log = recorder._Log(self.trace_dir, os.getpid())
+        except OSError:
+            return
+        try:
+            def emit(kind, **args):
+                log.write(marshal.dumps((time.monotonic_ns(), threading.get_native_id(), kind,
+                                         args), 2))
+            emit("process.start", how="watchdog", ppid=os.getppid(), name="watchdog",
+                 argv=["mpviz.scenarios watchdog"])
+            for pid, info in stacks.items():
+                emit("watchdog.stuck", pid=pid, name=info["name"], stacks=info["stacks"],
+                     reason=reason, seconds=round(stalled_for, 2))
+            emit("watchdog.kill", pids=killed, reason=reason)
+        finally:
+            log.close()
+
+
+# --- processes of a session -----------------------------------------------------------------------
+
+def _stat(pid):
+    """(state, ppid, session, cpu seconds) of `pid` from /proc, or None if it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    return fields[0], int(fields[1]), int(fields[3]), (int(fields[11]) + int(fields[12])) / _CLK_TCK
+
+
+def _session_pids(sid):
+    """Live (not zombie) processes of session `sid`."""
+    out = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            st = _stat(entry)
+            if st is not None and st[2] == sid and st[0] != "Z":
+                out.append(int(entry))
+    return out
+
+
+def _session_cpu(sid):
+    total = 0.0
+    for pid in _session_pids(sid):
+        st = _stat(pid)
+        if st is not None:
+            total += st[3]
+    return total
+
+
+def _is_resource_tracker(pid):
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return b"resource_tracker" in f.read()
+    except OSError:
+        return False
+
+
+def _kill_session(sid, proc, graceful):
+    """Make sure no process of session `sid` is left; return the pids that had to be killed.
+
+    `graceful`: the driver finished by itself; give its helpers (fork server, resource tracker)
+    a moment to exit on their own first.
+    """
+    killed = []
+    if graceful:
+        deadline = time.monotonic() + 2.0
+        while _session_pids(sid) and time.monotonic() < deadline:
+            time.sleep(0.02)     # helpers exit when the driver's pipes close; bounded
+    deadline = time.monotonic() + 5.0
+    while time.monotonic() < deadline:     # everything but the resource trackers first ...
+        others = [p for p in _session_pids(sid) if not _is_resource_tracker(p)]
+        if not others:
+            break
+        for pid in others:
+            try:
+                os.kill(pid, signal.SIGKILL)
+                if pid not in killed:
+                    killed.append(pid)
+            except OSError:
+                pass
+        proc.poll()
+        time.sleep(0.02)
+    deadline = time.monotonic() + 2.0      # ... which unlink their semaphores when all are gone
+    while _session_pids(sid) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    for pid in _session_pids(sid):
+        try:
+            os.kill(pid, signal.SIGKILL)
+            killed.append(pid)
+        except OSError:
+            pass
+    try:
+        proc.wait(timeout=5)
+    except subprocess.TimeoutExpired:
+        pass
+    return killed
+
+
+# --- shared memory left behind ---------------------------------------------------------------------
+
+def run_segments(trace):
+    """/dev/shm names (with the leading '/') that this run's trace says it created."""
+    names = set()
+    for e in trace.events:
+        if e.kind == "shm.create" and e.args.get("name"):
+            names.add(e.args["name"])
+        elif e.kind == "cuda.alloc" and e.args.get("block"):
+            names.add(e.args["block"])
+    pids = {str(p.pid) for p in trace.processes()}
+    try:
+        entries = os.listdir("/dev/shm")
+    except OSError:
+        entries = []
+    for entry in entries:           # CUDA simulator blocks and counters carry their owner's pid
+        for prefix in ("mpviz_cuda_", "mpviz_cudarc_"):
+            if entry.startswith(prefix) and entry[len(prefix):].split("_")[0] in pids:
+                names.add("/" + entry)
+    return sorted(n if n.startswith("/") else "/" + n for n in names)
+
+
+def _remove_segments(trace, wait):
+    """Unlink this run's segments that are still in /dev/shm; return their names."""
+    left = [n for n in run_segments(trace) if os.path.exists("/dev/shm" + n)]
+    deadline = time.monotonic() + wait
+    while left and time.monotonic() < deadline:   # the shm manager may be removing them now
+        time.sleep(0.05)
+        left = [n for n in left if os.path.exists("/dev/shm" + n)]
+    removed = []
+    for name in left:
+        try:
+            os.unlink("/dev/shm" + name)
+            removed.append(name)
+        except FileNotFoundError:
+            pass
+    return removed
+
+
+# --- small things -----------------------------------------------------------------------------------
+
+def _size(path):
+    try:
+        return os.path.getsize(path)
+    except OSError:
+        return 0
+
+
+def _read_text(path):
+    try:
+        with open(path, "rb") as f:
+            return f.read().decode("utf-8", "replace")
+    except OSError:
+        return ""
+
+
+def _stack_summary(stacks, frames=4):
+    """Each stuck process's threads, innermost frames first, one line per thread."""
+    if not stacks:
+        return "  (no stacks: the processes had already exited)"
+    lines = []
+    for pid, info in stacks.items():
+        lines.append(f"  pid {pid} ({info['name'] or '?'}):")
+        for thread, calls in _parse_stacks(info["stacks"]):
+            shown = " <- ".join(calls[:frames]) + (" <- ..." if len(calls) > frames else "")
+            lines.append(f"    {thread}: {shown or '(no Python frames)'}")
+    return "\n".join(lines)
+
+
+def _parse_stacks(text):
+    """faulthandler's text as [(thread label, ["fn (file.py:line)", ...innermost first])]."""
+    threads = []
+    for line in text.splitlines():
+        line = line.strip()
+        if line.startswith(("Thread 0x", "Current thread 0x")):
+            threads.append([])
+        elif line.startswith("File ") and threads:
+            try:
+                path, rest = line[6:].split('", line ', 1)
+                lineno, fn = rest.split(" in ", 1)
+                threads[-1].append(f"{fn} ({os.path.basename(path)}:{lineno})")
+            except ValueError:
+                threads[-1].append(line)
+    # faulthandler does not say which thread is the main one: the others began in threading's
+    # Thread._bootstrap
+    return [("thread" if calls and calls[-1].startswith("_bootstrap (threading.py") else
+             "main thread", calls) for calls in threads]
+
+
+@atexit.register
+def _at_exit():
+    for running in list(_active):
+        try:
+            running.stop()
+        except Exception:
+            pass
+    for directory in _temporary:
+        shutil.rmtree(directory, ignore_errors=True)

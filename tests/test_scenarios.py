@@ -1,0 +1,167 @@
+"""The teaching scenarios: both sides of every flip, their time bound, and nothing left behind.
+
+Each case of the catalog runs twice, once on each side of the parameter that flips its outcome
+(the last column of DESIGN.md's table; for cases without a flip, two settings that both teach
+"ok"). After every run: the outcome is the expected one, the run took at most 30 s, no process
+of its session is alive, and none of the /dev/shm segments its trace created is still there
+(the autouse leak check in conftest.py also checks /dev/shm, our fds and our children).
+"""
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+import mpviz.scenarios as sc
+import mpviz.trace
+from mpviz.scenarios import runner
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+DESIGN_NAMES = [
+    "queue-sharing", "grad-sharing", "strategies", "too-many-fds", "fs-leak", "producer-exits",
+    "fork-held-lock", "queue-join-deadlock", "buffer-reuse", "spawn-error", "unguarded-main",
+    "notebook-function", "pool-chunksize", "hogwild", "cuda-producer-exits", "cuda-repass",
+    "cuda-same-queue", "cuda-release-late",
+]
+
+# (name, params, expected outcome): both sides of each flip
+FLIPS = [
+    ("queue-sharing", {}, "ok"),
+    ("queue-sharing", {"strategy": "file_system", "start_method": "spawn"}, "ok"),
+    ("grad-sharing", {}, "ok"),
+    ("grad-sharing", {"strategy": "file_system"}, "ok"),
+    ("strategies", {}, "ok"),
+    ("strategies", {"strategy": "file_system"}, "ok"),
+    ("too-many-fds", {}, "error"),
+    ("too-many-fds", {"strategy": "file_system"}, "ok"),
+    ("fs-leak", {"manager": False}, "leak"),
+    ("fs-leak", {"manager": True}, "ok"),
+    ("producer-exits", {}, "error"),
+    ("producer-exits", {"wait": True}, "ok"),
+    ("fork-held-lock", {}, "deadlock"),
+    ("fork-held-lock", {"start_method": "spawn"}, "ok"),
+    ("queue-join-deadlock", {}, "deadlock"),
+    ("queue-join-deadlock", {"get_before_join": True}, "ok"),
+    ("buffer-reuse", {"reuse": False}, "warning"),
+    ("buffer-reuse", {"reuse": True}, "ok"),
+    ("spawn-error", {}, "error"),
+    ("spawn-error", {"failing_rank": -1}, "ok"),
+    ("unguarded-main", {}, "error"),
+    ("unguarded-main", {"library": "stdlib"}, "error"),
+    ("unguarded-main", {"guard": True}, "ok"),
+    ("notebook-function", {}, "error"),
+    ("notebook-function", {"library": "stdlib"}, "deadlock"),
+    ("notebook-function", {"function": "module"}, "ok"),
+    ("pool-chunksize", {}, "warning"),
+    ("pool-chunksize", {"chunksize": 1}, "ok"),
+    ("hogwild", {"share": False}, "warning"),
+    ("hogwild", {"share": True}, "ok"),
+    ("cuda-producer-exits", {}, "warning"),
+    ("cuda-producer-exits", {"producer_waits": True}, "ok"),
+    ("cuda-repass", {}, "error"),
+    ("cuda-repass", {"clone": True}, "ok"),
+    ("cuda-same-queue", {}, "error"),
+    ("cuda-same-queue", {"two_queues": True}, "ok"),
+    ("cuda-release-late", {}, "warning"),
+    ("cuda-release-late", {"release_early": True}, "ok"),
+]
+
+
+def _id(case):
+    name, params, outcome = case
+    return name + ("[" + ",".join(f"{k}={v}" for k, v in params.items()) + "]" if params else "")
+
+
+def assert_nothing_left(result):
+    sid = result.details["driver_pid"]
+    assert runner._session_pids(sid) == [], "processes of the run are still alive"
+    left = [n for n in runner.run_segments(result.trace) if os.path.exists("/dev/shm" + n)]
+    assert left == [], f"segments of the run left in /dev/shm: {left}"
+
+
+@pytest.mark.parametrize("case", FLIPS, ids=[_id(c) for c in FLIPS])
+def test_outcome_on_each_side_of_the_flip(case):
+    name, params, expected = case
+    t0 = time.monotonic()
+    result = sc.run(name, **params)
+    took = time.monotonic() - t0
+    assert result.problem is None, result.explanation + "\n" + result.output[-3000:]
+    assert result.outcome == expected, (
+        f"{name} {params}: {result.outcome}, expected {expected}\n{result.explanation}\n"
+        f"{result.output[-2000:]}")
+    assert took <= 30 and result.duration_s <= 30
+    assert result.explanation and result.name == name
+    assert len(result.trace.events) > 0
+    assert_nothing_left(result)
+    if expected == "deadlock":
+        stuck = result.trace.of_kind("watchdog.stuck")
+        assert stuck and all(e.args["stacks"] for e in stuck)
+        assert result.stacks and "faulthandler" in result.explanation
+        assert "most recent call first" in next(iter(result.stacks.values()))
+        assert took <= 15, "a deadlock must be caught within 10 s of setting in"
+        assert result.details["cleanup"]["killed"], "the stuck processes were killed"
+
+
+def test_catalog_matches_the_design_table():
+    infos = sc.catalog()
+    assert [i.name for i in infos] == DESIGN_NAMES
+    for info in infos:
+        assert info.summary and isinstance(info.params, dict)
+        for key, param in info.params.items():
+            assert isinstance(param, sc.Param) and param.help
+            assert param.choices is None or param.default in param.choices
+    flipped = {name for name, params, _ in FLIPS}
+    assert flipped == set(DESIGN_NAMES)
+
+
+def test_bad_names_parameters_and_values_say_what_is_valid():
+    with pytest.raises(ValueError, match="fs-leak.*fork-held-lock"):
+        sc.start("no-such-case")
+    with pytest.raises(ValueError, match="no parameter 'bogus'.*manager"):
+        sc.start("fs-leak", bogus=1)
+    with pytest.raises(ValueError, match=r"strategy='nfs'.*file_descriptor"):
+        sc.start("too-many-fds", strategy="nfs")
+    with pytest.raises(ValueError, match="limit must be between"):
+        sc.start("too-many-fds", limit=3)
+    with pytest.raises(ValueError, match="true or false|choose one of"):
+        sc.start("fs-leak", manager="maybe")
+
+
+def test_parameters_from_a_command_line_are_converted():
+    assert sc.resolve("fs-leak", {"manager": "off"})["manager"] is False
+    assert sc.resolve("pool-chunksize", {"chunksize": "none"})["chunksize"] is None
+    assert sc.resolve("pool-chunksize", {"chunksize": "5"})["chunksize"] == 5
+    assert sc.resolve("producer-exits", {"unit": "0.1"})["unit"] == 0.1
+
+
+def test_start_returns_at_once_the_trace_is_live_and_stop_cleans_up(tmp_path):
+    t0 = time.monotonic()
+    running = sc.start("fork-held-lock", trace_dir=tmp_path / "t")   # would deadlock
+    assert time.monotonic() - t0 < 1.0 and not running.done()
+    deadline = time.monotonic() + 20
+    while not any(e.kind == "lock.wait" for e in running.trace().events):
+        assert time.monotonic() < deadline, "the live trace never showed the lock wait"
+        with pytest.raises(TimeoutError):
+            running.result(timeout=0.05)      # waits a little, on the run itself
+    result = running.stop()
+    assert result.stopped and running.done() and "Stopped" in result.explanation
+    assert_nothing_left(result)
+    assert os.path.isdir(running.trace_dir)
+    assert len(mpviz.trace.load(running.trace_dir).events) >= len(result.trace.events) - 5
+
+
+def test_cli_list_and_run(tmp_path):
+    env = dict(os.environ, PYTHONPATH=ROOT)
+    out = subprocess.run([sys.executable, "-m", "mpviz", "list"], capture_output=True,
+                         text=True, env=env, timeout=60)
+    assert out.returncode == 0 and all(n in out.stdout for n in DESIGN_NAMES)
+    out = subprocess.run([sys.executable, "-m", "mpviz", "run", "queue-join-deadlock",
+                          "--get-before-join", "yes", "--trace", str(tmp_path / "t")],
+                         capture_output=True, text=True, env=env, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert "OK" in out.stdout and "get_before_join=True" in out.stdout
+    assert any(f.endswith(".mpvlog") for f in os.listdir(tmp_path / "t"))
+    out = subprocess.run([sys.executable, "-m", "mpviz", "run", "fs-leak", "--bogus", "1"],
+                         capture_output=True, text=True, env=env, timeout=60)
+    assert out.returncode == 2 and "manager" in out.stderr
