@@ -259,3 +259,18 @@ def test_pool_sends_tensors_as_handles(start_method, strategy):
         squares = pool.map(workers.square_tensor, [mpviz.full((3,), 2.0)])
     assert t.tolist() == [0.0, 1.0, 2.0, 3.0]
     assert squares[0].tolist() == [4.0, 4.0, 4.0] and squares[0].is_shared()
+
+
+def test_leaving_a_pool_block_waits_for_submitted_tasks_and_says_so():
+    seen = []
+    with pytest.warns(mp.PendingTasksWarning, match="still running.*terminate"):
+        with mp.get_context("fork").Pool(2) as pool:
+            pool.apply_async(workers.slow_add, (1, 2), callback=seen.append)
+    assert seen == [3]                          # the stdlib would have terminated the task
+
+
+def test_an_exception_in_a_pool_block_still_terminates_at_once():
+    with pytest.raises(KeyError):
+        with mp.get_context("fork").Pool(2) as pool:
+            pool.apply_async(workers.slow_add, (1, 2))
+            raise KeyError("boom")

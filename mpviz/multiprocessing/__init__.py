@@ -18,14 +18,14 @@ from ..sharing import get_all_sharing_strategies, get_sharing_strategy, set_shar
 from ..sharing.shm_manager import enable as set_shm_manager
 from . import reductions
 from .checks import MissingMainGuardError, UnpicklableFunctionError
-from .context import DefaultContext, Pool as _PoolClass, Process, default_context as _default
+from .context import DefaultContext, PendingTasksWarning, Pool as _PoolClass, Process, default_context as _default
 from .spawn import (ProcessContext, ProcessException, ProcessExitedException, ProcessRaisedException,
                     SpawnContext, spawn, start_processes)
 from .queues import JoinableQueue as _JoinableQueueClass, Queue as _QueueClass
 
 __all__ = list(_stdlib.__all__) + [
     "get_all_sharing_strategies", "get_sharing_strategy", "set_sharing_strategy", "set_shm_manager",
-    "UnpicklableFunctionError", "MissingMainGuardError",
+    "UnpicklableFunctionError", "MissingMainGuardError", "PendingTasksWarning",
     "spawn", "start_processes", "ProcessContext", "SpawnContext", "ProcessException",
     "ProcessRaisedException", "ProcessExitedException",
 ]

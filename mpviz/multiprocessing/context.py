@@ -46,11 +46,20 @@ class Process(_ProcessChecks, _std.Process):
     """``multiprocessing.Process`` (default start method) with mpviz's start checks."""
 
 
-class Pool(multiprocessing.pool.Pool):
-    """``multiprocessing.Pool`` that refuses, at submit time, functions its workers can't import.
+class PendingTasksWarning(UserWarning):
+    """Warned when a ``with Pool(...)`` block ends while submitted tasks are still running."""
 
-    The stdlib Pool hangs instead: its workers die unpickling such a task and the result never
-    comes (see :mod:`mpviz.multiprocessing.checks`).
+
+class Pool(multiprocessing.pool.Pool):
+    """``multiprocessing.Pool`` that refuses, at submit time, functions its workers can't import,
+    and that does not throw away tasks still running when its ``with`` block ends.
+
+    The stdlib Pool hangs on such a function instead: its workers die unpickling the task and the
+    result never comes (see :mod:`mpviz.multiprocessing.checks`). And the stdlib's
+    ``Pool.__exit__`` calls ``terminate()``: tasks submitted with ``apply_async``/``map_async``
+    whose results nobody waited for are killed, and their callbacks never run — silently. The
+    tutorial in our sources expects them to finish ("Got result: 3"), and so does mpviz: it waits
+    for them (``close(); join()``) and warns that the stdlib would not have.
     """
 
     def __init__(self, processes=None, initializer=None, initargs=(), maxtasksperchild=None, context=None):
@@ -70,6 +79,20 @@ class Pool(multiprocessing.pool.Pool):
     def imap(self, func, iterable, chunksize=1):
         checks.check_function(func, self._mpviz_method, "function given to imap")
         return super().imap(func, iterable, chunksize)
+
+    def __exit__(self, exc_type, exc_value, traceback):
+        if exc_type is None and self._cache:
+            import warnings
+            warnings.warn(PendingTasksWarning(
+                f"{len(self._cache)} task(s) submitted to this Pool were still running when its "
+                f"'with' block ended; mpviz waits for them. (The stdlib's Pool.__exit__ would "
+                f"terminate() them and their results and callbacks would be lost: call .get() "
+                f"on each result, or pool.close(); pool.join() before leaving the block.)"),
+                stacklevel=2)
+            self.close()
+            self.join()
+        else:
+            self.terminate()
 
     def imap_unordered(self, func, iterable, chunksize=1):
         checks.check_function(func, self._mpviz_method, "function given to imap_unordered")
