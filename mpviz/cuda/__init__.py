@@ -93,7 +93,7 @@ def _choose():
 
 def _select(name):
     """Switch this process (and children started after) to backend `name`. For tests."""
-    global _chosen, _reason
+    global _chosen
     os.environ[_ENV_BACKEND] = name
     _chosen = None
     _choose()

@@ -21,12 +21,11 @@ died and which was re-parented to init, so "all processes of the run" is "all pr
 session" -- minus mpviz's shm manager, which starts a session of its own on purpose (it serves
 every mpviz process of this user, and exits by itself when idle).
 
-The watchdog writes its events with a log of its own in DIR (recorder.py's format, via its
-``_Log`` class), so they merge into the trace like any process's events.
+The watchdog writes its events with a log of its own in DIR (``recorder.SideLog``), so they
+merge into the trace like any process's events.
 """
 import atexit
 import json
-import marshal
 import os
 import shutil
 import signal
@@ -279,19 +278,14 @@ class Running:
 
     def _write_watchdog_events(self, reason, stacks, killed, live, stalled_for):
         try:
-            log = recorder._Log(self.trace_dir, os.getpid())
+            log = recorder.SideLog(self.trace_dir, "watchdog")
         except OSError:
             return
         try:
-            def emit(kind, **args):
-                log.write(marshal.dumps((time.monotonic_ns(), threading.get_native_id(), kind,
-                                         args), 2))
-            emit("process.start", how="watchdog", ppid=os.getppid(), name="watchdog",
-                 argv=["mpviz.scenarios watchdog"])
             for pid, info in stacks.items():
-                emit("watchdog.stuck", pid=pid, name=info["name"], stacks=info["stacks"],
-                     reason=reason, seconds=round(stalled_for, 2))
-            emit("watchdog.kill", pids=killed, reason=reason)
+                log.emit("watchdog.stuck", pid=pid, name=info["name"], stacks=info["stacks"],
+                         reason=reason, seconds=round(stalled_for, 2))
+            log.emit("watchdog.kill", pids=killed, reason=reason)
         finally:
             log.close()
 

@@ -92,7 +92,6 @@ def drive(p, details):
 
 
 def verdict(t, details):
-    prm = details["params"]
     ran = [e.pid for e in t.of_kind("mark") if e.args.get("name") == "module-level code ran"]
     codes = details.get("exitcodes") or []
     times = f"{len(ran)} time(s)" + (f" (the parent and {len(ran) - 1} child(ren))" if len(ran) > 1

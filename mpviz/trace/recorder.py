@@ -165,6 +165,21 @@ def _write(ts, kind, args, _dumps=marshal.dumps, _get=_tids.get):
                   f"({exc!r}; args must be str/int/float/bool/None/list/dict)")
 
 
+class SideLog:
+    """A log of its own in `directory`, for an observer that writes events about *other*
+    processes (a scenario's watchdog), without starting recording in this process."""
+
+    def __init__(self, directory, name):
+        self._log = _Log(directory, os.getppid())
+        self.emit("process.start", how=name, ppid=os.getppid(), name=name, argv=[name])
+
+    def emit(self, kind, **args):
+        self._log.write(marshal.dumps((time.monotonic_ns(), threading.get_native_id(), kind, args), 2))
+
+    def close(self):
+        self._log.close()
+
+
 def forget_thread():
     """Called when a thread ends: its ident may be reused by a new thread with another tid."""
     _tids.pop(get_ident(), None)
