@@ -125,3 +125,11 @@ def run_program(args, what, timeout=25, cwd=None):
         raise RuntimeError(f"{what} printed no result (exit status {done.returncode}); "
                            f"its output was: {done.stdout[-1000:]!r}")
     return dict(json.loads(lines[-1]), returncode=done.returncode)
+
+
+def headline(error_text):
+    """The first sentence of an error message (mpviz's say what, then why, then how to fix:
+    an explanation quotes the *what* and gives its own why and fix)."""
+    text = " ".join(str(error_text).split())
+    end = text.find(". ", 20)
+    return text if end < 0 else text[:end + 1]

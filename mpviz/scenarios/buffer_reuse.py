@@ -15,7 +15,7 @@ This is the pattern torch's notes recommend ("Reuse buffers passed through a Que
 buffers back"), and what DataLoader-like pipelines do with pinned/shared buffer pools.
 """
 from .. import full, zeros
-from ._common import context, get, kib, start_method_param, step, strategy_param
+from ._common import context, get, kib, start_method_param, strategy_param
 from .base import Param
 
 SUMMARY = "many producers, one consumer: copies and bytes with and without sending buffers back"

@@ -11,7 +11,6 @@ import argparse
 import os
 import sys
 import textwrap
-import time
 
 from ..cli import register
 

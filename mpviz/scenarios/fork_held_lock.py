@@ -23,9 +23,7 @@ timeline and in the wait-for graph.
 """
 import threading
 
-from .. import trace
 from ._common import context, get, start_method_param, step
-from .base import Param
 
 SUMMARY = "a thread holds a lock at fork; the child blocks forever on its copy of it"
 PARAMS = {

@@ -21,7 +21,7 @@ import signal
 import time
 
 from .. import zeros
-from ._common import context, get, kib, start_method_param, step
+from ._common import context, get, start_method_param, step
 from .base import Param
 
 SUMMARY = "file_system + SIGKILL: segments left behind; the shm manager cleans them"

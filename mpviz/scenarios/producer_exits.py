@@ -18,7 +18,7 @@ producer wait on an ``Event`` that the consumer sets after its last get.
 import time
 
 from .. import randn
-from ._common import context, get, start_method_param, step, strategy_param
+from ._common import headline, context, get, start_method_param, step, strategy_param
 from .base import Param
 
 SUMMARY = "consumer's get after the producer exited fails (seed 003)"
@@ -86,7 +86,7 @@ def verdict(t, details):
     if errors:
         return "error", (
             f"The consumer got the first tensor while the producer was alive, then slept; the "
-            f"producer exited ({exited}), and the second get failed: {errors[0][:200]}. Under "
+            f"producer exited ({exited}), and the second get failed: {headline(errors[0])} Under "
             f"'file_descriptor' a queued tensor is a promise by its producer to hand over a "
             f"descriptor when asked, and an exited process keeps no promises (on the timeline: "
             f"the second arrow ends after the producer's lane). Fix: the producer waits on an "

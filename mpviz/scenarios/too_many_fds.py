@@ -18,7 +18,7 @@ import resource
 
 from .. import zeros
 from ..trace import os_view
-from ._common import context, get, start_method_param, step, strategy_param
+from ._common import headline, context, get, start_method_param, step, strategy_param
 from .base import Param
 
 SUMMARY = "file_descriptor with many tensors under a low fd limit → Too many open files"
@@ -89,8 +89,8 @@ def verdict(t, details):
         return "error", (
             f"Under 'file_descriptor' the consumer held one open fd per received tensor: from "
             f"{details['start_fds']} to {details['peak_fds']} at its limit of {prm['limit']}, and "
-            f"the get of tensor #{details['received'] + 1} failed with {details['error'][:160]}"
-            f"{'…' if len(details['error']) > 160 else ''}. Fix: keep fewer tensors alive (copy "
+            f"the get of tensor #{details['received'] + 1} failed with {headline(details['error'])}"
+            f" Fix: keep fewer tensors alive (copy "
             f"or del them), raise `ulimit -n`, or use strategy='file_system'.")
     if details.get("received") == prm["count"]:
         return "ok", (

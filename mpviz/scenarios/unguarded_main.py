@@ -21,7 +21,7 @@ appears once per child -- which is why it must stay cheap.
 import os
 
 from .. import trace
-from ._common import run_program, step
+from ._common import headline, run_program, step
 from .base import Param
 
 SUMMARY = "module-level statements run again in every spawned child"
@@ -99,7 +99,7 @@ def verdict(t, details):
     if details.get("error"):
         return "error", (
             f"mpviz refused to start the children: {details['error']}: "
-            f"{' '.join(details['message'].split())} The module-level statement ran {times}. "
+            f"{headline(details['message'])} The module-level statement ran {times}. "
             f"Fix: guard the code that starts processes with if __name__ == '__main__': "
             f"(guard=True).")
     if any(codes):
