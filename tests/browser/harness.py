@@ -1,0 +1,191 @@
+"""One browser test's world: a temp copy of the notebooks, a JupyterLab server, headless Chromium,
+screenshots, and a stop that leaves nothing running.
+
+    run = BrowserRun(artifacts_dir, tmp_dir)
+    nb = run.open_notebook("notebooks/00_overview.ipynb")    # a NotebookPage, kernel ready
+    run.screenshot("after-run-all")                          # artifacts_dir/01-after-run-all.png
+    problems = run.close()                                   # [] when everything stopped cleanly
+
+Lifetime (each arrow is a process start; every one of them carries MPVIZ_BROWSER_TAG)::
+
+    pytest ──► jupyter lab (SIGTERM on close) ──► ipykernel ──► whatever the notebook starts
+       └─────► playwright driver (node) ──► chromium + its helpers   (browser.close, playwright.stop)
+
+The notebook is never opened where it is committed: its directory is copied into a temp dir and
+the copy's outputs are cleared (so a run can only show what this run produced, and a test never
+modifies a committed notebook). After closing, :meth:`close` waits a bounded time for every tagged
+process to be gone, kills what is left and reports it: nothing the suite started survives it.
+
+Chromium is Debian's (``/usr/bin/chromium``, or ``MPVIZ_CHROMIUM``): Playwright's own browser
+download cannot work on these machines and is never used.
+"""
+import importlib.util
+import os
+import shutil
+import signal
+import time
+import uuid
+
+import pytest
+
+from .lab import NotebookPage
+from .server import TAG_VAR, LabServer, tagged_processes
+
+SKIP_VAR = "MPVIZ_SKIP_BROWSER"
+CHROMIUM_VAR = "MPVIZ_CHROMIUM"
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+                 "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                 "--no-first-run"]
+VIEWPORT = {"width": 1280, "height": 1400}   # tall enough for a whole Live widget
+CLEANUP_TIMEOUT = 15    # seconds for the tagged processes to go after the server and browser stop
+
+
+def skip_if_asked():
+    """Skip (visibly) when MPVIZ_SKIP_BROWSER is set to anything but "" or "0"."""
+    value = os.environ.get(SKIP_VAR, "")
+    if value not in ("", "0"):
+        pytest.skip(f"browser tests skipped because {SKIP_VAR}={value!r}")
+
+
+def chromium_path():
+    """Debian's Chromium, or a clear failure saying how to get it (or how to skip on purpose)."""
+    exe = os.environ.get(CHROMIUM_VAR) or shutil.which("chromium") or "/usr/bin/chromium"
+    if not (os.path.isfile(exe) and os.access(exe, os.X_OK)):
+        pytest.fail(
+            f"Chromium not found (looked for {exe}): the browser tests drive Debian's chromium "
+            f"package through Playwright. Install it with `sudo apt-get install chromium` (.ci/run "
+            f"does this), or point {CHROMIUM_VAR} at a Chromium binary, or set {SKIP_VAR}=1 to skip "
+            f"the browser tests on purpose.", pytrace=False)
+    if importlib.util.find_spec("playwright") is None:
+        pytest.fail(f"the Python package playwright is missing: install the browser extra, "
+                    f"`pip install -e '.[browser]'` (./run test does), or set {SKIP_VAR}=1 to skip "
+                    f"the browser tests on purpose. Never `playwright install`: Debian's chromium "
+                    f"is used.", pytrace=False)
+    return exe
+
+
+def copy_for_test(notebook, root, copy_dir=True):
+    """Copy `notebook`'s directory (or only the notebook) into `root`, clear the copy's outputs,
+    and give it the python3 kernelspec if it names none (else Lab asks which kernel to use).
+    Returns the copy's name."""
+    import nbformat
+    src_dir = os.path.dirname(os.path.abspath(notebook))
+    name = os.path.basename(notebook)
+    path = os.path.join(root, name)
+    if copy_dir:  # the notebook may read files beside it
+        shutil.copytree(src_dir, root, ignore=shutil.ignore_patterns(".ipynb_checkpoints", "__pycache__"))
+    else:
+        os.makedirs(root)
+        shutil.copyfile(notebook, path)
+    nb = nbformat.read(path, as_version=4)
+    for cell in nb.cells:
+        if cell.cell_type == "code":
+            cell.outputs = []
+            cell.execution_count = None
+    nb.metadata.pop("widgets", None)  # saved widget state would show widgets before any cell ran
+    nb.metadata.setdefault("kernelspec", {"name": "python3", "display_name": "Python 3 (ipykernel)",
+                                          "language": "python"})
+    nbformat.write(nb, path)
+    return name
+
+
+class BrowserRun:
+    """See the module docstring. Nothing starts until :meth:`open_notebook`."""
+
+    def __init__(self, artifacts_dir, tmp_dir):
+        self.artifacts_dir = str(artifacts_dir)
+        self.tmp_dir = str(tmp_dir)
+        self.tag = uuid.uuid4().hex
+        self.server = None
+        self.playwright = None
+        self.browser = None
+        self.context = None
+        self.page = None
+        self.console = []
+        self.timings = []
+        self._started = None
+        self._shots = 0
+        shutil.rmtree(self.artifacts_dir, ignore_errors=True)
+        os.makedirs(self.artifacts_dir)
+
+    def open_notebook(self, notebook, copy_dir=True):
+        """Serve a copy of `notebook` (with its directory unless `copy_dir` is False), open it in
+        Chromium and wait for its kernel: a NotebookPage."""
+        exe = chromium_path()
+        self._started = time.monotonic()
+        name = copy_for_test(notebook, os.path.join(self.tmp_dir, "root"), copy_dir)
+        self.server = LabServer(os.path.join(self.tmp_dir, "root"),
+                                os.path.join(self.artifacts_dir, "jupyter.log"),
+                                self.tag, os.path.join(self.tmp_dir, "jupyter")).start()
+        from playwright.sync_api import sync_playwright
+        self.playwright = sync_playwright().start()
+        self.browser = self.playwright.chromium.launch(
+            executable_path=exe, headless=True, args=CHROMIUM_ARGS, timeout=60_000,
+            env={**os.environ, TAG_VAR: self.tag})
+        self.context = self.browser.new_context(viewport=VIEWPORT)
+        self.page = self.context.new_page()
+        self.page.set_default_timeout(30_000)
+        self.page.on("console", lambda m: self.console.append(f"{m.type}: {m.text}"))
+        self.page.on("pageerror", lambda e: self.console.append(f"pageerror: {e}"))
+        self.mark("server and browser started")
+        nb = NotebookPage(self.page, self.server, name).open()
+        self.mark("notebook open, kernel ready")
+        return nb
+
+    def screenshot(self, what, locator=None):
+        """Save the page (or one element of it) as NN-what.png in the artifacts dir; the path."""
+        self._shots += 1
+        path = os.path.join(self.artifacts_dir, f"{self._shots:02d}-{what}.png")
+        self.mark(what)
+        (locator or self.page).screenshot(path=path, **({} if locator else {"full_page": False}))
+        return path
+
+    def mark(self, what):
+        """Note the time of a moment (seconds since open_notebook) in timings.txt."""
+        if self._started is not None:
+            self.timings.append(f"{time.monotonic() - self._started:7.2f} s  {what}")
+
+    def close(self):
+        """Stop everything, in order; return what did not go cleanly (empty when all did)."""
+        problems = []
+
+        def attempt(what, fn):
+            try:
+                fn()
+            except Exception as e:  # noqa: BLE001 -- keep stopping the rest, report at the end
+                problems.append(f"{what}: {type(e).__name__}: {e}")
+
+        if self.page is not None:
+            attempt("final screenshot", lambda: self.screenshot("final"))
+        with open(os.path.join(self.artifacts_dir, "console.log"), "w") as f:
+            f.write("\n".join(self.console))
+        if self.context is not None:
+            attempt("closing the browser context", self.context.close)
+        if self.browser is not None:
+            attempt("closing the browser", self.browser.close)
+        if self.playwright is not None:
+            attempt("stopping playwright", self.playwright.stop)
+        if self.server is not None:
+            problem = self.server.stop()
+            if problem:
+                problems.append(problem)
+        problems += self._leftovers()
+        self.mark("everything stopped")
+        with open(os.path.join(self.artifacts_dir, "timings.txt"), "w") as f:
+            f.write("\n".join(self.timings) + "\n")
+        return problems
+
+    def _leftovers(self):
+        """Wait (bounded) for every process this run started to be gone; kill and name the rest."""
+        deadline = time.monotonic() + CLEANUP_TIMEOUT
+        left = tagged_processes(self.tag)
+        while left and time.monotonic() < deadline:
+            time.sleep(0.1)  # bounded poll: processes exit asynchronously after their parent
+            left = tagged_processes(self.tag)
+        for pid in left:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+        return [f"still running {CLEANUP_TIMEOUT} s after the stop (now killed): pid {pid}: {cmd}"
+                for pid, cmd in left.items()]
