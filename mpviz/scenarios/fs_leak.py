@@ -21,6 +21,7 @@ import signal
 import time
 
 from .. import zeros
+from ..trace import recorder
 from ._common import context, get, start_method_param, step
 from .base import Param
 
@@ -68,6 +69,8 @@ def drive(p, details):
         if gone:
             step("segments gone from /dev/shm", names=gone,
                  after_s=round(time.monotonic() - killed_at, 2))
+            for name in gone:  # the manager records nothing itself: say what we saw it do
+                recorder.emit("shm.unlink", name=name, strategy="file_system", by="shm manager")
             left = [n for n in left if n not in gone]
     details["gone_after_s"] = None if left else round(time.monotonic() - killed_at, 2)
     details["left_after_watch"] = left

@@ -1,0 +1,63 @@
+"""Pictures of a recorded run (matplotlib): the timeline, the memory map, the wait-for graph.
+
+    import mpviz.viz as viz
+    viz.timeline(trace)                  # one lane per process: life, messages, copies, waits
+    viz.memory_map(trace, at=None)       # processes × shared-memory segments: who maps, leaks
+    viz.wait_for(trace, at=None)         # owner → lock → waiter; cycles and ghost owners in red
+    viz.state_at(trace, t_ns).text()     # the same facts in words, at one instant (no picture)
+    viz.plot(result)                     # a scenario's Result: the three pictures, one figure
+
+Each function returns a ``matplotlib.figure.Figure`` (made without pyplot, so nothing pops up
+twice in a notebook and nothing needs closing; ``fig.savefig("x.png")`` saves it) and takes
+``ax=`` to draw into your own axes. One colour vocabulary everywhere: see ``colors.py``
+(``COLORS``, ``WORDS``, ``legend``). ``import mpviz`` does not import this package (or
+matplotlib); ``Trace.plot()`` does, and draws the timeline.
+
+One module per picture; ``state.py`` holds the analysis they share (plain Python, testable).
+"""
+from .colors import BIG_MESSAGE, COLORS, WORDS, human_bytes, legend
+from .memory_map import memory_map
+from .state import (Deadlock, LockState, Owner, ProcessState, SegmentState, State, deadlocks,
+                    process_labels, state_at, stuck_moment, trace_span)
+from .timeline import timeline
+from .wait_for import wait_for
+
+__all__ = ["timeline", "memory_map", "wait_for", "state_at", "plot", "summary", "COLORS",
+           "WORDS", "legend", "human_bytes", "deadlocks", "stuck_moment", "trace_span",
+           "process_labels", "State", "ProcessState", "SegmentState", "LockState", "Owner",
+           "Deadlock", "BIG_MESSAGE"]
+
+
+def plot(obj, at=None):
+    """A ``Result`` (or a ``Trace``): timeline on top, memory map and wait-for graph below,
+    titled with the verdict. Returns the Figure."""
+    from matplotlib.figure import Figure
+    trace = getattr(obj, "trace", obj)
+    fig = Figure(figsize=(13, 11), layout="constrained")
+    top, bottom = fig.subfigures(2, 1, height_ratios=[1.2, 1])
+    timeline(trace, ax=top.add_subplot(), at=at)
+    left, right = bottom.subfigures(1, 2)
+    memory_map(trace, at=at, ax=left.add_subplot())
+    wait_for(trace, at=at, ax=right.add_subplot())
+    if hasattr(obj, "outcome"):
+        fig.suptitle(f"{getattr(obj, 'name', '')}: {obj.outcome.upper()} — "
+                     f"{str(obj.explanation).splitlines()[0] if obj.explanation else ''}",
+                     x=0.01, ha="left", fontsize=11)
+    return fig
+
+
+def summary(trace):
+    """The run in words: processes, messages (handles vs copies), segments, deadlocks."""
+    from .state import _index
+    st = state_at(trace)
+    flows = trace.flows()
+    handles = _index(trace).handles
+    copies = trace.of_kind("copy")
+    segs = st.segments
+    lines = [f"{len(trace.processes())} processes, {len(trace.events)} events",
+             f"{len(flows)} messages: {sum(f.put.args.get('msg') in handles for f in flows)} "
+             f"carried shared-memory handles; {len(copies)} copies into shared memory "
+             f"({human_bytes(sum(e.args.get('nbytes') or 0 for e in copies))})",
+             f"{len(segs)} segments; leaked: {sum(s.status == 'leaked' for s in segs)}"]
+    lines += [f"STUCK: {d.reason}" for d in deadlocks(trace)]
+    return "\n".join(lines)

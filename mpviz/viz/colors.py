@@ -1,0 +1,89 @@
+"""One colour vocabulary for every mpviz picture: the legend *is* the lesson.
+
+Dask's dashboard taught a generation of users that "red = you paid for a transfer". mpviz uses
+the same idea for multiprocessing, and the same colour means the same thing in the timeline, the
+memory map, the wait-for graph and the Live widget::
+
+    green    shared: a handle travelled, the data stayed in shared memory
+    red      you paid: bytes were copied (into shared memory, or pickled through a pipe)
+    grey     an ordinary small message / a process that ended normally
+    orange   waiting (hatched): a thread blocked on a lock
+    blue     holding a lock
+    purple   leaked: a segment left in /dev/shm that no live process maps
+    crimson  stuck for good: a deadlock, a cycle, a lock nobody can release
+    black    killed by a signal;  brown: exited with an error code
+
+``COLORS`` maps a meaning to a colour, ``WORDS`` says each meaning in plain words (used by every
+legend), and ``legend(ax, keys)`` draws a legend of the meanings a picture actually uses.
+No matplotlib is imported here, so the words can be used anywhere (the widget's text panels).
+"""
+
+COLORS = {
+    "handle": "#2ca02c",        # green: shared, only a handle travelled
+    "copy": "#d62728",          # red: bytes copied / a big pickle through the pipe
+    "message": "#7f7f7f",       # grey: an ordinary (small) pickled message
+    "waiting": "#ff7f0e",       # orange, drawn hatched
+    "holding": "#1f77b4",       # blue
+    "leak": "#9467bd",          # purple
+    "deadlock": "#a50f15",      # crimson
+    "exit0": "#c7c7c7",         # light grey life bar: ended normally
+    "exitcode": "#8c564b",      # brown: exited with an error code
+    "signal": "#252525",        # black: killed by a signal
+    "running": "#9ecae1",       # light blue: still running when the trace ends
+    "mark": "#17becf",          # teal: your own mark() events
+    "event": "#555555",         # dark grey ticks: other events
+    "ghost": "#bdbdbd",         # a thread that does not exist where it is needed
+    "mapped": "#a1d99b",        # light green: a process maps a segment
+    "freed": "#f0f0f0",         # pale: freed / no longer there
+}
+
+WORDS = {
+    "handle": "shared: only a handle travelled (data stayed in shared memory)",
+    "copy": "you paid: bytes copied (into shared memory, or pickled through the pipe)",
+    "message": "an ordinary small message (pickled)",
+    "waiting": "waiting for a lock",
+    "holding": "holding a lock",
+    "leak": "leaked: left in /dev/shm, no live process maps it",
+    "deadlock": "stuck for good (deadlock)",
+    "exit0": "process ran and exited normally (exit 0)",
+    "exitcode": "process exited with an error code",
+    "signal": "process killed by a signal",
+    "running": "process still running when the trace ends",
+    "mark": "your own mark() events",
+    "event": "other recorded events",
+    "ghost": "a thread that does not exist in this process",
+    "mapped": "this process maps the segment",
+    "freed": "freed / gone",
+}
+
+# Messages at least this big (pickled bytes) are drawn as a paid transfer (red).
+BIG_MESSAGE = 64 * 1024
+
+
+def human_bytes(n):
+    """``400000`` → ``'400 kB'`` (decimal units, as students read them)."""
+    if n is None:
+        return "?"
+    for unit in ("B", "kB", "MB", "GB"):
+        if abs(n) < 1000 or unit == "GB":
+            return f"{n:.0f} {unit}" if unit == "B" or n >= 100 else f"{n:.3g} {unit}"
+        n /= 1000
+
+
+def legend(ax, keys, **kwargs):
+    """Draw a legend on `ax` with the plain-words meaning of each key in `keys` (see ``WORDS``)."""
+    from matplotlib.patches import Patch
+    handles = []
+    for key in keys:
+        if key == "waiting":
+            handles.append(Patch(facecolor="white", edgecolor=COLORS[key], hatch="///",
+                                 label=WORDS[key]))
+        elif key == "ghost":
+            handles.append(Patch(facecolor="white", edgecolor=COLORS[key], linestyle="--",
+                                 label=WORDS[key]))
+        else:
+            handles.append(Patch(facecolor=COLORS[key], edgecolor="none", label=WORDS[key]))
+    options = dict(loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False, fontsize=8,
+                   borderaxespad=0.0)
+    options.update(kwargs)
+    return ax.legend(handles=handles, **options)

@@ -1,0 +1,157 @@
+"""The memory map: which process maps which shared-memory segment, and what is left behind.
+
+                       main      producer   consumer    │ at the end
+    mpviz_fd_27… (fd, 400 kB)      created    maps it     │ in use
+    mpviz_e5ba… (fs, 4 kB)         created ✝               │ LEAKED
+
+Rows are segments (in the order they were created), columns are processes; a cell says what
+that process did with that segment *up to the instant* ``at`` (default: the trace's end):
+created it, maps it now (green), mapped it and let go, died while still mapping it, unlinked it.
+The last column is the segment's fate, worked out by ``state.segment_states``:
+
+* ``file_system`` segments have a name in /dev/shm. They are freed only when *unlinked* and
+  unmapped; one that nobody maps and nobody unlinked is **leaked** (purple): it stays in RAM
+  until reboot (unless mpviz's shm manager removes it: pass ``check_os=True`` to look).
+* ``file_descriptor`` segments have no name (the fd is all there is): the kernel frees them when
+  the last process unmaps and closes them, so they cannot leak past their processes.
+
+``check_os=True`` compares with what Linux says now: ``/proc/PID/maps`` of the processes still
+alive (a ✓ where it agrees, ✗ where it does not) and whether the name is still in /dev/shm.
+"""
+import os
+
+from matplotlib.figure import Figure
+from matplotlib.patches import Rectangle
+
+from . import state as st
+from .colors import COLORS, human_bytes, legend
+from mpviz.trace.osview import os_view
+
+
+def memory_map(trace, at=None, ax=None, check_os=False, max_segments=30, title=None):
+    """Draw processes × shared-memory segments at instant `at` (None: the end); return the Figure."""
+    ix = st._index(trace)
+    t = ix.t1 if at is None else int(at)
+    segs = ix.segment_states(t)
+    shown, hidden = segs[:max_segments], segs[max_segments:]
+    started = [p for p in ix.procs.values() if p.start_ns <= t]
+    involved = [p for p in started if any(p.pid in (s.created_by, s.unlinked_by) or
+                                          p.pid in s.mapped_ever for s in segs)]
+    procs = started if len(started) <= 12 else involved[:12]
+    ncols, nrows = len(procs) + 1, max(1, len(shown) + (1 if hidden else 0))
+    if ax is None:
+        fig = Figure(figsize=(min(16, 3.2 + 1.55 * ncols + 3.2), 1.6 + 0.48 * nrows),
+                     layout="constrained")
+        ax = fig.add_subplot()
+    fig = ax.figure
+    views = _os_views(procs, ix, t) if check_os else {}
+    used = set()
+    for r, s in enumerate(shown):
+        for c, p in enumerate(procs):
+            words, face = [], "white"
+            if s.created_by == p.pid:
+                words.append("created")
+            if p.pid in s.mapped_by:
+                words.append("maps it")
+                face = COLORS["mapped"]
+                used.add("mapped")
+            elif p.pid in s.died_holding:
+                words.append("died holding it")
+                face = "#d9d9d9"
+                used.add("died")
+            elif p.pid in s.mapped_ever and s.created_by != p.pid:
+                words.append("mapped, let go")
+            if s.unlinked_by == p.pid:
+                words.append("unlinked")
+            if p.pid in views:
+                seen = s.name.lstrip("/") in views[p.pid]
+                if seen != (p.pid in s.mapped_by):
+                    words.append("✗ /proc disagrees")
+                elif seen:
+                    words.append("✓ /proc")
+            ax.add_patch(Rectangle((c, r), 1, 1, facecolor=face, edgecolor="#cccccc", lw=0.8))
+            if words:
+                ax.text(c + 0.5, r + 0.5, "\n".join(words) if len(words) > 2 else
+                        " · ".join(words), ha="center", va="center", fontsize=7.5)
+        status = s.status
+        face, color = {"in use": (COLORS["mapped"], "black"),
+                       "leaked": (COLORS["leak"], "white"),
+                       "freed": (COLORS["freed"], "#777777")}.get(status, ("white", "black"))
+        if status == "leaked":
+            used.add("leak")
+            status = "LEAKED"
+            if check_os and not _in_dev_shm(s.name):
+                status, face, color = "not in /dev/shm now\n(the shm manager\nremoved it)", \
+                    "white", "black"
+        elif status == "freed":
+            used.add("freed")
+        ax.add_patch(Rectangle((ncols - 1 + 0.08, r), 0.92, 1, facecolor=face,
+                               edgecolor="#cccccc", lw=0.8))
+        ax.text(ncols - 0.46, r + 0.5, status, ha="center", va="center", fontsize=8,
+                color=color, fontweight="bold" if face == COLORS["leak"] else "normal")
+    if hidden:
+        total = sum(s.nbytes or 0 for s in hidden)
+        leaked = sum(s.status == "leaked" for s in hidden)
+        ax.text(ncols / 2, len(shown) + 0.5, f"… and {len(hidden)} more segments "
+                f"({human_bytes(total)}, {leaked} leaked)", ha="center", va="center",
+                fontsize=8, color="#555555")
+    if not segs:
+        ax.text(ncols / 2, 0.5, "no shared-memory segment recorded (yet)", ha="center",
+                va="center", fontsize=9, color="#555555")
+
+    ax.set_xlim(0, ncols)
+    ax.set_ylim(nrows, 0)
+    ax.xaxis.tick_top()
+    ax.set_xticks([c + 0.5 for c in range(ncols)])
+    names = []
+    for p in procs:
+        gone = "" if ix.alive(p.pid, t) else (f"\n(killed: {p.signal})" if p.signal else
+                                             "\n(ended)")
+        names.append(f"{ix.labels[p.pid]}\npid {p.pid}{gone}")
+    end = "at the end" if at is None else "at this instant"
+    ax.set_xticklabels(names + [f"fate {end}"], fontsize=8)
+    ax.set_yticks([r + 0.5 for r in range(len(shown))])
+    ax.set_yticklabels([f"{_short(s.name)}\n{s.strategy} · {human_bytes(s.nbytes)}"
+                        for s in shown], fontsize=8)
+    ax.tick_params(length=0)
+    for side in ax.spines.values():
+        side.set_visible(False)
+    when = "" if at is None else f" at {(t - ix.t0) / 1e6:.1f} ms"
+    leaked = [s for s in segs if s.status == "leaked"]
+    summary = (f"{len(leaked)} leaked: {human_bytes(sum(s.nbytes or 0 for s in leaked))} "
+               "left in /dev/shm that no live process maps" if leaked else
+               f"{len(segs)} segment(s), none leaked")
+    ax.set_title(title or f"Who maps which shared-memory segment{when}\n{summary}",
+                 loc="left", fontsize=10, color=COLORS["leak"] if leaked else "black")
+    leg = legend(ax, [k for k in ("mapped", "leak", "freed") if k in used] or ["mapped"],
+                 loc="upper left", bbox_to_anchor=(0.0, -0.02), ncols=4)
+    if "died" in used:
+        from matplotlib.patches import Patch
+        handles = leg.legend_handles + [Patch(facecolor="#d9d9d9", label="the process ended "
+                                              "(killed) while it still mapped the segment")]
+        ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(0.0, -0.02), ncols=2,
+                  frameon=False, fontsize=8)
+    return fig
+
+
+def _short(name, width=24):
+    name = str(name).lstrip("/")
+    return name if len(name) <= width else name[:width - 1] + "…"
+
+
+def _in_dev_shm(name):
+    return os.path.exists(os.path.join("/dev/shm", str(name).lstrip("/")))
+
+
+def _os_views(procs, ix, t):
+    """{pid: names mapped} for processes alive at the trace's end and still alive now."""
+    views = {}
+    for p in procs:
+        if p.exit_ns is not None or t < ix.t1:
+            continue
+        try:
+            v = os_view(p.pid)
+        except OSError:
+            continue
+        views[p.pid] = set(v.shm) | set(v.memfd)
+    return views

@@ -1,0 +1,535 @@
+"""The timeline: what every process (and thread) did, over time, and what travelled between them.
+
+    main            ████████████████████████████████████████████  (life bar: how it ended)
+    producer·spawn       ██■■■█████████████████████ exit 0           ■ red: bytes copied into shm
+      └ QueueFeeder       \\ \\ \\                                    arrows: put ──► get
+    consumer·spawn          ▼  ▼  ▼ ░░░░░(waiting)░░░ ████ exit 0     green: a handle travelled
+                                                                      red: a big pickled copy
+
+One row per process (the main thread), one sub-row per other thread that did something
+(a Queue's feeder thread is where a Queue pickles). Colours are mpviz.viz.colors' vocabulary.
+
+Large traces stay fast because nothing invisible is drawn: event ticks are binned to about one
+per pixel column, and above ``max_arrows`` messages the arrows are bundled per pair of rows and
+time bin (one line per bundle, thicker for more messages). The numbers are collected with NumPy
+and drawn as a handful of collections, not one artist per event.
+"""
+import bisect
+import math
+from collections import defaultdict
+
+import numpy as np
+from matplotlib.collections import LineCollection, PatchCollection
+from matplotlib.colors import to_rgba
+from matplotlib.figure import Figure
+from matplotlib.patches import FancyArrowPatch, Rectangle
+
+from . import state as st
+from .colors import BIG_MESSAGE, COLORS, human_bytes, legend
+
+_MIN_SQUEEZE_NS = 20_000_000  # only stretches of 20 ms or more are squeezed
+_BINS = 700                   # about one tick per pixel column of a 12-inch figure
+
+
+
+def timeline(trace, ax=None, at=None, title=None, max_arrows=300, max_labels=24,
+             compress_idle=True, fast=False):
+    """Draw `trace` as one lane per process; return the Figure.
+
+    `ax`: draw into these axes instead of a new figure. `at`: an instant (``ts_ns``) to mark with
+    a vertical line. `max_arrows`: above this many messages, arrows are bundled. `max_labels`:
+    byte labels are written on arrows and copies only when there are at most this many.
+    `compress_idle`: squeeze long stretches where nothing was recorded (a spawn start-up, a
+    sleep) to a narrow band marked "≈", so the busy parts get the width. `fast`: no legend and
+    fixed margins (about 3× quicker; the Live widget redraws this way and shows the legend once).
+    """
+    ix = st._index(trace)
+    fig = ax.figure if ax is not None else None
+    if not trace.events:
+        fig, ax = _new(fig, ax, 1, fast)
+        ax.text(0.5, 0.5, "no events recorded", ha="center", va="center", transform=ax.transAxes)
+        return fig
+    t0, t1 = ix.t0, max(ix.t1, ix.t0 + 1)
+    axis = _TimeAxis(trace, t0, t1, compress_idle)
+    x = axis.x
+
+    # --- rows: one per process, then one per busy thread ---
+    procs = sorted(ix.procs.values(), key=lambda p: (p.ppid in ix.procs, p.start_ns))
+    busy, first_seen = ix.busy, ix.first_seen
+    by_kind = defaultdict(list, ix.by_kind)       # the kinds drawn specially (one pass, cached)
+    dead = {d.pid: d for d in st.deadlocks(trace)}
+    rows, row_of, proc_row = [], {}, {}
+    for p in procs:
+        proc_row[p.pid] = len(rows)
+        row_of[(p.pid, p.pid)] = len(rows)
+        rows.append(("process", p))
+        for tid in p.threads:
+            if tid != p.pid and busy.get((p.pid, tid)):
+                row_of[(p.pid, tid)] = len(rows)
+                rows.append(("thread", (p, tid)))
+        if p.pid in dead:
+            rows.append(("reason", p))
+
+    def row(pid, tid):
+        r = row_of.get((pid, tid))
+        return r if r is not None else proc_row.get(pid, 0)
+
+    fig, ax = _new(fig, ax, len(rows), fast)
+    used = set()
+
+    # --- lanes: background bands, life bars, thread lines ---
+    bars, bar_colors = [], []
+    for r, (kind, obj) in enumerate(rows):
+        if kind == "process":
+            p = obj
+            end = p.exit_ns if p.exit_ns is not None else t1
+            key = _ending(p)
+            used.add(key)
+            bars.append(Rectangle((x(p.start_ns), r - 0.22), max(x(end) - x(p.start_ns), 1e-9),
+                                  0.44))
+            bar_colors.append(COLORS[key])
+            if not fast:
+                ax.text(x(end), r, " " + _ending_words(p), va="center", ha="left",
+                        fontsize=7.5, color=COLORS[key] if key != "exit0" else "#555555",
+                        clip_on=True)
+        elif kind == "thread":
+            p, tid = obj
+            start = first_seen.get((p.pid, tid), p.start_ns)
+            end = ix.thread_end.get((p.pid, tid)) or p.exit_ns or t1
+            ax.plot([x(start), x(end)], [r, r], color="#999999", lw=1.0, zorder=1)
+        if r and kind == "process":
+            ax.axhline(r - 0.5, color="#dddddd", lw=0.8, zorder=0)
+    ax.add_collection(PatchCollection(bars, facecolors=bar_colors, edgecolors="none", zorder=1))
+
+    # Dense things (event ticks, many lock waits or holds) are painted into one raster image
+    # at about one column per pixel; sparse ones are drawn as vector shapes.
+    span = axis.span
+    raster = np.zeros((5 * len(rows), _BINS, 4))           # 5 sub-rows per row
+
+    def paint(r, subrows, x0, x1, color):
+        """Colour the pixel columns covered by the spans [x0, x1] in sub-rows of row r."""
+        c0 = np.clip((np.asarray(x0) / span * _BINS).astype(np.int64), 0, _BINS - 1)
+        c1 = np.clip((np.asarray(x1) / span * _BINS).astype(np.int64), 0, _BINS - 1)
+        cover = np.zeros(_BINS + 1, dtype=np.int64)      # +1 where a span starts, -1 after
+        np.add.at(cover, c0, 1)
+        np.add.at(cover, c1 + 1, -1)
+        cols = np.cumsum(cover[:-1]) > 0
+        raster[5 * r + subrows[0]:5 * r + subrows[1], cols] = to_rgba(color)
+
+    # --- lock waits (hatched) and holds (thin blue), merged to pixel resolution ---
+    waits = defaultdict(list)                     # (row, stuck) -> [(x0, x1)]
+    for lid, pid, tid, since, until in ix.waits:
+        end = until or (ix.procs[pid].exit_ns if pid in ix.procs and ix.procs[pid].exit_ns
+                        else t1)
+        waits[(row(pid, tid), until is None and pid in dead)].append((x(since), x(end)))
+    for (r, stuck), spans in waits.items():
+        color = COLORS["deadlock"] if stuck else COLORS["waiting"]
+        merged = _merge(spans, 2 * span / _BINS)
+        if len(merged) <= 60:
+            boxes = [Rectangle((a, r - 0.3), max(b - a, 1e-9), 0.6) for a, b in merged]
+            ax.add_collection(PatchCollection(boxes, facecolors="white", edgecolors=color,
+                                              hatch="///", linewidths=1.0, zorder=3))
+        else:                                     # too many to hatch: painted, pale
+            paint(r, (1, 4), [m[0] for m in merged], [m[1] for m in merged],
+                  to_rgba(color, 0.5))
+        used.add("waiting")
+    holds = defaultdict(list)
+    for lk in ix.lock_infos.values():
+        for h in lk.holds:
+            end = h.release_ns or (ix.procs[h.pid].exit_ns if h.pid in ix.procs and
+                                   ix.procs[h.pid].exit_ns else t1)
+            holds[row(h.pid, h.tid)].append((x(h.acquire_ns), x(end)))
+    if holds:
+        merged = {r: _merge(spans, span / _BINS) for r, spans in holds.items()}
+        if sum(map(len, merged.values())) <= 300:
+            segs = [((a, r + 0.3), (b, r + 0.3)) for r, m in merged.items() for a, b in m]
+            ax.add_collection(LineCollection(segs, colors=COLORS["holding"], linewidths=3,
+                                             zorder=3))
+        else:
+            for r, m in merged.items():
+                paint(r, (4, 5), [a for a, _ in m], [b for _, b in m], COLORS["holding"])
+        used.add("holding")
+
+    # --- pool tasks: white boxes on the worker's lane ---
+    tasks, open_tasks = [], {}
+    for e in by_kind["pool.task"]:
+        if e.args.get("phase") == "start":
+            open_tasks[(e.pid, e.args.get("job"), e.args.get("index"))] = e
+        elif e.args.get("phase") == "done":
+            s = open_tasks.pop((e.pid, e.args.get("job"), e.args.get("index")), None)
+            if s is not None:
+                tasks.append(Rectangle((x(s.ts_ns), row(e.pid, e.tid) - 0.18),
+                                       max(x(e.ts_ns) - x(s.ts_ns), 1e-9), 0.36))
+    if tasks:
+        ax.add_collection(PatchCollection(tasks, facecolors="white", edgecolors="#333333",
+                                          linewidths=0.8, zorder=2))
+        ax.text(0.0, 1.0, "white boxes: Pool tasks", transform=ax.transAxes, fontsize=7.5,
+                va="bottom", color="#333333")
+
+    # --- event ticks, binned to pixel columns, painted ---
+    marks = by_kind["mark"]
+    for who, stamps in ix.ticks.items():
+        xs = np.interp(np.asarray(stamps, dtype=float), axis.real, axis.disp)
+        paint(row(*who), (1, 4), xs, xs, COLORS["event"])
+        used.add("event")
+    if raster[..., 3].any():
+        ax.imshow(raster, extent=(0, span, len(rows) - 0.5, -0.5), aspect="auto",
+                  interpolation="nearest", zorder=4)
+    if marks:
+        mx = np.array([x(e.ts_ns) for e in marks])
+        my = np.array([row(e.pid, e.tid) for e in marks])
+        if len(marks) > _BINS:
+            keep = np.unique(np.stack([my, (mx / span * _BINS).astype(int)]), axis=1,
+                             return_index=True)[1]
+            mx, my = mx[keep], my[keep]
+        ax.scatter(mx, my, marker="|", s=90, color=COLORS["mark"], zorder=5, linewidths=1.5)
+        if len(marks) <= max_labels:
+            for e in marks:
+                ax.annotate(str(e.args.get("name", "")), (x(e.ts_ns), row(e.pid, e.tid)),
+                            xytext=(0, -11), textcoords="offset points", fontsize=7,
+                            ha="center", va="top", color=COLORS["mark"])
+        used.add("mark")
+
+    # --- copies into shared memory: red squares sized by bytes ---
+    copies = by_kind["copy"]
+    if copies:
+        cx = np.array([x(e.ts_ns) for e in copies])
+        cy = np.array([row(e.pid, e.tid) for e in copies])
+        sizes = np.array([e.args.get("nbytes") or 0 for e in copies], dtype=float)
+        if len(copies) > _BINS:                   # one square per pixel column and row
+            keys, inverse = np.unique(cy * _BINS + (cx / span * _BINS).astype(np.int64),
+                                      return_inverse=True)
+            total = np.zeros(len(keys))
+            np.add.at(total, inverse, sizes)
+            cx = ((keys % _BINS) + 0.5) * span / _BINS
+            cy, sizes = keys // _BINS, total
+        area = 20 + 180 * np.sqrt(sizes / max(sizes.max(), 1.0))
+        ax.scatter(cx, cy, s=area,
+                   marker="s", color=COLORS["copy"], edgecolors="white", linewidths=0.5,
+                   zorder=6)
+        groups = _clusters([(x(e.ts_ns), row(e.pid, e.tid), e.args.get("nbytes") or 0)
+                            for e in copies], span, gap=0.12) if len(copies) <= 20 * max_labels \
+            else ()
+        if 0 < len(groups) <= max_labels:
+            for g in groups:
+                total = sum(i[2] for i in g)
+                text = (f"copy {human_bytes(total)}" if len(g) == 1 else
+                        f"{len(g)} copies, {human_bytes(total)}")
+                ax.annotate(text, (sum(i[0] for i in g) / len(g), g[0][1]), xytext=(0, 9),
+                            textcoords="offset points", fontsize=7, ha="center",
+                            color=COLORS["copy"], zorder=7)
+        used.add("copy")
+
+    # --- messages: put → get ---
+    flows = [f for f in ix.flows if f.get is not None]
+    lost = [f for f in ix.flows if f.get is None]
+    handles = ix.handles
+    arrow_labels = []
+    if len(flows) <= max_arrows:
+        for f in flows:
+            key = _message_kind(f, handles)
+            used.add(key)
+            n = f.nbytes or 0
+            lw = min(4.0, 0.7 + 0.55 * math.log10(max(n, 10) / 10))
+            a = (x(f.put.ts_ns), row(f.put.pid, f.put.tid))
+            b = (x(f.get.ts_ns), row(f.get.pid, f.get.tid))
+            ax.add_patch(FancyArrowPatch(a, b, arrowstyle="-|>", mutation_scale=9, lw=lw,
+                                         color=COLORS[key], alpha=0.85, zorder=5,
+                                         shrinkA=0, shrinkB=2))
+            arrow_labels.append((a[0] + 0.35 * (b[0] - a[0]), (a[1], b[1], key),
+                                 (a[1] + 0.35 * (b[1] - a[1]), n)))
+        groups = _clusters(arrow_labels, span)
+        placed = []
+        if len(groups) <= max_labels:
+            rank = {"copy": 0, "handle": 1, "message": 2}        # the lesson first
+            for g in sorted(groups, key=lambda g: (rank[g[0][1][2]], -len(g))):
+                gx, gy = g[0][0], g[0][2][0]
+                if any(abs(gx - px) < 0.06 * span and abs(gy - py) < 0.5 for px, py in placed):
+                    continue
+                placed.append((gx, gy))
+                sizes = sorted({i[2][1] for i in g})
+                each = human_bytes(sizes[0]) if len(sizes) == 1 else \
+                    f"{human_bytes(sizes[0])}–{human_bytes(sizes[-1])}"
+                text = each if len(g) == 1 else f"{len(g)}× {each}"
+                ax.annotate(text, (g[0][0], g[0][2][0]), fontsize=6.5, ha="center",
+                            va="center", color=COLORS[g[0][1][2]], zorder=6,
+                            bbox=dict(boxstyle="round,pad=0.1", fc="white", ec="none",
+                                      alpha=0.85))
+    else:
+        _bundled_arrows(ax, flows, handles, axis, row, span, used)
+    for f in lost:
+        ax.plot([x(f.put.ts_ns)], [row(f.put.pid, f.put.tid)], marker=">", ms=6,
+                color=COLORS["message"], zorder=6)
+    if lost:
+        ax.text(1.0, 1.0, f"{len(lost)} message(s) put and never got (▸)",
+                transform=ax.transAxes, ha="right", va="bottom", fontsize=7.5)
+
+    # --- problems: deadlocks (red lanes with the reason), CUDA warnings ---
+    for pid, d in dead.items():
+        r = proc_row.get(pid)
+        if r is None:
+            continue
+        last = r + 1
+        while last < len(rows) and rows[last][0] != "reason":
+            last += 1
+        ax.add_patch(Rectangle((-0.005 * span, r - 0.45), span * 1.01, last - r + 0.9,
+                               fill=False, edgecolor=COLORS["deadlock"], lw=2.0, zorder=7))
+        ax.text(0.005 * span, last, _wrap("STUCK FOR GOOD: " + d.reason, 140), fontsize=7.5,
+                color=COLORS["deadlock"], va="center", ha="left", zorder=8)
+        used.add("deadlock")
+    for e in by_kind["cuda.warning"]:
+        ax.plot([x(e.ts_ns)], [row(e.pid, e.tid)], marker="v", ms=9, color=COLORS["deadlock"],
+                zorder=8)
+        used.add("deadlock")
+
+    # --- axes, labels, legend ---
+    labels = []
+    for kind, obj in rows:
+        if kind == "process":
+            p = obj
+            how = f" · {p.how}" if p.how not in (None, "record") else ""
+            labels.append(f"{ix.labels[p.pid]}\npid {p.pid}{how}")
+        elif kind == "thread":
+            p, tid = obj
+            labels.append(f"└ {ix.thread_name(p.pid, tid)}")
+        else:
+            labels.append("")
+    ax.set_yticks(range(len(rows)))
+    ax.set_yticklabels(labels, fontsize=8)
+    for tick, (kind, obj) in zip(ax.get_yticklabels(), rows):
+        if kind == "process" and obj.pid in dead:
+            tick.set_color(COLORS["deadlock"])
+            tick.set_fontweight("bold")
+        elif kind == "thread":
+            tick.set_fontsize(7)
+            tick.set_color("#555555")
+    ax.set_ylim(len(rows) - 0.5, -0.5)
+    ax.set_xlim(-0.01 * span, span * 1.08)
+    axis.decorate(ax, fast)
+    for side in ("top", "right", "left"):
+        ax.spines[side].set_visible(False)
+    ax.tick_params(axis="y", length=0)
+    if at is not None:
+        ax.axvline(x(at), color="#000000", lw=1.2, ls="--", zorder=9)
+    if not fast or title:
+        ax.set_title(title or "What each process did, and what travelled between them",
+                     loc="left", fontsize=10)
+    order = ["handle", "copy", "message", "waiting", "holding", "deadlock", "exit0", "exitcode",
+             "signal", "running", "mark", "event"]
+    if not fast:
+        legend(ax, [k for k in order if k in used])
+    return fig
+
+
+# --- helpers --------------------------------------------------------------------------------
+
+def _new(fig, ax, nrows, fast=False):
+    if ax is None:
+        height = max(2.4, 0.9 + 0.55 * nrows)
+        if fast:
+            fig = Figure(figsize=(10, height))
+            fig.subplots_adjust(left=0.16, right=0.98, top=1 - 0.45 / height,
+                                bottom=0.75 / height)
+        else:
+            fig = Figure(figsize=(12.5, height), layout="constrained")
+        ax = fig.add_subplot()
+    return fig, ax
+
+
+def _ending(p):
+    if p.signal:
+        return "signal"
+    if p.exitcode is not None and p.exitcode < 0:
+        return "signal"
+    if p.exitcode not in (None, 0):
+        return "exitcode"
+    if p.exit_ns is None:
+        return "running"
+    return "exit0"
+
+
+def _ending_words(p):
+    if p.signal:
+        return p.signal
+    if p.exitcode is not None and p.exitcode < 0:
+        return f"signal {-p.exitcode}"
+    if p.exitcode is not None:
+        return f"exit {p.exitcode}"
+    return "" if p.exit_ns is None else "exited"
+
+
+class _TimeAxis:
+    """Real time → x, with long idle gaps squeezed to a narrow band (their length written on it).
+
+    Event times are sorted; a gap of at least 20 ms in which nothing was recorded and which takes
+    more than a quarter of the picture (judged again after each squeeze) is drawn narrow (6 % of the busy
+    time). Lock waits are never squeezed: how long a thread waited is the lesson. Between gaps, time is linear, with ticks at round real times.
+    """
+
+    def __init__(self, trace, t0, t1, compress):
+        self.t0, self.t1 = t0, t1
+        self.scale, self.unit = (1e6, "ms") if t1 - t0 < 20e9 else (1e9, "s")
+        self.gaps = []                                  # (x from, x to, real length ns)
+        cuts = []
+        if compress:
+            times = np.unique(np.fromiter((e[0] for e in trace.events), np.int64,
+                                          len(trace.events)))
+            spans = [(since, until or t1) for _, _, _, since, until in st._index(trace).waits]
+            w0 = np.array([a for a, _ in spans], dtype=float)
+            w1 = np.array([b for _, b in spans], dtype=float)
+            diffs = np.diff(times)
+            top = np.argsort(diffs)[::-1][:8]               # the longest quiet stretches
+            gaps = [(float(diffs[i]), float(times[i]), float(times[i + 1])) for i in top]
+            shown = float(t1 - t0)
+            for length, a, b in gaps:
+                if length < max(0.25 * shown, _MIN_SQUEEZE_NS) or shown - length < 0.01 * (t1 - t0):
+                    break
+                if len(w0) and np.any((w0 < b) & (a < w1)):
+                    continue                            # a wait is the story: keep it
+                cuts.append((a, b))
+                shown -= length
+            cuts.sort()
+            merged = []                              # neighbouring squeezes become one
+            for a, b in cuts:
+                if merged and a - merged[-1][1] < 0.04 * shown:
+                    merged[-1] = (merged[-1][0], b)
+                else:
+                    merged.append((a, b))
+            cuts = merged
+        busy = ((t1 - t0) - sum(b - a for a, b in cuts)) / self.scale
+        width = busy * min(0.06, 0.4 / max(1, len(cuts)))
+        real, disp, self.pieces = [float(t0)], [0.0], []
+        for a, b in cuts:
+            self.pieces.append((real[-1], a, disp[-1]))
+            real.append(a)
+            disp.append(disp[-1] + (a - real[-2]) / self.scale)
+            real.append(b)
+            disp.append(disp[-1] + width)
+            self.gaps.append((disp[-2], disp[-1], b - a))
+        self.pieces.append((real[-1], float(t1), disp[-1]))
+        real.append(float(t1))
+        disp.append(disp[-1] + (t1 - real[-2]) / self.scale)
+        self.real, self.disp = np.array(real), np.array(disp)
+        self._real, self._disp = real, disp
+        self.span = disp[-1]
+
+    def x(self, ts):
+        if not self.gaps:
+            return (ts - self.t0) / self.scale
+        real, disp = self._real, self._disp
+        i = min(max(bisect.bisect_right(real, ts) - 1, 0), len(real) - 2)
+        if real[i + 1] == real[i]:
+            return disp[i]
+        return disp[i] + (ts - real[i]) * (disp[i + 1] - disp[i]) / (real[i + 1] - real[i])
+
+    def decorate(self, ax, fast=False):
+        from matplotlib.ticker import MaxNLocator
+        if not fast:
+            ax.set_xlabel(f"time since the trace began ({self.unit})" +
+                      ("   (grey ≈ bands: idle time squeezed, its length written below)"
+                       if self.gaps else ""))
+        if not self.gaps:
+            return
+        ticks = []                                      # (x, label, is_gap)
+        for a, b, d in self.pieces:                     # the linear pieces between gaps
+            if (b - a) / self.scale < 0.04 * self.span and len(self.pieces) > 1:
+                continue                                # too narrow to carry a tick
+            n = max(1, int(round(8 * (b - a) / self.scale / max(self.span, 1e-12))))
+            for v in MaxNLocator(n).tick_values((a - self.t0) / self.scale,
+                                                (b - self.t0) / self.scale):
+                tv = self.t0 + v * self.scale
+                if a <= tv <= b:
+                    ticks.append((d + (tv - a) / self.scale, f"{v:g}", False))
+        for a, b, gap in self.gaps:
+            ax.axvspan(a, b, color="#eeeeee", zorder=0.5)
+            ticks.append(((a + b) / 2, "≈\n+" + _duration(gap), True))
+        kept = []
+        for t in sorted(ticks, key=lambda t: (not t[2], t[0])):     # gap marks first
+            room = 0.07 if t[2] else 0.045
+            if all(abs(t[0] - k[0]) > (0.07 if k[2] else room) * self.span for k in kept):
+                kept.append(t)
+        kept.sort()
+        ax.set_xticks([t[0] for t in kept])
+        ax.set_xticklabels([t[1] for t in kept], fontsize=8)
+        for label, t in zip(ax.get_xticklabels(), kept):
+            if t[2]:
+                label.set_color("#888888")
+                label.set_fontsize(7)
+
+
+def _duration(ns):
+    """A length of time the way people say it: 350 µs, 12 ms, 1.4 s."""
+    if ns < 1e6:
+        return f"{ns / 1e3:.0f} µs"
+    if ns < 1e9:
+        return f"{ns / 1e6:.0f} ms"
+    return f"{ns / 1e9:.1f} s"
+
+
+def _clusters(items, span, gap=0.05):
+    """Group (x, key, value) items whose x are within `gap`·span of each other, per key."""
+    out = []
+    for item in sorted(items, key=lambda i: (str(i[1]), i[0])):
+        last = out[-1] if out else None
+        if last and last[0][1] == item[1] and item[0] - last[-1][0] <= gap * span:
+            last.append(item)
+        else:
+            out.append([item])
+    return out
+
+
+def _message_kind(flow, handles):
+    if flow.put.args.get("msg") in handles:
+        return "handle"
+    if (flow.nbytes or 0) >= BIG_MESSAGE:
+        return "copy"
+    return "message"
+
+
+def _bundled_arrows(ax, flows, handles, axis, row, span, used):
+    """Too many arrows to see one by one: one line per (from row, to row, kind, time bin)."""
+    groups = defaultdict(lambda: ([], []))
+    for f in flows:
+        key = _message_kind(f, handles)
+        g = groups[(row(f.put.pid, f.put.tid), row(f.get.pid, f.get.tid), key)]
+        g[0].append(f.put.ts_ns)
+        g[1].append(f.get.ts_ns)
+    segs, colors, widths = [], [], []
+    for (ra, rb, key), (puts, gets) in groups.items():
+        xa = np.interp(np.asarray(puts, dtype=float), axis.real, axis.disp)
+        xb = np.interp(np.asarray(gets, dtype=float), axis.real, axis.disp)
+        bins = np.clip((xa / span * 16).astype(np.int64), 0, 15)
+        n = np.bincount(bins, minlength=16)
+        sa, sb = np.bincount(bins, xa, 16), np.bincount(bins, xb, 16)
+        for i in np.nonzero(n)[0]:
+            segs.append(((sa[i] / n[i], ra), (sb[i] / n[i], rb)))
+            colors.append(COLORS[key])
+            widths.append(min(5.0, 0.6 + 0.8 * math.log10(n[i])))
+        used.add(key)
+    ax.add_collection(LineCollection(segs, colors=colors, linewidths=widths, alpha=0.6,
+                                     zorder=5))
+    ax.text(0.0, -0.02, f"{len(flows)} messages drawn as {len(segs)} bundles (thicker = more)",
+            transform=ax.transAxes, fontsize=7.5, va="top", ha="left", color="#555555")
+
+
+def _merge(spans, tolerance):
+    """Union of (x0, x1) intervals, joining those closer than `tolerance` (one pixel)."""
+    out = []
+    for a, b in sorted(spans):
+        if out and a <= out[-1][1] + tolerance:
+            out[-1][1] = max(out[-1][1], b)
+        else:
+            out.append([a, b])
+    return out
+
+
+def _wrap(text, width):
+    words, lines, line = text.split(), [], ""
+    for w in words:
+        if len(line) + len(w) + 1 > width and line:
+            lines.append(line)
+            line = w
+        else:
+            line = f"{line} {w}".strip()
+    lines.append(line)
+    return "\n".join(lines)

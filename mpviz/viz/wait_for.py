@@ -1,0 +1,180 @@
+"""The wait-for graph: which thread holds which lock, and who is blocked behind it.
+
+    [producer / main thread] ──holds──► (lock L1) ──blocks──► [consumer / main thread]
+
+Nodes are threads (boxes) and locks (rounded); an arrow goes from an owner to its lock
+("holds") and from the lock to each thread waiting for it ("blocks"). Read along the arrows:
+whoever is at the start of a chain must release before anyone behind can go on.
+
+Two pictures mean "never":
+
+* a **cycle** (drawn in crimson): T1 holds L1 and waits for L2, T2 holds L2 and waits for L1.
+  Each waits for the other; nobody goes on. Layout: the cycle's nodes on a circle.
+* a **ghost owner** (a dashed box): the lock is a copy made by ``fork`` while another thread of
+  the parent held it. ``fork`` copies memory, not threads: in the child that owner does not
+  exist, so nobody will ever release the child's copy. (The same box marks an owner whose
+  process or thread ended while holding a lock.)
+
+Everything here is computed by ``state.state_at``; this module only places and draws it.
+The instant defaults to the moment a stuck run is judged (``state.stuck_moment``), or the end.
+"""
+import math
+import textwrap
+
+from matplotlib.figure import Figure
+from matplotlib.patches import FancyArrowPatch
+
+from . import state as st
+from .colors import COLORS, legend
+
+
+def wait_for(trace, at=None, ax=None, title=None):
+    """Draw threads and locks at instant `at` as a graph (owner → lock → waiter); return the Figure.
+
+    `at=None`: the moment the run got stuck if it did (just before the stuck processes were
+    killed), else the end of the trace.
+    """
+    if at is None:
+        at = st.stuck_moment(trace)
+    state = st.state_at(trace, at)
+    labels, names = state.labels, state.thread_names
+
+    nodes, edges = {}, []                # node key -> (kind, text); edges (a, b, word, key)
+    dead_threads = {(d.pid, d.tid) for d in state.deadlocks}
+    cycle_nodes = []
+    for d in state.deadlocks:
+        for i, item in enumerate(d.cycle[:-1]):
+            key = ("thread", item) if i % 2 == 0 else None
+            if key is None:
+                continue
+            if key not in cycle_nodes:
+                cycle_nodes.append(key)
+    for lk in state.locks:
+        lkey = ("lock", lk.id, lk.copy_in)
+        copy = f"\nthe copy in {labels.get(lk.copy_in, lk.copy_in)}" if lk.copy_in else ""
+        nodes[lkey] = ("lock", f"{lk.type or 'lock'} {lk.id}{copy}")
+        for o in lk.owners:
+            if o.ghost:
+                okey = ("ghost", o.pid, o.tid, lk.copy_in)
+                where = labels.get(lk.copy_in, lk.copy_in) if lk.copy_in else "here"
+                nodes[okey] = ("ghost", f"{labels.get(o.pid, o.pid)}'s thread '{o.thread}'\n"
+                                        f"(does not exist in {where})")
+            else:
+                okey = ("thread", (o.pid, o.tid))
+                nodes[okey] = ("thread", _thread_text(labels, names, o.pid, o.tid))
+            edges.append((okey, lkey, "holds", "ghost" if o.ghost else "holding"))
+        for pid, tid, _ in lk.waiters:
+            wkey = ("thread", (pid, tid))
+            nodes[wkey] = ("thread", _thread_text(labels, names, pid, tid))
+            edges.append((lkey, wkey, "blocks", "deadlock" if (pid, tid) in dead_threads
+                          else "waiting"))
+    in_cycle = set(cycle_nodes)
+    for d in state.deadlocks:                      # the locks of a cycle go on the circle too
+        for i in range(1, len(d.cycle) - 1, 2):
+            owner = d.cycle[i + 1]
+            for lk in state.locks:
+                if lk.id == d.cycle[i] and any((o.pid, o.tid) == owner for o in lk.owners):
+                    key = ("lock", lk.id, lk.copy_in)
+                    if key not in in_cycle:
+                        idx = cycle_nodes.index(("thread", d.cycle[i - 1]))
+                        cycle_nodes.insert(idx + 1, key)
+                        in_cycle.add(key)
+
+    pos = _layout(nodes, edges, cycle_nodes)
+    xs = [x for x, _ in pos.values()] or [0]
+    ys = [y for _, y in pos.values()] or [0]
+    if ax is None:
+        fig = Figure(figsize=(min(14, max(7.5, 1.5 + 1.7 * (max(xs) - min(xs) + 1.6))),
+                              1.6 + 1.0 * (max(ys) - min(ys) + 1.4) +
+                              0.45 * len(state.deadlocks)), layout="constrained")
+        ax = fig.add_subplot()
+    fig = ax.figure
+    ax.set_axis_off()
+    if not nodes:
+        ax.text(0.5, 0.5, "No thread is waiting for a lock at this instant,\n"
+                "and no lock is held.", ha="center", va="center", fontsize=10,
+                transform=ax.transAxes)
+    texts, used = {}, set()
+    for key, (kind, text) in nodes.items():
+        x, y = pos[key]
+        red = key in in_cycle or (kind == "thread" and key[1] in dead_threads)
+        edge = COLORS["deadlock"] if red else ("#555555" if kind != "ghost" else COLORS["ghost"])
+        box = dict(boxstyle="round,pad=0.5" if kind == "lock" else "square,pad=0.5",
+                   fc="#f7f7f7" if kind == "lock" else "white", ec=edge,
+                   lw=2.0 if red else 1.2, ls="--" if kind == "ghost" else "-")
+        texts[key] = ax.text(x, y, text, ha="center", va="center", fontsize=8.5,
+                             color="#777777" if kind == "ghost" else "black", bbox=box,
+                             zorder=3)
+        if kind == "ghost":
+            used.add("ghost")
+    for a, b, word, key in edges:
+        red = key == "deadlock" or (a in in_cycle and b in in_cycle)
+        color = COLORS["deadlock"] if red else COLORS.get(key, "#555555")
+        if key == "ghost":
+            color = COLORS["ghost"]
+        used.add("deadlock" if red else key)
+        arrow = FancyArrowPatch(pos[a], pos[b], arrowstyle="-|>", mutation_scale=14,
+                                lw=2.2 if red else 1.5, color=color,
+                                ls="--" if key == "ghost" else "-",
+                                patchA=texts[a].get_bbox_patch(),
+                                patchB=texts[b].get_bbox_patch(), shrinkA=4, shrinkB=4,
+                                connectionstyle="arc3,rad=0.12" if a in in_cycle else "arc3",
+                                zorder=2)
+        ax.add_patch(arrow)
+        (xa, ya), (xb, yb) = pos[a], pos[b]
+        ax.text((xa + xb) / 2, (ya + yb) / 2 + 0.12, word, ha="center", va="bottom",
+                fontsize=7.5, color=color, zorder=4)
+    ax.set_xlim(min(xs) - 0.8, max(xs) + 0.8)
+    ax.set_ylim(min(ys) - 0.7, max(ys) + 0.7)
+
+    when = (state.t_ns - state.t0_ns) / 1e6
+    head = title or f"Who waits for whom (at {when:.1f} ms): owner → lock → waiter"
+    if state.deadlocks:
+        reasons = []
+        for d in state.deadlocks:
+            r = d.reason if d.cycle else f"{labels.get(d.pid, d.pid)}: {d.reason}"
+            if r not in reasons:
+                reasons.append(r)
+        ax.set_title(head + "\n" + "\n".join(textwrap.fill("STUCK FOR GOOD — " + r, 110)
+                                             for r in reasons[:3]),
+                     loc="left", fontsize=9.5, color=COLORS["deadlock"])
+    else:
+        ax.set_title(head, loc="left", fontsize=10)
+    keys = [k for k in ("holding", "waiting", "deadlock", "ghost") if k in used]
+    if keys:
+        legend(ax, keys, loc="upper left", bbox_to_anchor=(0.0, 0.0), ncols=len(keys))
+    return fig
+
+
+def _thread_text(labels, names, pid, tid):
+    return f"{labels.get(pid, pid)} (pid {pid})\n{names.get((pid, tid), f'thread {tid}')}"
+
+
+def _layout(nodes, edges, cycle_nodes):
+    """Positions: a cycle on a circle; everything else in columns by longest path from a source."""
+    pos = {}
+    rest = [k for k in nodes if k not in cycle_nodes]
+    depth = {k: 0 for k in rest}
+    for _ in range(len(rest)):                     # longest path, by repeated relaxation
+        changed = False
+        for a, b, _, _ in edges:
+            if a in depth and b in depth and depth[b] < depth[a] + 1 <= len(rest):
+                depth[b] = depth[a] + 1
+                changed = True
+        if not changed:
+            break
+    columns = {}
+    for k in rest:
+        columns.setdefault(depth[k], []).append(k)
+    for d, keys in columns.items():
+        for i, k in enumerate(keys):
+            pos[k] = (2.2 * d, -1.3 * i)
+    if cycle_nodes:
+        n = len(cycle_nodes)
+        radius = max(1.4, 0.75 * n / math.pi * 1.6)
+        cx = (max((x for x, _ in pos.values()), default=-2.2) + 2.2 + radius)
+        cy = -radius
+        for i, k in enumerate(cycle_nodes):
+            angle = math.pi / 2 - 2 * math.pi * i / n
+            pos[k] = (cx + 1.3 * radius * math.cos(angle), cy + radius * math.sin(angle))
+    return pos

@@ -1,0 +1,405 @@
+"""``Live``: run a scenario (or your own function), watch it while it runs, then scrub through it.
+
+    from mpviz.widgets import Live
+    Live("fork-held-lock")                         # a scenario: its parameters become controls
+    Live(my_function, start_method=["fork", "spawn"], n=3)   # your function: its arguments
+
+    ┌ controls (start method, strategy, …) ─ [Run] [Stop] ──────────────────────────────┐
+    │ picture: the timeline, redrawn from the recorder while the work runs (~8 per second) │
+    │ afterwards: [▶ Play] ──○────────── slider = an instant; the picture shows it          │
+    │ panels at that instant: processes alive · shared memory · locks · messages in flight │
+    │ verdict: ok / deadlock / error / warning / leak, and why                             │
+    └───────────────────────────────────────────────────────────────────────────────────────┘
+
+How it works. Run starts the work without blocking the kernel: a scenario through
+``mpviz.scenarios.start`` (its own driver process and watchdog), a callable in a background
+thread inside ``mpviz.trace.record(dir)``. A poll thread reads the trace directory
+(``Trace.refresh()``) every 1/8 s and redraws. Pictures are rendered to PNG and put straight into
+an ``Output`` widget's ``outputs`` (not ``with out: display(fig)``, which from a thread -- and
+under nbval -- lands in the wrong cell). Play is tied to the slider with ``widgets.link``, which
+runs in the kernel, so a test can drive everything by setting ``slider.value`` (``jslink`` would
+only link them in a browser). Everything the panels say comes from ``mpviz.viz.state_at``.
+"""
+import base64
+import html
+import inspect
+import io
+import multiprocessing
+import shutil
+import tempfile
+import threading
+import time
+import traceback
+from dataclasses import dataclass
+from typing import Any
+
+import ipywidgets as widgets
+
+import mpviz.trace as mt
+from mpviz import viz
+from mpviz.viz.colors import COLORS, WORDS, human_bytes
+
+REFRESH_HZ = 8
+_RENDERER = None                     # one long-lived drawing thread (see _render_in_background)
+MAX_STEPS = 400                      # slider positions at most (instants subsampled evenly)
+
+
+@dataclass
+class LiveResult:
+    """What a run of a callable ended with (the same fields as ``mpviz.scenarios.Result``)."""
+    name: str
+    params: dict
+    trace: Any
+    outcome: str                     # ok, deadlock, error, warning, leak, stopped
+    explanation: str
+    duration_s: float
+
+
+class Live:
+    """An ipywidgets app for one scenario name or callable; display it (last line of a cell).
+
+    Attributes tests and notebooks use: ``controls`` (name → widget), ``run_button``,
+    ``stop_button``, ``play``, ``slider``, ``picture`` (Output), ``which`` (the picture chooser),
+    ``state_panel`` and ``verdict`` (HTML), ``frames`` (pictures drawn so far), ``result``,
+    ``trace``; methods ``run()``, ``stop()``, ``wait(timeout)``, ``show(t_ns)``.
+    """
+
+    def __init__(self, target, **controls):
+        if not (isinstance(target, str) or callable(target)):
+            raise TypeError("Live(target): target is a scenario name (str) or a callable, not "
+                            f"{type(target).__name__}")
+        self.target = target
+        self.name = target if isinstance(target, str) else getattr(target, "__name__", "work")
+        self.controls = self._make_controls(target, controls)
+        self.trace, self.result, self.frames, self.refreshes = None, None, 0, 0
+        self.instants = []
+        self._running = None                  # scenario Running, or the callable's thread
+        self._stop = threading.Event()
+        self._finished = threading.Event()
+        self._draw_lock = threading.Lock()
+        self._poller = None
+        self._snapshot = None
+
+        self.run_button = widgets.Button(description="Run", button_style="success", icon="play")
+        self.stop_button = widgets.Button(description="Stop", button_style="danger",
+                                          icon="stop", disabled=True)
+        self.run_button.on_click(lambda _: self.run())
+        self.stop_button.on_click(lambda _: self.stop())
+        self.play = widgets.Play(min=0, max=0, step=1, interval=250, disabled=True,
+                                 description="Play")
+        self.slider = widgets.IntSlider(min=0, max=0, description="instant", disabled=True,
+                                        continuous_update=True,
+                                        layout=widgets.Layout(width="60%"))
+        widgets.link((self.play, "value"), (self.slider, "value"))   # kernel side, not jslink
+        self.slider.observe(self._on_slider, names="value")
+        self.when = widgets.HTML("")
+        self.which = widgets.ToggleButtons(options=["timeline", "memory map", "wait-for"],
+                                           value="timeline", style={"button_width": "110px"})
+        self.which.observe(lambda _: self._redraw_scrub(), names="value")
+        self.picture = widgets.Output(layout=widgets.Layout(min_height="160px"))
+        self.state_panel = widgets.HTML("<i>Press Run.</i>")
+        self.verdict = widgets.HTML("")
+        self.legend = widgets.HTML(_legend_html())
+        self.box = widgets.VBox([
+            widgets.HTML(f"<b>{html.escape(self.name)}</b>"),
+            widgets.HBox(list(self.controls.values())),
+            widgets.HBox([self.run_button, self.stop_button]),
+            self.verdict,
+            widgets.HBox([self.play, self.slider, self.when]),
+            self.which, self.picture, self.legend, self.state_panel])
+        # Stable CSS classes: the browser tests (tests/test_browser.py) find the parts by them.
+        for part, css in [(self.box, "mpviz-live"), (self.run_button, "mpviz-run"),
+                          (self.verdict, "mpviz-verdict"), (self.state_panel, "mpviz-state"),
+                          (self.slider, "mpviz-slider"), (self.play, "mpviz-play")]:
+            part.add_class(css)
+
+    # --- display ---
+
+    def _ipython_display_(self):
+        from IPython.display import display
+        display(self.box)
+
+    def __repr__(self):
+        state = "running" if self.running else ("finished" if self.result else "ready")
+        return f"<mpviz Live {self.name!r}: {state}>"
+
+    @property
+    def running(self):
+        return self._poller is not None and self._poller.is_alive()
+
+    # --- controls ---
+
+    @staticmethod
+    def _make_controls(target, given):
+        specs = {}                                      # name -> (default, choices, help)
+        if isinstance(target, str):
+            from mpviz import scenarios
+            info = {i.name: i for i in scenarios.catalog()}
+            key = target.replace("_", "-")
+            if key not in info:
+                raise ValueError(f"unknown scenario {target!r}; the scenarios are: "
+                                 f"{', '.join(info)}")
+            for pname, p in info[key].params.items():
+                specs[pname] = (p.default, p.choices, p.help)
+        else:
+            for pname, p in inspect.signature(target).parameters.items():
+                if p.default is not inspect.Parameter.empty:
+                    specs[pname] = (p.default, None, "")
+        for pname, value in given.items():
+            if pname not in specs and isinstance(target, str):
+                raise ValueError(f"scenario {target!r} has no parameter {pname!r}; its "
+                                 f"parameters are: {', '.join(specs) or 'none'}")
+            if isinstance(value, (list, tuple)):
+                specs[pname] = (value[0], list(value), "")
+            else:
+                d, c, h = specs.get(pname, (value, None, ""))
+                specs[pname] = (value, c, h)
+        out = {}
+        for pname, (default, choices, help_) in specs.items():
+            style = {"description_width": "initial"}
+            if choices:
+                w = widgets.Dropdown(options=list(choices), value=default, description=pname,
+                                     style=style)
+            elif isinstance(default, bool):
+                w = widgets.Checkbox(value=default, description=pname, indent=False)
+            elif isinstance(default, int):
+                w = widgets.IntText(value=default, description=pname, style=style,
+                                    layout=widgets.Layout(width="160px"))
+            elif isinstance(default, float):
+                w = widgets.FloatText(value=default, description=pname, style=style,
+                                      layout=widgets.Layout(width="160px"))
+            else:
+                w = widgets.Text(value="" if default is None else str(default),
+                                 description=pname, style=style)
+            w.tooltip = help_ or None
+            out[pname] = w
+        return out
+
+    def params(self):
+        """The current control values, as keyword arguments."""
+        return {k: w.value for k, w in self.controls.items()}
+
+    # --- running ---
+
+    def run(self):
+        """Start the work (what the Run button does); returns at once."""
+        if self.running:
+            return
+        self._stop.clear()
+        self._finished.clear()
+        self.result, self.frames, self.refreshes = None, 0, 0
+        self._snapshot = None
+        self.run_button.disabled, self.stop_button.disabled = True, False
+        self.play.disabled = self.slider.disabled = True
+        self.verdict.value = "<i>running…</i>"
+        params = self.params()
+        if isinstance(self.target, str):
+            from mpviz import scenarios
+            self._running = scenarios.start(self.target, **params)
+            self.trace = self._running.trace()
+        else:
+            self._running = _CallableRun(self.target, params)
+            self.trace = self._running.trace
+        self._poller = threading.Thread(target=self._poll, name="mpviz-live", daemon=True)
+        self._dirty = threading.Event()
+        self._painter = threading.Thread(target=self._paint, name="mpviz-live-paint",
+                                         daemon=True)
+        self._painter.start()
+        self._poller.start()
+
+    def stop(self):
+        """Kill the running work (what the Stop button does)."""
+        self._stop.set()
+        if self._running is not None:
+            self._running.stop()
+
+    def wait(self, timeout=None):
+        """Block until the run has finished and the scrubber is ready; True if it has."""
+        return self._finished.wait(timeout)
+
+    def _poll(self):
+        """Every 1/REFRESH_HZ s: read new events, update the state panel, ask for a picture."""
+        start = time.monotonic()
+        try:
+            while not self._running.done():
+                tick = time.monotonic()
+                if self.trace.refresh() or self._snapshot is None:
+                    # the painter draws a copy: refresh() re-sorts the live list in place
+                    self._snapshot = mt.Trace(None, events=self.trace.events)
+                if self._snapshot.events:
+                    self.state_panel.value = _state_html(viz.state_at(self._snapshot))
+                self.refreshes += 1
+                self._dirty.set()
+                self._stop.wait(max(0.0, 1 / REFRESH_HZ - (time.monotonic() - tick)))
+            self._dirty.set()
+            self._painter.join()
+            result = self._running.result(timeout=60)
+        except Exception as exc:               # a broken run must still leave a usable widget
+            result = LiveResult(self.name, self.params(), self.trace, "error",
+                                f"{type(exc).__name__}: {exc}", time.monotonic() - start)
+        self.result = result
+        self.trace = result.trace if getattr(result, "trace", None) is not None else self.trace
+        self._finish()
+
+    def _paint(self):
+        """Redraw the live timeline whenever the poll thread has read something: as often as
+        drawing allows (a picture takes ~0.1 s; on a busy machine frames are dropped)."""
+        while True:
+            self._dirty.wait()
+            self._dirty.clear()
+            if self._running.done():
+                return
+            snapshot = self._snapshot
+            if snapshot is not None and snapshot.events:
+                self._show_picture(lambda: viz.timeline(snapshot, fast=True, max_labels=0),
+                                   dpi=60)
+                self.frames += 1
+
+    def _finish(self):
+        events = self.trace.events if self.trace is not None else []
+        stamps = sorted({e.ts_ns for e in events})
+        if len(stamps) > MAX_STEPS:
+            stamps = [stamps[round(i * (len(stamps) - 1) / (MAX_STEPS - 1))]
+                      for i in range(MAX_STEPS)]
+        self.instants = stamps
+        r = self.result
+        color = {"ok": "#2ca02c", "warning": COLORS["waiting"], "leak": COLORS["leak"]}.get(
+            r.outcome, COLORS["deadlock"])
+        self.verdict.value = (f"<b style='color:{color}'>{html.escape(r.outcome.upper())}</b> "
+                              f"({r.duration_s:.1f} s)<pre style='white-space:pre-wrap'>"
+                              f"{html.escape(str(r.explanation))}</pre>")
+        self.run_button.disabled, self.stop_button.disabled = False, True
+        last = max(0, len(stamps) - 1)
+        self.slider.max = self.play.max = last
+        self.play.disabled = self.slider.disabled = not stamps
+        if self.slider.value == last:
+            self._redraw_scrub()
+        else:
+            self.slider.value = last                  # the end: where the verdict is
+        self._finished.set()
+
+    # --- scrubbing ---
+
+    def _on_slider(self, change):
+        if self.instants:
+            self._redraw_scrub()
+
+    def show(self, t_ns):
+        """Move the slider to the instant nearest `t_ns`."""
+        import bisect
+        i = bisect.bisect_left(self.instants, t_ns)
+        self.slider.value = min(max(i, 0), len(self.instants) - 1)
+
+    def state(self):
+        """``mpviz.viz.state_at`` for the slider's instant."""
+        return viz.state_at(self.trace, self.instants[self.slider.value])
+
+    def _redraw_scrub(self):
+        if not self.instants or self.trace is None:
+            return
+        t = self.instants[min(self.slider.value, len(self.instants) - 1)]
+        state = viz.state_at(self.trace, t)
+        self.when.value = f"{state.t_s * 1000:.1f} ms"
+        self.state_panel.value = _state_html(state)
+        draw = {"timeline": lambda: viz.timeline(self.trace, at=t),
+                "memory map": lambda: viz.memory_map(self.trace, at=t),
+                "wait-for": lambda: viz.wait_for(self.trace, at=t)}[self.which.value]
+        self._show_picture(draw)
+
+    def _show_picture(self, draw, dpi=72):
+        _render_in_background(lambda: self._draw_into_output(draw, dpi))
+
+    def _draw_into_output(self, draw, dpi):
+        with self._draw_lock:
+            fig = draw()
+            buf = io.BytesIO()
+            fig.savefig(buf, format="png", dpi=dpi, pil_kwargs={"compress_level": 1})
+            png = base64.b64encode(buf.getvalue()).decode("ascii")
+            self.picture.outputs = ({"output_type": "display_data", "metadata": {},
+                                     "data": {"image/png": png,
+                                              "text/plain": "<mpviz picture>"}},)
+
+
+def _render_in_background(job):
+    """Run `job` on the one drawing thread this process keeps, and wait for it.
+
+    Why one thread: matplotlib caches fonts (open files) per thread, so drawing from a new
+    thread at every run would leave a few more font files open each time."""
+    global _RENDERER
+    if _RENDERER is None:
+        from concurrent.futures import ThreadPoolExecutor
+        _RENDERER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="mpviz-draw")
+    return _RENDERER.submit(job).result()
+
+
+class _CallableRun:
+    """Runs `fn(**params)` in a thread, recording into a temporary directory."""
+
+    def __init__(self, fn, params):
+        self.fn, self.params = fn, params
+        self.directory = tempfile.mkdtemp(prefix="mpviz-live-")
+        self.trace = mt.Trace(self.directory)
+        self.outcome, self.value, self.error = None, None, None
+        self._before = {p.pid for p in multiprocessing.active_children()}
+        self._started = time.monotonic()
+        self._thread = threading.Thread(target=self._work, name="mpviz-live-work", daemon=True)
+        self._thread.start()
+
+    def _work(self):
+        try:
+            with mt.record(self.directory):
+                self.value = self.fn(**self.params)
+        except BaseException as exc:          # the verdict, not a crash of the widget
+            self.error = "".join(traceback.format_exception_only(type(exc), exc)).strip()
+
+    def done(self):
+        return not self._thread.is_alive()
+
+    def stop(self):
+        for p in multiprocessing.active_children():
+            if p.pid not in self._before:
+                p.kill()
+        self.outcome = "stopped"
+
+    def result(self, timeout=None):
+        self._thread.join(timeout)
+        trace = mt.load(self.directory)
+        trace = mt.Trace(None, events=trace.events)   # keep the events, drop the directory
+        shutil.rmtree(self.directory, ignore_errors=True)
+        stuck = viz.deadlocks(trace)
+        leaked = [s for s in viz.state_at(trace).segments if s.status == "leaked"]
+        if self.outcome == "stopped":
+            outcome, words = "stopped", "stopped by the Stop button"
+        elif self.error:
+            outcome, words = "error", self.error
+        elif stuck:
+            outcome, words = "deadlock", stuck[0].reason
+        elif leaked:
+            outcome = "leak"
+            words = (f"{len(leaked)} segment(s) left in /dev/shm that no process maps "
+                     f"({human_bytes(sum(s.nbytes or 0 for s in leaked))})")
+        else:
+            outcome = "ok"
+            words = self.value if isinstance(self.value, str) else f"returned {self.value!r}"
+        return LiveResult(getattr(self.fn, "__name__", "work"), dict(self.params), trace,
+                          outcome, words, time.monotonic() - self._started)
+
+
+def _legend_html():
+    items = []
+    for key in ("handle", "copy", "message", "waiting", "holding", "leak", "deadlock"):
+        style = (f"border:2px dashed {COLORS[key]}" if key == "waiting" else
+                 f"background:{COLORS[key]}")
+        items.append(f"<span style='display:inline-block;width:12px;height:12px;{style};"
+                     f"margin:0 4px 0 10px;vertical-align:middle'></span>"
+                     f"{html.escape(WORDS[key])}")
+    return "<div style='font-size:85%'>" + "".join(items) + "</div>"
+
+
+def _state_html(state):
+    """The state panel: the four tables in plain words (escaped)."""
+    return ("<pre style='font-size:85%;white-space:pre-wrap;margin:0'>" +
+            html.escape(state.text()) + "</pre>")
+
+
+__all__ = ["Live", "LiveResult"]

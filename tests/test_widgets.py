@@ -1,0 +1,137 @@
+"""The Live widget, driven from a test as a notebook user would: Run, wait, scrub, read panels.
+
+Nothing here needs a browser: Play and the slider are linked kernel-side (``widgets.link``), so
+setting ``slider.value`` is exactly what dragging it does, and every panel is a widget whose
+``value`` (HTML) or ``outputs`` (the picture) the test can read.
+"""
+import base64
+import functools
+import io
+import os
+import sys
+import time
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import pytest  # noqa: E402
+
+pytest.importorskip("ipywidgets")
+
+sys.path.insert(0, os.path.dirname(__file__))
+import viz_workers as w  # noqa: E402
+
+import mpviz.multiprocessing as mp  # noqa: E402
+from mpviz import viz  # noqa: E402
+from mpviz.widgets import Live  # noqa: E402
+
+pytestmark = pytest.mark.timeout(180)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def fonts_loaded():
+    """matplotlib keeps a font file open once it has used it: load them before the leak check."""
+    live = Live(w.producer_consumer)
+    live.run()
+    assert live.wait(120)
+    for which in ("timeline", "memory map", "wait-for"):
+        live.which.value = which
+    fig = viz.timeline(live.trace, fast=True)
+    fig.savefig(io.BytesIO(), format="png", dpi=60)
+
+
+def png_of(live):
+    (out,) = live.picture.outputs
+    return base64.b64decode(out["data"]["image/png"])
+
+
+def test_run_wait_scrub_and_read_the_panels():
+    live = Live(w.producer_consumer, start_method=["spawn", "fork"], n=3)
+    assert list(live.controls) == ["start_method", "n", "size", "big"]
+    assert live.controls["start_method"].options == ("spawn", "fork")
+    live.run()
+    assert live.wait(120), "the run finished and the scrubber is ready"
+    assert live.result.outcome == "ok"
+    assert "the consumer summed 300000" in live.verdict.value
+    assert live.slider.max == len(live.instants) - 1 > 10 and not live.slider.disabled
+
+    # an instant when the producer has put its first tensor and the consumer has not got it
+    trace = live.trace
+    producer = next(p.pid for p in trace.processes() if p.name == "producer")
+    first = next(f for f in trace.flows() if f.put.pid == producer)
+    live.show(first.put.ts_ns)
+    assert live.instants[live.slider.value] == first.put.ts_ns
+    panel = live.state_panel.value
+    assert f"producer (pid {producer})" in panel and "Messages in flight (1)" in panel
+    assert "mpviz_fd_" in panel and "file_descriptor" in panel     # the shared segment
+    assert live.play.value == live.slider.value                       # linked, kernel side
+    assert png_of(live).startswith(b"\x89PNG")
+
+    live.which.value = "memory map"                  # the picture follows the chooser
+    assert png_of(live).startswith(b"\x89PNG")
+    live.play.value = live.slider.max                 # Play drives the slider too
+    assert live.slider.value == live.slider.max
+    assert "Processes alive (1)" in live.state_panel.value
+
+
+def test_redraws_from_the_recorder_while_running():
+    ctx = mp.get_context("fork")
+    release = ctx.Event()
+    live = Live(functools.partial(w.wait_in_a_child, release))
+    live.run()
+    start = time.monotonic()
+    deadline = start + 60
+    while live.refreshes < 12 and time.monotonic() < deadline:
+        assert live.running
+        live._stop.wait(0.05)      # polling the widget's own counters, bounded
+    elapsed = time.monotonic() - start
+    rate = live.refreshes / elapsed
+    frames = live.frames
+    release.set()
+    assert live.wait(60)
+    assert rate >= 5, f"recorder read {rate:.1f} times a second"
+    assert frames >= 2, "the picture was redrawn while the work ran"
+    assert "waiter" in live.state_panel.value or live.result.outcome == "ok"
+    assert live.result.outcome == "ok" and "exit code 0" in live.result.explanation
+
+
+def test_stop_kills_the_work():
+    ctx = mp.get_context("fork")
+    never = ctx.Event()
+    live = Live(functools.partial(w.wait_in_a_child, never))
+    live.run()
+    while not any(e.kind == "mark" for e in live.trace.events):
+        live.trace.refresh()             # synchronised on the log: the child is waiting
+    live.stop()
+    assert live.wait(60)
+    assert live.result.outcome == "stopped"
+    assert "STOPPED" in live.verdict.value
+
+
+def test_an_exception_is_the_verdict():
+    def broken(n=1):
+        raise ValueError(f"bad n={n}")
+    live = Live(broken, n=7)
+    live.run()
+    assert live.wait(60)
+    assert live.result.outcome == "error" and "bad n=7" in live.result.explanation
+
+
+def test_bad_targets_say_what_is_wrong():
+    with pytest.raises(TypeError, match="scenario name"):
+        Live(42)
+
+
+def test_a_scenario_target():
+    scenarios = pytest.importorskip("mpviz.scenarios")
+    names = [i.name for i in scenarios.catalog()]
+    if "queue-sharing" not in names:
+        pytest.skip("scenario queue-sharing not available")
+    live = Live("queue-sharing")
+    live.run()
+    assert live.wait(150)
+    assert live.result.outcome in ("ok", "warning")
+    assert live.slider.max > 0
+    live.slider.value = live.slider.max // 2
+    assert "Processes alive" in live.state_panel.value
