@@ -131,9 +131,11 @@ def fonts_loaded(pc, leak, fork_deadlock, cycle):
 
 
 def texts(fig):
+    """Every word the figure shows, after a draw (labels that found no room are hidden)."""
+    fig.canvas.draw()
     out = []
     for ax in fig.axes:
-        out += [t.get_text() for t in ax.texts]
+        out += [t.get_text() for t in ax.texts if t.get_visible()]
         out += [t.get_text() for t in ax.get_yticklabels() + ax.get_xticklabels()]
         out.append(ax.get_title(loc="left"))
         if ax.get_legend():
@@ -161,12 +163,12 @@ def test_timeline_lanes_arrows_and_copies(pc):
     assert len(drawn) == len(done) == 7        # 3 tensors, 1 re-sent, the array, None, total
     colors = [to_hex(a.get_edgecolor()) for a in drawn]
     assert colors.count(COLORS["handle"]) == 4                  # tensors: handles
-    assert colors.count(COLORS["copy"]) == 1                    # the NumPy array: 160 kB pickled
+    assert colors.count(COLORS["copy"]) == 1                    # the NumPy array: 157 KiB pickled
     by_color = {c: a.get_linewidth() for c, a in zip(colors, drawn)}
     assert by_color[COLORS["copy"]] > by_color[COLORS["handle"]]  # width grows with bytes
     words = texts(fig)
-    assert any("160 kB" in t for t in words)                    # the pickled array's size
-    assert any(t.startswith("copy 400 kB") or " copies, " in t for t in words)  # into shm
+    assert any("157 KiB" in t for t in words)                   # the pickled array's size
+    assert any(t.startswith("copy 391 KiB") or " copies, " in t for t in words)  # into shm
     copies = [c for c in ax.collections if c.get_offsets().shape[0] == 3 and
               to_hex(c.get_facecolor()[0]) == COLORS["copy"]]
     assert copies, "three red squares, one per tensor copied into shared memory"
@@ -295,6 +297,50 @@ def test_plot_summary_and_trace_plot(pc, fork_deadlock):
     assert len(fig.axes) == 3
     text = viz.summary(trace)
     assert "4 carried shared-memory handles" in text and "3 copies" in text
+
+
+def test_labels_never_overlap_and_figures_show_in_a_notebook(pc):
+    fig = viz.timeline(pc[0])
+    png = fig._repr_png_()                       # what IPython shows without %matplotlib inline
+    assert png.startswith(b"\x89PNG")
+    renderer = fig.canvas.get_renderer()
+    boxes = [t.get_window_extent(renderer) for t in fig.axes[0].texts
+             if t.get_visible() and t.get_text().strip()]
+    assert len(boxes) >= 4
+    for i, a in enumerate(boxes):
+        assert not any(a.overlaps(b) for b in boxes[i + 1:])
+
+
+def test_plot_title_is_short_and_sizes_are_binary(pc):
+    class Result:                                # what a scenario returns, in miniature
+        name, outcome, trace = "queue-sharing", "ok", pc[0]
+        explanation = "word " * 120
+    fig = viz.plot(Result())
+    lines = fig._suptitle.get_text().splitlines()
+    assert lines[0] == "queue-sharing: OK" and len(lines) <= 4
+    assert all(len(line) <= 102 for line in lines)
+    assert viz.human_bytes(64 * 1024) == "64 KiB" and viz.human_bytes(3 << 20) == "3 MiB"
+    assert viz.human_bytes(512) == "512 B"
+
+
+def test_cuda_warning_is_amber_not_a_deadlock():
+    assert COLORS["warning"] != COLORS["deadlock"]
+    assert "CUDA" in WORDS["warning"] and "deadlock" not in WORDS["warning"]
+
+
+def test_scenario_lanes_watchdog_and_cuda():
+    import mpviz.scenarios as sc
+    r = sc.run("fork-held-lock")                  # run under a watchdog, which kills it
+    lanes = [t.get_text() for t in viz.timeline(r.trace).axes[0].get_yticklabels()]
+    assert not any("watchdog" in lane for lane in lanes)          # no lane for its side log
+    assert lanes[0].startswith("main\npid ")                     # the driver, named once
+    assert not any(lane.count("pid ") > 1 for lane in lanes)
+    r = sc.run("cuda-producer-exits")
+    fig = viz.timeline(r.trace)
+    assert COLORS["handle"] in [to_hex(a.get_edgecolor()) for a in arrows(fig)]  # the handle
+    marker = [ln for ln in fig.axes[0].lines if ln.get_marker() == "v"]
+    assert marker and to_hex(marker[0].get_color()) == COLORS["warning"]
+    assert WORDS["warning"] in texts(fig) and WORDS["deadlock"] not in texts(fig)
 
 
 def test_import_mpviz_pulls_in_no_drawing_library():

@@ -7,7 +7,8 @@
     viz.state_at(trace, t_ns).text()     # the same facts in words, at one instant (no picture)
     viz.plot(result)                     # a scenario's Result: the three pictures, one figure
 
-Each function returns a ``matplotlib.figure.Figure`` (made without pyplot, so nothing pops up
+Each function returns a ``matplotlib.figure.Figure`` (mpviz's subclass in ``figure.py``, which
+a notebook shows as a picture even without ``%matplotlib inline``; made without pyplot, so nothing pops up
 twice in a notebook and nothing needs closing; ``fig.savefig("x.png")`` saves it) and takes
 ``ax=`` to draw into your own axes. One colour vocabulary everywhere: see ``colors.py``
 (``COLORS``, ``WORDS``, ``legend``). ``import mpviz`` does not import this package (or
@@ -30,8 +31,11 @@ __all__ = ["timeline", "memory_map", "wait_for", "state_at", "plot", "summary", 
 
 def plot(obj, at=None):
     """A ``Result`` (or a ``Trace``): timeline on top, memory map and wait-for graph below,
-    titled with the verdict. Returns the Figure."""
-    from matplotlib.figure import Figure
+    titled with the verdict (the scenario's name and outcome) and, under it, the start of the
+    explanation (at most 3 lines of ~100 characters). Returns the Figure."""
+    import textwrap
+
+    from .figure import Figure
     trace = getattr(obj, "trace", obj)
     fig = Figure(figsize=(13, 11), layout="constrained")
     top, bottom = fig.subfigures(2, 1, height_ratios=[1.2, 1])
@@ -40,9 +44,11 @@ def plot(obj, at=None):
     memory_map(trace, at=at, ax=left.add_subplot())
     wait_for(trace, at=at, ax=right.add_subplot())
     if hasattr(obj, "outcome"):
-        fig.suptitle(f"{getattr(obj, 'name', '')}: {obj.outcome.upper()} — "
-                     f"{str(obj.explanation).splitlines()[0] if obj.explanation else ''}",
-                     x=0.01, ha="left", fontsize=11)
+        title = f"{getattr(obj, 'name', '') or 'run'}: {str(obj.outcome).upper()}"
+        words = " ".join(str(obj.explanation or "").split())
+        lines = textwrap.wrap(words, 100, max_lines=3, placeholder=" …")
+        fig.suptitle("\n".join([title] + lines), x=0.01, ha="left", fontsize=10,
+                     linespacing=1.4)
     return fig
 
 

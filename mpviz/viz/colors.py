@@ -11,6 +11,7 @@ memory map, the wait-for graph and the Live widget::
     blue     holding a lock
     purple   leaked: a segment left in /dev/shm that no live process maps
     crimson  stuck for good: a deadlock, a cycle, a lock nobody can release
+    amber    a warning (▼): the producer exited while a consumer held its CUDA memory
     black    killed by a signal;  brown: exited with an error code
 
 ``COLORS`` maps a meaning to a colour, ``WORDS`` says each meaning in plain words (used by every
@@ -26,6 +27,8 @@ COLORS = {
     "holding": "#1f77b4",       # blue
     "leak": "#9467bd",          # purple
     "deadlock": "#a50f15",      # crimson
+    "warning": "#ffc107",       # amber: a warning, not (yet) a failure
+    "task": "#ffffff",          # white box, dark edge: a Pool task running
     "exit0": "#c7c7c7",         # light grey life bar: ended normally
     "exitcode": "#8c564b",      # brown: exited with an error code
     "signal": "#252525",        # black: killed by a signal
@@ -45,6 +48,8 @@ WORDS = {
     "holding": "holding a lock",
     "leak": "leaked: left in /dev/shm, no live process maps it",
     "deadlock": "stuck for good (deadlock)",
+    "warning": "warning: the producer exited while a consumer held its CUDA memory",
+    "task": "a Pool task running (start → done)",
     "exit0": "process ran and exited normally (exit 0)",
     "exitcode": "process exited with an error code",
     "signal": "process killed by a signal",
@@ -61,13 +66,14 @@ BIG_MESSAGE = 64 * 1024
 
 
 def human_bytes(n):
-    """``400000`` → ``'400 kB'`` (decimal units, as students read them)."""
+    """``65536`` → ``'64 KiB'``, ``400000`` → ``'391 KiB'``: binary units, the ones the scenario
+    texts and ``numel * 4`` arithmetic use (a 64K-element float32 tensor is 256 KiB)."""
     if n is None:
         return "?"
-    for unit in ("B", "kB", "MB", "GB"):
-        if abs(n) < 1000 or unit == "GB":
-            return f"{n:.0f} {unit}" if unit == "B" or n >= 100 else f"{n:.3g} {unit}"
-        n /= 1000
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(n) < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" or abs(n) >= 100 else f"{n:.3g} {unit}"
+        n /= 1024
 
 
 def legend(ax, keys, **kwargs):
@@ -78,6 +84,12 @@ def legend(ax, keys, **kwargs):
         if key == "waiting":
             handles.append(Patch(facecolor="white", edgecolor=COLORS[key], hatch="///",
                                  label=WORDS[key]))
+        elif key == "task":
+            handles.append(Patch(facecolor="white", edgecolor="#333333", label=WORDS[key]))
+        elif key == "warning":
+            from matplotlib.lines import Line2D
+            handles.append(Line2D([], [], marker="v", ls="none", ms=8, color=COLORS[key],
+                                  markeredgecolor="#7a5200", label=WORDS[key]))
         elif key == "ghost":
             handles.append(Patch(facecolor="white", edgecolor=COLORS[key], linestyle="--",
                                  label=WORDS[key]))

@@ -1,8 +1,8 @@
 """The memory map: which process maps which shared-memory segment, and what is left behind.
 
                        main      producer   consumer    │ at the end
-    mpviz_fd_27… (fd, 400 kB)      created    maps it     │ in use
-    mpviz_e5ba… (fs, 4 kB)         created ✝               │ LEAKED
+    mpviz_fd_27… (fd, 391 KiB)     created    maps it     │ in use
+    mpviz_e5ba… (fs, 4 KiB)        created ✝               │ LEAKED
 
 Rows are segments (in the order they were created), columns are processes; a cell says what
 that process did with that segment *up to the instant* ``at`` (default: the trace's end):
@@ -20,11 +20,11 @@ alive (a ✓ where it agrees, ✗ where it does not) and whether the name is sti
 """
 import os
 
-from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
 
 from . import state as st
 from .colors import COLORS, human_bytes, legend
+from .figure import Figure
 from mpviz.trace.osview import os_view
 
 

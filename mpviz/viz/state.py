@@ -22,6 +22,22 @@ did not copy (only the forking thread survives in the child): a ghost owner. Tha
 A deadlock is a thread waiting for a lock whose owner can never release it: the owner is a ghost,
 the owner's process or thread has ended, or the owners wait on each other in a cycle (found by a
 depth-first search over "waiter → owner" edges). A ``watchdog.stuck`` event also counts.
+
+Which messages carried a shared-memory handle (drawn green, counted by ``summary``). The
+evidence is what happened right around the message in the same thread:
+
+  * the sender passed a file descriptor (``fd.send``) or exported CUDA memory (``cuda.send``)
+    just before its put, or
+  * the receiver mapped memory (``shm.attach``), fetched an fd (``fd.recv``) or opened a CUDA
+    IPC handle (``cuda.ipc_open``) while unpickling it, just before its get, or
+  * a handle sent *again*: the receiver already maps the segment (torch's cache hit, so no
+    attach is recorded). Rule: a message of under 1 KiB pickled whose sender maps a segment at
+    the put which the receiver maps at the get, and which has the same pickled size as an
+    earlier handle message from the same sender on the same channel. A heuristic: a small
+    reply of exactly that size would be drawn green too.
+
+The watchdog (a scenario's side process, ``process.start how="watchdog"``) is not a lane of
+its own: its ``watchdog.stuck`` / ``watchdog.kill`` events are filed under the pids they name.
 """
 import re
 import weakref
@@ -32,9 +48,10 @@ from .colors import human_bytes
 
 _THREAD_LOCK = re.compile(r"^t(\d+)\.\d+$")
 _SHM_KINDS = frozenset({"shm.create", "shm.attach", "shm.detach", "shm.unlink"})
-_HANDLE_SIGNS = frozenset({"shm.attach", "fd.recv", "fd.send"})
+_HANDLE_SIGNS = frozenset({"shm.attach", "fd.recv", "fd.send", "cuda.send", "cuda.ipc_open"})
 _MESSAGE_ENDS = frozenset({"queue.get", "pipe.recv", "queue.put", "pipe.send"})
-_NEUTRAL = frozenset({"shm.create", "copy", "shm.cache"})
+_NEUTRAL = frozenset({"shm.create", "copy", "shm.cache", "cuda.alloc", "cuda.limbo"})
+_SMALL_HANDLE = 1024           # a re-sent handle pickles to less than this
 # Kinds the timeline draws with glyphs of their own; every other kind is a plain tick.
 GLYPH_KINDS = frozenset({
     "process.start", "process.bootstrap", "process.exit", "process.launch", "process.reaped",
@@ -182,6 +199,9 @@ class _Index:
         self.t0 = events[0].ts_ns if events else 0
         self.t1 = events[-1].ts_ns if events else 0
         self.procs = {p.pid: p for p in trace.processes()}
+        self.watchdogs = {pid for pid, p in self.procs.items() if p.how == "watchdog"}
+        self.tasks = []                # (pid, tid, start_ns, done_ns) of Pool tasks
+        open_tasks = {}
         self.flows = trace.flows()
         self.lock_infos = {lk.id: lk for lk in trace.locks()}
         self.threads, self.thread_end, self.forker = {}, {}, {}
@@ -193,6 +213,14 @@ class _Index:
         for e in events:
             k = e.kind
             who = (e.pid, e.tid)
+            if e.pid in self.watchdogs:                 # file its findings under their pids
+                named = e.args.get("pids") or [e.args.get("pid")]
+                for pid in named if isinstance(named, (list, tuple)) else [named]:
+                    if pid in self.procs and k not in GLYPH_KINDS:
+                        self.ticks.setdefault((pid, pid), []).append(e.ts_ns)
+                if k == "watchdog.stuck":
+                    self.stuck.append(e)
+                continue
             if who not in self.first_seen:
                 self.first_seen[who] = e.ts_ns
             if e.tid != e.pid and k != "thread.start" and k != "thread.exit":
@@ -226,9 +254,48 @@ class _Index:
                     self.waits.append((e.args["lock"], e.pid, e.tid, since, e.ts_ns))
             elif k == "watchdog.stuck":
                 self.stuck.append(e)
+            elif k == "pool.task":
+                key = (e.pid, e.args.get("job"), e.args.get("index"))
+                if e.args.get("phase") == "start":
+                    open_tasks[key] = e
+                elif e.args.get("phase") == "done" and key in open_tasks:
+                    self.tasks.append((e.pid, e.tid, open_tasks.pop(key).ts_ns, e.ts_ns))
+        self._resent_handles()
         for (lid, pid, tid), since in open_waits.items():
             self.waits.append((lid, pid, tid, since, None))
-        self.labels = _make_labels(self.procs)
+        self.labels = _make_labels(self.procs, self.watchdogs)
+
+    def _resent_handles(self):
+        """Add to ``handles`` the small messages that re-send a handle (see the module text)."""
+        sizes = {}                                   # (sender, channel) -> handle msg sizes
+        for f in self.flows:
+            if f.put.args.get("msg") in self.handles and f.nbytes is not None:
+                sizes.setdefault((f.put.pid, f.channel), set()).add(f.nbytes)
+        maybe = [f for f in self.flows if f.get is not None and f.nbytes is not None
+                 and f.nbytes < _SMALL_HANDLE and f.put.args.get("msg") not in self.handles
+                 and f.nbytes in sizes.get((f.put.pid, f.channel), ())]
+        if not maybe or not self.shm:
+            return
+        # one sweep over the mapping events answers "what does pid map at t?" for each message
+        asks = sorted([(f.put.ts_ns, i, "put") for i, f in enumerate(maybe)] +
+                      [(f.get.ts_ns, i, "get") for i, f in enumerate(maybe)])
+        maps, seen, j = {}, {}, 0
+        for t, i, end in asks:
+            while j < len(self.shm) and self.shm[j].ts_ns <= t:
+                e = self.shm[j]
+                j += 1
+                key = (e.pid, e.args.get("name"))
+                if e.kind in ("shm.create", "shm.attach"):
+                    maps[key] = maps.get(key, 0) + 1
+                elif e.kind == "shm.detach":
+                    maps[key] = max(0, maps.get(key, 0) - 1)
+            f = maybe[i]
+            pid = f.put.pid if end == "put" else f.get.pid
+            names = {name for (p, name), n in maps.items() if p == pid and n > 0}
+            if end == "put":
+                seen[i] = names
+            elif seen.get(i, set()) & names:
+                self.handles.add(f.put.args.get("msg"))
 
     def thread_name(self, pid, tid):
         if tid == pid:
@@ -373,12 +440,15 @@ class _Index:
         return out
 
 
-def _make_labels(procs):
+def _make_labels(procs, watchdogs=()):
     labels, workers = {}, 0
-    roots = [p for p in procs.values() if p.ppid not in procs]
+    roots = [p for p in procs.values() if (p.ppid not in procs or p.ppid in watchdogs)
+             and p.pid not in watchdogs]
     for p in procs.values():
         name = p.name or ""
-        if p in roots:                          # the process that recorded (or the CLI's
+        if p.pid in watchdogs:
+            labels[p.pid] = "watchdog"
+        elif p in roots:                          # the process that recorded (or the CLI's
             labels[p.pid] = "main" if p is roots[0] else f"main {p.pid}"   # program)
         elif "PoolWorker" in name:
             labels[p.pid] = f"worker {workers}"

@@ -19,13 +19,14 @@ import math
 from collections import defaultdict
 
 import numpy as np
+from matplotlib.artist import Artist
 from matplotlib.collections import LineCollection, PatchCollection
 from matplotlib.colors import to_rgba
-from matplotlib.figure import Figure
 from matplotlib.patches import FancyArrowPatch, Rectangle
 
 from . import state as st
 from .colors import BIG_MESSAGE, COLORS, human_bytes, legend
+from .figure import Figure
 
 _MIN_SQUEEZE_NS = 20_000_000  # only stretches of 20 ms or more are squeezed
 _BINS = 700                   # about one tick per pixel column of a 12-inch figure
@@ -54,7 +55,9 @@ def timeline(trace, ax=None, at=None, title=None, max_arrows=300, max_labels=24,
     x = axis.x
 
     # --- rows: one per process, then one per busy thread ---
-    procs = sorted(ix.procs.values(), key=lambda p: (p.ppid in ix.procs, p.start_ns))
+    procs = sorted((p for p in ix.procs.values() if p.pid not in ix.watchdogs),
+                   key=lambda p: (p.ppid in ix.procs and p.ppid not in ix.watchdogs,
+                                  p.start_ns))
     busy, first_seen = ix.busy, ix.first_seen
     by_kind = defaultdict(list, ix.by_kind)       # the kinds drawn specially (one pass, cached)
     dead = {d.pid: d for d in st.deadlocks(trace)}
@@ -76,6 +79,7 @@ def timeline(trace, ax=None, at=None, title=None, max_arrows=300, max_labels=24,
 
     fig, ax = _new(fig, ax, len(rows), fast)
     used = set()
+    labels = _LabelLayout(ax)        # every label is placed at draw time, none over another
 
     # --- lanes: background bands, life bars, thread lines ---
     bars, bar_colors = [], []
@@ -89,9 +93,9 @@ def timeline(trace, ax=None, at=None, title=None, max_arrows=300, max_labels=24,
                                   0.44))
             bar_colors.append(COLORS[key])
             if not fast:
-                ax.text(x(end), r, " " + _ending_words(p), va="center", ha="left",
-                        fontsize=7.5, color=COLORS[key] if key != "exit0" else "#555555",
-                        clip_on=True)
+                labels.fixed.append(ax.text(
+                    x(end), r, " " + _ending_words(p), va="center", ha="left", fontsize=7.5,
+                    color=COLORS[key] if key != "exit0" else "#555555", clip_on=True))
         elif kind == "thread":
             p, tid = obj
             start = first_seen.get((p.pid, tid), p.start_ns)
@@ -151,20 +155,12 @@ def timeline(trace, ax=None, at=None, title=None, max_arrows=300, max_labels=24,
         used.add("holding")
 
     # --- pool tasks: white boxes on the worker's lane ---
-    tasks, open_tasks = [], {}
-    for e in by_kind["pool.task"]:
-        if e.args.get("phase") == "start":
-            open_tasks[(e.pid, e.args.get("job"), e.args.get("index"))] = e
-        elif e.args.get("phase") == "done":
-            s = open_tasks.pop((e.pid, e.args.get("job"), e.args.get("index")), None)
-            if s is not None:
-                tasks.append(Rectangle((x(s.ts_ns), row(e.pid, e.tid) - 0.18),
-                                       max(x(e.ts_ns) - x(s.ts_ns), 1e-9), 0.36))
+    tasks = [Rectangle((x(a), row(pid, tid) - 0.18), max(x(b) - x(a), 1e-9), 0.36)
+             for pid, tid, a, b in ix.tasks]
     if tasks:
         ax.add_collection(PatchCollection(tasks, facecolors="white", edgecolors="#333333",
                                           linewidths=0.8, zorder=2))
-        ax.text(0.0, 1.0, "white boxes: Pool tasks", transform=ax.transAxes, fontsize=7.5,
-                va="bottom", color="#333333")
+        used.add("task")
 
     # --- event ticks, binned to pixel columns, painted ---
     marks = by_kind["mark"]
@@ -185,9 +181,13 @@ def timeline(trace, ax=None, at=None, title=None, max_arrows=300, max_labels=24,
         ax.scatter(mx, my, marker="|", s=90, color=COLORS["mark"], zorder=5, linewidths=1.5)
         if len(marks) <= max_labels:
             for e in marks:
-                ax.annotate(str(e.args.get("name", "")), (x(e.ts_ns), row(e.pid, e.tid)),
-                            xytext=(0, -11), textcoords="offset points", fontsize=7,
-                            ha="center", va="top", color=COLORS["mark"])
+                name = str(e.args.get("name", ""))
+                labels.add(ax.annotate(name, (x(e.ts_ns), row(e.pid, e.tid)),
+                                       xytext=(0, -11), textcoords="offset points", fontsize=7,
+                                       ha="center", va="top", color=COLORS["mark"],
+                                       bbox=dict(boxstyle="square,pad=0.05", fc="white",
+                                                 ec="none", alpha=0.7)),
+                           4 if name.startswith("scenario.") else 2, _BELOW)
         used.add("mark")
 
     # --- copies into shared memory: red squares sized by bytes ---
@@ -215,9 +215,10 @@ def timeline(trace, ax=None, at=None, title=None, max_arrows=300, max_labels=24,
                 total = sum(i[2] for i in g)
                 text = (f"copy {human_bytes(total)}" if len(g) == 1 else
                         f"{len(g)} copies, {human_bytes(total)}")
-                ax.annotate(text, (sum(i[0] for i in g) / len(g), g[0][1]), xytext=(0, 9),
-                            textcoords="offset points", fontsize=7, ha="center",
-                            color=COLORS["copy"], zorder=7)
+                labels.add(ax.annotate(text, (sum(i[0] for i in g) / len(g), g[0][1]),
+                                       xytext=(0, 9), textcoords="offset points", fontsize=7,
+                                       ha="center", va="bottom", color=COLORS["copy"],
+                                       zorder=7), 0, _ABOVE)
         used.add("copy")
 
     # --- messages: put → get ---
@@ -239,30 +240,26 @@ def timeline(trace, ax=None, at=None, title=None, max_arrows=300, max_labels=24,
             arrow_labels.append((a[0] + 0.35 * (b[0] - a[0]), (a[1], b[1], key),
                                  (a[1] + 0.35 * (b[1] - a[1]), n)))
         groups = _clusters(arrow_labels, span)
-        placed = []
         if len(groups) <= max_labels:
-            rank = {"copy": 0, "handle": 1, "message": 2}        # the lesson first
-            for g in sorted(groups, key=lambda g: (rank[g[0][1][2]], -len(g))):
-                gx, gy = g[0][0], g[0][2][0]
-                if any(abs(gx - px) < 0.06 * span and abs(gy - py) < 0.5 for px, py in placed):
-                    continue
-                placed.append((gx, gy))
+            rank = {"copy": 0, "handle": 1, "message": 3}        # the lesson first
+            for g in groups:
                 sizes = sorted({i[2][1] for i in g})
                 each = human_bytes(sizes[0]) if len(sizes) == 1 else \
                     f"{human_bytes(sizes[0])}–{human_bytes(sizes[-1])}"
                 text = each if len(g) == 1 else f"{len(g)}× {each}"
-                ax.annotate(text, (g[0][0], g[0][2][0]), fontsize=6.5, ha="center",
-                            va="center", color=COLORS[g[0][1][2]], zorder=6,
-                            bbox=dict(boxstyle="round,pad=0.1", fc="white", ec="none",
-                                      alpha=0.85))
+                labels.add(ax.annotate(text, (g[0][0], g[0][2][0]), xytext=(0, 0),
+                                       textcoords="offset points", fontsize=6.5, ha="center",
+                                       va="center", color=COLORS[g[0][1][2]], zorder=6,
+                                       bbox=dict(boxstyle="round,pad=0.1", fc="white",
+                                                 ec="none", alpha=0.85)),
+                           rank[g[0][1][2]] + 0.5 / len(g), _ON_ARROW)
     else:
         _bundled_arrows(ax, flows, handles, axis, row, span, used)
     for f in lost:
         ax.plot([x(f.put.ts_ns)], [row(f.put.pid, f.put.tid)], marker=">", ms=6,
                 color=COLORS["message"], zorder=6)
     if lost:
-        ax.text(1.0, 1.0, f"{len(lost)} message(s) put and never got (▸)",
-                transform=ax.transAxes, ha="right", va="bottom", fontsize=7.5)
+        labels.note = f"{len(lost)} message{'s' * (len(lost) > 1)} never got (▸)"
 
     # --- problems: deadlocks (red lanes with the reason), CUDA warnings ---
     for pid, d in dead.items():
@@ -274,28 +271,35 @@ def timeline(trace, ax=None, at=None, title=None, max_arrows=300, max_labels=24,
             last += 1
         ax.add_patch(Rectangle((-0.005 * span, r - 0.45), span * 1.01, last - r + 0.9,
                                fill=False, edgecolor=COLORS["deadlock"], lw=2.0, zorder=7))
-        ax.text(0.005 * span, last, _wrap("STUCK FOR GOOD: " + d.reason, 140), fontsize=7.5,
-                color=COLORS["deadlock"], va="center", ha="left", zorder=8)
+        labels.fixed.append(ax.text(
+            0.005 * span, last, _wrap("STUCK FOR GOOD: " + d.reason, 140), fontsize=7.5,
+            color=COLORS["deadlock"], va="center", ha="left", zorder=8))
         used.add("deadlock")
-    for e in by_kind["cuda.warning"]:
-        ax.plot([x(e.ts_ns)], [row(e.pid, e.tid)], marker="v", ms=9, color=COLORS["deadlock"],
-                zorder=8)
-        used.add("deadlock")
+    for e in by_kind["cuda.warning"]:                 # a warning, not a deadlock: amber
+        ax.plot([x(e.ts_ns)], [row(e.pid, e.tid)], marker="v", ms=10, color=COLORS["warning"],
+                markeredgecolor="#7a5200", markeredgewidth=0.8, zorder=8)
+        labels.add(ax.annotate("warning", (x(e.ts_ns), row(e.pid, e.tid)), xytext=(0, 9),
+                               textcoords="offset points", fontsize=7, ha="center",
+                               va="bottom", color="#7a5200", fontweight="bold", zorder=8),
+                   0, _ABOVE)
+        used.add("warning")
 
     # --- axes, labels, legend ---
-    labels = []
+    names = []
     for kind, obj in rows:
         if kind == "process":
             p = obj
             how = f" · {p.how}" if p.how not in (None, "record") else ""
-            labels.append(f"{ix.labels[p.pid]}\npid {p.pid}{how}")
+            name = ix.labels[p.pid]
+            names.append(f"{name}{how}" if name == f"pid {p.pid}" else
+                         f"{name}\npid {p.pid}{how}")
         elif kind == "thread":
             p, tid = obj
-            labels.append(f"└ {ix.thread_name(p.pid, tid)}")
+            names.append(f"└ {ix.thread_name(p.pid, tid)}")
         else:
-            labels.append("")
+            names.append("")
     ax.set_yticks(range(len(rows)))
-    ax.set_yticklabels(labels, fontsize=8)
+    ax.set_yticklabels(names, fontsize=8)
     for tick, (kind, obj) in zip(ax.get_yticklabels(), rows):
         if kind == "process" and obj.pid in dead:
             tick.set_color(COLORS["deadlock"])
@@ -314,11 +318,68 @@ def timeline(trace, ax=None, at=None, title=None, max_arrows=300, max_labels=24,
     if not fast or title:
         ax.set_title(title or "What each process did, and what travelled between them",
                      loc="left", fontsize=10)
-    order = ["handle", "copy", "message", "waiting", "holding", "deadlock", "exit0", "exitcode",
-             "signal", "running", "mark", "event"]
+    order = ["handle", "copy", "message", "waiting", "holding", "deadlock", "warning", "task",
+             "exit0", "exitcode", "signal", "running", "mark", "event"]
     if not fast:
         legend(ax, [k for k in order if k in used])
     return fig
+
+
+# --- labels that never overlap -------------------------------------------------------------
+
+# Where a label may go, in points from its anchor, tried in order: its own place first, then a
+# second row further out, then the other side of the lane.
+_BELOW = ((0, -11), (0, -19), (0, 19))
+_ABOVE = ((0, 9), (0, 17), (0, -19))
+_ON_ARROW = ((0, 0), (0, 8), (0, -8), (0, 15), (0, -15))
+
+
+class _LabelLayout(Artist):
+    """Places the timeline's labels when the figure is drawn, when their real sizes are known.
+
+    Labels are taken most important first (copies, then handles, then your marks, then plain
+    messages, then scenario.start/end); each goes to the first of its places (``_BELOW``...)
+    where its box, measured by the renderer, overlaps no label already placed and stays inside
+    the axes. A label with no free place is hidden, and "+N labels hidden" says how many.
+    The layout artist is drawn first (lowest zorder), so the labels drawn after it are placed.
+    """
+
+    def __init__(self, ax):
+        super().__init__()
+        self.items, self.fixed, self.note = [], [], ""
+        self.set_zorder(-100)
+        self.more = ax.text(1.0, 1.0, "", transform=ax.transAxes, ha="right", va="bottom",
+                            fontsize=7.5)         # notes over the top right corner
+        ax.add_artist(self)
+
+    def add(self, annotation, priority, places):
+        self.items.append((priority, len(self.items), annotation, places))
+
+    def draw(self, renderer):
+        frame = self.axes.get_window_extent(renderer)
+        taken = [t.get_window_extent(renderer) for t in self.fixed if t.get_visible()]
+        taken = [b for b in taken if b.width > 0]
+        hidden = 0
+        for _, _, text, places in sorted(self.items, key=lambda i: i[:2]):
+            text.set_visible(True)
+            for dx, dy in places:
+                text.xyann = (dx, dy)
+                box = text.get_window_extent(renderer)
+                shift = max(0.0, frame.x0 - box.x0) - max(0.0, box.x1 - frame.x1)
+                if shift:                      # keep it inside the axes, left to right
+                    text.xyann = (dx + shift * 72 / renderer.dpi, dy)
+                    box = text.get_window_extent(renderer)
+                padded = box.padded(2)
+                if not any(padded.overlaps(b) for b in taken):
+                    taken.append(box)
+                    break
+            else:
+                text.set_visible(False)
+                hidden += 1
+        notes = [self.note] if self.note else []
+        if hidden:
+            notes.append(f"+{hidden} label{'s' * (hidden > 1)} hidden (no room)")
+        self.more.set_text("   ".join(notes))
 
 
 # --- helpers --------------------------------------------------------------------------------
@@ -362,8 +423,10 @@ class _TimeAxis:
     """Real time → x, with long idle gaps squeezed to a narrow band (their length written on it).
 
     Event times are sorted; a gap of at least 20 ms in which nothing was recorded and which takes
-    more than a quarter of the picture (judged again after each squeeze) is drawn narrow (6 % of the busy
-    time). Lock waits are never squeezed: how long a thread waited is the lesson. Between gaps, time is linear, with ticks at round real times.
+    more than a quarter of the picture (judged again after each squeeze) is drawn narrow (6 % of
+    the busy time). Never squeezed: lock waits (how long a thread waited is the lesson; a wait
+    never satisfied lasts to the end) and Pool tasks from start to done (how long each task ran
+    is the pool's lesson). Between gaps, time is linear, with ticks at round real times.
     """
 
     def __init__(self, trace, t0, t1, compress):
@@ -374,7 +437,9 @@ class _TimeAxis:
         if compress:
             times = np.unique(np.fromiter((e[0] for e in trace.events), np.int64,
                                           len(trace.events)))
-            spans = [(since, until or t1) for _, _, _, since, until in st._index(trace).waits]
+            ix = st._index(trace)                       # waits and Pool tasks are the story
+            spans = [(since, until or t1) for _, _, _, since, until in ix.waits]
+            spans += [(a, b) for _, _, a, b in ix.tasks]
             w0 = np.array([a for a, _ in spans], dtype=float)
             w1 = np.array([b for _, b in spans], dtype=float)
             diffs = np.diff(times)
@@ -385,7 +450,7 @@ class _TimeAxis:
                 if length < max(0.25 * shown, _MIN_SQUEEZE_NS) or shown - length < 0.01 * (t1 - t0):
                     break
                 if len(w0) and np.any((w0 < b) & (a < w1)):
-                    continue                            # a wait is the story: keep it
+                    continue                            # a wait or a task: keep it
                 cuts.append((a, b))
                 shown -= length
             cuts.sort()

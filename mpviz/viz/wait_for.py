@@ -21,11 +21,11 @@ The instant defaults to the moment a stuck run is judged (``state.stuck_moment``
 import math
 import textwrap
 
-from matplotlib.figure import Figure
 from matplotlib.patches import FancyArrowPatch
 
 from . import state as st
 from .colors import COLORS, legend
+from .figure import Figure
 
 
 def wait_for(trace, at=None, ax=None, title=None):
