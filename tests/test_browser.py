@@ -10,6 +10,10 @@ text changes with the slider) and that no cell shows an error. Screenshots of ea
 ``MPVIZ_README_SHOT=1`` also copies the Live widget's picture from the 00_overview test to
 ``docs/images/live_widget.png``.
 
+``test_notebook7_live`` does the same with 00_overview in Notebook 7 (``/notebooks/NB.ipynb``, served
+by the same server: the ``notebook`` package of the browser extra), and checks that the widget and
+its picture have a real size and stay inside their cell.
+
 Chromium: Debian's package ``chromium`` (``/usr/bin/chromium``, or ``MPVIZ_CHROMIUM``), never
 Playwright's download. Without it these tests FAIL and say how to install it; ``MPVIZ_SKIP_BROWSER=1``
 skips them on purpose. ``pytest -m "not browser"`` deselects them.
@@ -173,3 +177,49 @@ def test_workshop_notebook_live(lab, name):
         os.makedirs(os.path.dirname(README_SHOT), exist_ok=True)
         shutil.copyfile(widget_shot, README_SHOT)
     assert_no_cell_errors(nb, "after working the Live widget", widget_callbacks=True)
+
+
+def notebook7_or_fail():
+    """Notebook 7 (the ``notebook`` package, >= 7) is in the browser extra; without it this fails,
+    saying so, like the rest of the suite does without Chromium or Playwright."""
+    try:
+        from importlib.metadata import version
+        found = version("notebook")
+    except Exception:  # noqa: BLE001 -- PackageNotFoundError, or broken metadata
+        found = None
+    if found is None or int(found.split(".")[0]) < 7:
+        pytest.fail(f"Notebook 7 is needed (found notebook {found}): install the browser extra, "
+                    f"`pip install -e '.[browser]'` (./run test does).", pytrace=False)
+
+
+def assert_layout_fits(nb, live):
+    """The widget laid out sanely: it and its picture have a real size, and neither spills out of
+    the notebook's cell area sideways (what a broken flex layout or a fixed-width figure does)."""
+    box = live.root.bounding_box()
+    cell = nb.page.locator(".jp-Cell.jp-CodeCell", has=live.root).first.bounding_box()
+    pic = live.picture().bounding_box()
+    assert box and box["width"] > 200 and box["height"] > 100, f"the widget is squashed: {box}"
+    assert pic and pic["width"] > 100 and pic["height"] > 50, f"the picture is squashed: {pic}"
+    assert cell is not None, "the widget is not inside a notebook cell"
+    for what, b in [("widget", box), ("picture", pic)]:
+        assert b["x"] >= cell["x"] - 1 and b["x"] + b["width"] <= cell["x"] + cell["width"] + 1, \
+            f"the {what} ({b}) spills out of its cell ({cell})"
+
+
+def test_notebook7_live(lab):
+    """00_overview in Notebook 7 (the issue: the widget must work and look right in JupyterLab 4
+    *and* Notebook 7): Run All from Notebook 7's Run menu, no cell errors, Live works, sane layout."""
+    notebook7_or_fail()
+    path = workshop_notebook("00_overview")
+    nb = lab.open_notebook(path, flavour="notebook")
+    lab.screenshot("opened")
+    nb.run_all()
+    lab.screenshot("after-run-all")
+    assert_no_cell_errors(nb, "after Run All in Notebook 7")
+
+    with should("a Live widget in the Notebook 7 page, found by its class mpviz-live"):
+        live = LiveWidget.find(nb.page)
+    exercise_live(lab, nb, live, "live")
+    assert_layout_fits(nb, live)
+    lab.screenshot("widget", live.root)
+    assert_no_cell_errors(nb, "after working the Live widget in Notebook 7", widget_callbacks=True)

@@ -3,6 +3,7 @@ screenshots, and a stop that leaves nothing running.
 
     run = BrowserRun(artifacts_dir, tmp_dir)
     nb = run.open_notebook("notebooks/00_overview.ipynb")    # a NotebookPage, kernel ready
+    nb = run.open_notebook(path, flavour="notebook")         # ... or in Notebook 7 instead of Lab
     run.screenshot("after-run-all")                          # artifacts_dir/01-after-run-all.png
     problems = run.close()                                   # [] when everything stopped cleanly
 
@@ -108,9 +109,10 @@ class BrowserRun:
         shutil.rmtree(self.artifacts_dir, ignore_errors=True)
         os.makedirs(self.artifacts_dir)
 
-    def open_notebook(self, notebook, copy_dir=True):
+    def open_notebook(self, notebook, copy_dir=True, flavour="lab"):
         """Serve a copy of `notebook` (with its directory unless `copy_dir` is False), open it in
-        Chromium and wait for its kernel: a NotebookPage."""
+        Chromium -- in JupyterLab, or with `flavour` "notebook" in Notebook 7 (served by the same
+        server when the notebook package is installed) -- and wait for its kernel: a NotebookPage."""
         exe = chromium_path()
         self._started = time.monotonic()
         name = copy_for_test(notebook, os.path.join(self.tmp_dir, "root"), copy_dir)
@@ -128,7 +130,7 @@ class BrowserRun:
         self.page.on("console", lambda m: self.console.append(f"{m.type}: {m.text}"))
         self.page.on("pageerror", lambda e: self.console.append(f"pageerror: {e}"))
         self.mark("server and browser started")
-        nb = NotebookPage(self.page, self.server, name).open()
+        nb = NotebookPage(self.page, self.server, name, flavour).open()
         self.mark("notebook open, kernel ready")
         return nb
 

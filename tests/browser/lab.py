@@ -1,6 +1,7 @@
-"""Driving one notebook in JupyterLab the way a person does: open it, Run All, look at what it shows.
+"""Driving one notebook in JupyterLab (or Notebook 7) the way a person does: open it, Run All, look.
 
     nb = NotebookPage(page, server, "00_overview.ipynb").open()   # waits for the kernel
+    nb = NotebookPage(page, server, "00_overview.ipynb", flavour="notebook").open()   # Notebook 7
     nb.run_all()                      # Run menu → "Run All Cells"; waits until every cell ran
     nb.errors()                       # what went wrong, in words ([] when nothing)
 
@@ -17,8 +18,17 @@ The one trap (see /work/shared/reference/browser_testing.md): right after loadin
 indicator says "idle" while the kernel is not yet connected ("No Kernel"); "Run All" clicked then
 does nothing at all, silently. So :meth:`open` waits for both the idle indicator and the kernel's
 name in the toolbar.
+
+Notebook 7 is built from the same JupyterLab components, so everything below works on it unchanged
+(checked with Notebook 7.6): ``window.jupyterapp`` (with ``JupyterNotebookApp.expose_app_in_browser``,
+see server.py) whose ``shell.currentWidget`` is the NotebookPanel, the same execution indicator and
+kernel name in the notebook's toolbar, the same Run menu with "Run All Cells", and the log console
+command. Only the URL differs (:data:`FLAVOURS`).
 """
 import json
+
+# flavour -> the URL path that opens a notebook in it
+FLAVOURS = {"lab": "lab/tree/", "notebook": "notebooks/"}
 
 KERNEL_READY_TIMEOUT = 90_000   # ms: first start of a kernel in a fresh environment can be slow
 RUN_ALL_TIMEOUT = 180_000       # ms: every cell of a workshop notebook
@@ -81,15 +91,20 @@ def first_line(source, width=70):
 
 
 class NotebookPage:
-    """One notebook open in JupyterLab in `page` (a Playwright Page)."""
+    """One notebook open in `page` (a Playwright Page): in JupyterLab (`flavour` "lab") or in
+    Notebook 7 ("notebook")."""
 
-    def __init__(self, page, server, name):
+    def __init__(self, page, server, name, flavour="lab"):
+        if flavour not in FLAVOURS:
+            raise ValueError(f"flavour must be one of {sorted(FLAVOURS)}, not {flavour!r}")
         self.page = page
         self.server = server
         self.name = name
+        self.flavour = flavour
 
     def open(self):
-        self.page.goto(self.server.url(f"lab/tree/{self.name}"), wait_until="domcontentloaded")
+        self.page.goto(self.server.url(FLAVOURS[self.flavour] + self.name),
+                       wait_until="domcontentloaded")
         self.page.wait_for_selector(".jp-Notebook", timeout=KERNEL_READY_TIMEOUT)
         self.page.wait_for_function(KERNEL_READY_JS, timeout=KERNEL_READY_TIMEOUT, polling=100)
         self.page.wait_for_function("() => window.jupyterapp !== undefined", timeout=10_000)
@@ -125,9 +140,12 @@ class NotebookPage:
     def log_console(self):
         """Lab's log console, opened: ``[(level, text)]`` of its entries. A widget callback's output
         goes there, not to a cell (ipywidgets 8 logs it: "error" for an exception or stderr,
-        "warning" otherwise), so this is where an exception inside Live's Run shows up."""
+        "warning" otherwise), so this is where an exception inside Live's Run shows up.
+        Notebook 7 has the same log console, but its one-document main area keeps it hidden behind
+        the notebook: it is filled all the same (checked), so there it is read without being seen."""
         self.page.evaluate("() => window.jupyterapp.commands.execute('logconsole:open')")
-        self.page.locator(".jp-LogConsolePanel").first.wait_for(timeout=10_000)
+        self.page.locator(".jp-LogConsolePanel").first.wait_for(
+            state="visible" if self.flavour == "lab" else "attached", timeout=10_000)
         return self.page.evaluate("""() => Array.from(
             document.querySelectorAll('.jp-LogConsolePanel .jp-OutputArea-child'), child => {
               const prompt = child.querySelector('[data-log-level]');

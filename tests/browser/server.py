@@ -2,6 +2,9 @@
 
     server = LabServer(root_dir, log_path, tag).start()   # returns once /api/status answers
     server.url("lab/tree/NB.ipynb")                        # http://127.0.0.1:PORT/lab/tree/NB.ipynb?token=…
+    server.url("notebooks/NB.ipynb")                       # the same notebook in Notebook 7 (when the
+                                                           # notebook package is installed, the same
+                                                           # server serves it beside Lab)
     server.stop()                                          # SIGTERM, wait; kernels go with it
 
 How it is isolated from the machine it runs on::
@@ -25,8 +28,11 @@ kernels, whatever a kernel starts, the browser when launched with it), which is 
 :func:`tagged_processes` finds anything the suite started that is still running.
 
 ``LabApp.expose_app_in_browser`` makes ``window.jupyterapp`` available to the page, so that the test
-can read the notebook's model (execution counts, error outputs) instead of guessing from pixels.
+can read the notebook's model (execution counts, error outputs) instead of guessing from pixels;
+Notebook 7 (a separate server extension, ``notebook.app.JupyterNotebookApp``, loaded by the same
+server when the package is installed) has its own switch, ``JupyterNotebookApp.expose_app_in_browser``.
 """
+import importlib.util
 import json
 import os
 import secrets
@@ -54,6 +60,11 @@ def free_port():
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def notebook7_installed():
+    """Whether the ``notebook`` package (Notebook 7, served at /notebooks/... beside Lab) is here."""
+    return importlib.util.find_spec("notebook") is not None
 
 
 def tagged_processes(tag):
@@ -115,6 +126,8 @@ class LabServer:
                f"--ServerApp.root_dir={self.root_dir}",
                "--LabApp.expose_app_in_browser=True",
                "--LabApp.check_for_updates_class=jupyterlab.handlers.announcements.NeverCheckForUpdate"]
+        if notebook7_installed():
+            cmd.append("--JupyterNotebookApp.expose_app_in_browser=True")
         if os.geteuid() == 0:
             cmd.append("--allow-root")  # Jupyter refuses to run as root without it
         return cmd
