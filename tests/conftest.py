@@ -139,3 +139,47 @@ def leak_check(request):
         details.append(f"child processes still alive (now killed): {live}")
     if details:
         pytest.fail("leak after test: " + "; ".join(details), pytrace=False)
+
+
+# -- the whole session: multiprocessing's named semaphores ----------------------------------------
+# Locks, queues and events of the spawn/forkserver contexts are named semaphores in /dev/shm
+# (sem.mp-*), removed when their object is collected or, after a crash, by the stdlib's resource
+# tracker. A notebook kernel that is killed (nbval and the browser tests stop kernels that way)
+# takes its tracker with it, so whatever it still held stays in /dev/shm. Check, once at the end,
+# that this run left none: the notebooks' cleanup cells must let such objects go.
+
+def _semaphores():
+    return {f for f in os.listdir("/dev/shm") if f.startswith("sem.mp-")}
+
+
+def _mapped_somewhere(names):
+    mapped = set()
+    for pid in os.listdir("/proc"):
+        if pid.isdigit():
+            try:
+                with open(f"/proc/{pid}/maps") as f:
+                    text = f.read()
+            except OSError:
+                continue
+            mapped |= {n for n in names if n in text}
+    return mapped
+
+
+def pytest_sessionstart(session):
+    session.config._mpviz_semaphores = _semaphores()
+
+
+def pytest_sessionfinish(session, exitstatus):
+    if os.environ.get("MPVIZ_SKIP_SEMAPHORE_CHECK") == "1":
+        return
+    new = _semaphores() - getattr(session.config, "_mpviz_semaphores", set())
+    if new:
+        time.sleep(1)  # a tracker may still be cleaning up after the last kernel (bounded)
+        new &= _semaphores()
+        new -= _mapped_somewhere(new)   # still in use by a live process: not (yet) a leak
+    if new:
+        session.config.get_terminal_writer().line(
+            f"LEAK: this test run left {len(new)} multiprocessing semaphore(s) in /dev/shm "
+            f"that no live process maps: {sorted(new)[:5]}... A killed process (a notebook "
+            f"kernel?) still held spawn-context Locks/Queues/Events.", red=True)
+        session.exitstatus = 1
