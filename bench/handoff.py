@@ -187,19 +187,9 @@ def startup(kind, n):
             tmp.spawn(nothing, nprocs=2)
         elif kind == "mpviz":
             import mpviz.multiprocessing as mp
-            if hasattr(mp, "spawn"):
-                t0 = time.perf_counter()
-                mp.spawn(nothing, nprocs=2)
-                note = "mpviz.multiprocessing.spawn(nprocs=2)"
-            else:
-                ctx = mp.get_context("spawn")
-                t0 = time.perf_counter()
-                ps = [ctx.Process(target=nothing, args=(i,)) for i in range(2)]
-                for p in ps:
-                    p.start()
-                for p in ps:
-                    p.join()
-                note = "mpviz has no spawn() yet: 2 x mpviz Process start+join under spawn"
+            t0 = time.perf_counter()
+            mp.spawn(nothing, nprocs=2)
+            note = "mpviz.multiprocessing.spawn(nprocs=2)"
         else:
             import multiprocessing
             ctx = multiprocessing.get_context("spawn")

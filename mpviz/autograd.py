@@ -428,3 +428,15 @@ def backward(t, gradient=None):
             if gx is None or not (isinstance(x, Tensor) and x.requires_grad):
                 continue
             grads[id(x)] = grads[id(x)] + gx if id(x) in grads else gx
+
+
+def zero_grads(parameters, set_to_none=True):
+    """Forget the gradients of `parameters`: set them to None (torch's default) or fill them
+    with zeros (in place: a gradient in shared memory stays shared)."""
+    for p in parameters:
+        if p.grad is None:
+            continue
+        if set_to_none:
+            p.grad = None
+        else:
+            p.grad.zero_()

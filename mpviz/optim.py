@@ -17,6 +17,7 @@ nesterov). Left out: weight decay, ``state_dict()``, learning-rate schedulers.
 """
 import numpy as np
 
+from . import autograd
 from .tensor import Tensor
 
 
@@ -48,14 +49,7 @@ class SGD:
 
     def zero_grad(self, set_to_none=True):
         """Forget the gradients: set them to None (torch's default) or fill them with zeros."""
-        for group in self.param_groups:
-            for p in group["params"]:
-                if p.grad is None:
-                    continue
-                if set_to_none:
-                    p.grad = None
-                else:
-                    p.grad.zero_()
+        autograd.zero_grads((p for group in self.param_groups for p in group["params"]), set_to_none)
 
     def step(self):
         """Move each parameter against its gradient, in place (shared parameters: for everyone)."""

@@ -33,6 +33,7 @@ from collections import OrderedDict
 
 import numpy as np
 
+from .. import autograd
 from ..storage import Storage
 from ..tensor import Tensor
 
@@ -194,13 +195,7 @@ class Module:
 
     def zero_grad(self, set_to_none=True):
         """Forget the gradients: set them to None (torch's default) or fill them with zeros."""
-        for p in self.parameters():
-            if p.grad is None:
-                continue
-            if set_to_none:
-                p.grad = None
-            else:
-                p.grad.zero_()
+        autograd.zero_grads(self.parameters(), set_to_none)
 
     def share_memory(self):
         """Move every parameter (and every gradient that exists) into shared memory, in place."""
