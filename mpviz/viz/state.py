@@ -80,6 +80,9 @@ def is_thread_lock(lock_id):
 
 # --- the records -------------------------------------------------------------------------------
 
+_MAX_RESENT_CHECKS = 2000    # messages examined by the re-sent-handle rule, at most
+
+
 @dataclass(frozen=True)
 class ProcessState:
     pid: int
@@ -274,27 +277,28 @@ class _Index:
         maybe = [f for f in self.flows if f.get is not None and f.nbytes is not None
                  and f.nbytes < _SMALL_HANDLE and f.put.args.get("msg") not in self.handles
                  and f.nbytes in sizes.get((f.put.pid, f.channel), ())]
-        if not maybe or not self.shm:
-            return
+        if not maybe or not self.shm or len(maybe) > _MAX_RESENT_CHECKS:
+            return   # a huge trace is drawn aggregated anyway: its arrows are bundled, not coloured one by one
         # one sweep over the mapping events answers "what does pid map at t?" for each message
         asks = sorted([(f.put.ts_ns, i, "put") for i, f in enumerate(maybe)] +
                       [(f.get.ts_ns, i, "get") for i, f in enumerate(maybe)])
-        maps, seen, j = {}, {}, 0
+        counts, live, seen, j = {}, {}, {}, 0     # live: pid -> names it maps right now
         for t, i, end in asks:
             while j < len(self.shm) and self.shm[j].ts_ns <= t:
                 e = self.shm[j]
                 j += 1
                 key = (e.pid, e.args.get("name"))
                 if e.kind in ("shm.create", "shm.attach"):
-                    maps[key] = maps.get(key, 0) + 1
-                elif e.kind == "shm.detach":
-                    maps[key] = max(0, maps.get(key, 0) - 1)
+                    counts[key] = counts.get(key, 0) + 1
+                    live.setdefault(e.pid, set()).add(key[1])
+                elif e.kind == "shm.detach" and counts.get(key, 0) > 0:
+                    counts[key] -= 1
+                    if not counts[key]:
+                        live[e.pid].discard(key[1])
             f = maybe[i]
-            pid = f.put.pid if end == "put" else f.get.pid
-            names = {name for (p, name), n in maps.items() if p == pid and n > 0}
             if end == "put":
-                seen[i] = names
-            elif seen.get(i, set()) & names:
+                seen[i] = frozenset(live.get(f.put.pid, ()))
+            elif not seen.get(i, frozenset()).isdisjoint(live.get(f.get.pid, ())):
                 self.handles.add(f.put.args.get("msg"))
 
     def thread_name(self, pid, tid):
