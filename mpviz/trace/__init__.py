@@ -17,7 +17,17 @@ from .events import Event, Flow, Hold, LockInfo, ProcessInfo, Segment
 from .osview import OSView, os_view
 from .reader import TraceFormatWarning
 from .recorder import RecorderWarning
-from .trace import Trace, load, mark, record
+
+_LAZY = {"Trace", "load", "mark", "record"}
+
+
+def __getattr__(name):
+    # trace.py pulls in the stdlib patches (hooks.py, inspect, ...): load it on first use, so that
+    # the core's `from ..trace import recorder` keeps `import mpviz` cheap.
+    if name in _LAZY:
+        from . import trace
+        return getattr(trace, name)
+    raise AttributeError(f"module 'mpviz.trace' has no attribute {name!r}")
 
 __all__ = ["record", "load", "mark", "os_view", "Trace", "Event", "Flow", "Segment",
            "ProcessInfo", "LockInfo", "Hold", "OSView", "RecorderWarning", "TraceFormatWarning"]
