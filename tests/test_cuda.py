@@ -17,6 +17,7 @@ import mpviz.multiprocessing as mp
 from mpviz.cuda import cupy_backend
 
 import cuda_workers
+from proc_helpers import finish, start
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -47,16 +48,6 @@ def spawn():
     return mp.get_context("spawn")
 
 
-def start(ctx, target, *args):
-    p = ctx.Process(target=target, args=args)
-    p.start()
-    return p
-
-
-def finish(*processes, timeout=30):
-    for p in processes:
-        p.join(timeout)
-        assert p.exitcode == 0, f"{p.name} exited with {p.exitcode}"
 
 
 def blocks(kind="allocated"):

@@ -9,24 +9,15 @@ import pytest
 
 import mpviz
 import mpviz.multiprocessing as mp
-from mpviz.errors import ProducerExitedError, SegmentGoneError, SharedMemoryFullError, SharingError, TooManyFdsError
+from mpviz.errors import ProducerExitedError, SegmentGoneError, SharedMemoryFullError, SharingError
 from mpviz.sharing import cache, file_system, shm_manager
 
 import workers
+from proc_helpers import finish, start
 
 pytestmark = pytest.mark.timeout(60)
 
 
-def start(ctx, target, *args):
-    p = ctx.Process(target=target, args=args)
-    p.start()
-    return p
-
-
-def finish(*processes, timeout=30):
-    for p in processes:
-        p.join(timeout)
-        assert p.exitcode == 0, f"{p.name} exited with {p.exitcode}"
 
 
 # -- the tensor side, in one process ------------------------------------------------------------
