@@ -266,8 +266,9 @@ class Live:
         color = {"ok": "#2ca02c", "warning": COLORS["waiting"], "leak": COLORS["leak"]}.get(
             r.outcome, COLORS["deadlock"])
         self.verdict.value = (f"<b style='color:{color}'>{html.escape(r.outcome.upper())}</b> "
-                              f"({r.duration_s:.1f} s)<pre style='white-space:pre-wrap'>"
-                              f"{html.escape(str(r.explanation))}</pre>")
+                              f"({r.duration_s:.1f} s)<div style='white-space:pre-wrap;"
+                              f"word-break:normal;overflow-wrap:break-word;line-height:1.4;"
+                              f"max-width:60em'>{html.escape(str(r.explanation))}</div>")
         self.run_button.disabled, self.stop_button.disabled = False, True
         last = max(0, len(stamps) - 1)
         self.slider.max = self.play.max = last
@@ -390,10 +391,12 @@ def _legend_html():
     for key in ("handle", "copy", "message", "waiting", "holding", "leak", "deadlock"):
         style = (f"border:2px dashed {COLORS[key]}" if key == "waiting" else
                  f"background:{COLORS[key]}")
-        items.append(f"<span style='display:inline-block;width:12px;height:12px;{style};"
-                     f"margin:0 4px 0 10px;vertical-align:middle'></span>"
-                     f"{html.escape(WORDS[key])}")
-    return "<div style='font-size:85%'>" + "".join(items) + "</div>"
+        # swatch and words in one unbreakable box, so a line never separates them
+        items.append(f"<span style='display:inline-block;white-space:nowrap;margin:0 12px 2px 0'>"
+                     f"<span style='display:inline-block;width:12px;height:12px;{style};"
+                     f"margin-right:4px;vertical-align:middle'></span>"
+                     f"{html.escape(WORDS[key])}</span>")
+    return "<div style='font-size:85%;line-height:1.6'>" + "".join(items) + "</div>"
 
 
 def _state_html(state):
