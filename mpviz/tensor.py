@@ -14,8 +14,6 @@ Basic slicing gives views that share the storage; advanced indexing (lists, mask
 NumPy and torch. Arithmetic lives in :mod:`mpviz.autograd`, which also records how to take
 gradients; this module is only about bytes, views and devices.
 """
-import numbers
-
 import numpy as np
 
 from .storage import Storage
@@ -183,9 +181,7 @@ class Tensor:
     def share_memory_(self):
         """Move the underlying storage into shared memory, in place; a no-op if shared or CUDA."""
         if not self.is_cuda:
-            self._storage.share_memory_()
-        if self.grad is not None and not self.grad.is_cuda:
-            pass  # torch's share_memory_ shares only the data; Module.share_memory() shares grads
+            self._storage.share_memory_()  # only the data, as torch: Module.share_memory() also shares grads
         return self
 
     def is_shared(self):
@@ -201,7 +197,7 @@ class Tensor:
         result = self._np[index]
         view = self._as_view(result)
         if view is None:  # advanced indexing made a copy
-            view = Tensor._wrap(result, self.device if not self.is_cuda else self.device)
+            view = Tensor._wrap(result, self.device)
         if self.requires_grad:
             from . import autograd
             autograd.track_getitem(view, self, index)
@@ -595,6 +591,3 @@ def _shape_args(shape):
         shape = tuple(shape[0])
     return tuple(int(s) for s in shape)
 
-
-def _is_number(x):
-    return isinstance(x, numbers.Number)

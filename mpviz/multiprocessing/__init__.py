@@ -18,10 +18,9 @@ from ..sharing import get_all_sharing_strategies, get_sharing_strategy, set_shar
 from ..sharing.shm_manager import enable as set_shm_manager
 from . import reductions
 from .checks import MissingMainGuardError, UnpicklableFunctionError
-from .context import DefaultContext, PendingTasksWarning, Pool as _PoolClass, Process, default_context as _default
+from .context import DefaultContext, PendingTasksWarning, Process, default_context as _default
 from .spawn import (ProcessContext, ProcessException, ProcessExitedException, ProcessRaisedException,
                     SpawnContext, spawn, start_processes)
-from .queues import JoinableQueue as _JoinableQueueClass, Queue as _QueueClass
 
 __all__ = list(_stdlib.__all__) + [
     "get_all_sharing_strategies", "get_sharing_strategy", "set_sharing_strategy", "set_shm_manager",
@@ -38,4 +37,5 @@ get_context = _default.get_context
 get_start_method = _default.get_start_method
 set_start_method = _default.set_start_method
 
-reductions.init_reductions()
+# Tensors and storages are already registered with multiprocessing's pickler: `import mpviz`
+# (which runs before any of its submodules) does it, once.
