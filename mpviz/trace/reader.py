@@ -6,6 +6,11 @@ processes add new files), reads each file from its offset up to the first length
 still 0, and returns the new events. A live widget can call it many times a second: each call
 costs only the new bytes plus one small read per file.
 
+A record counts only when its length fits its chunk, its body's Adler-32 matches the stored
+checksum, and the body decodes. A writer copies the length word last, so a record that is not
+complete has length 0 and is simply "not there yet"; the checksum catches the rest -- a file
+damaged afterwards, or a read that raced a copy (then the record is read again at the next poll).
+
 What can be wrong with a log, and what we do (never crash, always say what was skipped):
 
     the directory is missing            FileNotFoundError with the path (a clear error)
@@ -13,16 +18,18 @@ What can be wrong with a log, and what we do (never crash, always say what was s
     header: wrong magic or too short    that file is skipped, with a warning
     header: a newer format version      that file is skipped, with a warning naming the versions
     a torn record (length too large,    the reader stops in that file; if the writer is dead
-      payload that does not decode)     (final read) the rest is skipped with a warning
+      wrong checksum, does not decode)  (final read) the rest is skipped with a warning
 
-A torn record can only be the last one a process wrote: records are appended one at a time under
-a lock, and the length word is written after the payload.
+A torn record can only be the last one a process wrote: records are appended one at a time
+(under a lock, or the GIL in the C Writer), each complete before the next begins.
 """
-import marshal
 import os
+import struct
 import warnings
+import zlib
 
-from .recorder import FORMAT_VERSION, HEADER, HEADER_SIZE, LENGTH, MAGIC, PAD, SUFFIX
+from .recorder import (FORMAT_VERSION, HEADER, HEADER_SIZE, LENGTH, MAGIC, PAD, RECORD,
+                       SUFFIX, decode)
 
 READ_WINDOW = 1 << 16
 
@@ -118,15 +125,15 @@ class LogReader:
         buf, buf_off = b"", st.off
         while st.off < size:
             room = chunk - st.off % chunk           # bytes left in this chunk
-            if room < 4:
+            if room < LENGTH.size:
                 st.off += room
                 continue
             rel = st.off - buf_off
-            if rel + 4 > len(buf):                   # refill the window from here
+            if rel + RECORD.size > len(buf):         # refill the window from here
                 buf_off = st.off
-                buf = os.pread(fd, min(max(READ_WINDOW, 4), room), st.off)
+                buf = os.pread(fd, min(READ_WINDOW, room), st.off)
                 rel = 0
-                if len(buf) < 4:
+                if len(buf) < LENGTH.size:
                     break
             (n,) = LENGTH.unpack_from(buf, rel)
             if n == 0:
@@ -134,21 +141,28 @@ class LogReader:
             if n == PAD:
                 st.off += room
                 continue
-            if n + 4 > room:
+            if RECORD.size + n > room:
                 self._torn(st, final, f"a record length of {n} bytes runs past its chunk")
                 return
-            if rel + 4 + n > len(buf):
+            if rel + RECORD.size + n > len(buf):     # not all of it in the window
                 buf_off = st.off
-                buf = os.pread(fd, min(max(READ_WINDOW, n + 4), room), st.off)
+                buf = os.pread(fd, min(max(READ_WINDOW, RECORD.size + n), room), st.off)
                 rel = 0
-            payload = buf[rel + 4:rel + 4 + n]
+                if RECORD.size + n > len(buf):
+                    self._torn(st, final, "the file ends inside a record")
+                    return
+            _, check = RECORD.unpack_from(buf, rel)
+            body = buf[rel + RECORD.size:rel + RECORD.size + n]
+            if zlib.adler32(body) != check:
+                self._torn(st, final, "a record whose checksum does not match")
+                return
             try:
-                ts, tid, kind, args = marshal.loads(payload)
-            except (ValueError, EOFError, TypeError):
+                ts, tid, kind, args = decode(body)
+            except (ValueError, EOFError, TypeError, struct.error):
                 self._torn(st, final, "a record that does not decode")
                 return
             out.append((ts, pid, tid, kind, args))
-            st.off += 4 + n
+            st.off += RECORD.size + n
             st.torn_at = None
 
     def _torn(self, st, final, what):

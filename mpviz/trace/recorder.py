@@ -9,31 +9,52 @@ attribute read (the observer pattern of trio's ``Instrument``)::
 How an event reaches the disk
 -----------------------------
 Every process that records owns one log file ``<pid>-<n>.mpvlog`` in the trace directory. The file
-is *memory-mapped*: ``emit`` encodes the event and copies it into the mapping, with no system call.
-The pages belong to the kernel's page cache, so when the process dies -- even by SIGKILL, even by
-``os._exit`` -- everything it had copied is already "in the file". There is nothing to flush.
+is *memory-mapped*: the log's ``Writer`` encodes the event and copies it into the mapping, with no
+system call. The pages belong to the kernel's page cache, so when the process dies -- even by
+SIGKILL, even by ``os._exit`` -- everything it had copied is already "in the file". Nothing to flush.
 
-File layout (format version 1)::
+File layout (format version 2)::
 
     offset 0     header, 64 bytes: b"MPVZLOG\\0", u16 version, u16 header size, u32 chunk size,
                  u32 pid, u32 parent pid, u64 monotonic_ns at open, (zero padding)
-    offset 64    record, record, record, ...
-    record       u32 length n (little endian) + n bytes of marshal.dumps((ts_ns, tid, kind, args), 2)
-    length 0     end of the data written so far (the file is pre-zeroed)
-    length ~0    padding: the rest of this chunk is unused, continue at the next chunk
+    offset 64    record, record, record, ...                  (all numbers little endian)
+
+    record       u32 n | u32 check | u64 ts_ns | u64 tid | u8 k | kind | args
+                                   '------------- body: n bytes ----------------'
+                 check = zlib.adler32(body), kind = k bytes of UTF-8,
+                 args  = marshal.dumps(args_dict, 2)
+    n = 0        end of the data written so far (the file is pre-zeroed)
+    n = ~0       padding: the rest of this chunk is unused, continue at the next chunk
 
 The file grows in chunks of ``CHUNK`` bytes (reserved with ``posix_fallocate`` so a full disk is an
-error we can report here, not a SIGBUS later). A record never straddles two chunks. The payload is
-copied *before* its length word, so a process killed in the middle of ``emit`` leaves either no
-record (length still 0) or a torn one that the reader detects and skips (see ``reader.py``).
+error we can report here, not a SIGBUS later). A record never straddles two chunks. The checksum
+and body are copied first and the length word last, so a reader -- or a process killed in the
+middle of a copy -- finds either the whole record or none (n still 0). The checksum catches what
+is left: a file damaged afterwards, a reader whose read raced a copy (see ``reader.py``).
+Adapted from LevelDB's log format (a length and a checksum per record); left out: records split
+across blocks, and its CRC32C -- Adler-32 takes a few lines of C, and ``zlib.adler32`` in Python.
+
+The Writer: one mechanism, two implementations
+----------------------------------------------
+``Writer`` below is the reference, in Python: about 2 µs a ``mark()`` on a slow machine, most of
+it ``marshal.dumps``, a lock and a few Python calls. ``writer.c`` does the same steps and writes the
+same bytes in C, in about 0.3 µs: it writes str/int/float/bool/None in marshal's layout itself, and
+appends while holding the GIL instead of a lock. ``native.py`` builds it on first use; where it
+cannot be built (no compiler), or with ``MPVIZ_PURE_PYTHON=1``, the Python Writer is used::
+
+    emit(kind, **args) --> writer.emit(kind, args)           (mark() calls writer.mark directly)
+                             |  encode: record header + body, as above
+                             |  append: fits in the chunk?  yes: copy, the length last
+                             |                              no:  PAD, on_full() maps the next chunk
+                             '  anything fails: on_error() -- one warning, recording stops
 
 Ordering: events carry ``time.monotonic_ns()``, a single system-wide clock on Linux, so the logs of
 all processes merge by sorting. ``tid`` is the OS thread id (``threading.get_native_id``), cached
-per Python thread because asking the kernel costs a system call.
+per thread because asking the kernel costs a system call.
 
 Forks: a forked child must not append to its parent's file, so ``os.register_at_fork`` gives the
-child a fresh log in the same directory (and holds the writer lock across the fork, so the child
-never inherits a half-written record). Failures (disk full, directory gone) disable the recorder
+child a fresh log in the same directory (and holds the log's lock across the fork, so the child
+never inherits a half-mapped chunk). Failures (disk full, directory gone) disable the recorder
 with one warning: the user's program keeps running, unrecorded.
 """
 import marshal
@@ -44,19 +65,24 @@ import sys
 import threading
 import time
 import warnings
+import zlib
 from _thread import allocate_lock, get_ident
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 MAGIC = b"MPVZLOG\0"
 HEADER = struct.Struct("<8sHHIIIQ")  # magic, version, header size, chunk, pid, ppid, t0
 HEADER_SIZE = 64
 CHUNK = 1 << 20
-LENGTH = struct.Struct("<I")
+MAX_RECORD = CHUNK - HEADER_SIZE     # a record must fit in a chunk, the first one included
+LENGTH = struct.Struct("<I")         # a record's first word: n, or 0 (the end), or PAD
+RECORD = struct.Struct("<II")        # n, adler32(body)
+BODY = struct.Struct("<QQB")         # ts_ns, tid, k; then the kind (k bytes) and the args
 _pack_length = LENGTH.pack_into
 PAD = 0xFFFFFFFF
 SUFFIX = ".mpvlog"
 
 ENABLED = False          # the one thing call sites read
+writer = None            # the Writer of this process's log while recording (a faster emit)
 PID = None               # this process's pid while recording (os.getpid() is a system call)
 _log = None              # the open _Log of this process, or None
 _tids = {}               # threading.get_ident() -> OS thread id
@@ -68,12 +94,112 @@ class RecorderWarning(UserWarning):
     """Raised (as a warning) when recording cannot start or had to stop; the program goes on."""
 
 
-class _Log:
-    """One process's memory-mapped log file, written under a lock by all its threads."""
+# --- one record: encode (the writers), decode (the reader) --------------------------------
 
-    def __init__(self, directory, ppid):
-        self.lock = allocate_lock()
+def encode(ts, tid, kind, args):
+    """One event as a record: ``RECORD`` (n, checksum) + body. writer.c writes the same bytes."""
+    kind_bytes = kind.encode()
+    if len(kind_bytes) > 255:
+        raise ValueError(f"event kind {kind!r} is longer than 255 bytes")
+    body = BODY.pack(ts, tid, len(kind_bytes)) + kind_bytes + marshal.dumps(args, 2)
+    return RECORD.pack(len(body), zlib.adler32(body)) + body
+
+
+def decode(body):
+    """A record's body (its checksum already checked) -> (ts_ns, tid, kind, args)."""
+    ts, tid, k = BODY.unpack_from(body)
+    start = BODY.size + k
+    return ts, tid, str(body[BODY.size:start], "utf-8"), marshal.loads(body[start:])
+
+
+# --- the Writer: appending records to a mapped chunk --------------------------------------
+
+class Writer:
+    """Appends events to a log's mapped chunk: the pure-Python reference (writer.c: the same in C).
+
+    `on_full()` is called when a record does not fit: it maps the next chunk, hands it over with
+    ``use(mm, 0)`` and returns True (False: the log is closed, the event is dropped).
+    `on_error(kind, exc)` is told about any failure: ``emit`` never raises.
+    """
+
+    def __init__(self, on_full, on_error, max_record):
+        self.on_full, self.on_error, self.max_record = on_full, on_error, max_record
+        self.lock = allocate_lock()     # one append at a time (the C Writer holds the GIL)
+        self.mm, self.pos, self.sealed = None, 0, True
+
+    def use(self, mm, pos):
+        """Append to chunk `mm` from offset `pos` on (None: stop appending)."""
+        # Called only while sealed (no append reads mm/pos then) or to stop: no lock needed.
+        self.sealed = True
+        self.mm, self.pos = mm, pos
+        self.sealed = mm is None
+
+    def emit(self, kind, args):
+        self.emit_at(time.monotonic_ns(), kind, args)
+
+    def mark(self, name, args):
+        """A user's mark: ``emit("mark", {"name": name, **args})`` (the C Writer skips the dict)."""
+        self.emit_at(time.monotonic_ns(), "mark", {"name": name, **args})
+
+    def emit_at(self, ts, kind, args):
+        try:
+            record = encode(ts, _tids.get(get_ident()) or _learn_tid(), kind, args)
+            n = len(record)
+            if n > self.max_record:
+                raise ValueError(f"event of {n} bytes is larger than a log chunk "
+                                 f"(at most {self.max_record} bytes)")
+            while True:
+                with self.lock:
+                    if not self.sealed:
+                        mm, pos = self.mm, self.pos
+                        if pos + n <= len(mm):
+                            mm[pos + 4:pos + n] = record[4:]    # checksum and body first ...
+                            mm[pos:pos + 4] = record[:4]        # ... then the length commits it
+                            self.pos = pos + n
+                            return
+                        if len(mm) - pos >= 4:                  # full: pad, the rest is unused
+                            _pack_length(mm, pos, PAD)
+                        self.sealed = True
+                if not self.on_full():                          # maps the next chunk
+                    return                                      # recording stopped: dropped
+        except Exception as exc:       # a recorder must never break the program it observes
+            self.on_error(kind, exc)
+
+
+def _learn_tid():
+    tid = _tids[get_ident()] = threading.get_native_id()
+    return tid
+
+
+def forget_thread():
+    """Called when a thread ends: its ident may be reused by a new thread with another tid."""
+    _tids.pop(get_ident(), None)
+
+
+def writer_class():
+    """The C Writer if it can be built and loaded (see native.py), else the Python one."""
+    if os.environ.get("MPVIZ_PURE_PYTHON", "") not in ("", "0"):
+        return Writer
+    from . import native
+    module = native.load()
+    return module.Writer if module is not None else Writer
+
+
+def writer_name():
+    """Which Writer records this process: "C" or "Python" (None when not recording)."""
+    w = writer
+    return None if w is None else "Python" if isinstance(w, Writer) else "C"
+
+
+# --- the log file: header, chunks, and its Writer -----------------------------------------
+
+class _Log:
+    """One process's memory-mapped log file; its Writer appends, this class maps the chunks."""
+
+    def __init__(self, directory, ppid, on_error):
+        self.lock = allocate_lock()     # taken to map a new chunk, to close, across a fork
         self.directory = directory
+        self.on_error = on_error
         pid = os.getpid()
         for n in range(1000):   # a reused pid, or a second record() in this process
             self.path = os.path.join(directory, f"{pid}-{n}{SUFFIX}")
@@ -84,7 +210,7 @@ class _Log:
                 continue
         else:
             raise FileExistsError(f"no free log name for pid {pid} in {directory}")
-        self.mm = None
+        self.mm, self.writer = None, None
         self.base = 0            # file offset of the mapped chunk
         try:
             self._map_chunk(0)
@@ -93,76 +219,57 @@ class _Log:
         except BaseException:
             self.close()
             raise
-        self.off = HEADER_SIZE   # file offset of the next record
+        self.writer = writer_class()(self._next_chunk, self._write_failed, MAX_RECORD)
+        self.writer.use(self.mm, HEADER_SIZE)
+
+    @property
+    def off(self):
+        """File offset of the next record."""
+        return self.base + self.writer.pos
 
     def _map_chunk(self, base):
         if hasattr(os, "posix_fallocate"):
             os.posix_fallocate(self.fd, base, CHUNK)  # ENOSPC here, not SIGBUS later
         else:                                          # macOS
             os.ftruncate(self.fd, base + CHUNK)
-        mm = mmap.mmap(self.fd, CHUNK, offset=base)
-        if self.mm is not None:
-            self.mm.close()
-        self.mm, self.base = mm, base
+        self.mm, self.base = mmap.mmap(self.fd, CHUNK, offset=base), base
 
-    def write(self, rec):
-        n = len(rec)
+    def _next_chunk(self):
+        """The Writer's on_full: map the chunk after this one. False when the log is closed."""
         with self.lock:
-            off = self.off - self.base
-            end = off + 4 + n
-            if end > CHUNK:                      # does not fit: pad, then start a new chunk
-                off, end = self._next_chunk(off, n)
-            mm = self.mm
-            mm[off + 4:end] = rec                # payload first ...
-            _pack_length(mm, off, n)             # ... then the length commits it
-            self.off = self.base + end
+            if self.mm is None:
+                return False
+            if self.writer.sealed:       # (else another thread got here first)
+                full = self.mm
+                self._map_chunk(self.base + CHUNK)
+                self.writer.use(self.mm, 0)              # lets go of the full chunk ...
+                full.close()                             # ... so that it can be unmapped
+            return True
 
-    def _next_chunk(self, off, n):
-        if n + 4 > CHUNK - HEADER_SIZE:
-            raise ValueError(f"event of {n} bytes is larger than a log chunk ({CHUNK} bytes)")
-        if CHUNK - off >= 4:
-            _pack_length(self.mm, off, PAD)
-        self._map_chunk(self.base + CHUNK)
-        return 0, 4 + n
+    def _write_failed(self, kind, exc):
+        self.on_error(self, kind, exc)
 
     def abandon(self):
         """Forget this log without touching it (in a forked child: it is the parent's)."""
-        try:
-            self.mm.close()
-        finally:
-            os.close(self.fd)
+        self._close()
 
     def close(self):
+        with self.lock:
+            self._close()
+
+    def _close(self):
         if self.mm is not None:
+            if self.writer is not None:
+                self.writer.use(None, 0)
             self.mm.close()
-        os.close(self.fd)
+            self.mm = None
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
 
 
-def _learn_tid():
-    tid = _tids[get_ident()] = threading.get_native_id()
-    return tid
-
-
-def emit(kind, **args):
-    """Record one event of `kind` with JSON-able `args` (a no-op when not recording)."""
-    if _log is not None:
-        _write(time.monotonic_ns(), kind, args)
-
-
-def emit_at(ts_ns, kind, **args):
-    """Record an event with a timestamp taken earlier (e.g. before a call that may block)."""
-    if _log is not None:
-        _write(ts_ns, kind, args)
-
-
-def _write(ts, kind, args, _dumps=marshal.dumps, _get=_tids.get):
-    log = _log
-    try:
-        log.write(_dumps((ts, _get(get_ident()) or _learn_tid(), kind, args), 2))
-    except Exception as exc:            # a recorder must never break the program it observes
-        if log is not None and log is _log:
-            _fail(f"recording stopped in pid {os.getpid()} at a {kind!r} event "
-                  f"({exc!r}; args must be str/int/float/bool/None/list/dict)")
+def _raise(log, kind, exc):
+    raise exc
 
 
 class SideLog:
@@ -170,26 +277,44 @@ class SideLog:
     processes (a scenario's watchdog), without starting recording in this process."""
 
     def __init__(self, directory, name):
-        self._log = _Log(directory, os.getppid())
+        self._log = _Log(directory, os.getppid(), on_error=_raise)
         self.emit("process.start", how=name, ppid=os.getppid(), name=name, argv=[name])
 
     def emit(self, kind, **args):
-        self._log.write(marshal.dumps((time.monotonic_ns(), threading.get_native_id(), kind, args), 2))
+        self._log.writer.emit(kind, args)
 
     def close(self):
         self._log.close()
 
 
-def forget_thread():
-    """Called when a thread ends: its ident may be reused by a new thread with another tid."""
-    _tids.pop(get_ident(), None)
+# --- recording in this process --------------------------------------------------------------
+
+def emit(kind, **args):
+    """Record one event of `kind` with JSON-able `args` (a no-op when not recording)."""
+    w = writer
+    if w is not None:
+        w.emit(kind, args)
+
+
+def emit_at(ts_ns, kind, **args):
+    """Record an event with a timestamp taken earlier (e.g. before a call that may block)."""
+    w = writer
+    if w is not None:
+        w.emit_at(ts_ns, kind, args)
+
+
+def _recording_failed(log, kind, exc):
+    if log is _log:
+        hint = "" if isinstance(exc, OSError) else \
+            "; args must be str/int/float/bool/None/list/dict"
+        _fail(f"recording stopped in pid {os.getpid()} at a {kind!r} event ({exc!r}{hint})")
 
 
 def _fail(message):
-    global ENABLED, _log
-    ENABLED, log, _log = False, _log, None
+    global ENABLED, writer, _log
+    ENABLED, writer, log, _log = False, None, _log, None
     warnings.warn(RecorderWarning(f"mpviz.trace: {message}. The program goes on unrecorded."),
-                  stacklevel=3)
+                  stacklevel=4)
     if log is not None:
         try:
             log.close()
@@ -203,13 +328,13 @@ def start(directory, how, ppid=None, **info):
     Returns True when recording; on failure warns (``RecorderWarning``) and returns False, so
     that the caller's program runs unrecorded. Emits ``process.start`` with `how` and `info`.
     """
-    global ENABLED, PID, _log
+    global ENABLED, PID, writer, _log
     stop()
     _install_fork_hooks()
     ppid = ppid if ppid is not None else os.getppid()
     try:
         os.makedirs(directory, exist_ok=True)
-        log = _Log(directory, ppid)
+        log = _Log(directory, ppid, on_error=_recording_failed)
     except OSError as exc:
         warnings.warn(RecorderWarning(
             f"mpviz.trace: cannot record into {directory!r}: {exc}. The program runs "
@@ -217,7 +342,7 @@ def start(directory, how, ppid=None, **info):
         return False
     _tids.clear()
     PID = os.getpid()
-    _log, ENABLED = log, True
+    _log, writer, ENABLED = log, log.writer, True
     import multiprocessing
     emit("process.start", how=how, ppid=ppid, name=multiprocessing.current_process().name,
          argv=list(sys.argv), **info)
@@ -226,11 +351,10 @@ def start(directory, how, ppid=None, **info):
 
 def stop():
     """Stop recording in this process and close its log (what was written stays)."""
-    global ENABLED, _log
-    log, _log, ENABLED = _log, None, False
+    global ENABLED, writer, _log
+    log, _log, writer, ENABLED = _log, None, None, False
     if log is not None:
-        with log.lock:
-            log.close()
+        log.close()
 
 
 def current_directory():
@@ -262,11 +386,11 @@ def _after_fork_parent():
 
 
 def _after_fork_child():
-    global ENABLED, _log, _forking
+    global ENABLED, writer, _log, _forking
     parent_log, _forking = _forking, None
     if parent_log is None:
         return
-    _log, ENABLED = None, False
+    _log, writer, ENABLED = None, None, False
     parent_log.abandon()
     parent = parent_log.path.rsplit(os.sep, 1)[-1].split("-")[0]
     start(parent_log.directory, "fork", ppid=int(parent))

@@ -246,5 +246,6 @@ def record(path=None, *, threading_locks=False):
 
 def mark(name, **args):
     """Record a user event named `name` with JSON-able `args` (nothing when not recording)."""
-    if recorder.ENABLED:
-        recorder.emit("mark", name=name, **args)
+    writer = recorder.writer      # straight to the Writer: one call less than recorder.emit
+    if writer is not None:
+        writer.mark(name, args)

@@ -1,0 +1,214 @@
+"""The recorder's two Writers, C and pure Python: the same bytes, nothing lost (issue #4).
+
+Every test that takes the ``writer`` fixture runs once per Writer (the C one is skipped, with the
+reason, where it cannot be built). ``MPVIZ_PURE_PYTHON=1`` picks the Python Writer; children
+inherit it, so a whole run of the suite can be made with either.
+"""
+import math
+import os
+import subprocess
+import sys
+import textwrap
+import threading
+
+import pytest
+
+import mpviz.trace as mt
+from mpviz.trace import native, recorder
+from mpviz.trace.reader import LogReader
+
+pytestmark = pytest.mark.timeout(90)
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+ARGS = [
+    {},
+    {"name": "tick", "i": 5},
+    {"s": "", "ascii": "hello", "accents": "héllo wörld", "emoji": "🙂", "surrogate": "\ud800"},
+    {"ints": [0, 1, -1, 2**31 - 1, -2**31, 2**31, -2**31 - 1, 2**62, -2**63, 2**63 - 1]},
+    {"i32_max": 2**31 - 1, "i32_min": -2**31, "past_i32": 2**31, "below_i32": -2**31 - 1,
+     "big": 2**63 - 1, "small": -2**63, "huge": 2**100, "neg_huge": -2**100},
+    {"f": 1.5, "neg_zero": -0.0, "inf": math.inf, "tiny": 5e-324, "max": 1.7976931348623157e308},
+    {"t": True, "f": False, "none": None},
+    {"nested": {"a": [1, "two", 3.0, None, {"deep": [True, []]}]}, "tuple": (1, 2)},
+    {"bytes": b"\x00\xff", "long": "x" * 5000},
+]
+
+
+@pytest.fixture(params=["C", "Python"])
+def writer(request, monkeypatch):
+    """Which Writer records: chosen by MPVIZ_PURE_PYTHON when recording starts."""
+    if request.param == "C" and native.load() is None:
+        pytest.skip(f"no C Writer here: {native.problem}")
+    monkeypatch.setenv("MPVIZ_PURE_PYTHON", "1" if request.param == "Python" else "0")
+    return request.param
+
+
+@pytest.mark.parametrize("args", ARGS, ids=range(len(ARGS)))
+def test_both_writers_encode_the_same_bytes(args):
+    c = native.load()
+    if c is None:
+        pytest.skip(f"no C Writer here: {native.problem}")
+    ts, tid = 1_700_000_000_123_456_789, 4_000_000_123
+    assert c.encode(ts, tid, "some.kind", args) == recorder.encode(ts, tid, "some.kind", args)
+
+
+def test_events_round_trip_exactly(writer, tmp_path):
+    with mt.record(tmp_path / "t") as trace:
+        assert recorder.writer_name() == writer
+        for i, args in enumerate(ARGS):
+            recorder.emit(f"kind.{i}", **args)
+            recorder.emit_at(12345 + i, "at", i=i)
+        mt.mark("a mark", n=3, label="x")
+    got = {e.kind: e for e in mt.load(tmp_path / "t")}
+    for i, args in enumerate(ARGS):
+        assert got[f"kind.{i}"].args == args
+    assert sorted(e.ts_ns for e in trace.of_kind("at")) == [12345 + i for i in range(len(ARGS))]
+    (m,) = trace.of_kind("mark")
+    assert (m.pid, m.tid, m.args) == (os.getpid(), threading.get_native_id(),
+                                       {"name": "a mark", "n": 3, "label": "x"})
+    assert list(m.args) == ["name", "n", "label"] and trace.problems == []
+
+
+def test_many_threads_lose_nothing(writer, tmp_path):
+    n_threads, n_events = 4, 20_000
+    start = threading.Barrier(n_threads)
+
+    def work(k):
+        start.wait()
+        pad = "x" * (40 * k)                     # different sizes: chunk ends fall anywhere
+        for i in range(n_events):
+            mt.mark("t", k=k, i=i, pad=pad)
+
+    with mt.record(tmp_path / "t") as trace:
+        threads = [threading.Thread(target=work, args=(k,)) for k in range(n_threads)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    assert trace.problems == []
+    seen = {}
+    for e in trace.of_kind("mark"):
+        seen.setdefault(e.args["k"], []).append((e.tid, e.args["i"]))
+    assert sorted(seen) == list(range(n_threads))
+    for k, events in seen.items():
+        assert len({tid for tid, _ in events}) == 1                  # one OS thread each
+        assert [i for _, i in events] == list(range(n_events))       # all, in order
+    log_sizes = [os.path.getsize(p) for p in (tmp_path / "t").iterdir()]
+    assert max(log_sizes) > 3 * recorder.CHUNK                        # several chunks were used
+
+
+@pytest.mark.parametrize("room", [0, 1, 3, 4, 7, 8, 40])
+def test_records_fill_a_chunk_to_its_very_end(writer, tmp_path, room):
+    """A chunk left with `room` bytes: the next record goes to the next chunk, none is lost."""
+    empty = len(recorder.encode(0, 0, "mark", {"name": "fill", "blob": ""}))
+    with mt.record(tmp_path / "t") as trace:
+        size = recorder.CHUNK - room - recorder._log.off            # the record that fills it
+        mt.mark("fill", blob="x" * (size - empty))
+        assert recorder._log.off == recorder.CHUNK - room
+        mt.mark("next", i=1)
+        assert recorder._log.off > recorder.CHUNK                   # in the second chunk
+    assert [e.args["name"] for e in trace.of_kind("mark")] == ["fill", "next"]
+    assert trace.problems == []
+
+
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")   # fork() with threads (3.12+)
+def test_fork_while_threads_write(writer, tmp_path):
+    stop = threading.Event()
+
+    def chatter():
+        i = 0
+        while not stop.is_set():
+            mt.mark("chatter", i=i)
+            i += 1
+
+    children = []
+    with mt.record(tmp_path / "t") as trace:
+        threads = [threading.Thread(target=chatter) for _ in range(2)]
+        for t in threads:
+            t.start()
+        for k in range(5):
+            pid = os.fork()
+            if pid == 0:                                          # the child: its own log
+                mt.mark("child", k=k)
+                os._exit(0)
+            children.append(pid)
+            os.waitpid(pid, 0)
+        stop.set()
+        for t in threads:
+            t.join()
+    assert trace.problems == []
+    assert sorted((e.pid, e.args["k"]) for e in trace.of_kind("mark")
+                  if e.args["name"] == "child") == sorted(zip(children, range(5)))
+    for tid in {e.tid for e in trace.of_kind("mark") if e.pid == os.getpid()}:
+        ticks = [e.args["i"] for e in trace.of_kind("mark") if e.tid == tid]
+        assert ticks == list(range(len(ticks)))                   # none lost in the parent
+
+
+def test_a_record_caught_mid_copy_is_read_at_the_next_poll(writer, tmp_path):
+    """A live reader that sees a record whose checksum does not match (yet) retries it."""
+    assert recorder.start(str(tmp_path), "test")
+    mt.mark("first")
+    path, off = recorder._log.path, recorder._log.off
+    recorder.stop()
+    record = recorder.encode(1, 2, "mark", {"name": "second"})
+    reader = LogReader(tmp_path)
+    assert [e[4]["name"] for e in reader.poll() if e[3] == "mark"] == ["first"]
+    with open(path, "r+b") as f:
+        f.seek(off)
+        f.write(record[:-3] + b"\0\0\0")                         # the last bytes not there yet
+    assert reader.poll() == [] and reader.problems == []          # not final: no warning
+    with open(path, "r+b") as f:
+        f.seek(off)
+        f.write(record)                                           # ... now they are
+    assert [e[4]["name"] for e in reader.poll()] == ["second"]
+    assert reader.poll(final=True) == [] and reader.problems == []
+
+
+def test_side_log_writes_and_reports_bad_args(writer, tmp_path):
+    log = recorder.SideLog(str(tmp_path), "watchdog")
+    log.emit("watchdog.kill", pids=[1, 2], reason="stuck")
+    with pytest.raises(ValueError):
+        log.emit("bad", thing=object())                           # raised, not recorded
+    log.close()
+    kinds = [e.kind for e in mt.load(tmp_path)]
+    assert kinds == ["process.start", "watchdog.kill"]
+
+
+def test_pure_python_is_forced_by_the_environment(tmp_path, monkeypatch):
+    monkeypatch.setenv("MPVIZ_PURE_PYTHON", "1")
+    with mt.record(tmp_path / "t"):
+        assert recorder.writer_name() == "Python"
+
+
+def _native_in_child(tmp_path, **env):
+    """Run native.load() in a fresh interpreter with `env`; (its report, its stderr)."""
+    code = textwrap.dedent("""
+        import warnings, mpviz.trace as mt
+        from mpviz.trace import native, recorder
+        warnings.simplefilter("error")
+        module = native.load()
+        with mt.record() as trace:
+            mt.mark("m")
+            name = recorder.writer_name()
+        print(module is not None, name, len(trace.of_kind("mark")))
+        print(native.problem)
+    """)
+    full = {**os.environ, "MPVIZ_CACHE_DIR": str(tmp_path / "cache"), **env}
+    full.pop("MPVIZ_PURE_PYTHON", None)
+    r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=full, capture_output=True,
+                       text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    return r.stdout.splitlines(), r.stderr
+
+
+def test_no_compiler_means_the_python_writer_quietly(tmp_path):
+    out, err = _native_in_child(tmp_path, PATH="/nonexistent", CC="")
+    assert out[0] == "False Python 1" and "no C compiler" in out[1] and err == ""
+
+
+def test_a_failed_build_is_not_tried_again(tmp_path):
+    out, err = _native_in_child(tmp_path, CC="false")            # a "compiler" that fails
+    assert out[0] == "False Python 1" and "compiling writer.c failed" in out[1] and err == ""
+    (failed,) = (tmp_path / "cache").glob("*.failed")
+    out, err = _native_in_child(tmp_path, CC="false")
+    assert "an earlier build failed" in out[1] and str(failed) in out[1]
