@@ -4,6 +4,8 @@ Two measurements, each with recording off and on:
 
 1. ``emit``: the time per event of ``mpviz.trace.mark(...)`` in a tight loop (recording on), and
    of the guarded check ``if recorder.ENABLED:`` the core's call sites pay when nobody records.
+   Recording is measured with each Writer there is here: the C one (writer.c, when it could be
+   built) and the pure-Python one (``MPVIZ_PURE_PYTHON=1``); see mpviz/trace/recorder.py.
 2. ping-pong: a parent and a child bounce one small message back and forth through two stdlib
    ``multiprocessing.Queue``s, N round trips; recorded, every message costs a put, a feed and a
    get event plus the envelope (see mpviz/trace/messages.py).
@@ -23,7 +25,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import mpviz.trace as mt  # noqa: E402
-from mpviz.trace import recorder  # noqa: E402
+from mpviz.trace import native, recorder  # noqa: E402
 
 
 def echo(inbox, outbox, n):
@@ -80,9 +82,18 @@ def main(argv=None):
 
     guard = best(lambda: guard_cost(n_events), reps)
     off = best(lambda: emit_cost(n_events), reps)           # mark() when not recording
-    with tempfile.TemporaryDirectory() as tmp:
-        with mt.record(os.path.join(tmp, "t")):
-            on = best(lambda: emit_cost(n_events), reps)
+    on_by_writer = {}
+    default = os.environ.pop("MPVIZ_PURE_PYTHON", None)
+    for name in ["Python"] + (["C"] if native.load() is not None else []):
+        os.environ["MPVIZ_PURE_PYTHON"] = "1" if name == "Python" else "0"  # read by record()
+        with tempfile.TemporaryDirectory() as tmp:
+            with mt.record(os.path.join(tmp, "t")):
+                on_by_writer[recorder.writer_name()] = best(lambda: emit_cost(n_events), reps)
+    os.environ.pop("MPVIZ_PURE_PYTHON")
+    if default is not None:
+        os.environ["MPVIZ_PURE_PYTHON"] = default
+    writer = "Python" if recorder.writer_class() is recorder.Writer else "C"  # recording's own
+    on = on_by_writer[writer]
     pp_off, pp_on = [], []
     for _ in range(reps):                                  # interleaved: fair to both
         pp_off.append(ping_pong(ctx, n_msgs))
@@ -95,15 +106,20 @@ def main(argv=None):
         machine=dict(python=platform.python_version(), cpu=platform.processor() or
                      platform.machine(), cores=os.cpu_count()),
         quick=args.quick, start_method=args.start_method,
-        guard_ns=guard * 1e9, mark_off_ns=off * 1e9, mark_on_ns=on * 1e9,
+        guard_ns=guard * 1e9, mark_off_ns=off * 1e9, mark_on_ns=on * 1e9, writer=writer,
+        mark_on_ns_by_writer={k: v * 1e9 for k, v in on_by_writer.items()},
+        c_writer_problem=native.problem,
         pingpong_messages=n_msgs, pingpong_off_us=pp_off * 1e6, pingpong_on_us=pp_on * 1e6,
         pingpong_ratio=pp_on / pp_off, pingpong_flows_linked=linked)
     print("| measurement | not recording | recording | ratio |")
     print("|---|---|---|---|")
     print(f"| guarded check `if recorder.ENABLED:` | {guard * 1e9:.0f} ns | — | — |")
-    print(f"| `mark()` per event | {off * 1e9:.0f} ns | {on * 1e9:.0f} ns | — |")
-    print(f"| ping-pong round trip ({n_msgs} msgs, {args.start_method}) | {pp_off * 1e6:.1f} µs "
-          f"| {pp_on * 1e6:.1f} µs | {pp_on / pp_off:.2f}× |")
+    for name, t in on_by_writer.items():
+        print(f"| `mark()` per event, {name} Writer | {off * 1e9:.0f} ns | {t * 1e9:.0f} ns | — |")
+    print(f"| ping-pong round trip ({n_msgs} msgs, {args.start_method}, {writer} Writer) "
+          f"| {pp_off * 1e6:.1f} µs | {pp_on * 1e6:.1f} µs | {pp_on / pp_off:.2f}× |")
+    if native.problem:
+        print(f"\n(no C Writer here: {native.problem})")
     out_dir = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
     os.makedirs(out_dir, exist_ok=True)
     path = os.path.join(out_dir, f"recorder-{time.strftime('%Y%m%d-%H%M%S')}.json")
