@@ -8,24 +8,55 @@ pickles it later and writes it to a pipe::
                  └─ returns at once: t.is_shared() is still False, and a pickling error is
                     printed by the feeder thread — your code never sees it (a lost message).
 
-    mpviz:    put(t) ─▶ pickle(t) here ─▶ buffer ─▶ [feeder thread] ─▶ pipe ─▶ get()
-                           │
+    mpviz:    put(t) ─▶ pickle(t) here ─┬─▶ pipe ─────────────────────────▶ get()
+                           │            │   (it fits, and nothing waits before it)
+                           │            └─▶ buffer ─▶ [feeder thread] ─▶ pipe
+                           │                (the pipe is too full: keep the stdlib's behaviour)
                            └─ t is in shared memory now; errors are raised to the caller.
 
-The pickled bytes travel inside a tiny :class:`_Pickled` wrapper that the feeder thread pickles
-again (a few hundred bytes for a tensor: just its handle) and ``get`` unwraps on arrival.
+**Writing straight into the pipe.** Handing a message to the feeder thread costs two thread
+switches (wake the feeder, which then competes for the GIL) — most of a small message's trip. So
+``put`` writes the bytes itself when three things are true, and otherwise buffers them exactly as
+the stdlib does:
+
+1. nothing of ours is still waiting for the feeder (``_pending == 0``): a message must not
+   overtake an earlier one from the same process;
+2. no other process is writing to the pipe right now (the queue's cross-process write lock,
+   taken without waiting);
+3. the pipe has room for the whole message, so the write cannot block: the bytes already in it
+   (``ioctl(FIONREAD)``) plus ours fit in its capacity (``fcntl(F_GETPIPE_SZ)``, 64 KiB) with
+   two pages to spare (a pipe stores data in page-sized slots, and the slot being read is not
+   fully reusable).
+
+So a large item (bigger than the pipe) still goes through the feeder thread, and still makes the
+lesson of "queue-join-deadlock": a process waits at exit until its feeder has written it all.
+
+The pickled bytes that take the feeder's road travel inside a tiny :class:`_Pickled` wrapper
+(the feeder pickles every object it sends; a wrapper of bytes costs it one copy) and ``get``
+unwraps on arrival. Bytes written directly are the plain pickle of the object.
 
 ``put`` pickles with :class:`_HandlePickler`, which is ``ForkingPickler`` without its per-call
 cost: ``ForkingPickler.dumps`` copies the whole ``copyreg`` dispatch table into every new
 pickler (~6 µs of a ~20 µs put, measured with cProfile in issue #8); a class-level
 ``ChainMap`` over the same two tables sees the same reducers, including ones registered later.
 """
+import array
 import collections
 import copyreg
+import fcntl
 import io
 import multiprocessing.queues
 import pickle
+import termios
+import time
 from multiprocessing.reduction import ForkingPickler
+from queue import Full
+
+from ..trace import messages, recorder
+
+_F_GETPIPE_SZ = getattr(fcntl, "F_GETPIPE_SZ", 1032)  # Linux; fcntl names it from Python 3.10
+_SLACK = 2 * 4096            # see point 3 above
+_HEADER = 4                  # Connection.send_bytes writes a 4-byte length before the bytes
 
 
 class _Pickled:
@@ -56,15 +87,117 @@ def _dumps(obj):
     return buf.getvalue()
 
 
+
+
 class Queue(multiprocessing.queues.Queue):
-    """``multiprocessing.Queue`` whose ``put`` pickles (and so shares tensors) synchronously."""
+    """``multiprocessing.Queue`` whose ``put`` pickles (and so shares tensors) synchronously,
+    and writes small messages straight into the pipe when that cannot block."""
+
+    def _reset(self, after_fork=False):
+        super()._reset(after_fork=after_fork)
+        self._pending = 0            # messages in our buffer or being written by our feeder
+        self._pipe_size = None       # the pipe's capacity, asked once
+        self._queued = array.array("i", [0])
+
+    def _start_thread(self):
+        # Count each message off when the feeder has written it (or failed to): until then a
+        # direct write could overtake it.
+        send = self._send_bytes
+
+        def send_and_count(buf):
+            try:
+                send(buf)
+            finally:
+                with self._notempty:
+                    self._pending -= 1
+        self._send_bytes = send_and_count
+        try:
+            super()._start_thread()
+        finally:
+            self._send_bytes = send
 
     def put(self, obj, block=True, timeout=None):
-        super().put(_Pickled(_dumps(obj)), block, timeout)
+        if self._closed:
+            raise ValueError(f"Queue {self!r} is closed")
+        if not self._sem.acquire(block, timeout):
+            raise Full
+        try:
+            data = _dumps(obj)
+        except BaseException:
+            self._sem.release()
+            raise
+        msg = messages.next_msg() if recorder.ENABLED else None  # to link the get to this put
+        with self._notempty:
+            if not self._write_now(data, msg):
+                self._feed(data, msg)
+
+    def _feed(self, data, msg=None):
+        """Hand `data` to the feeder thread, as the stdlib's put does (the notempty lock held)."""
+        if self._thread is None:
+            self._start_thread()
+        item = _Pickled(data)
+        if msg is not None:
+            messages.queue_put_buffered(self, msg, data)
+            item = messages._Tag(item, msg)       # the feeder reports the write (queue.feed)
+        self._buffer.append(item)
+        self._pending += 1
+        self._notempty.notify()
+
+    def _write_now(self, data, msg=None):
+        """Write `data` into the pipe if that keeps the order and cannot block (notempty held)."""
+        if self._pending:
+            return False
+        wlock = self._wlock
+        if wlock is not None and not wlock.acquire(False):
+            return False
+        try:
+            if not self._pipe_has_room(len(data) + _HEADER):
+                return False
+            if msg is None:
+                self._writer.send_bytes(data)
+            else:
+                ts = time.monotonic_ns()               # before the bytes can be read
+                self._writer.send_bytes(data)
+                messages.queue_put_direct(self, msg, data, ts)  # see mpviz.trace.messages
+            return True
+        finally:
+            if wlock is not None:
+                wlock.release()
+
+    def _pipe_has_room(self, nbytes):
+        fd = self._writer.fileno()
+        if self._pipe_size is None:
+            try:
+                self._pipe_size = fcntl.fcntl(fd, _F_GETPIPE_SZ)
+            except OSError:             # not a pipe (another platform): always use the feeder
+                self._pipe_size = 0
+        if nbytes + _SLACK > self._pipe_size:
+            return False
+        fcntl.ioctl(fd, termios.FIONREAD, self._queued, True)
+        return self._queued[0] + nbytes + _SLACK <= self._pipe_size
 
 
-class JoinableQueue(multiprocessing.queues.JoinableQueue):
-    """``multiprocessing.JoinableQueue`` whose ``put`` pickles synchronously."""
+class JoinableQueue(multiprocessing.queues.JoinableQueue, Queue):
+    """``multiprocessing.JoinableQueue`` whose ``put`` pickles synchronously (and writes small
+    messages straight into the pipe, like :class:`Queue`)."""
 
     def put(self, obj, block=True, timeout=None):
-        super().put(_Pickled(_dumps(obj)), block, timeout)
+        if self._closed:
+            raise ValueError(f"Queue {self!r} is closed")
+        if not self._sem.acquire(block, timeout):
+            raise Full
+        try:
+            data = _dumps(obj)
+        except BaseException:
+            self._sem.release()
+            raise
+        msg = messages.next_msg() if recorder.ENABLED else None
+        with self._notempty, self._cond:
+            # Count the task before the consumer can see it: its task_done() must find it.
+            self._unfinished_tasks.release()
+            try:
+                if not self._write_now(data, msg):
+                    self._feed(data, msg)
+            except BaseException:
+                self._unfinished_tasks.acquire(False)
+                raise

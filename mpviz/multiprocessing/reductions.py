@@ -13,7 +13,8 @@ registers two functions with it, so every one of those roads carries handles::
 A tensor and its views name the *same* storage object, which pickle writes once per message: so
 views arrive as views of one storage. The ``rebuild_*`` functions look in the receive cache
 (:mod:`mpviz.sharing.cache`) first: a storage this process already maps comes back as the same
-object, and costs no descriptor and no mapping.
+object, and costs no descriptor and no mapping. With the shared-memory cache on
+(:mod:`mpviz.sharing.allocator`), a mapping this process let go of but kept is found next.
 
 Both strategies count each handle in flight in the segment's header (``segment.incref()``, one
 atomic add): the receiver that maps the segment takes that count over, one that maps it already
@@ -31,7 +32,7 @@ import os
 from multiprocessing.reduction import ForkingPickler
 
 from .. import sharing
-from ..sharing import cache, fd_passing, file_descriptor, file_system, shm_manager
+from ..sharing import allocator, cache, fd_passing, file_descriptor, file_system, shm_manager
 from ..storage import Storage
 from ..tensor import Tensor
 from ..trace import recorder
@@ -94,10 +95,20 @@ def rebuild_storage_fd(address, sender_pid, key, token, nbytes, name):
         storage._segment.decref()  # the handle's count: we are counted already
         fd_passing.release(address, token, sender_pid, name)  # we map it already: no fd needed
         return storage
-    fd = fd_passing.fetch(address, token, sender_pid, name)
-    if recorder.ENABLED:
-        recorder.emit("fd.recv", name=name, token=token, peer=sender_pid, nbytes=nbytes)
-    storage = Storage(_segment=file_descriptor.from_received_fd(fd, nbytes, name))
+    segment = cache.get_segment(key)  # still alive here, e.g. in our own fd server's offers?
+    if segment is not None:
+        segment.decref()  # the handle's count: we are counted already
+        fd_passing.release(address, token, sender_pid, name)
+    else:
+        segment = allocator.take_received(key)  # a mapping we kept (shared-memory cache on)?
+        if segment is not None:
+            fd_passing.release(address, token, sender_pid, name)  # takes over the handle's count
+    if segment is None:
+        fd = fd_passing.fetch(address, token, sender_pid, name)
+        if recorder.ENABLED:
+            recorder.emit("fd.recv", name=name, token=token, peer=sender_pid, nbytes=nbytes)
+        segment = file_descriptor.from_received_fd(fd, nbytes, name)
+    storage = Storage(_segment=segment)
     storage._sent_from = sender_pid
     cache.put(key, storage)
     return storage
@@ -110,8 +121,12 @@ def rebuild_storage_filename(name, nbytes, sender_pid):
         storage._segment.decref()  # the handle's reference: we hold the segment already
         shm_manager.client().received(name)
         return storage
-    segment = file_system.attach(name, nbytes)  # takes over the handle's reference
-    shm_manager.client().received(name)
+    segment = cache.get_segment(key)  # still alive here without its Storage?
+    if segment is not None:
+        segment.decref()  # the handle's reference: we hold the segment already
+        shm_manager.client().received(name)
+    else:  # a mapping we kept (shared-memory cache on), or a new one; both tell the manager
+        segment = allocator.take_received(key) or file_system.attach(name, nbytes, received=True)
     storage = Storage(_segment=segment)
     storage._sent_from = sender_pid
     cache.put(key, storage)

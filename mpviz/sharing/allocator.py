@@ -29,6 +29,17 @@ teach not to expect after ``del t``. Switch it on with ``enable(max_bytes)`` or
 ``MPVIZ_SHM_CACHE_BYTES=268435456`` (children inherit the variable). Hits and misses are
 recorded as ``shm.cache`` events and counted in :func:`stats`.
 
+**Received segments, too.** With the cache on, a process that let go of a segment it *received*
+keeps it mapped as well (:func:`keep_received`) — but, unlike its own, with its count given
+back: it no longer counts as a holder, so the producer may reuse the segment at once. When the
+same memory arrives again (a consumer that drops each tensor it gets, then receives the next one
+in the same buffer), the handle finds the mapping here (:func:`take_received`): no descriptor to
+fetch, no ``shm_open``, no ``mmap`` — the round trip of issue #8's benchmark drops to the cost of
+the queue. A kept mapping nobody else counts any more (count 0) is let go at the next visit.
+
+    received storage's last view gone ──▶ keep_received: count ourselves out, keep the mapping
+    the same key arrives again        ──▶ take_received: it is ours again (the handle's count)
+
 Adapted from the idea of torch's ``CUDACachingAllocator`` (keep freed blocks, reuse by size).
 Simplified: exact sizes only, one list, oldest evicted first; CPU shared memory in torch is
 never cached.
@@ -58,8 +69,10 @@ class _State:
         self.lock = threading.Lock()
         self.budget = budget
         self.parked = []       # oldest first
+        self.received = {}     # key -> a received segment we let go of, kept mapped (oldest first)
         self.bytes = 0
         self.hits = self.misses = 0
+        self.received_hits = 0
         self.closed = False    # at exit: keep nothing more
 
 
@@ -82,10 +95,12 @@ def enabled():
 
 
 def stats():
-    """What the cache holds and how often it helped: hits, misses, entries, bytes, budget."""
+    """What the cache holds and how often it helped: hits, misses, entries, bytes, budget, and
+    of the entries, how many are kept received mappings (and how often one served again)."""
     st = _state
-    return {"hits": st.hits, "misses": st.misses, "entries": len(st.parked),
-            "bytes": st.bytes, "budget": st.budget}
+    return {"hits": st.hits, "misses": st.misses, "entries": len(st.parked) + len(st.received),
+            "bytes": st.bytes, "budget": st.budget, "kept_received": len(st.received),
+            "received_hits": st.received_hits}
 
 
 def take(strategy, nbytes):
@@ -124,10 +139,59 @@ def park(parked):
     return True
 
 
+def keep_received(kept):
+    """Keep `kept` (a received segment nobody here uses, its count already given back) mapped,
+    in case the same memory arrives again. False: not kept (cache off, or too big)."""
+    st = _state
+    if st.budget <= 0 or st.closed or kept.nbytes > st.budget or kept.nbytes == 0:
+        return False
+    global _atexit_registered
+    if not _atexit_registered:
+        atexit.register(close)
+        _atexit_registered = True
+    with st.lock:
+        old = st.received.pop(kept.key, None)
+        st.received[kept.key] = kept
+        st.bytes += kept.nbytes - (old.nbytes if old is not None else 0)
+    if old is not None:
+        old.free()
+    _trim()
+    return True
+
+
+def take_received(key):
+    """The kept mapping of the memory named by `key`, revived (it takes over the arriving handle's
+    count); or None."""
+    st = _state
+    if not st.received:
+        return None
+    with st.lock:
+        kept = st.received.pop(key, None)
+        if kept is None:
+            return None
+        st.bytes -= kept.nbytes
+        st.received_hits += 1
+    if recorder.ENABLED:
+        recorder.emit("shm.cache", hit=True, nbytes=kept.nbytes, strategy=kept.strategy,
+                      name=kept.name, received=True)
+    return kept.revive()
+
+
 def _trim():
     st = _state
     evicted = []
     with st.lock:
+        # kept received mappings first: those nobody else counts any more (we would be the last
+        # to map that memory), then the oldest, while over the budget
+        for key, kept in list(st.received.items()):
+            if kept.orphaned():
+                del st.received[key]
+                st.bytes -= kept.nbytes
+                evicted.append(kept)
+        while st.received and (st.bytes > st.budget or len(st.received) > MAX_ENTRIES):
+            oldest = st.received.pop(next(iter(st.received)))
+            st.bytes -= oldest.nbytes
+            evicted.append(oldest)
         while st.parked and (st.bytes > st.budget or len(st.parked) > MAX_ENTRIES):
             oldest = st.parked.pop(0)
             st.bytes -= oldest.nbytes
@@ -140,7 +204,8 @@ def clear():
     """Give every parked segment back (count ourselves out; unlink names nobody holds)."""
     st = _state
     with st.lock:
-        parked, st.parked, st.bytes = st.parked, [], 0
+        parked, st.parked, st.bytes = st.parked + list(st.received.values()), [], 0
+        st.received = {}
     for p in parked:
         p.free()
 
@@ -157,7 +222,7 @@ def _after_fork_in_child():
     global _state
     old = _state
     _state = _State(old.budget)
-    for parked in old.parked:
+    for parked in old.parked + list(old.received.values()):
         parked.forget()
 
 

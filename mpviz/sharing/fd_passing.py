@@ -19,7 +19,10 @@ process that serves registered resources by id). What is different here, and why
   every later descriptor, instead of connect + authenticate + close per descriptor (~0.4 ms each
   in stdlib). Peers are checked with ``SO_PEERCRED`` (same user only) instead of an HMAC handshake.
 * A receiver that already maps the storage asks for nothing: it sends a one-way ``R`` (release)
-  so the sender can drop its offer.
+  so the sender can drop its offer. Releases wait up to ``RELEASE_DELAY`` (5 ms) to travel
+  together — one message wakes the sender's server thread once for many of them, instead of once
+  per tensor (a wake-up in another process is most of what a release costs) — and go at once
+  with the next request to the same sender, or when this process exits.
 * The address is in Linux's abstract socket namespace (no file to clean up).
 
 The rule this makes visible: **the sender must be alive when the receiver unpickles**. If it has
@@ -30,12 +33,14 @@ import os
 import socket
 import struct
 import threading
+import time
 
 from ..errors import ProducerExitedError, TooManyFdsError
 
 _REQUEST = struct.Struct("=cQ")  # op (b"G" get, b"R" release), token
 _GET, _RELEASE = b"G", b"R"
 _FOUND, _MISSING = b"\x00", b"\x01"
+RELEASE_DELAY = 0.005  # seconds a release may wait for others to the same sender
 
 
 class _State:
@@ -49,6 +54,9 @@ class _State:
         self.listener = None
         self.address = None
         self.connections = {}  # address -> (socket, lock)
+        self.releases = {}     # address -> [(token, sender pid, segment name)] not yet sent
+        self.release_due = threading.Condition(self.lock)
+        self.flusher = None    # the thread that sends releases RELEASE_DELAY after the first
 
 
 _state = _State()
@@ -147,9 +155,12 @@ def _recv_exactly(conn, n):
 def fetch(address, token, sender_pid, segment_name):
     """Ask the sender at `address` for the descriptor it offered as `token`; return the new fd."""
     sock, lock = _connection(address, sender_pid, segment_name)
+    with _state.lock:
+        waiting = _state.releases.pop(address, ())  # they may ride along
     with lock:
         try:
-            sock.sendall(_REQUEST.pack(_GET, token))
+            sock.sendall(b"".join(_REQUEST.pack(_RELEASE, t) for t, _, _ in waiting)
+                         + _REQUEST.pack(_GET, token))
             msg, fds, flags, _ = socket.recv_fds(sock, 1, 1)
         except (ConnectionError, OSError) as e:
             _drop_connection(address)
@@ -169,18 +180,59 @@ def fetch(address, token, sender_pid, segment_name):
 
 
 def release(address, token, sender_pid, segment_name):
-    """Tell the sender we won't fetch `token` (we already map that storage). One-way."""
+    """Tell the sender we won't fetch `token` (we already map that storage). One-way, and sent
+    within ``RELEASE_DELAY`` together with the other releases to the same sender."""
     st = _state
-    if address == st.address:  # a round trip back to ourselves: just drop our own offer
-        with st.lock:
+    with st.lock:
+        if address == st.address:  # a round trip back to ourselves: just drop our own offer
             st.offers.pop(token, None)
-        return
-    try:
-        sock, lock = _connection(address, sender_pid, segment_name)
-        with lock:
-            sock.sendall(_REQUEST.pack(_RELEASE, token))
-    except OSError:
-        _drop_connection(address)  # the sender is gone, and its offers with it
+            return
+        waiting = st.releases.setdefault(address, [])
+        waiting.append((token, sender_pid, segment_name))
+        if st.flusher is None:
+            st.flusher = threading.Thread(target=_flush_loop, args=(st,), daemon=True,
+                                          name="mpviz-fd-release")
+            st.flusher.start()
+            _flush_at_exit()
+        elif len(waiting) == 1 and len(st.releases) == 1:
+            st.release_due.notify()
+
+
+def _flush_loop(st):
+    while True:
+        with st.lock:
+            while not st.releases:
+                st.release_due.wait()
+        time.sleep(RELEASE_DELAY)  # let more releases join this one
+        flush_releases(st)
+
+
+def flush_releases(st=None):
+    """Send every release that is waiting now (one message per sender)."""
+    st = st or _state
+    with st.lock:
+        batches, st.releases = st.releases, {}
+    for address, waiting in batches.items():
+        _, sender_pid, segment_name = waiting[0]
+        try:
+            sock, lock = _connection(address, sender_pid, segment_name)
+            with lock:
+                sock.sendall(b"".join(_REQUEST.pack(_RELEASE, t) for t, _, _ in waiting))
+        except (OSError, ProducerExitedError, TooManyFdsError):
+            _drop_connection(address)  # the sender is gone, and its offers with it
+
+
+_exit_hook = None
+
+
+def _flush_at_exit():
+    # A multiprocessing child ends with os._exit (no atexit): its Finalize hooks run, though.
+    global _exit_hook
+    if _exit_hook is None or _exit_hook[0] != os.getpid():
+        from multiprocessing import util
+        _exit_hook = (os.getpid(), util.Finalize(None, flush_releases, exitpriority=100))
+        import atexit
+        atexit.register(flush_releases)
 
 
 def _connection(address, sender_pid, segment_name):

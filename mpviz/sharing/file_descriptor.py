@@ -150,8 +150,18 @@ def _let_go(token, fd, name, nbytes, buf, key, created):
     # descriptor; the kernel frees the memory when every holder has done the same.
     _live.pop(token, None)
     from . import allocator
-    if created and allocator.park(_Parked(fd, name, nbytes, buf, key)):
-        return
+    if created:
+        if allocator.park(_Parked(fd, name, nbytes, buf, key)):
+            return
+    elif allocator.enabled():
+        # received: count ourselves out now (the producer may reuse it), and keep the mapping
+        # (and the descriptor) while someone else still counts it — see the allocator
+        if _add(buf, fd, -1) > 0 and allocator.keep_received(_Kept(fd, name, nbytes, buf, key)):
+            if recorder.ENABLED:
+                recorder.emit("shm.detach", name=name, strategy=STRATEGY, nbytes=nbytes)
+                recorder.emit("shm.cache", kept=True, name=name, strategy=STRATEGY, nbytes=nbytes)
+            return
+        _add(buf, fd, +1)  # not kept after all: _release counts us out
     _release(fd, name, nbytes, buf)
 
 
@@ -183,6 +193,33 @@ class _Parked:
 
     def forget(self):
         """In a forked child: the parent's count, not ours. Close our copy and say nothing."""
+        os.close(self.fd)
+
+
+class _Kept:
+    """A received segment nobody here uses any more, kept mapped (and its descriptor open) with
+    our count given back, in case the same memory arrives again (see the allocator)."""
+
+    strategy = STRATEGY
+
+    def __init__(self, fd, name, nbytes, buf, key):
+        self.fd, self.name, self.nbytes, self.buf, self.key = fd, name, nbytes, buf, key
+
+    def orphaned(self):
+        """True when no other process counts this memory: keeping it would keep it alive."""
+        return _add(self.buf, self.fd, 0) <= 0
+
+    def revive(self):
+        """Ours again: the arriving handle's count becomes ours, as in ``from_received_fd``."""
+        if recorder.ENABLED:
+            recorder.emit("shm.attach", name=self.name, strategy=STRATEGY, nbytes=self.nbytes,
+                          kept=True)
+        return FdSegment(self.fd, self.nbytes, self.name, self.buf, self.key)
+
+    def free(self):
+        os.close(self.fd)   # the count was given back when it was kept; the map goes with buf
+
+    def forget(self):
         os.close(self.fd)
 
 

@@ -90,8 +90,21 @@ class FsSegment:
 def _let_go(token, name, nbytes, buf, created):
     _live.pop(token, None)
     from . import allocator
-    if created and allocator.park(_Parked(name, nbytes, buf)):  # only our own: see file_descriptor
-        return  # the allocator keeps our reference (and the name) to hand it out again
+    if created:
+        if allocator.park(_Parked(name, nbytes, buf)):
+            return  # the allocator keeps our reference (and the name) to hand it out again
+    elif allocator.enabled():
+        # received: count ourselves out now (the producer may reuse it), and keep the mapping
+        # while someone else still counts it (see file_descriptor, and the allocator). We still
+        # map it, so the manager keeps hearing that we hold it, until the cache lets it go.
+        if recorder.ENABLED:
+            recorder.emit("shm.detach", name=name, strategy=STRATEGY, nbytes=nbytes)
+        if _add_mapped(name, buf, -1) > 0 and allocator.keep_received(_Kept(name, nbytes, buf)):
+            if recorder.ENABLED:
+                recorder.emit("shm.cache", kept=True, name=name, strategy=STRATEGY, nbytes=nbytes)
+            return
+        shm_manager.client().drop(name)
+        return  # not kept: the mapping goes with buf
     _release(name, nbytes, buf)
 
 
@@ -124,6 +137,43 @@ class _Parked:
         """In a forked child: the parent's reference, not ours. Say nothing."""
 
 
+class _Kept:
+    """A received segment nobody here uses any more, kept mapped with our reference given back,
+    in case the same memory arrives again (see the allocator)."""
+
+    strategy = STRATEGY
+
+    def __init__(self, name, nbytes, buf):
+        self.name, self.nbytes, self.buf = name, nbytes, buf
+        self.key = (STRATEGY, name)
+
+    def orphaned(self):
+        """True when no other process counts this memory (its name is gone, or about to be)."""
+        count = atomic_add(self.buf, 0)
+        if count is None:               # no atomics here: ask by name
+            try:
+                count = _add(self.name, 0)
+            except FileNotFoundError:
+                return True
+        return count <= 0
+
+    def revive(self):
+        """Ours again: the arriving handle's reference becomes ours, as in :func:`attach`."""
+        shm_manager.client().received(self.name)    # (we told it we hold it: we never stopped)
+        if recorder.ENABLED:
+            recorder.emit("shm.attach", name=self.name, strategy=STRATEGY, nbytes=self.nbytes,
+                          kept=True)
+        return FsSegment(self.name, self.nbytes, self.buf)
+
+    def free(self):
+        """The count was given back when it was kept; tell the manager, and the mapping goes
+        when buf does."""
+        shm_manager.client().drop(self.name)
+
+    def forget(self):
+        """In a forked child: the parent's hold, not ours. Say nothing."""
+
+
 def create(nbytes):
     """Make a new named segment of `nbytes` bytes, held once by this process."""
     name = PREFIX + secrets.token_hex(10)
@@ -143,9 +193,11 @@ def create(nbytes):
     return FsSegment(name, nbytes, buf, created=True)
 
 
-def attach(name, nbytes):
-    """Map the segment `name`, taking over one reference that the sender counted for us."""
-    shm_manager.client().hold(name)
+def attach(name, nbytes, received=False):
+    """Map the segment `name`, taking over one reference that the sender counted for us.
+
+    `received`: a handle to it arrived (the manager hears of both in one message)."""
+    shm_manager.client().hold(name, received)
     try:
         fd = _open(name, os.O_RDWR)
     except FileNotFoundError:

@@ -39,7 +39,7 @@ import threading
 import time
 
 IDLE_SECONDS = 1.0
-BATCH_SECONDS = 0.005
+BATCH_SECONDS = 0.001   # see serve(): longer, and a busy client fills its socket buffer and waits
 _ENV = "MPVIZ_SHM_MANAGER"
 
 
@@ -47,14 +47,19 @@ def address():
     return f"\0mpviz-shm-manager-{os.getuid()}"
 
 
+_enabled = os.environ.get(_ENV, "1") != "0"   # read once: a put asks for every tensor it sends
+
+
 def enabled():
     """Whether this process reports its segments to the manager (default: yes)."""
-    return os.environ.get(_ENV, "1") != "0"
+    return _enabled
 
 
 def enable(flag=True):
     """Switch the manager on or off for this process and the children it starts later."""
+    global _enabled
     os.environ[_ENV] = "1" if flag else "0"
+    _enabled = bool(flag)
     # The connection stays open while switched off: closing it would tell the manager that we
     # died, and it would remove segments we still hold.
 
@@ -69,8 +74,9 @@ class _Client:
         self.fd = None  # a raw descriptor: it lives as long as the process, and closes with it
         self.lock = threading.Lock()
 
-    def hold(self, name):
-        self._send(f"HOLD {name}\n")
+    def hold(self, name, received=False):
+        """We map `name` now (and, if `received`, a handle to it arrived: one message for both)."""
+        self._send(f"HOLD {name}\nRECV {name}\n" if received else f"HOLD {name}\n")
 
     def drop(self, name):
         self._send(f"DROP {name}\n")
@@ -99,7 +105,7 @@ class _Client:
 
 
 class _Off:
-    def hold(self, name): pass
+    def hold(self, name, received=False): pass
     def drop(self, name): pass
     def sent(self, name): pass
     def received(self, name): pass
@@ -113,7 +119,7 @@ _OFF = _Off()
 def client():
     """This process's manager client, or a do-nothing one while the manager is switched off."""
     global _client
-    if not enabled():
+    if not _enabled:
         return _OFF
     if _client is None or _client.pid != os.getpid():  # a new one after fork: the parent's isn't ours
         _client = _Client()
@@ -223,8 +229,10 @@ def serve():
     while True:
         events = sel.select(timeout=0.1)
         # Nobody waits for our answers, so there is no hurry: gather what arrives in the next
-        # few milliseconds into one round. On a busy machine that is one wake-up instead of one
-        # per message (each costs the sender a context switch), for 5 ms more cleanup latency.
+        # millisecond into one round. On a busy machine that is one wake-up instead of one per
+        # message (each costs the sender a context switch), for 1 ms more cleanup latency. Not
+        # much longer: each small message takes ~1 KiB of its sender's socket buffer (212 KiB),
+        # so a client sending more than ~200 messages per pause would block until we read.
         time.sleep(BATCH_SECONDS)
         events = sel.select(timeout=0) or events
         candidates = set()  # names that may have lost their last holder in this round

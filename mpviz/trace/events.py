@@ -16,11 +16,13 @@ OS thread, what happened, and a dict of JSON-able details. The vocabulary, by wh
                                                                      killed and wrote no exit
     thread.start         name, ident, daemon                         the new thread
     thread.exit          name, ident                                 the ending thread
-    queue.put            queue, msg, nbytes (SimpleQueue; a Queue     the putting thread
-                         pickles later: see queue.feed)
-    queue.feed           queue, msg, nbytes                          the queue's feeder thread,
-                                                                     when it pickles the message
-    queue.get            queue, msg                                  the getter, as it unpickles
+    queue.put            queue, msg, nbytes (SimpleQueue, mpviz      the putting thread
+                         Queue; a stdlib Queue pickles later: see
+                         queue.feed), sig (when put wrote the pipe)
+    queue.feed           queue, msg, nbytes, sig                     the queue's feeder thread,
+                                                                     as it writes the message
+    queue.get            queue, msg (Queue: nbytes, sig; msg is      the getter, as it reads (Queue)
+                         the matching write's, set by Trace)          or unpickles (envelopes)
     pipe.send            pipe, msg, nbytes                           the sender (Connection.send)
     pipe.recv            pipe, msg                                   the receiver, as it unpickles
     shm.create           name, strategy, nbytes                      the core (mpviz.storage/sharing)
@@ -39,7 +41,8 @@ OS thread, what happened, and a dict of JSON-able details. The vocabulary, by wh
     mark                 name, anything else                         mpviz.trace.mark(...)
 
 ``msg`` ids are ``"<pid>.<n>"`` strings, unique in a trace: a put and its get carry the same one,
-which is how ``Trace.flows()`` links them across processes. ``queue``/``lock`` ids come from the
+which is how ``Trace.flows()`` links them across processes. A Queue's get learns its ``msg`` when
+the trace is read: the n-th read of a pipe is its n-th write (:func:`messages.link_by_order`). ``queue``/``lock`` ids come from the
 semaphore under the object (its name under spawn/forkserver, its address under fork), so every
 process computes the same id for the same queue or lock.
 """

@@ -7,7 +7,8 @@ left by processes that were killed. All the analyses are plain loops over ``even
 sorted by ``ts_ns`` (one clock for all processes, see recorder.py)::
 
     processes()  process.start/bootstrap/exit + the parent's process.launch/reaped
-    flows()      queue.put→queue.get and pipe.send→pipe.recv, paired by their message id
+    flows()      queue.put→queue.get and pipe.send→pipe.recv, paired by their message id (a
+                 Queue's reads get theirs from the order of its writes: see messages.py)
     segments()   shm.create/attach/detach/unlink, by segment name
     locks()      lock.wait/acquire/release, paired per lock and thread into holds
 """
@@ -16,7 +17,7 @@ import os
 import shutil
 import tempfile
 
-from . import hooks, recorder
+from . import hooks, messages, recorder
 from .events import Event, Flow, Hold, LockInfo, ProcessInfo, Segment
 from .reader import LogReader
 
@@ -29,6 +30,7 @@ class Trace:
     def __init__(self, path=None, events=()):
         self.path = os.fspath(path) if path is not None else None
         self.events = sorted((Event(*e) for e in events), key=_order)
+        messages.link_by_order(self.events)
         self._reader = LogReader(self.path) if self.path is not None else None
         self._problems = []
 
@@ -55,6 +57,8 @@ class Trace:
                 self.events.sort(key=_order)  # timsort: two sorted runs merge in linear time
             else:
                 self.events.extend(new)
+            if any(e.kind.startswith("queue.") for e in new):
+                messages.link_by_order(self.events)   # a read may now find its write
         return len(new)
 
     def __len__(self):

@@ -1,0 +1,67 @@
+"""Children for tests/test_handoff.py (module level, so spawn and forkserver can import them)."""
+import os
+import threading
+
+import mpviz
+import mpviz.multiprocessing as mp
+
+
+def put_many(q, sizes, tag):
+    """Put one bytes object per size, each starting with `tag` and its index."""
+    for i, n in enumerate(sizes):
+        q.put((tag, i, b"x" * n))
+
+
+def put_from_threads(q, nthreads, n):
+    def work(k):
+        for i in range(n):
+            q.put((k, i))
+    threads = [threading.Thread(target=work, args=(k,)) for k in range(nthreads)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+
+
+def joinable_consumer(q, n):
+    for _ in range(n):
+        q.get()
+        q.task_done()
+
+
+def keep_then_report(q, out, strategy):
+    """Receive the same tensor twice while keeping the first: the second needs no descriptor."""
+    mp.set_sharing_strategy(strategy)
+    first = q.get()
+    second = q.get()
+    out.put(first.untyped_storage() is second.untyped_storage())
+
+
+def get_and_exit(q, out, strategy):
+    """Receive a tensor we already map (the second copy), then exit straight away."""
+    mp.set_sharing_strategy(strategy)
+    first = q.get()
+    q.get()
+    out.put(float(first.sum()))
+
+
+def echo_dropping(inbox, outbox, strategy, cache_bytes):
+    """Send back what arrives and drop it, as bench/handoff.py's echo child; report the cache."""
+    from mpviz.sharing import allocator
+    mp.set_sharing_strategy(strategy)
+    allocator.enable(cache_bytes)
+    while True:
+        item = inbox.get()
+        if item is None:
+            break
+        outbox.put(item)
+        del item
+    outbox.put(allocator.stats())
+
+
+def pid_of_this():
+    return os.getpid()
+
+
+def ones(n):
+    return mpviz.ones(n)

@@ -1,0 +1,165 @@
+"""Issue #8: the fast hand-off — a Queue.put that writes the pipe itself, a receiver that needs no
+descriptor for memory it still holds, releases sent together, and kept mappings (cache on)."""
+import gc
+import threading
+import time
+
+import pytest
+
+import mpviz
+import mpviz.multiprocessing as mp
+from mpviz.multiprocessing import queues
+from mpviz.sharing import allocator, cache, fd_passing, file_descriptor
+
+import handoff_workers as hw
+from proc_helpers import finish, start
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def _count(tensor):
+    """The count in the tensor's segment header (holders + handles in flight)."""
+    return file_descriptor.atomic_add(tensor.untyped_storage()._segment._buf, 0)
+
+
+# -- Queue.put writes small messages itself, and keeps the order ---------------------------------
+
+def test_small_puts_skip_the_feeder_thread():
+    q = mp.get_context("fork").Queue()
+    for i in range(100):
+        q.put(i)
+    assert q._thread is None                      # every message was written by put itself
+    assert [q.get(timeout=5) for _ in range(100)] == list(range(100))
+
+
+def test_a_large_put_goes_through_the_feeder_and_later_small_ones_wait_their_turn(ctx):
+    # 200 KiB does not fit in a 64 KiB pipe: it takes the feeder; the small puts behind it must
+    # not overtake it while it is still being written.
+    q = ctx.Queue()
+    sizes = [10, 200_000, 10, 10, 70_000, 10]
+    p = start(ctx, hw.put_many, q, sizes, "a")
+    got = [q.get(timeout=30) for _ in sizes]
+    finish(p)
+    assert [(tag, i, len(b)) for tag, i, b in got] == [("a", i, n) for i, n in enumerate(sizes)]
+
+
+def test_two_producers_each_keep_their_order(ctx):
+    q = ctx.Queue()
+    sizes = [5, 90_000, 5, 5, 5, 30_000, 5, 5] * 3
+    ps = [start(ctx, hw.put_many, q, sizes, tag) for tag in "ab"]
+    got = [q.get(timeout=30) for _ in range(2 * len(sizes))]
+    finish(*ps)
+    for tag in "ab":
+        assert [i for t, i, _ in got if t == tag] == list(range(len(sizes)))
+
+
+def test_threads_putting_at_once_lose_nothing():
+    q = mp.get_context("fork").Queue()
+    hw.put_from_threads(q, 4, 500)
+    got = [q.get(timeout=10) for _ in range(2000)]
+    for k in range(4):
+        assert [i for kk, i in got if kk == k] == list(range(500))
+
+
+def test_a_full_queue_raises_full_and_an_unpicklable_item_frees_its_slot():
+    import queue as stdlib_queue
+    q = mp.get_context("fork").Queue(maxsize=2)
+    q.put(1)
+    with pytest.raises(TypeError):
+        q.put(threading.Lock())                   # refused in put: its slot is given back
+    q.put(2)
+    with pytest.raises(stdlib_queue.Full):
+        q.put(3, timeout=0.1)
+    assert [q.get(timeout=5), q.get(timeout=5)] == [1, 2]
+
+
+def test_joinable_queue_counts_tasks_put_directly(ctx):
+    q = ctx.JoinableQueue()
+    for i in range(50):
+        q.put(i)
+    p = start(ctx, hw.joinable_consumer, q, 50)
+    q.join()                                      # returns: 50 task_done for 50 puts
+    finish(p)
+
+
+# -- a receiver that still holds the memory needs no descriptor ---------------------------------
+
+def test_a_live_segment_without_its_storage_is_found_again():
+    mp.set_sharing_strategy("file_descriptor")
+    try:
+        t = mpviz.arange(4.0)
+        data = queues._dumps(t)                   # the offer keeps the segment alive
+        key = t.untyped_storage()._segment.key
+        del t
+        gc.collect()
+        assert cache.get(key) is None             # the Storage is gone ...
+        assert cache.get_segment(key) is not None  # ... its segment is not (offered)
+        fds_before = fd_passing.pending_offers()
+        back = queues._loads(data)                # no descriptor fetched: the same mapping
+        assert back.tolist() == [0.0, 1.0, 2.0, 3.0]
+        assert fd_passing.pending_offers() == fds_before - 1
+        assert _count(back) == 1                  # the handle's count was given back
+    finally:
+        mp.set_sharing_strategy("file_descriptor")
+
+
+def test_releases_reach_the_sender_and_a_child_flushes_them_at_exit(ctx):
+    mp.set_sharing_strategy("file_descriptor")
+    q, out = ctx.Queue(), ctx.Queue()
+    t = mpviz.ones(16)
+    p = start(ctx, hw.get_and_exit, q, out, "file_descriptor")
+    q.put(t)
+    q.put(t)                                      # the child maps it already: a release
+    assert out.get(timeout=30) == 16.0
+    finish(p)
+    deadline = time.monotonic() + 5
+    while fd_passing.pending_offers() and time.monotonic() < deadline:
+        time.sleep(0.01)                          # the release is asynchronous: bounded poll
+    assert fd_passing.pending_offers() == 0
+    assert _count(t) == 1                         # only we hold it again
+
+
+def test_kept_mappings_serve_a_consumer_that_drops_each_tensor(ctx, strategy):
+    inbox, outbox = ctx.Queue(), ctx.Queue()
+    t = mpviz.ones(1024)
+    p = start(ctx, hw.echo_dropping, inbox, outbox, strategy, 1 << 20)
+    for _ in range(30):
+        inbox.put(t)
+        back = outbox.get(timeout=30)
+        assert back.untyped_storage() is t.untyped_storage()
+        del back
+    inbox.put(None)
+    stats = outbox.get(timeout=30)
+    finish(p)
+    # Every arrival after the first found the memory still mapped in the child: kept by the
+    # cache, or (file_descriptor) still offered by its fd server.
+    assert stats["received_hits"] >= 1 or strategy == "file_descriptor"
+    deadline = time.monotonic() + 5
+    while _count(t) != 1 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert _count(t) == 1                         # the child let go of everything at exit
+
+
+def test_a_kept_mapping_nobody_else_holds_is_let_go():
+    from mpviz.sharing import file_system
+    from mpviz.storage import Storage
+    allocator.enable(1 << 20)
+    try:
+        t = mpviz.ones(256)
+        t.untyped_storage().share_memory_("file_system")
+        seg = t.untyped_storage()._segment
+        seg.incref()                              # a handle, as a put would count it ...
+        received = Storage(_segment=file_system.attach(seg.name, seg.nbytes))  # ... taken over
+        assert _count(t) == 2
+        del received
+        gc.collect()                              # let go, but kept mapped: count ourselves out
+        assert allocator.stats()["kept_received"] == 1 and _count(t) == 1
+        allocator.clear()                         # (t's own segment must not be parked either)
+        name = seg.name
+        del t, seg
+        gc.collect()                              # the last holder lets go: the name is gone
+        assert file_system.refcount(name) is None
+        allocator.enable(1 << 20)                 # any later visit lets the orphan go
+        assert allocator.stats()["kept_received"] == 0
+    finally:
+        allocator.enable(0)
