@@ -1,0 +1,85 @@
+"""Issue #4: a Queue's puts and gets linked by pipe order (no envelope), checked against marks.
+
+Each producer marks ``("put", tag, i)`` right before its put and each consumer ``("got", tag, i)``
+right after its get; a flow is right when the mark before its put and the mark after its get name
+the same message.
+"""
+import multiprocessing
+
+import pytest
+
+import mpviz.multiprocessing as mp
+import mpviz.trace as mt
+
+import trace_link_workers as tw
+from proc_helpers import finish, start
+
+pytestmark = pytest.mark.timeout(90)
+
+SIZES = [8, 100, 70_000, 8, 8, 3_000, 150_000, 8, 40, 8]   # two never fit in the pipe
+
+
+def _mark_before(trace, event, name):
+    marks = [e for e in trace.events if e.kind == "mark" and e.args["name"] == name
+             and e.pid == event.pid and e.ts_ns <= event.ts_ns]
+    return (marks[-1].args["tag"], marks[-1].args["i"]) if marks else None
+
+
+def _mark_after(trace, event, name):
+    marks = [e for e in trace.events if e.kind == "mark" and e.args["name"] == name
+             and e.pid == event.pid and e.tid == event.tid and e.ts_ns >= event.ts_ns]
+    return (marks[0].args["tag"], marks[0].args["i"]) if marks else None
+
+
+@pytest.mark.parametrize("library", ["mpviz", "stdlib"])
+def test_every_put_links_to_the_get_that_read_it(start_method, library):
+    ctx = (mp if library == "mpviz" else multiprocessing).get_context(start_method)
+    with mt.record() as trace:
+        q, done = ctx.Queue(), ctx.Queue()
+        producers = [start(ctx, tw.produce, q, tag, SIZES) for tag in "ab"]
+        consumers = [start(ctx, tw.consume, q, done, len(SIZES)) for _ in range(2)]
+        finish(*producers)
+        for _ in consumers:
+            q.put(None)                                       # one end marker each
+        counts = [done.get(timeout=60) for _ in consumers]
+        finish(*consumers)
+    assert sum(counts) == 2 * len(SIZES)
+    flows = [f for f in trace.flows() if f.put.pid in {p.pid for p in producers}]
+    assert len(flows) == 2 * len(SIZES)
+    assert all(f.get is not None for f in flows), "every message was read: every flow is linked"
+    for f in flows:
+        sent = _mark_before(trace, f.put, "put")
+        got = _mark_after(trace, f.get, "got")
+        assert sent == got, f"flow {f.put.args['msg']} links {sent} to the get of {got}"
+        assert f.get.args["nbytes"] == f.nbytes
+
+
+def test_a_message_written_before_recording_stays_unlinked():
+    q = mp.get_context("fork").Queue()
+    q.put("written before recording")
+    with mt.record() as trace:
+        q.put("written while recording, a different size")
+        assert q.get(timeout=10) == "written before recording"
+        assert q.get(timeout=10) == "written while recording, a different size"
+    gets = trace.of_kind("queue.get")
+    assert len(gets) == 2 and gets[0].args["msg"] is None     # no write explains it
+    [flow] = trace.flows()
+    assert flow.get is gets[1]                                # not shifted by one
+
+
+def test_a_feeder_that_started_before_recording_still_links_by_envelope():
+    q = multiprocessing.get_context("fork").Queue()
+    q.put(b"x" * 100_000)                                     # starts the stdlib feeder thread
+    assert len(q.get(timeout=10)) == 100_000
+    with mt.record() as trace:
+        ctx = multiprocessing.get_context("fork")
+        back = ctx.Queue()
+        p = start(ctx, tw.echo, q, back, 3)
+        for i in range(3):
+            q.put(("ping", i))                                # through the old feeder
+        answers = [back.get(timeout=10) for _ in range(3)]
+        finish(p)
+    assert answers == [("pong", i) for i in range(3)]
+    flows = trace.flows()
+    assert len(flows) == 6 and all(f.get is not None for f in flows)
+    assert sum(f.get.args.get("sig") is None for f in flows) == 3   # the pings: by envelope
