@@ -103,9 +103,12 @@ _orig = {}
 _feeding = threading.local()
 
 
+_crc32 = zlib.crc32
+
+
 def sig(buf):
     """A cheap fingerprint of a message's bytes: CRC-32 of the last 32 (checks a write/read pair)."""
-    return zlib.crc32(buf[-32:])
+    return _crc32(buf[-32:])
 
 
 class _Tag:
@@ -147,7 +150,9 @@ def _queue_id(q):
 def _tagged(q, obj):
     """What a recorded put hands to the stdlib: `obj` tagged (or in an envelope: see top)."""
     qid, msg = _queue_id(q), _next_msg()
-    recorder.emit("queue.put", queue=qid, msg=msg)
+    w = recorder.writer                        # (straight to the writer: the hot path)
+    if w is not None:
+        w.emit("queue.put", {"queue": qid, "msg": msg})
     if q._thread is None or q.__dict__.get("_mpviz_fed"):
         return _Tag(obj, msg)
     return _Envelope(obj, "queue", qid, msg)   # its feeder started before recording
@@ -171,9 +176,11 @@ def _queue_start_thread(self):
         send_bytes, qid = self._send_bytes, _queue_id(self)
 
         def fed_send_bytes(buf):
-            if recorder.ENABLED:
+            w = recorder.writer
+            if w is not None:
                 msg, _feeding.msg = getattr(_feeding, "msg", None), None
-                recorder.emit("queue.feed", queue=qid, msg=msg, nbytes=len(buf), sig=sig(buf))
+                w.emit("queue.feed", {"queue": qid, "msg": msg, "nbytes": len(buf),
+                                      "sig": _crc32(buf[-32:])})
             return send_bytes(buf)
         fed_send_bytes._mpviz = True
         self._send_bytes = fed_send_bytes
@@ -191,8 +198,9 @@ def _queue_get(self, block=True, timeout=None):
 
         def read_bytes(maxlength=None):
             res = recv_bytes() if maxlength is None else recv_bytes(maxlength)
-            if recorder.ENABLED and _ENVELOPE_MARK not in res[:64]:  # envelopes report in _open
-                recorder.emit("queue.get", queue=qid, nbytes=len(res), sig=sig(res))
+            w = recorder.writer
+            if w is not None and res.find(_ENVELOPE_MARK, 0, 64) < 0:  # envelopes: see _open
+                w.emit("queue.get", {"queue": qid, "nbytes": len(res), "sig": _crc32(res[-32:])})
             return res
         self._recv_bytes = read_bytes
         self._mpviz_read = True
