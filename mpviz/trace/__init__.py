@@ -8,10 +8,11 @@
     mpviz.trace.mark("epoch", n=3)            # your own event
     mpviz.trace.os_view(pid)                  # what the OS says: mapped /dev/shm names, fds
 
-How it works, one module each: recorder.py (the per-process crash-safe log), reader.py (reading
-logs back, incrementally), hooks.py + messages.py + locks.py (what is patched in the stdlib, and
-how children start recording), autostart/ (a fresh interpreter joining a recording), trace.py
-(merging and the views), chrome.py (Chrome/Perfetto JSON), osview.py (/proc cross-checks).
+How it works, one module each: recorder.py (the per-process crash-safe log; writer.c is its
+Writer in C, which native.py builds on first use), reader.py (reading logs back, incrementally),
+hooks.py + messages.py + locks.py (what is patched in the stdlib, and how children start
+recording), autostart/ (a fresh interpreter joining a recording), trace.py (merging and the
+views), chrome.py (Chrome/Perfetto JSON), osview.py (/proc cross-checks).
 """
 from .events import Event, Flow, Hold, LockInfo, ProcessInfo, Segment
 from .osview import OSView, os_view
