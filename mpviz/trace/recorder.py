@@ -6,6 +6,12 @@ attribute read (the observer pattern of trio's ``Instrument``)::
     if recorder.ENABLED:
         recorder.emit("shm.create", name=name, strategy="file_system", nbytes=n)
 
+A hot call site can skip ``emit``'s own call and hand the args dict to the Writer itself::
+
+    w = recorder.writer                     # None when not recording
+    if w is not None:
+        w.emit("queue.get", {"queue": qid, "nbytes": n})
+
 How an event reaches the disk
 -----------------------------
 Every process that records owns one log file ``<pid>-<n>.mpvlog`` in the trace directory. The file
