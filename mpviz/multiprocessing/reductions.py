@@ -32,7 +32,7 @@ import os
 from multiprocessing.reduction import ForkingPickler
 
 from .. import sharing
-from ..sharing import allocator, cache, fd_passing, file_descriptor, file_system
+from ..sharing import allocator, cache, fd_passing, file_descriptor, file_system, shm_manager
 from ..storage import Storage
 from ..tensor import Tensor
 from ..trace import recorder
@@ -84,8 +84,8 @@ def reduce_storage(storage):
         if recorder.ENABLED:
             recorder.emit("fd.send", name=segment.name, token=token, nbytes=segment.nbytes)
         return (rebuild_storage_fd, (address, os.getpid(), segment.key, token, segment.nbytes, segment.name))
-    # file_system: the count above also makes the name outlive us if we let go first (and
-    # tells the shm manager, which reads it, that a handle is on its way).
+    # file_system: the count above also makes the name outlive us if we let go first.
+    shm_manager.client().sent(segment.name)
     return (rebuild_storage_filename, (segment.name, segment.nbytes, os.getpid()))
 
 
@@ -119,12 +119,14 @@ def rebuild_storage_filename(name, nbytes, sender_pid):
     storage = cache.get(key)
     if storage is not None:
         storage._segment.decref()  # the handle's reference: we hold the segment already
+        shm_manager.client().received(name)
         return storage
     segment = cache.get_segment(key)  # still alive here without its Storage?
     if segment is not None:
         segment.decref()  # the handle's reference: we hold the segment already
-    else:  # a mapping we kept (shared-memory cache on), or a new one
-        segment = allocator.take_received(key) or file_system.attach(name, nbytes)
+        shm_manager.client().received(name)
+    else:  # a mapping we kept (shared-memory cache on), or a new one; both tell the manager
+        segment = allocator.take_received(key) or file_system.attach(name, nbytes, received=True)
     storage = Storage(_segment=segment)
     storage._sent_from = sender_pid
     cache.put(key, storage)

@@ -95,11 +95,15 @@ def _let_go(token, name, nbytes, buf, created):
             return  # the allocator keeps our reference (and the name) to hand it out again
     elif allocator.enabled():
         # received: count ourselves out now (the producer may reuse it), and keep the mapping
-        # while someone else still counts it (see file_descriptor, and the allocator). To the
-        # shm manager a holder is one counted in the header: so we drop, as a release does.
-        if _release(name, nbytes, buf) > 0 and allocator.keep_received(_Kept(name, nbytes, buf)):
+        # while someone else still counts it (see file_descriptor, and the allocator). We still
+        # map it, so the manager keeps hearing that we hold it, until the cache lets it go.
+        if recorder.ENABLED:
+            recorder.emit("shm.detach", name=name, strategy=STRATEGY, nbytes=nbytes)
+        if _add_mapped(name, buf, -1) > 0 and allocator.keep_received(_Kept(name, nbytes, buf)):
             if recorder.ENABLED:
                 recorder.emit("shm.cache", kept=True, name=name, strategy=STRATEGY, nbytes=nbytes)
+            return
+        shm_manager.client().drop(name)
         return  # not kept: the mapping goes with buf
     _release(name, nbytes, buf)
 
@@ -107,8 +111,8 @@ def _let_go(token, name, nbytes, buf, created):
 def _release(name, nbytes, buf):
     if recorder.ENABLED:
         recorder.emit("shm.detach", name=name, strategy=STRATEGY, nbytes=nbytes)
-    shm_manager.client().drop(name)   # first: killed in between, we would leak, not lose data
-    return _add_mapped(name, buf, -1)
+    _add_mapped(name, buf, -1)
+    shm_manager.client().drop(name)
 
 
 class _Parked:
@@ -155,23 +159,25 @@ class _Kept:
 
     def revive(self):
         """Ours again: the arriving handle's reference becomes ours, as in :func:`attach`."""
-        shm_manager.client().hold(self.name, counted=True)
+        shm_manager.client().received(self.name)    # (we told it we hold it: we never stopped)
         if recorder.ENABLED:
             recorder.emit("shm.attach", name=self.name, strategy=STRATEGY, nbytes=self.nbytes,
                           kept=True)
         return FsSegment(self.name, self.nbytes, self.buf)
 
     def free(self):
-        """Nothing to count or tell (both were done when it was kept): the mapping goes with buf."""
+        """The count was given back when it was kept; tell the manager, and the mapping goes
+        when buf does."""
+        shm_manager.client().drop(self.name)
 
     def forget(self):
-        """In a forked child: nothing to do either."""
+        """In a forked child: the parent's hold, not ours. Say nothing."""
 
 
 def create(nbytes):
     """Make a new named segment of `nbytes` bytes, held once by this process."""
     name = PREFIX + secrets.token_hex(10)
-    shm_manager.client().hold(name, counted=True)  # tell the manager first: if we die right after, it still knows
+    shm_manager.client().hold(name)  # tell the manager first: if we die right after, it still knows
     fd = _open(name, os.O_CREAT | os.O_EXCL | os.O_RDWR)
     try:
         _reserve(fd, HEADER + max(nbytes, 1), STRATEGY)
@@ -187,9 +193,11 @@ def create(nbytes):
     return FsSegment(name, nbytes, buf, created=True)
 
 
-def attach(name, nbytes):
-    """Map the segment `name`, taking over one reference that the sender counted for us."""
-    shm_manager.client().hold(name, counted=True)
+def attach(name, nbytes, received=False):
+    """Map the segment `name`, taking over one reference that the sender counted for us.
+
+    `received`: a handle to it arrived (the manager hears of both in one message)."""
+    shm_manager.client().hold(name, received)
     try:
         fd = _open(name, os.O_RDWR)
     except FileNotFoundError:
@@ -285,7 +293,7 @@ def _count_inherited_after_fork():
         _, name, _, buf, _ = info[2]
         try:
             _add_mapped(name, buf, +1)
-            shm_manager.client().hold(name, counted=True)
+            shm_manager.client().hold(name)
         except OSError:
             pass
 

@@ -5,27 +5,17 @@ Why it exists: a ``file_system`` segment is freed by whoever drops its reference
 would stay in /dev/shm, using RAM, until reboot. The manager watches instead::
 
     process A ──"HOLD /mpviz_1"──▶ ┌──────────────┐     A dies (SIGKILL): its socket closes,
-    process B ──"HOLD /mpviz_1"──▶ │  shm manager │     the manager counts A's holds as dead; a
-    process A ──"DROP /mpviz_2"──▶ │  (own session)│    name no connected process holds, and with
-                                   └──────────────┘     no handle in flight, is unlinked at once.
+    process B ──"HOLD /mpviz_1"──▶ │  shm manager │     the manager drops A's holds; a name no
+    process A ──"SEND /mpviz_2"──▶ │  (own session)│    connected process holds, and with no
+                                   └──────────────┘     handle in flight, is unlinked at once.
 
 * One manager per user, at an abstract Unix socket address; it serves only peers of its own uid
   (``SO_PEERCRED``). The first process that needs it starts it; it double-forks and calls
   ``setsid()`` so it outlives its starter and is nobody's child, and points stdin/stdout/stderr at
   /dev/null so a test runner waiting on those pipes is never held open.
 * Every message is a line, sent without waiting for an answer: ``HOLD``/``DROP`` (this process
-  maps / let go of a name; a process may hold a name more than once; ``HOLDC`` for a segment
-  with a count in its header), ``UNLINKED``. A process that dies mid-message loses nothing that
-  was already written.
-* **Handles in flight are read from the segment itself** (``HOLDC`` names), not reported: its
-  header count is (holders) + (handles pickled and not yet received), and a holder that was
-  killed never took its 1 back. So when no connected process holds a name, the manager reads the
-  count and subtracts the holds of the processes that died holding it; what is left is in
-  flight::
-
-      in flight = header count - holds of dead holders      0 or less: unlink
-
-  (So a put and a get cost the manager nothing: only mapping and letting go are messages.)
+  holds / let go of a name), ``SEND``/``RECV`` (a handle went into / came out of a queue),
+  ``UNLINKED``. A process that dies mid-message loses nothing that was already written.
 * A name is unlinked when no connected process holds it and no handle to it is in flight — after
   a DROP (normally the holder's own refcount got there first) or when a holder disconnects.
 * When no client has been connected for ``IDLE_SECONDS``, it unlinks every name it still knows
@@ -49,16 +39,12 @@ import threading
 import time
 
 IDLE_SECONDS = 1.0
-RECHECK_SECONDS = 0.05
 BATCH_SECONDS = 0.001   # see serve(): longer, and a busy client fills its socket buffer and waits
 _ENV = "MPVIZ_SHM_MANAGER"
 
 
-PROTOCOL = 2   # in the address: a manager of another version never serves our clients
-
-
 def address():
-    return f"\0mpviz-shm-manager-v{PROTOCOL}-{os.getuid()}"
+    return f"\0mpviz-shm-manager-{os.getuid()}"
 
 
 _enabled = os.environ.get(_ENV, "1") != "0"   # read once: a put asks for every tensor it sends
@@ -88,16 +74,18 @@ class _Client:
         self.fd = None  # a raw descriptor: it lives as long as the process, and closes with it
         self.lock = threading.Lock()
 
-    def hold(self, name, counted=False):
-        """We map `name` now (sent before we open it: if we die right after, it still knows).
-
-        `counted`: the segment keeps a count of holders and handles in its header (file_system
-        segments do; the CUDA simulator's files don't), which the manager may read."""
-        self._send(f"HOLDC {name}\n" if counted else f"HOLD {name}\n")
+    def hold(self, name, received=False):
+        """We map `name` now (and, if `received`, a handle to it arrived: one message for both)."""
+        self._send(f"HOLD {name}\nRECV {name}\n" if received else f"HOLD {name}\n")
 
     def drop(self, name):
-        """We let go of `name` (after our count went back)."""
         self._send(f"DROP {name}\n")
+
+    def sent(self, name):
+        self._send(f"SEND {name}\n")
+
+    def received(self, name):
+        self._send(f"RECV {name}\n")
 
     def unlinked(self, name):
         self._send(f"UNLINKED {name}\n")
@@ -117,8 +105,10 @@ class _Client:
 
 
 class _Off:
-    def hold(self, name, counted=False): pass
+    def hold(self, name, received=False): pass
     def drop(self, name): pass
+    def sent(self, name): pass
+    def received(self, name): pass
     def unlinked(self, name): pass
 
 
@@ -218,40 +208,26 @@ def serve():
     listener.setblocking(False)
     sel = selectors.DefaultSelector()
     sel.register(listener, selectors.EVENT_READ)
-    import _posixshmem
-    holds = {}      # client socket -> {name: how many times it holds it}
-    dead = {}       # name -> holds of clients that disconnected still holding it (killed)
+    holds = {}      # client socket -> set of names it holds
+    inflight = {}   # name -> handles sent minus received (may dip below 0 briefly: no global order)
     known = set()   # every name ever mentioned, for the final sweep
-    counted = set()  # names whose header holds a count (file_system segments)
     buffers = {}
     idle_since = time.monotonic()
 
     def unlink(name):
         try:
+            import _posixshmem
             _posixshmem.shm_unlink(name)
         except OSError:
             pass
         known.discard(name)
-        dead.pop(name, None)
-        counted.discard(name)
+        inflight.pop(name, None)
 
     def orphaned(name):
-        if any(name in h for h in holds.values()):
-            return False
-        if name not in counted:
-            return True
-        count = _read_count(_posixshmem, name)
-        if count is None:          # gone already (its last holder unlinked it): forget it
-            known.discard(name)
-            dead.pop(name, None)
-            counted.discard(name)
-            return False
-        return count - dead.get(name, 0) <= 0   # no handle in flight either
-
-    recheck = {}    # name -> until when to look again (see below)
+        return inflight.get(name, 0) <= 0 and not any(name in h for h in holds.values())
 
     while True:
-        events = sel.select(timeout=0.01 if recheck else 0.1)
+        events = sel.select(timeout=0.1)
         # Nobody waits for our answers, so there is no hurry: gather what arrives in the next
         # millisecond into one round. On a busy machine that is one wake-up instead of one per
         # message (each costs the sender a context switch), for 1 ms more cleanup latency. Not
@@ -272,7 +248,7 @@ def serve():
                     continue
                 conn.setblocking(False)
                 sel.register(conn, selectors.EVENT_READ)
-                holds[conn] = {}
+                holds[conn] = set()
                 buffers[conn] = b""
                 continue
             conn = key.fileobj
@@ -283,67 +259,38 @@ def serve():
                 op, _, name = line.decode().partition(" ")
                 if not name.startswith("/mpviz_"):
                     continue  # only ever touch our own segments
-                mine = holds[conn]
-                if op in ("HOLD", "HOLDC"):
-                    mine[name] = mine.get(name, 0) + 1
+                if op == "HOLD":
+                    holds[conn].add(name)
                     known.add(name)
-                    if op == "HOLDC":
-                        counted.add(name)
                 elif op == "DROP":
-                    if mine.get(name, 0) > 1:
-                        mine[name] -= 1
-                    else:
-                        mine.pop(name, None)
-                        candidates.add(name)
+                    holds[conn].discard(name)
+                    candidates.add(name)
+                elif op == "SEND":
+                    inflight[name] = inflight.get(name, 0) + 1
+                    known.add(name)
+                elif op == "RECV":
+                    inflight[name] = inflight.get(name, 0) - 1
                 elif op == "UNLINKED":
                     known.discard(name)
-                    dead.pop(name, None)
-                    counted.discard(name)
+                    inflight.pop(name, None)
             if closed:
-                # The client exited: normally (it dropped everything first) or killed, when each
-                # of its holds is a 1 it never took back from the segment's count.
+                # The client exited, normally or killed: what it held may be nobody's now.
                 sel.unregister(conn)
-                for name, n in holds.pop(conn).items():
-                    dead[name] = dead.get(name, 0) + n
-                    candidates.add(name)
+                candidates |= holds.pop(conn)
                 buffers.pop(conn, None)
                 conn.close()
         # Decide only after reading every socket that was readable: a message that *caused*
         # another (the sender's HOLD before the receiver's DROP) was written earlier, so it is
         # in this round too, whichever socket we happened to read first.
-        # A holder drops (tells us) *before* it takes its 1 back from the count, so the count we
-        # read may still include it: look again for a little while before deciding it is in flight.
-        now = time.monotonic()
-        for name, until in list(recheck.items()):
-            if until < now:
-                del recheck[name]
-            else:
-                candidates.add(name)
         for name in candidates:
             if name in known and orphaned(name):
                 unlink(name)
-                recheck.pop(name, None)
-            elif name in known and not any(name in h for h in holds.values()):
-                recheck.setdefault(name, now + RECHECK_SECONDS)
         if holds:
             idle_since = time.monotonic()
         elif time.monotonic() - idle_since > IDLE_SECONDS:
             for name in list(known):
                 unlink(name)
             return
-
-
-def _read_count(posixshmem, name):
-    """The count in the header of segment `name` (see file_system), or None if it is gone."""
-    try:
-        fd = posixshmem.shm_open(name, os.O_RDONLY, 0)
-    except OSError:
-        return None
-    try:
-        raw = os.pread(fd, 8, 0)
-    finally:
-        os.close(fd)
-    return struct.unpack("=q", raw)[0] if len(raw) == 8 else 0
 
 
 def _drain(conn):
