@@ -65,3 +65,15 @@ def pid_of_this():
 
 def ones(n):
     return mpviz.ones(n)
+
+
+def put_then_die(q, out):
+    """Share a tensor under file_system, put its handle, report the name, die by SIGKILL."""
+    import signal
+    mp.set_sharing_strategy("file_system")
+    t = mpviz.full((100,), 7.0).share_memory_()
+    q.put(t)
+    out.put(t.untyped_storage().segment_name)
+    q.close()
+    q.join_thread()                  # the handle is in the pipe
+    os.kill(os.getpid(), signal.SIGKILL)

@@ -154,12 +154,34 @@ def test_a_kept_mapping_nobody_else_holds_is_let_go():
         del received
         gc.collect()                              # let go, but kept mapped: count ourselves out
         assert allocator.stats()["kept_received"] == 1 and _count(t) == 1
-        allocator.clear()                         # (t's own segment must not be parked either)
-        name = seg.name
-        del t, seg
-        gc.collect()                              # the last holder lets go: the name is gone
-        assert file_system.refcount(name) is None
+        seg.decref()                              # as if the producer let go: the name is gone
+        assert file_system.refcount(seg.name) is None
         allocator.enable(1 << 20)                 # any later visit lets the orphan go
         assert allocator.stats()["kept_received"] == 0
+        seg.incref()                              # (t's own count back, for its own release)
     finally:
         allocator.enable(0)
+
+
+def test_a_handle_in_flight_outlives_its_killed_sender(start_method):
+    # The shm manager sees the sender die holding the segment. It must not remove the name: the
+    # count in the segment's header still has the handle on its way (count 2 - 1 dead holder).
+    import os
+    import signal
+    ctx = mp.get_context(start_method)
+    q, out = ctx.Queue(), ctx.SimpleQueue()
+    p = start(ctx, hw.put_then_die, q, out)
+    name = out.get()
+    p.join(30)
+    assert p.exitcode == -signal.SIGKILL
+    time.sleep(0.3)                               # give the manager time to (wrongly) act
+    assert os.path.exists("/dev/shm" + name)
+    t = q.get(timeout=30)
+    assert t.tolist() == [7.0] * 100
+    del t
+    gc.collect()                                  # we let go: only the dead sender's 1 is left
+    deadline = time.monotonic() + 3
+    while os.path.exists("/dev/shm" + name) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert not os.path.exists("/dev/shm" + name), "the manager removed the dead sender's 1"
+    out.close()
