@@ -117,6 +117,14 @@ class Queue(multiprocessing.queues.Queue):
             self._send_bytes = send
 
     def put(self, obj, block=True, timeout=None):
+        data, msg = self._take_slot_and_pickle(obj, block, timeout)
+        with self._notempty:
+            if not self._write_now(data, msg):
+                self._feed(data, msg)
+
+    def _take_slot_and_pickle(self, obj, block, timeout):
+        """A place in the queue (or Full), then the pickled bytes (the slot given back if the
+        object can't be pickled), and while recording a message id to link the get to the put."""
         if self._closed:
             raise ValueError(f"Queue {self!r} is closed")
         if not self._sem.acquire(block, timeout):
@@ -126,10 +134,7 @@ class Queue(multiprocessing.queues.Queue):
         except BaseException:
             self._sem.release()
             raise
-        msg = messages.next_msg() if recorder.ENABLED else None  # to link the get to this put
-        with self._notempty:
-            if not self._write_now(data, msg):
-                self._feed(data, msg)
+        return data, (messages.next_msg() if recorder.ENABLED else None)
 
     def _feed(self, data, msg=None):
         """Hand `data` to the feeder thread, as the stdlib's put does (the notempty lock held)."""
@@ -182,16 +187,7 @@ class JoinableQueue(multiprocessing.queues.JoinableQueue, Queue):
     messages straight into the pipe, like :class:`Queue`)."""
 
     def put(self, obj, block=True, timeout=None):
-        if self._closed:
-            raise ValueError(f"Queue {self!r} is closed")
-        if not self._sem.acquire(block, timeout):
-            raise Full
-        try:
-            data = _dumps(obj)
-        except BaseException:
-            self._sem.release()
-            raise
-        msg = messages.next_msg() if recorder.ENABLED else None
+        data, msg = self._take_slot_and_pickle(obj, block, timeout)
         with self._notempty, self._cond:
             # Count the task before the consumer can see it: its task_done() must find it.
             self._unfinished_tasks.release()

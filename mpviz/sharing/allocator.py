@@ -123,15 +123,23 @@ def take(strategy, nbytes):
     return found.revive() if found is not None else None
 
 
-def park(parked):
-    """Keep `parked` (a segment nobody here uses) for reuse. False: not kept, free it yourself."""
-    st = _state
-    if st.budget <= 0 or st.closed or parked.nbytes > st.budget or parked.nbytes == 0:
-        return False
+def _may_keep(nbytes):
+    """Whether the cache takes a segment of `nbytes` (and, the first time, the exit hook)."""
     global _atexit_registered
+    st = _state
+    if st.budget <= 0 or st.closed or nbytes > st.budget or nbytes == 0:
+        return False
     if not _atexit_registered:
         atexit.register(close)
         _atexit_registered = True
+    return True
+
+
+def park(parked):
+    """Keep `parked` (a segment nobody here uses) for reuse. False: not kept, free it yourself."""
+    st = _state
+    if not _may_keep(parked.nbytes):
+        return False
     with st.lock:
         st.parked.append(parked)
         st.bytes += parked.nbytes
@@ -143,12 +151,8 @@ def keep_received(kept):
     """Keep `kept` (a received segment nobody here uses, its count already given back) mapped,
     in case the same memory arrives again. False: not kept (cache off, or too big)."""
     st = _state
-    if st.budget <= 0 or st.closed or kept.nbytes > st.budget or kept.nbytes == 0:
+    if not _may_keep(kept.nbytes):
         return False
-    global _atexit_registered
-    if not _atexit_registered:
-        atexit.register(close)
-        _atexit_registered = True
     with st.lock:
         old = st.received.pop(kept.key, None)
         st.received[kept.key] = kept
