@@ -142,3 +142,25 @@ def test_cache_events_are_recorded(strategy, cache_on, tmp_path):
         del b
     hits = [e.args["hit"] for e in tr.events if e.kind == "shm.cache"]
     assert hits == [False, True]
+
+
+def test_a_script_that_exits_with_the_cache_on_leaves_nothing_in_dev_shm(tmp_path):
+    # No segment was ever parked, so the cache's exit hook came late: it must still run before
+    # weakref's last finalizers, or they park their segments where nothing frees them (with the
+    # shm manager off, the names would stay in /dev/shm).
+    import subprocess
+    import sys
+    tag = f"exit{os.getpid()}_"
+    script = tmp_path / "exit_with_cache.py"
+    script.write_text(
+        "import mpviz, mpviz.multiprocessing as mp\n"
+        "mp.set_sharing_strategy('file_system')\n"
+        "t = mpviz.ones(1024).share_memory_()\n"
+        "print(t.untyped_storage().segment_name)\n")
+    env = dict(os.environ, MPVIZ_SHM_CACHE_BYTES=str(1 << 20), MPVIZ_SHM_MANAGER="0",
+               MPVIZ_SHM_TAG=tag, PYTHONPATH=os.path.dirname(os.path.dirname(mpviz.__file__)))
+    out = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True,
+                         timeout=60, check=True).stdout
+    name = out.strip()
+    assert name.startswith("/mpviz_" + tag)
+    assert not os.path.exists("/dev/shm" + name), "the segment outlived its only holder"

@@ -86,4 +86,7 @@ def allocate(nbytes, strategy):
         segment = allocator.take(strategy, nbytes)
         if segment is not None:
             return segment
+        segment = module.create(nbytes)
+        allocator.arm_exit_hook()  # now, after weakref's own exit hook: see the allocator
+        return segment
     return module.create(nbytes)

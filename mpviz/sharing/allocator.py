@@ -125,14 +125,22 @@ def take(strategy, nbytes):
 
 def _may_keep(nbytes):
     """Whether the cache takes a segment of `nbytes` (and, the first time, the exit hook)."""
-    global _atexit_registered
     st = _state
     if st.budget <= 0 or st.closed or nbytes > st.budget or nbytes == 0:
         return False
+    arm_exit_hook()
+    return True
+
+
+def arm_exit_hook():
+    """Give the cache back at exit: registered once, and only after a segment exists — so after
+    weakref's own exit hook (registered with the first finalizer), which it must run before:
+    atexit runs the last registered first. Then the finalizers that weakref runs at exit find the
+    cache closed, and release their segments instead of parking them where nothing frees them."""
+    global _atexit_registered
     if not _atexit_registered:
         atexit.register(close)
         _atexit_registered = True
-    return True
 
 
 def park(parked):
