@@ -173,9 +173,11 @@ def pytest_sessionfinish(session, exitstatus):
     if os.environ.get("MPVIZ_SKIP_SEMAPHORE_CHECK") == "1":
         return
     new = _semaphores() - getattr(session.config, "_mpviz_semaphores", set())
-    if new:
-        time.sleep(1)  # a tracker may still be cleaning up after the last kernel (bounded)
+    deadline = time.monotonic() + 1
+    while new and time.monotonic() < deadline:
+        time.sleep(0.05)  # polling the stdlib tracker's cleanup after the last kernel, bounded
         new &= _semaphores()
+    if new:
         new -= _mapped_somewhere(new)   # still in use by a live process: not (yet) a leak
     if new:
         session.config.get_terminal_writer().line(
