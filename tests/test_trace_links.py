@@ -5,6 +5,7 @@ right after its get; a flow is right when the mark before its put and the mark a
 the same message.
 """
 import multiprocessing
+import os
 
 import pytest
 
@@ -83,3 +84,21 @@ def test_a_feeder_that_started_before_recording_still_links_by_envelope():
     flows = trace.flows()
     assert len(flows) == 6 and all(f.get is not None for f in flows)
     assert sum(f.get.args.get("sig") is None for f in flows) == 3   # the pings: by envelope
+
+
+@pytest.mark.parametrize("library", ["mpviz", "stdlib"])
+def test_a_forked_child_records_its_reads_of_a_queue_its_parent_read(library):
+    # The parent's first get wraps the queue's read; a fork resets the queue's _recv_bytes, so
+    # the child must wrap its own again (a marker left in the copied __dict__ must not stop it).
+    ctx = (mp if library == "mpviz" else multiprocessing).get_context("fork")
+    with mt.record() as trace:
+        q, back = ctx.Queue(), ctx.Queue()
+        q.put("first")
+        assert q.get(timeout=10) == "first"
+        p = start(ctx, tw.echo, q, back, 1)
+        q.put(("ping", 0))
+        assert back.get(timeout=10) == ("pong", 0)
+        finish(p)
+    flows = trace.flows()
+    assert len(flows) == 3 and all(f.get is not None for f in flows)
+    assert {f.get.pid for f in flows} == {os.getpid(), p.pid}

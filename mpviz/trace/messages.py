@@ -153,7 +153,7 @@ def _tagged(q, obj):
     w = recorder.writer                        # (straight to the writer: the hot path)
     if w is not None:
         w.emit("queue.put", {"queue": qid, "msg": msg})
-    if q._thread is None or q.__dict__.get("_mpviz_fed"):
+    if q._thread is None or _hooked(q._send_bytes):
         return _Tag(obj, msg)
     return _Envelope(obj, "queue", qid, msg)   # its feeder started before recording
 
@@ -170,9 +170,15 @@ def _joinable_put(self, obj, block=True, timeout=None):
     return _orig["JoinableQueue.put"](self, obj, block, timeout)
 
 
+def _hooked(method):
+    """Whether a queue's _send_bytes/_recv_bytes is our wrapper. The mark is on the wrapper, not
+    the queue: a fork resets the queue's methods (``Queue._reset``) and so drops the mark too."""
+    return hasattr(method, "_mpviz")
+
+
 def _queue_start_thread(self):
     """Wrap the feeder's send: it runs under the write lock, so its event orders the writes."""
-    if recorder.ENABLED and not hasattr(self._send_bytes, "_mpviz"):
+    if recorder.ENABLED and not _hooked(self._send_bytes):
         send_bytes, qid = self._send_bytes, _queue_id(self)
 
         def fed_send_bytes(buf):
@@ -184,7 +190,6 @@ def _queue_start_thread(self):
             return send_bytes(buf)
         fed_send_bytes._mpviz = True
         self._send_bytes = fed_send_bytes
-        self._mpviz_fed = True
     return _orig["Queue._start_thread"](self)
 
 
@@ -193,7 +198,7 @@ _ENVELOPE_MARK = _open.__module__.encode()   # an envelope's bytes name this mod
 
 def _queue_get(self, block=True, timeout=None):
     """Wrap this queue's read (once): it runs under the read lock, so its event orders the reads."""
-    if recorder.ENABLED and "_mpviz_read" not in self.__dict__:
+    if recorder.ENABLED and not _hooked(self._recv_bytes):
         recv_bytes, qid = self._recv_bytes, _queue_id(self)
 
         def read_bytes(maxlength=None):
@@ -202,8 +207,8 @@ def _queue_get(self, block=True, timeout=None):
             if w is not None and res.find(_ENVELOPE_MARK, 0, 64) < 0:  # envelopes: see _open
                 w.emit("queue.get", {"queue": qid, "nbytes": len(res), "sig": _crc32(res[-32:])})
             return res
+        read_bytes._mpviz = True
         self._recv_bytes = read_bytes
-        self._mpviz_read = True
     return _orig["Queue.get"](self, block, timeout)
 
 
