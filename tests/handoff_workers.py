@@ -68,12 +68,15 @@ def ones(n):
 
 
 def put_then_die(q, out):
-    """Share a tensor under file_system, put its handle, report the name, die by SIGKILL."""
+    """Share a tensor under file_system, put its handle, die by SIGKILL; report two names first:
+    the tensor's, and a witness's — a segment held here and sent nowhere, which the manager
+    removes in the same round as it decides about the tensor's (see the test)."""
     import signal
     mp.set_sharing_strategy("file_system")
     t = mpviz.full((100,), 7.0).share_memory_()
+    witness = mpviz.zeros(1).share_memory_()
     q.put(t)
-    out.put(t.untyped_storage().segment_name)
+    out.put((t.untyped_storage().segment_name, witness.untyped_storage().segment_name))
     q.close()
     q.join_thread()                  # the handle is in the pipe
     os.kill(os.getpid(), signal.SIGKILL)

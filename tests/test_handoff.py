@@ -165,16 +165,21 @@ def test_a_kept_mapping_nobody_else_holds_is_let_go():
 
 def test_a_handle_in_flight_outlives_its_killed_sender(start_method):
     # The shm manager sees the sender die holding the segment. It must not remove the name: the
-    # count in the segment's header still has the handle on its way (count 2 - 1 dead holder).
+    # sender told it (SEND) that a handle is on its way, and no RECV has come back yet.
     import os
     import signal
     ctx = mp.get_context(start_method)
     q, out = ctx.Queue(), ctx.SimpleQueue()
     p = start(ctx, hw.put_then_die, q, out)
-    name = out.get()
+    name, witness = out.get()
     p.join(30)
     assert p.exitcode == -signal.SIGKILL
-    time.sleep(0.3)                               # give the manager time to (wrongly) act
+    # Wait for the manager to handle the death: the witness, held only by the sender, is removed
+    # in the same round (both names were the dead sender's) as the manager decides about `name`.
+    deadline = time.monotonic() + 5
+    while os.path.exists("/dev/shm" + witness) and time.monotonic() < deadline:
+        time.sleep(0.01)                          # an OS fact: bounded poll
+    assert not os.path.exists("/dev/shm" + witness), "the manager never handled the death"
     assert os.path.exists("/dev/shm" + name)
     t = q.get(timeout=30)
     assert t.tolist() == [7.0] * 100
@@ -183,5 +188,5 @@ def test_a_handle_in_flight_outlives_its_killed_sender(start_method):
     deadline = time.monotonic() + 3
     while os.path.exists("/dev/shm" + name) and time.monotonic() < deadline:
         time.sleep(0.02)
-    assert not os.path.exists("/dev/shm" + name), "the manager removed the dead sender's 1"
+    assert not os.path.exists("/dev/shm" + name), "the manager left the dead sender's segment"
     out.close()
