@@ -241,8 +241,9 @@ def _after_fork_in_child():
 os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
-# At exit, give everything back: through atexit in a normal process — registered at the first
-# park, so after weakref's own exit hook, so that it runs *before* that hook unmaps the parked
+# At exit, give everything back: through atexit in a normal process — registered by
+# arm_exit_hook() once a segment exists (the cache's first new segment, or the first one it
+# keeps), so after weakref's own exit hook, so that it runs *before* that hook unmaps the parked
 # buffers (atexit runs last-registered first) — and in a multiprocessing child, which ends with
 # os._exit, through file_system's exit hook, which calls close() before releasing what it maps.
 _atexit_registered = False
