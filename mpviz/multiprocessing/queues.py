@@ -87,8 +87,6 @@ def _dumps(obj):
     return buf.getvalue()
 
 
-
-
 class Queue(multiprocessing.queues.Queue):
     """``multiprocessing.Queue`` whose ``put`` pickles (and so shares tensors) synchronously,
     and writes small messages straight into the pipe when that cannot block."""
