@@ -54,7 +54,8 @@ _counter = itertools.count(1)
 _counter_pid = None
 
 
-def _next_msg():
+def next_msg():
+    """A new message id, ``"<pid>.<n>"``: unique in a trace."""
     global _counter, _counter_pid
     pid = recorder.PID
     if pid != _counter_pid:                   # a forked child starts its own numbering
@@ -82,33 +83,28 @@ class _Envelope:
         self.obj, self.kind, self.channel, self.msg = obj, kind, channel, msg
 
     def __reduce__(self):
-        _feeding.msg = self.msg                     # for the feeder's size report, below
         return _open, (self.kind, self.channel, self.msg, self.obj)
 
 
 _RECEIVE = {"queue": "queue.get", "pipe": "pipe.recv"}
-_KEY = {"queue": "queue", "pipe": "pipe"}
 
 
 def _open(kind, channel, msg, obj):
     """Runs in the receiver, while it unpickles: record the get, return the user's object."""
     if recorder.ENABLED:
-        recorder.emit(_RECEIVE[kind], **{_KEY[kind]: channel}, msg=msg)
+        recorder.emit(_RECEIVE[kind], **{kind: channel}, msg=msg)
     return obj
 
 
-# --- the put side: patched methods (installed by hooks.py while recording) -------------------
+# --- Queues, put and get: patched methods (installed by hooks.py while recording) -----------
 
 _orig = {}
-_feeding = threading.local()
-
-
-_crc32 = zlib.crc32
+_feeding = threading.local()     # .msg: the id the feeder just pickled, until its write reports it
 
 
 def sig(buf):
     """A cheap fingerprint of a message's bytes: CRC-32 of the last 32 (checks a write/read pair)."""
-    return _crc32(buf[-32:])
+    return zlib.crc32(buf[-32:])
 
 
 class _Tag:
@@ -149,7 +145,7 @@ def _queue_id(q):
 
 def _tagged(q, obj):
     """What a recorded put hands to the stdlib: `obj` tagged (or in an envelope: see top)."""
-    qid, msg = _queue_id(q), _next_msg()
+    qid, msg = _queue_id(q), next_msg()
     w = recorder.writer                        # (straight to the writer: the hot path)
     if w is not None:
         w.emit("queue.put", {"queue": qid, "msg": msg})
@@ -186,7 +182,7 @@ def _queue_start_thread(self):
             if w is not None:
                 msg, _feeding.msg = getattr(_feeding, "msg", None), None
                 w.emit("queue.feed", {"queue": qid, "msg": msg, "nbytes": len(buf),
-                                      "sig": _crc32(buf[-32:])})
+                                      "sig": sig(buf)})
             return send_bytes(buf)
         fed_send_bytes._mpviz = True
         self._send_bytes = fed_send_bytes
@@ -205,7 +201,7 @@ def _queue_get(self, block=True, timeout=None):
             res = recv_bytes() if maxlength is None else recv_bytes(maxlength)
             w = recorder.writer
             if w is not None and res.find(_ENVELOPE_MARK, 0, 64) < 0:  # envelopes: see _open
-                w.emit("queue.get", {"queue": qid, "nbytes": len(res), "sig": _crc32(res[-32:])})
+                w.emit("queue.get", {"queue": qid, "nbytes": len(res), "sig": sig(res)})
             return res
         read_bytes._mpviz = True
         self._recv_bytes = read_bytes
@@ -221,10 +217,6 @@ def queue_put_direct(q, msg, data, ts):
 def queue_put_buffered(q, msg, data):
     """mpviz's Queue hands `data` (pickled) to its feeder: the put now, the write later (feed)."""
     recorder.emit("queue.put", queue=_queue_id(q), msg=msg, nbytes=len(data))
-
-
-def next_msg():
-    return _next_msg()
 
 
 def link_by_order(events):
@@ -258,7 +250,7 @@ def _simple_put(self, obj):
     if not recorder.ENABLED:
         return _orig["SimpleQueue.put"](self, obj)
     # the stdlib's SimpleQueue.put, with the envelope and the size recorded
-    qid, msg = _queue_id(self), _next_msg()
+    qid, msg = _queue_id(self), next_msg()
     data = ForkingPickler.dumps(_Envelope(obj, "queue", qid, msg))
     recorder.emit("queue.put", queue=qid, msg=msg, nbytes=len(data))
     if self._wlock is None:
@@ -274,7 +266,7 @@ def _conn_send(self, obj):
     # the stdlib's Connection.send, with the envelope and the size recorded
     self._check_closed()
     self._check_writable()
-    pipe, msg = f"pipe-{recorder.PID}-{self._handle}", _next_msg()
+    pipe, msg = f"pipe-{recorder.PID}-{self._handle}", next_msg()
     data = ForkingPickler.dumps(_Envelope(obj, "pipe", pipe, msg))
     recorder.emit("pipe.send", pipe=pipe, msg=msg, nbytes=len(data))
     self._send_bytes(data)
