@@ -18,8 +18,6 @@ from proc_helpers import finish, start
 pytestmark = pytest.mark.timeout(60)
 
 
-
-
 # -- the tensor side, in one process ------------------------------------------------------------
 
 def test_share_memory_moves_storage_in_place_for_every_view(strategy):

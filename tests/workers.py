@@ -177,14 +177,6 @@ def slow_add(x, y):
     return x + y
 
 
-def wait_for(event):
-    event.wait(60)
-
-
-def share_and_put(q):
-    q.put(mpviz.ones(3))
-
-
 def fork_then_put(q, release, started):
     """Share a tensor (starting this process's fd server), fork a child that outlives us, put."""
     q.put(mpviz.ones(3))         # pickling it starts our fd server; the handle waits in q
