@@ -42,9 +42,9 @@ OS thread, what happened, and a dict of JSON-able details. The vocabulary, by wh
 
 ``msg`` ids are ``"<pid>.<n>"`` strings, unique in a trace: a put and its get carry the same one,
 which is how ``Trace.flows()`` links them across processes. A Queue's get learns its ``msg`` when
-the trace is read: the n-th read of a pipe is its n-th write (:func:`messages.link_by_order`). ``queue``/``lock`` ids come from the
-semaphore under the object (its name under spawn/forkserver, its address under fork), so every
-process computes the same id for the same queue or lock.
+the trace is read: the n-th read of a pipe is its n-th write (:func:`messages.link_by_order`).
+``queue``/``lock`` ids come from the semaphore under the object (its name under spawn/forkserver,
+its address under fork), so every process computes the same id for the same queue or lock.
 """
 from typing import NamedTuple, Optional
 
