@@ -31,6 +31,7 @@ def receive_and_report(q, out, strategy):
     mp.set_sharing_strategy(strategy)
     out.put(q.get().tolist()[:3])
 
+
 pytestmark = pytest.mark.timeout(60)
 
 N = 1 << 14  # floats: 64 KiB
