@@ -8,7 +8,7 @@ starts recording, and decides once per process::
       not CPython on Linux ........................................ None  (Python Writer)
       <cache>/_writer-<key>.so exists ............................. import it
       <cache>/_writer-<key>.failed exists (an earlier try failed) . None
-      else compile:  cc -O2 -shared -fPIC -I<Python.h dir> writer.c -o <tmp>
+      else compile:  cc -O2 -shared -fPIC -pthread -I<Python.h dir> writer.c -o <tmp>
                      then os.replace(<tmp>, <cache>/_writer-<key>.so) ... import it
            no compiler, no Python headers, a compile error ........ None, and <key>.failed
                                                                      keeps the compiler's output
