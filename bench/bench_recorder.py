@@ -8,7 +8,7 @@ Two measurements, each with recording off and on:
    built) and the pure-Python one (``MPVIZ_PURE_PYTHON=1``); see mpviz/trace/recorder.py.
 2. ping-pong: a parent and a child bounce one small message back and forth through two stdlib
    ``multiprocessing.Queue``s, N round trips; recorded, every message costs a put, a feed and a
-   get event plus the envelope (see mpviz/trace/messages.py).
+   get event, and no change to its bytes (linked by pipe order: see mpviz/trace/messages.py).
 
 Prints a Markdown table and writes JSON to bench/results/. Run ``python bench/bench_recorder.py``
 (``--quick`` for a smoke run). Each timing is the best of several repetitions.
