@@ -7,6 +7,7 @@
 * ``step(label, **args)``: a ``mark`` event -- a visible step on the timeline, and progress for
   the watchdog (a case that is busy but records nothing would look stuck).
 * ``START_METHODS``, ``STRATEGIES``: the choices, for ``PARAMS``.
+* ``check_between(p, name, lo, hi)``: the range check a scenario's ``check_params`` makes.
 """
 import json
 import multiprocessing
@@ -29,6 +30,12 @@ def strategy_param(default="file_descriptor", why=""):
     return Param(default, STRATEGIES,
                  "how CPU tensors are shared: file_descriptor (fd passed by the live sender) or "
                  "file_system (a named /dev/shm segment)" + (f"; {why}" if why else ""))
+
+
+def check_between(p, name, lo, hi, unit=""):
+    """ValueError naming parameter `name` unless ``lo <= p[name] <= hi`` (for ``check_params``)."""
+    if not lo <= p[name] <= hi:
+        raise ValueError(f"{name} must be between {lo} and {hi}{unit}, got {p[name]}")
 
 
 class Details(dict):

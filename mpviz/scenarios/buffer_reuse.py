@@ -15,7 +15,7 @@ This is the pattern torch's notes recommend ("Reuse buffers passed through a Que
 buffers back"), and what DataLoader-like pipelines do with pinned/shared buffer pools.
 """
 from .. import full, zeros
-from ._common import context, get, kib, start_method_param, strategy_param
+from ._common import check_between, context, get, kib, start_method_param, strategy_param
 from .base import Param
 
 SUMMARY = "many producers, one consumer: copies and bytes with and without sending buffers back"
@@ -33,8 +33,7 @@ PARAMS = {
 def check_params(p):
     for key, lo, hi in (("producers", 1, 8), ("batches", 1, 200), ("numel", 1, 1 << 20),
                         ("pool", 1, 16)):
-        if not lo <= p[key] <= hi:
-            raise ValueError(f"{key} must be between {lo} and {hi}, got {p[key]}")
+        check_between(p, key, lo, hi)
 
 
 def producer(rank, q, back, batches, numel, reuse, pool, done):

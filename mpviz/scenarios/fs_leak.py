@@ -22,7 +22,7 @@ import time
 
 from .. import zeros
 from ..trace import recorder
-from ._common import context, get, start_method_param, step
+from ._common import check_between, context, get, start_method_param, step
 from .base import Param
 
 SUMMARY = "file_system + SIGKILL: segments left behind; the shm manager cleans them"
@@ -35,10 +35,8 @@ PARAMS = {
 
 
 def check_params(p):
-    if not 1 <= p["count"] <= 50:
-        raise ValueError(f"count must be between 1 and 50, got {p['count']}")
-    if not 0.5 <= p["watch_s"] <= 10:
-        raise ValueError(f"watch_s must be between 0.5 and 10 seconds, got {p['watch_s']}")
+    check_between(p, "count", 1, 50)
+    check_between(p, "watch_s", 0.5, 10, " seconds")
 
 
 def create_and_wait(out, count, kill_me):

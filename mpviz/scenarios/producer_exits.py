@@ -18,7 +18,7 @@ producer wait on an ``Event`` that the consumer sets after its last get.
 import time
 
 from .. import randn
-from ._common import headline, context, get, start_method_param, step, strategy_param
+from ._common import check_between, headline, context, get, start_method_param, step, strategy_param
 from .base import Param
 
 SUMMARY = "consumer's get after the producer exited fails (seed 003)"
@@ -33,8 +33,7 @@ STALL_SECONDS = 4.0
 
 
 def check_params(p):
-    if not 0.05 <= p["unit"] <= 2:
-        raise ValueError(f"unit must be between 0.05 and 2 seconds, got {p['unit']}")
+    check_between(p, "unit", 0.05, 2, " seconds")
 
 
 def foo(q, unit, consumed=None):

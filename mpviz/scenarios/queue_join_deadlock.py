@@ -20,7 +20,7 @@ The fix: get before you join (``get_before_join=True``). Tensors are immune, bec
 travels as a small handle to shared memory; this is about large non-tensor objects (bytes,
 lists, dicts of numbers...).
 """
-from ._common import context, get, kib, start_method_param, step
+from ._common import check_between, context, get, kib, start_method_param, step
 from .base import Param
 
 SUMMARY = "child puts a large item, parent joins before get: the feeder thread can't flush"
@@ -34,8 +34,7 @@ STALL_SECONDS = 2.5
 
 
 def check_params(p):
-    if not 1 <= p["nbytes"] <= 16 << 20:
-        raise ValueError(f"nbytes must be between 1 and {16 << 20} (16 MiB), got {p['nbytes']}")
+    check_between(p, "nbytes", 1, 16 << 20, " (16 MiB)")
 
 
 def put_big(q, nbytes):

@@ -17,7 +17,7 @@ Why it matters: sharing is cheap to *send* but the first put pays a copy; the le
 ``buffer-reuse`` builds on this.
 """
 from .. import zeros
-from ._common import context, get, kib, start_method_param, step, strategy_param
+from ._common import check_between, context, get, kib, start_method_param, step, strategy_param
 from .base import Param
 
 SUMMARY = "a put moves the storage to shared memory; the second put copies nothing"
@@ -29,9 +29,7 @@ PARAMS = {
 
 
 def check_params(p):
-    if not 1 <= p["numel"] <= 4 << 20:
-        raise ValueError(f"numel must be between 1 and {4 << 20} (16 MiB of float32), "
-                         f"got {p['numel']}")
+    check_between(p, "numel", 1, 4 << 20, " (16 MiB of float32)")
 
 
 def receive_twice_and_write(q, out):

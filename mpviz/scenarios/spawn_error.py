@@ -16,7 +16,7 @@ silent hang. (The timeline shows the SIGTERMed lanes ending at the same instant.
 """
 import time
 
-from ._common import step
+from ._common import check_between, step
 from .base import Param
 
 SUMMARY = "one rank raises: the others are terminated, the traceback arrives"
@@ -28,13 +28,11 @@ PARAMS = {
 
 
 def check_params(p):
-    if not 1 <= p["nprocs"] <= 6:
-        raise ValueError(f"nprocs must be between 1 and 6, got {p['nprocs']}")
+    check_between(p, "nprocs", 1, 6)
     if not -1 <= p["failing_rank"] < p["nprocs"]:
         raise ValueError(f"failing_rank must be -1 (none) or a rank below nprocs={p['nprocs']}, "
                          f"got {p['failing_rank']}")
-    if not 1 <= p["steps"] <= 100:
-        raise ValueError(f"steps must be between 1 and 100, got {p['steps']}")
+    check_between(p, "steps", 1, 100)
 
 
 def work(rank, failing_rank, steps):

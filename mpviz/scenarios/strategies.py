@@ -22,7 +22,7 @@ import os
 
 from .. import full
 from ..trace import os_view
-from ._common import context, get, start_method_param, step, strategy_param
+from ._common import check_between, context, get, start_method_param, step, strategy_param
 from .base import Param
 
 SUMMARY = "fd vs file_system: open fds, /dev/shm names, who maps what (/proc/PID/maps)"
@@ -34,8 +34,7 @@ PARAMS = {
 
 
 def check_params(p):
-    if not 1 <= p["count"] <= 200:
-        raise ValueError(f"count must be between 1 and 200, got {p['count']}")
+    check_between(p, "count", 1, 200)
 
 
 def _view(pid=None):

@@ -18,7 +18,7 @@ import resource
 
 from .. import zeros
 from ..trace import os_view
-from ._common import headline, context, get, start_method_param, step, strategy_param
+from ._common import check_between, headline, context, get, start_method_param, step, strategy_param
 from .base import Param
 
 SUMMARY = "file_descriptor with many tensors under a low fd limit → Too many open files"
@@ -31,10 +31,8 @@ PARAMS = {
 
 
 def check_params(p):
-    if not 20 <= p["limit"] <= 1024:
-        raise ValueError(f"limit must be between 20 and 1024, got {p['limit']}")
-    if not 1 <= p["count"] <= 2000:
-        raise ValueError(f"count must be between 1 and 2000, got {p['count']}")
+    check_between(p, "limit", 20, 1024)
+    check_between(p, "count", 1, 2000)
 
 
 def _nfds():

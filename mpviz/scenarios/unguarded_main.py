@@ -21,7 +21,7 @@ appears once per child -- which is why it must stay cheap.
 import os
 
 from .. import trace
-from ._common import headline, run_program, step
+from ._common import check_between, headline, run_program, step
 from .base import Param
 
 SUMMARY = "module-level statements run again in every spawned child"
@@ -64,8 +64,7 @@ def main():
 
 
 def check_params(p):
-    if not 1 <= p["nprocs"] <= 4:
-        raise ValueError(f"nprocs must be between 1 and 4, got {p['nprocs']}")
+    check_between(p, "nprocs", 1, 4)
 
 
 def announce():
