@@ -8,6 +8,8 @@
   the watchdog (a case that is busy but records nothing would look stuck).
 * ``START_METHODS``, ``STRATEGIES``: the choices, for ``PARAMS``.
 * ``check_between(p, name, lo, hi)``: the range check a scenario's ``check_params`` makes.
+* ``get_read_and_release(out, consumer, details)``: the driver's half of the cuda examples'
+  consumer, after its first report.
 """
 import json
 import multiprocessing
@@ -104,6 +106,14 @@ def get(q, timeout=20, what="a message", sender=None):
                                        f"{sender.exitcode} (its traceback is in the output)")
             if sender is None or time.monotonic() > deadline:
                 raise TimeoutError(f"no {what} within {timeout} s") from None
+
+
+def get_read_and_release(out, consumer, details):
+    """The last two reports of ``cuda.examples.consumer`` -- ``("read", valid, sum)`` and
+    ``("released", received)`` -- from its `out` queue into ``details["read"]`` and
+    ``details["released"]``."""
+    details["read"] = get(out, what="the consumer's read", sender=consumer)
+    details["released"] = get(out, what="the consumer's release", sender=consumer)
 
 
 def kib(n):

@@ -17,7 +17,7 @@ This is the tutorial's "bad practice" example (seed 003). The fix: the producer 
 received as soon as they can. Runs on the CUDA IPC simulator without a GPU.
 """
 from ..cuda import examples
-from ._common import get, step
+from ._common import get, get_read_and_release, step
 from .base import Param
 
 SUMMARY = ("producer exits while a consumer holds its CUDA tensor: the warning; "
@@ -48,8 +48,7 @@ def drive(p, details):
         prod.join()
         step("producer has exited; the consumer reads its tensor now")
         later.set()
-    details["read"] = get(out, what="the consumer's read", sender=cons)
-    details["released"] = get(out, what="the consumer's release", sender=cons)
+    get_read_and_release(out, cons, details)
     released.set()
     prod.join()
     cons.join()

@@ -18,7 +18,7 @@ import mpviz
 
 from .. import cuda
 from ..cuda import examples
-from ._common import get, step
+from ._common import get, get_read_and_release, step
 from .base import Param
 
 SUMMARY = "consumer keeps a reference long: producer memory held (refcount view)"
@@ -57,14 +57,12 @@ def drive(p, details):
     details["got"] = get(cout, what="the consumer's first report", sender=cons)
     if p["release_early"]:
         release.set()
-        details["read"] = get(cout, what="the consumer's read", sender=cons)
-        details["released"] = get(cout, what="the consumer's release", sender=cons)
+        get_read_and_release(cout, cons, details)
     look.set()
     details["producer_stats"] = get(pout, what="the producer's memory stats", sender=prod)[1]
     if not p["release_early"]:
         release.set()
-        details["read"] = get(cout, what="the consumer's read", sender=cons)
-        details["released"] = get(cout, what="the consumer's release", sender=cons)
+        get_read_and_release(cout, cons, details)
     keep_alive.set()
     prod.join()
     cons.join()
