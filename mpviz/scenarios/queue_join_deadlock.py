@@ -3,8 +3,9 @@
 What happens: ``Queue.put`` of a large item does not write it: it appends the object to a
 buffer, and a *feeder thread* in the putting process writes the pickled bytes into a pipe. (The
 stdlib's put never writes; mpviz's writes a message itself only when it fits in the pipe right
-now, which 1 MiB never does.) A pipe holds only 64 KiB; the feeder blocks until someone reads. And a process that put items on a queue waits,
-as it exits, for its feeder thread to finish writing them. So::
+now, which 1 MiB never does.) A pipe holds only 64 KiB; the feeder blocks until someone reads.
+And a process that put items on a queue waits, as it exits, for its feeder thread to finish
+writing them. So::
 
     child   put(1 MiB) ─▶ feeder thread: write ... pipe full (64 KiB), waits for a reader
             exit ─▶ joins its feeder thread ... waits
