@@ -27,7 +27,6 @@ for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "VECL
     os.environ[_var] = "1"  # before NumPy loads its BLAS; children inherit the environment
 
 import argparse  # noqa: E402
-import json  # noqa: E402
 import platform  # noqa: E402
 import statistics  # noqa: E402
 import sys  # noqa: E402
@@ -42,7 +41,7 @@ import mpviz.multiprocessing as mp  # noqa: E402
 from mpviz import nn, optim  # noqa: E402
 from mpviz.examples import MyModel, accuracy, data_loader, make_blobs  # noqa: E402
 
-RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
+from bench.run import save_results  # noqa: E402
 
 
 def worker(model, rank, steps, batch_size, barrier, results, sizes=None):
@@ -130,10 +129,7 @@ def main():
         "private_speedup_2_vs_1": private[2]["median"] / private[1]["median"],
         "loadavg_before": load_before, "loadavg_after": load_after, "machine_loaded": loaded,
     }
-    os.makedirs(RESULTS, exist_ok=True)
-    path = os.path.join(RESULTS, "bench_hogwild.json")
-    with open(path, "w") as f:
-        json.dump(result, f, indent=2)
+    path = save_results("bench_hogwild.json", result)
 
     print(f"Hogwild, {result['model']}, batch {args.batch}, {args.steps} steps/worker, "
           f"{args.start_method}, {cores} CPUs, {args.repeats} runs each\n")

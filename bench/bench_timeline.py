@@ -11,7 +11,6 @@ Prints a Markdown line and writes JSON to bench/results/. ``--quick``: 20,000 ev
 """
 import argparse
 import io
-import json
 import os
 import platform
 import random
@@ -20,6 +19,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from bench.run import save_results  # noqa: E402
 from mpviz.trace import Trace  # noqa: E402
 
 
@@ -100,12 +100,8 @@ def main(argv=None):
     print(f"| timeline of {len(events):,} events (timeline() + PNG) | best {best:.2f} s wall, "
           f"{best_cpu:.2f} s CPU, of {reps} (load average {load:.1f}) | target ≤ 1 s: "
           f"{'met' if best <= 1.0 else 'MISSED'} |")
-    out_dir = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
-    os.makedirs(out_dir, exist_ok=True)
-    path = os.path.join(out_dir, f"timeline-{'quick-' if args.quick else ''}"
-                                 f"{time.strftime('%Y%m%d-%H%M%S')}.json")
-    with open(path, "w") as f:
-        json.dump(results, f, indent=2)
+    path = save_results(f"timeline-{'quick-' if args.quick else ''}"
+                        f"{time.strftime('%Y%m%d-%H%M%S')}.json", results)
     print(f"written to {path}")
     return results
 

@@ -43,6 +43,16 @@ SIZES = [4 * KiB, 1 * MiB, 64 * MiB, 256 * MiB]
 QUICK_SIZES = [4 * KiB, 1 * MiB]
 
 
+def save_results(filename, data, indent=2):
+    """Write `data` as JSON to ``bench/results/<filename>`` and return the path: how every
+    benchmark here leaves its numbers for :func:`run_other_benches` to fold in."""
+    os.makedirs(RESULTS_DIR, exist_ok=True)
+    path = os.path.join(RESULTS_DIR, filename)
+    with open(path, "w") as f:
+        json.dump(data, f, indent=indent)
+    return path
+
+
 def human(nbytes):
     return f"{nbytes // MiB} MiB" if nbytes >= MiB else f"{nbytes // KiB} KiB"
 
@@ -394,9 +404,8 @@ def main(argv=None):
         "notes": notes, "others": {k: {kk: vv for kk, vv in v.items() if kk != "json"} for k, v in others.items()},
     }
     stamp = time.strftime("%Y%m%d-%H%M%S")
-    json_path = os.path.join(RESULTS_DIR, f"handoff-{'quick-' if args.quick else ''}{stamp}.json")
-    with open(json_path, "w") as f:
-        json.dump(report, f, indent=1)
+    json_path = save_results(f"handoff-{'quick-' if args.quick else ''}{stamp}.json", report,
+                             indent=1)
     report["others"] = others
     text = markdown(report)
     with open(args.markdown, "w") as f:
