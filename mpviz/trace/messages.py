@@ -19,7 +19,8 @@ to say *when* each write and each read happened, inside those locks::
 message read that no recorded write explains (written before recording started, or by an
 unrecorded process) is left unlinked instead of shifting every later pair by one. Nothing is
 added to the bytes that travel: recording costs three small events per message and no
-pickling (issue #4: a 10k-message ping-pong within 1.1x of its unrecorded time).
+pickling (issue #4 asks a 10k-message ping-pong to stay within 1.1x of its unrecorded time;
+bench/bench_recorder.py measures it, bench/RESULTS.md says how close it is).
 
 mpviz's own ``Queue`` pickles in ``put`` and often writes the bytes itself (see
 :mod:`mpviz.multiprocessing.queues`): then one ``queue.put`` carries ``nbytes`` and ``sig``,
