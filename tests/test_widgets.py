@@ -124,10 +124,6 @@ def test_bad_targets_say_what_is_wrong():
 
 
 def test_a_scenario_target():
-    scenarios = pytest.importorskip("mpviz.scenarios")
-    names = [i.name for i in scenarios.catalog()]
-    if "queue-sharing" not in names:
-        pytest.skip("scenario queue-sharing not available")
     live = Live("queue-sharing")
     live.run()
     assert live.wait(150)
