@@ -104,7 +104,7 @@ _feeding = threading.local()     # .msg: the id the feeder just pickled, until i
 
 
 def sig(buf):
-    """A cheap fingerprint of a message's bytes: CRC-32 of the last 32 (checks a write/read pair)."""
+    """A fingerprint of a message's bytes, to check a write/read pair: CRC-32 of the last 32."""
     return zlib.crc32(buf[-32:])
 
 
@@ -221,12 +221,13 @@ def queue_put_buffered(q, msg, data):
 
 
 def link_by_order(events):
-    """Give each Queue read (``queue.get`` without ``msg``) the id of the write it read.
+    """Give each Queue read (a ``queue.get`` with ``sig``: no envelope) the id of the write it read.
 
     Per queue, the writes (``queue.feed`` and direct ``queue.put`` events, which carry ``sig``)
     and the reads, each in time order, are matched first to first: a pipe is FIFO, and both
     happen under the queue's locks. A read whose size and fingerprint differ from the next
-    write's was not written while recording: it stays unlinked (``msg`` None)."""
+    write's was not written while recording: it stays unlinked (``msg`` None). Running it again
+    on more events (``Trace.refresh``) redoes every pair, so a read may find a late write."""
     writes, reads = {}, {}
     for e in events:
         k = e.kind
