@@ -14,7 +14,6 @@ Prints a Markdown table and writes JSON to bench/results/. Run ``python bench/be
 (``--quick`` for a smoke run). Each timing is the best of several repetitions.
 """
 import argparse
-import json
 import multiprocessing as mp
 import os
 import platform
@@ -24,6 +23,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from bench.run import save_results  # noqa: E402
 import mpviz.trace as mt  # noqa: E402
 from mpviz.trace import native, recorder  # noqa: E402
 
@@ -120,11 +120,7 @@ def main(argv=None):
           f"| {pp_off * 1e6:.1f} µs | {pp_on * 1e6:.1f} µs | {pp_on / pp_off:.2f}× |")
     if native.problem:
         print(f"\n(no C Writer here: {native.problem})")
-    out_dir = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
-    os.makedirs(out_dir, exist_ok=True)
-    path = os.path.join(out_dir, f"recorder-{time.strftime('%Y%m%d-%H%M%S')}.json")
-    with open(path, "w") as f:
-        json.dump(results, f, indent=2)
+    path = save_results(f"recorder-{time.strftime('%Y%m%d-%H%M%S')}.json", results)
     print(f"\nwritten to {path}")
     return results
 
