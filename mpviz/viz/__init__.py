@@ -8,11 +8,11 @@
     viz.plot(result)                     # a scenario's Result: the three pictures, one figure
 
 Each function returns a ``matplotlib.figure.Figure`` (mpviz's subclass in ``figure.py``, which
-a notebook shows as a picture even without ``%matplotlib inline``; made without pyplot, so nothing pops up
-twice in a notebook and nothing needs closing; ``fig.savefig("x.png")`` saves it) and takes
-``ax=`` to draw into your own axes. One colour vocabulary everywhere: see ``colors.py``
-(``COLORS``, ``WORDS``, ``legend``). ``import mpviz`` does not import this package (or
-matplotlib); ``Trace.plot()`` does, and draws the timeline.
+a notebook shows as a picture even without ``%matplotlib inline``; made without pyplot, so
+nothing pops up twice in a notebook and nothing needs closing; ``fig.savefig("x.png")`` saves it)
+and takes ``ax=`` to draw into your own axes. One colour vocabulary everywhere: see
+``colors.py`` (``COLORS``, ``WORDS``, ``legend``). ``import mpviz`` does not import this package
+(or matplotlib); ``Trace.plot()`` does, and draws the timeline.
 
 One module per picture; ``state.py`` holds the analysis they share (plain Python, testable).
 """

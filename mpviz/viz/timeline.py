@@ -2,12 +2,14 @@
 
     main            ████████████████████████████████████████████  (life bar: how it ended)
     producer·spawn       ██■■■█████████████████████ exit 0           ■ red: bytes copied into shm
-      └ QueueFeeder       \\ \\ \\                                    arrows: put ──► get
+                           \\ \\ \\                                    arrows: put ──► get
     consumer·spawn          ▼  ▼  ▼ ░░░░░(waiting)░░░ ████ exit 0     green: a handle travelled
                                                                       red: a big pickled copy
 
-One row per process (the main thread), one sub-row per other thread that did something
-(a Queue's feeder thread is where a Queue pickles). Colours are mpviz.viz.colors' vocabulary.
+One row per process (its main thread), and under it one sub-row per other thread that did
+something: a Queue's feeder thread, say (``└ QueueFeederThread``), which writes a large item into
+the pipe when ``put`` could not. An arrow starts where ``put`` was called. Colours are
+mpviz.viz.colors' vocabulary.
 
 Large traces stay fast because nothing invisible is drawn: event ticks are binned to about one
 per pixel column, and above ``max_arrows`` messages the arrows are bundled per pair of rows and
@@ -30,7 +32,6 @@ from .figure import Figure
 
 _MIN_SQUEEZE_NS = 20_000_000  # only stretches of 20 ms or more are squeezed
 _BINS = 700                   # about one tick per pixel column of a 12-inch figure
-
 
 
 def timeline(trace, ax=None, at=None, title=None, max_arrows=300, max_labels=24,
