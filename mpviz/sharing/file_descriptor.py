@@ -161,12 +161,17 @@ def _let_go(token, fd, name, nbytes, buf, key, created):
                 recorder.emit("shm.detach", name=name, strategy=STRATEGY, nbytes=nbytes)
                 recorder.emit("shm.cache", kept=True, name=name, strategy=STRATEGY, nbytes=nbytes)
             return
-        _add(buf, fd, +1)  # not kept after all: _release counts us out
+        _close(fd, name, nbytes)  # not kept: we are counted out already
+        return
     _release(fd, name, nbytes, buf)
 
 
 def _release(fd, name, nbytes, buf):
     _add(buf, fd, -1)
+    _close(fd, name, nbytes)
+
+
+def _close(fd, name, nbytes):
     os.close(fd)
     if recorder.ENABLED:
         recorder.emit("shm.detach", name=name, strategy=STRATEGY, nbytes=nbytes)
