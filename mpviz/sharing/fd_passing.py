@@ -187,14 +187,14 @@ def release(address, token, sender_pid, segment_name):
         if address == st.address:  # a round trip back to ourselves: just drop our own offer
             st.offers.pop(token, None)
             return
-        waiting = st.releases.setdefault(address, [])
-        waiting.append((token, sender_pid, segment_name))
+        first = not st.releases  # nothing waiting yet: the flusher sleeps until told
+        st.releases.setdefault(address, []).append((token, sender_pid, segment_name))
         if st.flusher is None:
             st.flusher = threading.Thread(target=_flush_loop, args=(st,), daemon=True,
                                           name="mpviz-fd-release")
             st.flusher.start()
             _flush_at_exit()
-        elif len(waiting) == 1 and len(st.releases) == 1:
+        elif first:
             st.release_due.notify()
 
 
