@@ -98,12 +98,12 @@ def rebuild_storage_fd(address, sender_pid, key, token, nbytes, name):
     segment = cache.get_segment(key)  # still alive here, e.g. in our own fd server's offers?
     if segment is not None:
         segment.decref()  # the handle's count: we are counted already
-        fd_passing.release(address, token, sender_pid, name)
     else:
         segment = allocator.take_received(key)  # a mapping we kept (shared-memory cache on)?
-        if segment is not None:
-            fd_passing.release(address, token, sender_pid, name)  # takes over the handle's count
-    if segment is None:
+        # (it takes over the handle's count, as a new mapping would)
+    if segment is not None:
+        fd_passing.release(address, token, sender_pid, name)  # we map it: no fd needed
+    else:
         fd = fd_passing.fetch(address, token, sender_pid, name)
         if recorder.ENABLED:
             recorder.emit("fd.recv", name=name, token=token, peer=sender_pid, nbytes=nbytes)
