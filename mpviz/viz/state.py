@@ -68,11 +68,6 @@ def process_labels(trace):
     return _index(trace).labels
 
 
-def thread_label(trace, pid, tid):
-    """``"main thread"``, or the thread's name (``QueueFeederThread``), or ``"thread N"``."""
-    return _index(trace).thread_name(pid, tid)
-
-
 def is_thread_lock(lock_id):
     """True for a ``threading`` lock (private to a process; ``fork`` copies it)."""
     return _THREAD_LOCK.match(str(lock_id)) is not None
