@@ -59,14 +59,6 @@ def put(key, storage):
             _sweep_at = max(128, 2 * len(_entries))
 
 
-def __len__():
-    return len(_entries)
-
-
-def live_keys():
-    return [k for k, r in list(_entries.items()) if r() is not None]
-
-
 def _after_fork():
     global _lock
     _lock = threading.Lock()  # the parent's lock may have been held by a thread that is not here

@@ -177,14 +177,6 @@ def infrastructure_fds():
     return {fd} if fd is not None else set()
 
 
-def is_running():
-    sock = _try_connect()
-    if sock is None:
-        return False
-    sock.close()
-    return True
-
-
 # -- the daemon ---------------------------------------------------------------------------------
 
 def _daemonize():
