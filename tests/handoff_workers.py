@@ -46,7 +46,10 @@ def get_and_exit(q, out, strategy):
 
 
 def echo_dropping(inbox, outbox, strategy, cache_bytes):
-    """Send back what arrives and drop it, as bench/handoff.py's echo child; report the cache."""
+    """Send back what arrives and drop it, as bench/handoff.py's echo child; report the cache.
+
+    (Its loop is bench.handoff.echo's, written again: the tests do not import the bench package,
+    and this child switches its own cache on and reports it, which the bench's does not.)"""
     from mpviz.sharing import allocator
     mp.set_sharing_strategy(strategy)
     allocator.enable(cache_bytes)
