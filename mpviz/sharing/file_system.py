@@ -18,7 +18,8 @@ How it works::
   ``libatomic``, an ``fcntl`` lock on the segment does the same job at ~15 µs per update.
 * A process killed by SIGKILL never subtracts its 1: the name would stay in /dev/shm until the
   machine reboots. That is the leak the :mod:`~mpviz.sharing.shm_manager` exists for — every holder
-  tells it what it holds, and it unlinks what no live process holds.
+  tells it what it holds (and every sender what it put in flight), and it unlinks what no live
+  process holds and no handle in flight names.
 
 * A segment whose count is 1 — ours — is mapped by no other process and named by no handle in
   flight, so the caching allocator (:mod:`~mpviz.sharing.allocator`) may keep it and hand it
