@@ -48,8 +48,6 @@ def spawn():
     return mp.get_context("spawn")
 
 
-
-
 def blocks(kind="allocated"):
     return {b["block"]: b for b in cuda.memory_stats()[kind]}
 

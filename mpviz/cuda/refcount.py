@@ -37,7 +37,7 @@ import struct
 
 import weakref
 
-from ..sharing import shm_manager
+from ..sharing import file_system, shm_manager
 from ..sharing.mapping import _libc
 from ..trace import recorder
 
@@ -66,7 +66,7 @@ def map_shared(fd, size):
 
 SLOTS = 1024
 SLOT = struct.Struct("=q")
-PREFIX = "/mpviz_" + os.environ.get("MPVIZ_SHM_TAG", "") + "cudarc_"
+PREFIX = file_system.PREFIX + "cudarc_"
 
 
 class CounterFile:

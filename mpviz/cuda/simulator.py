@@ -37,7 +37,7 @@ import struct
 import numpy as np
 
 from ..errors import SharedMemoryFullError
-from ..sharing import shm_manager
+from ..sharing import file_system, shm_manager
 from ..sharing.file_descriptor import _reserve
 from .refcount import map_shared  # unmapped on collection, never by interpreter shutdown
 
@@ -47,7 +47,7 @@ except ImportError:  # pragma: no cover
     _posixshmem = None
 
 NAME = "simulator"
-PREFIX = "/mpviz_" + os.environ.get("MPVIZ_SHM_TAG", "") + "cuda_"
+PREFIX = file_system.PREFIX + "cuda_"   # /mpviz_<MPVIZ_SHM_TAG>cuda_, tagged like every segment
 HEADER = struct.Struct("=8sqqq")  # magic, state, producer pid, nbytes
 HEADER_SIZE = 64                  # keeps the data 64-byte aligned, like a cudaMalloc block
 MAGIC = b"MPVZCUDA"
