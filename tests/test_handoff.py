@@ -8,6 +8,7 @@ import pytest
 
 import mpviz
 import mpviz.multiprocessing as mp
+import mpviz.trace as mt
 from mpviz.multiprocessing import queues
 from mpviz.sharing import allocator, cache, fd_passing, file_descriptor
 
@@ -120,19 +121,23 @@ def test_releases_reach_the_sender_and_a_child_flushes_them_at_exit(ctx):
 
 
 def test_kept_mappings_serve_a_consumer_that_drops_each_tensor(ctx, strategy):
-    inbox, outbox = ctx.Queue(), ctx.Queue()
-    t = mpviz.ones(1024)
-    p = start(ctx, hw.echo_dropping, inbox, outbox, strategy, 1 << 20)
-    for _ in range(30):
-        inbox.put(t)
-        back = outbox.get(timeout=30)
-        assert back.untyped_storage() is t.untyped_storage()
-        del back
-    inbox.put(None)
-    stats = outbox.get(timeout=30)
-    finish(p)
+    with mt.record() as trace:
+        inbox, outbox = ctx.Queue(), ctx.Queue()
+        t = mpviz.ones(1024)
+        p = start(ctx, hw.echo_dropping, inbox, outbox, strategy, 1 << 20)
+        for _ in range(30):
+            inbox.put(t)
+            back = outbox.get(timeout=30)
+            assert back.untyped_storage() is t.untyped_storage()
+            del back
+        inbox.put(None)
+        stats = outbox.get(timeout=30)
+        finish(p)
     # Every arrival after the first found the memory still mapped in the child: kept by the
-    # cache, or (file_descriptor) still offered by its fd server.
+    # cache, or (file_descriptor) still offered by its fd server. So the child mapped it once:
+    mapped = [e for e in trace.events if e.pid == p.pid and e.kind == "shm.attach"
+              and not e.args.get("kept")]
+    assert len(mapped) == 1, [(e.kind, e.args) for e in mapped]
     assert stats["received_hits"] >= 1 or strategy == "file_descriptor"
     deadline = time.monotonic() + 5
     while _count(t) != 1 and time.monotonic() < deadline:
