@@ -101,7 +101,9 @@ def test_stop_kills_the_work():
     never = ctx.Event()
     live = Live(functools.partial(w.wait_in_a_child, never))
     live.run()
+    deadline = time.monotonic() + 30
     while not any(e.kind == "mark" for e in live.trace.events):
+        assert time.monotonic() < deadline, "the child never recorded that it is waiting"
         live.trace.refresh()             # synchronised on the log: the child is waiting
     live.stop()
     assert live.wait(60)
