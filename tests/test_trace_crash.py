@@ -122,3 +122,17 @@ def test_a_partial_trace_reads_while_nothing_is_written_yet(tmp_path):
         (tmp_path / "new.mpvlog").write_bytes(b"")         # a writer that just created its file
         trace = mt.trace.Trace(tmp_path)
         assert trace.refresh() == 2                        # process.start + the mark
+
+
+def test_a_header_caught_half_written_is_read_at_the_next_poll(tmp_path):
+    # struct.pack_into stores the header field by field: a reader can find the magic already
+    # there and the chunk size still 0. A live read waits; the final read says what it skipped.
+    _write_log(tmp_path, 1)
+    (tmp_path / "half.mpvlog").write_bytes(recorder.MAGIC + bytes(recorder.HEADER_SIZE - 8))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        trace = mt.trace.Trace(tmp_path)
+        assert trace.refresh() == 2
+    with pytest.warns(TraceFormatWarning, match="header was never completed"):
+        trace.refresh(final=True)
+    assert len(trace.of_kind("mark")) == 1 and len(trace.problems) == 1

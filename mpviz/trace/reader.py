@@ -84,7 +84,7 @@ class LogReader:
             self.problems.append(text)
             warnings.warn(TraceFormatWarning(text), stacklevel=4)
 
-    def _read_header(self, st, fd):
+    def _read_header(self, st, fd, final=False):
         raw = os.pread(fd, HEADER.size, 0)
         if len(raw) < HEADER.size:
             if len(raw) == 0:
@@ -98,6 +98,15 @@ class LogReader:
                 return False            # header not written yet
             st.bad = True
             self._problem(f"{st.path}: not an mpviz log (magic {magic!r}); skipped")
+            return False
+        if chunk == 0 or hsize < HEADER.size:
+            # The magic is there but not the rest: its writer is packing the header right now
+            # (struct.pack_into stores field by field). Read it at the next poll -- unless this
+            # is the last one: then the writer died in the middle of it.
+            if final:
+                st.bad = True
+                self._problem(f"{st.path}: its header was never completed (chunk size {chunk}, "
+                              f"header size {hsize}); skipped")
             return False
         if version > FORMAT_VERSION:
             st.bad = True
@@ -113,7 +122,7 @@ class LogReader:
         except FileNotFoundError:
             return
         try:
-            if st.pid is None and not self._read_header(st, fd):
+            if st.pid is None and not self._read_header(st, fd, final):
                 return
             self._read_records(st, fd, out, final)
         finally:
