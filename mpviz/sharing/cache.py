@@ -46,6 +46,9 @@ def get_segment(key):
 
 def put(key, storage):
     global _sweep_at
+    ref = _entries.get(key)
+    if ref is not None and ref() is storage:
+        return  # known already (a storage sent again): nothing to change, no lock to take
     with _lock:
         _entries[key] = weakref.ref(storage)
         segment = storage._segment
