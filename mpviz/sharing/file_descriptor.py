@@ -23,7 +23,8 @@ the memory; mpviz needs it to know when it may *reuse* a segment: a segment whos
 held by us, is mapped by nobody else and named by no message on its way, so the caching
 allocator (:mod:`~mpviz.sharing.allocator`) may hand it out again. The count is changed with one
 atomic add on the mapped header (:func:`atomic_add`), the instruction torch's
-``RefcountedMapAllocator`` uses; without ``libatomic`` mpviz falls back to an ``fcntl`` lock.
+``RefcountedMapAllocator`` uses (from C: atomic.c; else ctypes and ``libatomic``; else an
+``fcntl`` lock).
 A holder counts as one until its last NumPy view of the bytes is gone (not just its Storage).
 
 Adapted from the ``file_descriptor`` branch of torch's ``reduce_storage`` and ATen's
@@ -58,24 +59,46 @@ _COUNT = struct.Struct("=q")
 
 # -- the count in the header: one atomic add ---------------------------------------------------
 
-_atomic_fetch_add = None  # loaded on first use (import stays cheap); False: not available here
+_atomic_add = None  # chosen on first use (import stays cheap): see _choose_atomic_add
 
 
 def atomic_add(buf, delta):
     """Add `delta` to the 8-byte count at the start of mapping `buf`, atomically, across processes.
 
-    Returns the new count, or None where this machine has no lock-free 8-byte atomics through
-    ``libatomic`` (the caller then takes an ``fcntl`` lock instead). ``delta=0`` reads the count.
+    Returns the new count, or None where this machine has no lock-free 8-byte atomics (the
+    caller then takes an ``fcntl`` lock instead). ``delta=0`` reads the count.
     """
-    global _atomic_fetch_add
-    if _atomic_fetch_add is None:
-        _atomic_fetch_add = _load_atomic()
-    if _atomic_fetch_add is False:
-        return None
-    return _atomic_fetch_add(ctypes.addressof(buf), delta, 5) + delta  # 5: __ATOMIC_SEQ_CST
+    return (_atomic_add or _choose_atomic_add())(buf, delta)
 
 
-def _load_atomic():
+def _choose_atomic_add():
+    """The fastest atomic add this machine has, decided once per process:
+
+    1. atomic.c, compiled on first use (~50 ns a call; see mpviz/trace/native.py);
+    2. libatomic's ``__atomic_fetch_add_8`` through ctypes (~1.5 µs a call: ctypes converts
+       its arguments at run time);
+    3. none: a function that returns None, and the callers lock with ``fcntl``.
+    """
+    global _atomic_add
+    from ..trace import native
+    module, _ = native.build(_ATOMIC_C, "mpviz.sharing._atomic")
+    if module is not None:
+        _atomic_add = module.add
+        return _atomic_add
+    fetch_add = _load_libatomic()
+    if fetch_add:
+        def _atomic_add(buf, delta):
+            return fetch_add(ctypes.addressof(buf), delta, 5) + delta  # 5: __ATOMIC_SEQ_CST
+    else:
+        def _atomic_add(buf, delta):
+            return None
+    return _atomic_add
+
+
+_ATOMIC_C = os.path.join(os.path.dirname(os.path.abspath(__file__)), "atomic.c")
+
+
+def _load_libatomic():
     try:
         lib = ctypes.CDLL("libatomic.so.1")
         fetch_add = lib.__atomic_fetch_add_8

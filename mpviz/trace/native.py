@@ -21,6 +21,10 @@ build on first use rather than a setup.py extension: the same works after ``pip 
 from a plain checkout on ``sys.path``, and in spawned children, with no step to forget and no
 stale binary in the source tree. ``problem`` says, in words, why the C Writer is not used.
 
+The same steps build mpviz/sharing/atomic.c (``build(path, module)``), the one-instruction
+atomic add that the shared-memory counts use when a segment is first mapped; without it they fall
+back to ctypes, slower (see file_descriptor.atomic_add).
+
 Adapted from torch.utils.cpp_extension.load (a just-in-time build into a cache keyed by the
 source); left out: ninja, file locks (the atomic rename does), Windows and macOS.
 """
@@ -54,40 +58,47 @@ def load():
     global _tried, _module, problem
     if not _tried:
         _tried = True
-        try:
-            _module = _build_and_import()
-        except Exception as exc:          # an optional accelerator: never an error
-            problem, _module = f"{type(exc).__name__}: {exc}", None
+        _module, problem = build(SOURCE, MODULE)
     return _module
 
 
-def _build_and_import():
-    global problem
+def build(path, module_name):
+    """Build the C file `path` into the cache (once) and import it as `module_name`.
+
+    Returns ``(module, None)``, or ``(None, why)``: never raises. Also used for
+    mpviz/sharing/atomic.c (the shared counts' atomic add), with the same rules."""
+    try:
+        return _build_and_import(path, module_name)
+    except Exception as exc:          # an optional accelerator: never an error
+        return None, f"{type(exc).__name__}: {exc}"
+
+
+def _build_and_import(path, module_name):
+    what = os.path.basename(path)
     if sys.implementation.name != "cpython" or not sys.platform.startswith("linux"):
-        problem = "the C Writer is built for CPython on Linux only"
-        return None
+        return None, f"{what} is built for CPython on Linux only"
     if sysconfig.get_config_var("Py_GIL_DISABLED"):
-        problem = "the C Writer appends while holding the GIL; this Python has none"
-        return None
-    with open(SOURCE, "rb") as f:
+        return None, f"{what} relies on the GIL; this Python has none"
+    with open(path, "rb") as f:
         source = f.read()
     include = sysconfig.get_paths()["include"]
     suffix = importlib.machinery.EXTENSION_SUFFIXES[0]
     key = hashlib.sha256(b"\0".join([source, sys.version.encode(), include.encode(),
                                      suffix.encode()])).hexdigest()[:16]
     directory = cache_dir()
-    built = os.path.join(directory, f"_writer-{key}{suffix}")
-    failed = os.path.join(directory, f"_writer-{key}.failed")
+    stem = module_name.rpartition(".")[2]          # "_writer": PyInit__writer in the C file
+    built = os.path.join(directory, f"{stem}-{key}{suffix}")
+    failed = os.path.join(directory, f"{stem}-{key}.failed")
     if not os.path.exists(built):
         if os.path.exists(failed):
-            problem = f"an earlier build failed, see {failed} (delete it to try again)"
-            return None
-        if not _compile(include, directory, built, failed):
-            return None
-    spec = importlib.util.spec_from_file_location(MODULE, built)
+            return None, f"an earlier build failed, see {failed} (delete it to try again)"
+        why = _compile(path, include, directory, built, failed)
+        if why:
+            return None, why
+    spec = importlib.util.spec_from_file_location(module_name, built)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    return module
+    return module, None
 
 
 def _compiler():
@@ -98,28 +109,25 @@ def _compiler():
     return None
 
 
-def _compile(include, directory, built, failed):
-    global problem
+def _compile(path, include, directory, built, failed):
+    """Compile `path` into `built`; None if that worked, else why not."""
     cc = _compiler()
     if cc is None:
-        problem = "no C compiler found (set CC, or install gcc)"
-        return False
+        return "no C compiler found (set CC, or install gcc)"
     if not os.path.exists(os.path.join(include, "Python.h")):
-        problem = f"no Python headers in {include} (install the python3-dev package)"
-        return False
+        return f"no Python headers in {include} (install the python3-dev package)"
     os.makedirs(directory, exist_ok=True)
     tmp = f"{built}.{os.getpid()}.tmp"
-    command = [cc, "-O2", "-shared", "-fPIC", "-pthread", "-I", include, SOURCE, "-o", tmp]
+    command = [cc, "-O2", "-shared", "-fPIC", "-pthread", "-I", include, path, "-o", tmp]
     try:
         result = subprocess.run(command, stdin=subprocess.DEVNULL, capture_output=True,
                                 text=True, timeout=120)
         if result.returncode != 0:
-            problem = f"compiling writer.c failed, see {failed}"
             with open(failed, "w") as f:
                 f.write(" ".join(command) + "\n\n" + result.stdout + result.stderr)
-            return False
+            return f"compiling {os.path.basename(path)} failed, see {failed}"
         os.replace(tmp, built)
-        return True
+        return None
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
