@@ -10,7 +10,7 @@ import mpviz
 import mpviz.multiprocessing as mp
 import mpviz.trace as mt
 from mpviz.multiprocessing import queues
-from mpviz.sharing import allocator, cache, fd_passing, file_descriptor
+from mpviz.sharing import allocator, cache, fd_passing, file_descriptor, file_system
 
 import handoff_workers as hw
 from proc_helpers import finish, start
@@ -130,15 +130,18 @@ def test_kept_mappings_serve_a_consumer_that_drops_each_tensor(ctx, strategy):
             back = outbox.get(timeout=30)
             assert back.untyped_storage() is t.untyped_storage()
             del back
+            # Wait until the child no longer keeps the segment because it just sent it (fd
+            # server offer, file_system linger): what serves the next arrival is the cache.
+            time.sleep(2 * max(file_system.LINGER_SECONDS, fd_passing.RELEASE_DELAY))
         inbox.put(None)
         stats = outbox.get(timeout=30)
         finish(p)
-    # Every arrival after the first found the memory still mapped in the child: kept by the
-    # cache, or (file_descriptor) still offered by its fd server. So the child mapped it once:
+    # Every arrival after the first found the memory still mapped in the child, kept by the
+    # cache. So the child mapped it once:
     mapped = [e for e in trace.events if e.pid == p.pid and e.kind == "shm.attach"
               and not e.args.get("kept")]
     assert len(mapped) == 1, [(e.kind, e.args) for e in mapped]
-    assert stats["received_hits"] >= 1 or strategy == "file_descriptor"
+    assert stats["received_hits"] >= 10, stats  # most of the 29; a loaded machine may miss some
     deadline = time.monotonic() + 5
     while _count(t) != 1 and time.monotonic() < deadline:
         time.sleep(0.01)

@@ -27,7 +27,8 @@ How it works::
 
 Adapted from torch's ``RefcountedMapAllocator`` (ATen ``MapAllocator.cpp``: a 64-byte header with
 an atomic refcount in front of the data) and ``libshm``. Python has no atomics on shared memory,
-so the add is ``libatomic``'s ``__atomic_fetch_add_8`` called through ctypes.
+so the add is a small C function (mpviz/sharing/atomic.c, built on first use), or ``libatomic``'s
+``__atomic_fetch_add_8`` called through ctypes where nothing can be compiled.
 """
 import errno
 import fcntl
@@ -35,6 +36,8 @@ import itertools
 import os
 import secrets
 import struct
+import threading
+import time
 import weakref
 
 import numpy as np
@@ -300,6 +303,72 @@ def _count_inherited_after_fork():
 
 
 os.register_at_fork(after_in_child=_count_inherited_after_fork)
+
+
+# -- a sender keeps what it sent mapped for a moment --------------------------------------------
+#
+# A consumer that sends a tensor back and drops it (``q_out.put(q_in.get())``) would unmap the
+# segment at once, and map it again (shm_open + mmap + a manager message) when the same memory
+# arrives next time, maybe 100 µs later. So a process keeps every segment it *sends* for
+# LINGER_SECONDS after the last send: a handle to it that arrives meanwhile finds the segment
+# still mapped (the receive cache's get_segment) and maps nothing.
+#
+# The counts stay true, because the segment really stays mapped: this process still counts as a
+# holder until it lets go, LINGER_SECONDS later. (file_descriptor does the same: the fd server
+# keeps what it offered until the receiver's release arrives, up to fd_passing.RELEASE_DELAY.)
+
+LINGER_SECONDS = 0.005
+
+
+class _Linger:
+    """Sent segments, each kept alive until LINGER_SECONDS after it was last sent."""
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.wake = threading.Condition(self.lock)
+        self.kept = {}          # name -> (segment, monotonic time after which it may go)
+        self.thread = None
+
+    def keep(self, segment):
+        with self.lock:
+            self.kept[segment.name] = (segment, time.monotonic() + LINGER_SECONDS)
+            if self.thread is None:
+                self.thread = threading.Thread(target=self._expire, name="mpviz-fs-linger",
+                                               daemon=True)
+                self.thread.start()
+            elif len(self.kept) == 1:
+                self.wake.notify()  # it was idle, waiting for something to keep
+
+    def _expire(self):
+        while True:
+            with self.lock:
+                while not self.kept:
+                    self.wake.wait()
+                now = time.monotonic()
+                expired = [name for name, (_, until) in self.kept.items() if until <= now]
+                gone = [self.kept.pop(name) for name in expired]
+                soonest = min((until for _, until in self.kept.values()), default=now + LINGER_SECONDS)
+            del gone  # the last reference to a segment may go here: let go outside the lock
+            time.sleep(max(soonest - now, 0.0005))
+
+
+_linger = _Linger()
+
+
+def keep_after_send(segment):
+    """Keep `segment` mapped for LINGER_SECONDS more: it was just sent (see above)."""
+    _linger.keep(segment)
+
+
+def _forget_linger_after_fork():
+    # A child keeps nothing for its parent's sends. Registered after the counting-in above, so
+    # the references dropped here were counted for this child first.
+    global _linger
+    old, _linger = _linger, _Linger()
+    old.kept.clear()
+
+
+os.register_at_fork(after_in_child=_forget_linger_after_fork)
 
 
 # multiprocessing's fork and forkserver children end with os._exit(), which skips atexit, and so
