@@ -198,3 +198,32 @@ def test_a_handle_in_flight_outlives_its_killed_sender(start_method):
         time.sleep(0.02)
     assert not os.path.exists("/dev/shm" + name), "the manager left the dead sender's segment"
     out.close()
+
+
+# -- the shared count: one atomic add, from C or through ctypes ------------------------------------
+
+@pytest.mark.parametrize("which", ["C", "ctypes"])
+def test_the_count_is_exact_when_processes_add_at_once(ctx, which):
+    # Two processes and this one add to the same count 20,000 times each, at the same moment:
+    # an add that was not atomic across processes would lose some of them.
+    try:
+        add = file_descriptor.choose_atomic_add(which)
+    except RuntimeError as e:
+        pytest.skip(str(e))
+    t = mpviz.zeros(4).share_memory_()
+    out = ctx.Queue()
+    before = _count(t)
+    n = 20_000
+    children = [start(ctx, hw.add_many, t, n, which, out) for _ in range(2)]
+    buf = t.untyped_storage()._segment._buf
+    for _ in range(n):
+        add(buf, 1)
+    assert [out.get(timeout=30) for _ in children] == ["done", "done"]
+    for p in children:
+        finish(p)
+    # The children let go of their own holds when they exited: only the adds are left.
+    deadline = time.monotonic() + 5
+    while _count(t) != before + 3 * n and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert _count(t) == before + 3 * n
+    add(buf, -3 * n)                              # give the count back, so the segment is freed

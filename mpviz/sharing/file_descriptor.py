@@ -72,27 +72,36 @@ def atomic_add(buf, delta):
 
 
 def _choose_atomic_add():
-    """The fastest atomic add this machine has, decided once per process:
+    global _atomic_add
+    _atomic_add = choose_atomic_add()
+    return _atomic_add
 
-    1. atomic.c, compiled on first use (~50 ns a call; see mpviz/trace/native.py);
-    2. libatomic's ``__atomic_fetch_add_8`` through ctypes (~1.5 µs a call: ctypes converts
-       its arguments at run time);
+
+def choose_atomic_add(which=None):
+    """The fastest atomic add this machine has (or the one named by `which`, for tests):
+
+    1. "C": atomic.c, compiled on first use (~50 ns a call; see mpviz/trace/native.py);
+    2. "ctypes": libatomic's ``__atomic_fetch_add_8`` through ctypes (~1.5 µs a call: ctypes
+       converts its arguments at run time);
     3. none: a function that returns None, and the callers lock with ``fcntl``.
     """
-    global _atomic_add
-    from ..trace import native
-    module, _ = native.build(_ATOMIC_C, "mpviz.sharing._atomic")
-    if module is not None:
-        _atomic_add = module.add
-        return _atomic_add
+    if which in (None, "C"):
+        from ..trace import native
+        module, problem = native.build(_ATOMIC_C, "mpviz.sharing._atomic")
+        if module is not None:
+            return module.add
+        if which == "C":
+            raise RuntimeError(f"the C atomic add is not available here: {problem}")
     fetch_add = _load_libatomic()
     if fetch_add:
-        def _atomic_add(buf, delta):
+        def add(buf, delta):
             return fetch_add(ctypes.addressof(buf), delta, 5) + delta  # 5: __ATOMIC_SEQ_CST
+    elif which == "ctypes":
+        raise RuntimeError("libatomic's lock-free 8-byte add is not available here")
     else:
-        def _atomic_add(buf, delta):
+        def add(buf, delta):
             return None
-    return _atomic_add
+    return add
 
 
 _ATOMIC_C = os.path.join(os.path.dirname(os.path.abspath(__file__)), "atomic.c")

@@ -21,9 +21,9 @@ build on first use rather than a setup.py extension: the same works after ``pip 
 from a plain checkout on ``sys.path``, and in spawned children, with no step to forget and no
 stale binary in the source tree. ``problem`` says, in words, why the C Writer is not used.
 
-The same steps build mpviz/sharing/atomic.c (``build(path, module)``), the one-instruction
-atomic add that the shared-memory counts use when a segment is first mapped; without it they fall
-back to ctypes, slower (see file_descriptor.atomic_add).
+The same steps build mpviz/sharing/atomic.c (``build(path, module)``): the one-instruction
+atomic add on the shared-memory counts, built the first time a process changes a count; without
+it the counts fall back to ctypes, slower (see file_descriptor.choose_atomic_add).
 
 Adapted from torch.utils.cpp_extension.load (a just-in-time build into a cache keyed by the
 source); left out: ninja, file locks (the atomic rename does), Windows and macOS.
