@@ -46,11 +46,13 @@ import copyreg
 import fcntl
 import io
 import multiprocessing.queues
+import os
 import pickle
+import struct
 import termios
 import time
 from multiprocessing.reduction import ForkingPickler
-from queue import Full
+from queue import Empty, Full
 
 from ..trace import messages, recorder
 
@@ -157,10 +159,10 @@ class Queue(multiprocessing.queues.Queue):
             if not self._pipe_has_room(len(data) + _HEADER):
                 return False
             if msg is None:
-                self._writer.send_bytes(data)
+                _write_message(self._writer, data)
             else:
                 ts = time.monotonic_ns()               # before the bytes can be read
-                self._writer.send_bytes(data)
+                _write_message(self._writer, data)
                 messages.queue_put_direct(self, msg, data, ts)  # see mpviz.trace.messages
             return True
         finally:
@@ -178,6 +180,82 @@ class Queue(multiprocessing.queues.Queue):
             return False
         fcntl.ioctl(fd, termios.FIONREAD, self._queued, True)
         return self._queued[0] + nbytes + _SLACK <= self._pipe_size
+
+
+    def get(self, block=True, timeout=None):
+        """The stdlib's ``get``, reading the message with two plain ``os.read`` calls.
+
+        The stdlib reads through ``Connection.recv_bytes``: a length, then the bytes, each into
+        an ``io.BytesIO`` in a Python loop — a few µs a message, a good part of a tensor
+        handle's trip. The steps are the same: the read lock, the read, a slot given back, and
+        unpickling after the lock is released. While recording, the stdlib's ``get`` runs, with
+        the recorder's hook on it (see mpviz.trace.messages)."""
+        if recorder.ENABLED:
+            return super().get(block, timeout)
+        if self._closed:
+            raise ValueError(f"Queue {self!r} is closed")
+        if block and timeout is None:
+            with self._rlock:
+                data = _read_message(self._reader)
+            self._sem.release()
+        else:
+            if block:
+                deadline = time.monotonic() + timeout
+            if not self._rlock.acquire(block, timeout):
+                raise Empty
+            try:
+                if block:
+                    if not self._poll(deadline - time.monotonic()):
+                        raise Empty
+                elif not self._poll():
+                    raise Empty
+                data = _read_message(self._reader)
+                self._sem.release()
+            finally:
+                self._rlock.release()
+        return ForkingPickler.loads(data)  # after the lock is released, as in the stdlib
+
+
+# -- a message on the pipe, as multiprocessing.connection frames it -------------------------------
+#
+#     [4-byte big-endian length][the pickled bytes]      (length -1: an 8-byte length follows)
+
+_LENGTH = struct.Struct("!i")
+_LONG_LENGTH = struct.Struct("!Q")
+
+
+def _write_message(conn, data):
+    """Write one framed message: what ``conn.send_bytes(data)`` writes, in one ``os.write`` for
+    a small message (the caller checked that the pipe has room, so it cannot block)."""
+    view = _LENGTH.pack(len(data)) + data
+    fd = conn.fileno()
+    while view:
+        view = view[os.write(fd, view):]
+
+
+def _read_message(conn):
+    """Read one framed message: what ``conn.recv_bytes()`` returns."""
+    fd = conn.fileno()
+    (size,) = _LENGTH.unpack(_read_exactly(fd, _LENGTH.size))
+    if size == -1:
+        (size,) = _LONG_LENGTH.unpack(_read_exactly(fd, _LONG_LENGTH.size))
+    return _read_exactly(fd, size)
+
+
+def _read_exactly(fd, n):
+    data = os.read(fd, n)
+    if len(data) == n:
+        return data                      # the usual case: the whole message is in the pipe
+    if not data:
+        raise EOFError                   # the writing end is closed (as Connection says it)
+    parts, have = [data], len(data)
+    while have < n:                      # a big message still being written: wait for the rest
+        chunk = os.read(fd, n - have)
+        if not chunk:
+            raise OSError("got end of file during message")
+        parts.append(chunk)
+        have += len(chunk)
+    return b"".join(parts)
 
 
 class JoinableQueue(multiprocessing.queues.JoinableQueue, Queue):
