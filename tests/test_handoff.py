@@ -85,21 +85,33 @@ def test_joinable_queue_counts_tasks_put_directly(ctx):
 
 # -- a receiver that still holds the memory needs no descriptor ---------------------------------
 
-def test_a_live_segment_without_its_storage_is_found_again():
-    mp.set_sharing_strategy("file_descriptor")
+@pytest.mark.parametrize("strategy", ["file_descriptor", "file_system"])
+def test_a_sent_storage_is_kept_a_moment_and_found_again(strategy, monkeypatch):
+    # A consumer returning what it got (q_out.put(q_in.get())) drops its tensor right after the
+    # put. The sender keeps the Storage a moment (fd server offer / file_system linger), so the
+    # same memory arriving again finds that very object: no descriptor, no mapping.
+    mp.set_sharing_strategy(strategy)
+    monkeypatch.setattr(file_system, "LINGER_SECONDS", 0.5)  # a slow machine's pause can't end it
     try:
         t = mpviz.arange(4.0)
-        data = queues._dumps(t)                   # the offer keeps the segment alive
+        data = queues._dumps(t)                   # sent: kept by the offer / the linger
+        storage_id = id(t.untyped_storage())
         key = t.untyped_storage()._segment.key
         del t
-        gc.collect()
-        assert cache.get(key) is None             # the Storage is gone ...
-        assert cache.get_segment(key) is not None  # ... its segment is not (offered)
+        kept = cache.get(key)
+        assert kept is not None and id(kept) == storage_id
         fds_before = fd_passing.pending_offers()
-        back = queues._loads(data)                # no descriptor fetched: the same mapping
-        assert back.tolist() == [0.0, 1.0, 2.0, 3.0]
-        assert fd_passing.pending_offers() == fds_before - 1
+        back = queues._loads(data)
+        assert back.untyped_storage() is kept and back.tolist() == [0.0, 1.0, 2.0, 3.0]
+        if strategy == "file_descriptor":
+            assert fd_passing.pending_offers() == fds_before - 1   # our own offer, dropped
         assert _count(back) == 1                  # the handle's count was given back
+        del back, kept
+        if strategy == "file_system":             # after the linger, it is let go
+            deadline = time.monotonic() + 5
+            while cache.get(key) is not None and time.monotonic() < deadline:
+                time.sleep(0.005)
+            assert cache.get(key) is None
     finally:
         mp.set_sharing_strategy("file_descriptor")
 

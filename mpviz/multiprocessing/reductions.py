@@ -21,7 +21,10 @@ saves ~12 µs of a round trip's ~100 µs (measured with ``pickle.loads``/``dumps
 A tensor and its views name the *same* storage object, which pickle writes once per message: so
 views arrive as views of one storage. The ``rebuild_*`` functions look in the receive cache
 (:mod:`mpviz.sharing.cache`) first: a storage this process already maps comes back as the same
-object, and costs no descriptor and no mapping. With the shared-memory cache on
+object, and costs no descriptor and no mapping. That includes a storage this process has just
+*sent* and dropped: the sender keeps it a moment (file_descriptor: until the receiver's release
+arrives; file_system: ``file_system.LINGER_SECONDS``), so a tensor that comes straight back
+(``q_out.put(q_in.get())`` in a consumer) finds it. With the shared-memory cache on
 (:mod:`mpviz.sharing.allocator`), a mapping this process let go of but kept is found next.
 
 Both strategies count each handle in flight in the segment's header (``segment.incref()``, one
@@ -96,14 +99,14 @@ def reduce_storage(storage):
     # reused, nor its name unlinked, before the receiver has it.
     segment.incref()
     if segment.strategy == file_descriptor.STRATEGY:
-        address, token = fd_passing.offer(segment)
+        address, token = fd_passing.offer(segment, storage)
         if recorder.ENABLED:
             recorder.emit("fd.send", name=segment.name, token=token, nbytes=segment.nbytes)
         return (rebuild, ("storage_fd", address, os.getpid(), segment.key, token, segment.nbytes,
                           segment.name))
     # file_system: the count above also makes the name outlive us if we let go first.
     shm_manager.client().sent(segment.name)
-    file_system.keep_after_send(segment)  # mapped a moment longer, in case it comes straight back
+    file_system.keep_after_send(storage)  # kept a moment longer, in case it comes straight back
     return (rebuild, ("storage_filename", segment.name, segment.nbytes, os.getpid()))
 
 
@@ -113,12 +116,8 @@ def rebuild_storage_fd(address, sender_pid, key, token, nbytes, name):
         storage._segment.decref()  # the handle's count: we are counted already
         fd_passing.release(address, token, sender_pid, name)  # we map it already: no fd needed
         return storage
-    segment = cache.get_segment(key)  # still alive here, e.g. in our own fd server's offers?
-    if segment is not None:
-        segment.decref()  # the handle's count: we are counted already
-    else:
-        segment = allocator.take_received(key)  # a mapping we kept (shared-memory cache on)?
-        # (it takes over the handle's count, as a new mapping would)
+    segment = allocator.take_received(key)  # a mapping we kept (shared-memory cache on)?
+    # (it takes over the handle's count, as a new mapping would)
     if segment is not None:
         fd_passing.release(address, token, sender_pid, name)  # we map it: no fd needed
     else:
@@ -139,12 +138,8 @@ def rebuild_storage_filename(name, nbytes, sender_pid):
         storage._segment.decref()  # the handle's reference: we hold the segment already
         shm_manager.client().received(name)
         return storage
-    segment = cache.get_segment(key)  # still alive here without its Storage?
-    if segment is not None:
-        segment.decref()  # the handle's reference: we hold the segment already
-        shm_manager.client().received(name)
-    else:  # a mapping we kept (shared-memory cache on), or a new one; both tell the manager
-        segment = allocator.take_received(key) or file_system.attach(name, nbytes, received=True)
+    # a mapping we kept (shared-memory cache on), or a new one; both tell the manager
+    segment = allocator.take_received(key) or file_system.attach(name, nbytes, received=True)
     storage = Storage(_segment=segment)
     storage._sent_from = sender_pid
     cache.put(key, storage)

@@ -8,10 +8,9 @@ Because the sender also registers the storages it sends, a buffer that goes out 
 (a consumer returning it to its producer, as the best-practices note advises) turns back into
 the very Storage object it left as: no copy, no new mapping, no new descriptor.
 
-The cache also remembers each storage's *segment* (weakly too). A segment can outlive its Storage
-object — the fd server keeps the segments it has offered until the receiver says it has them —
-and a handle to memory whose segment is still alive here needs no new mapping either:
-:func:`get_segment` finds it, and the receiver wraps it in a new Storage.
+A storage this process has sent stays alive a moment after its last tensor is dropped — the fd
+server keeps what it offered until the receiver's release arrives, a ``file_system`` sender keeps
+it ``LINGER_SECONDS`` — so a tensor that comes straight back finds it here too.
 
 Adapted from torch's ``shared_cache`` in ``torch/multiprocessing/reductions.py`` (a dict of
 ``StorageWeakRef``). Simplified: dead entries are dropped when looked up or when the cache has
@@ -23,7 +22,6 @@ import weakref
 
 _lock = threading.Lock()
 _entries = {}
-_segments = {}   # key -> weak reference to the segment
 _sweep_at = 128
 
 
@@ -38,12 +36,6 @@ def get(key):
     return storage
 
 
-def get_segment(key):
-    """The live segment for `key` in this process (its Storage may be gone), or None."""
-    ref = _segments.get(key)
-    return ref() if ref is not None else None
-
-
 def put(key, storage):
     global _sweep_at
     ref = _entries.get(key)
@@ -51,14 +43,9 @@ def put(key, storage):
         return  # known already (a storage sent again): nothing to change, no lock to take
     with _lock:
         _entries[key] = weakref.ref(storage)
-        segment = storage._segment
-        if segment is not None and (key not in _segments or _segments[key]() is not segment):
-            _segments[key] = weakref.ref(segment)
         if len(_entries) >= _sweep_at:
             for k in [k for k, r in _entries.items() if r() is None]:
                 del _entries[k]
-            for k in [k for k, r in _segments.items() if r() is None]:
-                del _segments[k]
             _sweep_at = max(128, 2 * len(_entries))
 
 

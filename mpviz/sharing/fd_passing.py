@@ -49,7 +49,7 @@ class _State:
     def __init__(self):
         self.pid = os.getpid()
         self.lock = threading.Lock()
-        self.offers = {}  # token -> segment kept alive until fetched or released
+        self.offers = {}  # token -> (segment, its Storage) kept alive until fetched or released
         self.tokens = itertools.count(1)
         self.listener = None
         self.address = None
@@ -80,14 +80,18 @@ os.register_at_fork(after_in_child=_reset_after_fork)
 
 # -- sender side ------------------------------------------------------------------------------
 
-def offer(segment):
-    """Keep `segment` alive until a receiver fetches it; return ``(address, token)`` for the handle."""
+def offer(segment, storage=None):
+    """Keep `segment` alive until a receiver fetches it; return ``(address, token)`` for the handle.
+
+    `storage`, the Storage object that views the segment, is kept alive with it: if the same
+    memory comes straight back (a consumer returning what it got), the receive cache finds that
+    very object, and nothing is built again."""
     st = _state
     with st.lock:
         if st.listener is None:
             _start_server(st)
         token = next(st.tokens)
-        st.offers[token] = segment
+        st.offers[token] = (segment, storage)
     return st.address, token
 
 
@@ -126,15 +130,15 @@ def _serve(st, conn):
                 return  # the receiver went away
             op, token = _REQUEST.unpack(request)
             with st.lock:
-                segment = st.offers.pop(token, None)
+                offered = st.offers.pop(token, None)
             if op == _GET:
-                if segment is None:
+                if offered is None:
                     conn.sendall(_MISSING)
                 else:
-                    socket.send_fds(conn, [_FOUND], [segment.fd])
+                    socket.send_fds(conn, [_FOUND], [offered[0].fd])
             # Let go now, not at the next request: a segment kept alive here would still count
             # this process as a holder (see file_descriptor's header count).
-            segment = None
+            offered = None
 
 
 def _recv_exactly(conn, n):

@@ -310,8 +310,9 @@ os.register_at_fork(after_in_child=_count_inherited_after_fork)
 # A consumer that sends a tensor back and drops it (``q_out.put(q_in.get())``) would unmap the
 # segment at once, and map it again (shm_open + mmap + a manager message) when the same memory
 # arrives next time, maybe 100 µs later. So a process keeps every segment it *sends* for
-# LINGER_SECONDS after the last send: a handle to it that arrives meanwhile finds the segment
-# still mapped (the receive cache's get_segment) and maps nothing.
+# LINGER_SECONDS after the last send — with its Storage, as the fd server keeps its offers: a
+# handle to it that arrives meanwhile finds that very Storage in the receive cache, and maps and
+# builds nothing.
 #
 # The counts stay true, because the segment really stays mapped: this process still counts as a
 # holder until it lets go, LINGER_SECONDS later. (file_descriptor does the same: the fd server
@@ -326,12 +327,12 @@ class _Linger:
     def __init__(self):
         self.lock = threading.Lock()
         self.wake = threading.Condition(self.lock)
-        self.kept = {}          # name -> (segment, monotonic time after which it may go)
+        self.kept = {}          # name -> (storage, monotonic time after which it may go)
         self.thread = None
 
-    def keep(self, segment):
+    def keep(self, storage):
         with self.lock:
-            self.kept[segment.name] = (segment, time.monotonic() + LINGER_SECONDS)
+            self.kept[storage._segment.name] = (storage, time.monotonic() + LINGER_SECONDS)
             if self.thread is None:
                 self.thread = threading.Thread(target=self._expire, name="mpviz-fs-linger",
                                                daemon=True)
@@ -355,9 +356,9 @@ class _Linger:
 _linger = _Linger()
 
 
-def keep_after_send(segment):
-    """Keep `segment` mapped for LINGER_SECONDS more: it was just sent (see above)."""
-    _linger.keep(segment)
+def keep_after_send(storage):
+    """Keep `storage` (and so its segment) for LINGER_SECONDS more: it was just sent (see above)."""
+    _linger.keep(storage)
 
 
 def _forget_linger_after_fork():
