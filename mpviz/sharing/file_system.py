@@ -309,55 +309,63 @@ os.register_at_fork(after_in_child=_count_inherited_after_fork)
 #
 # A consumer that sends a tensor back and drops it (``q_out.put(q_in.get())``) would unmap the
 # segment at once, and map it again (shm_open + mmap + a manager message) when the same memory
-# arrives next time, maybe 100 µs later. So a process keeps every segment it *sends* for
-# LINGER_SECONDS after the last send — with its Storage, as the fd server keeps its offers: a
+# arrives next time, maybe 100 µs later. So a process keeps every storage it *sends* for another
+# LINGER_SECONDS to 2 x LINGER_SECONDS after the last send, as the fd server keeps its offers: a
 # handle to it that arrives meanwhile finds that very Storage in the receive cache, and maps and
 # builds nothing.
 #
 # The counts stay true, because the segment really stays mapped: this process still counts as a
-# holder until it lets go, LINGER_SECONDS later. (file_descriptor does the same: the fd server
-# keeps what it offered until the receiver's release arrives, up to fd_passing.RELEASE_DELAY.)
+# holder until it lets go, a few ms later. (file_descriptor does the same: the fd server keeps
+# what it offered until the receiver's release arrives, up to fd_passing.RELEASE_DELAY.)
 
 LINGER_SECONDS = 0.005
 
 
 class _Linger:
-    """Sent segments, each kept alive until LINGER_SECONDS after it was last sent."""
+    """Storages just sent, in two generations that a thread ages every LINGER_SECONDS::
+
+        keep(s):  young[name] = s            one dict store: no lock, no clock (it runs per put)
+        tick:     let go of old; old = young; young = {}
+
+    A storage sent again before it ages out is in young again, so it stays; one that is not is
+    let go between one and two ticks after its last send.
+    """
 
     def __init__(self):
-        self.lock = threading.Lock()
-        self.wake = threading.Condition(self.lock)
-        self.kept = {}          # name -> (storage, monotonic time after which it may go)
+        self.young, self.old = {}, {}
+        self.idle = True               # the thread sleeps until the next keep()
+        self.wake = threading.Event()
         self.thread = None
 
     def keep(self, storage):
-        with self.lock:
-            self.kept[storage._segment.name] = (storage, time.monotonic() + LINGER_SECONDS)
+        self.young[storage._segment.name] = storage
+        if self.idle:
+            self.idle = False
             if self.thread is None:
-                self.thread = threading.Thread(target=self._expire, name="mpviz-fs-linger",
+                self.thread = threading.Thread(target=self._tick, name="mpviz-fs-linger",
                                                daemon=True)
                 self.thread.start()
-            elif len(self.kept) == 1:
-                self.wake.notify()  # it was idle, waiting for something to keep
+            self.wake.set()
 
-    def _expire(self):
+    def _tick(self):
         while True:
-            with self.lock:
-                while not self.kept:
-                    self.wake.wait()
-                now = time.monotonic()
-                expired = [name for name, (_, until) in self.kept.items() if until <= now]
-                gone = [self.kept.pop(name) for name in expired]
-                soonest = min((until for _, until in self.kept.values()), default=now + LINGER_SECONDS)
-            del gone  # the last reference to a segment may go here: let go outside the lock
-            time.sleep(max(soonest - now, 0.0005))
+            self.wake.wait()
+            time.sleep(LINGER_SECONDS)
+            gone, self.old, self.young = self.old, self.young, {}
+            del gone                   # the last reference to a storage may go here
+            if not self.old and not self.young:
+                self.wake.clear()      # nothing left to age: sleep until keep() says so
+                self.idle = True
+                if self.young:         # a keep() came in between: it may not have woken us
+                    self.idle = False
+                    self.wake.set()
 
 
 _linger = _Linger()
 
 
 def keep_after_send(storage):
-    """Keep `storage` (and so its segment) for LINGER_SECONDS more: it was just sent (see above)."""
+    """Keep `storage` (and so its segment) a few ms more: it was just sent (see above)."""
     _linger.keep(storage)
 
 
@@ -366,7 +374,8 @@ def _forget_linger_after_fork():
     # the references dropped here were counted for this child first.
     global _linger
     old, _linger = _linger, _Linger()
-    old.kept.clear()
+    old.young.clear()
+    old.old.clear()
 
 
 os.register_at_fork(after_in_child=_forget_linger_after_fork)
