@@ -12,11 +12,18 @@ Two measurements, each with recording off and on:
 
 Prints a Markdown table and writes JSON to bench/results/. Run ``python bench/bench_recorder.py``
 (``--quick`` for a smoke run). Each timing is the best of several repetitions.
+
+The ping-pong's ratio is noisy on a small or virtual machine: which CPU each of its four threads
+wakes on changes a round trip by up to 2x from one run to the next. So recorded and unrecorded
+runs alternate, and besides the ratio of the best runs the table gives the median of the ratios
+of each adjacent pair (``--reps`` pairs). ``--cpu N`` runs the ping-pong on CPU N alone: no
+cross-CPU wake-ups, so the ratio says what recording costs in CPU time, with far less noise.
 """
 import argparse
 import multiprocessing as mp
 import os
 import platform
+import statistics
 import sys
 import tempfile
 import time
@@ -76,6 +83,8 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="small sizes, for a smoke run")
     parser.add_argument("--start-method", default="fork")
+    parser.add_argument("--reps", type=int, help="ping-pong pairs (recorded, unrecorded)")
+    parser.add_argument("--cpu", type=int, help="run the ping-pong on this CPU only")
     args = parser.parse_args(argv)
     n_events, n_msgs, reps = (20_000, 2_000, 2) if args.quick else (200_000, 10_000, 3)
     ctx = mp.get_context(args.start_method)
@@ -95,12 +104,19 @@ def main(argv=None):
     writer = "Python" if recorder.writer_class() is recorder.Writer else "C"  # recording's own
     on = on_by_writer[writer]
     pp_off, pp_on = [], []
-    for _ in range(reps):                                  # interleaved: fair to both
-        pp_off.append(ping_pong(ctx, n_msgs))
-        with tempfile.TemporaryDirectory() as tmp:
-            with mt.record(os.path.join(tmp, "t")) as trace:
-                pp_on.append(ping_pong(ctx, n_msgs))
-        linked = sum(f.get is not None for f in trace.flows())
+    cpus = os.sched_getaffinity(0)
+    if args.cpu is not None:
+        os.sched_setaffinity(0, {args.cpu})                # the child inherits it
+    try:
+        for _ in range(args.reps or reps):                 # interleaved: fair to both
+            pp_off.append(ping_pong(ctx, n_msgs))
+            with tempfile.TemporaryDirectory() as tmp:
+                with mt.record(os.path.join(tmp, "t")) as trace:
+                    pp_on.append(ping_pong(ctx, n_msgs))
+            linked = sum(f.get is not None for f in trace.flows())
+    finally:
+        os.sched_setaffinity(0, cpus)
+    paired = statistics.median(on / off for on, off in zip(pp_on, pp_off))
     pp_off, pp_on = min(pp_off), min(pp_on)
     results = dict(
         machine=dict(python=platform.python_version(), cpu=platform.processor() or
@@ -110,14 +126,17 @@ def main(argv=None):
         mark_on_ns_by_writer={k: v * 1e9 for k, v in on_by_writer.items()},
         c_writer_problem=native.problem,
         pingpong_messages=n_msgs, pingpong_off_us=pp_off * 1e6, pingpong_on_us=pp_on * 1e6,
-        pingpong_ratio=pp_on / pp_off, pingpong_flows_linked=linked)
+        pingpong_ratio=pp_on / pp_off, pingpong_paired_ratio_median=paired,
+        pingpong_pairs=args.reps or reps, pingpong_cpu=args.cpu, pingpong_flows_linked=linked)
     print("| measurement | not recording | recording | ratio |")
     print("|---|---|---|---|")
     print(f"| guarded check `if recorder.ENABLED:` | {guard * 1e9:.0f} ns | — | — |")
     for name, t in on_by_writer.items():
         print(f"| `mark()` per event, {name} Writer | {off * 1e9:.0f} ns | {t * 1e9:.0f} ns | — |")
-    print(f"| ping-pong round trip ({n_msgs} msgs, {args.start_method}, {writer} Writer) "
-          f"| {pp_off * 1e6:.1f} µs | {pp_on * 1e6:.1f} µs | {pp_on / pp_off:.2f}× |")
+    where = f", CPU {args.cpu} only" if args.cpu is not None else ""
+    print(f"| ping-pong round trip ({n_msgs} msgs, {args.start_method}, {writer} Writer{where}) "
+          f"| {pp_off * 1e6:.1f} µs | {pp_on * 1e6:.1f} µs | {pp_on / pp_off:.2f}× "
+          f"(median of {args.reps or reps} pairs: {paired:.2f}×) |")
     if native.problem:
         print(f"\n(no C Writer here: {native.problem})")
     path = save_results(f"recorder-{time.strftime('%Y%m%d-%H%M%S')}.json", results)

@@ -6,11 +6,14 @@ the same message.
 """
 import multiprocessing
 import os
+import random
 
 import pytest
 
 import mpviz.multiprocessing as mp
 import mpviz.trace as mt
+from mpviz.trace import messages
+from mpviz.trace.events import Event
 
 import trace_link_workers as tw
 from proc_helpers import finish, start
@@ -86,6 +89,19 @@ def test_a_feeder_that_started_before_recording_still_links_by_envelope():
     assert sum(f.get.args.get("sig") is None for f in flows) == 3   # the pings: by envelope
 
 
+def test_a_get_just_before_recording_ends_still_links():
+    # The feeder records its write *before* writing: the reader can have the bytes, and the
+    # recording can end, before the feeder thread runs another line.
+    ctx = multiprocessing.get_context("fork")
+    for i in range(20):
+        with mt.record() as trace:
+            q = ctx.Queue()
+            q.put(i)
+            assert q.get(timeout=10) == i
+        [flow] = trace.flows()
+        assert flow.get is not None, f"round {i}: the read found no write"
+
+
 @pytest.mark.parametrize("library", ["mpviz", "stdlib"])
 def test_a_forked_child_records_its_reads_of_a_queue_its_parent_read(library):
     # The parent's first get wraps the queue's read; a fork resets the queue's _recv_bytes, so
@@ -102,3 +118,57 @@ def test_a_forked_child_records_its_reads_of_a_queue_its_parent_read(library):
     flows = trace.flows()
     assert len(flows) == 3 and all(f.get is not None for f in flows)
     assert {f.get.pid for f in flows} == {os.getpid(), p.pid}
+
+
+def _pipe_history(rng, queues=3, n=60):
+    """Events of writes and reads of a few pipes, per process log, as a Trace would read them:
+    some reads of bytes written before recording (no write event), some writes never read."""
+    logs, ts = {pid: [] for pid in (1, 2, 3, 4)}, 0
+    for q in range(queues):
+        fifo = []
+        for i in range(n):
+            ts += rng.randint(1, 5)
+            nbytes, sig = rng.choice([8, 8, 40]), rng.randrange(3)
+            if rng.random() < 0.55:
+                if rng.random() < 0.1:                 # written, not recorded
+                    fifo.append((nbytes, sig))
+                    continue
+                fifo.append((nbytes, sig))
+                kind, pid = rng.choice([("queue.feed", 1), ("queue.put", 2)])
+                args = {"queue": f"q{q}", "msg": f"{pid}.{q}.{i}", "nbytes": nbytes, "sig": sig}
+            elif fifo:
+                nbytes, sig = fifo.pop(0)
+                pid, kind, args = rng.choice([3, 4]), "queue.get", {"queue": f"q{q}",
+                                                                   "nbytes": nbytes, "sig": sig}
+            else:
+                continue
+            logs[pid].append((ts, pid, pid, kind, args))
+    return logs
+
+
+def _copy(events):
+    return [Event(*e[:4], dict(e[4])) for e in events]
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_links_kept_up_to_date_equal_links_made_at_once(seed):
+    # Trace.refresh feeds each poll's events to an OrderLinks: what a poll reads of each log is
+    # a prefix of what is left of it, so events arrive late and out of order across logs.
+    rng = random.Random(seed)
+    logs = _pipe_history(rng)
+    links, seen = messages.OrderLinks(), []
+    while any(logs.values()):
+        new = []
+        for pid, log in logs.items():
+            take = rng.randint(0, len(log))
+            new += _copy(log[:take])
+            del log[:take]
+        rng.shuffle(new)
+        links.add(new)
+        seen += new
+        at_once = _copy(sorted(seen, key=lambda e: (e.ts_ns, e.pid)))
+        messages.link_by_order(at_once)
+        kept = sorted(seen, key=lambda e: (e.ts_ns, e.pid))
+        assert [e.args.get("msg") for e in kept] == [e.args.get("msg") for e in at_once]
+    assert any(e.kind == "queue.get" and e.args["msg"] for e in seen)      # something linked
+    assert any(e.kind == "queue.get" and not e.args["msg"] for e in seen)  # something not

@@ -174,6 +174,36 @@ def test_side_log_writes_and_reports_bad_args(writer, tmp_path):
     assert kinds == ["process.start", "watchdog.kill"]
 
 
+def test_queue_hooks_record_each_message_once_with_either_writer(writer, tmp_path):
+    # The C Writer comes with the Queue hooks in C (writer.c's Tap), the Python one with the
+    # closures of messages.py: the same events, and every put linked to its get.
+    import multiprocessing
+    import trace_link_workers as tw
+    from proc_helpers import finish, start
+    ctx = multiprocessing.get_context("fork")
+    with mt.record(tmp_path / "t") as trace:
+        q, back = ctx.Queue(), ctx.Queue()
+        p = start(ctx, tw.echo, q, back, 3)
+        for i in range(3):
+            q.put((b"x" * 10 ** (i + 1), i))                         # (tag, i): see tw.echo
+        answers = [back.get(timeout=10) for _ in range(3)]
+        finish(p)
+        hook = type(back._recv_bytes).__name__
+    assert answers == [("pong", i) for i in range(3)]
+    assert hook == ("Tap" if writer == "C" else "function")
+    flows = trace.flows()
+    assert len(flows) == 6 and all(f.get is not None for f in flows)
+    for kind, keys in [("queue.feed", {"queue", "msg", "nbytes", "sig"}),
+                       ("queue.get", {"queue", "msg", "nbytes", "sig"})]:
+        events = trace.of_kind(kind)
+        assert len(events) == 6 and all(set(e.args) == keys for e in events), kind
+    feeds = {e.args["msg"]: e for e in trace.of_kind("queue.feed")}
+    for f in flows:
+        write, read = feeds[f.put.args["msg"]].args, f.get.args
+        assert (write["nbytes"], write["sig"]) == (read["nbytes"], read["sig"])
+        assert f.put.ts_ns <= feeds[f.put.args["msg"]].ts_ns <= f.get.ts_ns
+
+
 def test_pure_python_is_forced_by_the_environment(tmp_path, monkeypatch):
     monkeypatch.setenv("MPVIZ_PURE_PYTHON", "1")
     with mt.record(tmp_path / "t"):

@@ -15,12 +15,16 @@ to say *when* each write and each read happened, inside those locks::
 
     Trace: per queue, writes (feeds) and reads (gets) in time order, zipped: get.msg = "7.3"
 
-``sig`` is a CRC-32 of the message's last 32 bytes: with ``nbytes`` it checks each pair, so a
+``sig`` is an Adler-32 of the message's last 32 bytes: with ``nbytes`` it checks each pair, so a
 message read that no recorded write explains (written before recording started, or by an
 unrecorded process) is left unlinked instead of shifting every later pair by one. Nothing is
 added to the bytes that travel: recording costs three small events per message and no
 pickling (issue #4 asks a 10k-message ping-pong to stay within 1.1x of its unrecorded time;
-bench/bench_recorder.py measures it, bench/RESULTS.md says how close it is).
+bench/bench_recorder.py measures it, bench/RESULTS.md says how close it is). The two hooks
+that run for every message, the feeder's write and the reader's read, are written twice: as
+Python closures below (the reference, used with the Python Writer) and as ``Tap`` in
+writer.c, which the C Writer comes with -- a Python call per message is a large part of what
+recording a small message costs.
 
 mpviz's own ``Queue`` pickles in ``put`` and often writes the bytes itself (see
 :mod:`mpviz.multiprocessing.queues`): then one ``queue.put`` carries ``nbytes`` and ``sig``,
@@ -42,9 +46,12 @@ function in a ``_TaskProbe``, whose call in the worker records ``pool.task`` sta
 Adapted from the idea of context propagation in distributed tracing (a trace id in the message)
 and, for Queues, from the FIFO matching of sends and receives in MPI trace analysis.
 """
+import bisect
+import io
 import itertools
+import operator
 import threading
-import zlib
+from zlib import adler32
 
 from multiprocessing import connection, pool, queues
 from multiprocessing.reduction import ForkingPickler
@@ -104,8 +111,9 @@ _feeding = threading.local()     # .msg: the id the feeder just pickled, until i
 
 
 def sig(buf):
-    """A fingerprint of a message's bytes, to check a write/read pair: CRC-32 of the last 32."""
-    return zlib.crc32(buf[-32:])
+    """A fingerprint of a message's bytes, to check a write/read pair: Adler-32 of the last 32
+    (the log's own checksum: writer.c has it too)."""
+    return adler32(buf[-32:])
 
 
 class _Tag:
@@ -131,10 +139,13 @@ class _TagPickler(ForkingPickler):
 
     @classmethod
     def dumps(cls, obj, protocol=None):
+        msg = None
         if type(obj) is _Tag:
-            _feeding.msg = obj.msg
-            obj = obj.obj
-        return ForkingPickler.dumps(obj, protocol)
+            obj, msg = obj.obj, obj.msg
+        buf = io.BytesIO()                      # ForkingPickler.dumps, inline: one call less
+        ForkingPickler(buf, protocol).dump(obj)
+        _feeding.msg = msg                      # (once pickled: a failed dump writes nothing)
+        return buf.getbuffer()
 
 
 def _queue_id(q):
@@ -144,27 +155,27 @@ def _queue_id(q):
     return qid
 
 
-def _tagged(q, obj):
-    """What a recorded put hands to the stdlib: `obj` tagged (or in an envelope: see top)."""
-    qid, msg = _queue_id(q), next_msg()
-    w = recorder.writer                        # (straight to the writer: the hot path)
-    if w is not None:
-        w.emit("queue.put", {"queue": qid, "msg": msg})
-    if q._thread is None or _hooked(q._send_bytes):
-        return _Tag(obj, msg)
-    return _Envelope(obj, "queue", qid, msg)   # its feeder started before recording
+# The three hooks below run once per message, in the threads that move it: whatever they do
+# delays the message. So each is one short function that talks to the Writer directly, and the
+# checks are attribute reads, not calls (the two that see the bytes are in C, too: see top).
+
+def _tagging_put(stdlib_put):
+    """Queue.put or JoinableQueue.put (the stdlib's is ``_orig[stdlib_put]``), which while
+    recording tags `obj` -- or puts it in an envelope: see top."""
+    def put(self, obj, block=True, timeout=None):
+        w = recorder.writer                    # None: not recording
+        if w is not None:
+            qid, msg = self.__dict__.get("_mpviz_qid") or _queue_id(self), next_msg()
+            w.emit("queue.put", {"queue": qid, "msg": msg})
+            if self._thread is None or hasattr(self._send_bytes, "_mpviz"):   # (see _hooked)
+                obj = _Tag(obj, msg)
+            else:
+                obj = _Envelope(obj, "queue", qid, msg)   # its feeder started before recording
+        return _orig[stdlib_put](self, obj, block, timeout)
+    return put
 
 
-def _queue_put(self, obj, block=True, timeout=None):
-    if recorder.ENABLED:
-        obj = _tagged(self, obj)
-    return _orig["Queue.put"](self, obj, block, timeout)
-
-
-def _joinable_put(self, obj, block=True, timeout=None):
-    if recorder.ENABLED:
-        obj = _tagged(self, obj)
-    return _orig["JoinableQueue.put"](self, obj, block, timeout)
+_queue_put, _joinable_put = _tagging_put("Queue.put"), _tagging_put("JoinableQueue.put")
 
 
 def _hooked(method):
@@ -173,19 +184,32 @@ def _hooked(method):
     return hasattr(method, "_mpviz")
 
 
+def _tap():
+    """writer.c's ``Tap`` where the C Writer records: the two hooks below, in C; else None."""
+    if recorder.writer_name() != "C":
+        return None
+    from . import native
+    return getattr(native.load(), "Tap", None)
+
+
 def _queue_start_thread(self):
     """Wrap the feeder's send: it runs under the write lock, so its event orders the writes."""
     if recorder.ENABLED and not _hooked(self._send_bytes):
-        send_bytes, qid = self._send_bytes, _queue_id(self)
+        send_bytes, qid, tap = self._send_bytes, _queue_id(self), _tap()
 
         def fed_send_bytes(buf):
+            # The event goes first: once a reader can have the bytes, their write is in the
+            # log -- even if recording stops, or this process is killed, right after the write.
             w = recorder.writer
             if w is not None:
                 msg, _feeding.msg = getattr(_feeding, "msg", None), None
                 w.emit("queue.feed", {"queue": qid, "msg": msg, "nbytes": len(buf),
-                                      "sig": sig(buf)})
+                                      "sig": adler32(buf[-32:])})      # sig(buf), inline
             return send_bytes(buf)
-        fed_send_bytes._mpviz = True
+        if tap is not None:                    # the same, in C
+            fed_send_bytes = tap(send_bytes, recorder, "queue.feed", qid, _feeding, None)
+        else:
+            fed_send_bytes._mpviz = True
         self._send_bytes = fed_send_bytes
     return _orig["Queue._start_thread"](self)
 
@@ -195,16 +219,20 @@ _ENVELOPE_MARK = _open.__module__.encode()   # an envelope's bytes name this mod
 
 def _queue_get(self, block=True, timeout=None):
     """Wrap this queue's read (once): it runs under the read lock, so its event orders the reads."""
-    if recorder.ENABLED and not _hooked(self._recv_bytes):
-        recv_bytes, qid = self._recv_bytes, _queue_id(self)
+    if recorder.ENABLED and not hasattr(self._recv_bytes, "_mpviz"):     # (see _hooked)
+        recv_bytes, qid, tap = self._recv_bytes, _queue_id(self), _tap()
 
         def read_bytes(maxlength=None):
             res = recv_bytes() if maxlength is None else recv_bytes(maxlength)
             w = recorder.writer
             if w is not None and res.find(_ENVELOPE_MARK, 0, 64) < 0:  # envelopes: see _open
-                w.emit("queue.get", {"queue": qid, "nbytes": len(res), "sig": sig(res)})
+                w.emit("queue.get", {"queue": qid, "nbytes": len(res),
+                                     "sig": adler32(res[-32:])})        # sig(res), inline
             return res
-        read_bytes._mpviz = True
+        if tap is not None:                    # the same, in C
+            read_bytes = tap(recv_bytes, recorder, "queue.get", qid, None, _ENVELOPE_MARK)
+        else:
+            read_bytes._mpviz = True
         self._recv_bytes = read_bytes
     return _orig["Queue.get"](self, block, timeout)
 
@@ -226,19 +254,55 @@ def link_by_order(events):
     Per queue, the writes (``queue.feed`` and direct ``queue.put`` events, which carry ``sig``)
     and the reads, each in time order, are matched first to first: a pipe is FIFO, and both
     happen under the queue's locks. A read whose size and fingerprint differ from the next
-    write's was not written while recording: it stays unlinked (``msg`` None). Running it again
-    on more events (``Trace.refresh``) redoes every pair, so a read may find a late write."""
-    writes, reads = {}, {}
-    for e in events:
-        k = e.kind
-        if k == "queue.feed" or (k == "queue.put" and "sig" in e.args):
-            writes.setdefault(e.args["queue"], []).append(e)
-        elif k == "queue.get" and "sig" in e.args:
-            reads.setdefault(e.args["queue"], []).append(e)
-    for q, rs in reads.items():
-        ws = writes.get(q, ())
-        i = 0
-        for r in rs:
+    write's was not written while recording: it stays unlinked (``msg`` None). A live trace
+    keeps an ``OrderLinks`` instead, which redoes only the pairs that new events can change."""
+    OrderLinks().add(events)
+
+
+_order = operator.itemgetter(0, 1)     # an Event's (ts_ns, pid): how a Trace sorts its events
+
+
+class OrderLinks:
+    """``link_by_order``, kept up to date as events arrive (``Trace.refresh``).
+
+    Each queue keeps its writes and its reads in time order, and how many writes the reads up
+    to each one have taken. Matching is first to first, so a read is paired by the reads and
+    writes *before* it only: new events starting at time t leave every read before t as it was
+    (the writes those reads took are all older than t). ``add`` inserts the new events and
+    redoes the matching from the first read at t or later -- at the end of a live trace, that
+    is only the new reads. The result is the same as ``link_by_order`` on all events.
+    """
+
+    def __init__(self):
+        self._queues = {}          # queue id -> (writes, reads, taken: writes used up to read k)
+
+    def add(self, events):
+        """Take in `events` (in any order; those not about Queue pipes are ignored)."""
+        since = {}                                 # queue id -> earliest new event's time
+        for e in events:
+            k = e.kind
+            if k == "queue.feed" or (k == "queue.put" and "sig" in e.args):
+                side = 0
+            elif k == "queue.get" and "sig" in e.args:
+                side = 1
+            else:
+                continue
+            q = e.args["queue"]
+            line = self._queues.setdefault(q, ([], [], []))[side]   # its writes or its reads
+            if line and _order(e) < _order(line[-1]):
+                bisect.insort(line, e, key=_order)      # a late arrival (a slower log)
+            else:
+                line.append(e)
+            since[q] = min(since.get(q, e.ts_ns), e.ts_ns)
+        for q, t in since.items():
+            self._match(*self._queues[q], t)
+
+    @staticmethod
+    def _match(ws, rs, taken, t):
+        start = bisect.bisect_left(rs, t, key=lambda r: r.ts_ns)
+        del taken[start:]
+        i = taken[-1] if taken else 0
+        for r in rs[start:]:
             a = r.args
             if i < len(ws) and ws[i].ts_ns <= r.ts_ns and ws[i].args.get("nbytes") == a["nbytes"] \
                     and ws[i].args.get("sig") == a["sig"]:
@@ -246,6 +310,7 @@ def link_by_order(events):
                 i += 1
             else:
                 a["msg"] = None
+            taken.append(i)
 
 
 def _simple_put(self, obj):

@@ -30,7 +30,8 @@ class Trace:
     def __init__(self, path=None, events=()):
         self.path = os.fspath(path) if path is not None else None
         self.events = sorted((Event(*e) for e in events), key=_order)
-        messages.link_by_order(self.events)
+        self._links = messages.OrderLinks()       # Queue reads paired with writes, kept current
+        self._links.add(self.events)
         self._reader = LogReader(self.path) if self.path is not None else None
         self._problems = []
 
@@ -57,8 +58,7 @@ class Trace:
                 self.events.sort(key=_order)  # timsort: two sorted runs merge in linear time
             else:
                 self.events.extend(new)
-            if any(e.kind.startswith("queue.") for e in new):
-                messages.link_by_order(self.events)   # a read may now find its write
+            self._links.add(new)                  # a read may now find its write
         return len(new)
 
     def __len__(self):

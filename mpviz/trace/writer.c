@@ -33,6 +33,9 @@ Every failure (an argument marshal cannot encode, a full disk while mapping a ne
 passed to on_error(kind, exception) instead of being raised: a recorder must never break the
 program it observes.
 
+The same file has ``Tap``, the two per-message Queue hooks of messages.py (a Queue's pipe read
+and its feeder's write, each with its event) in C: see the section at its definition.
+
 Built and loaded on first use by native.py; when it cannot be built, the Python Writer is used.
 Left out (the Python Writer covers them): platforms other than Linux, big-endian machines, and
 Pythons without a GIL.
@@ -578,6 +581,186 @@ static PyTypeObject WriterType = {
     .tp_getset = Writer_getset,
 };
 
+/* --- Tap: a Queue's pipe read or write, recorded (messages.py's read_bytes / fed_send_bytes) ---
+
+   The same two hooks as the Python closures in messages.py, which are the reference: they run
+   once per message, in the threads that move it, so they cost what a C call costs.
+
+       Tap(call, recorder, kind, queue, feeding, skip)(*args):
+         kind "queue.feed" (wraps the feeder's _send_bytes):  append queue.feed {queue,
+              msg: feeding.msg (and feeding.msg = None), nbytes, sig} for buf; then call(buf)
+         kind "queue.get"  (wraps the reader's _recv_bytes):  res = call(); then, unless `skip`
+              is in res's first 64 bytes (an envelope, recorded as it unpickles), append
+              queue.get {queue, nbytes, sig}
+       sig = adler32 of the last 32 bytes (messages.sig); events go to recorder.writer, read at
+       every call (None: not recording, nothing appended). */
+
+static PyObject *QUEUE, *MSG, *NBYTES, *SIG, *WRITER, *EMIT_AT;   /* interned strs */
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *call, *recorder, *kind, *queue;
+    PyObject *feeding;       /* a feed's threading.local with .msg; None for a read */
+    PyObject *skip;          /* a read's envelope mark (bytes); None for a feed */
+} Tap;
+
+/* {queue, [msg,] nbytes, sig} for the bytes in `data`, appended at ts to recorder.writer. */
+static int
+tap_emit(Tap *t, uint64_t ts, PyObject *msg, const Py_buffer *data)
+{
+    PyObject *w = PyObject_GetAttr(t->recorder, WRITER);
+    if (w == NULL)
+        return -1;
+    int r = 0;
+    if (w != Py_None) {
+        Py_ssize_t n = data->len, k = n < 32 ? n : 32;
+        uint32_t sig = adler32((const unsigned char *)data->buf + (n - k), (size_t)k);
+        PyObject *args = PyDict_New(), *nbytes = PyLong_FromSsize_t(n);
+        PyObject *check = PyLong_FromUnsignedLong(sig), *res = NULL;
+        if (args != NULL && nbytes != NULL && check != NULL
+                && PyDict_SetItem(args, QUEUE, t->queue) == 0
+                && (msg == NULL || PyDict_SetItem(args, MSG, msg) == 0)
+                && PyDict_SetItem(args, NBYTES, nbytes) == 0
+                && PyDict_SetItem(args, SIG, check) == 0) {
+            if (Py_IS_TYPE(w, &WriterType))                 /* the usual case: no lookup */
+                res = write_event((Writer *)w, ts, t->kind, NULL, args);
+            else {                                          /* the Python Writer */
+                PyObject *when = PyLong_FromUnsignedLongLong(ts);
+                if (when != NULL)
+                    res = PyObject_CallMethodObjArgs(w, EMIT_AT, when, t->kind, args, NULL);
+                Py_XDECREF(when);
+            }
+        }
+        r = res == NULL ? -1 : 0;
+        Py_XDECREF(res);
+        Py_XDECREF(args);
+        Py_XDECREF(nbytes);
+        Py_XDECREF(check);
+    }
+    Py_DECREF(w);
+    return r;
+}
+
+static PyObject *
+Tap_call(Tap *t, PyObject *args, PyObject *kwargs)
+{
+    Py_buffer data;
+    if (t->call == NULL) {
+        PyErr_SetString(PyExc_TypeError, "Tap.__init__() was not called");
+        return NULL;
+    }
+    if (t->feeding != Py_None) {                            /* a feed: the event first */
+        if (PyTuple_GET_SIZE(args) == 1 && PyObject_GetBuffer(PyTuple_GET_ITEM(args, 0), &data,
+                                                              PyBUF_SIMPLE) == 0) {
+            PyObject *msg = PyObject_GetAttr(t->feeding, MSG);
+            if (msg == NULL) {                              /* nothing pickled with an id */
+                PyErr_Clear();
+                msg = Py_NewRef(Py_None);
+            }
+            int r = PyObject_SetAttr(t->feeding, MSG, Py_None);
+            if (r == 0)
+                r = tap_emit(t, now_ns(), msg, &data);
+            Py_DECREF(msg);
+            PyBuffer_Release(&data);
+            if (r < 0)
+                return NULL;
+        }
+        else
+            PyErr_Clear();                  /* not bytes-like: written, but not recorded */
+        return PyObject_Call(t->call, args, kwargs);
+    }
+    PyObject *res = PyObject_Call(t->call, args, kwargs);   /* a read */
+    if (res == NULL)
+        return NULL;
+    if (PyObject_GetBuffer(res, &data, PyBUF_SIMPLE) < 0) {
+        PyErr_Clear();                      /* not bytes-like: read, but not recorded */
+        return res;
+    }
+    int r = 0;
+    const char *mark = PyBytes_Check(t->skip) ? PyBytes_AS_STRING(t->skip) : NULL;
+    if (mark == NULL || memmem(data.buf, data.len < 64 ? (size_t)data.len : 64, mark,
+                               (size_t)PyBytes_GET_SIZE(t->skip)) == NULL)
+        r = tap_emit(t, now_ns(), NULL, &data);
+    PyBuffer_Release(&data);
+    if (r < 0)
+        Py_CLEAR(res);
+    return res;
+}
+
+static int
+Tap_init(Tap *t, PyObject *args, PyObject *kwds)
+{
+    static char *names[] = {"call", "recorder", "kind", "queue", "feeding", "skip", NULL};
+    PyObject *v[6];
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOUOOO:Tap", names, &v[0], &v[1], &v[2],
+                                     &v[3], &v[4], &v[5]))
+        return -1;
+    Py_XSETREF(t->call, Py_NewRef(v[0]));
+    Py_XSETREF(t->recorder, Py_NewRef(v[1]));
+    Py_XSETREF(t->kind, Py_NewRef(v[2]));
+    Py_XSETREF(t->queue, Py_NewRef(v[3]));
+    Py_XSETREF(t->feeding, Py_NewRef(v[4]));
+    Py_XSETREF(t->skip, Py_NewRef(v[5]));
+    return 0;
+}
+
+static int
+Tap_traverse(Tap *t, visitproc visit, void *arg)
+{
+    Py_VISIT(t->call);
+    Py_VISIT(t->recorder);
+    Py_VISIT(t->kind);
+    Py_VISIT(t->queue);
+    Py_VISIT(t->feeding);
+    Py_VISIT(t->skip);
+    return 0;
+}
+
+static int
+Tap_clear(Tap *t)
+{
+    Py_CLEAR(t->call);
+    Py_CLEAR(t->recorder);
+    Py_CLEAR(t->kind);
+    Py_CLEAR(t->queue);
+    Py_CLEAR(t->feeding);
+    Py_CLEAR(t->skip);
+    return 0;
+}
+
+static void
+Tap_dealloc(Tap *t)
+{
+    PyObject_GC_UnTrack(t);
+    Tap_clear(t);
+    Py_TYPE(t)->tp_free((PyObject *)t);
+}
+
+/* messages.py knows its hooks by this mark (``_hooked``), on the Python closures too. */
+static PyObject *Tap_get_mark(Tap *t, void *closure) { Py_RETURN_TRUE; }
+
+static PyGetSetDef Tap_getset[] = {
+    {"_mpviz", (getter)Tap_get_mark, NULL, "always True: this is mpviz's hook", NULL},
+    {NULL}
+};
+
+static PyTypeObject TapType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "mpviz.trace._writer.Tap",
+    .tp_doc = "Tap(call, recorder, kind, queue, feeding, skip): a Queue's read or write, "
+              "recorded",
+    .tp_basicsize = sizeof(Tap),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)Tap_init,
+    .tp_call = (ternaryfunc)Tap_call,
+    .tp_dealloc = (destructor)Tap_dealloc,
+    .tp_free = PyObject_GC_Del,
+    .tp_traverse = (traverseproc)Tap_traverse,
+    .tp_clear = (inquiry)Tap_clear,
+    .tp_getset = Tap_getset,
+};
+
 static PyMethodDef module_functions[] = {
     {"encode", (PyCFunction)(void (*)(void))encode_function, METH_FASTCALL,
      "encode(ts_ns, tid, kind, args) -> the record's bytes (for tests: compare with Python's)"},
@@ -592,8 +775,13 @@ static struct PyModuleDef module = {
 PyMODINIT_FUNC
 PyInit__writer(void)
 {
-    if (PyType_Ready(&WriterType) < 0)
+    if (PyType_Ready(&WriterType) < 0 || PyType_Ready(&TapType) < 0)
         return NULL;
+    const char *words[] = {"queue", "msg", "nbytes", "sig", "writer", "emit_at"};
+    PyObject **interned[] = {&QUEUE, &MSG, &NBYTES, &SIG, &WRITER, &EMIT_AT};
+    for (int i = 0; i < 6; i++)
+        if (*interned[i] == NULL && (*interned[i] = PyUnicode_InternFromString(words[i])) == NULL)
+            return NULL;
     if (NAME == NULL && (NAME = PyUnicode_InternFromString("name")) == NULL)
         return NULL;
     if (MARK == NULL && (MARK = PyUnicode_InternFromString("mark")) == NULL)
@@ -604,6 +792,12 @@ PyInit__writer(void)
     Py_INCREF(&WriterType);
     if (PyModule_AddObject(m, "Writer", (PyObject *)&WriterType) < 0) {
         Py_DECREF(&WriterType);
+        Py_DECREF(m);
+        return NULL;
+    }
+    Py_INCREF(&TapType);
+    if (PyModule_AddObject(m, "Tap", (PyObject *)&TapType) < 0) {
+        Py_DECREF(&TapType);
         Py_DECREF(m);
         return NULL;
     }
