@@ -321,9 +321,10 @@ def markdown(report):
         if kind == "shared":
             lines += ["`+cache`: the shared-memory cache on (`MPVIZ_SHM_CACHE_BYTES`, off by default): "
                       "the echo child keeps the mapping of each tensor it lets go of, so the next "
-                      "arrival of the same memory needs no descriptor and no mmap. Without it, under "
-                      "file_descriptor the child still finds the segment alive in its own fd server's "
-                      "offers (kept until the parent's batched release arrives).", ""]
+                      "arrival of the same memory needs no descriptor and no mmap. Without it, the "
+                      "child still finds the Storage it has just sent back: its fd server keeps what "
+                      "it offered until the parent's batched release arrives (file_descriptor), or it "
+                      "keeps what it sent for 5–10 ms (file_system, `LINGER_SECONDS`).", ""]
         cache_rows = [(n, rt[n][kind]) for n in names if "+cache" in n and rt[n].get(kind)]
         if kind == "fresh" and cache_rows:
             lines.append("Shared-memory cache (mpviz `+cache`, 256 MiB budget), hits/misses at the end of each size:")
