@@ -94,3 +94,21 @@ def add_many(tensor, n, which, out):
     for _ in range(n):
         add(buf, 1)
     out.put("done")
+
+
+def echo_twice_and_compare(inbox, outbox, strategy):
+    """Send back what arrives and drop it; then say whether the Storage was still here (in the
+    receive cache) and whether the second arrival of the same memory came back as that object."""
+    import mpviz.multiprocessing as mp
+    from mpviz.sharing import cache, file_system
+    mp.set_sharing_strategy(strategy)
+    file_system.LINGER_SECONDS = 0.5          # so a slow machine's pause cannot end the linger
+    x = inbox.get()
+    storage_id, key = id(x.untyped_storage()), x.untyped_storage()._segment.key
+    outbox.put(x)
+    del x
+    kept = cache.get(key)
+    still_here = kept is not None and id(kept) == storage_id
+    del kept
+    y = inbox.get()
+    outbox.put((still_here, id(y.untyped_storage()) == storage_id))

@@ -85,16 +85,31 @@ def test_joinable_queue_counts_tasks_put_directly(ctx):
 
 # -- a receiver that still holds the memory needs no descriptor ---------------------------------
 
-@pytest.mark.parametrize("strategy", ["file_descriptor", "file_system"])
-def test_a_sent_storage_is_kept_a_moment_and_found_again(strategy, monkeypatch):
-    # A consumer returning what it got (q_out.put(q_in.get())) drops its tensor right after the
-    # put. The sender keeps the Storage a moment (fd server offer / file_system linger), so the
+def test_a_consumer_that_sends_back_and_drops_finds_the_same_storage_next_time(
+        ctx, strategy, monkeypatch):
+    # q_out.put(q_in.get()): the consumer drops its tensor right after the put. It keeps the
+    # Storage a moment (fd server offer until our release arrives / file_system linger), so the
     # same memory arriving again finds that very object: no descriptor, no mapping.
+    monkeypatch.setattr(fd_passing, "RELEASE_DELAY", 0.5)   # our release: late enough, even on
+    inbox, outbox = ctx.Queue(), ctx.Queue()                  # a slow machine
+    t = mpviz.ones(16)
+    p = start(ctx, hw.echo_twice_and_compare, inbox, outbox, strategy)
+    inbox.put(t)
+    back = outbox.get(timeout=30)
+    assert back.untyped_storage() is t.untyped_storage()
+    del back
+    inbox.put(t)
+    assert outbox.get(timeout=30) == (True, True)
+    finish(p)
+
+
+def test_an_offered_storage_is_kept_until_fetched_or_released():
+    # The same in one process, under file_descriptor: the fd server's offer holds the Storage.
+    strategy = "file_descriptor"
     mp.set_sharing_strategy(strategy)
-    monkeypatch.setattr(file_system, "LINGER_SECONDS", 0.5)  # a slow machine's pause can't end it
     try:
         t = mpviz.arange(4.0)
-        data = queues._dumps(t)                   # sent: kept by the offer / the linger
+        data = queues._dumps(t)                   # sent: the offer keeps the Storage
         storage_id = id(t.untyped_storage())
         key = t.untyped_storage()._segment.key
         del t
@@ -103,15 +118,8 @@ def test_a_sent_storage_is_kept_a_moment_and_found_again(strategy, monkeypatch):
         fds_before = fd_passing.pending_offers()
         back = queues._loads(data)
         assert back.untyped_storage() is kept and back.tolist() == [0.0, 1.0, 2.0, 3.0]
-        if strategy == "file_descriptor":
-            assert fd_passing.pending_offers() == fds_before - 1   # our own offer, dropped
+        assert fd_passing.pending_offers() == fds_before - 1   # our own offer, dropped
         assert _count(back) == 1                  # the handle's count was given back
-        del back, kept
-        if strategy == "file_system":             # after the linger, it is let go
-            deadline = time.monotonic() + 5
-            while cache.get(key) is not None and time.monotonic() < deadline:
-                time.sleep(0.005)
-            assert cache.get(key) is None
     finally:
         mp.set_sharing_strategy("file_descriptor")
 

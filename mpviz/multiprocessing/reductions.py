@@ -23,8 +23,8 @@ views arrive as views of one storage. The ``rebuild_*`` functions look in the re
 (:mod:`mpviz.sharing.cache`) first: a storage this process already maps comes back as the same
 object, and costs no descriptor and no mapping. That includes a storage this process has just
 *sent* and dropped: the sender keeps it a moment (file_descriptor: until the receiver's release
-arrives; file_system: ``file_system.LINGER_SECONDS``), so a tensor that comes straight back
-(``q_out.put(q_in.get())`` in a consumer) finds it. With the shared-memory cache on
+arrives; file_system: ``file_system.LINGER_SECONDS``, for storages it received), so a tensor that
+comes straight back (``q_out.put(q_in.get())`` in a consumer) finds it. With the shared-memory cache on
 (:mod:`mpviz.sharing.allocator`), a mapping this process let go of but kept is found next.
 
 Both strategies count each handle in flight in the segment's header (``segment.incref()``, one
@@ -106,7 +106,8 @@ def reduce_storage(storage):
                           segment.name))
     # file_system: the count above also makes the name outlive us if we let go first.
     shm_manager.client().sent(segment.name)
-    file_system.keep_after_send(storage)  # kept a moment longer, in case it comes straight back
+    if not segment.created:  # received: kept a moment longer, in case it comes straight back
+        file_system.keep_after_send(storage)
     return (rebuild, ("storage_filename", segment.name, segment.nbytes, os.getpid()))
 
 

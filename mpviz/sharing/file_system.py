@@ -76,6 +76,7 @@ class FsSegment:
         self.name = name
         self.nbytes = nbytes
         self.key = (STRATEGY, name)
+        self.created = created         # made here (not received): the allocator may park it
         self._buf = buf
         self.array = np.frombuffer(buf, dtype=np.uint8, count=nbytes, offset=HEADER)
         token = next(_ids)
@@ -309,10 +310,11 @@ os.register_at_fork(after_in_child=_count_inherited_after_fork)
 #
 # A consumer that sends a tensor back and drops it (``q_out.put(q_in.get())``) would unmap the
 # segment at once, and map it again (shm_open + mmap + a manager message) when the same memory
-# arrives next time, maybe 100 µs later. So a process keeps every storage it *sends* for another
-# LINGER_SECONDS to 2 x LINGER_SECONDS after the last send, as the fd server keeps its offers: a
-# handle to it that arrives meanwhile finds that very Storage in the receive cache, and maps and
-# builds nothing.
+# arrives next time, maybe 100 µs later. So a process keeps every storage it *received and sends
+# on* for another LINGER_SECONDS to 2 x LINGER_SECONDS after the last send, as the fd server keeps
+# its offers: a handle to it that arrives meanwhile finds that very Storage in the receive cache,
+# and maps and builds nothing. Segments it created are not kept: when their last tensor goes,
+# the caching allocator may reuse them at once (see mpviz.sharing.allocator).
 #
 # The counts stay true, because the segment really stays mapped: this process still counts as a
 # holder until it lets go, a few ms later. (file_descriptor does the same: the fd server keeps
