@@ -238,12 +238,18 @@ def run_startup(kinds, quick, log):
     return results, notes
 
 
+def _json_files():
+    """{file name: modification time} of the JSON files in bench/results/ now."""
+    return {os.path.basename(p): os.path.getmtime(p)
+            for p in glob.glob(os.path.join(RESULTS_DIR, "*.json"))}
+
+
 def run_other_benches(quick, log):
     """Run bench/bench_*.py (written by others) and keep their printed tables and new JSON files."""
     out = {}
     for script in sorted(glob.glob(os.path.join(HERE, "bench_*.py"))):
         name = os.path.basename(script)
-        started = time.time()
+        before = _json_files()
         log(f"  {name}{' --quick' if quick else ''}")
         try:
             r = subprocess.run([sys.executable, script] + (["--quick"] if quick else []), cwd=ROOT,
@@ -253,8 +259,7 @@ def run_other_benches(quick, log):
             code, stdout, stderr = "timeout", e.stdout or "", e.stderr or ""
             stdout = stdout.decode() if isinstance(stdout, bytes) else stdout
         table = [line for line in stdout.splitlines() if line.startswith("|")]
-        written = [os.path.basename(p) for p in glob.glob(os.path.join(RESULTS_DIR, "*.json"))
-                   if os.path.getmtime(p) >= started - 1]
+        written = [f for f, mtime in _json_files().items() if before.get(f) != mtime]
         data = {}
         for fname in written:
             try:
