@@ -195,6 +195,9 @@ def notebook7_or_fail():
 def assert_layout_fits(nb, live):
     """The widget laid out sanely: it and its picture have a real size, and neither spills out of
     the notebook's cell area sideways (what a broken flex layout or a fixed-width figure does)."""
+    with should("the widget's picture drawn within 30 s of the widget showing (on a loaded "
+                "machine the first frame arrives after the widget's frame)"):
+        live.picture().wait_for(state="visible", timeout=30_000)
     box = live.root.bounding_box()
     cell = nb.page.locator(".jp-Cell.jp-CodeCell", has=live.root).first.bounding_box()
     pic = live.picture().bounding_box()

@@ -77,6 +77,14 @@ def _choose_atomic_add():
     return _atomic_add
 
 
+def _atomic_add_chosen():
+    """Choose the atomic add now, if not yet: called for every new mapping, so that the choice
+    (maybe a compile) is made before this process forks — a forked child changes the counts in
+    its at-fork hook, and should not be the one that builds atomic.c."""
+    if _atomic_add is None:
+        _choose_atomic_add()
+
+
 def choose_atomic_add(which=None):
     """The fastest atomic add this machine has (or the one named by `which`, for tests):
 
@@ -156,6 +164,7 @@ class FdSegment:
             stat = os.fstat(fd)
             key = (STRATEGY, stat.st_dev, stat.st_ino)  # the same memory has the same inode everywhere
         self.key = key
+        _atomic_add_chosen()
         self._buf = buf if buf is not None else map_shared(fd, HEADER + max(nbytes, 1))
         self.array = np.frombuffer(self._buf, dtype=np.uint8, count=nbytes, offset=HEADER)
         token = next(_ids)
