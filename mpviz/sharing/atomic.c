@@ -24,6 +24,12 @@ native.py builds it on first use, as it builds the recorder's C Writer; without 
 #include <Python.h>
 #include <stdint.h>
 
+/* Across processes the add must be one instruction: an add that is not lock-free takes a lock
+   inside this process, which the others never see. Where that is so, refuse to build (the count
+   then falls back to ctypes, which checks the same at run time, and then to an fcntl lock). */
+_Static_assert(__atomic_always_lock_free(sizeof(int64_t), 0),
+               "8-byte atomics are not lock-free on this machine");
+
 static PyObject *
 add(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {

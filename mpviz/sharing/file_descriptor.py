@@ -59,7 +59,7 @@ _COUNT = struct.Struct("=q")
 
 # -- the count in the header: one atomic add ---------------------------------------------------
 
-_atomic_add = None  # chosen on first use (import stays cheap): see _choose_atomic_add
+_atomic_add = None  # chosen at this process's first mapping, not at import (import stays cheap)
 
 
 def atomic_add(buf, delta):
