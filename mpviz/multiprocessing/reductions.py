@@ -23,9 +23,10 @@ views arrive as views of one storage. The ``rebuild_*`` functions look in the re
 (:mod:`mpviz.sharing.cache`) first: a storage this process already maps comes back as the same
 object, and costs no descriptor and no mapping. That includes a storage this process has just
 *sent* and dropped: the sender keeps it a moment (file_descriptor: until the receiver's release
-arrives; file_system: ``file_system.LINGER_SECONDS``, for storages it received), so a tensor that
-comes straight back (``q_out.put(q_in.get())`` in a consumer) finds it. With the shared-memory cache on
-(:mod:`mpviz.sharing.allocator`), a mapping this process let go of but kept is found next.
+arrives; file_system: ``file_system.LINGER_SECONDS``, for storages it received), so a tensor
+that comes straight back (``q_out.put(q_in.get())`` in a consumer) finds it. With the
+shared-memory cache on (:mod:`mpviz.sharing.allocator`), a mapping this process let go of but
+kept is found next.
 
 Both strategies count each handle in flight in the segment's header (``segment.incref()``, one
 atomic add): the receiver that maps the segment takes that count over, one that maps it already
