@@ -307,7 +307,7 @@ def _count_inherited_after_fork():
 os.register_at_fork(after_in_child=_count_inherited_after_fork)
 
 
-# -- a sender keeps what it sent mapped for a moment --------------------------------------------
+# -- a process keeps what it received and sent on, for a moment ---------------------------------
 #
 # A consumer that sends a tensor back and drops it (``q_out.put(q_in.get())``) would unmap the
 # segment at once, and map it again (shm_open + mmap + a manager message) when the same memory
@@ -338,17 +338,19 @@ class _Linger:
         self.young, self.old = {}, {}
         self.idle = True               # the thread sleeps until the next keep()
         self.wake = threading.Event()
+        self.lock = threading.Lock()   # only to start the one thread, or wake it
         self.thread = None
 
     def keep(self, storage):
         self.young[storage._segment.name] = storage
-        if self.idle:
-            self.idle = False
-            if self.thread is None:
-                self.thread = threading.Thread(target=self._tick, name="mpviz-fs-linger",
-                                               daemon=True)
-                self.thread.start()
-            self.wake.set()
+        if self.idle:                  # rare: the first keep, or the first after a quiet spell
+            with self.lock:
+                if self.thread is None:
+                    self.thread = threading.Thread(target=self._tick, name="mpviz-fs-linger",
+                                                   daemon=True)
+                    self.thread.start()
+                self.idle = False
+                self.wake.set()
 
     def _tick(self):
         while True:
