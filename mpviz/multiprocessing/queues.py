@@ -56,9 +56,8 @@ from queue import Empty, Full
 
 from ..trace import messages, recorder
 
-_F_GETPIPE_SZ = getattr(fcntl, "F_GETPIPE_SZ", 1032)  # Linux; fcntl names it from Python 3.10
+_F_GETPIPE_SZ = getattr(fcntl, "F_GETPIPE_SZ", None)  # Linux only: elsewhere, always the feeder
 _SLACK = 2 * 4096            # see point 3 above
-_HEADER = 4                  # Connection.send_bytes writes a 4-byte length before the bytes
 
 
 class _Pickled:
@@ -156,31 +155,30 @@ class Queue(multiprocessing.queues.Queue):
         if wlock is not None and not wlock.acquire(False):
             return False
         try:
-            if not self._pipe_has_room(len(data) + _HEADER):
+            fd = self._writer.fileno()
+            if not self._pipe_has_room(fd, _LENGTH.size + len(data)):
                 return False
             if msg is None:
-                _write_message(self._writer, data)
+                _write_message(fd, data)
             else:
                 ts = time.monotonic_ns()               # before the bytes can be read
-                _write_message(self._writer, data)
+                _write_message(fd, data)
                 messages.queue_put_direct(self, msg, data, ts)  # see mpviz.trace.messages
             return True
         finally:
             if wlock is not None:
                 wlock.release()
 
-    def _pipe_has_room(self, nbytes):
-        fd = self._writer.fileno()
+    def _pipe_has_room(self, fd, nbytes):
         if self._pipe_size is None:
             try:
-                self._pipe_size = fcntl.fcntl(fd, _F_GETPIPE_SZ)
-            except OSError:             # not a pipe (another platform): always use the feeder
+                self._pipe_size = fcntl.fcntl(fd, _F_GETPIPE_SZ) if _F_GETPIPE_SZ else 0
+            except OSError:             # not a pipe: always use the feeder
                 self._pipe_size = 0
         if nbytes + _SLACK > self._pipe_size:
             return False
         fcntl.ioctl(fd, termios.FIONREAD, self._queued, True)
         return self._queued[0] + nbytes + _SLACK <= self._pipe_size
-
 
     def get(self, block=True, timeout=None):
         """The stdlib's ``get``, reading the message with two plain ``os.read`` calls.
@@ -196,7 +194,7 @@ class Queue(multiprocessing.queues.Queue):
             raise ValueError(f"Queue {self!r} is closed")
         if block and timeout is None:
             with self._rlock:
-                data = _read_message(self._reader)
+                data = _read_message(self._reader.fileno())
             self._sem.release()
         else:
             if block:
@@ -209,7 +207,7 @@ class Queue(multiprocessing.queues.Queue):
                         raise Empty
                 elif not self._poll():
                     raise Empty
-                data = _read_message(self._reader)
+                data = _read_message(self._reader.fileno())
                 self._sem.release()
             finally:
                 self._rlock.release()
@@ -224,18 +222,16 @@ _LENGTH = struct.Struct("!i")
 _LONG_LENGTH = struct.Struct("!Q")
 
 
-def _write_message(conn, data):
-    """Write one framed message: what ``conn.send_bytes(data)`` writes, in one ``os.write`` for
-    a small message (the caller checked that the pipe has room, so it cannot block)."""
+def _write_message(fd, data):
+    """Write one framed message to the pipe `fd`: what ``Connection.send_bytes(data)`` writes, in
+    one ``os.write`` (the caller checked that the pipe has room, so it cannot block)."""
     view = _LENGTH.pack(len(data)) + data
-    fd = conn.fileno()
     while view:
         view = view[os.write(fd, view):]
 
 
-def _read_message(conn):
-    """Read one framed message: what ``conn.recv_bytes()`` returns."""
-    fd = conn.fileno()
+def _read_message(fd):
+    """Read one framed message from the pipe `fd`: what ``Connection.recv_bytes()`` returns."""
     (size,) = _LENGTH.unpack(_read_exactly(fd, _LENGTH.size))
     if size == -1:
         (size,) = _LONG_LENGTH.unpack(_read_exactly(fd, _LONG_LENGTH.size))
