@@ -72,17 +72,13 @@ def atomic_add(buf, delta):
 
 
 def _choose_atomic_add():
+    """This process's atomic add, chosen once. Also called for every new mapping, so that the
+    choice (maybe a compile) is made before this process forks: a forked child changes the
+    counts in its at-fork hook, and should not be the one that builds atomic.c."""
     global _atomic_add
-    _atomic_add = choose_atomic_add()
-    return _atomic_add
-
-
-def _atomic_add_chosen():
-    """Choose the atomic add now, if not yet: called for every new mapping, so that the choice
-    (maybe a compile) is made before this process forks — a forked child changes the counts in
-    its at-fork hook, and should not be the one that builds atomic.c."""
     if _atomic_add is None:
-        _choose_atomic_add()
+        _atomic_add = choose_atomic_add()
+    return _atomic_add
 
 
 def choose_atomic_add(which=None):
@@ -164,7 +160,7 @@ class FdSegment:
             stat = os.fstat(fd)
             key = (STRATEGY, stat.st_dev, stat.st_ino)  # the same memory has the same inode everywhere
         self.key = key
-        _atomic_add_chosen()
+        _choose_atomic_add()
         self._buf = buf if buf is not None else map_shared(fd, HEADER + max(nbytes, 1))
         self.array = np.frombuffer(self._buf, dtype=np.uint8, count=nbytes, offset=HEADER)
         token = next(_ids)

@@ -77,7 +77,7 @@ class FsSegment:
         self.nbytes = nbytes
         self.key = (STRATEGY, name)
         self.created = created         # made here (not received): the allocator may park it
-        file_descriptor._atomic_add_chosen()
+        file_descriptor._choose_atomic_add()  # before any fork: see there
         self._buf = buf
         self.array = np.frombuffer(buf, dtype=np.uint8, count=nbytes, offset=HEADER)
         token = next(_ids)
