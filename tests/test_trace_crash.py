@@ -125,8 +125,8 @@ def test_a_partial_trace_reads_while_nothing_is_written_yet(tmp_path):
 
 
 def test_a_header_caught_half_written_is_read_at_the_next_poll(tmp_path):
-    # struct.pack_into stores the header field by field: a reader can find the magic already
-    # there and the chunk size still 0. A live read waits; the final read says what it skipped.
+    # A header with the magic but nothing else (a writer that stored the magic first, caught
+    # mid-way; ours stores it last). A live read waits; the final read says what it skipped.
     _write_log(tmp_path, 1)
     (tmp_path / "half.mpvlog").write_bytes(recorder.MAGIC + bytes(recorder.HEADER_SIZE - 8))
     with warnings.catch_warnings():

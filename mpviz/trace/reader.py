@@ -99,10 +99,10 @@ class LogReader:
             st.bad = True
             self._problem(f"{st.path}: not an mpviz log (magic {magic!r}); skipped")
             return False
-        if chunk == 0 or hsize < HEADER.size:
-            # The magic is there but not the rest: its writer is packing the header right now
-            # (struct.pack_into stores field by field). Read it at the next poll -- unless this
-            # is the last one: then the writer died in the middle of it.
+        if chunk == 0 or hsize < HEADER.size or pid == 0:
+            # The magic but not the rest. Our writer stores the magic last, so this is a header
+            # from a writer that stored it first (mpviz before format 2's fix) caught mid-way,
+            # or a damaged one: read it again at the next poll; at the last, skip it.
             if final:
                 st.bad = True
                 self._problem(f"{st.path}: its header was never completed (chunk size {chunk}, "

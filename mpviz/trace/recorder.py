@@ -220,8 +220,11 @@ class _Log:
         self.base = 0            # file offset of the mapped chunk
         try:
             self._map_chunk(0)
-            HEADER.pack_into(self.mm, 0, MAGIC, FORMAT_VERSION, HEADER_SIZE, CHUNK, pid,
-                             ppid or 0, time.monotonic_ns())
+            # The magic goes in last, as a record's length word does: a reader polling now sees
+            # "not written yet" (zeros) until every other field of the header is there.
+            HEADER.pack_into(self.mm, 0, bytes(len(MAGIC)), FORMAT_VERSION, HEADER_SIZE, CHUNK,
+                             pid, ppid or 0, time.monotonic_ns())
+            self.mm[0:len(MAGIC)] = MAGIC
         except BaseException:
             self.close()
             raise
