@@ -89,6 +89,22 @@ def test_a_feeder_that_started_before_recording_still_links_by_envelope():
     assert sum(f.get.args.get("sig") is None for f in flows) == 3   # the pings: by envelope
 
 
+def test_an_mpviz_queue_whose_feeder_started_before_recording_still_links():
+    # mpviz's Queue feeds large items through the stdlib's feeder thread. One started before
+    # recording has no write hook: its items must travel in an envelope, as the stdlib's do.
+    q = mp.get_context("fork").Queue()
+    q.put(b"x" * 200_000)                                     # bigger than the pipe: the feeder
+    assert len(q.get(timeout=10)) == 200_000
+    with mt.record() as trace:
+        for i in range(3):
+            q.put(bytes([i]) * 200_000)
+            assert q.get(timeout=10)[:1] == bytes([i])
+    q.close()
+    q.join_thread()                                           # the feeder, and its pipe, gone
+    flows = trace.flows()
+    assert len(flows) == 3 and all(f.get is not None for f in flows)
+
+
 def test_a_get_just_before_recording_ends_still_links():
     # The feeder records its write *before* writing: the reader can have the bytes, and the
     # recording can end, before the feeder thread runs another line.

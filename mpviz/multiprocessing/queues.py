@@ -140,9 +140,8 @@ class Queue(multiprocessing.queues.Queue):
         if self._thread is None:
             self._start_thread()
         item = _Pickled(data)
-        if msg is not None:
-            messages.queue_put_buffered(self, msg, data)
-            item = messages._Tag(item, msg)       # the feeder reports the write (queue.feed)
+        if msg is not None:                       # recording: tagged, or in an envelope
+            item = messages.queue_put_buffered(self, msg, data, item)
         self._buffer.append(item)
         self._pending += 1
         self._notempty.notify()

@@ -8,16 +8,19 @@ to say *when* each write and each read happened, inside those locks::
     producer (pid 7)                                     consumer (pid 9)
     q.put(obj) ─► emit queue.put(msg=7.3)                 q.get():
                   buffer ◄─ _Tag(obj, "7.3")                 read the bytes (read lock held)
-    feeder thread (write lock held):                         emit queue.get(nbytes, sig)
-      pickle(obj) — just obj: the tag is not sent  ──► pipe ──► unpickle, return obj
-      emit queue.feed(msg=7.3, nbytes, sig)
-      write
+    feeder thread:                                           emit queue.get(nbytes, sig)
+      pickle(obj) — just obj: the tag is not sent            unpickle, return obj
+      (write lock held:)                                          ▲
+        emit queue.feed(msg=7.3, nbytes, sig)                     │
+        write  ──────────────────────────────► pipe ──────────────┘
 
     Trace: per queue, writes (feeds) and reads (gets) in time order, zipped: get.msg = "7.3"
 
 ``sig`` is an Adler-32 of the message's last 32 bytes: with ``nbytes`` it checks each pair, so a
 message read that no recorded write explains (written before recording started, or by an
-unrecorded process) is left unlinked instead of shifting every later pair by one. Nothing is
+unrecorded process) is left unlinked instead of shifting every later pair by one -- as long
+as its bytes differ from the next recorded write's: identical messages (a run of ``None``
+sentinels, say) cannot be told apart, and such a read takes the next write's id. Nothing is
 added to the bytes that travel: recording costs three small events per message and no
 pickling (issue #4 asks a 10k-message ping-pong to stay within 1.1x of its unrecorded time;
 bench/bench_recorder.py measures it, bench/RESULTS.md says how close it is). The two hooks
@@ -47,7 +50,6 @@ Adapted from the idea of context propagation in distributed tracing (a trace id 
 and, for Queues, from the FIFO matching of sends and receives in MPI trace analysis.
 """
 import bisect
-import io
 import itertools
 import operator
 import threading
@@ -142,10 +144,9 @@ class _TagPickler(ForkingPickler):
         msg = None
         if type(obj) is _Tag:
             obj, msg = obj.obj, obj.msg
-        buf = io.BytesIO()                      # ForkingPickler.dumps, inline: one call less
-        ForkingPickler(buf, protocol).dump(obj)
+        data = ForkingPickler.dumps(obj, protocol)
         _feeding.msg = msg                      # (once pickled: a failed dump writes nothing)
-        return buf.getbuffer()
+        return data
 
 
 def _queue_id(q):
@@ -156,8 +157,8 @@ def _queue_id(q):
 
 
 # The three hooks below run once per message, in the threads that move it: whatever they do
-# delays the message. So each is one short function that talks to the Writer directly, and the
-# checks are attribute reads, not calls (the two that see the bytes are in C, too: see top).
+# delays the message. So each is one short function that talks to the Writer directly (the two
+# that see the bytes are in C, too, when the C Writer records: see top).
 
 def _tagging_put(stdlib_put):
     """Queue.put or JoinableQueue.put (the stdlib's is ``_orig[stdlib_put]``), which while
@@ -165,17 +166,24 @@ def _tagging_put(stdlib_put):
     def put(self, obj, block=True, timeout=None):
         w = recorder.writer                    # None: not recording
         if w is not None:
-            qid, msg = self.__dict__.get("_mpviz_qid") or _queue_id(self), next_msg()
+            qid, msg = _queue_id(self), next_msg()
             w.emit("queue.put", {"queue": qid, "msg": msg})
-            if self._thread is None or hasattr(self._send_bytes, "_mpviz"):   # (see _hooked)
-                obj = _Tag(obj, msg)
-            else:
-                obj = _Envelope(obj, "queue", qid, msg)   # its feeder started before recording
+            obj = for_feeder(self, obj, qid, msg)
         return _orig[stdlib_put](self, obj, block, timeout)
     return put
 
 
 _queue_put, _joinable_put = _tagging_put("Queue.put"), _tagging_put("JoinableQueue.put")
+
+
+def for_feeder(q, obj, qid, msg):
+    """What a recorded put hands to `q`'s feeder thread: `obj` tagged, so that the feeder's
+    write hook reports the write (``queue.feed``); or in an envelope, when that feeder thread
+    started before recording and so has no hook (see top). Used by the stdlib's put (hooked
+    here) and by mpviz's Queue."""
+    if q._thread is None or q.__dict__.get("_mpviz_hooked_feeder") is q._thread:
+        return _Tag(obj, msg)
+    return _Envelope(obj, "queue", qid, msg)
 
 
 def _hooked(method):
@@ -204,14 +212,20 @@ def _queue_start_thread(self):
             if w is not None:
                 msg, _feeding.msg = getattr(_feeding, "msg", None), None
                 w.emit("queue.feed", {"queue": qid, "msg": msg, "nbytes": len(buf),
-                                      "sig": adler32(buf[-32:])})      # sig(buf), inline
+                                      "sig": sig(buf)})
             return send_bytes(buf)
         if tap is not None:                    # the same, in C
             fed_send_bytes = tap(send_bytes, recorder, "queue.feed", qid, _feeding, None)
         else:
             fed_send_bytes._mpviz = True
         self._send_bytes = fed_send_bytes
-    return _orig["Queue._start_thread"](self)
+    started = _orig["Queue._start_thread"](self)
+    if _hooked(self._send_bytes):
+        # Remember *which* feeder thread writes through our hook: a later one (after a fork, or
+        # one started while not recording) must not pass for it (see for_feeder). mpviz's Queue
+        # puts its own _send_bytes back once the thread has started, so the mark can't stay there.
+        self._mpviz_hooked_feeder = self._thread
+    return started
 
 
 _ENVELOPE_MARK = _open.__module__.encode()   # an envelope's bytes name this module near the start
@@ -219,15 +233,14 @@ _ENVELOPE_MARK = _open.__module__.encode()   # an envelope's bytes name this mod
 
 def _queue_get(self, block=True, timeout=None):
     """Wrap this queue's read (once): it runs under the read lock, so its event orders the reads."""
-    if recorder.ENABLED and not hasattr(self._recv_bytes, "_mpviz"):     # (see _hooked)
+    if recorder.ENABLED and not _hooked(self._recv_bytes):
         recv_bytes, qid, tap = self._recv_bytes, _queue_id(self), _tap()
 
         def read_bytes(maxlength=None):
             res = recv_bytes() if maxlength is None else recv_bytes(maxlength)
             w = recorder.writer
             if w is not None and res.find(_ENVELOPE_MARK, 0, 64) < 0:  # envelopes: see _open
-                w.emit("queue.get", {"queue": qid, "nbytes": len(res),
-                                     "sig": adler32(res[-32:])})        # sig(res), inline
+                w.emit("queue.get", {"queue": qid, "nbytes": len(res), "sig": sig(res)})
             return res
         if tap is not None:                    # the same, in C
             read_bytes = tap(recv_bytes, recorder, "queue.get", qid, None, _ENVELOPE_MARK)
@@ -243,9 +256,12 @@ def queue_put_direct(q, msg, data, ts):
     recorder.emit_at(ts, "queue.put", queue=_queue_id(q), msg=msg, nbytes=len(data), sig=sig(data))
 
 
-def queue_put_buffered(q, msg, data):
-    """mpviz's Queue hands `data` (pickled) to its feeder: the put now, the write later (feed)."""
-    recorder.emit("queue.put", queue=_queue_id(q), msg=msg, nbytes=len(data))
+def queue_put_buffered(q, msg, data, item):
+    """mpviz's Queue hands `item` (`data`, pickled and wrapped) to its feeder: the put now, the
+    write later (feed). Returns what to append to the feeder's buffer (see for_feeder)."""
+    qid = _queue_id(q)
+    recorder.emit("queue.put", queue=qid, msg=msg, nbytes=len(data))
+    return for_feeder(q, item, qid, msg)
 
 
 def link_by_order(events):
