@@ -356,8 +356,7 @@ class _Linger:
         while True:
             self.wake.wait()
             time.sleep(LINGER_SECONDS)
-            gone, self.old, self.young = self.old, self.young, {}
-            del gone                   # the last reference to a storage may go here
+            self.old, self.young = self.young, {}   # the old old goes: its storages let go
             if not self.old and not self.young:
                 self.wake.clear()      # nothing left to age: sleep until keep() says so
                 self.idle = True
@@ -372,6 +371,13 @@ _linger = _Linger()
 def keep_after_send(storage):
     """Keep `storage` (and so its segment) a few ms more: it was just sent (see above)."""
     _linger.keep(storage)
+
+
+def lingering():
+    """How many storages this process keeps now because it just sent them (as
+    ``fd_passing.pending_offers()`` says for file_descriptor)."""
+    linger = _linger
+    return len(linger.young) + len(linger.old)
 
 
 def _forget_linger_after_fork():
