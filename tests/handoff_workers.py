@@ -1,6 +1,7 @@
 """Children for tests/test_handoff.py (module level, so spawn and forkserver can import them)."""
 import os
 import threading
+import time
 
 import mpviz
 import mpviz.multiprocessing as mp
@@ -29,14 +30,6 @@ def joinable_consumer(q, n):
         q.task_done()
 
 
-def keep_then_report(q, out, strategy):
-    """Receive the same tensor twice while keeping the first: the second needs no descriptor."""
-    mp.set_sharing_strategy(strategy)
-    first = q.get()
-    second = q.get()
-    out.put(first.untyped_storage() is second.untyped_storage())
-
-
 def get_and_exit(q, out, strategy):
     """Receive a tensor we already map (the second copy), then exit straight away."""
     mp.set_sharing_strategy(strategy)
@@ -46,11 +39,13 @@ def get_and_exit(q, out, strategy):
 
 
 def echo_dropping(inbox, outbox, strategy, cache_bytes):
-    """Send back what arrives and drop it, as bench/handoff.py's echo child; report the cache.
+    """Send back what arrives and drop it, as bench.handoff.echo does, with the shared-memory
+    cache on; report the cache at the end.
 
-    (Its loop is bench.handoff.echo's, written again: the tests do not import the bench package,
-    and this child switches its own cache on and reports it, which the bench's does not.)"""
-    from mpviz.sharing import allocator
+    Unlike the bench's echo, it then waits (bounded) until it no longer keeps what it sent (the
+    fd server's offer, the file_system linger): so what serves the next arrival of the same
+    memory is the cache, which is what the test looks at."""
+    from mpviz.sharing import allocator, fd_passing, file_system
     mp.set_sharing_strategy(strategy)
     allocator.enable(cache_bytes)
     while True:
@@ -59,15 +54,12 @@ def echo_dropping(inbox, outbox, strategy, cache_bytes):
             break
         outbox.put(item)
         del item
+        deadline = time.monotonic() + 10
+        while fd_passing.pending_offers() or file_system.lingering():
+            if time.monotonic() > deadline:
+                raise RuntimeError("what this child sent is still kept after 10 s")
+            time.sleep(0.001)
     outbox.put(allocator.stats())
-
-
-def pid_of_this():
-    return os.getpid()
-
-
-def ones(n):
-    return mpviz.ones(n)
 
 
 def put_then_die(q, out):
@@ -85,12 +77,16 @@ def put_then_die(q, out):
     os.kill(os.getpid(), signal.SIGKILL)
 
 
-def add_many(tensor, n, which, out):
-    """Add 1 to the tensor's shared count `n` times with atomic add `which` ("C" or "ctypes"),
-    then take our own hold back out: what is left is exactly what the adds did."""
+def add_many(tensor, n, which, go, out):
+    """Add 1 to the tensor's shared count `n` times with atomic add `which` ("C" or "ctypes"):
+    say "ready", and start when `go` (an Event) is set. Our own hold goes when we exit: what is
+    left is exactly what the adds did."""
     from mpviz.sharing import file_descriptor
     add = file_descriptor.choose_atomic_add(which)
     buf = tensor.untyped_storage()._segment._buf
+    out.put("ready")
+    if not go.wait(timeout=30):
+        raise RuntimeError("never told to go")
     for _ in range(n):
         add(buf, 1)
     out.put("done")
@@ -99,7 +95,6 @@ def add_many(tensor, n, which, out):
 def echo_twice_and_compare(inbox, outbox, strategy):
     """Send back what arrives and drop it; then say whether the Storage was still here (in the
     receive cache) and whether the second arrival of the same memory came back as that object."""
-    import mpviz.multiprocessing as mp
     from mpviz.sharing import cache, file_system
     mp.set_sharing_strategy(strategy)
     file_system.LINGER_SECONDS = 0.5          # so a slow machine's pause cannot end the linger

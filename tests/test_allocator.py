@@ -6,6 +6,8 @@ shares a new one of the same size filled with something else, and the child must
 old bytes — from a segment that is not the parent's new one.
 """
 import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -149,9 +151,7 @@ def test_a_script_that_exits_with_the_cache_on_leaves_nothing_in_dev_shm(tmp_pat
     # No segment was ever parked, so the cache's exit hook came late: it must still run before
     # weakref's last finalizers, or they park their segments where nothing frees them (with the
     # shm manager off, the names would stay in /dev/shm).
-    import subprocess
-    import sys
-    tag = f"exit{os.getpid()}_"
+    tag = os.environ["MPVIZ_SHM_TAG"] + "exit_"  # inside this run's prefix: the leak check sees it
     script = tmp_path / "exit_with_cache.py"
     script.write_text(
         "import mpviz, mpviz.multiprocessing as mp\n"

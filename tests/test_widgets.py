@@ -105,6 +105,7 @@ def test_stop_kills_the_work():
     while not any(e.kind == "mark" for e in live.trace.events):
         assert time.monotonic() < deadline, "the child never recorded that it is waiting"
         live.trace.refresh()             # synchronised on the log: the child is waiting
+        time.sleep(0.01)                 # (a poll, not a spin against the child it waits for)
     live.stop()
     assert live.wait(60)
     assert live.result.outcome == "stopped"
