@@ -57,6 +57,11 @@ class Event(NamedTuple):
     args: dict
 
 
+def order(event):
+    """How a Trace sorts its events: by time, then by process (an Event or a plain tuple)."""
+    return (event[0], event[1])
+
+
 class Flow(NamedTuple):
     """One message from its put (or send) to its get (or recv); `get` is None while in flight."""
     put: Event

@@ -51,7 +51,6 @@ and, for Queues, from the FIFO matching of sends and receives in MPI trace analy
 """
 import bisect
 import itertools
-import operator
 import threading
 from zlib import adler32
 
@@ -59,6 +58,7 @@ from multiprocessing import connection, pool, queues
 from multiprocessing.reduction import ForkingPickler
 
 from . import recorder
+from .events import order as _order
 
 _counter = itertools.count(1)
 _counter_pid = None
@@ -275,7 +275,6 @@ def link_by_order(events):
     OrderLinks().add(events)
 
 
-_order = operator.itemgetter(0, 1)     # an Event's (ts_ns, pid): how a Trace sorts its events
 
 
 class OrderLinks:

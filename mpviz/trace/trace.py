@@ -19,6 +19,7 @@ import tempfile
 
 from . import hooks, messages, recorder
 from .events import Event, Flow, Hold, LockInfo, ProcessInfo, Segment
+from .events import order as _order
 from .reader import LogReader
 
 _install_depth = 0
@@ -195,10 +196,6 @@ class Trace:
         """Draw the timeline (needs matplotlib and mpviz.viz)."""
         from mpviz.viz import timeline
         return timeline(self, **kwargs)
-
-
-def _order(e):
-    return (e[0], e[1])
 
 
 def load(path):
