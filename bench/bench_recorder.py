@@ -87,36 +87,40 @@ def main(argv=None):
     parser.add_argument("--cpu", type=int, help="run the ping-pong on this CPU only")
     args = parser.parse_args(argv)
     n_events, n_msgs, reps = (20_000, 2_000, 2) if args.quick else (200_000, 10_000, 3)
+    pairs = args.reps or reps
     ctx = mp.get_context(args.start_method)
 
     guard = best(lambda: guard_cost(n_events), reps)
     off = best(lambda: emit_cost(n_events), reps)           # mark() when not recording
     on_by_writer = {}
     default = os.environ.pop("MPVIZ_PURE_PYTHON", None)
-    for name in ["Python"] + (["C"] if native.load() is not None else []):
-        os.environ["MPVIZ_PURE_PYTHON"] = "1" if name == "Python" else "0"  # read by record()
-        with tempfile.TemporaryDirectory() as tmp:
-            with mt.record(os.path.join(tmp, "t")):
-                on_by_writer[recorder.writer_name()] = best(lambda: emit_cost(n_events), reps)
-    os.environ.pop("MPVIZ_PURE_PYTHON")
-    if default is not None:
-        os.environ["MPVIZ_PURE_PYTHON"] = default
-    writer = "Python" if recorder.writer_class() is recorder.Writer else "C"  # recording's own
-    on = on_by_writer[writer]
+    try:
+        for name in ["Python"] + (["C"] if native.load() is not None else []):
+            os.environ["MPVIZ_PURE_PYTHON"] = "1" if name == "Python" else "0"  # read by record()
+            with tempfile.TemporaryDirectory() as tmp:
+                with mt.record(os.path.join(tmp, "t")):
+                    on_by_writer[name] = best(lambda: emit_cost(n_events), reps)
+    finally:
+        os.environ.pop("MPVIZ_PURE_PYTHON", None)
+        if default is not None:
+            os.environ["MPVIZ_PURE_PYTHON"] = default
     pp_off, pp_on = [], []
-    cpus = os.sched_getaffinity(0)
     if args.cpu is not None:
+        cpus = os.sched_getaffinity(0)                     # (Linux only: so only when asked)
         os.sched_setaffinity(0, {args.cpu})                # the child inherits it
     try:
-        for _ in range(args.reps or reps):                 # interleaved: fair to both
+        for _ in range(pairs):                             # interleaved: fair to both
             pp_off.append(ping_pong(ctx, n_msgs))
             with tempfile.TemporaryDirectory() as tmp:
                 with mt.record(os.path.join(tmp, "t")) as trace:
+                    writer = recorder.writer_name()        # what recording uses by default
                     pp_on.append(ping_pong(ctx, n_msgs))
             linked = sum(f.get is not None for f in trace.flows())
     finally:
-        os.sched_setaffinity(0, cpus)
-    paired = statistics.median(on / off for on, off in zip(pp_on, pp_off))
+        if args.cpu is not None:
+            os.sched_setaffinity(0, cpus)
+    on = on_by_writer[writer]
+    paired = statistics.median(rec / plain for rec, plain in zip(pp_on, pp_off))
     pp_off, pp_on = min(pp_off), min(pp_on)
     results = dict(
         machine=dict(python=platform.python_version(), cpu=platform.processor() or
@@ -127,7 +131,7 @@ def main(argv=None):
         c_writer_problem=native.problem,
         pingpong_messages=n_msgs, pingpong_off_us=pp_off * 1e6, pingpong_on_us=pp_on * 1e6,
         pingpong_ratio=pp_on / pp_off, pingpong_paired_ratio_median=paired,
-        pingpong_pairs=args.reps or reps, pingpong_cpu=args.cpu, pingpong_flows_linked=linked)
+        pingpong_pairs=pairs, pingpong_cpu=args.cpu, pingpong_flows_linked=linked)
     print("| measurement | not recording | recording | ratio |")
     print("|---|---|---|---|")
     print(f"| guarded check `if recorder.ENABLED:` | {guard * 1e9:.0f} ns | — | — |")
@@ -136,7 +140,7 @@ def main(argv=None):
     where = f", CPU {args.cpu} only" if args.cpu is not None else ""
     print(f"| ping-pong round trip ({n_msgs} msgs, {args.start_method}, {writer} Writer{where}) "
           f"| {pp_off * 1e6:.1f} µs | {pp_on * 1e6:.1f} µs | {pp_on / pp_off:.2f}× "
-          f"(median of {args.reps or reps} pairs: {paired:.2f}×) |")
+          f"(median of {pairs} pairs: {paired:.2f}×) |")
     if native.problem:
         print(f"\n(no C Writer here: {native.problem})")
     path = save_results(f"recorder-{time.strftime('%Y%m%d-%H%M%S')}.json", results)

@@ -10,10 +10,11 @@ starts recording, and decides once per process::
       <cache>/_writer-<key>.failed exists (an earlier try failed) . None
       else compile:  cc -O2 -shared -fPIC -pthread -I<Python.h dir> writer.c -o <tmp>
                      then os.replace(<tmp>, <cache>/_writer-<key>.so) ... import it
-           no compiler, no Python headers, a compile error ........ None, and <key>.failed
+           no compiler, no Python headers ......................... None (tried again next time)
+           a compile error ......................................... None, and <key>.failed
                                                                      keeps the compiler's output
 
-<key> is a hash of writer.c and of this Python (version, headers, extension suffix), so an edited
+<key> is a hash of writer.c and of this Python (version, include path, extension suffix), so an edited
 writer.c or another Python never loads a stale build. The rename is atomic: processes compiling at
 the same moment each finish their own file and the last rename wins, with identical contents.
 <cache> is ``$MPVIZ_CACHE_DIR``, else ``$XDG_CACHE_HOME/mpviz``, else ``~/.cache/mpviz``. Why a
@@ -22,7 +23,7 @@ from a plain checkout on ``sys.path``, and in spawned children, with no step to 
 stale binary in the source tree. ``problem`` says, in words, why the C Writer is not used.
 
 The same steps build mpviz/sharing/atomic.c (``build(path, module)``): the one-instruction
-atomic add on the shared-memory counts, built the first time a process changes a count; without
+atomic add on the shared-memory counts, built when a process maps its first segment; without
 it the counts fall back to ctypes, slower (see file_descriptor.choose_atomic_add).
 
 Adapted from torch.utils.cpp_extension.load (a just-in-time build into a cache keyed by the

@@ -125,7 +125,8 @@ class Writer:
 
     `on_full()` is called when a record does not fit: it maps the next chunk, hands it over with
     ``use(mm, 0)`` and returns True (False: the log is closed, the event is dropped).
-    `on_error(kind, exc)` is told about any failure: ``emit`` never raises.
+    `on_error(kind, exc)` is told about any failure; ``emit`` raises only what it raises (the
+    recorder's logs say so and stop recording; a SideLog raises).
     """
 
     def __init__(self, on_full, on_error, max_record):
