@@ -7,7 +7,8 @@
 * ``step(label, **args)``: a ``mark`` event -- a visible step on the timeline, and progress for
   the watchdog (a case that is busy but records nothing would look stuck).
 * ``START_METHODS``, ``STRATEGIES``: the choices, for ``PARAMS``.
-* ``check_between(p, name, lo, hi)``: the range check a scenario's ``check_params`` makes.
+* ``check_between(p, name, lo, hi, note="")``: the range check a scenario's ``check_params``
+  makes (`note` follows the bounds in the message: " seconds", " (16 MiB)").
 * ``get_read_and_release(out, consumer, details)``: the driver's half of the cuda examples'
   consumer, after its first report.
 """
@@ -34,10 +35,10 @@ def strategy_param(default="file_descriptor", why=""):
                  "file_system (a named /dev/shm segment)" + (f"; {why}" if why else ""))
 
 
-def check_between(p, name, lo, hi, unit=""):
+def check_between(p, name, lo, hi, note=""):
     """ValueError naming parameter `name` unless ``lo <= p[name] <= hi`` (for ``check_params``)."""
     if not lo <= p[name] <= hi:
-        raise ValueError(f"{name} must be between {lo} and {hi}{unit}, got {p[name]}")
+        raise ValueError(f"{name} must be between {lo} and {hi}{note}, got {p[name]}")
 
 
 class Details(dict):

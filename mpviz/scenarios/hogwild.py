@@ -20,7 +20,7 @@ default before Python 3.14. The fix: call ``model.share_memory()`` before starti
 """
 from .. import manual_seed
 from ..examples import MyModel, accuracy, make_blobs, train
-from ._common import context, start_method_param, step
+from ._common import check_between, context, start_method_param, step
 from .base import Param
 
 SUMMARY = "shared model, N workers; under fork without share_memory() the parent learns nothing"
@@ -33,9 +33,8 @@ PARAMS = {
 
 
 def check_params(p):
-    if not 1 <= p["nprocs"] <= 4 or not 1 <= p["epochs"] <= 10:
-        raise ValueError(f"nprocs must be 1..4 and epochs 1..10, got {p['nprocs']} and "
-                         f"{p['epochs']}")
+    check_between(p, "nprocs", 1, 4)
+    check_between(p, "epochs", 1, 10)
 
 
 def hogwild_worker(model, rank, epochs):

@@ -16,7 +16,7 @@ the workers, or use small chunks when items take long.
 """
 import time
 
-from ._common import context, start_method_param, step
+from ._common import check_between, context, start_method_param, step
 from .base import Param
 
 SUMMARY = "map chunking on 2 workers: 12 vs 10 time units (seed 003)"
@@ -31,12 +31,13 @@ PARAMS = {
 
 
 def check_params(p):
-    if not 1 <= p["items"] <= 40 or not 1 <= p["processes"] <= 4:
-        raise ValueError(f"items must be 1..40 and processes 1..4, got {p['items']} and "
-                         f"{p['processes']}")
-    if not 0.02 <= p["unit"] <= 1 or p["items"] * 2 * p["unit"] / p["processes"] > 15:
-        raise ValueError(f"unit must be 0.02..1 s and the whole map at most 15 s, got "
-                         f"unit={p['unit']}")
+    check_between(p, "items", 1, 40)
+    check_between(p, "processes", 1, 4)
+    check_between(p, "unit", 0.02, 1, " seconds")
+    if p["items"] * 2 * p["unit"] / p["processes"] > 15:
+        raise ValueError(f"the whole map must take at most 15 s (items x 2 units / processes), "
+                         f"got {p['items'] * 2 * p['unit'] / p['processes']:.1f} s: fewer items, "
+                         f"a smaller unit or more processes")
 
 
 def foo(x, unit=0.1):
