@@ -43,13 +43,13 @@ SIZES = [4 * KiB, 1 * MiB, 64 * MiB, 256 * MiB]
 QUICK_SIZES = [4 * KiB, 1 * MiB]
 
 
-def save_results(filename, data, indent=2):
-    """Write `data` as JSON to ``bench/results/<filename>`` and return the path: how every
-    benchmark here leaves its numbers for :func:`run_other_benches` to fold in."""
+def save_results(filename, data):
+    """Write `data` as JSON to ``bench/results/<filename>`` and return the path (the bench_*.py
+    scripts' files are then folded into the report by :func:`run_other_benches`)."""
     os.makedirs(RESULTS_DIR, exist_ok=True)
     path = os.path.join(RESULTS_DIR, filename)
     with open(path, "w") as f:
-        json.dump(data, f, indent=indent)
+        json.dump(data, f, indent=2)
     return path
 
 
@@ -324,14 +324,15 @@ def markdown(report):
             row = [cell(per.get(str(s))) for s in sizes]
             lines.append(f"| {name} | " + " | ".join(row) + " |")
         lines.append("")
-        if kind == "shared":
+        cache_rows = [(n, rt[n][kind]) for n in names if "+cache" in n and rt[n].get(kind)]
+        if kind == "shared" and cache_rows:
             lines += ["`+cache`: the shared-memory cache on (`MPVIZ_SHM_CACHE_BYTES`, off by default): "
                       "the echo child keeps the mapping of each tensor it lets go of, so the next "
                       "arrival of the same memory needs no descriptor and no mmap. Without it, the "
                       "child still finds the Storage it has just sent back: its fd server keeps what "
-                      "it offered until the parent's batched release arrives (file_descriptor), or it "
-                      "keeps what it sent for 5–10 ms (file_system, `LINGER_SECONDS`).", ""]
-        cache_rows = [(n, rt[n][kind]) for n in names if "+cache" in n and rt[n].get(kind)]
+                      "it offered until the parent's batched release arrives (file_descriptor, "
+                      "`fd_passing.RELEASE_DELAY`), or it keeps what it received and sent on for one "
+                      "to two ticks of `file_system.LINGER_SECONDS`.", ""]
         if kind == "fresh" and cache_rows:
             lines.append("Shared-memory cache (mpviz `+cache`, 256 MiB budget), hits/misses at the end of each size:")
             lines.append("")
@@ -424,8 +425,7 @@ def main(argv=None):
         "notes": notes, "others": {k: {kk: vv for kk, vv in v.items() if kk != "json"} for k, v in others.items()},
     }
     stamp = time.strftime("%Y%m%d-%H%M%S")
-    json_path = save_results(f"handoff-{'quick-' if args.quick else ''}{stamp}.json", report,
-                             indent=1)
+    json_path = save_results(f"handoff-{'quick-' if args.quick else ''}{stamp}.json", report)
     report["others"] = others
     text = markdown(report)
     with open(args.markdown, "w") as f:
