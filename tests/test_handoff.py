@@ -18,6 +18,15 @@ from proc_helpers import finish, start
 pytestmark = pytest.mark.timeout(60)
 
 
+@pytest.fixture
+def fd_strategy():
+    """file_descriptor for this test, and the strategy there was before it afterwards."""
+    old = mp.get_sharing_strategy()
+    mp.set_sharing_strategy("file_descriptor")
+    yield
+    mp.set_sharing_strategy(old)
+
+
 def _count(tensor):
     """The count in the tensor's segment header (holders + handles in flight)."""
     return file_descriptor.atomic_add(tensor.untyped_storage()._segment._buf, 0)
@@ -104,29 +113,24 @@ def test_a_consumer_that_sends_back_and_drops_finds_the_same_storage_next_time(
     finish(p)
 
 
-def test_an_offered_storage_is_kept_until_fetched_or_released():
-    # The same in one process, under file_descriptor: the fd server's offer holds the Storage.
-    strategy = "file_descriptor"
-    mp.set_sharing_strategy(strategy)
-    try:
-        t = mpviz.arange(4.0)
-        data = queues._dumps(t)                   # sent: the offer keeps the Storage
-        storage_id = id(t.untyped_storage())
-        key = t.untyped_storage()._segment.key
-        del t
-        kept = cache.get(key)
-        assert kept is not None and id(kept) == storage_id
-        fds_before = fd_passing.pending_offers()
-        back = queues._loads(data)
-        assert back.untyped_storage() is kept and back.tolist() == [0.0, 1.0, 2.0, 3.0]
-        assert fd_passing.pending_offers() == fds_before - 1   # our own offer, dropped
-        assert _count(back) == 1                  # the handle's count was given back
-    finally:
-        mp.set_sharing_strategy("file_descriptor")
+def test_an_offered_storage_is_kept_until_released(fd_strategy):
+    # The same in one process, under file_descriptor: the fd server's offer holds the Storage
+    # until the handle comes back to us (a release to ourselves: the offer is dropped).
+    t = mpviz.arange(4.0)
+    data = queues._dumps(t)                       # sent: the offer keeps the Storage
+    storage_id = id(t.untyped_storage())
+    key = t.untyped_storage()._segment.key
+    del t
+    kept = cache.get(key)
+    assert kept is not None and id(kept) == storage_id
+    fds_before = fd_passing.pending_offers()
+    back = queues._loads(data)
+    assert back.untyped_storage() is kept and back.tolist() == [0.0, 1.0, 2.0, 3.0]
+    assert fd_passing.pending_offers() == fds_before - 1   # our own offer, dropped
+    assert _count(back) == 1                      # the handle's count was given back
 
 
-def test_releases_reach_the_sender_and_a_child_flushes_them_at_exit(ctx):
-    mp.set_sharing_strategy("file_descriptor")
+def test_releases_reach_the_sender_and_a_child_flushes_them_at_exit(ctx, fd_strategy):
     q, out = ctx.Queue(), ctx.Queue()
     t = mpviz.ones(16)
     p = start(ctx, hw.get_and_exit, q, out, "file_descriptor")
@@ -170,6 +174,7 @@ def test_kept_mappings_serve_a_consumer_that_drops_each_tensor(ctx, strategy):
 
 def test_a_kept_mapping_nobody_else_holds_is_let_go():
     from mpviz.storage import Storage
+    budget = allocator.stats()["budget"]          # (MPVIZ_SHM_CACHE_BYTES may have set one)
     allocator.enable(1 << 20)
     try:
         t = mpviz.ones(256)
@@ -187,7 +192,7 @@ def test_a_kept_mapping_nobody_else_holds_is_let_go():
         assert allocator.stats()["kept_received"] == 0
         seg.incref()                              # (t's own count back, for its own release)
     finally:
-        allocator.enable(0)
+        allocator.enable(budget)
 
 
 def test_a_handle_in_flight_outlives_its_killed_sender(start_method):
