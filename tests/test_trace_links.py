@@ -15,7 +15,7 @@ import mpviz.trace as mt
 from mpviz.trace import messages
 from mpviz.trace.events import Event
 
-import trace_link_workers as tw
+import trace_workers as tw
 from proc_helpers import finish, start
 
 pytestmark = pytest.mark.timeout(90)
@@ -78,12 +78,12 @@ def test_a_feeder_that_started_before_recording_still_links_by_envelope():
     with mt.record() as trace:
         ctx = multiprocessing.get_context("fork")
         back = ctx.Queue()
-        p = start(ctx, tw.echo, q, back, 3)
+        p = start(ctx, tw.ping, q, back, 3)
         for i in range(3):
             q.put(("ping", i))                                # through the old feeder
         answers = [back.get(timeout=10) for _ in range(3)]
         finish(p)
-    assert answers == [("pong", i) for i in range(3)]
+    assert answers == [("ping", i) for i in range(3)]
     flows = trace.flows()
     assert len(flows) == 6 and all(f.get is not None for f in flows)
     assert sum(f.get.args.get("sig") is None for f in flows) == 3   # the pings: by envelope
@@ -127,9 +127,9 @@ def test_a_forked_child_records_its_reads_of_a_queue_its_parent_read(library):
         q, back = ctx.Queue(), ctx.Queue()
         q.put("first")
         assert q.get(timeout=10) == "first"
-        p = start(ctx, tw.echo, q, back, 1)
+        p = start(ctx, tw.ping, q, back, 1)
         q.put(("ping", 0))
-        assert back.get(timeout=10) == ("pong", 0)
+        assert back.get(timeout=10) == ("ping", 0)
         finish(p)
     flows = trace.flows()
     assert len(flows) == 3 and all(f.get is not None for f in flows)

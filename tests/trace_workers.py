@@ -70,6 +70,27 @@ def in_a_thread(n):
     t.join()
 
 
+def produce(q, tag, sizes):
+    """Put one message per size, each marked just before its put (test_trace_links)."""
+    for i, n in enumerate(sizes):
+        mark("put", tag=tag, i=i)
+        q.put((tag, i, b"m" * n))
+
+
+def consume(q, done, n):
+    """Get until the end marker (two consumers share the work), marking each get; report how
+    many (test_trace_links)."""
+    count = 0
+    while True:
+        item = q.get(timeout=60)
+        if item is None:
+            break
+        tag, i, _ = item
+        mark("got", tag=tag, i=i)
+        count += 1
+    done.put(count)
+
+
 def ping(inbox, outbox, n):
     for _ in range(n):
         outbox.put(inbox.get())
