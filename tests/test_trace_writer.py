@@ -178,18 +178,18 @@ def test_queue_hooks_record_each_message_once_with_either_writer(writer, tmp_pat
     # The C Writer comes with the Queue hooks in C (writer.c's Tap), the Python one with the
     # closures of messages.py: the same events, and every put linked to its get.
     import multiprocessing
-    import trace_link_workers as tw
+    import trace_workers as tw
     from proc_helpers import finish, start
     ctx = multiprocessing.get_context("fork")
     with mt.record(tmp_path / "t") as trace:
         q, back = ctx.Queue(), ctx.Queue()
-        p = start(ctx, tw.echo, q, back, 3)
+        p = start(ctx, tw.ping, q, back, 3)
         for i in range(3):
-            q.put((b"x" * 10 ** (i + 1), i))                         # (tag, i): see tw.echo
+            q.put((b"x" * 10 ** (i + 1), i))                         # three sizes, sent back
         answers = [back.get(timeout=10) for _ in range(3)]
         finish(p)
         hook = type(back._recv_bytes).__name__
-    assert answers == [("pong", i) for i in range(3)]
+    assert answers == [(b"x" * 10 ** (i + 1), i) for i in range(3)]
     assert hook == ("Tap" if writer == "C" else "function")
     flows = trace.flows()
     assert len(flows) == 6 and all(f.get is not None for f in flows)
