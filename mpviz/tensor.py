@@ -211,8 +211,12 @@ class Tensor:
         self._np[index] = value._np if isinstance(value, Tensor) else value
 
     def _as_view(self, array):
-        """The Tensor for NumPy `array` if it is a view into our storage, else None."""
-        if not isinstance(array, np.ndarray):
+        """The Tensor for `array` if it is a view into our storage, else None.
+
+        `array` is what indexing our ``_np`` gave: a NumPy array on the host, a CuPy array on a GPU.
+        A NumPy scalar, or an array of the other kind, is a copy.
+        """
+        if not isinstance(array, type(self._np)):
             return None
         offset = self._storage.offset_of(array)
         item = self.dtype.itemsize
