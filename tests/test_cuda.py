@@ -27,8 +27,24 @@ WARNING = "terminated before all shared CUDA tensors released"
 _GPU_PROBLEM = cupy_backend.probe()
 
 
+@pytest.fixture(scope="module")
+def driver_files():
+    """Let the CUDA driver open the files it keeps for the life of a process, before any leak check.
+
+    The first context opens the device nodes (/dev/nvidia*), an eventfd and two pipes; the first
+    interprocess event opens /dev/shm/cuda.shm.*. They stay open until the process exits (as in any
+    CUDA program), so the per-test leak check must find them open already and count only ours.
+    Module scope: pytest sets this up before the per-test leak check takes its snapshot.
+    """
+    if _GPU_PROBLEM is None:
+        block = cupy_backend.allocate(1, 0)
+        cupy_backend.record_event(block)
+        block.export()
+        block.free()
+
+
 @pytest.fixture(params=["simulator", "cupy"])
-def backend(request):
+def backend(request, driver_files):
     """Run the body on this backend (and make spawned children use it too)."""
     if request.param == "cupy" and _GPU_PROBLEM is not None:
         pytest.skip(f"no GPU backend here: {_GPU_PROBLEM}")
