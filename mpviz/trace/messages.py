@@ -51,6 +51,7 @@ and, for Queues, from the FIFO matching of sends and receives in MPI trace analy
 """
 import bisect
 import itertools
+import os
 import threading
 from zlib import adler32
 
@@ -60,17 +61,20 @@ from multiprocessing.reduction import ForkingPickler
 from . import recorder
 from .events import order as _order
 
-_counter = itertools.count(1)
-_counter_pid = None
+def _start_numbering():
+    global _counter, _prefix
+    _counter, _prefix = itertools.count(1), f"{os.getpid()}."
+
+
+_start_numbering()
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_start_numbering)   # a forked child numbers its own
 
 
 def next_msg():
-    """A new message id, ``"<pid>.<n>"``: unique in a trace."""
-    global _counter, _counter_pid
-    pid = recorder.PID
-    if pid != _counter_pid:                   # a forked child starts its own numbering
-        _counter, _counter_pid = itertools.count(1), pid
-    return f"{pid}.{next(_counter)}"
+    """A new message id, ``"<pid>.<n>"``: unique in a trace. (Once per recorded message: one
+    string concatenation, no check of the pid.)"""
+    return _prefix + str(next(_counter))
 
 
 def semlock_id(lock):
