@@ -71,7 +71,17 @@ def producer_exits(name):
     prod.join(60)
     gone.set()
     cons.join(60)
+    _kill_if_alive(prod, cons)
     print(json.dumps({"exitcodes": [prod.exitcode, cons.exitcode]}))
+
+
+def _kill_if_alive(*processes):
+    """A process still running after its 60 s is stuck: kill it, so that nothing outlives us
+    (the test then sees exit code -9 instead of 0)."""
+    for p in processes:
+        if p.is_alive():
+            p.kill()
+            p.join()
 
 
 def rules(name):
@@ -100,6 +110,7 @@ def rules(name):
     del clone
     done.set()
     p.join(60)
+    _kill_if_alive(p)
     facts["exitcode"] = p.exitcode
     print(json.dumps(facts, sort_keys=True))
 
