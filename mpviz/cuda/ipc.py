@@ -27,7 +27,7 @@ Rules (torch's ``CudaIPCTypes.cpp`` and ``reductions.py``, enforced the same way
    What torch 2.11 did on an H100 (tests/test_cuda.py's oracle tests): it warns whenever the
    consumer holds the tensor when the producer exits; in the seed's sleep-based race it warned in
    1 of 4 runs. It also warns when the *main* process exits still holding a tensor it once sent,
-   although every consumer has let go and exited (8 of 8 runs of three such programs), a false
+   although every consumer has let go and exited (9 runs of 9, of three such programs), a false
    alarm users report (e.g. Vox-Fusion#9). mpviz warns only while a consumer holds a block.
 4. **No re-sending.** A received CUDA tensor cannot be sent on (its producer could not count the
    third process): :class:`~mpviz.cuda.errors.CudaResendError`, "Consider cloning before sending".
