@@ -108,6 +108,49 @@ def test_cuda_cpu_to_device_and_sharing_is_a_no_op(backend):
         c.numpy()
 
 
+# Each entry: what a program does with a tensor `a` (and `b`); run on CPU tensors and on CUDA ones.
+CUDA_OPS = {
+    "arithmetic": lambda a, b: (a + b) * 2 - a / (b.abs() + 1),
+    "with a number": lambda a, b: 1 - a ** 2,
+    "matmul": lambda a, b: a @ b.t(),
+    "reductions": lambda a, b: mpviz.stack([a.sum(), a.mean(), a.max()]),
+    "reduce a dim": lambda a, b: a.sum(1) + a.max(0)[0][:1],
+    "unary": lambda a, b: a.exp() + a.tanh() + a.relu() + a.sigmoid(),
+    "views": lambda a, b: a.t()[1:, ::2].reshape(-1),
+    "contiguous copy": lambda a, b: a.t().contiguous().view(-1),
+    "advanced indexing": lambda a, b: a[[0, 2]],
+    "item and tolist": lambda a, b: mpviz.tensor([a[1, 2].item(), a.sum().item()] + a[0].tolist(),
+                                                 device=a.device),
+}
+
+
+def _in_place(a, b):
+    a = a.clone()
+    a[0] = 5.0                   # a number
+    a[1, 1:] = b[1, 1:]          # a tensor on the same device
+    a.mul_(2).add_(1)
+    a[2].fill_(-1)
+    a[:, 0].copy_(b[:, 1])
+    return a
+
+
+CUDA_OPS["in place"] = _in_place
+
+
+@pytest.mark.parametrize("op", sorted(CUDA_OPS))
+def test_tensor_ops_on_cuda_give_the_cpu_answers(backend, op):
+    """What NumPy computes on the host, CuPy must compute on the device (all passed on an H100).
+
+    The simulator's device memory is NumPy underneath, so only the CuPy half can fail here: the
+    slicing bug it would have caught (a view that was a copy) was found on a GPU."""
+    a = mpviz.tensor(np.arange(12.0).reshape(3, 4) - 5)
+    b = mpviz.tensor(np.linspace(-1, 1, 12).reshape(3, 4))
+    want = CUDA_OPS[op](a, b)
+    got = CUDA_OPS[op](a.cuda(), b.cuda())
+    assert got.is_cuda and got.shape == want.shape and got.dtype == want.dtype
+    np.testing.assert_allclose(got.cpu().numpy(), want.numpy(), rtol=1e-6)
+
+
 def test_a_cuda_storage_alone_is_not_sent_and_plain_pickle_copies(backend):
     from multiprocessing.reduction import ForkingPickler
     c = mpviz.ones(3).cuda()
