@@ -200,12 +200,11 @@ def assert_layout_fits(nb, live):
         live.picture().wait_for(state="visible", timeout=30_000)
     box = live.root.bounding_box()
     cell = nb.page.locator(".jp-Cell.jp-CodeCell", has=live.root).first.bounding_box()
-    pic = live.picture().bounding_box()
     for _ in range(100):   # each frame replaces the picture: a new <img> has no size until decoded
+        pic = live.picture().bounding_box()
         if pic is not None:
             break
-        nb.page.wait_for_timeout(100)
-        pic = live.picture().bounding_box()
+        nb.page.wait_for_timeout(100)   # (bounded: 10 s in all)
     assert box and box["width"] > 200 and box["height"] > 100, f"the widget is squashed: {box}"
     assert pic and pic["width"] > 100 and pic["height"] > 50, f"the picture is squashed: {pic}"
     assert cell is not None, "the widget is not inside a notebook cell"

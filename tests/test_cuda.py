@@ -141,8 +141,9 @@ CUDA_OPS["in place"] = _in_place
 def test_tensor_ops_on_cuda_give_the_cpu_answers(backend, op):
     """What NumPy computes on the host, CuPy must compute on the device (all passed on an H100).
 
-    The simulator's device memory is NumPy underneath, so only the CuPy half can fail here: the
-    slicing bug it would have caught (a view that was a copy) was found on a GPU."""
+    The simulator's device memory is NumPy underneath, so its half checks the moves to and from
+    the device; the CuPy half checks CuPy's own arithmetic and views too: a view that was a copy
+    (fixed) was found on a GPU."""
     a = mpviz.tensor(np.arange(12.0).reshape(3, 4) - 5)
     b = mpviz.tensor(np.linspace(-1, 1, 12).reshape(3, 4))
     want = CUDA_OPS[op](a, b)
@@ -294,10 +295,11 @@ def test_forked_child_of_a_cuda_process_cannot_use_cuda(backend):
 
 # -- 4. the seed examples, run as scripts with only their imports changed --------------------------
 
-def run_seed(name):
-    env = dict(os.environ, PYTHONPATH=ROOT)
+def run_seed(name, timeout=50, **env):
+    """Run seed example `name` (or the script at path `name`) as a program; its CompletedProcess."""
+    env = dict(os.environ, PYTHONPATH=ROOT, **env)
     return subprocess.run([sys.executable, os.path.join(SEEDS, name)], env=env, cwd=ROOT,
-                          capture_output=True, text=True, timeout=50)
+                          capture_output=True, text=True, timeout=timeout)
 
 
 def test_seed_bad_practice_prints_the_warning(backend):
@@ -327,19 +329,21 @@ def test_seed_dont_pass_received_tensors(backend):
 
 # -- 6. the oracle: the same program under torch on a real GPU ---------------------------------------
 
-def _torch_cuda_problem():
-    """None if torch is installed here with a working GPU, else why not (asked in a subprocess,
-    so that importing torch does not touch this test process)."""
+@pytest.fixture(scope="module")
+def torch_on_a_gpu():
+    """Skip unless CuPy and torch can both use a GPU here. torch is asked once, in a subprocess,
+    so that importing it does not touch this test process."""
+    if _GPU_PROBLEM is not None:
+        pytest.skip(f"no GPU backend here: {_GPU_PROBLEM}")
     code = "import torch; print(torch.cuda.is_available())"
     try:
         r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     except subprocess.TimeoutExpired:
-        return "importing torch took over 120 s"
+        pytest.skip("no torch oracle here: importing torch took over 120 s")
     if r.returncode != 0:
-        return f"torch is not importable: {r.stderr.strip().splitlines()[-1:]}"
+        pytest.skip(f"no torch oracle here: torch is not importable: {r.stderr.strip().splitlines()[-1:]}")
     if r.stdout.strip() != "True":
-        return "torch is installed but sees no GPU"
-    return None
+        pytest.skip("no torch oracle here: torch is installed but sees no GPU")
 
 
 def _oracle(name, case):
@@ -352,13 +356,8 @@ def _oracle(name, case):
 
 @pytest.mark.gpu
 @pytest.mark.timeout(300)
-def test_cuda_ipc_rules_match_torch_on_a_gpu():
+def test_cuda_ipc_rules_match_torch_on_a_gpu(torch_on_a_gpu):
     """The rules this module tests, checked against torch.multiprocessing itself on a real GPU."""
-    if _GPU_PROBLEM is not None:
-        pytest.skip(f"no GPU backend here: {_GPU_PROBLEM}")
-    problem = _torch_cuda_problem()
-    if problem is not None:
-        pytest.skip(f"no torch oracle here: {problem}")
     ours, our_err = _oracle("mpviz", "rules")
     theirs, their_err = _oracle("torch", "rules")
     for key in ("storage_alone", "resend"):    # mpviz's messages begin with torch's, then explain
@@ -377,10 +376,10 @@ def test_cuda_ipc_rules_match_torch_on_a_gpu():
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("seed", ["cuda_bad_practice.py", "cuda_good_practices.py",
                                   "cuda_dont_pass_received.py"])
-def test_seed_prints_what_torch_prints_on_a_gpu(seed, tmp_path):
+def test_seed_prints_what_torch_prints_on_a_gpu(seed, tmp_path, torch_on_a_gpu):
     """Each CUDA seed example, run with torch's imports put back, prints what it prints under mpviz.
 
-    Two differences are by design and checked as such:
+    Three differences are by design and checked as such:
     * mpviz's Queue.put pickles in the caller, so a refused tensor raises there ("refused: …" is
       printed by the seed); torch's feeder thread prints the same message on stderr and drops the
       item.
@@ -391,20 +390,13 @@ def test_seed_prints_what_torch_prints_on_a_gpu(seed, tmp_path):
       when it exits, after the consumer has let go and exited: torch 2.11 warns then anyway (a false
       alarm, see mpviz/cuda/ipc.py rule 3); mpviz does not. The good-practices seed: neither warns.
     """
-    if _GPU_PROBLEM is not None:
-        pytest.skip(f"no GPU backend here: {_GPU_PROBLEM}")
-    problem = _torch_cuda_problem()
-    if problem is not None:
-        pytest.skip(f"no torch oracle here: {problem}")
+    ours_imports = "import mpviz as torch\nimport mpviz.multiprocessing as mp\n"
     source = open(os.path.join(SEEDS, seed)).read()
-    assert "import mpviz as torch\nimport mpviz.multiprocessing as mp\n" in source
+    assert ours_imports in source
     as_torch = tmp_path / seed
-    as_torch.write_text(source.replace("import mpviz as torch\nimport mpviz.multiprocessing as mp\n",
-                                       "import torch\nimport torch.multiprocessing as mp\n"))
-    env = dict(os.environ, PYTHONPATH=ROOT, MPVIZ_CUDA_BACKEND="cupy")
-    ours, theirs = [subprocess.run([sys.executable, path], env=env, cwd=ROOT, capture_output=True,
-                                   text=True, timeout=120)
-                    for path in (os.path.join(SEEDS, seed), str(as_torch))]
+    as_torch.write_text(source.replace(ours_imports, "import torch\nimport torch.multiprocessing as mp\n"))
+    ours, theirs = [run_seed(path, timeout=120, MPVIZ_CUDA_BACKEND="cupy")
+                    for path in (seed, str(as_torch))]
     assert ours.returncode == theirs.returncode == 0, (ours.stderr, theirs.stderr)
     our_lines = ours.stdout.splitlines()
     for line in our_lines:
