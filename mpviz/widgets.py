@@ -225,7 +225,7 @@ class Live:
                 tick = time.monotonic()
                 if self.trace.refresh() or self._snapshot is None:
                     # the painter draws a copy: refresh() re-sorts the live list in place
-                    self._snapshot = mt.Trace(None, events=self.trace.events)
+                    self._snapshot = self.trace.snapshot()
                 if self._snapshot.events:
                     self.state_panel.value = _state_html(viz.state_at(self._snapshot))
                 self.refreshes += 1
@@ -365,7 +365,7 @@ class _CallableRun:
     def result(self, timeout=None):
         self._thread.join(timeout)
         trace = mt.load(self.directory)
-        trace = mt.Trace(None, events=trace.events)   # keep the events, drop the directory
+        trace = trace.snapshot()   # keep the events, drop the directory
         shutil.rmtree(self.directory, ignore_errors=True)
         stuck = viz.deadlocks(trace)
         leaked = [s for s in viz.state_at(trace).segments if s.status == "leaked"]

@@ -31,8 +31,8 @@ recording a small message costs.
 
 mpviz's own ``Queue`` pickles in ``put`` and often writes the bytes itself (see
 :mod:`mpviz.multiprocessing.queues`): then one ``queue.put`` carries ``nbytes`` and ``sig``,
-emitted under the write lock. A stdlib Queue whose feeder thread started *before* recording
-has no write hook: its messages get an envelope instead.
+emitted under the write lock. A Queue (the stdlib's or mpviz's) whose feeder thread started
+*before* recording has no write hook: its messages get an envelope instead.
 
 **Envelopes** (``SimpleQueue``, ``Pipe``, and those early Queues) carry the id inside the
 message::
@@ -52,6 +52,7 @@ and, for Queues, from the FIFO matching of sends and receives in MPI trace analy
 import bisect
 import itertools
 import os
+import sys
 import threading
 from zlib import adler32
 
@@ -60,6 +61,7 @@ from multiprocessing.reduction import ForkingPickler
 
 from . import recorder
 from .events import order as _order
+
 
 def _start_numbering():
     global _counter, _prefix
@@ -101,6 +103,7 @@ class _Envelope:
 
 
 _RECEIVE = {"queue": "queue.get", "pipe": "pipe.recv"}
+_ENVELOPE_MARK = __name__.encode()   # an envelope's bytes name this module near the start
 
 
 def _open(kind, channel, msg, obj):
@@ -201,28 +204,54 @@ def _tap():
     if recorder.writer_name() != "C":
         return None
     from . import native
-    return getattr(native.load(), "Tap", None)
+    return native.load().Tap
+
+
+def _unrecorded(kind, exc):
+    """An event the Writer could not take (its on_error raised): say so; the message goes on.
+    (writer.c's Tap does the same through sys.unraisablehook.)"""
+    print(f"mpviz: {kind} not recorded ({type(exc).__name__}: {exc}); the message went through",
+          file=sys.stderr)
+
+
+def _fed(send_bytes, qid):
+    """The feeder's write, recorded: the Python reference of ``Tap(send_bytes, ..., _feeding)``."""
+    def fed_send_bytes(buf):
+        # The event goes first: once a reader can have the bytes, their write is in the log --
+        # even if recording stops, or this process is killed, right after the write.
+        w = recorder.writer
+        if w is not None:
+            msg, _feeding.msg = getattr(_feeding, "msg", None), None
+            try:
+                w.emit("queue.feed", {"queue": qid, "msg": msg, "nbytes": len(buf), "sig": sig(buf)})
+            except Exception as exc:
+                _unrecorded("queue.feed", exc)
+        return send_bytes(buf)
+    fed_send_bytes._mpviz = True
+    return fed_send_bytes
+
+
+def _read(recv_bytes, qid):
+    """The reader's read, recorded: the Python reference of ``Tap(recv_bytes, ..., None, mark)``."""
+    def read_bytes(maxlength=None):
+        res = recv_bytes() if maxlength is None else recv_bytes(maxlength)
+        w = recorder.writer
+        if w is not None and res.find(_ENVELOPE_MARK, 0, 64) < 0:  # envelopes: see _open
+            try:
+                w.emit("queue.get", {"queue": qid, "nbytes": len(res), "sig": sig(res)})
+            except Exception as exc:
+                _unrecorded("queue.get", exc)
+        return res
+    read_bytes._mpviz = True
+    return read_bytes
 
 
 def _queue_start_thread(self):
     """Wrap the feeder's send: it runs under the write lock, so its event orders the writes."""
     if recorder.ENABLED and not _hooked(self._send_bytes):
         send_bytes, qid, tap = self._send_bytes, _queue_id(self), _tap()
-
-        def fed_send_bytes(buf):
-            # The event goes first: once a reader can have the bytes, their write is in the
-            # log -- even if recording stops, or this process is killed, right after the write.
-            w = recorder.writer
-            if w is not None:
-                msg, _feeding.msg = getattr(_feeding, "msg", None), None
-                w.emit("queue.feed", {"queue": qid, "msg": msg, "nbytes": len(buf),
-                                      "sig": sig(buf)})
-            return send_bytes(buf)
-        if tap is not None:                    # the same, in C
-            fed_send_bytes = tap(send_bytes, recorder, "queue.feed", qid, _feeding, None)
-        else:
-            fed_send_bytes._mpviz = True
-        self._send_bytes = fed_send_bytes
+        self._send_bytes = (_fed(send_bytes, qid) if tap is None
+                            else tap(send_bytes, recorder, "queue.feed", qid, _feeding, None))
     started = _orig["Queue._start_thread"](self)
     if _hooked(self._send_bytes):
         # Remember *which* feeder thread writes through our hook: a later one (after a fork, or
@@ -232,25 +261,12 @@ def _queue_start_thread(self):
     return started
 
 
-_ENVELOPE_MARK = _open.__module__.encode()   # an envelope's bytes name this module near the start
-
-
 def _queue_get(self, block=True, timeout=None):
     """Wrap this queue's read (once): it runs under the read lock, so its event orders the reads."""
     if recorder.ENABLED and not _hooked(self._recv_bytes):
         recv_bytes, qid, tap = self._recv_bytes, _queue_id(self), _tap()
-
-        def read_bytes(maxlength=None):
-            res = recv_bytes() if maxlength is None else recv_bytes(maxlength)
-            w = recorder.writer
-            if w is not None and res.find(_ENVELOPE_MARK, 0, 64) < 0:  # envelopes: see _open
-                w.emit("queue.get", {"queue": qid, "nbytes": len(res), "sig": sig(res)})
-            return res
-        if tap is not None:                    # the same, in C
-            read_bytes = tap(recv_bytes, recorder, "queue.get", qid, None, _ENVELOPE_MARK)
-        else:
-            read_bytes._mpviz = True
-        self._recv_bytes = read_bytes
+        self._recv_bytes = (_read(recv_bytes, qid) if tap is None
+                            else tap(recv_bytes, recorder, "queue.get", qid, None, _ENVELOPE_MARK))
     return _orig["Queue.get"](self, block, timeout)
 
 
@@ -277,8 +293,6 @@ def link_by_order(events):
     write's was not written while recording: it stays unlinked (``msg`` None). A live trace
     keeps an ``OrderLinks`` instead, which redoes only the pairs that new events can change."""
     OrderLinks().add(events)
-
-
 
 
 class OrderLinks:

@@ -14,8 +14,8 @@ starts recording, and decides once per process::
            a compile error ......................................... None, and <key>.failed
                                                                      keeps the compiler's output
 
-<key> is a hash of writer.c and of this Python (version, include path, extension suffix), so an edited
-writer.c or another Python never loads a stale build. The rename is atomic: processes compiling at
+<key> is a hash of the C file and of this Python (version, include path, extension suffix), so an
+edited file or another Python never loads a stale build. The rename is atomic: processes compiling at
 the same moment each finish their own file and the last rename wins, with identical contents.
 <cache> is ``$MPVIZ_CACHE_DIR``, else ``$XDG_CACHE_HOME/mpviz``, else ``~/.cache/mpviz``. Why a
 build on first use rather than a setup.py extension: the same works after ``pip install -e .``,
@@ -59,7 +59,10 @@ def load():
     global _tried, _module, problem
     if not _tried:
         _tried = True
-        _module, problem = build(SOURCE, MODULE)
+        if sysconfig.get_config_var("Py_GIL_DISABLED"):   # writer.c's Writer: "The GIL is the lock"
+            problem = "writer.c relies on the GIL; this Python has none"
+        else:
+            _module, problem = build(SOURCE, MODULE)
     return _module
 
 
@@ -78,8 +81,6 @@ def _build_and_import(path, module_name):
     what = os.path.basename(path)
     if sys.implementation.name != "cpython" or not sys.platform.startswith("linux"):
         return None, f"{what} is built for CPython on Linux only"
-    if sysconfig.get_config_var("Py_GIL_DISABLED"):
-        return None, f"{what} relies on the GIL; this Python has none"
     with open(path, "rb") as f:
         source = f.read()
     include = sysconfig.get_paths()["include"]

@@ -36,6 +36,14 @@ class Trace:
         self._reader = LogReader(self.path) if self.path is not None else None
         self._problems = []
 
+    def snapshot(self):
+        """A copy of the events as they are now, to draw in another thread while this trace is
+        refreshed (``refresh()`` re-sorts ``events`` in place). The events are linked already:
+        the copy shares them and links nothing again (a new Trace would, all of them)."""
+        copy = Trace()
+        copy.events = list(self.events)
+        return copy
+
     @property
     def problems(self):
         """What could not be read (torn records, unreadable files), in words."""

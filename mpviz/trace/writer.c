@@ -29,9 +29,10 @@ between finding room for a record and committing it. The one call out to Python,
 step 4, happens with the chunk sealed: the threads that run meanwhile find no room either, and
 wait in on_full() for the one new chunk.
 
-Every failure (an argument marshal cannot encode, a full disk while mapping a new chunk) is
-passed to on_error(kind, exception) instead of being raised: a recorder must never break the
-program it observes.
+Every failure of the Writer (an argument marshal cannot encode, a full disk while mapping a new
+chunk) is passed to on_error(kind, exception) instead of being raised: a recorder must never break
+the program it observes. (The recorder's own on_error warns and stops recording; a test's SideLog
+raises.) Tap goes further: whatever fails while it records, the message it carries goes through.
 
 The same file has ``Tap``, the two per-message Queue hooks of messages.py (a Queue's pipe read
 and its feeder's write, each with its event) in C: see the section at its definition.
@@ -587,13 +588,14 @@ static PyTypeObject WriterType = {
    once per message, in the threads that move it, so they cost what a C call costs.
 
        Tap(call, recorder, kind, queue, feeding, skip)(*args):
-         kind "queue.feed" (wraps the feeder's _send_bytes):  append queue.feed {queue,
+         a write, `feeding` given (wraps the feeder's _send_bytes): append `kind` {queue,
               msg: feeding.msg (and feeding.msg = None), nbytes, sig} for buf; then call(buf)
-         kind "queue.get"  (wraps the reader's _recv_bytes):  res = call(); then, unless `skip`
-              is in res's first 64 bytes (an envelope, recorded as it unpickles), append
-              queue.get {queue, nbytes, sig}
+         a read, `feeding` None (wraps the reader's _recv_bytes): res = call(); then, unless
+              `skip` is in res's first 64 bytes (an envelope, recorded as it unpickles), append
+              `kind` {queue, nbytes, sig}
        sig = adler32 of the last 32 bytes (messages.sig); events go to recorder.writer, read at
-       every call (None: not recording, nothing appended). */
+       every call (None: not recording, nothing appended). The message always goes through: an
+       event that cannot be recorded is reported (sys.unraisablehook), never raised in its place. */
 
 static PyObject *QUEUE, *MSG, *NBYTES, *SIG, *WRITER, *EMIT_AT;   /* interned strs */
 
@@ -662,8 +664,8 @@ Tap_call(Tap *t, PyObject *args, PyObject *kwargs)
                 r = tap_emit(t, now_ns(), msg, &data);
             Py_DECREF(msg);
             PyBuffer_Release(&data);
-            if (r < 0)
-                return NULL;
+            if (r < 0)                      /* not recorded; written all the same */
+                PyErr_WriteUnraisable(t->kind);
         }
         else
             PyErr_Clear();                  /* not bytes-like: written, but not recorded */
@@ -682,8 +684,8 @@ Tap_call(Tap *t, PyObject *args, PyObject *kwargs)
                                (size_t)PyBytes_GET_SIZE(t->skip)) == NULL)
         r = tap_emit(t, now_ns(), NULL, &data);
     PyBuffer_Release(&data);
-    if (r < 0)
-        Py_CLEAR(res);
+    if (r < 0)                              /* not recorded; the message is the caller's anyway */
+        PyErr_WriteUnraisable(t->kind);
     return res;
 }
 
