@@ -87,7 +87,9 @@ def main(argv=None):
     parser.add_argument("--cpu", type=int, help="run the ping-pong on this CPU only")
     args = parser.parse_args(argv)
     n_events, n_msgs, reps = (20_000, 2_000, 2) if args.quick else (200_000, 10_000, 3)
-    pairs = args.reps or reps
+    pairs = reps if args.reps is None else args.reps
+    if pairs < 1:
+        parser.error(f"--reps must be at least 1 (got {pairs}): the ratio needs a pair")
     ctx = mp.get_context(args.start_method)
 
     guard = best(lambda: guard_cost(n_events), reps)

@@ -128,7 +128,7 @@ def test_a_header_caught_half_written_is_read_at_the_next_poll(tmp_path):
     # A header with the magic but nothing else (a writer that stored the magic first, caught
     # mid-way; ours stores it last). A live read waits; the final read says what it skipped.
     _write_log(tmp_path, 1)
-    (tmp_path / "half.mpvlog").write_bytes(recorder.MAGIC + bytes(recorder.HEADER_SIZE - 8))
+    (tmp_path / "half.mpvlog").write_bytes(recorder.MAGIC + bytes(recorder.HEADER_SIZE - len(recorder.MAGIC)))
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         trace = mt.trace.Trace(tmp_path)

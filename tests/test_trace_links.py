@@ -13,7 +13,7 @@ import pytest
 import mpviz.multiprocessing as mp
 import mpviz.trace as mt
 from mpviz.trace import messages
-from mpviz.trace.events import Event
+from mpviz.trace.events import Event, order
 
 import trace_workers as tw
 from proc_helpers import finish, start
@@ -41,7 +41,7 @@ def test_every_put_links_to_the_get_that_read_it(start_method, library):
     with mt.record() as trace:
         q, done = ctx.Queue(), ctx.Queue()
         producers = [start(ctx, tw.produce, q, tag, SIZES) for tag in "ab"]
-        consumers = [start(ctx, tw.consume, q, done, len(SIZES)) for _ in range(2)]
+        consumers = [start(ctx, tw.consume, q, done) for _ in range(2)]
         finish(*producers)
         for _ in consumers:
             q.put(None)                                       # one end marker each
@@ -114,6 +114,8 @@ def test_a_get_just_before_recording_ends_still_links():
             q = ctx.Queue()
             q.put(i)
             assert q.get(timeout=10) == i
+            q.close()
+            q.join_thread()
         [flow] = trace.flows()
         assert flow.get is not None, f"round {i}: the read found no write"
 
@@ -136,17 +138,18 @@ def test_a_forked_child_records_its_reads_of_a_queue_its_parent_read(library):
     assert {f.get.pid for f in flows} == {os.getpid(), p.pid}
 
 
-def _pipe_history(rng, queues=3, n=60):
+def _pipe_history(rng, queues=3, n=60, min_step=1):
     """Events of writes and reads of a few pipes, per process log, as a Trace would read them:
     some reads of bytes written before recording (no write event), some writes never read.
     Each read also carries the truth, for the test: ``true_msg``, the write it really read
     (None: an unrecorded one), and ``clean``, True while no unrecorded write has gone before it
-    in its pipe (from there on, identical bytes may be paired wrongly: see link_by_order)."""
+    in its pipe (from there on, identical bytes may be paired wrongly: see messages.py's module
+    docstring)."""
     logs, ts = {pid: [] for pid in (1, 2, 3, 4)}, 0
     for q in range(queues):
         fifo, clean = [], True
         for i in range(n):
-            ts += rng.randint(1, 5)
+            ts += rng.randint(min_step, 5)
             nbytes, sig = rng.choice([8, 8, 40]), rng.randrange(3)
             if rng.random() < 0.55:
                 if rng.random() < 0.1:                 # written, not recorded
@@ -172,28 +175,48 @@ def _copy(events):
     return [Event(*e[:4], dict(e[4])) for e in events]
 
 
-@pytest.mark.parametrize("seed", range(20))
-def test_links_kept_up_to_date_equal_links_made_at_once(seed):
-    # Trace.refresh feeds each poll's events to an OrderLinks: what a poll reads of each log is
-    # a prefix of what is left of it, so events arrive late and out of order across logs.
-    rng = random.Random(seed)
-    logs = _pipe_history(rng)
+def _link_as_polled(rng, logs, keep_log_order=False):
+    """Feed `logs` to an OrderLinks poll by poll, as Trace.refresh does, and check after each
+    poll that it links as link_by_order does on all events so far; the events, linked.
+
+    What a poll reads of each log is a prefix of what is left of it, so events arrive late and
+    out of order across logs. Each poll's events come shuffled (``add`` takes any order), or
+    with `keep_log_order` each log's own in its order, as a reader reads a file: the order that
+    breaks ties of time."""
     links, seen = messages.OrderLinks(), []
     while any(logs.values()):
-        new = []
+        parts = []
         for pid, log in logs.items():
             take = rng.randint(0, len(log))
-            new += _copy(log[:take])
+            parts.append(_copy(log[:take]))
             del log[:take]
-        rng.shuffle(new)
+        rng.shuffle(parts)
+        new = [e for part in parts for e in part]
+        if not keep_log_order:
+            rng.shuffle(new)
         links.add(new)
         seen += new
-        at_once = _copy(sorted(seen, key=lambda e: (e.ts_ns, e.pid)))
+        at_once = _copy(sorted(seen, key=order))
         messages.link_by_order(at_once)
-        kept = sorted(seen, key=lambda e: (e.ts_ns, e.pid))
+        kept = sorted(seen, key=order)
         assert [e.args.get("msg") for e in kept] == [e.args.get("msg") for e in at_once]
+    return seen
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_links_kept_up_to_date_equal_links_made_at_once(seed):
+    rng = random.Random(seed)
+    seen = _link_as_polled(rng, _pipe_history(rng))
     assert any(e.kind == "queue.get" and e.args["msg"] for e in seen)      # something linked
     assert any(e.kind == "queue.get" and not e.args["msg"] for e in seen)  # something not
     # ... and right: every read with no unrecorded write before it got the write it read
     clean = [e for e in seen if e.kind == "queue.get" and e.args["clean"]]
     assert clean and all(e.args["msg"] == e.args["true_msg"] for e in clean)
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_links_kept_up_to_date_equal_links_made_at_once_when_times_tie(seed):
+    # Events of several processes (or one) at the same nanosecond: kept and at-once links still
+    # agree. (Which of two reads at one time came first no clock can say, so no truth here.)
+    rng = random.Random(seed)
+    _link_as_polled(rng, _pipe_history(rng, min_step=0), keep_log_order=True)

@@ -77,7 +77,7 @@ def produce(q, tag, sizes):
         q.put((tag, i, b"m" * n))
 
 
-def consume(q, done, n):
+def consume(q, done):
     """Get until the end marker (two consumers share the work), marking each get; report how
     many (test_trace_links)."""
     count = 0

@@ -17,6 +17,8 @@ What can be wrong with a log, and what we do (never crash, always say what was s
     no logs in it                       an empty result and a warning
     header: wrong magic or too short    that file is skipped, with a warning
     header: a newer format version      that file is skipped, with a warning naming the versions
+    header: magic but no chunk size     read again at the next poll (a writer mid-way); at the
+      or pid (not yet complete)         final read that file is skipped, with a warning
     a torn record (length too large,    the reader stops in that file; if the writer is dead
       wrong checksum, does not decode)  (final read) the rest is skipped with a warning
 
@@ -84,7 +86,7 @@ class LogReader:
             self.problems.append(text)
             warnings.warn(TraceFormatWarning(text), stacklevel=4)
 
-    def _read_header(self, st, fd, final=False):
+    def _read_header(self, st, fd, final):
         raw = os.pread(fd, HEADER.size, 0)
         if len(raw) < HEADER.size:
             if len(raw) == 0:
@@ -101,7 +103,7 @@ class LogReader:
             return False
         if chunk == 0 or hsize < HEADER.size or pid == 0:
             # The magic but not the rest. Our writer stores the magic last, so this is a header
-            # from a writer that stored it first (mpviz before format 2's fix) caught mid-way,
+            # from a writer that stored it first (older mpviz, same format) caught mid-way,
             # or a damaged one: read it again at the next poll; at the last, skip it.
             if final:
                 st.bad = True

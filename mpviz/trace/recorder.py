@@ -22,7 +22,8 @@ SIGKILL, even by ``os._exit`` -- everything it had copied is already "in the fil
 File layout (format version 2)::
 
     offset 0     header, 64 bytes: b"MPVZLOG\\0", u16 version, u16 header size, u32 chunk size,
-                 u32 pid, u32 parent pid, u64 monotonic_ns at open, (zero padding)
+                 u32 pid, u32 parent pid, u64 monotonic_ns at open, (zero padding); the magic
+                 is written last, as a record's length word is
     offset 64    record, record, record, ...                  (all numbers little endian)
 
     record       u32 n | u32 check | u64 ts_ns | u64 tid | u8 k | kind | args
@@ -125,8 +126,8 @@ class Writer:
 
     `on_full()` is called when a record does not fit: it maps the next chunk, hands it over with
     ``use(mm, 0)`` and returns True (False: the log is closed, the event is dropped).
-    `on_error(kind, exc)` is told about any failure; ``emit`` raises only what it raises (the
-    recorder's logs say so and stop recording; a SideLog raises).
+    `on_error(kind, exc)` is told about any failure; ``emit`` raises only what `on_error`
+    raises (the recorder's logs say so and stop recording; a SideLog raises).
     """
 
     def __init__(self, on_full, on_error, max_record):
