@@ -39,11 +39,19 @@ unwraps on arrival. Bytes written directly are the plain pickle of the object.
 cost: ``ForkingPickler.dumps`` copies the whole ``copyreg`` dispatch table into every new
 pickler (~6 µs of a ~20 µs put, measured with cProfile in issue #8); a class-level
 ``ChainMap`` over the same two tables sees the same reducers, including ones registered later.
+
+**Reading.** ``get`` is the stdlib's, unchanged: the read lock, one read, a slot given back,
+unpickling after the lock is released. Only the read itself differs: the stdlib reads through
+``Connection.recv_bytes`` (a length, then the bytes, each into an ``io.BytesIO`` in a Python
+loop: a few µs a message, a good part of a tensor handle's trip); ours is two plain ``os.read``
+calls of the same framing (``_read_message``), put in as the queue's ``_recv_bytes``. The
+recorder wraps whichever read a queue has, so recording needs nothing special here.
 """
 import array
 import collections
 import copyreg
 import fcntl
+import functools
 import io
 import multiprocessing.queues
 import os
@@ -52,7 +60,7 @@ import struct
 import termios
 import time
 from multiprocessing.reduction import ForkingPickler
-from queue import Empty, Full
+from queue import Full
 
 from ..trace import messages, recorder
 
@@ -97,6 +105,9 @@ class Queue(multiprocessing.queues.Queue):
         self._pending = 0            # messages in our buffer or being written by our feeder
         self._pipe_size = None       # the pipe's capacity, asked once
         self._queued = array.array("i", [0])
+        # The stdlib's get reads through this (under its read lock): our plain os.read framing
+        # instead of Connection.recv_bytes (see the module text). The recorder wraps it too.
+        self._recv_bytes = functools.partial(_read_message, self._reader.fileno())
 
     def _start_thread(self):
         # Count each message off when the feeder has written it (or failed to): until then a
@@ -179,39 +190,6 @@ class Queue(multiprocessing.queues.Queue):
         fcntl.ioctl(fd, termios.FIONREAD, self._queued, True)
         return self._queued[0] + nbytes + _SLACK <= self._pipe_size
 
-    def get(self, block=True, timeout=None):
-        """The stdlib's ``get``, reading the message with two plain ``os.read`` calls.
-
-        The stdlib reads through ``Connection.recv_bytes``: a length, then the bytes, each into
-        an ``io.BytesIO`` in a Python loop — a few µs a message, a good part of a tensor
-        handle's trip. The steps are the same: the read lock, the read, a slot given back, and
-        unpickling after the lock is released. While recording, the stdlib's ``get`` runs, with
-        the recorder's hook on it (see mpviz.trace.messages)."""
-        if recorder.ENABLED:
-            return super().get(block, timeout)
-        if self._closed:
-            raise ValueError(f"Queue {self!r} is closed")
-        if block and timeout is None:
-            with self._rlock:
-                data = _read_message(self._reader.fileno())
-            self._sem.release()
-        else:
-            if block:
-                deadline = time.monotonic() + timeout
-            if not self._rlock.acquire(block, timeout):
-                raise Empty
-            try:
-                if block:
-                    if not self._poll(deadline - time.monotonic()):
-                        raise Empty
-                elif not self._poll():
-                    raise Empty
-                data = _read_message(self._reader.fileno())
-                self._sem.release()
-            finally:
-                self._rlock.release()
-        return ForkingPickler.loads(data)  # after the lock is released, as in the stdlib
-
 
 # -- a message on the pipe, as multiprocessing.connection frames it -------------------------------
 #
@@ -222,8 +200,9 @@ _LONG_LENGTH = struct.Struct("!Q")
 
 
 def _write_message(fd, data):
-    """Write one framed message to the pipe `fd`: what ``Connection.send_bytes(data)`` writes, in
-    one ``os.write`` (the caller checked that the pipe has room, so it cannot block)."""
+    """Write one framed message to the pipe `fd`: what ``Connection.send_bytes(data)`` writes.
+    The caller checked that the pipe has room, so it cannot block, and one ``os.write`` writes
+    it all (the loop is for the short write a pipe with room does not make)."""
     view = _LENGTH.pack(len(data)) + data
     while view:
         view = view[os.write(fd, view):]
