@@ -45,7 +45,7 @@ class Storage:
         self.device = _device
         self.version = 0          # bumped whenever the buffer is swapped; tensors re-derive views
         self._received = False    # True for storages rebuilt from another process's handle
-        self._sent_from = None    # (pid, strategy) of the process this came from, if received
+        self._sent_from = None    # the pid of the process this came from, if received
 
     # -- what the bytes are, and where ----------------------------------------------------------
 

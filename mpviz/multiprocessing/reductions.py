@@ -43,7 +43,6 @@ actually drops it (the receiver sees ``grad is None``); CUDA tensors go to :mod:
 import os
 from multiprocessing.reduction import ForkingPickler
 
-from .. import sharing
 from ..sharing import allocator, cache, fd_passing, file_descriptor, file_system, shm_manager
 from ..storage import Storage
 from ..tensor import Tensor
@@ -92,22 +91,22 @@ def reduce_storage(storage):
     """Share `storage` (in place) if it is private, then pickle a handle to it."""
     if storage.device != "cpu":
         raise RuntimeError("Cannot pickle CUDA storage; try pickling a CUDA tensor instead")
-    segment = storage._segment
-    if segment is None:  # private: move the bytes into shared memory first, in place
-        segment = storage.share_memory_(sharing.get_sharing_strategy())._segment
+    segment = storage.share_memory_()._segment  # a private one moves into shared memory, in place
     cache.put(segment.key, storage)  # so that it comes back to us as itself
     # Count the handle in flight (an atomic add on the segment's header), so the segment is not
     # reused, nor its name unlinked, before the receiver has it.
     segment.incref()
     if segment.strategy == file_descriptor.STRATEGY:
-        address, token = fd_passing.offer(segment, storage)
+        address, token = fd_passing.offer(storage)
         if recorder.ENABLED:
             recorder.emit("fd.send", name=segment.name, token=token, nbytes=segment.nbytes)
         return (rebuild, ("storage_fd", address, os.getpid(), segment.key, token, segment.nbytes,
                           segment.name))
     # file_system: the count above also makes the name outlive us if we let go first.
     shm_manager.client().sent(segment.name)
-    if not segment.created:  # received: kept a moment longer, in case it comes straight back
+    if not segment.created and not allocator.enabled():
+        # Received: kept a moment longer, in case it comes straight back. (With the cache on, the
+        # mapping it keeps does that, and counts us out so that the sender can reuse the memory.)
         file_system.keep_after_send(storage)
     return (rebuild, ("storage_filename", segment.name, segment.nbytes, os.getpid()))
 
@@ -128,7 +127,7 @@ def rebuild_storage_fd(address, sender_pid, key, token, nbytes, name):
             recorder.emit("fd.recv", name=name, token=token, peer=sender_pid, nbytes=nbytes)
         segment = file_descriptor.from_received_fd(fd, nbytes, name)
     storage = Storage(_segment=segment)
-    storage._sent_from = sender_pid
+    storage._received, storage._sent_from = True, sender_pid
     cache.put(key, storage)
     return storage
 
@@ -143,7 +142,7 @@ def rebuild_storage_filename(name, nbytes, sender_pid):
     # a mapping we kept (shared-memory cache on), or a new one; both tell the manager
     segment = allocator.take_received(key) or file_system.attach(name, nbytes, received=True)
     storage = Storage(_segment=segment)
-    storage._sent_from = sender_pid
+    storage._received, storage._sent_from = True, sender_pid
     cache.put(key, storage)
     return storage
 

@@ -1,6 +1,7 @@
 /* atomic.c -- one atomic add on a shared count, as a Python function that costs ~50 ns.
 
-file_descriptor.py's ``atomic_add`` is the reference: read it first. Both strategies keep a
+file_descriptor.py's ``choose_atomic_add`` has the reference (the ctypes add) and says which
+add a process uses: read it first. Both strategies keep a
 count in the first 8 bytes of every shared segment (how many processes map it, plus the handles
 on their way), and every handle that travels changes it twice: +1 when it is pickled, -1 when it
 arrives where the segment is mapped already. Those adds must be atomic *across processes*: two

@@ -7,8 +7,8 @@ the segment open and, when the receiver asks, passes the descriptor over a socke
 
     sender (pid 100)                                   receiver (pid 200)
     ----------------                                   ------------------
-    pickle: token = offer(segment)  --- handle --->    unpickle: fetch(address, token)
-            (keeps segment alive)    (via a Queue)        connect once, then reuse:
+    pickle: token = offer(storage)  --- handle --->    unpickle: fetch(address, token)
+            (keeps it alive)         (via a Queue)        connect once, then reuse:
     server thread:                  <--- b"G"+token --    ask for the token
         pops the offer, sends fd    ---- fd (SCM_RIGHTS) ->  mmap(fd)
 
@@ -80,18 +80,19 @@ os.register_at_fork(after_in_child=_reset_after_fork)
 
 # -- sender side ------------------------------------------------------------------------------
 
-def offer(segment, storage=None):
-    """Keep `segment` alive until a receiver fetches it; return ``(address, token)`` for the handle.
+def offer(storage):
+    """Keep shared `storage` (and so its segment) alive until a receiver fetches its descriptor,
+    or says it needs none; return ``(address, token)`` for the handle.
 
-    `storage`, the Storage object that views the segment, is kept alive with it: if the same
-    memory comes straight back (a consumer returning what it got), the receive cache finds that
-    very object, and nothing is built again."""
+    Keeping the Storage object, not only its segment, means that if the same memory comes
+    straight back (a consumer returning what it got), the receive cache finds that very object,
+    and nothing is built again."""
     st = _state
     with st.lock:
         if st.listener is None:
             _start_server(st)
         token = next(st.tokens)
-        st.offers[token] = (segment, storage)
+        st.offers[token] = storage
     return st.address, token
 
 
@@ -135,7 +136,7 @@ def _serve(st, conn):
                 if offered is None:
                     conn.sendall(_MISSING)
                 else:
-                    socket.send_fds(conn, [_FOUND], [offered[0].fd])
+                    socket.send_fds(conn, [_FOUND], [offered._segment.fd])
             # Let go now, not at the next request: a segment kept alive here would still count
             # this process as a holder (see file_descriptor's header count).
             offered = None

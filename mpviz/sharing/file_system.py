@@ -318,8 +318,11 @@ os.register_at_fork(after_in_child=_count_inherited_after_fork)
 # the caching allocator may reuse them at once (see mpviz.sharing.allocator).
 #
 # The counts stay true, because the segment really stays mapped: this process still counts as a
-# holder until it lets go, a few ms later. (file_descriptor does the same: the fd server keeps
-# what it offered until the receiver's release arrives, up to fd_passing.RELEASE_DELAY.)
+# holder until it lets go, a few ms later. That is also why nothing lingers while the cache
+# for fresh tensors is on: it keeps received mappings itself, with us counted out, so the sender
+# can reuse its segment for its next tensor. (file_descriptor does the like: the fd server keeps
+# what it offered until the receiver fetches it, or until its release arrives, which a receiver
+# sends up to fd_passing.RELEASE_DELAY after it unpickled.)
 
 LINGER_SECONDS = 0.005
 
@@ -377,7 +380,7 @@ def lingering():
     """How many storages this process keeps now because it just sent them (as
     ``fd_passing.pending_offers()`` says for file_descriptor)."""
     linger = _linger
-    return len(linger.young) + len(linger.old)
+    return len(linger.young.keys() | linger.old.keys())   # one sent again is in both
 
 
 def _forget_linger_after_fork():
