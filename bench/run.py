@@ -374,8 +374,10 @@ def compile_bytecode():
     would never cache it, and every spawned child would compile mpviz again (~80 ms of a
     start-up here). Python still *reads* bytecode it finds, whatever that variable says."""
     import compileall
-    ok = all(compileall.compile_dir(os.path.join(ROOT, d), quiet=1) for d in ("mpviz", "bench"))
-    return "mpviz and bench compiled to bytecode first (compileall)" if ok else "compileall failed"
+    failed = [d for d in ("mpviz", "bench") if not compileall.compile_dir(os.path.join(ROOT, d), quiet=1)]
+    if failed:
+        return f"compileall failed for {' and '.join(failed)}: spawned children compile from source"
+    return "mpviz and bench compiled to bytecode first (compileall)"
 
 
 def main(argv=None):

@@ -2,6 +2,7 @@
 import os
 import threading
 import time
+import weakref
 
 import mpviz
 import mpviz.multiprocessing as mp
@@ -99,11 +100,9 @@ def echo_twice_and_compare(inbox, outbox, strategy):
     mp.set_sharing_strategy(strategy)
     file_system.LINGER_SECONDS = 0.5          # so a slow machine's pause cannot end the linger
     x = inbox.get()
-    storage_id, key = id(x.untyped_storage()), x.untyped_storage()._segment.key
+    first, key = weakref.ref(x.untyped_storage()), x.untyped_storage()._segment.key
     outbox.put(x)
     del x
-    kept = cache.get(key)
-    still_here = kept is not None and id(kept) == storage_id
-    del kept
+    still_here = cache.get(key) is not None and cache.get(key) is first()
     y = inbox.get()
-    outbox.put((still_here, id(y.untyped_storage()) == storage_id))
+    outbox.put((still_here, y.untyped_storage() is first()))

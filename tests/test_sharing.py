@@ -275,9 +275,9 @@ def test_segment_removed_under_a_handle():
     try:
         t = mpviz.zeros(10)
         handle = bytes(ForkingPickler.dumps(t))
-        name = t.untyped_storage().segment_name
+        name, key = t.untyped_storage().segment_name, t.untyped_storage()._segment.key
         del t
-        cache._entries.clear()                  # as in a process that never mapped it
+        assert cache.get(key) is None           # as in a process that never mapped it
         os.unlink("/dev/shm" + name)            # someone "cleans" /dev/shm
         with pytest.raises(SegmentGoneError, match="no longer exists"):
             ForkingPickler.loads(handle)
