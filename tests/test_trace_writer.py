@@ -52,6 +52,21 @@ def test_both_writers_encode_the_same_bytes(args):
     assert c.encode(ts, tid, "some.kind", args) == recorder.encode(ts, tid, "some.kind", args)
 
 
+@pytest.mark.parametrize("fill", [0x00, 0xFF, None], ids=["zeros", "ones", "random"])
+def test_the_c_checksum_is_zlibs_at_every_length(fill):
+    # writer.c adds 16 bytes at a time (SSE2) and the rest one by one, and reduces mod 65521
+    # every 5552 bytes: every remainder, both sides of 5552, and bytes that make the sums largest.
+    import random
+    c = native.load()
+    if c is None:
+        pytest.skip(f"no C Writer here: {native.problem}")
+    rng = random.Random(4)
+    for n in list(range(0, 100)) + [5551, 5552, 5553, 5552 * 2 + 17, 70_000]:
+        blob = bytes(rng.randrange(256) for _ in range(n)) if fill is None else bytes([fill]) * n
+        args = {"b": blob}
+        assert c.encode(1, 2, "k", args) == recorder.encode(1, 2, "k", args), n
+
+
 def test_events_round_trip_exactly(writer, tmp_path):
     with mt.record(tmp_path / "t") as trace:
         assert recorder.writer_name() == writer
@@ -189,8 +204,14 @@ def test_queue_hooks_record_each_message_once_with_either_writer(writer, tmp_pat
         answers = [back.get(timeout=10) for _ in range(3)]
         finish(p)
         hook = type(back._recv_bytes).__name__
+        put, get = type(q).__dict__["put"], type(q).__dict__["get"]
+        pickler = multiprocessing.queues._ForkingPickler
     assert answers == [(b"x" * 10 ** (i + 1), i) for i in range(3)]
     assert hook == ("Tap" if writer == "C" else "function")
+    # put, get and the feeder's pickler: writer.c's Hook and Pickler with the C Writer
+    kinds = {type(put).__name__, type(get).__name__, type(pickler).__name__}
+    assert kinds == ({"Hook", "Pickler"} if writer == "C" else {"function", "type"})
+    assert multiprocessing.queues.Queue.put is put.__wrapped__ if writer == "C" else True
     flows = trace.flows()
     assert len(flows) == 6 and all(f.get is not None for f in flows)
     for kind, keys in [("queue.feed", {"queue", "msg", "nbytes", "sig"}),

@@ -188,6 +188,7 @@ def install(threading_locks=False):
     """Patch the stdlib for recording (idempotent). Stops a fork server that lacks the hooks."""
     fresh = "start" not in _orig
     _patch(PATCHES + messages.PATCHES + locks.PATCHES)
+    messages.install_native()                # the per-message hooks in C, where they can be
     if threading_locks:
         _patch(locks.THREADING_PATCHES)
     if fresh and not _booted:

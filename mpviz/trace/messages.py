@@ -23,11 +23,13 @@ as its bytes differ from the next recorded write's: identical messages (a run of
 sentinels, say) cannot be told apart, and such a read takes the next write's id. Nothing is
 added to the bytes that travel: recording costs three small events per message and no
 pickling (issue #4 asks a 10k-message ping-pong to stay within 1.1x of its unrecorded time;
-bench/bench_recorder.py measures it, bench/RESULTS.md says how close it is). The two hooks
-that run for every message, the feeder's write and the reader's read, are written twice: as
-Python closures below (the reference, used with the Python Writer) and as ``Tap`` in
-writer.c, which the C Writer comes with -- a Python call per message is a large part of what
-recording a small message costs.
+bench/bench_recorder.py measures it, bench/RESULTS.md says how close it is). The hooks that
+run for every message are written twice: in Python below (the reference, used with the Python
+Writer) and in writer.c, which the C Writer comes with (``install_native``): put (``Hook``),
+the feeder's pickler (``Pickler``), its write and the reader's read (``Tap``), get (``Hook``).
+A Python call per message was most of what recording a small message cost: measured with
+valgrind in a 1,000-message ping-pong, each process ran ~24,000 more instructions per round
+trip while recording with the Python hooks, ~9,700 with the C ones (~61,600 unrecorded).
 
 mpviz's own ``Queue`` pickles in ``put`` and often writes the bytes itself (see
 :mod:`mpviz.multiprocessing.queues`): then one ``queue.put`` carries ``nbytes`` and ``sig``,
@@ -142,6 +144,10 @@ def _identity(obj):
     return obj
 
 
+_TAG_TYPES = {_Tag}          # and writer.c's Tag, once the C hooks are used (install_native)
+_take_c_msg = None           # then: writer.c's take_feeding_msg (see _fed)
+
+
 class _TagPickler(ForkingPickler):
     """Installed as the feeder's pickler (``multiprocessing.queues._ForkingPickler``) while
     recording: a tagged object is pickled alone, and its id waits for the write."""
@@ -149,7 +155,7 @@ class _TagPickler(ForkingPickler):
     @classmethod
     def dumps(cls, obj, protocol=None):
         msg = None
-        if type(obj) is _Tag:
+        if type(obj) in _TAG_TYPES:
             obj, msg = obj.obj, obj.msg
         data = ForkingPickler.dumps(obj, protocol)
         _feeding.msg = msg                      # (once pickled: a failed dump writes nothing)
@@ -157,7 +163,9 @@ class _TagPickler(ForkingPickler):
 
 
 def _queue_id(q):
-    qid = q.__dict__.get("_mpviz_qid")
+    # (getattr, not q.__dict__: reading an instance's __dict__ makes Python 3.11+ build it, and
+    # from then on every attribute of that queue is read the slow way, in the stdlib's code too)
+    qid = getattr(q, "_mpviz_qid", None)
     if qid is None:
         qid = q._mpviz_qid = semlock_id(q._rlock)
     return qid
@@ -188,7 +196,7 @@ def for_feeder(q, obj, qid, msg):
     write hook reports the write (``queue.feed``); or in an envelope, when that feeder thread
     started before recording and so has no hook (see top). Used by the stdlib's put (hooked
     here) and by mpviz's Queue."""
-    if q._thread is None or q.__dict__.get("_mpviz_hooked_feeder") is q._thread:
+    if q._thread is None or getattr(q, "_mpviz_hooked_feeder", None) is q._thread:
         return _Tag(obj, msg)
     return _Envelope(obj, "queue", qid, msg)
 
@@ -222,6 +230,8 @@ def _fed(send_bytes, qid):
         w = recorder.writer
         if w is not None:
             msg, _feeding.msg = getattr(_feeding, "msg", None), None
+            if msg is None and _take_c_msg is not None:
+                msg = _take_c_msg()             # pickled by writer.c's Pickler instead
             try:
                 w.emit("queue.feed", {"queue": qid, "msg": msg, "nbytes": len(buf), "sig": sig(buf)})
             except Exception as exc:
@@ -273,7 +283,9 @@ def _queue_get(self, block=True, timeout=None):
 def queue_put_direct(q, msg, data, ts):
     """mpviz's Queue wrote `data` itself, under the write lock, starting at `ts` (taken before
     the write: a reader may emit its get before we get here): one event, put and write."""
-    recorder.emit_at(ts, "queue.put", queue=_queue_id(q), msg=msg, nbytes=len(data), sig=sig(data))
+    w = recorder.writer
+    if w is not None:                  # {queue, msg, nbytes, sig}, as the feeder's write has
+        w.queue_event(ts, "queue.put", _queue_id(q), msg, data)
 
 
 def queue_put_buffered(q, msg, data, item):
@@ -418,6 +430,28 @@ def _traced_quick_put(put):
 def _pool_setup_queues(self):
     _orig["Pool._setup_queues"](self)
     self._quick_put = _traced_quick_put(self._quick_put)
+
+
+def install_native():
+    """Where the C Writer records, put writer.c's versions of the per-message hooks in place of
+    the Python ones that ``PATCHES`` installed (their originals are kept in ``_orig`` as ever,
+    and ``hooks.uninstall`` puts those back). Each C hook does what its Python version here does
+    and calls it for the cases it leaves out (see writer.c, "Tag, Pickler, Hook")."""
+    if recorder.writer_class() is recorder.Writer or "Queue.put" not in _orig:
+        return
+    from . import native
+    global _take_c_msg
+    c = native.load()
+    _TAG_TYPES.add(c.Tag)
+    _take_c_msg = c.take_feeding_msg
+    me = sys.modules[__name__]
+    for owner, attr, hook in [
+            (queues, "_ForkingPickler", c.Pickler(ForkingPickler, _feeding, _Tag)),
+            (queues.Queue, "put", c.Hook("put", _orig["Queue.put"], _queue_put, recorder, me)),
+            (queues.JoinableQueue, "put",
+             c.Hook("put", _orig["JoinableQueue.put"], _joinable_put, recorder, me)),
+            (queues.Queue, "get", c.Hook("get", _orig["Queue.get"], _queue_get, recorder, me))]:
+        setattr(owner, attr, hook)
 
 
 PATCHES = [

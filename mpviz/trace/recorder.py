@@ -149,6 +149,11 @@ class Writer:
         """A user's mark: ``emit("mark", {"name": name, **args})`` (the C Writer skips the dict)."""
         self.emit_at(time.monotonic_ns(), "mark", {"name": name, **args})
 
+    def queue_event(self, ts, kind, queue, msg, data):
+        """A Queue message's event: `data` its bytes (messages.sig: the last 32, Adler-32)."""
+        self.emit_at(ts, kind, {"queue": queue, "msg": msg, "nbytes": len(data),
+                                "sig": zlib.adler32(data[-32:])})
+
     def emit_at(self, ts, kind, args):
         try:
             record = encode(ts, _tids.get(get_ident()) or _learn_tid(), kind, args)

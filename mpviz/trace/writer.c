@@ -34,8 +34,10 @@ chunk) is passed to on_error(kind, exception) instead of being raised: a recorde
 the program it observes. (The recorder's own on_error warns and stops recording; a test's SideLog
 raises.) Tap goes further: whatever fails while it records, the message it carries goes through.
 
-The same file has ``Tap``, the two per-message Queue hooks of messages.py (a Queue's pipe read
-and its feeder's write, each with its event) in C: see the section at its definition.
+The same file has the per-message Queue hooks of messages.py in C, so that recording a message
+runs no Python function of ours: ``Tap`` (a Queue's pipe read and its feeder's write, each with
+its event), and ``Tag``, ``Pickler`` and ``Hook`` (put, the feeder's pickling, get). See the
+sections at their definitions; messages.py's Python versions are the reference.
 
 Built and loaded on first use by native.py; when it cannot be built, the Python Writer is used.
 Left out (the Python Writer covers them): platforms other than Linux, big-endian machines, and
@@ -44,6 +46,7 @@ Pythons without a GIL.
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <marshal.h>
+#include <structmember.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <string.h>
@@ -157,12 +160,8 @@ put_marshalled(Buf *b, PyObject *v)          /* anything else: ask marshal itsel
 }
 
 static int
-put_int(Buf *b, PyObject *v)
+put_llong(Buf *b, long long x)               /* a C integer, as marshal writes an int */
 {
-    int overflow;
-    long long x = PyLong_AsLongLongAndOverflow(v, &overflow);
-    if (overflow)
-        return put_marshalled(b, v);             /* beyond 64 bits */
     if (x >= INT32_MIN && x <= INT32_MAX) {      /* 'i' + 4 bytes */
         int32_t x32 = (int32_t)x;
         return put_code(b, 'i', &x32, 4);
@@ -179,6 +178,16 @@ put_int(Buf *b, PyObject *v)
     if (put_code(b, 'l', &signed_count, 4))
         return -1;
     return put_bytes(b, digits, 2 * (size_t)count);
+}
+
+static int
+put_int(Buf *b, PyObject *v)
+{
+    int overflow;
+    long long x = PyLong_AsLongLongAndOverflow(v, &overflow);
+    if (overflow)
+        return put_marshalled(b, v);             /* beyond 64 bits */
+    return put_llong(b, x);
 }
 
 /* The UTF-8 bytes of a str; NULL (no error set) if it has none (a lone surrogate). */
@@ -254,20 +263,56 @@ put_args(Buf *b, PyObject *name, PyObject *args)
 
 /* --- the checksum: Adler-32, as zlib.adler32 computes it ------------------------------------ */
 
+#if defined(__SSE2__)
+#include <emmintrin.h>
+
+static inline uint32_t
+sum_lanes(__m128i v)                        /* the four 32-bit lanes added up */
+{
+    v = _mm_add_epi32(v, _mm_shuffle_epi32(v, _MM_SHUFFLE(1, 0, 3, 2)));
+    v = _mm_add_epi32(v, _mm_shuffle_epi32(v, _MM_SHUFFLE(2, 3, 0, 1)));
+    return (uint32_t)_mm_cvtsi128_si32(v);
+}
+#endif
+
 static uint32_t
 adler32(const unsigned char *p, size_t n)
 {
     /* a = 1 + the sum of the bytes, s = the sum of the a's after each byte, both mod 65521.
-       Four bytes at a time: s grows by 4a + 4p0 + 3p1 + 2p2 + p3, which the CPU can add up
-       without waiting for each a in turn. */
+       16 bytes at a time (SSE2): a block adds its byte sum to a, and to s it adds 16 times the
+       a it started with plus its bytes weighted 16, 15, ..., 1. The rest one byte at a time. */
     uint32_t a = 1, s = 0;
     while (n > 0) {
         size_t block = n < 5552 ? n : 5552;  /* the most bytes before s can overflow 32 bits */
         n -= block;
+#if defined(__SSE2__)
+        size_t blocks = block / 16;
+        if (blocks > 0) {
+            const __m128i zero = _mm_setzero_si128();
+            const __m128i first8 = _mm_setr_epi16(16, 15, 14, 13, 12, 11, 10, 9);
+            const __m128i last8 = _mm_setr_epi16(8, 7, 6, 5, 4, 3, 2, 1);
+            __m128i sums = zero, starts = zero, weighted = zero;
+            for (size_t i = 0; i < blocks; i++, p += 16) {
+                __m128i v = _mm_loadu_si128((const __m128i *)p);
+                starts = _mm_add_epi32(starts, sums);          /* the byte sum before it */
+                sums = _mm_add_epi32(sums, _mm_sad_epu8(v, zero));
+                weighted = _mm_add_epi32(weighted,
+                                         _mm_madd_epi16(_mm_unpacklo_epi8(v, zero), first8));
+                weighted = _mm_add_epi32(weighted,
+                                         _mm_madd_epi16(_mm_unpackhi_epi8(v, zero), last8));
+            }
+            uint64_t s64 = s + (uint64_t)blocks * 16 * a + 16 * (uint64_t)sum_lanes(starts)
+                           + sum_lanes(weighted);
+            a = (uint32_t)((a + (uint64_t)sum_lanes(sums)) % 65521);
+            s = (uint32_t)(s64 % 65521);
+            block -= blocks * 16;
+        }
+#else
         for (; block >= 4; block -= 4, p += 4) {
             s += 4 * a + 4 * p[0] + 3 * p[1] + 2 * p[2] + p[3];
             a += p[0] + p[1] + p[2] + p[3];
         }
+#endif
         for (; block > 0; block--) {
             a += *p++;
             s += a;
@@ -278,9 +323,11 @@ adler32(const unsigned char *p, size_t n)
     return (s << 16) | a;
 }
 
-/* One event, encoded: record header (length, checksum) + body. */
+/* One event, encoded: record header (length, checksum) + body. In three steps, so that the
+   Queue hooks below can write their few known args without building a dict:
+   begin_record (header and kind), the args, end_record (length and checksum). */
 static int
-encode(Buf *b, uint64_t ts, uint64_t tid, PyObject *kind, PyObject *name, PyObject *args)
+begin_record(Buf *b, uint64_t ts, uint64_t tid, PyObject *kind)
 {
     Py_ssize_t k;
     const char *kind_utf8;
@@ -306,8 +353,12 @@ encode(Buf *b, uint64_t ts, uint64_t tid, PyObject *kind, PyObject *name, PyObje
     memcpy(at + RECORD_HEADER + 8, &tid, 8);
     at[RECORD_HEADER + 16] = (char)k;
     memcpy(at + RECORD_HEADER + BODY_HEADER, kind_utf8, (size_t)k);
-    if (put_args(b, name, args))
-        return -1;
+    return 0;
+}
+
+static int
+end_record(Buf *b)
+{
     size_t n = b->len - RECORD_HEADER;
     if (n > UINT32_MAX - 1) {
         PyErr_SetString(PyExc_ValueError, "event larger than 4 GiB");
@@ -317,6 +368,14 @@ encode(Buf *b, uint64_t ts, uint64_t tid, PyObject *kind, PyObject *name, PyObje
     memcpy(b->p, &length, 4);
     memcpy(b->p + 4, &check, 4);
     return 0;
+}
+
+static int
+encode(Buf *b, uint64_t ts, uint64_t tid, PyObject *kind, PyObject *name, PyObject *args)
+{
+    if (begin_record(b, ts, tid, kind) || put_args(b, name, args))
+        return -1;
+    return end_record(b);
 }
 
 /* --- the Writer ---------------------------------------------------------------------------- */
@@ -408,6 +467,63 @@ write_event(Writer *w, uint64_t ts, PyObject *kind, PyObject *name, PyObject *ar
     Py_RETURN_NONE;
 }
 
+/* A Queue event: {"queue": queue, ["msg": msg,] ["nbytes": n, "sig": sig]} -- the dict
+   messages.py builds, written straight into the record (a dict costs more than the rest of the
+   event). With `data`: its size and sig, the Adler-32 of its last 32 bytes (messages.sig). */
+static PyObject *QUEUE, *MSG, *NBYTES, *SIG, *WRITER, *EMIT_AT;   /* interned strs */
+
+/* obj.name (a new reference), read straight from `names` (obj's __dict__) where it has one:
+   the hooks read recorder.writer once per message, and a module's getattr costs more. */
+static PyObject *
+attr(PyObject *obj, PyObject *names, PyObject *name)
+{
+    if (names == NULL)
+        return PyObject_GetAttr(obj, name);
+    PyObject *v = PyDict_GetItemWithError(names, name);
+    if (v != NULL)
+        return Py_NewRef(v);
+    if (!PyErr_Occurred())
+        PyErr_Format(PyExc_AttributeError, "%R has no attribute %R", obj, name);
+    return NULL;
+}
+
+/* The __dict__ of a module (a new reference); NULL, with no error, for anything else. */
+static PyObject *
+module_names(PyObject *obj)
+{
+    return PyModule_Check(obj) ? Py_NewRef(PyModule_GetDict(obj)) : NULL;
+}
+
+static PyObject *
+write_queue_event(Writer *w, uint64_t ts, PyObject *kind, PyObject *queue, PyObject *msg,
+                  const Py_buffer *data)
+{
+    Buf b;
+    buf_init(&b);
+    /* the keys as put_str writes them: 'u', a u32 length, the characters (and '{' first) */
+    static const char open_queue[] = "{u\5\0\0\0queue", key_msg[] = "u\3\0\0\0msg";
+    static const char key_nbytes[] = "u\6\0\0\0nbytes", key_sig[] = "u\3\0\0\0sig";
+    int r = begin_record(&b, ts, thread_id(), kind);
+    if (r == 0)
+        r = put_bytes(&b, open_queue, sizeof open_queue - 1) || put_value(&b, queue);
+    if (r == 0 && msg != NULL)
+        r = put_bytes(&b, key_msg, sizeof key_msg - 1) || put_value(&b, msg);
+    if (r == 0 && data != NULL) {
+        Py_ssize_t n = data->len, k = n < 32 ? n : 32;
+        uint32_t sig = adler32((const unsigned char *)data->buf + (n - k), (size_t)k);
+        r = put_bytes(&b, key_nbytes, sizeof key_nbytes - 1) || put_llong(&b, (long long)n)
+            || put_bytes(&b, key_sig, sizeof key_sig - 1) || put_llong(&b, (long long)sig);
+    }
+    if (r == 0)
+        r = put_char(&b, '0') || end_record(&b);
+    if (r == 0)
+        r = append(w, &b);
+    buf_free(&b);
+    if (r < 0)
+        return report_error(w, kind);
+    Py_RETURN_NONE;
+}
+
 static uint64_t
 now_ns(void)
 {
@@ -447,6 +563,25 @@ Writer_emit_at(Writer *w, PyObject *const *argv, Py_ssize_t argc)
     if (ts == (uint64_t)-1 && PyErr_Occurred())
         return report_error(w, argv[1]);
     return write_event(w, ts, argv[1], NULL, argv[2]);
+}
+
+static PyObject *write_queue_event(Writer *, uint64_t, PyObject *, PyObject *, PyObject *,
+                                   const Py_buffer *);
+
+static PyObject *
+Writer_queue_event(Writer *w, PyObject *const *argv, Py_ssize_t argc)
+{
+    if (check_args(w, argc, 5, "queue_event(ts_ns, kind, queue, msg, data)"))
+        return NULL;
+    uint64_t ts = PyLong_AsUnsignedLongLong(argv[0]);
+    if (ts == (uint64_t)-1 && PyErr_Occurred())
+        return report_error(w, argv[1]);
+    Py_buffer data;
+    if (PyObject_GetBuffer(argv[4], &data, PyBUF_SIMPLE) < 0)
+        return report_error(w, argv[1]);
+    PyObject *res = write_queue_event(w, ts, argv[1], argv[2], argv[3], &data);
+    PyBuffer_Release(&data);
+    return res;
 }
 
 static PyObject *
@@ -555,6 +690,9 @@ static PyMethodDef Writer_methods[] = {
      "emit_at(ts_ns, kind, args): record an event with an earlier timestamp"},
     {"mark", (PyCFunction)(void (*)(void))Writer_mark, METH_FASTCALL,
      "mark(name, args): emit(\"mark\", {\"name\": name, **args}) without building that dict"},
+    {"queue_event", (PyCFunction)(void (*)(void))Writer_queue_event, METH_FASTCALL,
+     "queue_event(ts_ns, kind, queue, msg, data): emit_at(ts_ns, kind, {queue, msg, nbytes, "
+     "sig}) for the bytes in data, without building that dict"},
     {"use", (PyCFunction)(void (*)(void))Writer_use, METH_FASTCALL,
      "use(mm, pos): append to this mapped chunk from pos on (None: no chunk)"},
     {NULL}
@@ -597,50 +735,59 @@ static PyTypeObject WriterType = {
        every call (None: not recording, nothing appended). The message always goes through: an
        event that cannot be recorded is reported (sys.unraisablehook), never raised in its place. */
 
-static PyObject *QUEUE, *MSG, *NBYTES, *SIG, *WRITER, *EMIT_AT;   /* interned strs */
 
 typedef struct {
     PyObject_HEAD
     PyObject *call, *recorder, *kind, *queue;
     PyObject *feeding;       /* a feed's threading.local with .msg; None for a read */
     PyObject *skip;          /* a read's envelope mark (bytes); None for a feed */
+    PyObject *names;         /* recorder.__dict__ (NULL: recorder is not a module) */
 } Tap;
+
+/* The id Pickler.dumps just pickled in this thread (a feeder), until the Tap on its write takes
+   it; NULL: none (then the Tap reads feeding.msg, which messages._TagPickler sets). A C
+   thread-local: a threading.local costs two lookups a message. */
+static __thread PyObject *feeding_msg;
+
+static PyObject *
+take_feeding_msg(void)                     /* a new reference, or NULL: none */
+{
+    PyObject *msg = feeding_msg;
+    feeding_msg = NULL;
+    return msg;
+}
 
 /* {queue, [msg,] nbytes, sig} for the bytes in `data`, appended at ts to recorder.writer. */
 static int
 tap_emit(Tap *t, uint64_t ts, PyObject *msg, const Py_buffer *data)
 {
-    PyObject *w = PyObject_GetAttr(t->recorder, WRITER);
+    PyObject *w = attr(t->recorder, t->names, WRITER);
     if (w == NULL)
         return -1;
-    int r = 0;
-    if (w != Py_None) {
+    PyObject *res = NULL;
+    if (w == Py_None)                                       /* not recording */
+        res = Py_NewRef(Py_None);
+    else if (Py_IS_TYPE(w, &WriterType))                    /* the usual case: no dict */
+        res = write_queue_event((Writer *)w, ts, t->kind, t->queue, msg, data);
+    else {                                                  /* the Python Writer */
         Py_ssize_t n = data->len, k = n < 32 ? n : 32;
         uint32_t sig = adler32((const unsigned char *)data->buf + (n - k), (size_t)k);
         PyObject *args = PyDict_New(), *nbytes = PyLong_FromSsize_t(n);
-        PyObject *check = PyLong_FromUnsignedLong(sig), *res = NULL;
-        if (args != NULL && nbytes != NULL && check != NULL
+        PyObject *check = PyLong_FromUnsignedLong(sig), *when = PyLong_FromUnsignedLongLong(ts);
+        if (args != NULL && nbytes != NULL && check != NULL && when != NULL
                 && PyDict_SetItem(args, QUEUE, t->queue) == 0
                 && (msg == NULL || PyDict_SetItem(args, MSG, msg) == 0)
                 && PyDict_SetItem(args, NBYTES, nbytes) == 0
-                && PyDict_SetItem(args, SIG, check) == 0) {
-            if (Py_IS_TYPE(w, &WriterType))                 /* the usual case: no lookup */
-                res = write_event((Writer *)w, ts, t->kind, NULL, args);
-            else {                                          /* the Python Writer */
-                PyObject *when = PyLong_FromUnsignedLongLong(ts);
-                if (when != NULL)
-                    res = PyObject_CallMethodObjArgs(w, EMIT_AT, when, t->kind, args, NULL);
-                Py_XDECREF(when);
-            }
-        }
-        r = res == NULL ? -1 : 0;
-        Py_XDECREF(res);
+                && PyDict_SetItem(args, SIG, check) == 0)
+            res = PyObject_CallMethodObjArgs(w, EMIT_AT, when, t->kind, args, NULL);
         Py_XDECREF(args);
         Py_XDECREF(nbytes);
         Py_XDECREF(check);
+        Py_XDECREF(when);
     }
     Py_DECREF(w);
-    return r;
+    Py_XDECREF(res);
+    return res == NULL ? -1 : 0;
 }
 
 static PyObject *
@@ -654,12 +801,16 @@ Tap_call(Tap *t, PyObject *args, PyObject *kwargs)
     if (t->feeding != Py_None) {                            /* a feed: the event first */
         if (PyTuple_GET_SIZE(args) == 1 && PyObject_GetBuffer(PyTuple_GET_ITEM(args, 0), &data,
                                                               PyBUF_SIMPLE) == 0) {
-            PyObject *msg = PyObject_GetAttr(t->feeding, MSG);
-            if (msg == NULL) {                              /* nothing pickled with an id */
-                PyErr_Clear();
-                msg = Py_NewRef(Py_None);
+            PyObject *msg = take_feeding_msg();             /* from Pickler.dumps */
+            int r = 0;
+            if (msg == NULL) {                              /* from messages._TagPickler */
+                msg = PyObject_GetAttr(t->feeding, MSG);
+                if (msg == NULL) {                          /* nothing pickled with an id */
+                    PyErr_Clear();
+                    msg = Py_NewRef(Py_None);
+                }
+                r = PyObject_SetAttr(t->feeding, MSG, Py_None);
             }
-            int r = PyObject_SetAttr(t->feeding, MSG, Py_None);
             if (r == 0)
                 r = tap_emit(t, now_ns(), msg, &data);
             Py_DECREF(msg);
@@ -703,6 +854,7 @@ Tap_init(Tap *t, PyObject *args, PyObject *kwds)
     Py_XSETREF(t->queue, Py_NewRef(v[3]));
     Py_XSETREF(t->feeding, Py_NewRef(v[4]));
     Py_XSETREF(t->skip, Py_NewRef(v[5]));
+    Py_XSETREF(t->names, module_names(v[1]));
     return 0;
 }
 
@@ -715,6 +867,7 @@ Tap_traverse(Tap *t, visitproc visit, void *arg)
     Py_VISIT(t->queue);
     Py_VISIT(t->feeding);
     Py_VISIT(t->skip);
+    Py_VISIT(t->names);
     return 0;
 }
 
@@ -727,6 +880,7 @@ Tap_clear(Tap *t)
     Py_CLEAR(t->queue);
     Py_CLEAR(t->feeding);
     Py_CLEAR(t->skip);
+    Py_CLEAR(t->names);
     return 0;
 }
 
@@ -763,7 +917,518 @@ static PyTypeObject TapType = {
     .tp_getset = Tap_getset,
 };
 
+/* --- Tag, Pickler, Hook: a Queue's put and get, recorded (messages.py's put, _TagPickler and
+   _queue_get) -------------------------------------------------------------------------------
+
+   Tap records the two hooks that see a message's bytes. These three do the rest of what
+   recording a stdlib Queue's message takes, so that no Python function runs per message:
+
+       q.put(obj)     Hook("put", ...): append queue.put {queue, msg}, then call the stdlib's
+                      put with Tag(obj, msg) in obj's place (or an envelope: for_feeder)
+       feeder thread  Pickler.dumps(Tag): pickle obj alone; feeding.msg = msg, for the Tap
+                      that wraps the write (messages._TagPickler.dumps, which this replaces)
+       q.get()        Hook("get", ...): wrap q's read in a Tap, if not done yet (the Python
+                      _queue_get does that), then call the stdlib's get
+
+   Each does exactly what its Python reference in messages.py does, which it calls itself for
+   the cases it leaves out: recording with the Python Writer, `obj` passed by keyword, a queue
+   not seen before (its id, its first read), an envelope. Message ids come from messages.py's own
+   counter (``_prefix + str(next(_counter))``), so the two never hand out the same id. */
+
+static PyObject *COUNTER, *PREFIX, *QID, *THREAD, *HOOKED_FEEDER, *RECV_BYTES, *ENABLED,
+                *OBJ, *DICT;                                    /* interned strs */
+
+/* Tag(obj, msg): a put's object and its id, in a Queue's buffer (messages._Tag). */
+typedef struct {
+    PyObject_HEAD
+    PyObject *obj, *msg;
+} Tag;
+
+static PyTypeObject TagType;
+
+static PyObject *
+new_tag(PyObject *obj, PyObject *msg)
+{
+    Tag *t = PyObject_GC_New(Tag, &TagType);
+    if (t == NULL)
+        return NULL;
+    t->obj = Py_NewRef(obj);
+    t->msg = Py_NewRef(msg);
+    PyObject_GC_Track(t);
+    return (PyObject *)t;
+}
+
+static PyObject *
+Tag_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
+{
+    PyObject *obj, *msg;
+    static char *names[] = {"obj", "msg", NULL};
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OO:Tag", names, &obj, &msg))
+        return NULL;
+    return new_tag(obj, msg);
+}
+
+/* Should a tag outlive recording, the plain ForkingPickler pickles it as the object. */
+static PyObject *
+Tag_reduce(Tag *t, PyObject *unused)
+{
+    PyObject *identity = NULL, *m = PyImport_ImportModule("mpviz.trace.messages");
+    if (m != NULL) {
+        identity = PyObject_GetAttrString(m, "_identity");
+        Py_DECREF(m);
+    }
+    if (identity == NULL)
+        return NULL;
+    return Py_BuildValue("N(O)", identity, t->obj);
+}
+
+static int
+Tag_traverse(Tag *t, visitproc visit, void *arg)
+{
+    Py_VISIT(t->obj);
+    Py_VISIT(t->msg);
+    return 0;
+}
+
+static int
+Tag_clear(Tag *t)
+{
+    Py_CLEAR(t->obj);
+    Py_CLEAR(t->msg);
+    return 0;
+}
+
+static void
+Tag_dealloc(Tag *t)
+{
+    PyObject_GC_UnTrack(t);
+    Tag_clear(t);
+    Py_TYPE(t)->tp_free((PyObject *)t);
+}
+
+static PyMemberDef Tag_members[] = {
+    {"obj", T_OBJECT_EX, offsetof(Tag, obj), READONLY, "the object put"},
+    {"msg", T_OBJECT_EX, offsetof(Tag, msg), READONLY, "its message id"},
+    {NULL}
+};
+
+static PyMethodDef Tag_methods[] = {
+    {"__reduce__", (PyCFunction)Tag_reduce, METH_NOARGS, "pickled as the object alone"},
+    {NULL}
+};
+
+static PyTypeObject TagType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "mpviz.trace._writer.Tag",
+    .tp_doc = "Tag(obj, msg): a put's object and its message id (messages._Tag in C)",
+    .tp_basicsize = sizeof(Tag),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .tp_new = Tag_new,
+    .tp_dealloc = (destructor)Tag_dealloc,
+    .tp_free = PyObject_GC_Del,
+    .tp_traverse = (traverseproc)Tag_traverse,
+    .tp_clear = (inquiry)Tag_clear,
+    .tp_members = Tag_members,
+    .tp_methods = Tag_methods,
+};
+
+/* Pickler(pickler, feeding, py_tag): stands in for multiprocessing.queues._ForkingPickler
+   (`pickler`, the ForkingPickler class) while recording. The feeder calls its dumps; get calls
+   its loads, which is the ForkingPickler's own, as is anything else (found through an
+   AttributeError: too slow for once per message, so loads is kept here). */
+typedef struct {
+    PyObject_HEAD
+    PyObject *pickler, *dumps, *loads, *feeding, *py_tag;
+} Pickler;
+
+static PyObject *
+Pickler_dumps(Pickler *p, PyObject *const *argv, Py_ssize_t argc, PyObject *kwnames)
+{
+    if (p->dumps == NULL) {
+        PyErr_SetString(PyExc_TypeError, "Pickler.__init__() was not called");
+        return NULL;
+    }
+    if (argc < 1 || argc > 2 || kwnames != NULL)     /* not the feeder's call: as ForkingPickler */
+        return PyObject_Vectorcall(p->dumps, argv, argc, kwnames);
+    PyObject *obj = argv[0], *msg = Py_None, *owned_obj = NULL, *owned_msg = NULL;
+    if (Py_IS_TYPE(obj, &TagType)) {
+        msg = ((Tag *)obj)->msg;
+        obj = ((Tag *)obj)->obj;
+    }
+    else if ((PyObject *)Py_TYPE(obj) == p->py_tag) {   /* a Python _Tag (mpviz's Queue) */
+        owned_msg = PyObject_GetAttr(obj, MSG);
+        owned_obj = PyObject_GetAttr(obj, OBJ);
+        if (owned_msg == NULL || owned_obj == NULL) {
+            Py_XDECREF(owned_msg);
+            Py_XDECREF(owned_obj);
+            return NULL;
+        }
+        msg = owned_msg;
+        obj = owned_obj;
+    }
+    PyObject *stack[2] = {obj, argc == 2 ? argv[1] : Py_None};
+    PyObject *data = PyObject_Vectorcall(p->dumps, stack, 2, NULL);
+    /* once pickled: a failed dump writes nothing, and leaves no id waiting */
+    if (data != NULL)
+        Py_XSETREF(feeding_msg, Py_NewRef(msg));
+    Py_XDECREF(owned_msg);
+    Py_XDECREF(owned_obj);
+    return data;
+}
+
+static PyObject *
+Pickler_getattro(Pickler *p, PyObject *name)
+{
+    PyObject *v = PyObject_GenericGetAttr((PyObject *)p, name);
+    if (v != NULL || p->pickler == NULL || !PyErr_ExceptionMatches(PyExc_AttributeError))
+        return v;
+    PyErr_Clear();
+    return PyObject_GetAttr(p->pickler, name);      /* loads, register, ...: ForkingPickler's */
+}
+
+static int
+Pickler_init(Pickler *p, PyObject *args, PyObject *kwds)
+{
+    static char *names[] = {"pickler", "feeding", "py_tag", NULL};
+    PyObject *pickler, *feeding, *py_tag;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOO:Pickler", names, &pickler, &feeding,
+                                     &py_tag))
+        return -1;
+    PyObject *dumps = PyObject_GetAttrString(pickler, "dumps");
+    PyObject *loads = dumps ? PyObject_GetAttrString(pickler, "loads") : NULL;
+    if (loads == NULL) {
+        Py_XDECREF(dumps);
+        return -1;
+    }
+    Py_XSETREF(p->dumps, dumps);
+    Py_XSETREF(p->loads, loads);
+    Py_XSETREF(p->pickler, Py_NewRef(pickler));
+    Py_XSETREF(p->feeding, Py_NewRef(feeding));
+    Py_XSETREF(p->py_tag, Py_NewRef(py_tag));
+    return 0;
+}
+
+static int
+Pickler_traverse(Pickler *p, visitproc visit, void *arg)
+{
+    Py_VISIT(p->pickler);
+    Py_VISIT(p->dumps);
+    Py_VISIT(p->loads);
+    Py_VISIT(p->feeding);
+    Py_VISIT(p->py_tag);
+    return 0;
+}
+
+static int
+Pickler_clear(Pickler *p)
+{
+    Py_CLEAR(p->pickler);
+    Py_CLEAR(p->dumps);
+    Py_CLEAR(p->loads);
+    Py_CLEAR(p->feeding);
+    Py_CLEAR(p->py_tag);
+    return 0;
+}
+
+static void
+Pickler_dealloc(Pickler *p)
+{
+    PyObject_GC_UnTrack(p);
+    Pickler_clear(p);
+    Py_TYPE(p)->tp_free((PyObject *)p);
+}
+
+static PyMethodDef Pickler_methods[] = {
+    {"dumps", (PyCFunction)(void (*)(void))Pickler_dumps, METH_FASTCALL | METH_KEYWORDS,
+     "dumps(obj, protocol=None): ForkingPickler.dumps of obj, or of a Tag's object alone"},
+    {NULL}
+};
+
+static PyMemberDef Pickler_members[] = {
+    {"loads", T_OBJECT_EX, offsetof(Pickler, loads), READONLY, "ForkingPickler.loads"},
+    {NULL}
+};
+
+static PyTypeObject PicklerType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "mpviz.trace._writer.Pickler",
+    .tp_doc = "Pickler(pickler, feeding, py_tag): the feeder's pickler while recording "
+              "(messages._TagPickler in C)",
+    .tp_basicsize = sizeof(Pickler),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)Pickler_init,
+    .tp_getattro = (getattrofunc)Pickler_getattro,
+    .tp_dealloc = (destructor)Pickler_dealloc,
+    .tp_free = PyObject_GC_Del,
+    .tp_traverse = (traverseproc)Pickler_traverse,
+    .tp_clear = (inquiry)Pickler_clear,
+    .tp_methods = Pickler_methods,
+    .tp_members = Pickler_members,
+};
+
+/* Hook(kind, call, slow, recorder, messages): a Queue method while recording, installed on the
+   class; `call` is the stdlib's method, `slow` the Python hook of messages.py. Called like a
+   method (a method descriptor: q.put(x) calls it with q first, as a function would be). */
+typedef struct {
+    PyObject_HEAD
+    vectorcallfunc vectorcall;
+    int is_put;                  /* 1: put, 0: get */
+    PyObject *call, *slow, *recorder, *messages;
+    PyObject *names;             /* messages.__dict__: its _counter and _prefix, read per call */
+    PyObject *recorder_names;    /* recorder.__dict__ (NULL: recorder is not a module) */
+    PyObject *queue_id, *for_feeder;
+} Hook;
+
+/* obj.name, or NULL with no error where obj has no such attribute (a new reference). Not
+   through obj.__dict__: reading a queue's __dict__ makes Python 3.11+ build it, and from then
+   on every attribute of that queue is read the slow way, in the stdlib's code too. */
+#if PY_VERSION_HEX >= 0x030D0000
+#define optional_attr PyObject_GetOptionalAttr
+#else
+#define optional_attr _PyObject_LookupAttr
+#endif
+
+/* What a recorded put hands to the stdlib's put in obj's place (messages.for_feeder): a Tag when
+   the queue's feeder thread writes through our Tap (or has not started); else the envelope
+   for_feeder makes. */
+static PyObject *
+item_for_feeder(Hook *h, PyObject *q, PyObject *obj, PyObject *qid, PyObject *msg)
+{
+    PyObject *thread = NULL, *hooked = NULL, *item = NULL;
+    if (optional_attr(q, THREAD, &thread) < 0)
+        return NULL;
+    if (thread != NULL && thread != Py_None && optional_attr(q, HOOKED_FEEDER, &hooked) < 0) {
+        Py_DECREF(thread);
+        return NULL;
+    }
+    if (thread == Py_None || (hooked != NULL && hooked == thread))
+        item = new_tag(obj, msg);
+    else
+        item = PyObject_CallFunctionObjArgs(h->for_feeder, q, obj, qid, msg, NULL);
+    Py_XDECREF(thread);
+    Py_XDECREF(hooked);
+    return item;
+}
+
+/* messages.next_msg(): _prefix + str(next(_counter)), from messages.py's own counter. */
+static PyObject *
+next_msg(Hook *h)
+{
+    PyObject *counter = PyDict_GetItemWithError(h->names, COUNTER);
+    PyObject *prefix = counter ? PyDict_GetItemWithError(h->names, PREFIX) : NULL;
+    if (prefix == NULL) {
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_RuntimeError, "mpviz.trace.messages has no message counter");
+        return NULL;
+    }
+    PyObject *n = PyIter_Next(counter), *text = n ? PyObject_Str(n) : NULL, *msg = NULL;
+    if (text != NULL)
+        msg = PyUnicode_Concat(prefix, text);
+    else if (!PyErr_Occurred())
+        PyErr_SetString(PyExc_RuntimeError, "mpviz: the message counter ended");
+    Py_XDECREF(n);
+    Py_XDECREF(text);
+    return msg;
+}
+
+static PyObject *PUT_KIND;      /* "queue.put" */
+
+/* messages._tagging_put's put, with the C Writer recording and obj passed by position. */
+static PyObject *
+hook_put(Hook *h, Writer *w, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+{
+    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+    Py_ssize_t total = nargs + (kwnames == NULL ? 0 : PyTuple_GET_SIZE(kwnames));
+    PyObject *stack[8], *q = args[0], *qid = NULL, *msg = NULL, *item = NULL, *res = NULL;
+    if (total > 8)                                  /* put takes 4 at most: let Python say so */
+        return PyObject_Vectorcall(h->slow, args, nargsf, kwnames);
+    if (optional_attr(q, QID, &qid) < 0)                        /* messages._queue_id(q) */
+        return NULL;
+    if (qid == NULL)
+        qid = PyObject_CallOneArg(h->queue_id, q);
+    if (qid != NULL)
+        msg = next_msg(h);
+    if (msg != NULL) {
+        /* the event; an error here is one on_error raised: the caller gets it, as in Python */
+        PyObject *r = write_queue_event(w, now_ns(), PUT_KIND, qid, msg, NULL);
+        if (r != NULL) {
+            Py_DECREF(r);
+            item = item_for_feeder(h, q, args[1], qid, msg);
+        }
+    }
+    if (item != NULL) {
+        memcpy(stack, args, (size_t)total * sizeof(PyObject *));
+        stack[1] = item;
+        res = PyObject_Vectorcall(h->call, stack, nargs, kwnames);
+    }
+    Py_XDECREF(qid);
+    Py_XDECREF(msg);
+    Py_XDECREF(item);
+    return res;
+}
+
+/* messages._queue_get: the stdlib's get, its read wrapped in a Tap first (by the Python hook,
+   once per queue: then the read is a Tap, and only the stdlib's get is called). */
+static PyObject *
+hook_get(Hook *h, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+{
+    PyObject *read = NULL;
+    if (optional_attr(args[0], RECV_BYTES, &read) < 0)
+        return NULL;
+    int tapped = read != NULL && Py_IS_TYPE(read, &TapType);
+    Py_XDECREF(read);
+    return PyObject_Vectorcall(tapped ? h->call : h->slow, args, nargsf, kwnames);
+}
+
+static PyObject *
+Hook_vectorcall(Hook *h, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+{
+    if (h->call == NULL) {
+        PyErr_SetString(PyExc_TypeError, "Hook.__init__() was not called");
+        return NULL;
+    }
+    if (PyVectorcall_NARGS(nargsf) < 1)             /* no queue: let Python say what is wrong */
+        return PyObject_Vectorcall(h->call, args, nargsf, kwnames);
+    if (!h->is_put) {
+        PyObject *on = attr(h->recorder, h->recorder_names, ENABLED);
+        if (on == NULL)
+            return NULL;
+        Py_DECREF(on);
+        if (on != Py_True)                          /* not recording: the stdlib's get */
+            return PyObject_Vectorcall(h->call, args, nargsf, kwnames);
+        return hook_get(h, args, nargsf, kwnames);
+    }
+    PyObject *w = attr(h->recorder, h->recorder_names, WRITER);
+    if (w == NULL)
+        return NULL;
+    PyObject *res;
+    if (w == Py_None)                               /* not recording: the stdlib's put */
+        res = PyObject_Vectorcall(h->call, args, nargsf, kwnames);
+    else if (!Py_IS_TYPE(w, &WriterType) || PyVectorcall_NARGS(nargsf) < 2)
+        res = PyObject_Vectorcall(h->slow, args, nargsf, kwnames);   /* Python Writer; obj= */
+    else
+        res = hook_put(h, (Writer *)w, args, nargsf, kwnames);
+    Py_DECREF(w);
+    return res;
+}
+
+/* As a function is: h.__get__(q) is a bound method. */
+static PyObject *
+Hook_descr_get(PyObject *h, PyObject *obj, PyObject *type)
+{
+    if (obj == NULL || obj == Py_None)
+        return Py_NewRef(h);
+    return PyMethod_New(h, obj);
+}
+
+static int
+Hook_init(Hook *h, PyObject *args, PyObject *kwds)
+{
+    static char *names[] = {"kind", "call", "slow", "recorder", "messages", NULL};
+    const char *kind;
+    PyObject *call, *slow, *recorder, *messages;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "sOOOO:Hook", names, &kind, &call, &slow,
+                                     &recorder, &messages))
+        return -1;
+    if (strcmp(kind, "put") != 0 && strcmp(kind, "get") != 0) {
+        PyErr_Format(PyExc_ValueError, "Hook kind must be 'put' or 'get', not %R",
+                     PyTuple_GET_ITEM(args, 0));
+        return -1;
+    }
+    PyObject *ns = PyObject_GetAttr(messages, DICT);
+    PyObject *queue_id = PyObject_GetAttrString(messages, "_queue_id");
+    PyObject *for_feeder = PyObject_GetAttrString(messages, "for_feeder");
+    if (ns == NULL || queue_id == NULL || for_feeder == NULL) {
+        Py_XDECREF(ns);
+        Py_XDECREF(queue_id);
+        Py_XDECREF(for_feeder);
+        return -1;
+    }
+    h->is_put = kind[0] == 'p';
+    Py_XSETREF(h->call, Py_NewRef(call));
+    Py_XSETREF(h->slow, Py_NewRef(slow));
+    Py_XSETREF(h->recorder, Py_NewRef(recorder));
+    Py_XSETREF(h->messages, Py_NewRef(messages));
+    Py_XSETREF(h->names, ns);
+    Py_XSETREF(h->recorder_names, module_names(recorder));
+    Py_XSETREF(h->queue_id, queue_id);
+    Py_XSETREF(h->for_feeder, for_feeder);
+    h->vectorcall = (vectorcallfunc)Hook_vectorcall;
+    return 0;
+}
+
+static int
+Hook_traverse(Hook *h, visitproc visit, void *arg)
+{
+    Py_VISIT(h->call);
+    Py_VISIT(h->slow);
+    Py_VISIT(h->recorder);
+    Py_VISIT(h->messages);
+    Py_VISIT(h->names);
+    Py_VISIT(h->recorder_names);
+    Py_VISIT(h->queue_id);
+    Py_VISIT(h->for_feeder);
+    return 0;
+}
+
+static int
+Hook_clear(Hook *h)
+{
+    Py_CLEAR(h->call);
+    Py_CLEAR(h->slow);
+    Py_CLEAR(h->recorder);
+    Py_CLEAR(h->messages);
+    Py_CLEAR(h->names);
+    Py_CLEAR(h->recorder_names);
+    Py_CLEAR(h->queue_id);
+    Py_CLEAR(h->for_feeder);
+    return 0;
+}
+
+static void
+Hook_dealloc(Hook *h)
+{
+    PyObject_GC_UnTrack(h);
+    Hook_clear(h);
+    Py_TYPE(h)->tp_free((PyObject *)h);
+}
+
+static PyMemberDef Hook_members[] = {
+    {"__wrapped__", T_OBJECT, offsetof(Hook, call), READONLY, "the stdlib's method"},
+    {NULL}
+};
+
+static PyTypeObject HookType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "mpviz.trace._writer.Hook",
+    .tp_doc = "Hook(kind, call, slow, recorder, messages): a Queue's put or get while "
+              "recording (messages.py's, in C)",
+    .tp_basicsize = sizeof(Hook),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL
+                | Py_TPFLAGS_METHOD_DESCRIPTOR,
+    .tp_vectorcall_offset = offsetof(Hook, vectorcall),
+    .tp_call = PyVectorcall_Call,
+    .tp_descr_get = Hook_descr_get,
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)Hook_init,
+    .tp_dealloc = (destructor)Hook_dealloc,
+    .tp_free = PyObject_GC_Del,
+    .tp_traverse = (traverseproc)Hook_traverse,
+    .tp_clear = (inquiry)Hook_clear,
+    .tp_members = Hook_members,
+};
+
+static PyObject *
+take_feeding_function(PyObject *module, PyObject *unused)
+{
+    PyObject *msg = take_feeding_msg();
+    return msg != NULL ? msg : Py_NewRef(Py_None);
+}
+
 static PyMethodDef module_functions[] = {
+    {"take_feeding_msg", take_feeding_function, METH_NOARGS,
+     "the id Pickler.dumps pickled last in this thread (None: none), forgotten here"},
     {"encode", (PyCFunction)(void (*)(void))encode_function, METH_FASTCALL,
      "encode(ts_ns, tid, kind, args) -> the record's bytes (for tests: compare with Python's)"},
     {NULL}
@@ -777,31 +1442,31 @@ static struct PyModuleDef module = {
 PyMODINIT_FUNC
 PyInit__writer(void)
 {
-    if (PyType_Ready(&WriterType) < 0 || PyType_Ready(&TapType) < 0)
-        return NULL;
-    const char *words[] = {"queue", "msg", "nbytes", "sig", "writer", "emit_at"};
-    PyObject **interned[] = {&QUEUE, &MSG, &NBYTES, &SIG, &WRITER, &EMIT_AT};
-    for (int i = 0; i < 6; i++)
+    PyTypeObject *types[] = {&WriterType, &TapType, &TagType, &PicklerType, &HookType};
+    const char *type_names[] = {"Writer", "Tap", "Tag", "Pickler", "Hook"};
+    for (int i = 0; i < 5; i++)
+        if (PyType_Ready(types[i]) < 0)
+            return NULL;
+    const char *words[] = {"queue", "msg", "nbytes", "sig", "writer", "emit_at", "name", "mark",
+                           "_counter", "_prefix", "_mpviz_qid", "_thread",
+                           "_mpviz_hooked_feeder", "_recv_bytes", "ENABLED", "obj", "__dict__",
+                           "queue.put"};
+    PyObject **interned[] = {&QUEUE, &MSG, &NBYTES, &SIG, &WRITER, &EMIT_AT, &NAME, &MARK,
+                             &COUNTER, &PREFIX, &QID, &THREAD, &HOOKED_FEEDER, &RECV_BYTES,
+                             &ENABLED, &OBJ, &DICT, &PUT_KIND};
+    for (size_t i = 0; i < sizeof words / sizeof words[0]; i++)
         if (*interned[i] == NULL && (*interned[i] = PyUnicode_InternFromString(words[i])) == NULL)
             return NULL;
-    if (NAME == NULL && (NAME = PyUnicode_InternFromString("name")) == NULL)
-        return NULL;
-    if (MARK == NULL && (MARK = PyUnicode_InternFromString("mark")) == NULL)
-        return NULL;
     PyObject *m = PyModule_Create(&module);
     if (m == NULL)
         return NULL;
-    Py_INCREF(&WriterType);
-    if (PyModule_AddObject(m, "Writer", (PyObject *)&WriterType) < 0) {
-        Py_DECREF(&WriterType);
-        Py_DECREF(m);
-        return NULL;
-    }
-    Py_INCREF(&TapType);
-    if (PyModule_AddObject(m, "Tap", (PyObject *)&TapType) < 0) {
-        Py_DECREF(&TapType);
-        Py_DECREF(m);
-        return NULL;
+    for (int i = 0; i < 5; i++) {
+        Py_INCREF(types[i]);
+        if (PyModule_AddObject(m, type_names[i], (PyObject *)types[i]) < 0) {
+            Py_DECREF(types[i]);
+            Py_DECREF(m);
+            return NULL;
+        }
     }
     pthread_atfork(NULL, NULL, forget_tid_in_child);
     return m;
