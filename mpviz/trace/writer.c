@@ -1268,8 +1268,9 @@ hook_put(Hook *h, Writer *w, PyObject *const *args, size_t nargsf, PyObject *kwn
     return res;
 }
 
-/* messages._queue_get: the stdlib's get, its read wrapped in a Tap first (by the Python hook,
-   once per queue: then the read is a Tap, and only the stdlib's get is called). */
+/* messages._queue_get: the stdlib's get, its read wrapped in a Tap first. A queue whose read is
+   a Tap already needs nothing more (the Tap itself sees whether we record); any other goes to
+   the Python hook while recording, which wraps it, and straight to the stdlib's get if not. */
 static PyObject *
 hook_get(Hook *h, PyObject *const *args, size_t nargsf, PyObject *kwnames)
 {
@@ -1278,7 +1279,13 @@ hook_get(Hook *h, PyObject *const *args, size_t nargsf, PyObject *kwnames)
         return NULL;
     int tapped = read != NULL && Py_IS_TYPE(read, &TapType);
     Py_XDECREF(read);
-    return PyObject_Vectorcall(tapped ? h->call : h->slow, args, nargsf, kwnames);
+    if (tapped)
+        return PyObject_Vectorcall(h->call, args, nargsf, kwnames);
+    PyObject *on = attr(h->recorder, h->recorder_names, ENABLED);
+    if (on == NULL)
+        return NULL;
+    Py_DECREF(on);
+    return PyObject_Vectorcall(on == Py_True ? h->slow : h->call, args, nargsf, kwnames);
 }
 
 static PyObject *
@@ -1290,15 +1297,8 @@ Hook_vectorcall(Hook *h, PyObject *const *args, size_t nargsf, PyObject *kwnames
     }
     if (PyVectorcall_NARGS(nargsf) < 1)             /* no queue: let Python say what is wrong */
         return PyObject_Vectorcall(h->call, args, nargsf, kwnames);
-    if (!h->is_put) {
-        PyObject *on = attr(h->recorder, h->recorder_names, ENABLED);
-        if (on == NULL)
-            return NULL;
-        Py_DECREF(on);
-        if (on != Py_True)                          /* not recording: the stdlib's get */
-            return PyObject_Vectorcall(h->call, args, nargsf, kwnames);
+    if (!h->is_put)
         return hook_get(h, args, nargsf, kwnames);
-    }
     PyObject *w = attr(h->recorder, h->recorder_names, WRITER);
     if (w == NULL)
         return NULL;
