@@ -211,7 +211,8 @@ def test_queue_hooks_record_each_message_once_with_either_writer(writer, tmp_pat
     # put, get and the feeder's pickler: writer.c's Hook and Pickler with the C Writer
     kinds = {type(put).__name__, type(get).__name__, type(pickler).__name__}
     assert kinds == ({"Hook", "Pickler"} if writer == "C" else {"function", "type"})
-    assert multiprocessing.queues.Queue.put is put.__wrapped__ if writer == "C" else True
+    if writer == "C":                                   # the stdlib's, back in place
+        assert put.__wrapped__ is multiprocessing.queues.Queue.put
     flows = trace.flows()
     assert len(flows) == 6 and all(f.get is not None for f in flows)
     for kind, keys in [("queue.feed", {"queue", "msg", "nbytes", "sig"}),
@@ -223,6 +224,36 @@ def test_queue_hooks_record_each_message_once_with_either_writer(writer, tmp_pat
         write, read = feeds[f.put.args["msg"]].args, f.get.args
         assert (write["nbytes"], write["sig"]) == (read["nbytes"], read["sig"])
         assert f.put.ts_ns <= feeds[f.put.args["msg"]].ts_ns <= f.get.ts_ns
+
+
+@pytest.mark.parametrize("first, then", [("Python", "C"), ("C", "Python")])
+def test_a_feeder_hooked_under_one_writer_still_links_under_the_other(first, then, tmp_path,
+                                                                       monkeypatch):
+    # A feeder thread keeps the write hook it started with (a Tap, or messages._fed), while the
+    # pickler that tags its messages is the current recording's (writer.c's Pickler, or
+    # _TagPickler): each write hook takes the id from either.
+    import multiprocessing
+    if native.load() is None:
+        pytest.skip(f"no C Writer here: {native.problem}")
+    q = multiprocessing.get_context("fork").Queue()
+    try:
+        monkeypatch.setenv("MPVIZ_PURE_PYTHON", "1" if first == "Python" else "0")
+        with mt.record(tmp_path / "a"):
+            q.put("start")                                  # the feeder starts, hooked
+            assert q.get(timeout=10) == "start"
+        monkeypatch.setenv("MPVIZ_PURE_PYTHON", "1" if then == "Python" else "0")
+        with mt.record(tmp_path / "b") as trace:
+            assert recorder.writer_name() == then
+            for i in range(3):
+                q.put(("x", i))
+            assert [q.get(timeout=10) for _ in range(3)] == [("x", i) for i in range(3)]
+    finally:
+        q.close()
+        q.join_thread()
+    flows = trace.flows()
+    assert len(flows) == 3 and all(f.get is not None for f in flows)
+    assert [e.args["msg"] for e in trace.of_kind("queue.feed")] == \
+        [f.put.args["msg"] for f in flows]
 
 
 def test_pure_python_is_forced_by_the_environment(tmp_path, monkeypatch):
