@@ -742,6 +742,7 @@ typedef struct {
     PyObject *feeding;       /* a feed's threading.local with .msg; None for a read */
     PyObject *skip;          /* a read's envelope mark (bytes); None for a feed */
     PyObject *names;         /* recorder.__dict__ (NULL: recorder is not a module) */
+    vectorcallfunc vectorcall;   /* Tap_call: called without building an args tuple */
 } Tap;
 
 /* The id Pickler.dumps just pickled in this thread (a feeder), until the Tap on its write takes
@@ -791,7 +792,7 @@ tap_emit(Tap *t, uint64_t ts, PyObject *msg, const Py_buffer *data)
 }
 
 static PyObject *
-Tap_call(Tap *t, PyObject *args, PyObject *kwargs)
+Tap_call(Tap *t, PyObject *const *args, size_t nargsf, PyObject *kwnames)
 {
     Py_buffer data;
     if (t->call == NULL) {
@@ -799,8 +800,8 @@ Tap_call(Tap *t, PyObject *args, PyObject *kwargs)
         return NULL;
     }
     if (t->feeding != Py_None) {                            /* a feed: the event first */
-        if (PyTuple_GET_SIZE(args) == 1 && PyObject_GetBuffer(PyTuple_GET_ITEM(args, 0), &data,
-                                                              PyBUF_SIMPLE) == 0) {
+        if (PyVectorcall_NARGS(nargsf) == 1 && kwnames == NULL
+                && PyObject_GetBuffer(args[0], &data, PyBUF_SIMPLE) == 0) {
             PyObject *msg = take_feeding_msg();             /* from Pickler.dumps */
             int r = 0;
             if (msg == NULL) {                              /* from messages._TagPickler */
@@ -820,9 +821,9 @@ Tap_call(Tap *t, PyObject *args, PyObject *kwargs)
         }
         else
             PyErr_Clear();                  /* not bytes-like: written, but not recorded */
-        return PyObject_Call(t->call, args, kwargs);
+        return PyObject_Vectorcall(t->call, args, nargsf, kwnames);
     }
-    PyObject *res = PyObject_Call(t->call, args, kwargs);   /* a read */
+    PyObject *res = PyObject_Vectorcall(t->call, args, nargsf, kwnames);   /* a read */
     if (res == NULL)
         return NULL;
     if (PyObject_GetBuffer(res, &data, PyBUF_SIMPLE) < 0) {
@@ -855,6 +856,7 @@ Tap_init(Tap *t, PyObject *args, PyObject *kwds)
     Py_XSETREF(t->feeding, Py_NewRef(v[4]));
     Py_XSETREF(t->skip, Py_NewRef(v[5]));
     Py_XSETREF(t->names, module_names(v[1]));
+    t->vectorcall = (vectorcallfunc)Tap_call;
     return 0;
 }
 
@@ -906,10 +908,11 @@ static PyTypeObject TapType = {
     .tp_doc = "Tap(call, recorder, kind, queue, feeding, skip): a Queue's read or write, "
               "recorded",
     .tp_basicsize = sizeof(Tap),
-    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
     .tp_new = PyType_GenericNew,
     .tp_init = (initproc)Tap_init,
-    .tp_call = (ternaryfunc)Tap_call,
+    .tp_call = PyVectorcall_Call,
+    .tp_vectorcall_offset = offsetof(Tap, vectorcall),
     .tp_dealloc = (destructor)Tap_dealloc,
     .tp_free = PyObject_GC_Del,
     .tp_traverse = (traverseproc)Tap_traverse,
