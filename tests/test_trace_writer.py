@@ -256,6 +256,31 @@ def test_a_feeder_hooked_under_one_writer_still_links_under_the_other(first, the
         [f.put.args["msg"] for f in flows]
 
 
+def test_message_ids_are_unique_across_both_hooks_and_a_fork(writer, tmp_path):
+    # writer.c's put numbers messages with messages.py's counter (it keeps a copy, renewed at
+    # fork): ids from a stdlib Queue (the C or Python hook) and an mpviz Queue (Python) never
+    # repeat, and a forked child's carry its own pid.
+    import multiprocessing
+    import mpviz.multiprocessing as mp
+    import trace_workers as tw
+    from proc_helpers import finish, start
+    ctx = multiprocessing.get_context("fork")
+    with mt.record(tmp_path / "t") as trace:
+        a, b = ctx.Queue(), mp.get_context("fork").Queue()
+        tw.put_on_both(a, b, 3)
+        child = start(ctx, tw.put_on_both, a, b, 3)
+        finish(child)
+        tw.put_on_both(a, b, 3)
+        got = [q.get(timeout=10) for q in (a, b) for _ in range(9)]
+    assert sorted(got) == sorted(list(range(3)) * 6)
+    puts = trace.of_kind("queue.put")
+    ids = [e.args["msg"] for e in puts]
+    assert len(puts) == 18 and len(set(ids)) == 18
+    assert all(e.args["msg"].startswith(f"{e.pid}.") for e in puts)
+    assert {e.pid for e in puts} == {os.getpid(), child.pid}
+    assert all(f.get is not None for f in trace.flows())
+
+
 def test_pure_python_is_forced_by_the_environment(tmp_path, monkeypatch):
     monkeypatch.setenv("MPVIZ_PURE_PYTHON", "1")
     with mt.record(tmp_path / "t"):

@@ -99,3 +99,10 @@ def ping(inbox, outbox, n):
 def echo(conn, n):
     for _ in range(n):
         conn.send(conn.recv())
+
+
+def put_on_both(stdlib_q, mpviz_q, n):
+    """n puts on each queue, alternating (message ids from one counter: see messages.next_msg)."""
+    for i in range(n):
+        stdlib_q.put(i)
+        mpviz_q.put(i)

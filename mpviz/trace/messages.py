@@ -68,6 +68,11 @@ from .events import order as _order
 def _start_numbering():
     global _counter, _prefix
     _counter, _prefix = itertools.count(1), f"{os.getpid()}."
+    if _c_numbering is not None:             # writer.c's put keeps them too
+        _c_numbering(_counter, _prefix)
+
+
+_c_numbering = None                          # writer.c's set_numbering, once in use
 
 
 _start_numbering()
@@ -440,10 +445,13 @@ def install_native():
     if recorder.writer_class() is recorder.Writer or "Queue.put" not in _orig:
         return
     from . import native
-    global _take_c_msg
+    global _take_c_msg, _c_numbering
     c = native.load()
     _TAG_TYPES.add(c.Tag)
     _take_c_msg = c.take_feeding_msg
+    if _c_numbering is None:
+        _c_numbering = c.set_numbering
+        _c_numbering(_counter, _prefix)
     me = sys.modules[__name__]
     for owner, attr, hook in [
             (queues, "_ForkingPickler", c.Pickler(ForkingPickler, _feeding, _Tag)),

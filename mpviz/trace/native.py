@@ -63,6 +63,10 @@ def load():
             problem = "writer.c relies on the GIL; this Python has none"
         else:
             _module, problem = build(SOURCE, MODULE)
+        if _module is not None:              # its hooks keep a copy of recorder.writer
+            from . import recorder
+            _module.set_writer(recorder.writer)
+            recorder._tell_c = _module.set_writer
     return _module
 
 

@@ -326,9 +326,22 @@ def _recording_failed(log, kind, exc):
         _fail(f"recording stopped in pid {os.getpid()} at a {kind!r} event ({exc!r}{hint})")
 
 
+def _set_writer(w):
+    """Every change of `writer` goes through here: writer.c's hooks keep a copy of it (reading
+    this module's global costs them a lookup per message), given by native.load()."""
+    global writer
+    writer = w
+    if _tell_c is not None:
+        _tell_c(w)
+
+
+_tell_c = None           # writer.c's set_writer, once native.load() has loaded it
+
+
 def _fail(message):
-    global ENABLED, writer, _log
-    ENABLED, writer, log, _log = False, None, _log, None
+    global ENABLED, _log
+    _set_writer(None)
+    ENABLED, log, _log = False, _log, None
     warnings.warn(RecorderWarning(f"mpviz.trace: {message}. The program goes on unrecorded."),
                   stacklevel=4)
     if log is not None:
@@ -344,7 +357,7 @@ def start(directory, how, ppid=None, **info):
     Returns True when recording; on failure warns (``RecorderWarning``) and returns False, so
     that the caller's program runs unrecorded. Emits ``process.start`` with `how` and `info`.
     """
-    global ENABLED, PID, writer, _log
+    global ENABLED, PID, _log
     stop()
     _install_fork_hooks()
     ppid = ppid if ppid is not None else os.getppid()
@@ -358,7 +371,8 @@ def start(directory, how, ppid=None, **info):
         return False
     _tids.clear()
     PID = os.getpid()
-    _log, writer, ENABLED = log, log.writer, True
+    _log, ENABLED = log, True
+    _set_writer(log.writer)
     import multiprocessing
     emit("process.start", how=how, ppid=ppid, name=multiprocessing.current_process().name,
          argv=list(sys.argv), **info)
@@ -367,8 +381,9 @@ def start(directory, how, ppid=None, **info):
 
 def stop():
     """Stop recording in this process and close its log (what was written stays)."""
-    global ENABLED, writer, _log
-    log, _log, writer, ENABLED = _log, None, None, False
+    global ENABLED, _log
+    log, _log, ENABLED = _log, None, False
+    _set_writer(None)
     if log is not None:
         log.close()
 
@@ -402,11 +417,12 @@ def _after_fork_parent():
 
 
 def _after_fork_child():
-    global ENABLED, writer, _log, _forking
+    global ENABLED, _log, _forking
     parent_log, _forking = _forking, None
     if parent_log is None:
         return
-    _log, writer, ENABLED = None, None, False
+    _log, ENABLED = None, False
+    _set_writer(None)
     parent_log.abandon()
     parent = parent_log.path.rsplit(os.sep, 1)[-1].split("-")[0]
     start(parent_log.directory, "fork", ppid=int(parent))

@@ -487,6 +487,28 @@ attr(PyObject *obj, PyObject *names, PyObject *name)
     return NULL;
 }
 
+/* recorder.writer, as recorder.py last set it (set_writer; NULL for None). Until it has been
+   set (`writer_known` 0) the hooks read recorder.writer itself. */
+static PyObject *current_writer;
+static int writer_known;
+
+static PyObject *
+set_writer_function(PyObject *module, PyObject *w)
+{
+    Py_XSETREF(current_writer, w == Py_None ? NULL : Py_NewRef(w));
+    writer_known = 1;
+    Py_RETURN_NONE;
+}
+
+/* The Writer recording now, or None (a new reference). */
+static PyObject *
+recording_writer(PyObject *recorder, PyObject *names)
+{
+    if (writer_known)
+        return Py_NewRef(current_writer != NULL ? current_writer : Py_None);
+    return attr(recorder, names, WRITER);
+}
+
 /* The __dict__ of a module (a new reference); NULL, with no error, for anything else. */
 static PyObject *
 module_names(PyObject *obj)
@@ -762,7 +784,7 @@ take_feeding_msg(void)                     /* a new reference, or NULL: none */
 static int
 tap_emit(Tap *t, uint64_t ts, PyObject *msg, const Py_buffer *data)
 {
-    PyObject *w = attr(t->recorder, t->names, WRITER);
+    PyObject *w = recording_writer(t->recorder, t->names);
     if (w == NULL)
         return -1;
     PyObject *res = NULL;
@@ -1214,12 +1236,31 @@ item_for_feeder(Hook *h, PyObject *q, PyObject *obj, PyObject *qid, PyObject *ms
     return item;
 }
 
+/* messages.py's _counter and _prefix as it last set them (set_numbering: at import and in a
+   forked child); NULL until then, and the hooks read them from messages.py. */
+static PyObject *msg_counter, *msg_prefix;
+
+static PyObject *
+set_numbering_function(PyObject *module, PyObject *const *argv, Py_ssize_t argc)
+{
+    if (argc != 2) {
+        PyErr_SetString(PyExc_TypeError, "set_numbering(counter, prefix) takes 2 arguments");
+        return NULL;
+    }
+    Py_XSETREF(msg_counter, Py_NewRef(argv[0]));
+    Py_XSETREF(msg_prefix, Py_NewRef(argv[1]));
+    Py_RETURN_NONE;
+}
+
 /* messages.next_msg(): _prefix + str(next(_counter)), from messages.py's own counter. */
 static PyObject *
 next_msg(Hook *h)
 {
-    PyObject *counter = PyDict_GetItemWithError(h->names, COUNTER);
-    PyObject *prefix = counter ? PyDict_GetItemWithError(h->names, PREFIX) : NULL;
+    PyObject *counter = msg_counter, *prefix = msg_prefix;
+    if (counter == NULL) {
+        counter = PyDict_GetItemWithError(h->names, COUNTER);
+        prefix = counter ? PyDict_GetItemWithError(h->names, PREFIX) : NULL;
+    }
     if (prefix == NULL) {
         if (!PyErr_Occurred())
             PyErr_SetString(PyExc_RuntimeError, "mpviz.trace.messages has no message counter");
@@ -1302,7 +1343,7 @@ Hook_vectorcall(Hook *h, PyObject *const *args, size_t nargsf, PyObject *kwnames
         return PyObject_Vectorcall(h->call, args, nargsf, kwnames);
     if (!h->is_put)
         return hook_get(h, args, nargsf, kwnames);
-    PyObject *w = attr(h->recorder, h->recorder_names, WRITER);
+    PyObject *w = recording_writer(h->recorder, h->recorder_names);
     if (w == NULL)
         return NULL;
     PyObject *res;
@@ -1430,6 +1471,12 @@ take_feeding_function(PyObject *module, PyObject *unused)
 }
 
 static PyMethodDef module_functions[] = {
+    {"set_numbering", (PyCFunction)(void (*)(void))set_numbering_function, METH_FASTCALL,
+     "set_numbering(counter, prefix): messages.py's message counter and id prefix, for the "
+     "hooks; messages.py calls it whenever it makes new ones"},
+    {"set_writer", set_writer_function, METH_O,
+     "set_writer(w): the Writer recording now (None: none), for the hooks; recorder.py calls "
+     "it whenever it changes recorder.writer"},
     {"take_feeding_msg", take_feeding_function, METH_NOARGS,
      "the id Pickler.dumps pickled last in this thread (None: none), forgotten here"},
     {"encode", (PyCFunction)(void (*)(void))encode_function, METH_FASTCALL,
