@@ -4,6 +4,7 @@ Every test that takes the ``writer`` fixture runs once per Writer (the C one is 
 reason, where it cannot be built). ``MPVIZ_PURE_PYTHON=1`` picks the Python Writer; children
 inherit it, so a whole run of the suite can be made with either.
 """
+import json
 import math
 import os
 import subprocess
@@ -279,6 +280,36 @@ def test_message_ids_are_unique_across_both_hooks_and_a_fork(writer, tmp_path):
     assert all(e.args["msg"].startswith(f"{e.pid}.") for e in puts)
     assert {e.pid for e in puts} == {os.getpid(), child.pid}
     assert all(f.get is not None for f in trace.flows())
+
+
+def test_a_put_that_raises_is_not_left_in_flight(writer, tmp_path):
+    # The put is recorded before the stdlib's put runs (a blocked put shows while it waits);
+    # when that raises, queue.put_failed closes it: no flow waits for a get that cannot come.
+    import multiprocessing
+    from queue import Full
+    q = multiprocessing.get_context("fork").Queue(maxsize=1)
+    try:
+        with mt.record(tmp_path / "t") as trace:
+            q.put("kept")
+            with pytest.raises(Full):
+                q.put("refused", block=False)             # the one slot is taken
+            assert q.get(timeout=10) == "kept"
+            q.close()
+            with pytest.raises(ValueError):
+                q.put("closed")                            # the stdlib's "is closed" error
+    finally:
+        q.join_thread()
+    puts = trace.of_kind("queue.put")
+    failed = trace.of_kind("queue.put_failed")
+    assert len(puts) == 3
+    assert [(e.args["msg"], e.args["error"]) for e in failed] == \
+        [(puts[1].args["msg"], "Full"), (puts[2].args["msg"], "ValueError")]
+    (flow,) = trace.flows()
+    assert flow.put is puts[0] and flow.get is not None
+    trace.to_chrome(tmp_path / "t.json")
+    depths = [e["args"]["depth"] for e in json.load(open(tmp_path / "t.json"))["traceEvents"]
+              if e.get("ph") == "C" and "depth" in e.get("name", "")]
+    assert depths[-1] == 0                                 # nothing left in the queue
 
 
 def test_pure_python_is_forced_by_the_environment(tmp_path, monkeypatch):

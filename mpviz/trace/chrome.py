@@ -66,10 +66,9 @@ def to_chrome(trace, path=None):
                 x.update(bind_id=a["msg"], flow_in=True)
             out.append(x)
             if e.kind.startswith("queue."):
-                q = a["queue"]
-                depth[q] = max(0, depth.get(q, 0) + (1 if e.kind == "queue.put" else -1))
-                out.append(dict(ph="C", pid=root, tid=root, ts=ts, name=f"queue {q} depth",
-                                args={"depth": depth[q]}))
+                _depth(out, depth, a["queue"], 1 if e.kind == "queue.put" else -1, root, ts)
+        elif e.kind == "queue.put_failed":                   # it never entered the queue
+            _depth(out, depth, a["queue"], -1, root, ts)
         elif e.kind == "pool.task" and a.get("phase") in ("start", "done"):
             key = (e.pid, e.tid, a.get("job"), a.get("index"))
             if a["phase"] == "start":
@@ -180,3 +179,10 @@ def _close_async(out, end_us):
         for _ in range(n):
             end = {k: v for k, v in first.items() if k not in ("args", "ts", "ph")}
             out.append(dict(end, ph="e", ts=end_us, args={"open_at_end": True}))
+
+
+def _depth(out, depth, q, change, root, ts):
+    """Queue `q`'s depth changes by `change` at `ts`: a counter sample."""
+    depth[q] = max(0, depth.get(q, 0) + change)
+    out.append(dict(ph="C", pid=root, tid=root, ts=ts, name=f"queue {q} depth",
+                    args={"depth": depth[q]}))

@@ -19,6 +19,9 @@ OS thread, what happened, and a dict of JSON-able details. The vocabulary, by wh
     queue.put            queue, msg, nbytes (SimpleQueue, mpviz      the putting thread
                          Queue; a stdlib Queue pickles later: see
                          queue.feed), sig (when put wrote the pipe)
+    queue.put_failed     queue, msg, error (e.g. "Full")             the putting thread, when a
+                                                                     recorded put raised: the
+                                                                     message never entered
     queue.feed           queue, msg, nbytes, sig                     the queue's feeder thread,
                                                                      as it writes the message
     queue.get            queue, msg (Queue: nbytes, sig; msg is      the getter, as it reads (Queue)

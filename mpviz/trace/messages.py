@@ -176,21 +176,34 @@ def _queue_id(q):
     return qid
 
 
-# The three hooks below run once per message, in the threads that move it: whatever they do
-# delays the message. So each is one short function that talks to the Writer directly (the two
-# that see the bytes are in C, too, when the C Writer records: see top).
+# The hooks below run once per message, in the threads that move it: whatever they do delays
+# the message. So each is one short function that talks to the Writer directly (and all are in
+# C too, for the C Writer: see top).
 
 def _tagging_put(stdlib_put):
     """Queue.put or JoinableQueue.put (the stdlib's is ``_orig[stdlib_put]``), which while
-    recording tags `obj` -- or puts it in an envelope: see top."""
+    recording tags `obj` -- or puts it in an envelope: see top.
+
+    The put is recorded before the stdlib's put runs, so that a put that blocks (a full
+    bounded queue) is seen while it waits. Should it raise instead (``Full``, a closed queue),
+    ``queue.put_failed`` says that the message never entered the queue."""
     def put(self, obj, block=True, timeout=None):
         w = recorder.writer                    # None: not recording
-        if w is not None:
-            qid, msg = _queue_id(self), next_msg()
-            w.emit("queue.put", {"queue": qid, "msg": msg})
-            obj = for_feeder(self, obj, qid, msg)
-        return _orig[stdlib_put](self, obj, block, timeout)
+        if w is None:
+            return _orig[stdlib_put](self, obj, block, timeout)
+        qid, msg = _queue_id(self), next_msg()
+        w.emit("queue.put", {"queue": qid, "msg": msg})
+        try:
+            return _orig[stdlib_put](self, for_feeder(self, obj, qid, msg), block, timeout)
+        except BaseException as exc:
+            put_failed(qid, msg, exc)
+            raise
     return put
+
+
+def put_failed(qid, msg, exc):
+    """The put of `msg` raised `exc` after it was recorded: it never entered the queue."""
+    recorder.emit("queue.put_failed", queue=qid, msg=msg, error=type(exc).__name__)
 
 
 _queue_put, _joinable_put = _tagging_put("Queue.put"), _tagging_put("JoinableQueue.put")

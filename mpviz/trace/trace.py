@@ -125,7 +125,8 @@ class Trace:
         return sorted(out, key=lambda p: p.start_ns)
 
     def flows(self):
-        """Every message from its put/send to its get/recv, in the order they were put."""
+        """Every message from its put/send to its get/recv, in the order they were put (not a
+        put that raised: ``queue.put_failed``)."""
         puts, gets, sizes = {}, {}, {}
         for e in self.events:
             if e.kind in ("queue.put", "pipe.send"):
@@ -134,6 +135,8 @@ class Trace:
                 gets.setdefault(e.args["msg"], e)
             elif e.kind == "queue.feed":
                 sizes[e.args["msg"]] = e.args.get("nbytes")
+            elif e.kind == "queue.put_failed":
+                puts.pop(e.args["msg"], None)   # (it comes after its put, in time order)
         for msg, put in puts.items():             # a Queue learns the size in its feeder
             if put.args.get("nbytes") is None and msg in sizes:
                 put.args["nbytes"] = sizes[msg]

@@ -1202,7 +1202,7 @@ typedef struct {
     PyObject *call, *slow, *recorder, *messages;
     PyObject *names;             /* messages.__dict__: its _counter and _prefix, read per call */
     PyObject *recorder_names;    /* recorder.__dict__ (NULL: recorder is not a module) */
-    PyObject *queue_id, *for_feeder;
+    PyObject *queue_id, *for_feeder, *put_failed;
 } Hook;
 
 /* obj.name, or NULL with no error where obj has no such attribute (a new reference). Not
@@ -1306,6 +1306,19 @@ hook_put(Hook *h, Writer *w, PyObject *const *args, size_t nargsf, PyObject *kwn
         stack[1] = item;
         res = PyObject_Vectorcall(h->call, stack, nargs, kwnames);
     }
+    if (res == NULL && msg != NULL && PyErr_Occurred()) {
+        /* recorded, but never entered the queue (Full, closed): messages.put_failed says so,
+           and the caller gets the stdlib's exception */
+        PyObject *type, *value, *tb;
+        PyErr_Fetch(&type, &value, &tb);
+        PyErr_NormalizeException(&type, &value, &tb);
+        PyObject *r = PyObject_CallFunctionObjArgs(h->put_failed, qid, msg,
+                                                   value ? value : Py_None, NULL);
+        if (r == NULL)
+            PyErr_WriteUnraisable(h->put_failed);
+        Py_XDECREF(r);
+        PyErr_Restore(type, value, tb);
+    }
     Py_XDECREF(qid);
     Py_XDECREF(msg);
     Py_XDECREF(item);
@@ -1383,10 +1396,12 @@ Hook_init(Hook *h, PyObject *args, PyObject *kwds)
     PyObject *ns = PyObject_GetAttr(messages, DICT);
     PyObject *queue_id = PyObject_GetAttrString(messages, "_queue_id");
     PyObject *for_feeder = PyObject_GetAttrString(messages, "for_feeder");
-    if (ns == NULL || queue_id == NULL || for_feeder == NULL) {
+    PyObject *put_failed = PyObject_GetAttrString(messages, "put_failed");
+    if (ns == NULL || queue_id == NULL || for_feeder == NULL || put_failed == NULL) {
         Py_XDECREF(ns);
         Py_XDECREF(queue_id);
         Py_XDECREF(for_feeder);
+        Py_XDECREF(put_failed);
         return -1;
     }
     h->is_put = kind[0] == 'p';
@@ -1398,6 +1413,7 @@ Hook_init(Hook *h, PyObject *args, PyObject *kwds)
     Py_XSETREF(h->recorder_names, module_names(recorder));
     Py_XSETREF(h->queue_id, queue_id);
     Py_XSETREF(h->for_feeder, for_feeder);
+    Py_XSETREF(h->put_failed, put_failed);
     h->vectorcall = (vectorcallfunc)Hook_vectorcall;
     return 0;
 }
@@ -1413,6 +1429,7 @@ Hook_traverse(Hook *h, visitproc visit, void *arg)
     Py_VISIT(h->recorder_names);
     Py_VISIT(h->queue_id);
     Py_VISIT(h->for_feeder);
+    Py_VISIT(h->put_failed);
     return 0;
 }
 
@@ -1427,6 +1444,7 @@ Hook_clear(Hook *h)
     Py_CLEAR(h->recorder_names);
     Py_CLEAR(h->queue_id);
     Py_CLEAR(h->for_feeder);
+    Py_CLEAR(h->put_failed);
     return 0;
 }
 
