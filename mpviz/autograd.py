@@ -290,6 +290,7 @@ def mean(a, dim=None, keepdim=False):
 
 
 max_result = namedtuple("max", ["values", "indices"])  # what torch returns from t.max(dim)
+min_result = namedtuple("min", ["values", "indices"])  # ... and from t.min(dim)
 
 
 def max(a, dim=None, keepdim=False):
@@ -298,20 +299,29 @@ def max(a, dim=None, keepdim=False):
     Gradient: with `dim`, to the element each index picked; without, shared evenly by all the
     elements equal to the maximum (torch does the same).
     """
+    return _extreme(a, dim, keepdim, np.max, np.argmax, max_result, "Max")
+
+
+def min(a, dim=None, keepdim=False):
+    """``t.min()`` and ``t.min(dim)``: as :func:`max`, for the smallest."""
+    return _extreme(a, dim, keepdim, np.min, np.argmin, min_result, "Min")
+
+
+def _extreme(a, dim, keepdim, pick, arg_pick, result_type, name):
     av = _value(a)
     if dim is None:
-        out = np.max(av)
+        out = pick(av)
 
         def backward_all(g):
             winners = av == out
             return (g * winners / np.count_nonzero(winners),)
-        return _result(out, (a,), "MaxBackward1", backward_all)
+        return _result(out, (a,), f"{name}Backward1", backward_all)
 
     axis = _axes(dim, av.ndim)[0] if av.ndim else None
-    if axis is None:  # a 0-d tensor: its own maximum, at index 0
-        return max_result(_result(av, (a,), "MaxBackward0", lambda g: (g,)),
-                          Tensor._wrap(np.int64(0), a.device))
-    idx = np.expand_dims(np.argmax(av, axis=axis), axis)
+    if axis is None:  # a 0-d tensor: its own extreme, at index 0
+        return result_type(_result(av, (a,), f"{name}Backward0", lambda g: (g,)),
+                           Tensor._wrap(np.int64(0), a.device))
+    idx = np.expand_dims(arg_pick(av, axis=axis), axis)
     values = np.take_along_axis(av, idx, axis)
 
     def backward(g):
@@ -321,7 +331,8 @@ def max(a, dim=None, keepdim=False):
     indices = idx if keepdim else np.squeeze(idx, axis)
     if not keepdim:
         values = np.squeeze(values, axis)
-    return max_result(_result(values, (a,), "MaxBackward0", backward), Tensor._wrap(indices, a.device))
+    return result_type(_result(values, (a,), f"{name}Backward0", backward),
+                       Tensor._wrap(indices, a.device))
 
 
 # -- views and copies -------------------------------------------------------------------------------

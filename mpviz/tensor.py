@@ -483,6 +483,9 @@ class Tensor:
     def max(self, dim=None, keepdim=False):
         return _ag().max(self, dim, keepdim)
 
+    def min(self, dim=None, keepdim=False):
+        return _ag().min(self, dim, keepdim)
+
     def t(self):
         return _ag().transpose(self, 0, 1) if self.dim() == 2 else self
 
@@ -561,6 +564,9 @@ class Tensor:
 
     def argmax(self, dim=None, keepdim=False):
         return Tensor._wrap(np.argmax(self.__array__(), axis=dim, keepdims=keepdim), self.device)
+
+    def argmin(self, dim=None, keepdim=False):
+        return Tensor._wrap(np.argmin(self.__array__(), axis=dim, keepdims=keepdim), self.device)
 
     def any(self):
         return Tensor._wrap(np.any(self.__array__()), self.device)

@@ -134,6 +134,9 @@ REDUCTION_CASES = {
     "max-all": lambda a: a.max(),
     "max-dim": lambda a: a.max(1).values,
     "max-dim-keepdim": lambda a: a.max(-1, keepdim=True)[0],
+    "min-all": lambda a: a.min(),
+    "min-dim": lambda a: a.min(1).values,
+    "min-dim-keepdim": lambda a: a.min(-1, keepdim=True)[0],
 }
 
 
@@ -236,6 +239,14 @@ def test_max_with_dim_returns_values_and_indices_like_torch():
     values, indices = x.max(1)
     assert values.tolist() == [5.0, 7.0] and indices.tolist() == [1, 0]
     assert x.max().item() == 7.0
+
+
+def test_min_with_dim_returns_values_and_indices_like_torch():
+    x = mpviz.tensor([[1.0, 5.0, 2.0], [7.0, 0.0, 3.0]])
+    values, indices = x.min(1)
+    assert values.tolist() == [1.0, 0.0] and indices.tolist() == [0, 1]
+    assert type(x.min(1)).__name__ == "min" and x.min().item() == 0.0
+    assert x.argmin().item() == 4 and x.argmin(1).tolist() == [0, 1]
 
 
 def test_max_without_dim_shares_the_gradient_between_ties():
@@ -362,7 +373,7 @@ TORCH_CASES = {
     "pow-sqrt": lambda T, F, a, b: (a ** 2 + 1).sqrt(),
     "matmul": lambda T, F, a, b: a @ b.t(),
     "unary": lambda T, F, a, b: a.exp() + (a.abs() + 1).log() + a.tanh() + a.sigmoid() + a.relu(),
-    "reductions": lambda T, F, a, b: a.sum(1) + a.mean(0).sum() + a.max(1)[0] + a.max(),
+    "reductions": lambda T, F, a, b: a.sum(1) + a.mean(0).sum() + a.max(1)[0] + a.max() + a.min(0)[0].sum() + a.min(),
     "views": lambda T, F, a, b: a.transpose(0, 1).reshape(-1)[[0, 0, 5]] + a[:, 1:].sum(),
     "log_softmax": lambda T, F, a, b: F.log_softmax(a * b, 1),
     "cross_entropy": lambda T, F, a, b: F.cross_entropy(a @ b.t(), T.tensor([0, 3, 1, 2])),

@@ -113,7 +113,7 @@ CUDA_OPS = {
     "arithmetic": lambda a, b: (a + b) * 2 - a / (b.abs() + 1),
     "with a number": lambda a, b: 1 - a ** 2,
     "matmul": lambda a, b: a @ b.t(),
-    "reductions": lambda a, b: mpviz.stack([a.sum(), a.mean(), a.max()]),
+    "reductions": lambda a, b: mpviz.stack([a.sum(), a.mean(), a.max(), a.min()]),
     "reduce a dim": lambda a, b: a.sum(1) + a.max(0)[0][:1],
     "unary": lambda a, b: a.exp() + a.tanh() + a.relu() + a.sigmoid(),
     "views": lambda a, b: a.t()[1:, ::2].reshape(-1),
