@@ -191,7 +191,7 @@ def test_side_log_writes_and_reports_bad_args(writer, tmp_path):
 
 
 def test_queue_hooks_record_each_message_once_with_either_writer(writer, tmp_path):
-    # The C Writer comes with the Queue hooks in C (writer.c's Tap), the Python one with the
+    # The C Writer comes with the Queue hooks in C (writer.c's Tap, Hook and Pickler), the Python
     # closures of messages.py: the same events, and every put linked to its get.
     import multiprocessing
     import trace_workers as tw
