@@ -206,6 +206,7 @@ def test_queue_hooks_record_each_message_once_with_either_writer(writer, tmp_pat
         finish(p)
         hook = type(back._recv_bytes).__name__
         put, get = type(q).__dict__["put"], type(q).__dict__["get"]
+        bound = q.put
         pickler = multiprocessing.queues._ForkingPickler
     assert answers == [(b"x" * 10 ** (i + 1), i) for i in range(3)]
     assert hook == ("Tap" if writer == "C" else "function")
@@ -214,6 +215,9 @@ def test_queue_hooks_record_each_message_once_with_either_writer(writer, tmp_pat
     assert kinds == ({"Hook", "Pickler"} if writer == "C" else {"function", "type"})
     if writer == "C":                                   # the stdlib's, back in place
         assert put.__wrapped__ is multiprocessing.queues.Queue.put
+        for name in ("__name__", "__qualname__", "__doc__", "__module__"):  # as it looks
+            assert getattr(put, name) == getattr(put.__wrapped__, name)
+        assert bound.__self__ is q and bound.__name__ == "put"      # bound, as a method is
     flows = trace.flows()
     assert len(flows) == 6 and all(f.get is not None for f in flows)
     for kind, keys in [("queue.feed", {"queue", "msg", "nbytes", "sig"}),

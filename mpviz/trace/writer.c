@@ -1370,6 +1370,22 @@ Hook_vectorcall(Hook *h, PyObject *const *args, size_t nargsf, PyObject *kwnames
     return res;
 }
 
+/* Anything else a Hook is asked for (__name__, __qualname__, __doc__, __code__, ...) is the
+   stdlib method's: code that looks at q.put while we record sees what it would see anyway. */
+static PyObject *
+Hook_getattro(Hook *h, PyObject *name)
+{
+    if (h->call != NULL && PyUnicode_Check(name)
+            && (PyUnicode_CompareWithASCIIString(name, "__doc__") == 0
+                || PyUnicode_CompareWithASCIIString(name, "__module__") == 0))
+        return PyObject_GetAttr(h->call, name);     /* not the Hook type's own */
+    PyObject *v = PyObject_GenericGetAttr((PyObject *)h, name);
+    if (v != NULL || h->call == NULL || !PyErr_ExceptionMatches(PyExc_AttributeError))
+        return v;
+    PyErr_Clear();
+    return PyObject_GetAttr(h->call, name);
+}
+
 /* As a function is: h.__get__(q) is a bound method. */
 static PyObject *
 Hook_descr_get(PyObject *h, PyObject *obj, PyObject *type)
@@ -1472,6 +1488,7 @@ static PyTypeObject HookType = {
     .tp_vectorcall_offset = offsetof(Hook, vectorcall),
     .tp_call = PyVectorcall_Call,
     .tp_descr_get = Hook_descr_get,
+    .tp_getattro = (getattrofunc)Hook_getattro,
     .tp_new = PyType_GenericNew,
     .tp_init = (initproc)Hook_init,
     .tp_dealloc = (destructor)Hook_dealloc,
