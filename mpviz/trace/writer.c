@@ -1285,6 +1285,7 @@ hook_put(Hook *h, Writer *w, PyObject *const *args, size_t nargsf, PyObject *kwn
     Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
     Py_ssize_t total = nargs + (kwnames == NULL ? 0 : PyTuple_GET_SIZE(kwnames));
     PyObject *stack[8], *q = args[0], *qid = NULL, *msg = NULL, *item = NULL, *res = NULL;
+    int recorded = 0;
     if (total > 8)                                  /* put takes 4 at most: let Python say so */
         return PyObject_Vectorcall(h->slow, args, nargsf, kwnames);
     if (optional_attr(q, QID, &qid) < 0)                        /* messages._queue_id(q) */
@@ -1298,6 +1299,7 @@ hook_put(Hook *h, Writer *w, PyObject *const *args, size_t nargsf, PyObject *kwn
         PyObject *r = write_queue_event(w, now_ns(), PUT_KIND, qid, msg, NULL);
         if (r != NULL) {
             Py_DECREF(r);
+            recorded = 1;
             item = item_for_feeder(h, q, args[1], qid, msg);
         }
     }
@@ -1306,7 +1308,7 @@ hook_put(Hook *h, Writer *w, PyObject *const *args, size_t nargsf, PyObject *kwn
         stack[1] = item;
         res = PyObject_Vectorcall(h->call, stack, nargs, kwnames);
     }
-    if (res == NULL && msg != NULL && PyErr_Occurred()) {
+    if (res == NULL && recorded && PyErr_Occurred()) {
         /* recorded, but never entered the queue (Full, closed): messages.put_failed says so,
            and the caller gets the stdlib's exception */
         PyObject *type, *value, *tb;
