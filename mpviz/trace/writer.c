@@ -949,16 +949,19 @@ static PyTypeObject TapType = {
    recording a stdlib Queue's message takes, so that no Python function runs per message:
 
        q.put(obj)     Hook("put", ...): append queue.put {queue, msg}, then call the stdlib's
-                      put with Tag(obj, msg) in obj's place (or an envelope: for_feeder)
-       feeder thread  Pickler.dumps(Tag): pickle obj alone; feeding.msg = msg, for the Tap
-                      that wraps the write (messages._TagPickler.dumps, which this replaces)
+                      put with Tag(obj, msg) in obj's place (or an envelope: for_feeder); should
+                      that raise, messages.put_failed records queue.put_failed
+       feeder thread  Pickler.dumps(Tag): pickle obj alone, and leave msg for the Tap that
+                      wraps the write, in a C thread-local (messages._TagPickler.dumps, which
+                      this replaces, leaves it in the threading.local feeding.msg)
        q.get()        Hook("get", ...): wrap q's read in a Tap, if not done yet (the Python
                       _queue_get does that), then call the stdlib's get
 
    Each does exactly what its Python reference in messages.py does, which it calls itself for
    the cases it leaves out: recording with the Python Writer, `obj` passed by keyword, a queue
    not seen before (its id, its first read), an envelope. Message ids come from messages.py's own
-   counter (``_prefix + str(next(_counter))``), so the two never hand out the same id. */
+   counter (``_prefix + str(next(_counter))``; messages.py hands us each new one), so the two
+   never hand out the same id. */
 
 static PyObject *COUNTER, *PREFIX, *QID, *THREAD, *HOOKED_FEEDER, *RECV_BYTES, *ENABLED,
                 *OBJ, *DICT;                                    /* interned strs */
