@@ -316,6 +316,55 @@ def test_a_put_that_raises_is_not_left_in_flight(writer, tmp_path):
     assert depths[-1] == 0                                 # nothing left in the queue
 
 
+def test_an_event_that_cannot_be_written_stops_recording_not_the_put(writer, tmp_path):
+    # marshal cannot write this queue id: the put's event fails, recording stops with a
+    # warning, and the message goes through all the same (with either Writer's hooks).
+    import multiprocessing
+    q = multiprocessing.get_context("fork").Queue()
+    q._mpviz_qid = object()
+    try:
+        with pytest.warns(recorder.RecorderWarning, match="recording stopped"):
+            with mt.record(tmp_path / "t"):
+                q.put("x")
+                assert q.get(timeout=10) == "x"
+    finally:
+        q.close()
+        q.join_thread()
+
+
+def test_the_c_hooks_leave_unusual_calls_to_the_python_ones(tmp_path):
+    # Keywords, too many arguments, the queue by keyword: the Python hook does what the stdlib
+    # would (or raises what it would), so the C Hook hands such calls over.
+    import multiprocessing
+    from multiprocessing.reduction import ForkingPickler
+    from mpviz.trace import messages
+    c = native.load()
+    if c is None:
+        pytest.skip(f"no C Writer here: {native.problem}")
+    with pytest.raises(ValueError, match="'pit'"):
+        c.Hook(kind="pit", call=len, slow=len, recorder=recorder, messages=messages)
+    q = multiprocessing.get_context("fork").Queue()
+    try:
+        with mt.record(tmp_path / "t") as trace:
+            assert type(type(q).__dict__["put"]).__name__ == "Hook"
+            with pytest.raises(TypeError):
+                q.put("x", True, None, 5)                      # nothing recorded for it
+            q.put("a", timeout=5)
+            type(q).put(self=q, obj="b")
+            assert [q.get(timeout=10), q.get(timeout=10)] == ["a", "b"]
+    finally:
+        q.close()
+        q.join_thread()
+    flows = trace.flows()
+    assert len(trace.of_kind("queue.put")) == 2 and not trace.of_kind("queue.put_failed")
+    assert len(flows) == 2 and all(f.get is not None for f in flows)
+    # the feeder's pickler takes protocol= by keyword, as ForkingPickler.dumps does
+    pickler = c.Pickler(ForkingPickler, threading.local(), messages._Tag)
+    data = pickler.dumps(c.Tag(("obj", 1), "7.1"), protocol=5)
+    assert ForkingPickler.loads(data) == ("obj", 1) and c.take_feeding_msg() == "7.1"
+    assert c.take_feeding_msg() is None                         # taken: gone
+
+
 def test_pure_python_is_forced_by_the_environment(tmp_path, monkeypatch):
     monkeypatch.setenv("MPVIZ_PURE_PYTHON", "1")
     with mt.record(tmp_path / "t"):

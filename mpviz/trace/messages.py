@@ -196,8 +196,11 @@ def _tagging_put(stdlib_put):
         try:
             return _orig[stdlib_put](self, for_feeder(self, obj, qid, msg), block, timeout)
         except BaseException as exc:
-            put_failed(qid, msg, exc)
-            raise
+            try:
+                put_failed(qid, msg, exc)
+            except Exception as failed:         # (writer.c: sys.unraisablehook)
+                _unrecorded("queue.put_failed", failed)
+            raise                               # the stdlib's exception, not ours
     return put
 
 

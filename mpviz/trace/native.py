@@ -65,8 +65,8 @@ def load():
             _module, problem = build(SOURCE, MODULE)
         if _module is not None:              # its hooks keep a copy of recorder.writer
             from . import recorder
+            recorder._tell_c = _module.set_writer   # (first: a change from now on is told)
             _module.set_writer(recorder.writer)
-            recorder._tell_c = _module.set_writer
     return _module
 
 

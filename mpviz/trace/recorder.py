@@ -151,8 +151,13 @@ class Writer:
 
     def queue_event(self, ts, kind, queue, msg, data):
         """A Queue message's event: `data` its bytes (messages.sig: the last 32, Adler-32)."""
-        self.emit_at(ts, kind, {"queue": queue, "msg": msg, "nbytes": len(data),
-                                "sig": zlib.adler32(data[-32:])})
+        try:
+            args = {"queue": queue, "msg": msg, "nbytes": len(data),
+                    "sig": zlib.adler32(data[-32:])}
+        except Exception as exc:       # not bytes: told, as any failure to record is
+            self.on_error(kind, exc)
+            return
+        self.emit_at(ts, kind, args)
 
     def emit_at(self, ts, kind, args):
         try:

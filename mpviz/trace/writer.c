@@ -541,7 +541,7 @@ write_queue_event(Writer *w, uint64_t ts, PyObject *kind, PyObject *queue, PyObj
     if (r == 0)
         r = append(w, &b);
     buf_free(&b);
-    if (r < 0)
+    if (r != 0)                          /* (a failed `a || b` above leaves 1, not -1) */
         return report_error(w, kind);
     Py_RETURN_NONE;
 }
@@ -1076,7 +1076,12 @@ Pickler_dumps(Pickler *p, PyObject *const *argv, Py_ssize_t argc, PyObject *kwna
         PyErr_SetString(PyExc_TypeError, "Pickler.__init__() was not called");
         return NULL;
     }
-    if (argc < 1 || argc > 2 || kwnames != NULL)     /* not the feeder's call: as ForkingPickler */
+    PyObject *protocol = argc == 2 ? argv[1] : Py_None;
+    if (kwnames != NULL && argc == 1 && PyTuple_GET_SIZE(kwnames) == 1
+            && PyUnicode_Check(PyTuple_GET_ITEM(kwnames, 0))
+            && PyUnicode_CompareWithASCIIString(PyTuple_GET_ITEM(kwnames, 0), "protocol") == 0)
+        protocol = argv[1];                          /* dumps(obj, protocol=...) */
+    else if (argc < 1 || argc > 2 || kwnames != NULL)  /* not dumps(obj[, protocol]) */
         return PyObject_Vectorcall(p->dumps, argv, argc, kwnames);
     PyObject *obj = argv[0], *msg = Py_None, *owned_obj = NULL, *owned_msg = NULL;
     if (Py_IS_TYPE(obj, &TagType)) {
@@ -1094,7 +1099,7 @@ Pickler_dumps(Pickler *p, PyObject *const *argv, Py_ssize_t argc, PyObject *kwna
         msg = owned_msg;
         obj = owned_obj;
     }
-    PyObject *stack[2] = {obj, argc == 2 ? argv[1] : Py_None};
+    PyObject *stack[2] = {obj, protocol};
     PyObject *data = PyObject_Vectorcall(p->dumps, stack, 2, NULL);
     /* once pickled: a failed dump writes nothing, and leaves no id waiting */
     if (data != NULL)
@@ -1269,6 +1274,8 @@ next_msg(Hook *h)
             PyErr_SetString(PyExc_RuntimeError, "mpviz.trace.messages has no message counter");
         return NULL;
     }
+    Py_INCREF(counter);                  /* ours while next() and str() run */
+    Py_INCREF(prefix);
     PyObject *n = PyIter_Next(counter), *text = n ? PyObject_Str(n) : NULL, *msg = NULL;
     if (text != NULL)
         msg = PyUnicode_Concat(prefix, text);
@@ -1276,6 +1283,8 @@ next_msg(Hook *h)
         PyErr_SetString(PyExc_RuntimeError, "mpviz: the message counter ended");
     Py_XDECREF(n);
     Py_XDECREF(text);
+    Py_DECREF(counter);
+    Py_DECREF(prefix);
     return msg;
 }
 
@@ -1285,12 +1294,9 @@ static PyObject *PUT_KIND;      /* "queue.put" */
 static PyObject *
 hook_put(Hook *h, Writer *w, PyObject *const *args, size_t nargsf, PyObject *kwnames)
 {
-    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
-    Py_ssize_t total = nargs + (kwnames == NULL ? 0 : PyTuple_GET_SIZE(kwnames));
-    PyObject *stack[8], *q = args[0], *qid = NULL, *msg = NULL, *item = NULL, *res = NULL;
+    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);      /* 2 to 4, no keywords: see below */
+    PyObject *stack[4], *q = args[0], *qid = NULL, *msg = NULL, *item = NULL, *res = NULL;
     int recorded = 0;
-    if (total > 8)                                  /* put takes 4 at most: let Python say so */
-        return PyObject_Vectorcall(h->slow, args, nargsf, kwnames);
     if (optional_attr(q, QID, &qid) < 0)                        /* messages._queue_id(q) */
         return NULL;
     if (qid == NULL)
@@ -1307,7 +1313,7 @@ hook_put(Hook *h, Writer *w, PyObject *const *args, size_t nargsf, PyObject *kwn
         }
     }
     if (item != NULL) {
-        memcpy(stack, args, (size_t)total * sizeof(PyObject *));
+        memcpy(stack, args, (size_t)nargs * sizeof(PyObject *));
         stack[1] = item;
         res = PyObject_Vectorcall(h->call, stack, nargs, kwnames);
     }
@@ -1357,18 +1363,21 @@ Hook_vectorcall(Hook *h, PyObject *const *args, size_t nargsf, PyObject *kwnames
         PyErr_SetString(PyExc_TypeError, "Hook.__init__() was not called");
         return NULL;
     }
-    if (PyVectorcall_NARGS(nargsf) < 1)             /* no queue: let Python say what is wrong */
-        return PyObject_Vectorcall(h->call, args, nargsf, kwnames);
+    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+    if (nargs < 1)                                   /* the queue by keyword: the Python hook */
+        return PyObject_Vectorcall(h->slow, args, nargsf, kwnames);
     if (!h->is_put)
         return hook_get(h, args, nargsf, kwnames);
+    if (nargs > 4 || kwnames != NULL)   /* put(q, obj, block, timeout) by position only here */
+        return PyObject_Vectorcall(h->slow, args, nargsf, kwnames);
     PyObject *w = recording_writer(h->recorder, h->recorder_names);
     if (w == NULL)
         return NULL;
     PyObject *res;
     if (w == Py_None)                               /* not recording: the stdlib's put */
         res = PyObject_Vectorcall(h->call, args, nargsf, kwnames);
-    else if (!Py_IS_TYPE(w, &WriterType) || PyVectorcall_NARGS(nargsf) < 2)
-        res = PyObject_Vectorcall(h->slow, args, nargsf, kwnames);   /* Python Writer; obj= */
+    else if (!Py_IS_TYPE(w, &WriterType) || nargs < 2)
+        res = PyObject_Vectorcall(h->slow, args, nargsf, kwnames);   /* Python Writer */
     else
         res = hook_put(h, (Writer *)w, args, nargsf, kwnames);
     Py_DECREF(w);
@@ -1410,8 +1419,7 @@ Hook_init(Hook *h, PyObject *args, PyObject *kwds)
                                      &recorder, &messages))
         return -1;
     if (strcmp(kind, "put") != 0 && strcmp(kind, "get") != 0) {
-        PyErr_Format(PyExc_ValueError, "Hook kind must be 'put' or 'get', not %R",
-                     PyTuple_GET_ITEM(args, 0));
+        PyErr_Format(PyExc_ValueError, "Hook kind must be 'put' or 'get', not '%s'", kind);
         return -1;
     }
     PyObject *ns = PyObject_GetAttr(messages, DICT);
