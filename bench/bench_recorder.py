@@ -9,6 +9,7 @@ Two measurements, each with recording off and on:
 2. ping-pong: a parent and a child bounce one small message back and forth through two stdlib
    ``multiprocessing.Queue``s, N round trips; recorded, every message costs a put, a feed and a
    get event, and no change to its bytes (linked by pipe order: see mpviz/trace/messages.py).
+   The same with two mpviz Queues, whose put writes the pipe itself: two events a message.
 
 Prints a Markdown table and writes JSON to bench/results/. Run ``python bench/bench_recorder.py``
 (``--quick`` for a smoke run). Each timing is the best of several repetitions.
@@ -109,7 +110,9 @@ def main(argv=None):
         os.environ.pop("MPVIZ_PURE_PYTHON", None)
         if default is not None:
             os.environ["MPVIZ_PURE_PYTHON"] = default
-    pp_off, pp_on = [], []
+    import mpviz.multiprocessing as mpviz_mp
+    mpviz_ctx = mpviz_mp.get_context(args.start_method)
+    pp_off, pp_on, mq_off, mq_on = [], [], [], []
     if args.cpu is not None:
         cpus = os.sched_getaffinity(0)                     # (Linux only: so only when asked)
         os.sched_setaffinity(0, {args.cpu})                # the child inherits it
@@ -121,12 +124,18 @@ def main(argv=None):
                     writer = recorder.writer_name()        # what recording uses by default
                     pp_on.append(ping_pong(ctx, n_msgs))
             linked = sum(f.get is not None for f in trace.flows())
+            mq_off.append(ping_pong(mpviz_ctx, n_msgs))
+            with tempfile.TemporaryDirectory() as tmp:
+                with mt.record(os.path.join(tmp, "t")):
+                    mq_on.append(ping_pong(mpviz_ctx, n_msgs))
     finally:
         if args.cpu is not None:
             os.sched_setaffinity(0, cpus)
     on = on_by_writer[writer]
     paired = statistics.median(rec / plain for rec, plain in zip(pp_on, pp_off))
     pp_off, pp_on = min(pp_off), min(pp_on)
+    mq_paired = statistics.median(rec / plain for rec, plain in zip(mq_on, mq_off))
+    mq_off, mq_on = min(mq_off), min(mq_on)
     results = dict(
         machine=dict(python=platform.python_version(), cpu=platform.processor() or
                      platform.machine(), cores=os.cpu_count()),
@@ -136,7 +145,10 @@ def main(argv=None):
         c_writer_problem=native.problem,
         pingpong_messages=n_msgs, pingpong_off_us=pp_off * 1e6, pingpong_on_us=pp_on * 1e6,
         pingpong_ratio=pp_on / pp_off, pingpong_paired_ratio_median=paired,
-        pingpong_pairs=pairs, pingpong_cpu=args.cpu, pingpong_flows_linked=linked)
+        pingpong_pairs=pairs, pingpong_cpu=args.cpu, pingpong_flows_linked=linked,
+        mpviz_queue_pingpong_off_us=mq_off * 1e6, mpviz_queue_pingpong_on_us=mq_on * 1e6,
+        mpviz_queue_pingpong_ratio=mq_on / mq_off,
+        mpviz_queue_pingpong_paired_ratio_median=mq_paired)
     print("| measurement | not recording | recording | ratio |")
     print("|---|---|---|---|")
     print(f"| guarded check `if recorder.ENABLED:` | {guard * 1e9:.0f} ns | — | — |")
@@ -146,6 +158,9 @@ def main(argv=None):
     print(f"| ping-pong round trip ({n_msgs} msgs, {args.start_method}, {writer} Writer{where}) "
           f"| {pp_off * 1e6:.1f} µs | {pp_on * 1e6:.1f} µs | {pp_on / pp_off:.2f}× "
           f"(median of {pairs} pairs: {paired:.2f}×) |")
+    print(f"| the same through mpviz Queues (2 events a message) "
+          f"| {mq_off * 1e6:.1f} µs | {mq_on * 1e6:.1f} µs | {mq_on / mq_off:.2f}× "
+          f"(median of {pairs} pairs: {mq_paired:.2f}×) |")
     if native.problem:
         print(f"\n(no C Writer here: {native.problem})")
     path = save_results(f"recorder-{time.strftime('%Y%m%d-%H%M%S')}.json", results)
