@@ -29,7 +29,7 @@ Writer) and in writer.c, which the C Writer comes with (``install_native``): put
 the feeder's pickler (``Pickler``), its write and the reader's read (``Tap``), get (``Hook``).
 A Python call per message was most of what recording a small message cost: counted with
 valgrind in a 1,000-message ping-pong, the echo child ran ~24,000 more instructions per round
-trip while recording with the Python hooks, ~7,700 with the C ones (~61,600 unrecorded).
+trip while recording with the Python hooks, ~7,200 with the C ones (~61,000 unrecorded).
 
 mpviz's own ``Queue`` pickles in ``put`` and often writes the bytes itself (see
 :mod:`mpviz.multiprocessing.queues`): then one ``queue.put`` carries ``nbytes`` and ``sig``,
