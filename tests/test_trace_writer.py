@@ -342,7 +342,7 @@ def test_the_c_hooks_leave_unusual_calls_to_the_python_ones(tmp_path):
     if c is None:
         pytest.skip(f"no C Writer here: {native.problem}")
     with pytest.raises(ValueError, match="'pit'"):
-        c.Hook(kind="pit", call=len, slow=len, recorder=recorder, messages=messages)
+        c.Hook(kind="pit", call=len, slow=len, messages=messages)
     q = multiprocessing.get_context("fork").Queue()
     try:
         with mt.record(tmp_path / "t") as trace:

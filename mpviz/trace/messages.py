@@ -282,7 +282,7 @@ def _queue_start_thread(self):
     if recorder.ENABLED and not _hooked(self._send_bytes):
         send_bytes, qid, tap = self._send_bytes, _queue_id(self), _tap()
         self._send_bytes = (_fed(send_bytes, qid) if tap is None
-                            else tap(send_bytes, recorder, "queue.feed", qid, _feeding, None))
+                            else tap(send_bytes, "queue.feed", qid, _feeding, None))
     started = _orig["Queue._start_thread"](self)
     if _hooked(self._send_bytes):
         # Remember *which* feeder thread writes through our hook: a later one (after a fork, or
@@ -297,7 +297,7 @@ def _queue_get(self, block=True, timeout=None):
     if recorder.ENABLED and not _hooked(self._recv_bytes):
         recv_bytes, qid, tap = self._recv_bytes, _queue_id(self), _tap()
         self._recv_bytes = (_read(recv_bytes, qid) if tap is None
-                            else tap(recv_bytes, recorder, "queue.get", qid, None, _ENVELOPE_MARK))
+                            else tap(recv_bytes, "queue.get", qid, None, _ENVELOPE_MARK))
     return _orig["Queue.get"](self, block, timeout)
 
 
@@ -471,10 +471,10 @@ def install_native():
     me = sys.modules[__name__]
     for owner, attr, hook in [
             (queues, "_ForkingPickler", c.Pickler(ForkingPickler, _feeding, _Tag)),
-            (queues.Queue, "put", c.Hook("put", _orig["Queue.put"], _queue_put, recorder, me)),
+            (queues.Queue, "put", c.Hook("put", _orig["Queue.put"], _queue_put, me)),
             (queues.JoinableQueue, "put",
-             c.Hook("put", _orig["JoinableQueue.put"], _joinable_put, recorder, me)),
-            (queues.Queue, "get", c.Hook("get", _orig["Queue.get"], _queue_get, recorder, me))]:
+             c.Hook("put", _orig["JoinableQueue.put"], _joinable_put, me)),
+            (queues.Queue, "get", c.Hook("get", _orig["Queue.get"], _queue_get, me))]:
         setattr(owner, attr, hook)
 
 

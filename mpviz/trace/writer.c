@@ -470,50 +470,25 @@ write_event(Writer *w, uint64_t ts, PyObject *kind, PyObject *name, PyObject *ar
 /* A Queue event: {"queue": queue, ["msg": msg,] ["nbytes": n, "sig": sig]} -- the dict
    messages.py builds, written straight into the record (a dict costs more than the rest of the
    event). With `data`: its size and sig, the Adler-32 of its last 32 bytes (messages.sig). */
-static PyObject *QUEUE, *MSG, *NBYTES, *SIG, *WRITER, *EMIT_AT;   /* interned strs */
+static PyObject *QUEUE, *MSG, *NBYTES, *SIG, *EMIT_AT;   /* interned strs */
 
-/* obj.name (a new reference), read straight from `names` (obj's __dict__) where it has one:
-   the hooks read recorder.writer once per message, and a module's getattr costs more. */
-static PyObject *
-attr(PyObject *obj, PyObject *names, PyObject *name)
-{
-    if (names == NULL)
-        return PyObject_GetAttr(obj, name);
-    PyObject *v = PyDict_GetItemWithError(names, name);
-    if (v != NULL)
-        return Py_NewRef(v);
-    if (!PyErr_Occurred())
-        PyErr_Format(PyExc_AttributeError, "%R has no attribute %R", obj, name);
-    return NULL;
-}
-
-/* recorder.writer, as recorder.py last set it (set_writer; NULL for None). Until it has been
-   set (`writer_known` 0) the hooks read recorder.writer itself. */
+/* recorder.writer, as recorder.py last set it (set_writer, called by recorder._set_writer
+   at every change, and by native.load before any hook exists); NULL for None. The hooks read
+   it here: a module attribute would cost them a lookup per message. */
 static PyObject *current_writer;
-static int writer_known;
 
 static PyObject *
 set_writer_function(PyObject *module, PyObject *w)
 {
     Py_XSETREF(current_writer, w == Py_None ? NULL : Py_NewRef(w));
-    writer_known = 1;
     Py_RETURN_NONE;
 }
 
 /* The Writer recording now, or None (a new reference). */
 static PyObject *
-recording_writer(PyObject *recorder, PyObject *names)
+recording_writer(void)
 {
-    if (writer_known)
-        return Py_NewRef(current_writer != NULL ? current_writer : Py_None);
-    return attr(recorder, names, WRITER);
-}
-
-/* The __dict__ of a module (a new reference); NULL, with no error, for anything else. */
-static PyObject *
-module_names(PyObject *obj)
-{
-    return PyModule_Check(obj) ? Py_NewRef(PyModule_GetDict(obj)) : NULL;
+    return Py_NewRef(current_writer != NULL ? current_writer : Py_None);
 }
 
 static PyObject *
@@ -747,23 +722,22 @@ static PyTypeObject WriterType = {
    The same two hooks as the Python closures in messages.py, which are the reference: they run
    once per message, in the threads that move it, so they cost what a C call costs.
 
-       Tap(call, recorder, kind, queue, feeding, skip)(*args):
+       Tap(call, kind, queue, feeding, skip)(*args):
          a write, `feeding` given (wraps the feeder's _send_bytes): append `kind` {queue,
               msg: feeding.msg (and feeding.msg = None), nbytes, sig} for buf; then call(buf)
          a read, `feeding` None (wraps the reader's _recv_bytes): res = call(); then, unless
               `skip` is in res's first 64 bytes (an envelope, recorded as it unpickles), append
               `kind` {queue, nbytes, sig}
-       sig = adler32 of the last 32 bytes (messages.sig); events go to recorder.writer, read at
-       every call (None: not recording, nothing appended). The message always goes through: an
+       sig = adler32 of the last 32 bytes (messages.sig); events go to the Writer recording
+       at the time of the call (current_writer; none: nothing appended). The message always goes through: an
        event that cannot be recorded is reported (sys.unraisablehook), never raised in its place. */
 
 
 typedef struct {
     PyObject_HEAD
-    PyObject *call, *recorder, *kind, *queue;
+    PyObject *call, *kind, *queue;
     PyObject *feeding;       /* a feed's threading.local with .msg; None for a read */
     PyObject *skip;          /* a read's envelope mark (bytes); None for a feed */
-    PyObject *names;         /* recorder.__dict__ (NULL: recorder is not a module) */
     vectorcallfunc vectorcall;   /* Tap_call: called without building an args tuple */
 } Tap;
 
@@ -780,14 +754,11 @@ take_feeding_msg(void)                     /* a new reference, or NULL: none */
     return msg;
 }
 
-/* {queue, [msg,] nbytes, sig} for the bytes in `data`, appended at ts to recorder.writer. */
+/* {queue, [msg,] nbytes, sig} for the bytes in `data`, appended at ts by the Writer recording. */
 static int
 tap_emit(Tap *t, uint64_t ts, PyObject *msg, const Py_buffer *data)
 {
-    PyObject *w = recording_writer(t->recorder, t->names);
-    if (w == NULL)
-        return -1;
-    PyObject *res = NULL;
+    PyObject *w = recording_writer(), *res = NULL;
     if (w == Py_None)                                       /* not recording */
         res = Py_NewRef(Py_None);
     else if (Py_IS_TYPE(w, &WriterType))                    /* the usual case: no dict */
@@ -866,18 +837,16 @@ Tap_call(Tap *t, PyObject *const *args, size_t nargsf, PyObject *kwnames)
 static int
 Tap_init(Tap *t, PyObject *args, PyObject *kwds)
 {
-    static char *names[] = {"call", "recorder", "kind", "queue", "feeding", "skip", NULL};
-    PyObject *v[6];
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOUOOO:Tap", names, &v[0], &v[1], &v[2],
-                                     &v[3], &v[4], &v[5]))
+    static char *names[] = {"call", "kind", "queue", "feeding", "skip", NULL};
+    PyObject *v[5];
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OUOOO:Tap", names, &v[0], &v[1], &v[2],
+                                     &v[3], &v[4]))
         return -1;
     Py_XSETREF(t->call, Py_NewRef(v[0]));
-    Py_XSETREF(t->recorder, Py_NewRef(v[1]));
-    Py_XSETREF(t->kind, Py_NewRef(v[2]));
-    Py_XSETREF(t->queue, Py_NewRef(v[3]));
-    Py_XSETREF(t->feeding, Py_NewRef(v[4]));
-    Py_XSETREF(t->skip, Py_NewRef(v[5]));
-    Py_XSETREF(t->names, module_names(v[1]));
+    Py_XSETREF(t->kind, Py_NewRef(v[1]));
+    Py_XSETREF(t->queue, Py_NewRef(v[2]));
+    Py_XSETREF(t->feeding, Py_NewRef(v[3]));
+    Py_XSETREF(t->skip, Py_NewRef(v[4]));
     t->vectorcall = (vectorcallfunc)Tap_call;
     return 0;
 }
@@ -886,12 +855,10 @@ static int
 Tap_traverse(Tap *t, visitproc visit, void *arg)
 {
     Py_VISIT(t->call);
-    Py_VISIT(t->recorder);
     Py_VISIT(t->kind);
     Py_VISIT(t->queue);
     Py_VISIT(t->feeding);
     Py_VISIT(t->skip);
-    Py_VISIT(t->names);
     return 0;
 }
 
@@ -899,12 +866,10 @@ static int
 Tap_clear(Tap *t)
 {
     Py_CLEAR(t->call);
-    Py_CLEAR(t->recorder);
     Py_CLEAR(t->kind);
     Py_CLEAR(t->queue);
     Py_CLEAR(t->feeding);
     Py_CLEAR(t->skip);
-    Py_CLEAR(t->names);
     return 0;
 }
 
@@ -927,7 +892,7 @@ static PyGetSetDef Tap_getset[] = {
 static PyTypeObject TapType = {
     PyVarObject_HEAD_INIT(NULL, 0)
     .tp_name = "mpviz.trace._writer.Tap",
-    .tp_doc = "Tap(call, recorder, kind, queue, feeding, skip): a Queue's read or write, "
+    .tp_doc = "Tap(call, kind, queue, feeding, skip): a Queue's read or write, "
               "recorded",
     .tp_basicsize = sizeof(Tap),
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
@@ -963,8 +928,7 @@ static PyTypeObject TapType = {
    counter (``_prefix + str(next(_counter))``; messages.py hands us each new one), so the two
    never hand out the same id. */
 
-static PyObject *COUNTER, *PREFIX, *QID, *THREAD, *HOOKED_FEEDER, *RECV_BYTES, *ENABLED,
-                *OBJ, *DICT;                                    /* interned strs */
+static PyObject *QID, *THREAD, *HOOKED_FEEDER, *RECV_BYTES, *OBJ;      /* interned strs */
 
 /* Tag(obj, msg): a put's object and its id, in a Queue's buffer (messages._Tag). */
 typedef struct {
@@ -1200,17 +1164,15 @@ static PyTypeObject PicklerType = {
     .tp_members = Pickler_members,
 };
 
-/* Hook(kind, call, slow, recorder, messages): a Queue method while recording, installed on the
+/* Hook(kind, call, slow, messages): a Queue method while recording, installed on the
    class; `call` is the stdlib's method, `slow` the Python hook of messages.py. Called like a
    method (a method descriptor: q.put(x) calls it with q first, as a function would be). */
 typedef struct {
     PyObject_HEAD
     vectorcallfunc vectorcall;
     int is_put;                  /* 1: put, 0: get */
-    PyObject *call, *slow, *recorder, *messages;
-    PyObject *names;             /* messages.__dict__: its _counter and _prefix, read per call */
-    PyObject *recorder_names;    /* recorder.__dict__ (NULL: recorder is not a module) */
-    PyObject *queue_id, *for_feeder, *put_failed;
+    PyObject *call, *slow;
+    PyObject *queue_id, *for_feeder, *put_failed;    /* messages.py's, for what we leave out */
 } Hook;
 
 /* obj.name, or NULL with no error where obj has no such attribute (a new reference). Not
@@ -1262,16 +1224,12 @@ set_numbering_function(PyObject *module, PyObject *const *argv, Py_ssize_t argc)
 
 /* messages.next_msg(): _prefix + str(next(_counter)), from messages.py's own counter. */
 static PyObject *
-next_msg(Hook *h)
+next_msg(void)
 {
     PyObject *counter = msg_counter, *prefix = msg_prefix;
     if (counter == NULL) {
-        counter = PyDict_GetItemWithError(h->names, COUNTER);
-        prefix = counter ? PyDict_GetItemWithError(h->names, PREFIX) : NULL;
-    }
-    if (prefix == NULL) {
-        if (!PyErr_Occurred())
-            PyErr_SetString(PyExc_RuntimeError, "mpviz.trace.messages has no message counter");
+        PyErr_SetString(PyExc_RuntimeError, "mpviz.trace.messages has not handed its message "
+                        "counter over (messages.install_native calls set_numbering)");
         return NULL;
     }
     Py_INCREF(counter);                  /* ours while next() and str() run */
@@ -1302,7 +1260,7 @@ hook_put(Hook *h, Writer *w, PyObject *const *args, size_t nargsf, PyObject *kwn
     if (qid == NULL)
         qid = PyObject_CallOneArg(h->queue_id, q);
     if (qid != NULL)
-        msg = next_msg(h);
+        msg = next_msg();
     if (msg != NULL) {
         /* the event; an error here is one on_error raised: the caller gets it, as in Python */
         PyObject *r = write_queue_event(w, now_ns(), PUT_KIND, qid, msg, NULL);
@@ -1349,11 +1307,8 @@ hook_get(Hook *h, PyObject *const *args, size_t nargsf, PyObject *kwnames)
     Py_XDECREF(read);
     if (tapped)
         return PyObject_Vectorcall(h->call, args, nargsf, kwnames);
-    PyObject *on = attr(h->recorder, h->recorder_names, ENABLED);
-    if (on == NULL)
-        return NULL;
-    Py_DECREF(on);
-    return PyObject_Vectorcall(on == Py_True ? h->slow : h->call, args, nargsf, kwnames);
+    int recording = current_writer != NULL;    /* (recorder.ENABLED) */
+    return PyObject_Vectorcall(recording ? h->slow : h->call, args, nargsf, kwnames);
 }
 
 static PyObject *
@@ -1370,10 +1325,7 @@ Hook_vectorcall(Hook *h, PyObject *const *args, size_t nargsf, PyObject *kwnames
         return hook_get(h, args, nargsf, kwnames);
     if (nargs > 4 || kwnames != NULL)   /* put(q, obj, block, timeout) by position only here */
         return PyObject_Vectorcall(h->slow, args, nargsf, kwnames);
-    PyObject *w = recording_writer(h->recorder, h->recorder_names);
-    if (w == NULL)
-        return NULL;
-    PyObject *res;
+    PyObject *w = recording_writer(), *res;
     if (w == Py_None)                               /* not recording: the stdlib's put */
         res = PyObject_Vectorcall(h->call, args, nargsf, kwnames);
     else if (!Py_IS_TYPE(w, &WriterType) || nargs < 2)
@@ -1412,22 +1364,20 @@ Hook_descr_get(PyObject *h, PyObject *obj, PyObject *type)
 static int
 Hook_init(Hook *h, PyObject *args, PyObject *kwds)
 {
-    static char *names[] = {"kind", "call", "slow", "recorder", "messages", NULL};
+    static char *names[] = {"kind", "call", "slow", "messages", NULL};
     const char *kind;
-    PyObject *call, *slow, *recorder, *messages;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "sOOOO:Hook", names, &kind, &call, &slow,
-                                     &recorder, &messages))
+    PyObject *call, *slow, *messages;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "sOOO:Hook", names, &kind, &call, &slow,
+                                     &messages))
         return -1;
     if (strcmp(kind, "put") != 0 && strcmp(kind, "get") != 0) {
         PyErr_Format(PyExc_ValueError, "Hook kind must be 'put' or 'get', not '%s'", kind);
         return -1;
     }
-    PyObject *ns = PyObject_GetAttr(messages, DICT);
     PyObject *queue_id = PyObject_GetAttrString(messages, "_queue_id");
     PyObject *for_feeder = PyObject_GetAttrString(messages, "for_feeder");
     PyObject *put_failed = PyObject_GetAttrString(messages, "put_failed");
-    if (ns == NULL || queue_id == NULL || for_feeder == NULL || put_failed == NULL) {
-        Py_XDECREF(ns);
+    if (queue_id == NULL || for_feeder == NULL || put_failed == NULL) {
         Py_XDECREF(queue_id);
         Py_XDECREF(for_feeder);
         Py_XDECREF(put_failed);
@@ -1436,10 +1386,6 @@ Hook_init(Hook *h, PyObject *args, PyObject *kwds)
     h->is_put = kind[0] == 'p';
     Py_XSETREF(h->call, Py_NewRef(call));
     Py_XSETREF(h->slow, Py_NewRef(slow));
-    Py_XSETREF(h->recorder, Py_NewRef(recorder));
-    Py_XSETREF(h->messages, Py_NewRef(messages));
-    Py_XSETREF(h->names, ns);
-    Py_XSETREF(h->recorder_names, module_names(recorder));
     Py_XSETREF(h->queue_id, queue_id);
     Py_XSETREF(h->for_feeder, for_feeder);
     Py_XSETREF(h->put_failed, put_failed);
@@ -1452,10 +1398,6 @@ Hook_traverse(Hook *h, visitproc visit, void *arg)
 {
     Py_VISIT(h->call);
     Py_VISIT(h->slow);
-    Py_VISIT(h->recorder);
-    Py_VISIT(h->messages);
-    Py_VISIT(h->names);
-    Py_VISIT(h->recorder_names);
     Py_VISIT(h->queue_id);
     Py_VISIT(h->for_feeder);
     Py_VISIT(h->put_failed);
@@ -1467,10 +1409,6 @@ Hook_clear(Hook *h)
 {
     Py_CLEAR(h->call);
     Py_CLEAR(h->slow);
-    Py_CLEAR(h->recorder);
-    Py_CLEAR(h->messages);
-    Py_CLEAR(h->names);
-    Py_CLEAR(h->recorder_names);
     Py_CLEAR(h->queue_id);
     Py_CLEAR(h->for_feeder);
     Py_CLEAR(h->put_failed);
@@ -1493,7 +1431,7 @@ static PyMemberDef Hook_members[] = {
 static PyTypeObject HookType = {
     PyVarObject_HEAD_INIT(NULL, 0)
     .tp_name = "mpviz.trace._writer.Hook",
-    .tp_doc = "Hook(kind, call, slow, recorder, messages): a Queue's put or get while "
+    .tp_doc = "Hook(kind, call, slow, messages): a Queue's put or get while "
               "recording (messages.py's, in C)",
     .tp_basicsize = sizeof(Hook),
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL
@@ -1545,13 +1483,11 @@ PyInit__writer(void)
     for (int i = 0; i < 5; i++)
         if (PyType_Ready(types[i]) < 0)
             return NULL;
-    const char *words[] = {"queue", "msg", "nbytes", "sig", "writer", "emit_at", "name", "mark",
-                           "_counter", "_prefix", "_mpviz_qid", "_thread",
-                           "_mpviz_hooked_feeder", "_recv_bytes", "ENABLED", "obj", "__dict__",
+    const char *words[] = {"queue", "msg", "nbytes", "sig", "emit_at", "name", "mark",
+                           "_mpviz_qid", "_thread", "_mpviz_hooked_feeder", "_recv_bytes", "obj",
                            "queue.put"};
-    PyObject **interned[] = {&QUEUE, &MSG, &NBYTES, &SIG, &WRITER, &EMIT_AT, &NAME, &MARK,
-                             &COUNTER, &PREFIX, &QID, &THREAD, &HOOKED_FEEDER, &RECV_BYTES,
-                             &ENABLED, &OBJ, &DICT, &PUT_KIND};
+    PyObject **interned[] = {&QUEUE, &MSG, &NBYTES, &SIG, &EMIT_AT, &NAME, &MARK, &QID, &THREAD,
+                             &HOOKED_FEEDER, &RECV_BYTES, &OBJ, &PUT_KIND};
     for (size_t i = 0; i < sizeof words / sizeof words[0]; i++)
         if (*interned[i] == NULL && (*interned[i] = PyUnicode_InternFromString(words[i])) == NULL)
             return NULL;
