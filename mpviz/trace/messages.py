@@ -56,7 +56,6 @@ import itertools
 import os
 import sys
 import threading
-from zlib import adler32
 
 from multiprocessing import connection, pool, queues
 from multiprocessing.reduction import ForkingPickler
@@ -124,12 +123,7 @@ def _open(kind, channel, msg, obj):
 
 _orig = {}
 _feeding = threading.local()     # .msg: the id the feeder just pickled, until its write reports it
-
-
-def sig(buf):
-    """A fingerprint of a message's bytes, to check a write/read pair: Adler-32 of the last 32
-    (the log's own checksum: writer.c has it too)."""
-    return adler32(buf[-32:])
+sig = recorder.sig               # a fingerprint of a message's bytes, to check write/read pairs
 
 
 class _Tag:

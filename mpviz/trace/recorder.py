@@ -112,6 +112,12 @@ def encode(ts, tid, kind, args):
     return RECORD.pack(len(body), zlib.adler32(body)) + body
 
 
+def sig(buf):
+    """A fingerprint of a message's bytes, to check a write/read pair (messages.py): Adler-32 of
+    the last 32 (the log's own checksum; writer.c computes the same)."""
+    return zlib.adler32(buf[-32:])
+
+
 def decode(body):
     """A record's body (its checksum already checked) -> (ts_ns, tid, kind, args)."""
     ts, tid, k = BODY.unpack_from(body)
@@ -150,10 +156,9 @@ class Writer:
         self.emit_at(time.monotonic_ns(), "mark", {"name": name, **args})
 
     def queue_event(self, ts, kind, queue, msg, data):
-        """A Queue message's event: `data` its bytes (messages.sig: the last 32, Adler-32)."""
+        """A Queue message's event, {queue, msg, nbytes, sig} for its bytes `data`."""
         try:
-            args = {"queue": queue, "msg": msg, "nbytes": len(data),
-                    "sig": zlib.adler32(data[-32:])}
+            args = {"queue": queue, "msg": msg, "nbytes": len(data), "sig": sig(data)}
         except Exception as exc:       # not bytes: told, as any failure to record is
             self.on_error(kind, exc)
             return
