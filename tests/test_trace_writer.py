@@ -296,7 +296,7 @@ def test_a_put_that_raises_is_not_left_in_flight(writer, tmp_path):
         with mt.record(tmp_path / "t") as trace:
             q.put("kept")
             with pytest.raises(Full):
-                q.put("refused", block=False)             # the one slot is taken
+                q.put("refused", False)   # the slot is taken (by position: the C hook's path)
             assert q.get(timeout=10) == "kept"
             q.close()
             with pytest.raises(ValueError):
