@@ -469,7 +469,7 @@ write_event(Writer *w, uint64_t ts, PyObject *kind, PyObject *name, PyObject *ar
 
 /* A Queue event: {"queue": queue, ["msg": msg,] ["nbytes": n, "sig": sig]} -- the dict
    messages.py builds, written straight into the record (a dict costs more than the rest of the
-   event). With `data`: its size and sig, the Adler-32 of its last 32 bytes (recorder.sig). *
+   event). With `data`: its size and sig, the Adler-32 of its last 32 bytes (recorder.sig). */
 static PyObject *QUEUE, *MSG, *NBYTES, *SIG, *EMIT_AT;   /* interned strs */
 
 /* recorder.writer, as recorder.py last set it (set_writer, called by recorder._set_writer
@@ -729,8 +729,9 @@ static PyTypeObject WriterType = {
               `skip` is in res's first 64 bytes (an envelope, recorded as it unpickles), append
               `kind` {queue, nbytes, sig}
        sig = adler32 of the last 32 bytes (recorder.sig); events go to the Writer recording
-       at the time of the call (current_writer; none: nothing appended). The message always goes through: an
-       event that cannot be recorded is reported (sys.unraisablehook), never raised in its place. */
+       at the time of the call (current_writer; none: nothing appended). The message always
+       goes through: an event that cannot be recorded is reported (sys.unraisablehook), never
+       raised in its place. */
 
 
 typedef struct {
