@@ -43,10 +43,10 @@ def echo_dropping(inbox, outbox, strategy, cache_bytes):
     """Send back what arrives and drop it, as bench.handoff.echo does, with the shared-memory
     cache on; report the cache at the end.
 
-    Unlike the bench's echo, it then waits (bounded) until it no longer keeps what it sent (the
-    fd server's offer, the file_system linger): so what serves the next arrival of the same
-    memory is the cache, which is what the test looks at."""
-    from mpviz.sharing import allocator, fd_passing, file_system
+    Unlike the bench's echo, it then waits (bounded) until its fd server no longer keeps what it
+    offered (file_system keeps nothing while the cache is on): so what serves the next arrival
+    of the same memory is the cache, which is what the test looks at."""
+    from mpviz.sharing import allocator, fd_passing
     mp.set_sharing_strategy(strategy)
     allocator.enable(cache_bytes)
     while True:
@@ -56,7 +56,7 @@ def echo_dropping(inbox, outbox, strategy, cache_bytes):
         outbox.put(item)
         del item
         deadline = time.monotonic() + 10
-        while fd_passing.pending_offers() or file_system.lingering():
+        while fd_passing.pending_offers():
             if time.monotonic() > deadline:
                 raise RuntimeError("what this child sent is still kept after 10 s")
             time.sleep(0.001)

@@ -104,10 +104,7 @@ def reduce_storage(storage):
                           segment.name))
     # file_system: the count above also makes the name outlive us if we let go first.
     shm_manager.client().sent(segment.name)
-    if not segment.created and not allocator.enabled():
-        # Received: kept a moment longer, in case it comes straight back. (With the cache on, the
-        # mapping it keeps does that, and counts us out so that the sender can reuse the memory.)
-        file_system.keep_after_send(storage)
+    file_system.keep_after_send(storage)  # if received: kept a moment, in case it comes back
     return (rebuild, ("storage_filename", segment.name, segment.nbytes, os.getpid()))
 
 

@@ -11,7 +11,8 @@ the very Storage object it left as: no copy, no new mapping, no new descriptor.
 A storage this process has sent stays alive a moment after its last tensor is dropped — the fd
 server keeps what it offered until the receiver fetches it or its release arrives; under
 ``file_system`` a process keeps what it received and sent on for one to two ``LINGER_SECONDS``
-— so a tensor that comes straight back finds it here too.
+(unless the shared-memory cache is on: that keeps the mapping instead) — so a tensor that comes
+straight back finds it here too.
 
 Adapted from torch's ``shared_cache`` in ``torch/multiprocessing/reductions.py`` (a dict of
 ``StorageWeakRef``). Simplified: dead entries are dropped when looked up or when the cache has

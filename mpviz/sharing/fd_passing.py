@@ -49,7 +49,7 @@ class _State:
     def __init__(self):
         self.pid = os.getpid()
         self.lock = threading.Lock()
-        self.offers = {}  # token -> (segment, its Storage) kept alive until fetched or released
+        self.offers = {}  # token -> the Storage offered, kept alive until fetched or released
         self.tokens = itertools.count(1)
         self.listener = None
         self.address = None

@@ -44,7 +44,7 @@ import numpy as np
 
 from ..errors import SegmentGoneError, TooManyFdsError
 from ..trace import recorder
-from . import shm_manager
+from . import allocator, shm_manager
 from . import file_descriptor
 from .file_descriptor import _reserve, atomic_add
 from .mapping import map_shared
@@ -95,7 +95,6 @@ class FsSegment:
 
 def _let_go(token, name, nbytes, buf, created):
     _live.pop(token, None)
-    from . import allocator
     if created:
         if allocator.park(_Parked(name, nbytes, buf)):
             return  # the allocator keeps our reference (and the name) to hand it out again
@@ -374,8 +373,10 @@ _linger = _Linger()
 
 
 def keep_after_send(storage):
-    """Keep `storage` (and so its segment) a few ms more: it was just sent (see above)."""
-    _linger.keep(storage)
+    """`storage` was just sent: keep it (and so its segment) a few ms more, if it was received
+    here and the cache for fresh tensors is off (see above)."""
+    if not storage._segment.created and not allocator.enabled():
+        _linger.keep(storage)
 
 
 def lingering():
@@ -407,7 +408,6 @@ class _ChildExitHook:
 
 
 def _release_all():
-    from . import allocator
     allocator.close()  # from here on nothing is kept for reuse; what was kept is given back
     for finalizer in list(_live.values()):
         finalizer()
