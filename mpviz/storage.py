@@ -44,8 +44,12 @@ class Storage:
             self._data = _data if _data is not None else np.zeros(int(nbytes), dtype=np.uint8)
         self.device = _device
         self.version = 0          # bumped whenever the buffer is swapped; tensors re-derive views
-        self._received = False    # True for storages rebuilt from another process's handle
         self._sent_from = None    # the pid of the process this came from, if received
+
+    @property
+    def _received(self):
+        """True for storages rebuilt from another process's handle."""
+        return self._sent_from is not None
 
     # -- what the bytes are, and where ----------------------------------------------------------
 

@@ -25,7 +25,6 @@ class CudaStorage(Storage):
     def __init__(self, mem, *, producer_pid=None):
         super().__init__(_data=mem.bytes, _device=f"cuda:{mem.device_index}")
         self._mem = mem
-        self._received = producer_pid is not None
         self._sent_from = producer_pid
 
     @property

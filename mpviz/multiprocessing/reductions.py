@@ -124,7 +124,7 @@ def rebuild_storage_fd(address, sender_pid, key, token, nbytes, name):
             recorder.emit("fd.recv", name=name, token=token, peer=sender_pid, nbytes=nbytes)
         segment = file_descriptor.from_received_fd(fd, nbytes, name)
     storage = Storage(_segment=segment)
-    storage._received, storage._sent_from = True, sender_pid
+    storage._sent_from = sender_pid
     cache.put(key, storage)
     return storage
 
@@ -139,7 +139,7 @@ def rebuild_storage_filename(name, nbytes, sender_pid):
     # a mapping we kept (shared-memory cache on), or a new one; both tell the manager
     segment = allocator.take_received(key) or file_system.attach(name, nbytes, received=True)
     storage = Storage(_segment=segment)
-    storage._received, storage._sent_from = True, sender_pid
+    storage._sent_from = sender_pid
     cache.put(key, storage)
     return storage
 

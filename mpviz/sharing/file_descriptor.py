@@ -60,7 +60,6 @@ _COUNT = struct.Struct("=q")
 # -- the count in the header: one atomic add ---------------------------------------------------
 
 _atomic_add = None  # chosen at this process's first mapping, not at import (import stays cheap)
-atomic_add_problem = None  # why the C add is not used, in words (as native.problem for the Writer)
 
 
 def atomic_add(buf, delta):
@@ -89,16 +88,12 @@ def choose_atomic_add(which=None):
     2. "ctypes": libatomic's ``__atomic_fetch_add_8`` through ctypes (~1.5 µs a call: ctypes
        converts its arguments at run time);
     3. none: a function that returns None, and the callers lock with ``fcntl``.
-
-    Where the C add cannot be had, ``atomic_add_problem`` says why.
     """
-    global atomic_add_problem
     if which in (None, "C"):
         from ..trace import native
         module, problem = native.build(_ATOMIC_C, "mpviz.sharing._atomic")
         if module is not None:
             return module.add
-        atomic_add_problem = problem
         if which == "C":
             raise RuntimeError(f"the C atomic add is not available here: {problem}")
     fetch_add = _load_libatomic()
