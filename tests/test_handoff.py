@@ -38,6 +38,17 @@ def test_small_puts_skip_the_feeder_thread():
     assert [q.get(timeout=5) for _ in range(100)] == list(range(100))
 
 
+def test_get_reads_with_two_os_reads_here_and_in_a_child(ctx):
+    # The stdlib's get would work too (through Connection.recv_bytes), just slower: so check
+    # the read is ours, in this process and in a child (forked, spawned: _reset sets it).
+    q, out = ctx.Queue(), ctx.Queue()
+    assert q._recv_bytes.func is queues._read_message
+    p = start(ctx, hw.reads_with_os_read, q, out)
+    q.put("hello")
+    assert out.get(timeout=30) == (True, "hello")
+    finish(p)
+
+
 def test_a_large_put_goes_through_the_feeder_and_later_small_ones_wait_their_turn(ctx):
     # 200 KiB does not fit in a 64 KiB pipe: it takes the feeder; the small puts behind it must
     # not overtake it while it is still being written.

@@ -269,20 +269,17 @@ def test_dev_shm_too_small_says_how_to_grow_it(strategy):
     assert info.value.errno == 28 and info.value.strategy == strategy
 
 
-def test_segment_removed_under_a_handle():
+@pytest.mark.parametrize("strategy", ["file_system"], indirect=True)  # (restored afterwards)
+def test_segment_removed_under_a_handle(strategy):
     from multiprocessing.reduction import ForkingPickler
-    mp.set_sharing_strategy("file_system")
-    try:
-        t = mpviz.zeros(10)
-        handle = bytes(ForkingPickler.dumps(t))
-        name, key = t.untyped_storage().segment_name, t.untyped_storage()._segment.key
-        del t
-        assert cache.get(key) is None           # as in a process that never mapped it
-        os.unlink("/dev/shm" + name)            # someone "cleans" /dev/shm
-        with pytest.raises(SegmentGoneError, match="no longer exists"):
-            ForkingPickler.loads(handle)
-    finally:
-        mp.set_sharing_strategy("file_descriptor")
+    t = mpviz.zeros(10)
+    handle = bytes(ForkingPickler.dumps(t))
+    name, key = t.untyped_storage().segment_name, t.untyped_storage()._segment.key
+    del t
+    assert cache.get(key) is None           # as in a process that never mapped it
+    os.unlink("/dev/shm" + name)            # someone "cleans" /dev/shm
+    with pytest.raises(SegmentGoneError, match="no longer exists"):
+        ForkingPickler.loads(handle)
 
 
 def test_out_of_fds_under_file_descriptor_says_what_to_do(start_method):
