@@ -88,10 +88,11 @@ def main(argv=None):
                         help="ping-pong pairs (recorded, unrecorded); default 7 (--quick: 2)")
     parser.add_argument("--cpu", type=int, help="run the ping-pong on this CPU only")
     args = parser.parse_args(argv)
-    n_events, n_msgs, reps = (20_000, 2_000, 2) if args.quick else (200_000, 10_000, 3)
-    # Seven pairs by default: on this project's 2-core machine one pair's ratio ranged from
-    # 0.92 to 1.24 within one run of nine (2026-11-22), too wide for a median of three.
-    pairs = (reps if args.quick else 7) if args.reps is None else args.reps
+    # Seven ping-pong pairs by default: on this project's 2-core machine one pair's ratio ranged
+    # from 0.92 to 1.24 within one run of nine (2026-11-22), too wide for a median of three.
+    n_events, n_msgs, reps, pairs = (20_000, 2_000, 2, 2) if args.quick else (200_000, 10_000, 3, 7)
+    if args.reps is not None:
+        pairs = args.reps
     if pairs < 1:
         parser.error(f"--reps must be at least 1 (got {pairs}): the ratio needs a pair")
     ctx = mp.get_context(args.start_method)

@@ -22,7 +22,8 @@ Adapted from torch's ``StorageSharing.cpp`` (``_share_cuda_`` / ``_new_shared_cu
 documented runtime API (``cupy.cuda.runtime.ipcGetMemHandle``, ``ipcOpenMemHandle``,
 ``ipcCloseMemHandle``, ``ipcGetEventHandle``, ``ipcOpenEventHandle``). Our own machines and CI
 have no GPU; its conformance tests (tests/test_cuda.py) run wherever one is present, and passed on
-an NVIDIA H100 with CuPy 14.2, where they were also checked against torch 2.11's own CUDA IPC.
+an NVIDIA H100 with CuPy 14.2, where they were also checked against torch 2.11's own CUDA IPC
+(``Tensor.min``, added later, has run on the simulator only).
 """
 import os
 
