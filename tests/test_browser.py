@@ -206,7 +206,8 @@ def assert_layout_fits(nb, live):
             break
         nb.page.wait_for_timeout(100)   # (bounded: 10 s in all)
     assert box and box["width"] > 200 and box["height"] > 100, f"the widget is squashed: {box}"
-    assert pic and pic["width"] > 100 and pic["height"] > 50, f"the picture is squashed: {pic}"
+    assert pic and pic["width"] > 100 and pic["height"] > 50, \
+        f"the picture is squashed, or had no size for 10 s (frames kept replacing it): {pic}"
     assert cell is not None, "the widget is not inside a notebook cell"
     for what, b in [("widget", box), ("picture", pic)]:
         assert b["x"] >= cell["x"] - 1 and b["x"] + b["width"] <= cell["x"] + cell["width"] + 1, \
