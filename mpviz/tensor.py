@@ -57,7 +57,7 @@ class Tensor:
         self._offset = offset          # in elements
         self._shape = tuple(shape)
         self._strides = tuple(strides)  # in elements
-        self.dtype = np.dtype(dtype)
+        self.dtype = dtype if isinstance(dtype, np.dtype) else np.dtype(dtype)
         self.requires_grad = bool(requires_grad)
         self.grad = None
         self._grad_fn = None           # set by mpviz.autograd for results of differentiable ops

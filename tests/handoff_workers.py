@@ -114,3 +114,14 @@ def reads_with_os_read(q, out):
     from mpviz.multiprocessing import queues
     ours = getattr(q._recv_bytes, "func", None) is queues._read_message
     out.put((ours, q.get(timeout=10)))
+
+
+def describe_and_write(q, out, strategy):
+    """Report what arrived (the view's layout, its grad flag, its values), then write into it."""
+    import mpviz.multiprocessing as mp
+    mp.set_sharing_strategy(strategy)
+    t = q.get(timeout=30)
+    out.put((type(t).__name__, t.shape, t.stride(), t.storage_offset(), str(t.dtype),
+             t.requires_grad, t.tolist()))
+    t.mul_(-1) if not t.requires_grad else t.detach().mul_(-1)
+    out.put("written")

@@ -28,6 +28,69 @@ def _count(tensor):
     return file_descriptor.atomic_add(tensor.untyped_storage()._segment._buf, 0)
 
 
+# -- a lone tensor travels as a short handle ---------------------------------------------------
+
+def test_a_lone_tensor_travels_as_a_short_handle_and_arrives_as_the_same_view(strategy):
+    base = mpviz.arange(24.0).reshape(4, 6)
+    view = base[1:, ::2]                                  # an offset and strides of its own
+    data, pickled = queues._encode(view), queues._dumps(view)   # two handles in flight
+    assert data[:1] == queues._TENSOR and len(data) < len(pickled)
+    assert queues._decode(pickled).tolist() == view.tolist()
+    back = queues._decode(data)
+    assert back.untyped_storage() is base.untyped_storage()   # our own: the receive cache
+    assert (back.shape, back.stride(), back.storage_offset()) == ((3, 3), (6, 2), 6)
+    assert back.tolist() == view.tolist() and back.dtype == view.dtype
+    assert _count(back) == 1                              # both handles' counts given back
+
+
+@pytest.mark.parametrize("dtype", ["float16", "float64", "int8", "uint16", "int64", "bool",
+                                   "complex64", ">f4", "<i8"])
+def test_every_dtype_survives_the_short_handle(dtype):
+    import numpy as np
+    t = mpviz.from_numpy((np.arange(6) % 3).astype(dtype))
+    data = queues._encode(t)
+    assert data[:1] == queues._TENSOR
+    back = queues._decode(data)
+    assert back.dtype == t.dtype and back.numpy().dtype == np.dtype(dtype)
+    assert back.tolist() == t.tolist()
+
+
+def test_what_the_short_handle_leaves_out_is_pickled():
+    from mpviz import nn
+    with_grad = mpviz.ones(3, requires_grad=True)
+    with_grad.grad = mpviz.zeros(3)
+    for obj in (nn.Parameter(mpviz.ones(2)), with_grad, [mpviz.ones(2)], (mpviz.ones(2), 5)):
+        data = queues._encode(obj)
+        assert data[:1] == b"\x80"                       # a pickle: protocol 2 and up
+        back = queues._decode(data)
+        assert type(back) is type(obj)
+    assert queues._decode(queues._encode(with_grad)).grad.tolist() == [0.0, 0.0, 0.0]
+
+
+def test_a_non_leaf_that_requires_grad_is_refused_at_put():
+    q = mp.get_context("fork").Queue()
+    leaf = mpviz.ones(3, requires_grad=True)
+    with pytest.raises(RuntimeError, match="Cowardly refusing to serialize non-leaf tensor"):
+        q.put(leaf * 2)
+    q.put(leaf)                                           # a leaf that requires grad may go
+    assert q.get(timeout=5).requires_grad
+    q.close()
+    q.join_thread()
+
+
+def test_a_view_crosses_to_a_child_and_the_child_writes_the_parents_memory(ctx, strategy):
+    q, out = ctx.Queue(), ctx.Queue()
+    base = mpviz.arange(12.0).reshape(3, 4)
+    base.share_memory_()
+    p = start(ctx, hw.describe_and_write, q, out, strategy)
+    q.put(base[1:, 1::2])
+    assert out.get(timeout=30) == ("Tensor", (2, 2), (4, 2), 5, "float32", False,
+                                   [[5.0, 7.0], [9.0, 11.0]])
+    assert out.get(timeout=30) == "written"
+    finish(p)
+    assert base.tolist() == [[0, 1, 2, 3], [4, -5, 6, -7], [8, -9, 10, -11]]
+
+
 # -- Queue.put writes small messages itself, and keeps the order ---------------------------------
 
 def test_small_puts_skip_the_feeder_thread():

@@ -43,6 +43,8 @@ actually drops it (the receiver sees ``grad is None``); CUDA tensors go to :mod:
 import os
 from multiprocessing.reduction import ForkingPickler
 
+import numpy as np
+
 from ..sharing import allocator, cache, fd_passing, file_descriptor, file_system, shm_manager
 from ..storage import Storage
 from ..tensor import Tensor
@@ -59,18 +61,28 @@ def reduce_tensor(tensor):
     ``reduce_tensor`` leaves ``.grad`` behind, and the receiver's is ``None``. A grad created later
     in the receiver is the receiver's own either way.
     """
-    if tensor.requires_grad and not tensor.is_leaf:
-        raise RuntimeError(
-            "Cowardly refusing to serialize non-leaf tensor which requires_grad, since autograd "
-            "does not support crossing process boundaries. If you just want to transfer the "
-            "data, call detach() on the tensor before serializing (e.g., putting it on the queue).")
+    _check_sendable(tensor)
     if tensor.is_cuda:
         from .. import cuda
         return cuda.reduce_tensor(tensor)
     cls = type(tensor)
     return (rebuild, ("tensor", None if cls is Tensor else cls, tensor._storage, tensor._offset,
-                      tensor._shape, tensor._strides, tensor.dtype.str, tensor.requires_grad,
-                      tensor.grad))
+                      tensor._shape, tensor._strides, _dtype_code(tensor.dtype),
+                      tensor.requires_grad, tensor.grad))
+
+
+def _check_sendable(tensor):
+    if tensor.requires_grad and not tensor.is_leaf:
+        raise RuntimeError(
+            "Cowardly refusing to serialize non-leaf tensor which requires_grad, since autograd "
+            "does not support crossing process boundaries. If you just want to transfer the "
+            "data, call detach() on the tensor before serializing (e.g., putting it on the queue).")
+
+
+def _dtype_code(dtype):
+    # 'f' for float32: one character names every numeric dtype in this machine's byte order
+    # (and costs a tenth of dtype.str, which formats "<f4" anew at each call); others: "<f4"
+    return dtype.char if dtype.isnative else dtype.str
 
 
 def rebuild(kind, *args):
@@ -80,15 +92,60 @@ def rebuild(kind, *args):
 
 def rebuild_tensor(cls, storage, offset, shape, strides, dtype, requires_grad, grad):
     tensor = Tensor.__new__(cls or Tensor)
-    Tensor.__init__(tensor, storage, offset, shape, strides, dtype, requires_grad)
+    Tensor.__init__(tensor, storage, offset, shape, strides, _dtype(dtype), requires_grad)
     tensor.grad = grad
     return tensor
+
+
+_DTYPES = {}  # dtype code -> np.dtype, made once
+
+
+def _dtype(code):
+    dtype = _DTYPES.get(code)
+    if dtype is None:
+        dtype = _DTYPES[code] = np.dtype(code)
+    return dtype
+
+
+# -- the short way: a lone tensor put on an mpviz Queue ------------------------------------------
+#
+# Most of a pickled handle's cost is pickle's, not the handle's: a reducer called from C for the
+# tensor and again for its storage, a pickler made and its memo filled, and the one function
+# every handle names — written as a module and a name, looked up again (an import) on arrival.
+# Counted with valgrind: ~68,000 instructions to pickle and unpickle one tensor's handle, more
+# than a whole round trip of a small message through a pipe. A lone plain tensor, the usual
+# thing to put on a queue, needs none of that: its handle is a flat tuple of numbers and
+# strings, which ``marshal`` (the format of .pyc files) writes and reads in well under a µs.
+# mpviz's Queue sends it that way (see ``queues._encode``); everything else is pickled.
+
+def pack_tensor(tensor):
+    """`tensor`'s whole handle, view and storage, as one flat tuple of plain data; None for a
+    tensor that must be pickled (a subclass, a CUDA tensor, one with a ``.grad``)."""
+    if type(tensor) is not Tensor or tensor.grad is not None or tensor._storage.device != "cpu":
+        return None
+    if tensor.requires_grad:
+        _check_sendable(tensor)
+    return (tensor._offset, tensor._shape, tensor._strides, _dtype_code(tensor.dtype),
+            tensor.requires_grad) + storage_handle(tensor._storage)
+
+
+def unpack_tensor(handle):
+    """The tensor that :func:`pack_tensor` made `handle` of, rebuilt in this process."""
+    offset, shape, strides, dtype, requires_grad, kind = handle[:6]
+    storage = _REBUILD[kind](*handle[6:])
+    return rebuild_tensor(None, storage, offset, shape, strides, dtype, requires_grad, None)
 
 
 # -- storages -------------------------------------------------------------------------------------
 
 def reduce_storage(storage):
     """Share `storage` (in place) if it is private, then pickle a handle to it."""
+    return (rebuild, storage_handle(storage))
+
+
+def storage_handle(storage):
+    """Share `storage` (in place) if it is private; return its handle: plain data, starting with
+    the kind of thing to rebuild (``rebuild(*handle)`` in the receiver gives the storage)."""
     if storage.device != "cpu":
         raise RuntimeError("Cannot pickle CUDA storage; try pickling a CUDA tensor instead")
     segment = storage.share_memory_()._segment  # a private one moves into shared memory, in place
@@ -100,12 +157,12 @@ def reduce_storage(storage):
         address, token = fd_passing.offer(storage)
         if recorder.ENABLED:
             recorder.emit("fd.send", name=segment.name, token=token, nbytes=segment.nbytes)
-        return (rebuild, ("storage_fd", address, os.getpid(), segment.key, token, segment.nbytes,
-                          segment.name))
+        return ("storage_fd", address, os.getpid(), segment.key, token, segment.nbytes,
+                segment.name)
     # file_system: the count above also makes the name outlive us if we let go first.
     shm_manager.client().sent(segment.name)
     file_system.keep_after_send(storage)  # if received: kept a moment, in case it comes back
-    return (rebuild, ("storage_filename", segment.name, segment.nbytes, os.getpid()))
+    return ("storage_filename", segment.name, segment.nbytes, os.getpid())
 
 
 def rebuild_storage_fd(address, sender_pid, key, token, nbytes, name):

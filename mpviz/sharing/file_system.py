@@ -239,7 +239,7 @@ def refcount(name):
 
 def _add_mapped(name, buf, delta):
     """Change the count through our own mapping of the header: one atomic add, no system call."""
-    count = atomic_add(buf, delta)
+    count = (file_descriptor._atomic_add or file_descriptor._choose_atomic_add())(buf, delta)
     if count is None:
         return _add(name, delta)  # no atomics here: the locked path by name
     if count <= 0 and delta < 0:

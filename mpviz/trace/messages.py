@@ -287,12 +287,18 @@ def _queue_start_thread(self):
 
 
 def _queue_get(self, block=True, timeout=None):
-    """Wrap this queue's read (once): it runs under the read lock, so its event orders the reads."""
-    if recorder.ENABLED and not _hooked(self._recv_bytes):
-        recv_bytes, qid, tap = self._recv_bytes, _queue_id(self), _tap()
-        self._recv_bytes = (_read(recv_bytes, qid) if tap is None
-                            else tap(recv_bytes, "queue.get", qid, None, _ENVELOPE_MARK))
+    if recorder.ENABLED:
+        watch_reads(self)
     return _orig["Queue.get"](self, block, timeout)
+
+
+def watch_reads(q):
+    """Wrap `q`'s read (once): it runs under the read lock, so its event orders the reads.
+    (mpviz's Queue, which has its own get, calls this itself.)"""
+    if not _hooked(q._recv_bytes):
+        recv_bytes, qid, tap = q._recv_bytes, _queue_id(q), _tap()
+        q._recv_bytes = (_read(recv_bytes, qid) if tap is None
+                         else tap(recv_bytes, "queue.get", qid, None, _ENVELOPE_MARK))
 
 
 def queue_put_direct(q, msg, data, ts):
