@@ -63,6 +63,37 @@ def echo_dropping(inbox, outbox, strategy, cache_bytes):
     outbox.put(allocator.stats())
 
 
+def put_twice_then_die(q, out):
+    """put_then_die with two handles to the same tensor in flight."""
+    import signal
+    mp.set_sharing_strategy("file_system")
+    t = mpviz.full((100,), 7.0).share_memory_()
+    witness = mpviz.zeros(1).share_memory_()
+    q.put(t)
+    q.put(t)
+    out.put((t.untyped_storage().segment_name, witness.untyped_storage().segment_name))
+    q.close()
+    q.join_thread()
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def keep_then_die(q, out):
+    """Take one tensor and let it go with the shared-memory cache on (the mapping is kept, this
+    process's count given back), then die by SIGKILL; report the kept count and a witness.
+    (`out` is an mpviz Queue: its small put is in the pipe when put returns.)"""
+    import gc
+    import signal
+    from mpviz.sharing import allocator
+    mp.set_sharing_strategy("file_system")
+    allocator.enable(1 << 20)
+    t = q.get(timeout=30)
+    del t
+    gc.collect()
+    witness = mpviz.zeros(1).share_memory_()
+    out.put((allocator.stats()["kept_received"], witness.untyped_storage().segment_name))
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
 def put_then_die(q, out):
     """Share a tensor under file_system, put its handle, die by SIGKILL; report two names first:
     the tensor's, and a witness's — a segment held here and sent nowhere, which the manager

@@ -1,6 +1,7 @@
 """Issue #8: the fast hand-off — a Queue.put that writes the pipe itself, a receiver that needs no
 descriptor for memory it still holds, releases sent together, and kept mappings (cache on)."""
 import gc
+import os
 import threading
 import time
 import weakref
@@ -270,7 +271,7 @@ def test_a_kept_mapping_nobody_else_holds_is_let_go():
 
 def test_a_handle_in_flight_outlives_its_killed_sender(start_method):
     # The shm manager sees the sender die holding the segment. It must not remove the name: the
-    # sender told it (SEND) that a handle is on its way, and no RECV has come back yet.
+    # segment's header still counts the handle on its way (2, less 1 for the dead sender).
     import os
     import signal
     ctx = mp.get_context(start_method)
@@ -294,6 +295,39 @@ def test_a_handle_in_flight_outlives_its_killed_sender(start_method):
     while os.path.exists("/dev/shm" + name) and time.monotonic() < deadline:
         time.sleep(0.02)
     assert not os.path.exists("/dev/shm" + name), "the manager left the dead sender's segment"
+    out.close()
+
+
+def _wait_until_removed(path):
+    deadline = time.monotonic() + 5
+    while os.path.exists(path) and time.monotonic() < deadline:
+        time.sleep(0.01)                          # an OS fact: bounded poll
+    return not os.path.exists(path)
+
+
+def test_a_mapping_the_cache_keeps_is_not_counted_for_its_killed_holder(start_method):
+    # Two handles in flight, their sender killed: its 1 stays in the header for ever (count 3).
+    # A keeper takes one (its count replaces the handle's), lets it go into the shared-memory
+    # cache (count 2: its own given back, the mapping kept), and is killed too. The manager must
+    # not count the keeper's hold as a count that died with it: 2 - 1 dead = 1 handle in flight.
+    import signal
+    ctx = mp.get_context(start_method)
+    q, out = ctx.Queue(), ctx.Queue()
+    sender = start(ctx, hw.put_twice_then_die, q, out)
+    name, witness = out.get(timeout=30)
+    sender.join(30)
+    keeper = start(ctx, hw.keep_then_die, q, out)
+    kept, keeper_witness = out.get(timeout=30)
+    keeper.join(30)
+    assert (sender.exitcode, keeper.exitcode, kept) == (-signal.SIGKILL, -signal.SIGKILL, 1)
+    assert _wait_until_removed("/dev/shm" + witness), "the manager never handled the sender's death"
+    assert _wait_until_removed("/dev/shm" + keeper_witness), "... nor the keeper's"
+    assert file_system.refcount(name) == 2        # the dead sender's 1 and the second handle
+    t = q.get(timeout=30)                         # so the second handle still finds its memory
+    assert t.tolist() == [7.0] * 100
+    del t
+    gc.collect()                                  # only the dead sender's 1 is left: removed
+    assert _wait_until_removed("/dev/shm" + name), "the manager left the dead sender's segment"
     out.close()
 
 

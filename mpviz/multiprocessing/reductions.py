@@ -45,7 +45,7 @@ from multiprocessing.reduction import ForkingPickler
 
 import numpy as np
 
-from ..sharing import allocator, cache, fd_passing, file_descriptor, file_system, shm_manager
+from ..sharing import allocator, cache, fd_passing, file_descriptor, file_system
 from ..storage import Storage
 from ..tensor import Tensor
 from ..trace import recorder
@@ -159,8 +159,8 @@ def storage_handle(storage):
             recorder.emit("fd.send", name=segment.name, token=token, nbytes=segment.nbytes)
         return ("storage_fd", address, os.getpid(), segment.key, token, segment.nbytes,
                 segment.name)
-    # file_system: the count above also makes the name outlive us if we let go first.
-    shm_manager.client().sent(segment.name)
+    # file_system: the count above also makes the name outlive us if we let go first, or die
+    # (the shm manager reads it before it removes a name).
     file_system.keep_after_send(storage)  # if received: kept a moment, in case it comes back
     return ("storage_filename", segment.name, segment.nbytes, os.getpid())
 
@@ -191,10 +191,9 @@ def rebuild_storage_filename(name, nbytes, sender_pid):
     storage = cache.get(key)
     if storage is not None:
         storage._segment.decref()  # the handle's reference: we hold the segment already
-        shm_manager.client().received(name)
         return storage
     # a mapping we kept (shared-memory cache on), or a new one; both tell the manager
-    segment = allocator.take_received(key) or file_system.attach(name, nbytes, received=True)
+    segment = allocator.take_received(key) or file_system.attach(name, nbytes)
     storage = Storage(_segment=segment)
     storage._sent_from = sender_pid
     cache.put(key, storage)

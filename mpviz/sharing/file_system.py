@@ -18,8 +18,8 @@ How it works::
   ``libatomic``, an ``fcntl`` lock on the segment does the same job at ~15 µs per update.
 * A process killed by SIGKILL never subtracts its 1: the name would stay in /dev/shm until the
   machine reboots. That is the leak the :mod:`~mpviz.sharing.shm_manager` exists for — every holder
-  tells it what it holds (and every sender what it put in flight), and it unlinks what no live
-  process holds and no handle in flight names.
+  tells it what it holds, and it unlinks what no live process holds and no handle in flight
+  names (it reads those from this count, less the counts of the holders it saw die).
 
 * A segment whose count is 1 — ours — is mapped by no other process and named by no handle in
   flight, so the caching allocator (:mod:`~mpviz.sharing.allocator`) may keep it and hand it
@@ -101,9 +101,12 @@ def _let_go(token, name, nbytes, buf, created):
     elif allocator.enabled():
         # received: count ourselves out now (the producer may reuse it), and keep the mapping
         # while someone else still counts it (see file_descriptor, and the allocator). We still
-        # map it, so the manager keeps hearing that we hold it, until the cache lets it go.
+        # map it, so the manager keeps hearing that we hold it, until the cache lets it go; but
+        # our count is gone, and it must know that before it is (or it would think a handle in
+        # flight is ours, and keep the name for ever if we are killed meanwhile).
         if recorder.ENABLED:
             recorder.emit("shm.detach", name=name, strategy=STRATEGY, nbytes=nbytes)
+        shm_manager.client().hold(name, counted=False)
         if _add_mapped(name, buf, -1) > 0 and allocator.keep_received(_Kept(name, nbytes, buf)):
             if recorder.ENABLED:
                 recorder.emit("shm.cache", kept=True, name=name, strategy=STRATEGY, nbytes=nbytes)
@@ -164,7 +167,7 @@ class _Kept:
 
     def revive(self):
         """Ours again: the arriving handle's reference becomes ours, as in :func:`attach`."""
-        shm_manager.client().received(self.name)    # (we told it we hold it: we never stopped)
+        shm_manager.client().hold(self.name, counted=True)   # we count in its header again
         if recorder.ENABLED:
             recorder.emit("shm.attach", name=self.name, strategy=STRATEGY, nbytes=self.nbytes,
                           kept=True)
@@ -182,7 +185,7 @@ class _Kept:
 def create(nbytes):
     """Make a new named segment of `nbytes` bytes, held once by this process."""
     name = PREFIX + secrets.token_hex(10)
-    shm_manager.client().hold(name)  # tell the manager first: if we die right after, it still knows
+    shm_manager.client().hold(name, counted=True)  # first: if we die right after, it still knows
     fd = _open(name, os.O_CREAT | os.O_EXCL | os.O_RDWR)
     try:
         _reserve(fd, HEADER + max(nbytes, 1), STRATEGY)
@@ -198,11 +201,9 @@ def create(nbytes):
     return FsSegment(name, nbytes, buf, created=True)
 
 
-def attach(name, nbytes, received=False):
-    """Map the segment `name`, taking over one reference that the sender counted for us.
-
-    `received`: a handle to it arrived (the manager hears of both in one message)."""
-    shm_manager.client().hold(name, received)
+def attach(name, nbytes):
+    """Map the segment `name`, taking over one reference that the sender counted for us."""
+    shm_manager.client().hold(name, counted=True)
     try:
         fd = _open(name, os.O_RDWR)
     except FileNotFoundError:
@@ -298,7 +299,7 @@ def _count_inherited_after_fork():
         _, name, _, buf, _ = info[2]
         try:
             _add_mapped(name, buf, +1)
-            shm_manager.client().hold(name)
+            shm_manager.client().hold(name, counted=True)
         except OSError:
             pass
 

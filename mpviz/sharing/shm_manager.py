@@ -4,20 +4,31 @@ Why it exists: a ``file_system`` segment is freed by whoever drops its reference
 :mod:`mpviz.sharing.file_system`). A process killed by SIGKILL drops nothing, so its segments
 would stay in /dev/shm, using RAM, until reboot. The manager watches instead::
 
-    process A ──"HOLD /mpviz_1"──▶ ┌──────────────┐     A dies (SIGKILL): its socket closes,
-    process B ──"HOLD /mpviz_1"──▶ │  shm manager │     the manager drops A's holds; a name no
-    process A ──"SEND /mpviz_2"──▶ │  (own session)│    connected process holds, and with no
-                                   └──────────────┘     handle in flight, is unlinked at once.
+    process A ──"HOLD /mpviz_1 1"──▶ ┌──────────────┐   A dies (SIGKILL): its socket closes, the
+    process B ──"HOLD /mpviz_1 1"──▶ │  shm manager │   manager drops A's holds. A name that no
+    process A ──"DROP /mpviz_2"────▶ │ (own session)│   connected process holds, and that no
+                                     └──────────────┘   handle in flight names, is unlinked.
 
 * One manager per user, at an abstract Unix socket address; it serves only peers of its own uid
   (``SO_PEERCRED``). The first process that needs it starts it; it double-forks and calls
   ``setsid()`` so it outlives its starter and is nobody's child, and points stdin/stdout/stderr at
   /dev/null so a test runner waiting on those pipes is never held open.
 * Every message is a line, sent without waiting for an answer: ``HOLD``/``DROP`` (this process
-  holds / let go of a name), ``SEND``/``RECV`` (a handle went into / came out of a queue),
-  ``UNLINKED``. A process that dies mid-message loses nothing that was already written.
-* A name is unlinked when no connected process holds it and no handle to it is in flight — after
-  a DROP (normally the holder's own refcount got there first) or when a holder disconnects.
+  maps / no longer maps a name), ``UNLINKED``. A process that dies mid-message loses nothing
+  that was already written. Messages go when a process maps or unmaps — never per tensor sent.
+* **Handles in flight are read from the segment, not reported.** A ``file_system`` segment's
+  header counts its holders *and* the handles in flight (see :mod:`~mpviz.sharing.file_system`).
+  Its holders say so: ``HOLD name 1`` (we count 1 in its header), ``HOLD name 0`` (we still map
+  it, but counted ourselves out: a mapping the shared-memory cache keeps). The manager remembers
+  how many counts belong to processes that died holding them; then, for a name nobody holds::
+
+      handles in flight = the count in the header - the counts of dead holders
+
+  and it unlinks the name only when that is 0. So a handle put by a process that is then
+  killed still arrives: its count keeps the name. (This used to be two more messages, one per
+  handle put and one per handle taken — a system call and a wake-up of this daemon for every
+  tensor that crossed, about a quarter of a round trip on a busy 2-core machine.)
+  A plain ``HOLD name`` (no count: a simulated CUDA block) is removed once nobody holds it.
 * When no client has been connected for ``IDLE_SECONDS``, it unlinks every name it still knows
   (handles pickled but never received, for instance) and exits.
 * It can be switched off (``enable(False)``, or ``MPVIZ_SHM_MANAGER=0`` in the environment, which
@@ -43,8 +54,11 @@ BATCH_SECONDS = 0.001   # see serve(): longer, and a busy client fills its socke
 _ENV = "MPVIZ_SHM_MANAGER"
 
 
+PROTOCOL = 2  # in the address: a manager that speaks older lines never serves newer clients
+
+
 def address():
-    return f"\0mpviz-shm-manager-{os.getuid()}"
+    return f"\0mpviz-shm-manager-{os.getuid()}-v{PROTOCOL}"
 
 
 _enabled = os.environ.get(_ENV, "1") != "0"   # read once: a put asks for every tensor it sends
@@ -74,18 +88,14 @@ class _Client:
         self.fd = None  # a raw descriptor: it lives as long as the process, and closes with it
         self.lock = threading.Lock()
 
-    def hold(self, name, received=False):
-        """We map `name` now (and, if `received`, a handle to it arrived: one message for both)."""
-        self._send(f"HOLD {name}\nRECV {name}\n" if received else f"HOLD {name}\n")
+    def hold(self, name, counted=None):
+        """We map `name` now. `counted`: True if we count 1 in its header (a file_system
+        segment), False if we map it but counted ourselves out, None if it has no count."""
+        flag = "" if counted is None else " 1" if counted else " 0"
+        self._send(f"HOLD {name}{flag}\n")
 
     def drop(self, name):
         self._send(f"DROP {name}\n")
-
-    def sent(self, name):
-        self._send(f"SEND {name}\n")
-
-    def received(self, name):
-        self._send(f"RECV {name}\n")
 
     def unlinked(self, name):
         self._send(f"UNLINKED {name}\n")
@@ -105,10 +115,8 @@ class _Client:
 
 
 class _Off:
-    def hold(self, name, received=False): pass
+    def hold(self, name, counted=None): pass
     def drop(self, name): pass
-    def sent(self, name): pass
-    def received(self, name): pass
     def unlinked(self, name): pass
 
 
@@ -200,8 +208,9 @@ def serve():
     listener.setblocking(False)
     sel = selectors.DefaultSelector()
     sel.register(listener, selectors.EVENT_READ)
-    holds = {}      # client socket -> set of names it holds
-    inflight = {}   # name -> handles sent minus received (may dip below 0 briefly: no global order)
+    holds = {}      # client socket -> {name: "1" counted in its header, "0" not, None: no count}
+    counted = set() # names whose header counts holders and handles in flight (file_system)
+    dead = {}       # name -> counts in its header that belong to clients that died holding it
     known = set()   # every name ever mentioned, for the final sweep
     buffers = {}
     idle_since = time.monotonic()
@@ -213,10 +222,16 @@ def serve():
         except OSError:
             pass
         known.discard(name)
-        inflight.pop(name, None)
+        counted.discard(name)
+        dead.pop(name, None)
 
     def orphaned(name):
-        return inflight.get(name, 0) <= 0 and not any(name in h for h in holds.values())
+        if any(name in h for h in holds.values()):
+            return False                   # someone alive maps it
+        if name not in counted:
+            return True
+        count = _header_count(name)        # live holders: none; so the rest of the count is
+        return count is None or count - dead.get(name, 0) <= 0   # dead holders and handles
 
     while True:
         events = sel.select(timeout=0.1)
@@ -240,7 +255,7 @@ def serve():
                     continue
                 conn.setblocking(False)
                 sel.register(conn, selectors.EVENT_READ)
-                holds[conn] = set()
+                holds[conn] = {}
                 buffers[conn] = b""
                 continue
             conn = key.fileobj
@@ -248,27 +263,30 @@ def serve():
             buffers[conn] += data
             *lines, buffers[conn] = buffers[conn].split(b"\n")
             for line in lines:
-                op, _, name = line.decode().partition(" ")
+                op, _, rest = line.decode().partition(" ")
+                name, _, flag = rest.partition(" ")
                 if not name.startswith("/mpviz_"):
                     continue  # only ever touch our own segments
                 if op == "HOLD":
-                    holds[conn].add(name)
+                    holds[conn][name] = flag or None
                     known.add(name)
+                    if flag == "1":
+                        counted.add(name)
                 elif op == "DROP":
-                    holds[conn].discard(name)
+                    holds[conn].pop(name, None)
                     candidates.add(name)
-                elif op == "SEND":
-                    inflight[name] = inflight.get(name, 0) + 1
-                    known.add(name)
-                elif op == "RECV":
-                    inflight[name] = inflight.get(name, 0) - 1
                 elif op == "UNLINKED":
                     known.discard(name)
-                    inflight.pop(name, None)
+                    counted.discard(name)
+                    dead.pop(name, None)
             if closed:
-                # The client exited, normally or killed: what it held may be nobody's now.
+                # The client exited, normally or killed: what it held may be nobody's now, and
+                # the counts it held in headers will never be given back.
                 sel.unregister(conn)
-                candidates |= holds.pop(conn)
+                for name, flag in holds.pop(conn).items():
+                    if flag == "1":
+                        dead[name] = dead.get(name, 0) + 1
+                    candidates.add(name)
                 buffers.pop(conn, None)
                 conn.close()
         # Decide only after reading every socket that was readable: a message that *caused*
@@ -283,6 +301,21 @@ def serve():
             for name in list(known):
                 unlink(name)
             return
+
+
+def _header_count(name):
+    """The count at the start of a file_system segment (holders + handles in flight), read
+    without mapping it; None if the name is gone."""
+    import _posixshmem
+    try:
+        fd = _posixshmem.shm_open(name, os.O_RDONLY, 0)
+    except OSError:
+        return None
+    try:
+        data = os.pread(fd, 8, 0)
+    finally:
+        os.close(fd)
+    return struct.unpack("=q", data)[0] if len(data) == 8 else None
 
 
 def _drain(conn):
