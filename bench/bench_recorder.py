@@ -4,6 +4,9 @@ Two measurements, each with recording off and on:
 
 1. ``emit``: the time per event of ``mpviz.trace.mark(...)`` in a tight loop (recording on), and
    of the guarded check ``if recorder.ENABLED:`` the core's call sites pay when nobody records.
+   Where VizTracer is installed, its custom event (``log_instant``) is timed in turn with ours:
+   issue #4 set "≤ 0.5 µs" where VizTracer's took 0.65–0.70 µs, and this machine's speed
+   drifts by 2x, so the ratio measured side by side is what says whether that still holds.
    Recording is measured with each Writer there is here: the C one (writer.c, when it could be
    built) and the pure-Python one (``MPVIZ_PURE_PYTHON=1``); see mpviz/trace/recorder.py.
 2. ping-pong: a parent and a child bounce one small message back and forth through two stdlib
@@ -80,6 +83,38 @@ def best(fn, reps):
     return min(fn() for _ in range(reps))
 
 
+def viztracer_cost(n):
+    """The time per custom event of VizTracer (``log_instant``), the tracer issue #4 compares
+    with: its tracer on, but told to record no function calls, so only the events are timed."""
+    from viztracer import VizTracer
+    tracer = VizTracer(tracer_entries=2 * n + 1000, verbose=0, include_files=["/nonexistent/"])
+    tracer.start()
+    log = tracer.log_instant
+    t = time.perf_counter()
+    for i in range(n):
+        log("tick", args={"i": i})
+    elapsed = time.perf_counter() - t
+    tracer.stop()
+    tracer.clear()
+    return elapsed / n
+
+
+def side_by_side_with_viztracer(n, reps):
+    """(mpviz's mark, VizTracer's custom event), best of `reps` each, measured in turn; or None
+    where VizTracer is not installed (``pip install viztracer``)."""
+    try:
+        import viztracer  # noqa: F401
+    except ImportError:
+        return None
+    ours, theirs = [], []
+    for _ in range(reps):
+        with tempfile.TemporaryDirectory() as tmp:
+            with mt.record(os.path.join(tmp, "t")):
+                ours.append(emit_cost(n))
+        theirs.append(viztracer_cost(n))
+    return min(ours), min(theirs)
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="small sizes, for a smoke run")
@@ -111,6 +146,7 @@ def main(argv=None):
         os.environ.pop("MPVIZ_PURE_PYTHON", None)
         if default is not None:
             os.environ["MPVIZ_PURE_PYTHON"] = default
+    vt = side_by_side_with_viztracer(n_events, reps)
     import mpviz.multiprocessing as mpviz_mp
     mpviz_ctx = mpviz_mp.get_context(args.start_method)
     pp_off, pp_on, mq_off, mq_on = [], [], [], []
@@ -143,6 +179,8 @@ def main(argv=None):
         quick=args.quick, start_method=args.start_method,
         guard_ns=guard * 1e9, mark_off_ns=off * 1e9, mark_on_ns=on * 1e9, writer=writer,
         mark_on_ns_by_writer={k: v * 1e9 for k, v in on_by_writer.items()},
+        viztracer_side_by_side_ns=None if vt is None else {"mpviz_mark": vt[0] * 1e9,
+                                                           "viztracer_log_instant": vt[1] * 1e9},
         c_writer_problem=native.problem,
         pingpong_messages=n_msgs, pingpong_off_us=pp_off * 1e6, pingpong_on_us=pp_on * 1e6,
         pingpong_ratio=pp_on / pp_off, pingpong_paired_ratio_median=paired,
@@ -155,6 +193,13 @@ def main(argv=None):
     print(f"| guarded check `if recorder.ENABLED:` | {guard * 1e9:.0f} ns | — | — |")
     for name, t in on_by_writer.items():
         print(f"| `mark()` per event, {name} Writer | {off * 1e9:.0f} ns | {t * 1e9:.0f} ns | — |")
+    if vt is None:
+        print("| custom event, VizTracer's `log_instant` | — | not installed "
+              "(`pip install viztracer` to compare) | — |")
+    else:
+        print(f"| custom event side by side: mpviz `mark()` ({writer} Writer) vs VizTracer's "
+              f"`log_instant` | — | {vt[0] * 1e9:.0f} ns vs {vt[1] * 1e9:.0f} ns "
+              f"| {vt[0] / vt[1]:.2f}× VizTracer |")
     where = f", CPU {args.cpu} only" if args.cpu is not None else ""
     print(f"| ping-pong round trip ({n_msgs} msgs, {args.start_method}, {writer} Writer{where}) "
           f"| {pp_off * 1e6:.1f} µs | {pp_on * 1e6:.1f} µs | {pp_on / pp_off:.2f}× "

@@ -172,7 +172,7 @@ class Queue(multiprocessing.queues.Queue):
     def get(self, block=True, timeout=None):
         """The stdlib's get, line for line, but for the last: :func:`_decode` in place of
         ``ForkingPickler.loads`` (a lone tensor arrives as a short handle, not a pickle)."""
-        if recorder.ENABLED:
+        if recorder.ENABLED and not hasattr(self._recv_bytes, "_mpviz"):  # (not yet wrapped)
             messages.watch_reads(self)             # its events order the reads: see there
         if self._closed:
             raise ValueError(f"Queue {self!r} is closed")

@@ -18,6 +18,12 @@ nothing the second time (the pickle refers back to it). So all handles name one 
 sends ``None`` for its class. A tensor's handle names one function instead of three, which
 saves ~12 µs of a round trip's ~100 µs (measured with ``pickle.loads``/``dumps`` in issue #8).
 
+**Shorter still: no pickle at all.** mpviz's own ``Queue`` sends a lone plain tensor as its
+*short handle* — the same facts as one flat tuple, ``marshal``-ed (:func:`pack_tensor`,
+:func:`unpack_tensor`): no reducer called from C, no function named. Pickle's share of the cost
+was most of it (~68,000 instructions to pickle and unpickle a tensor's handle, counted with
+valgrind; ~41,000 the short way, with the cache, counts and offer around it).
+
 A tensor and its views name the *same* storage object, which pickle writes once per message: so
 views arrive as views of one storage. The ``rebuild_*`` functions look in the receive cache
 (:mod:`mpviz.sharing.cache`) first: a storage this process already maps comes back as the same
@@ -32,7 +38,8 @@ Both strategies count each handle in flight in the segment's header (``segment.i
 atomic add): the receiver that maps the segment takes that count over, one that maps it already
 gives it back (``decref``). So a count of 1 always means "one process maps it, and no message
 names it" — the fact the caching allocator (:mod:`mpviz.sharing.allocator`) needs before it
-reuses a segment, and the one that lets ``file_system`` unlink a name at the right moment.
+reuses a segment, the one that lets ``file_system`` unlink a name at the right moment, and the
+one the shm manager reads to keep a name whose sender was killed with a handle on its way.
 
 Plain ``pickle.dumps`` does not use these reducers and copies the bytes, as in torch.
 
