@@ -156,3 +156,59 @@ def describe_and_write(q, out, strategy):
              t.requires_grad, t.tolist()))
     t.mul_(-1) if not t.requires_grad else t.detach().mul_(-1)
     out.put("written")
+
+
+def let_go_and_die_halfway(q, out):
+    """Put a tensor, then let it go — and die by SIGKILL right after giving our count back,
+    before the shm manager hears that we no longer map it."""
+    import gc
+    import signal
+    from mpviz.sharing import file_system
+    mp.set_sharing_strategy("file_system")
+    t = mpviz.full((100,), 7.0).share_memory_()
+    witness = mpviz.zeros(1).share_memory_()
+    name = t.untyped_storage().segment_name
+    q.put(t)
+    real_add = file_system._add_mapped
+
+    def add_then_die(segment, buf, delta):
+        count = real_add(segment, buf, delta)
+        if segment == name and delta < 0:
+            out.put((name, witness.untyped_storage().segment_name, count))
+            os.kill(os.getpid(), signal.SIGKILL)
+        return count
+    file_system._add_mapped = add_then_die
+    del t
+    gc.collect()
+
+
+def map_twice_then_die(q, out):
+    """Map the same segment twice (the first tensor's Storage dies, its NumPy view keeps the
+    mapping, so the receive cache misses the second time), then die by SIGKILL."""
+    import gc
+    import signal
+    mp.set_sharing_strategy("file_system")
+    first = q.get(timeout=30).numpy()
+    gc.collect()
+    second = q.get(timeout=30)
+    witness = mpviz.zeros(1).share_memory_()
+    first[0] = 5.0                   # two mappings (two addresses) of one memory
+    two_views = first.ctypes.data != second.numpy().ctypes.data and second.tolist()[0] == 5.0
+    out.put((two_views, witness.untyped_storage().segment_name))
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def switch_off_then_exit(q, out):
+    """Put a tensor, switch the shm manager off, let the tensor go, and exit without running
+    any exit handler (a witness segment is left for the manager to find)."""
+    import gc
+    from mpviz.sharing import shm_manager
+    mp.set_sharing_strategy("file_system")
+    t = mpviz.full((100,), 7.0).share_memory_()
+    witness = mpviz.zeros(1).share_memory_()
+    q.put(t)
+    out.put((t.untyped_storage().segment_name, witness.untyped_storage().segment_name))
+    shm_manager.enable(False)
+    del t
+    gc.collect()                     # let go while switched off: the manager must still hear it
+    os._exit(0)

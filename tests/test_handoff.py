@@ -331,6 +331,59 @@ def test_a_mapping_the_cache_keeps_is_not_counted_for_its_killed_holder(start_me
     out.close()
 
 
+def test_a_sender_killed_while_letting_go_does_not_lose_the_handle_in_flight(start_method):
+    # Killed after giving its count back, before telling the manager it maps the name no more:
+    # the manager must not take the count that is left (the handle's) for the dead sender's.
+    ctx = mp.get_context(start_method)
+    q, out = ctx.Queue(), ctx.Queue()
+    p = start(ctx, hw.let_go_and_die_halfway, q, out)
+    name, witness, count = out.get(timeout=30)
+    p.join(30)
+    assert count == 1                             # the handle's
+    assert _wait_until_removed("/dev/shm" + witness), "the manager never handled the death"
+    t = q.get(timeout=30)
+    assert t.tolist() == [7.0] * 100
+    del t
+    gc.collect()
+    assert not os.path.exists("/dev/shm" + name)  # we had the last count: we removed it
+
+
+@pytest.mark.parametrize("strategy", ["file_system"], indirect=True)
+def test_a_process_that_maps_a_name_twice_leaves_two_counts_when_killed(start_method, strategy):
+    ctx = mp.get_context(start_method)
+    q, out = ctx.Queue(), ctx.Queue()
+    p = start(ctx, hw.map_twice_then_die, q, out)
+    t = mpviz.full((10,), 3.0).share_memory_()   # made after the fork: the child maps it by name
+    name = t.untyped_storage().segment_name
+    q.put(t)
+    q.put(t)
+    two_mappings, witness = out.get(timeout=30)
+    p.join(30)
+    assert two_mappings
+    assert _wait_until_removed("/dev/shm" + witness), "the manager never handled the death"
+    assert file_system.refcount(name) == 3        # ours and the dead child's two mappings
+    del t
+    gc.collect()                                  # 2 left, both the dead child's: removed
+    assert _wait_until_removed("/dev/shm" + name), "the manager left the dead child's segment"
+
+
+def test_switching_the_manager_off_after_holding_keeps_it_right(start_method):
+    # The sender switched the manager off, then let go of its tensor, then exited without exit
+    # handlers. Had the manager not heard the let-go, it would count the handle's count as the
+    # dead sender's and remove the name before we read it.
+    ctx = mp.get_context(start_method)
+    q, out = ctx.Queue(), ctx.Queue()
+    p = start(ctx, hw.switch_off_then_exit, q, out)
+    name, witness = out.get(timeout=30)
+    p.join(30)
+    assert _wait_until_removed("/dev/shm" + witness), "the manager never saw the sender go"
+    t = q.get(timeout=30)
+    assert t.tolist() == [7.0] * 100
+    del t
+    gc.collect()
+    assert not os.path.exists("/dev/shm" + name)
+
+
 # -- the shared count: one atomic add, from C or through ctypes ------------------------------------
 
 @pytest.mark.parametrize("which", ["C", "ctypes"])

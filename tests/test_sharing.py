@@ -330,3 +330,13 @@ def test_a_forked_child_does_not_keep_its_parents_fd_server_alive():
     with pytest.raises(ProducerExitedError):
         q.get(timeout=30)
     release.set()
+
+
+def test_a_shm_tag_that_cannot_be_part_of_a_name_is_refused_with_the_reason():
+    import subprocess
+    import sys
+    env = dict(os.environ, MPVIZ_SHM_TAG="my run/1 ")
+    out = subprocess.run([sys.executable, "-c", "import mpviz"], env=env, capture_output=True,
+                         text=True, timeout=60, cwd=os.path.dirname(os.path.dirname(__file__)))
+    assert out.returncode != 0
+    assert "MPVIZ_SHM_TAG='my run/1 '" in out.stderr and "letters, digits and _-." in out.stderr

@@ -46,9 +46,9 @@ lone tensor too: counted with valgrind, pickling and unpickling its handle took 
 instructions, the short handle ~41,000 with everything around it (the receive cache, the
 counts, the fd offer); a round trip of a shared tensor went from ~120 µs to ~75 µs.
 
-**Reading.** ``get`` is the stdlib's, line for line, except for its last: the read lock, one
-read, a slot given back, then — after the lock is released — :func:`_decode` (a short handle,
-or a pickle) where the stdlib calls ``ForkingPickler.loads``. The read itself is ours too: the
+**Reading.** ``get`` is the stdlib's: the read lock, one read, a slot given back, then — after
+the lock is released — :func:`_decode` (a short handle, or a pickle) where the stdlib calls
+``ForkingPickler.loads``. The read itself is ours too: the
 stdlib reads through ``Connection.recv_bytes`` (a length, then the bytes, each into an
 ``io.BytesIO`` in a Python loop: a few µs a message, a good part of a tensor handle's trip);
 ours is two plain ``os.read`` calls of the same framing (``_read_message``), put in as the
@@ -170,8 +170,9 @@ class Queue(multiprocessing.queues.Queue):
                 self._feed(data, msg)
 
     def get(self, block=True, timeout=None):
-        """The stdlib's get, line for line, but for the last: :func:`_decode` in place of
-        ``ForkingPickler.loads`` (a lone tensor arrives as a short handle, not a pickle)."""
+        """The stdlib's get, with two changes: the recorder's read hook put in first (while
+        recording), and :func:`_decode` in place of ``ForkingPickler.loads`` at the end (a lone
+        tensor arrives as a short handle, not a pickle)."""
         if recorder.ENABLED and not hasattr(self._recv_bytes, "_mpviz"):  # (not yet wrapped)
             messages.watch_reads(self)             # its events order the reads: see there
         if self._closed:

@@ -57,7 +57,13 @@ except ImportError:  # pragma: no cover
 STRATEGY = "file_system"
 HEADER = 64
 _COUNT = struct.Struct("=q")
-PREFIX = "/mpviz_" + os.environ.get("MPVIZ_SHM_TAG", "")  # a tag lets test runs tell their segments apart
+_TAG = os.environ.get("MPVIZ_SHM_TAG", "")  # a tag lets test runs tell their segments apart
+if not all(c.isalnum() or c in "_-." for c in _TAG):
+    raise ValueError(
+        f"MPVIZ_SHM_TAG={_TAG!r}: it becomes part of every segment's name in /dev/shm, and a "
+        f"name may hold only letters, digits and _-. (a '/' is not allowed in it, and the shm "
+        f"manager reads names from space-separated lines). Fix: choose a tag such as 'run1_'.")
+PREFIX = "/mpviz_" + _TAG
 
 _live = {}  # id -> finalizer of every mapping this process holds (a forked child counts itself in)
 _ids = itertools.count()
@@ -106,12 +112,13 @@ def _let_go(token, name, nbytes, buf, created):
         # flight is ours, and keep the name for ever if we are killed meanwhile).
         if recorder.ENABLED:
             recorder.emit("shm.detach", name=name, strategy=STRATEGY, nbytes=nbytes)
-        shm_manager.client().hold(name, counted=False)
+        manager = shm_manager.client()
+        manager.change(name, counted=-1, uncounted=+1)   # before the count goes: see _release
         if _add_mapped(name, buf, -1) > 0 and allocator.keep_received(_Kept(name, nbytes, buf)):
             if recorder.ENABLED:
                 recorder.emit("shm.cache", kept=True, name=name, strategy=STRATEGY, nbytes=nbytes)
             return
-        shm_manager.client().drop(name)
+        manager.change(name, uncounted=-1)
         return  # not kept: the mapping goes with buf
     _release(name, nbytes, buf)
 
@@ -119,8 +126,13 @@ def _let_go(token, name, nbytes, buf, created):
 def _release(name, nbytes, buf):
     if recorder.ENABLED:
         recorder.emit("shm.detach", name=name, strategy=STRATEGY, nbytes=nbytes)
+    # The manager hears that our count is going *before* it goes: killed in between, we would
+    # leave it a count it thinks is ours (it keeps the name longer), never one it thinks is
+    # ours and is not (it would remove a name whose handle is still in a queue).
+    manager = shm_manager.client()
+    manager.change(name, counted=-1, uncounted=+1)
     _add_mapped(name, buf, -1)
-    shm_manager.client().drop(name)
+    manager.change(name, uncounted=-1)
 
 
 class _Parked:
@@ -167,7 +179,7 @@ class _Kept:
 
     def revive(self):
         """Ours again: the arriving handle's reference becomes ours, as in :func:`attach`."""
-        shm_manager.client().hold(self.name, counted=True)   # we count in its header again
+        shm_manager.client().change(self.name, counted=+1, uncounted=-1)  # ours again
         if recorder.ENABLED:
             recorder.emit("shm.attach", name=self.name, strategy=STRATEGY, nbytes=self.nbytes,
                           kept=True)
@@ -176,7 +188,7 @@ class _Kept:
     def free(self):
         """The count was given back when it was kept; tell the manager, and the mapping goes
         when buf does."""
-        shm_manager.client().drop(self.name)
+        shm_manager.client().change(self.name, uncounted=-1)
 
     def forget(self):
         """In a forked child: the parent's hold, not ours. Say nothing."""
@@ -185,14 +197,20 @@ class _Kept:
 def create(nbytes):
     """Make a new named segment of `nbytes` bytes, held once by this process."""
     name = PREFIX + secrets.token_hex(10)
-    shm_manager.client().hold(name, counted=True)  # first: if we die right after, it still knows
-    fd = _open(name, os.O_CREAT | os.O_EXCL | os.O_RDWR)
+    manager = shm_manager.client()
+    manager.change(name, counted=+1)  # first: if we die right after, it still knows
+    try:
+        fd = _open(name, os.O_CREAT | os.O_EXCL | os.O_RDWR)
+    except BaseException:
+        manager.change(name, counted=-1)
+        raise
     try:
         _reserve(fd, HEADER + max(nbytes, 1), STRATEGY)
         buf = map_shared(fd, HEADER + max(nbytes, 1))
     except BaseException:
         os.close(fd)
         _posixshmem.shm_unlink(name)
+        manager.change(name, counted=-1)
         raise
     os.close(fd)  # holders keep no descriptor: the mapping is enough
     _COUNT.pack_into(buf, 0, 1)
@@ -203,11 +221,12 @@ def create(nbytes):
 
 def attach(name, nbytes):
     """Map the segment `name`, taking over one reference that the sender counted for us."""
-    shm_manager.client().hold(name, counted=True)
+    manager = shm_manager.client()
+    manager.change(name, counted=+1)  # first: the handle's count is ours from here on
     try:
         fd = _open(name, os.O_RDWR)
     except FileNotFoundError:
-        shm_manager.client().drop(name)
+        manager.change(name, counted=-1)
         raise SegmentGoneError(name) from None
     try:
         buf = map_shared(fd, HEADER + max(nbytes, 1))
@@ -298,8 +317,8 @@ def _count_inherited_after_fork():
             continue
         _, name, _, buf, _ = info[2]
         try:
-            _add_mapped(name, buf, +1)
-            shm_manager.client().hold(name, counted=True)
+            _add_mapped(name, buf, +1)  # (then the manager: killed in between, it keeps the name)
+            shm_manager.client().change(name, counted=+1)
         except OSError:
             pass
 

@@ -15,12 +15,16 @@ would stay in /dev/shm, using RAM, until reboot. The manager watches instead::
   /dev/null so a test runner waiting on those pipes is never held open.
 * Every message is a line, sent without waiting for an answer: ``HOLD``/``DROP`` (this process
   maps / no longer maps a name), ``UNLINKED``. A process that dies mid-message loses nothing
-  that was already written. Messages go when a process maps or unmaps — never per tensor sent.
+  that was already written. Messages go when a process maps or unmaps a segment, not for each
+  tensor sent: a tensor that comes back to a process that still maps it costs none. (With the
+  shared-memory cache on, a kept mapping that is used again, or let go, says so: two a trip.)
 * **Handles in flight are read from the segment, not reported.** A ``file_system`` segment's
   header counts its holders *and* the handles in flight (see :mod:`~mpviz.sharing.file_system`).
-  Its holders say so: ``HOLD name 1`` (we count 1 in its header), ``HOLD name 0`` (we still map
-  it, but counted ourselves out: a mapping the shared-memory cache keeps). The manager remembers
-  how many counts belong to processes that died holding them; then, for a name nobody holds::
+  Its holders say how many of those counts are theirs: ``HOLD name 1`` (one mapping, counted),
+  ``HOLD name 0`` (we still map it, but counted ourselves out: a mapping the shared-memory cache
+  keeps, or one about to be let go). A holder says it *before* it gives a count back, so that
+  if it is killed in between the manager errs towards keeping the name, never towards removing
+  it early. The manager adds up the counts of processes that died; then, for a name nobody holds::
 
       handles in flight = the count in the header - the counts of dead holders
 
@@ -70,7 +74,8 @@ def enabled():
 
 
 def enable(flag=True):
-    """Switch the manager on or off for this process and the children it starts later."""
+    """Switch the manager on or off for this process and the children it starts later.
+    (Names it was told of while on are still reported, so that it keeps them right.)"""
     global _enabled
     os.environ[_ENV] = "1" if flag else "0"
     _enabled = bool(flag)
@@ -81,41 +86,72 @@ def enable(flag=True):
 # -- the client ---------------------------------------------------------------------------------
 
 class _Client:
-    """This process's connection to the manager. Sends lines; never waits for an answer."""
+    """This process's connection to the manager. Sends lines; never waits for an answer.
+
+    For a file_system name it keeps how many of our mappings count 1 in its header and how many
+    do not (one process can map a name twice: the receive cache forgets a Storage that died),
+    and tells the manager the new number of counted ones at every change — ``HOLD name N`` — or
+    ``DROP name`` once we map it no more. The manager adds that N to its dead counts if we die.
+    """
 
     def __init__(self):
         self.pid = os.getpid()
         self.fd = None  # a raw descriptor: it lives as long as the process, and closes with it
         self.lock = threading.Lock()
+        self.mapped = {}    # file_system name -> [mappings counted in its header, not counted]
+        self.plain = set()  # names with no count in them (simulated CUDA memory) we hold
 
-    def hold(self, name, counted=None):
-        """We map `name` now. `counted`: True if we count 1 in its header (a file_system
-        segment), False if we map it but counted ourselves out, None if it has no count."""
-        flag = "" if counted is None else " 1" if counted else " 0"
-        self._send(f"HOLD {name}{flag}\n")
+    def change(self, name, counted=0, uncounted=0):
+        """`counted`/`uncounted` more (or fewer, if negative) of our mappings of the file_system
+        segment `name`. Switched off, it reports only names the manager already knows of."""
+        with self.lock:
+            now = self.mapped.get(name)
+            if now is None:
+                if not _enabled:
+                    return
+                now = self.mapped[name] = [0, 0]
+            now[0] += counted
+            now[1] += uncounted
+            if now[0] > 0 or now[1] > 0:
+                self._write(f"HOLD {name} {now[0]}\n")
+            else:
+                del self.mapped[name]
+                self._write(f"DROP {name}\n")
+
+    def hold(self, name):
+        """We map `name`, a segment with no count in it: removed once nobody alive holds it."""
+        with self.lock:
+            if _enabled:
+                self.plain.add(name)
+                self._write(f"HOLD {name}\n")
 
     def drop(self, name):
-        self._send(f"DROP {name}\n")
+        with self.lock:
+            if name in self.plain:
+                self.plain.discard(name)
+                self._write(f"DROP {name}\n")
 
     def unlinked(self, name):
-        self._send(f"UNLINKED {name}\n")
-
-    def _send(self, line):
         with self.lock:
-            try:
-                if self.fd is None:
-                    self.fd = _connect_or_start().detach()
-                data = line.encode()
-                while data:
-                    data = data[os.write(self.fd, data):]
-            except OSError:
-                if self.fd is not None:
-                    os.close(self.fd)
-                self.fd = None  # the manager is gone; the next message starts a new one
+            if _enabled or name in self.mapped or name in self.plain:
+                self._write(f"UNLINKED {name}\n")
+
+    def _write(self, line):
+        try:
+            if self.fd is None:
+                self.fd = _connect_or_start().detach()
+            data = line.encode()
+            while data:
+                data = data[os.write(self.fd, data):]
+        except OSError:
+            if self.fd is not None:
+                os.close(self.fd)
+            self.fd = None  # the manager is gone; the next message starts a new one
 
 
 class _Off:
-    def hold(self, name, counted=None): pass
+    def change(self, name, counted=0, uncounted=0): pass
+    def hold(self, name): pass
     def drop(self, name): pass
     def unlinked(self, name): pass
 
@@ -125,11 +161,16 @@ _OFF = _Off()
 
 
 def client():
-    """This process's manager client, or a do-nothing one while the manager is switched off."""
+    """This process's manager client; a do-nothing one while the manager is switched off and
+    this process has told it nothing yet. (Switched off after telling it of names, we go on
+    telling it about those: it must not count, for a holder that later exits, a count that
+    holder gave back while switched off.)"""
     global _client
-    if not _enabled:
-        return _OFF
-    if _client is None or _client.pid != os.getpid():  # a new one after fork: the parent's isn't ours
+    if _client is not None and _client.pid != os.getpid():
+        _client = None                 # after fork: the parent's isn't ours
+    if _client is None:
+        if not _enabled:
+            return _OFF
         _client = _Client()
     return _client
 
@@ -208,7 +249,8 @@ def serve():
     listener.setblocking(False)
     sel = selectors.DefaultSelector()
     sel.register(listener, selectors.EVENT_READ)
-    holds = {}      # client socket -> {name: "1" counted in its header, "0" not, None: no count}
+    holds = {}      # client socket -> {name: how many counts in its header are the client's
+                    #                  (0: it maps it, counted out), None: a name with no count}
     counted = set() # names whose header counts holders and handles in flight (file_system)
     dead = {}       # name -> counts in its header that belong to clients that died holding it
     known = set()   # every name ever mentioned, for the final sweep
@@ -264,13 +306,15 @@ def serve():
             *lines, buffers[conn] = buffers[conn].split(b"\n")
             for line in lines:
                 op, _, rest = line.decode().partition(" ")
-                name, _, flag = rest.partition(" ")
+                name, _, n = rest.rpartition(" ")      # "HOLD name N": N of its counts ours
+                if not (name and n.isdigit()):
+                    name, n = rest, None               # no count: "HOLD name", "DROP name"
                 if not name.startswith("/mpviz_"):
                     continue  # only ever touch our own segments
                 if op == "HOLD":
-                    holds[conn][name] = flag or None
+                    holds[conn][name] = None if n is None else int(n)
                     known.add(name)
-                    if flag == "1":
+                    if n is not None:
                         counted.add(name)
                 elif op == "DROP":
                     holds[conn].pop(name, None)
@@ -283,9 +327,9 @@ def serve():
                 # The client exited, normally or killed: what it held may be nobody's now, and
                 # the counts it held in headers will never be given back.
                 sel.unregister(conn)
-                for name, flag in holds.pop(conn).items():
-                    if flag == "1":
-                        dead[name] = dead.get(name, 0) + 1
+                for name, n in holds.pop(conn).items():
+                    if n:                              # counts of ours it will never give back
+                        dead[name] = dead.get(name, 0) + n
                     candidates.add(name)
                 buffers.pop(conn, None)
                 conn.close()
