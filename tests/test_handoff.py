@@ -269,10 +269,35 @@ def test_a_kept_mapping_nobody_else_holds_is_let_go():
         allocator.enable(budget)
 
 
+def _wait_until_removed(path):
+    deadline = time.monotonic() + 5
+    while os.path.exists(path) and time.monotonic() < deadline:
+        time.sleep(0.01)                          # an OS fact: bounded poll
+    return not os.path.exists(path)
+
+
+def _run_and_hear(ctx, worker, q=None):
+    """Run `worker(q, out)` in a child to its end (it dies, or exits); return q and its report."""
+    q, out = q or ctx.Queue(), ctx.Queue()
+    p = start(ctx, worker, q, out)
+    report = out.get(timeout=30)
+    p.join(30)
+    return q, report
+
+
+def _sevens_arrive_then_go(q, name):
+    """The handle still in `q` finds its memory (a dead sender's 100 sevens); once we let go,
+    the name is removed (by our own count reaching 0, or by the manager)."""
+    t = q.get(timeout=30)
+    assert t.tolist() == [7.0] * 100
+    del t
+    gc.collect()
+    assert _wait_until_removed("/dev/shm" + name), "the name outlived every holder"
+
+
 def test_a_handle_in_flight_outlives_its_killed_sender(start_method):
     # The shm manager sees the sender die holding the segment. It must not remove the name: the
     # segment's header still counts the handle on its way (2, less 1 for the dead sender).
-    import os
     import signal
     ctx = mp.get_context(start_method)
     q, out = ctx.Queue(), ctx.SimpleQueue()
@@ -282,27 +307,10 @@ def test_a_handle_in_flight_outlives_its_killed_sender(start_method):
     assert p.exitcode == -signal.SIGKILL
     # Wait for the manager to handle the death: the witness, held only by the sender, is removed
     # in the same round (both names were the dead sender's) as the manager decides about `name`.
-    deadline = time.monotonic() + 5
-    while os.path.exists("/dev/shm" + witness) and time.monotonic() < deadline:
-        time.sleep(0.01)                          # an OS fact: bounded poll
-    assert not os.path.exists("/dev/shm" + witness), "the manager never handled the death"
+    assert _wait_until_removed("/dev/shm" + witness), "the manager never handled the death"
     assert os.path.exists("/dev/shm" + name)
-    t = q.get(timeout=30)
-    assert t.tolist() == [7.0] * 100
-    del t
-    gc.collect()                                  # we let go: only the dead sender's 1 is left
-    deadline = time.monotonic() + 3
-    while os.path.exists("/dev/shm" + name) and time.monotonic() < deadline:
-        time.sleep(0.02)
-    assert not os.path.exists("/dev/shm" + name), "the manager left the dead sender's segment"
+    _sevens_arrive_then_go(q, name)               # only the dead sender's 1 left: the manager's
     out.close()
-
-
-def _wait_until_removed(path):
-    deadline = time.monotonic() + 5
-    while os.path.exists(path) and time.monotonic() < deadline:
-        time.sleep(0.01)                          # an OS fact: bounded poll
-    return not os.path.exists(path)
 
 
 def test_a_mapping_the_cache_keeps_is_not_counted_for_its_killed_holder(start_method):
@@ -310,42 +318,24 @@ def test_a_mapping_the_cache_keeps_is_not_counted_for_its_killed_holder(start_me
     # A keeper takes one (its count replaces the handle's), lets it go into the shared-memory
     # cache (count 2: its own given back, the mapping kept), and is killed too. The manager must
     # not count the keeper's hold as a count that died with it: 2 - 1 dead = 1 handle in flight.
-    import signal
     ctx = mp.get_context(start_method)
-    q, out = ctx.Queue(), ctx.Queue()
-    sender = start(ctx, hw.put_twice_then_die, q, out)
-    name, witness = out.get(timeout=30)
-    sender.join(30)
-    keeper = start(ctx, hw.keep_then_die, q, out)
-    kept, keeper_witness = out.get(timeout=30)
-    keeper.join(30)
-    assert (sender.exitcode, keeper.exitcode, kept) == (-signal.SIGKILL, -signal.SIGKILL, 1)
+    q, (name, witness) = _run_and_hear(ctx, hw.put_twice_then_die)
+    _, (kept, keeper_witness) = _run_and_hear(ctx, hw.keep_then_die, q)
+    assert kept == 1
     assert _wait_until_removed("/dev/shm" + witness), "the manager never handled the sender's death"
     assert _wait_until_removed("/dev/shm" + keeper_witness), "... nor the keeper's"
     assert file_system.refcount(name) == 2        # the dead sender's 1 and the second handle
-    t = q.get(timeout=30)                         # so the second handle still finds its memory
-    assert t.tolist() == [7.0] * 100
-    del t
-    gc.collect()                                  # only the dead sender's 1 is left: removed
-    assert _wait_until_removed("/dev/shm" + name), "the manager left the dead sender's segment"
-    out.close()
+    _sevens_arrive_then_go(q, name)
 
 
 def test_a_sender_killed_while_letting_go_does_not_lose_the_handle_in_flight(start_method):
     # Killed after giving its count back, before telling the manager it maps the name no more:
     # the manager must not take the count that is left (the handle's) for the dead sender's.
-    ctx = mp.get_context(start_method)
-    q, out = ctx.Queue(), ctx.Queue()
-    p = start(ctx, hw.let_go_and_die_halfway, q, out)
-    name, witness, count = out.get(timeout=30)
-    p.join(30)
+    q, (name, witness, count) = _run_and_hear(mp.get_context(start_method),
+                                              hw.let_go_and_die_halfway)
     assert count == 1                             # the handle's
     assert _wait_until_removed("/dev/shm" + witness), "the manager never handled the death"
-    t = q.get(timeout=30)
-    assert t.tolist() == [7.0] * 100
-    del t
-    gc.collect()
-    assert not os.path.exists("/dev/shm" + name)  # we had the last count: we removed it
+    _sevens_arrive_then_go(q, name)
 
 
 @pytest.mark.parametrize("strategy", ["file_system"], indirect=True)
@@ -371,17 +361,9 @@ def test_switching_the_manager_off_after_holding_keeps_it_right(start_method):
     # The sender switched the manager off, then let go of its tensor, then exited without exit
     # handlers. Had the manager not heard the let-go, it would count the handle's count as the
     # dead sender's and remove the name before we read it.
-    ctx = mp.get_context(start_method)
-    q, out = ctx.Queue(), ctx.Queue()
-    p = start(ctx, hw.switch_off_then_exit, q, out)
-    name, witness = out.get(timeout=30)
-    p.join(30)
+    q, (name, witness) = _run_and_hear(mp.get_context(start_method), hw.switch_off_then_exit)
     assert _wait_until_removed("/dev/shm" + witness), "the manager never saw the sender go"
-    t = q.get(timeout=30)
-    assert t.tolist() == [7.0] * 100
-    del t
-    gc.collect()
-    assert not os.path.exists("/dev/shm" + name)
+    _sevens_arrive_then_go(q, name)
 
 
 # -- the shared count: one atomic add, from C or through ctypes ------------------------------------
