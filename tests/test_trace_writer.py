@@ -403,3 +403,82 @@ def test_a_failed_build_is_not_tried_again(tmp_path):
     (failed,) = (tmp_path / "cache").glob("*.failed")
     out, err = _native_in_child(tmp_path, CC="false")
     assert "an earlier build failed" in out[1] and str(failed) in out[1]
+
+
+# -- writer.c's Tap moves a plain pipe's bytes itself: the same bytes, the same errors ----------
+
+def _c_tap():
+    c = native.load()
+    if c is None:
+        pytest.skip(f"no C Writer here: {native.problem}")
+    return c.Tap
+
+
+@pytest.mark.parametrize("size", [0, 1, 16384, 16385, 70_000, 300_000])
+def test_the_tap_reads_and_writes_a_pipe_as_a_connection_does(size, tmp_path):
+    # Sizes around the one-write limit (16 KiB) and past a pipe's capacity (64 KiB): a write
+    # and a read in pieces. Each side is checked against the stdlib's other side.
+    import multiprocessing
+    Tap = _c_tap()
+    reader, writer = multiprocessing.Pipe(duplex=False)
+    feeding = threading.local()
+    data = os.urandom(size)
+    with mt.record(tmp_path / "t") as trace:
+        send = Tap(writer.send_bytes, "queue.feed", "q", feeding, None, writer)
+        recv = Tap(reader.recv_bytes, "queue.get", "q", None, b"mark", reader)
+        got = []
+        t = threading.Thread(target=lambda: got.append(reader.recv_bytes()))
+        t.start()
+        assert send(data) is None                   # ours writes ...
+        t.join(30)
+        assert got == [data]                        # ... what the stdlib reads
+        t = threading.Thread(target=writer.send_bytes, args=(data,))
+        t.start()
+        assert recv() == data                       # and reads what the stdlib writes
+        t.join(30)
+    reader.close()
+    writer.close()
+    sizes = [(e.kind, e.args["nbytes"]) for e in trace.events if e.kind.startswith("queue.")]
+    assert sizes == [("queue.feed", size), ("queue.get", size)]
+
+
+def test_the_tap_raises_what_a_connection_raises(tmp_path):
+    import multiprocessing
+    import struct
+    Tap = _c_tap()
+    reader, writer = multiprocessing.Pipe(duplex=False)
+    recv = Tap(reader.recv_bytes, "queue.get", "q", None, b"mark", reader)
+    os.write(writer.fileno(), struct.pack("!i", 10) + b"abc")   # a message cut short ...
+    writer.close()
+    with pytest.raises(OSError, match="got end of file during message"):
+        recv()
+    with pytest.raises(EOFError):                   # ... then nothing at all
+        recv()
+    reader.close()
+    with pytest.raises(OSError, match="handle is closed"):   # closed: the stdlib's own check
+        recv()
+    reader, writer = multiprocessing.Pipe(duplex=False)
+    send = Tap(writer.send_bytes, "queue.feed", "q", threading.local(), None, writer)
+    reader.close()
+    with pytest.raises(BrokenPipeError):            # nobody reads any more
+        send(b"x")
+    writer.close()
+
+
+def test_the_tap_leaves_a_read_it_does_not_know_to_its_owner():
+    # A _recv_bytes that is not exactly the Connection's (someone else's wrapper) is called as
+    # it is: the Tap is given no connection to read itself.
+    import multiprocessing
+    from mpviz.trace import messages
+    reader, writer = multiprocessing.Pipe(duplex=False)
+    assert messages._plain_pipe(reader.recv_bytes, reader) is reader
+    assert messages._plain_pipe(writer.send_bytes, writer) is writer
+    assert messages._plain_pipe(lambda: reader.recv_bytes(), reader) is None
+    assert messages._plain_pipe(reader.recv_bytes, writer) is None
+    reader.close()
+    writer.close()
+    import mpviz.multiprocessing as mp                # mpviz's Queue reads with _read_message
+    q = mp.get_context("fork").Queue()
+    assert messages._plain_pipe(q._recv_bytes, q._reader) is q._reader
+    assert messages._plain_pipe(q._recv_bytes, q._writer) is None    # another fd
+    q.close()

@@ -284,6 +284,9 @@ def _read_message(fd):
     return _read_exactly(fd, size)
 
 
+_read_message.reads_one_message = True   # writer.c's Tap may read it itself (messages._plain_pipe)
+
+
 def _read_exactly(fd, n):
     data = os.read(fd, n)
     if len(data) == n:

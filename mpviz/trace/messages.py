@@ -29,7 +29,10 @@ Writer) and in writer.c, which the C Writer comes with (``install_native``): put
 the feeder's pickler (``Pickler``), its write and the reader's read (``Tap``), get (``Hook``).
 A Python call per message was most of what recording a small message cost: counted with
 valgrind in a 1,000-message ping-pong, the echo child ran ~24,000 more instructions per round
-trip while recording with the Python hooks, ~7,200 with the C ones (~61,000 unrecorded).
+trip while recording with the Python hooks, ~6,500 with the C ones (~61,000 unrecorded). Where
+a queue's read or its feeder's write is exactly its pipe Connection's (``_plain_pipe``), the C
+``Tap`` also moves the bytes itself, with read(2)/write(2) and the same framing, instead of
+calling the stdlib's ``recv_bytes``/``send_bytes`` back from C.
 
 mpviz's own ``Queue`` pickles in ``put`` and often writes the bytes itself (see
 :mod:`mpviz.multiprocessing.queues`): then one ``queue.put`` carries ``nbytes`` and ``sig``,
@@ -276,7 +279,8 @@ def _queue_start_thread(self):
     if recorder.ENABLED and not _hooked(self._send_bytes):
         send_bytes, qid, tap = self._send_bytes, _queue_id(self), _tap()
         self._send_bytes = (_fed(send_bytes, qid) if tap is None
-                            else tap(send_bytes, "queue.feed", qid, _feeding, None))
+                            else tap(send_bytes, "queue.feed", qid, _feeding, None,
+                                     _plain_pipe(send_bytes, self._writer)))
     started = _orig["Queue._start_thread"](self)
     if _hooked(self._send_bytes):
         # Remember *which* feeder thread writes through our hook: a later one (after a fork, or
@@ -298,7 +302,23 @@ def watch_reads(q):
     if not _hooked(q._recv_bytes):
         recv_bytes, qid, tap = q._recv_bytes, _queue_id(q), _tap()
         q._recv_bytes = (_read(recv_bytes, qid) if tap is None
-                         else tap(recv_bytes, "queue.get", qid, None, _ENVELOPE_MARK))
+                         else tap(recv_bytes, "queue.get", qid, None, _ENVELOPE_MARK,
+                                  _plain_pipe(recv_bytes, q._reader)))
+
+
+def _plain_pipe(method, conn):
+    """`conn`, if `method` does nothing but move one framed message through it — the
+    Connection's own recv_bytes or send_bytes, or mpviz's ``_read_message`` of its fd — so that
+    writer.c's Tap may move the bytes itself (see there); else None: the Tap calls `method`."""
+    try:
+        if method == conn.recv_bytes or method == conn.send_bytes:
+            return conn
+        func = getattr(method, "func", None)           # functools.partial(_read_message, fd)
+        if getattr(func, "reads_one_message", False) and method.args == (conn.fileno(),):
+            return conn
+    except (AttributeError, OSError):                  # no Connection, or a closed one
+        pass
+    return None
 
 
 def queue_put_direct(q, msg, data, ts):

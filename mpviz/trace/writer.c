@@ -51,6 +51,8 @@ Pythons without a GIL.
 #include <stdint.h>
 #include <string.h>
 #include <time.h>
+#include <errno.h>
+#include <unistd.h>
 
 #if !defined(__linux__)
 #error "the C writer is for Linux; elsewhere mpviz uses the pure-Python Writer"
@@ -470,7 +472,7 @@ write_event(Writer *w, uint64_t ts, PyObject *kind, PyObject *name, PyObject *ar
 /* A Queue event: {"queue": queue, ["msg": msg,] ["nbytes": n, "sig": sig]} -- the dict
    messages.py builds, written straight into the record (a dict costs more than the rest of the
    event). With `data`: its size and sig, the Adler-32 of its last 32 bytes (recorder.sig). */
-static PyObject *QUEUE, *MSG, *NBYTES, *SIG, *EMIT_AT;   /* interned strs */
+static PyObject *QUEUE, *MSG, *NBYTES, *SIG, *EMIT_AT, *HANDLE;   /* interned strs */
 
 /* recorder.writer, as recorder.py last set it (set_writer, called by recorder._set_writer
    at every change, and by native.load before any hook exists); NULL for None. The hooks read
@@ -731,7 +733,14 @@ static PyTypeObject WriterType = {
        sig = adler32 of the last 32 bytes (recorder.sig); events go to the Writer recording
        at the time of the call (current_writer; none: nothing appended). The message always
        goes through: an event that cannot be recorded is reported (sys.unraisablehook), never
-       raised in its place. */
+       raised in its place.
+
+   `conn` (optional): the queue's pipe end that `call` reads or writes through, when `call` is
+   exactly that Connection's recv_bytes/send_bytes (or mpviz's _read_message of its fd). Then
+   the Tap moves the bytes itself, with read(2)/write(2) and the same framing (a 4-byte
+   big-endian length, or -1 and an 8-byte one), instead of calling back into Python: the
+   stdlib's Connection reads through a BytesIO in a Python loop, and a Python function called
+   from C starts a new interpreter loop — together most of what recording a message cost. */
 
 
 typedef struct {
@@ -739,8 +748,138 @@ typedef struct {
     PyObject *call, *kind, *queue;
     PyObject *feeding;       /* a feed's threading.local with .msg; None for a read */
     PyObject *skip;          /* a read's envelope mark (bytes); None for a feed */
+    PyObject *conn;          /* the Connection whose pipe we read or write ourselves, or None */
     vectorcallfunc vectorcall;   /* Tap_call: called without building an args tuple */
 } Tap;
+
+/* The pipe's fd, from conn._handle each time (a closed Connection has None there: then -1, and
+   the Tap calls `call`, which raises as the stdlib does). */
+static int
+tap_fd(Tap *t)
+{
+    if (t->conn == NULL || t->conn == Py_None)
+        return -1;
+    PyObject *h = PyObject_GetAttr(t->conn, HANDLE);
+    if (h == NULL) {
+        PyErr_Clear();
+        return -1;
+    }
+    long fd = PyLong_Check(h) ? PyLong_AsLong(h) : -1;
+    Py_DECREF(h);
+    if (fd < 0 || fd > INT32_MAX) {
+        PyErr_Clear();
+        return -1;
+    }
+    return (int)fd;
+}
+
+/* Read exactly n bytes, the GIL released while the pipe is empty. As Connection._recv: end of
+   file before any of them is EOFError, in the middle OSError. 0: done; -1: an error is set. */
+static int
+read_exactly(int fd, char *p, size_t n)
+{
+    size_t got = 0;
+    while (got < n) {
+        ssize_t k;
+        Py_BEGIN_ALLOW_THREADS
+        k = read(fd, p + got, n - got);
+        Py_END_ALLOW_THREADS
+        if (k > 0)
+            got += (size_t)k;
+        else if (k == 0) {
+            if (got == 0)
+                PyErr_SetNone(PyExc_EOFError);
+            else
+                PyErr_SetString(PyExc_OSError, "got end of file during message");
+            return -1;
+        }
+        else if (errno != EINTR || PyErr_CheckSignals() < 0) {
+            if (!PyErr_Occurred())
+                PyErr_SetFromErrno(PyExc_OSError);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+static int
+write_all(int fd, const char *p, size_t n)
+{
+    while (n > 0) {
+        ssize_t k;
+        Py_BEGIN_ALLOW_THREADS
+        k = write(fd, p, n);
+        Py_END_ALLOW_THREADS
+        if (k >= 0) {
+            p += k;
+            n -= (size_t)k;
+        }
+        else if (errno != EINTR || PyErr_CheckSignals() < 0) {
+            if (!PyErr_Occurred())
+                PyErr_SetFromErrno(PyExc_OSError);   /* BrokenPipeError for EPIPE, as stdlib */
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* One framed message: what Connection.recv_bytes() returns. */
+static PyObject *
+read_message(int fd)
+{
+    unsigned char head[8];
+    if (read_exactly(fd, (char *)head, 4) < 0)
+        return NULL;
+    int64_t size = (int32_t)((uint32_t)head[0] << 24 | (uint32_t)head[1] << 16
+                             | (uint32_t)head[2] << 8 | head[3]);
+    if (size == -1) {
+        if (read_exactly(fd, (char *)head, 8) < 0)
+            return NULL;
+        uint64_t big = 0;
+        for (int i = 0; i < 8; i++)
+            big = big << 8 | head[i];
+        if (big > (uint64_t)PY_SSIZE_T_MAX) {
+            PyErr_SetString(PyExc_OSError, "message length does not fit in memory");
+            return NULL;
+        }
+        size = (int64_t)big;
+    }
+    else if (size < 0) {
+        PyErr_Format(PyExc_OSError, "bad message length %lld", (long long)size);
+        return NULL;
+    }
+    PyObject *res = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)size);
+    if (res != NULL && size > 0 && read_exactly(fd, PyBytes_AS_STRING(res), (size_t)size) < 0)
+        Py_CLEAR(res);
+    return res;
+}
+
+/* What Connection.send_bytes(data) writes: the length, then the bytes; in one write up to 16 KiB
+   (as the stdlib), so a small message never reaches the pipe in two pieces. */
+static int
+write_message(int fd, const Py_buffer *data)
+{
+    size_t n = (size_t)data->len;
+    unsigned char head[12];
+    size_t h = 4;
+    if (n <= 0x7fffffff) {
+        for (int i = 0; i < 4; i++)
+            head[i] = (unsigned char)(n >> (24 - 8 * i));
+    }
+    else {
+        memset(head, 0xff, 4);                              /* -1: an 8-byte length follows */
+        for (int i = 0; i < 8; i++)
+            head[4 + i] = (unsigned char)((uint64_t)n >> (56 - 8 * i));
+        h = 12;
+    }
+    if (n > 16384)
+        return write_all(fd, (const char *)head, h) < 0 ? -1
+               : write_all(fd, (const char *)data->buf, n);
+    char small[12 + 16384];
+    memcpy(small, head, h);
+    memcpy(small + h, data->buf, n);
+    return write_all(fd, small, h + n);
+}
 
 /* The id Pickler.dumps just pickled in this thread (a feeder), until the Tap on its write takes
    it; NULL: none (then the Tap reads feeding.msg, which messages._TagPickler sets). A C
@@ -812,12 +951,24 @@ Tap_call(Tap *t, PyObject *const *args, size_t nargsf, PyObject *kwnames)
             PyBuffer_Release(&data);
             if (r < 0)                      /* not recorded; written all the same */
                 PyErr_WriteUnraisable(t->kind);
+            int fd = tap_fd(t);
+            if (fd >= 0 && PyObject_GetBuffer(args[0], &data, PyBUF_SIMPLE) == 0) {
+                r = write_message(fd, &data);   /* the write ourselves: see Tap above */
+                PyBuffer_Release(&data);
+                return r < 0 ? NULL : Py_NewRef(Py_None);
+            }
+            PyErr_Clear();
         }
         else
             PyErr_Clear();                  /* not bytes-like: written, but not recorded */
         return PyObject_Vectorcall(t->call, args, nargsf, kwnames);
     }
-    PyObject *res = PyObject_Vectorcall(t->call, args, nargsf, kwnames);   /* a read */
+    PyObject *res;                                              /* a read */
+    int fd = PyVectorcall_NARGS(nargsf) == 0 && kwnames == NULL ? tap_fd(t) : -1;
+    if (fd >= 0)
+        res = read_message(fd);             /* the read ourselves: see Tap above */
+    else
+        res = PyObject_Vectorcall(t->call, args, nargsf, kwnames);
     if (res == NULL)
         return NULL;
     if (PyObject_GetBuffer(res, &data, PyBUF_SIMPLE) < 0) {
@@ -838,11 +989,12 @@ Tap_call(Tap *t, PyObject *const *args, size_t nargsf, PyObject *kwnames)
 static int
 Tap_init(Tap *t, PyObject *args, PyObject *kwds)
 {
-    static char *names[] = {"call", "kind", "queue", "feeding", "skip", NULL};
-    PyObject *v[5];
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OUOOO:Tap", names, &v[0], &v[1], &v[2],
-                                     &v[3], &v[4]))
+    static char *names[] = {"call", "kind", "queue", "feeding", "skip", "conn", NULL};
+    PyObject *v[6] = {NULL, NULL, NULL, NULL, NULL, Py_None};
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OUOOO|O:Tap", names, &v[0], &v[1], &v[2],
+                                     &v[3], &v[4], &v[5]))
         return -1;
+    Py_XSETREF(t->conn, Py_NewRef(v[5]));
     Py_XSETREF(t->call, Py_NewRef(v[0]));
     Py_XSETREF(t->kind, Py_NewRef(v[1]));
     Py_XSETREF(t->queue, Py_NewRef(v[2]));
@@ -860,6 +1012,7 @@ Tap_traverse(Tap *t, visitproc visit, void *arg)
     Py_VISIT(t->queue);
     Py_VISIT(t->feeding);
     Py_VISIT(t->skip);
+    Py_VISIT(t->conn);
     return 0;
 }
 
@@ -871,6 +1024,7 @@ Tap_clear(Tap *t)
     Py_CLEAR(t->queue);
     Py_CLEAR(t->feeding);
     Py_CLEAR(t->skip);
+    Py_CLEAR(t->conn);
     return 0;
 }
 
@@ -893,7 +1047,7 @@ static PyGetSetDef Tap_getset[] = {
 static PyTypeObject TapType = {
     PyVarObject_HEAD_INIT(NULL, 0)
     .tp_name = "mpviz.trace._writer.Tap",
-    .tp_doc = "Tap(call, kind, queue, feeding, skip): a Queue's read or write, "
+    .tp_doc = "Tap(call, kind, queue, feeding, skip, conn=None): a Queue's read or write, "
               "recorded",
     .tp_basicsize = sizeof(Tap),
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
@@ -1486,9 +1640,9 @@ PyInit__writer(void)
             return NULL;
     const char *words[] = {"queue", "msg", "nbytes", "sig", "emit_at", "name", "mark",
                            "_mpviz_qid", "_thread", "_mpviz_hooked_feeder", "_recv_bytes", "obj",
-                           "queue.put"};
+                           "queue.put", "_handle"};
     PyObject **interned[] = {&QUEUE, &MSG, &NBYTES, &SIG, &EMIT_AT, &NAME, &MARK, &QID, &THREAD,
-                             &HOOKED_FEEDER, &RECV_BYTES, &OBJ, &PUT_KIND};
+                             &HOOKED_FEEDER, &RECV_BYTES, &OBJ, &PUT_KIND, &HANDLE};
     for (size_t i = 0; i < sizeof words / sizeof words[0]; i++)
         if (*interned[i] == NULL && (*interned[i] = PyUnicode_InternFromString(words[i])) == NULL)
             return NULL;
