@@ -482,3 +482,27 @@ def test_the_tap_leaves_a_read_it_does_not_know_to_its_owner():
     assert messages._plain_pipe(q._recv_bytes, q._reader) is q._reader
     assert messages._plain_pipe(q._recv_bytes, q._writer) is None    # another fd
     q.close()
+
+
+def test_a_ctrl_c_while_a_chunk_is_mapped_stops_the_program_not_just_its_recording(writer):
+    # on_full (mapping the next chunk) is interrupted: both Writers let the KeyboardInterrupt
+    # through, while an ordinary failure goes to on_error and the program goes on.
+    import mmap
+    cls = recorder.writer_class()
+    told = []
+
+    def on_full(exc):
+        def full():
+            raise exc
+        return full
+    for exc, raised in [(KeyboardInterrupt(), True), (OSError("disk full"), False)]:
+        w = cls(on_full(exc), lambda kind, e: told.append((kind, type(e).__name__)), 1 << 10)
+        w.use(mmap.mmap(-1, 64), 0)                 # room for one small event, not two
+        w.emit("first", {})
+        if raised:
+            with pytest.raises(KeyboardInterrupt):
+                w.emit("second", {"pad": "x" * 40})
+        else:
+            w.emit("second", {"pad": "x" * 40})
+        w.use(None, 0)
+    assert told == [("second", "OSError")]

@@ -437,10 +437,15 @@ append(Writer *w, const Buf *b)
     }
 }
 
-/* The error now set goes to on_error(kind, exception) instead of up to the caller. */
+/* The error now set goes to on_error(kind, exception) instead of up to the caller -- if it is
+   an Exception. KeyboardInterrupt, SystemExit and the like go up, as from the Python Writer
+   (which catches Exception): a Ctrl-C while a chunk is being mapped must stop the program,
+   not just its recording. */
 static PyObject *
 report_error(Writer *w, PyObject *kind)
 {
+    if (!PyErr_ExceptionMatches(PyExc_Exception))
+        return NULL;
     PyObject *type, *value, *tb;
     PyErr_Fetch(&type, &value, &tb);
     PyErr_NormalizeException(&type, &value, &tb);
@@ -949,8 +954,11 @@ Tap_call(Tap *t, PyObject *const *args, size_t nargsf, PyObject *kwnames)
                 r = tap_emit(t, now_ns(), msg, &data);
             Py_DECREF(msg);
             PyBuffer_Release(&data);
-            if (r < 0)                      /* not recorded; written all the same */
+            if (r < 0) {                    /* not recorded; written all the same ... */
+                if (!PyErr_ExceptionMatches(PyExc_Exception))
+                    return NULL;            /* ... unless it is a Ctrl-C: see report_error */
                 PyErr_WriteUnraisable(t->kind);
+            }
             int fd = tap_fd(t);
             if (fd >= 0 && PyObject_GetBuffer(args[0], &data, PyBUF_SIMPLE) == 0) {
                 r = write_message(fd, &data);   /* the write ourselves: see Tap above */
@@ -981,8 +989,13 @@ Tap_call(Tap *t, PyObject *const *args, size_t nargsf, PyObject *kwnames)
                                (size_t)PyBytes_GET_SIZE(t->skip)) == NULL)
         r = tap_emit(t, now_ns(), NULL, &data);
     PyBuffer_Release(&data);
-    if (r < 0)                              /* not recorded; the message is the caller's anyway */
+    if (r < 0) {                            /* not recorded; the message is the caller's anyway */
+        if (!PyErr_ExceptionMatches(PyExc_Exception)) {
+            Py_DECREF(res);                 /* a Ctrl-C: up, as from the Python reference */
+            return NULL;
+        }
         PyErr_WriteUnraisable(t->kind);
+    }
     return res;
 }
 
