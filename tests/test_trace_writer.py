@@ -506,3 +506,13 @@ def test_a_ctrl_c_while_a_chunk_is_mapped_stops_the_program_not_just_its_recordi
             w.emit("second", {"pad": "x" * 40})
         w.use(None, 0)
     assert told == [("second", "OSError")]
+
+
+@pytest.mark.skipif(os.environ.get("CI") != "true", reason="checked in CI only: a developer's "
+                    "machine may lack Python's headers, and then the Python Writer records")
+def test_in_ci_the_c_writer_builds_where_there_is_a_compiler():
+    # Where writer.c cannot be built, the C half of the recorder tests skips, and a CI run would
+    # pass without it. With a compiler here, a failed build is a bug to see, not a skip.
+    if native._compiler() is None:
+        pytest.skip("no C compiler on this machine: the Python Writer records")
+    assert native.load() is not None, f"writer.c did not build: {native.problem}"
