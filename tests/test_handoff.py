@@ -196,7 +196,7 @@ def test_an_offered_storage_is_kept_until_released(strategy):
     kept = cache.get(key)
     assert kept is not None and kept is first()
     fds_before = fd_passing.pending_offers()
-    back = queues._loads(data)
+    back = queues._decode(data)
     assert back.untyped_storage() is kept and back.tolist() == [0.0, 1.0, 2.0, 3.0]
     assert fd_passing.pending_offers() == fds_before - 1   # our own offer, dropped
     assert _count(back) == 1                      # the handle's count was given back

@@ -71,7 +71,6 @@ import time
 from multiprocessing.reduction import ForkingPickler
 from queue import Empty, Full
 
-from ..tensor import Tensor
 from ..trace import messages, recorder
 from . import reductions
 
@@ -88,11 +87,7 @@ class _Pickled:
         self.data = data
 
     def __reduce__(self):
-        return (_loads, (self.data,))
-
-
-def _loads(data):
-    return _decode(data)
+        return (_decode, (self.data,))
 
 
 class _HandlePickler(pickle.Pickler):
@@ -118,11 +113,10 @@ _MARSHAL_VERSION = 2  # 3 and up also mark repeated objects: a hash table per ca
 
 def _encode(obj):
     """The bytes that carry `obj`: a plain tensor's handle, marshalled (see
-    ``reductions.pack_tensor``: ~5x cheaper than pickling it), or the pickle of anything else."""
-    if type(obj) is Tensor:
-        handle = reductions.pack_tensor(obj)
-        if handle is not None:
-            return _TENSOR + marshal.dumps(handle, _MARSHAL_VERSION)
+    ``reductions.pack_tensor``), or the pickle of anything else."""
+    handle = reductions.pack_tensor(obj)
+    if handle is not None:
+        return _TENSOR + marshal.dumps(handle, _MARSHAL_VERSION)
     return _dumps(obj)
 
 
@@ -173,7 +167,7 @@ class Queue(multiprocessing.queues.Queue):
         """The stdlib's get, with two changes: the recorder's read hook put in first (while
         recording), and :func:`_decode` in place of ``ForkingPickler.loads`` at the end (a lone
         tensor arrives as a short handle, not a pickle)."""
-        if recorder.ENABLED and not hasattr(self._recv_bytes, "_mpviz"):  # (not yet wrapped)
+        if recorder.ENABLED:
             messages.watch_reads(self)             # its events order the reads: see there
         if self._closed:
             raise ValueError(f"Queue {self!r} is closed")

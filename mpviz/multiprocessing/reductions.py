@@ -47,6 +47,7 @@ Adapted from torch's ``torch/multiprocessing/reductions.py`` (the same ``reduce_
 names). Differences: ``.grad`` travels when set — what torch's note says, though PyTorch 2.x
 actually drops it (the receiver sees ``grad is None``); CUDA tensors go to :mod:`mpviz.cuda`.
 """
+import functools
 import os
 from multiprocessing.reduction import ForkingPickler
 
@@ -104,14 +105,7 @@ def rebuild_tensor(cls, storage, offset, shape, strides, dtype, requires_grad, g
     return tensor
 
 
-_DTYPES = {}  # dtype code -> np.dtype, made once
-
-
-def _dtype(code):
-    dtype = _DTYPES.get(code)
-    if dtype is None:
-        dtype = _DTYPES[code] = np.dtype(code)
-    return dtype
+_dtype = functools.lru_cache(maxsize=None)(np.dtype)   # dtype code -> np.dtype, made once
 
 
 # -- the short way: a lone tensor put on an mpviz Queue ------------------------------------------
@@ -126,20 +120,20 @@ def _dtype(code):
 # mpviz's Queue sends it that way (see ``queues._encode``); everything else is pickled.
 
 def pack_tensor(tensor):
-    """`tensor`'s whole handle, view and storage, as one flat tuple of plain data; None for a
-    tensor that must be pickled (a subclass, a CUDA tensor, one with a ``.grad``)."""
+    """`tensor`'s whole handle, view and storage, as one flat tuple of plain data; None for
+    what must be pickled (anything but a plain Tensor: a subclass, a CUDA tensor, one with a
+    ``.grad``, or no tensor at all)."""
     if type(tensor) is not Tensor or tensor.grad is not None or tensor._storage.device != "cpu":
         return None
-    if tensor.requires_grad:
-        _check_sendable(tensor)
+    _check_sendable(tensor)
     return (tensor._offset, tensor._shape, tensor._strides, _dtype_code(tensor.dtype),
             tensor.requires_grad) + storage_handle(tensor._storage)
 
 
 def unpack_tensor(handle):
     """The tensor that :func:`pack_tensor` made `handle` of, rebuilt in this process."""
-    offset, shape, strides, dtype, requires_grad, kind = handle[:6]
-    storage = _REBUILD[kind](*handle[6:])
+    offset, shape, strides, dtype, requires_grad = handle[:5]
+    storage = rebuild(*handle[5:])
     return rebuild_tensor(None, storage, offset, shape, strides, dtype, requires_grad, None)
 
 

@@ -126,7 +126,7 @@ def _load_libatomic():
 
 
 def _add(buf, fd, delta):
-    count = (_atomic_add or _choose_atomic_add())(buf, delta)  # atomic_add(buf, delta), inlined
+    count = atomic_add(buf, delta)
     if count is None:  # no atomics: hold an fcntl lock on the first 8 bytes while we update
         fcntl.lockf(fd, fcntl.LOCK_EX, _COUNT.size, 0)
         try:

@@ -259,7 +259,7 @@ def refcount(name):
 
 def _add_mapped(name, buf, delta):
     """Change the count through our own mapping of the header: one atomic add, no system call."""
-    count = (file_descriptor._atomic_add or file_descriptor._choose_atomic_add())(buf, delta)
+    count = atomic_add(buf, delta)
     if count is None:
         return _add(name, delta)  # no atomics here: the locked path by name
     if count <= 0 and delta < 0:
@@ -397,13 +397,6 @@ def keep_after_send(storage):
     here and the cache for fresh tensors is off (see above)."""
     if not storage._segment.created and not allocator.enabled():
         _linger.keep(storage)
-
-
-def lingering():
-    """How many storages this process keeps now because it just sent them (as
-    ``fd_passing.pending_offers()`` says for file_descriptor)."""
-    linger = _linger
-    return len(linger.young.keys() | linger.old.keys())   # one sent again is in both
 
 
 def _forget_linger_after_fork():
