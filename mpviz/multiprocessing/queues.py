@@ -46,10 +46,9 @@ lone tensor too: counted with valgrind, pickling and unpickling its handle took 
 instructions, the short handle ~41,000 with everything around it (the receive cache, the
 counts, the fd offer); a round trip of a shared tensor went from ~120 µs to ~75 µs.
 
-**Reading.** ``get`` is the stdlib's: the read lock, one read, a slot given back, then — after
-the lock is released — :func:`_decode` (a short handle, or a pickle) where the stdlib calls
-``ForkingPickler.loads``. The read itself is ours too: the
-stdlib reads through ``Connection.recv_bytes`` (a length, then the bytes, each into an
+**Reading.** ``get`` is a copy of the stdlib's: the read lock, one read, a slot given back,
+then — after the lock is released — :func:`_decode` (a short handle, or a pickle) where the
+stdlib calls ``ForkingPickler.loads``. The read itself is ours too: the stdlib reads through ``Connection.recv_bytes`` (a length, then the bytes, each into an
 ``io.BytesIO`` in a Python loop: a few µs a message, a good part of a tensor handle's trip);
 ours is two plain ``os.read`` calls of the same framing (``_read_message``), put in as the
 queue's ``_recv_bytes``. The recorder wraps whichever read a queue has
@@ -128,7 +127,7 @@ def _decode(data):
 
 
 class Queue(multiprocessing.queues.Queue):
-    """``multiprocessing.Queue`` whose ``put`` pickles (and so shares tensors) synchronously,
+    """``multiprocessing.Queue`` whose ``put`` encodes (and so shares tensors) synchronously,
     and writes small messages straight into the pipe when that cannot block."""
 
     def _reset(self, after_fork=False):
@@ -136,8 +135,8 @@ class Queue(multiprocessing.queues.Queue):
         self._pending = 0            # messages in our buffer or being written by our feeder
         self._pipe_size = None       # the pipe's capacity, asked once
         self._queued = array.array("i", [0])
-        # The stdlib's get reads through this (under its read lock): our plain os.read framing
-        # instead of Connection.recv_bytes (see the module text). The recorder wraps it too.
+        # get reads through this (under its read lock): our plain os.read framing instead of
+        # Connection.recv_bytes (see the module text). The recorder wraps it too.
         self._recv_bytes = functools.partial(_read_message, self._reader.fileno())
 
     def _start_thread(self):
@@ -158,15 +157,16 @@ class Queue(multiprocessing.queues.Queue):
             self._send_bytes = send
 
     def put(self, obj, block=True, timeout=None):
-        data, msg = self._take_slot_and_pickle(obj, block, timeout)
+        data, msg = self._take_slot_and_encode(obj, block, timeout)
         with self._notempty:
             if not self._write_now(data, msg):
                 self._feed(data, msg)
 
     def get(self, block=True, timeout=None):
-        """The stdlib's get, with two changes: the recorder's read hook put in first (while
-        recording), and :func:`_decode` in place of ``ForkingPickler.loads`` at the end (a lone
-        tensor arrives as a short handle, not a pickle)."""
+        """A copy of the stdlib's get (Python 3.11), changed in two places: the recorder's read
+        hook put in first, while recording (the recorder patches the stdlib's ``Queue.get`` to
+        do that, and this copy does not go through it), and :func:`_decode` in place of
+        ``ForkingPickler.loads`` at the end (a lone tensor arrives as a short handle)."""
         if recorder.ENABLED:
             messages.watch_reads(self)             # its events order the reads: see there
         if self._closed:
@@ -194,9 +194,9 @@ class Queue(multiprocessing.queues.Queue):
         # unpickle (or unmarshal) after having released the lock, as the stdlib does
         return _decode(res)
 
-    def _take_slot_and_pickle(self, obj, block, timeout):
-        """A place in the queue (or Full), then the pickled bytes (the slot given back if the
-        object can't be pickled), and while recording a message id to link the get to the put."""
+    def _take_slot_and_encode(self, obj, block, timeout):
+        """A place in the queue (or Full), then the encoded bytes (the slot given back if the
+        object can't be encoded), and while recording a message id to link the get to the put."""
         if self._closed:
             raise ValueError(f"Queue {self!r} is closed")
         if not self._sem.acquire(block, timeout):
@@ -298,11 +298,11 @@ def _read_exactly(fd, n):
 
 
 class JoinableQueue(multiprocessing.queues.JoinableQueue, Queue):
-    """``multiprocessing.JoinableQueue`` whose ``put`` pickles synchronously (and writes small
+    """``multiprocessing.JoinableQueue`` whose ``put`` encodes synchronously (and writes small
     messages straight into the pipe, like :class:`Queue`)."""
 
     def put(self, obj, block=True, timeout=None):
-        data, msg = self._take_slot_and_pickle(obj, block, timeout)
+        data, msg = self._take_slot_and_encode(obj, block, timeout)
         with self._notempty, self._cond:
             # Count the task before the consumer can see it: its task_done() must find it.
             self._unfinished_tasks.release()

@@ -23,16 +23,18 @@ as its bytes differ from the next recorded write's: identical messages (a run of
 sentinels, say) cannot be told apart, and such a read takes the next write's id. Nothing is
 added to the bytes that travel: recording costs three small events per message and no
 pickling (issue #4 asks a 10k-message ping-pong to stay within 1.1x of its unrecorded time;
-bench/bench_recorder.py measures it, bench/RESULTS.md says how close it is). The hooks that
+bench/bench_recorder.py measures it, bench/RESULTS.md has the figures). The hooks that
 run for every message are written twice: in Python below (the reference, used with the Python
 Writer) and in writer.c, which the C Writer comes with (``install_native``): put (``Hook``),
 the feeder's pickler (``Pickler``), its write and the reader's read (``Tap``), get (``Hook``).
-A Python call per message was most of what recording a small message cost: counted with
-valgrind in a 1,000-message ping-pong, the echo child ran ~24,000 more instructions per round
-trip while recording with the Python hooks, ~6,500 with the C ones (~61,000 unrecorded). Where
-a queue's read or its feeder's write is exactly its pipe Connection's (``_plain_pipe``), the C
-``Tap`` also moves the bytes itself, with read(2)/write(2) and the same framing, instead of
-calling the stdlib's ``recv_bytes``/``send_bytes`` back from C.
+A Python call per message was most of what recording a small message cost. Where a queue's
+read or its feeder's write is exactly its pipe Connection's (``_plain_pipe``), the C ``Tap``
+also moves the bytes itself, with read(2)/write(2) and the same framing, instead of calling the
+stdlib's ``recv_bytes``/``send_bytes`` (Python, through a BytesIO) back from C. Counted with
+valgrind in a 1,000-message ping-pong, the echo child ran ~60,000 instructions per round trip
+unrecorded; recorded, ~85,500 with the Python hooks, ~67,300 with C hooks that called the
+stdlib's read and write, ~51,200 with the Tap's own: the three events of a message cost ~2,400
+instructions a trip, and the C read and write save more than that.
 
 mpviz's own ``Queue`` pickles in ``put`` and often writes the bytes itself (see
 :mod:`mpviz.multiprocessing.queues`): then one ``queue.put`` carries ``nbytes`` and ``sig``,
