@@ -2,6 +2,7 @@
 descriptor for memory it still holds, releases sent together, and kept mappings (cache on)."""
 import gc
 import os
+import signal
 import threading
 import time
 import weakref
@@ -276,12 +277,13 @@ def _wait_until_removed(path):
     return not os.path.exists(path)
 
 
-def _run_and_hear(ctx, worker, q=None):
-    """Run `worker(q, out)` in a child to its end (it dies, or exits); return q and its report."""
+def _run_and_hear(ctx, worker, q=None, exitcode=-signal.SIGKILL):
+    """Run `worker(q, out)` in a child to its end (killed, by default); return q and its report."""
     q, out = q or ctx.Queue(), ctx.Queue()
     p = start(ctx, worker, q, out)
     report = out.get(timeout=30)
     p.join(30)
+    assert p.exitcode == exitcode, f"{worker.__name__} ended with {p.exitcode}"
     return q, report
 
 
@@ -298,7 +300,6 @@ def _sevens_arrive_then_go(q, name):
 def test_a_handle_in_flight_outlives_its_killed_sender(start_method):
     # The shm manager sees the sender die holding the segment. It must not remove the name: the
     # segment's header still counts the handle on its way (2, less 1 for the dead sender).
-    import signal
     ctx = mp.get_context(start_method)
     q, out = ctx.Queue(), ctx.SimpleQueue()
     p = start(ctx, hw.put_then_die, q, out)
@@ -361,7 +362,8 @@ def test_switching_the_manager_off_after_holding_keeps_it_right(start_method):
     # The sender switched the manager off, then let go of its tensor, then exited without exit
     # handlers. Had the manager not heard the let-go, it would count the handle's count as the
     # dead sender's and remove the name before we read it.
-    q, (name, witness) = _run_and_hear(mp.get_context(start_method), hw.switch_off_then_exit)
+    q, (name, witness) = _run_and_hear(mp.get_context(start_method), hw.switch_off_then_exit,
+                                       exitcode=0)
     assert _wait_until_removed("/dev/shm" + witness), "the manager never saw the sender go"
     _sevens_arrive_then_go(q, name)
 

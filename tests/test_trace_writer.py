@@ -414,6 +414,11 @@ def _c_tap():
     return c.Tap
 
 
+def _never(*args):
+    """A Tap's `call` that must not be called: given a connection, the Tap moves bytes itself."""
+    raise AssertionError("the Tap called back into Python instead of using its pipe")
+
+
 @pytest.mark.parametrize("size", [0, 1, 16384, 16385, 70_000, 300_000])
 def test_the_tap_reads_and_writes_a_pipe_as_a_connection_does(size, tmp_path):
     # Sizes around the one-write limit (16 KiB) and past a pipe's capacity (64 KiB): a write
@@ -424,8 +429,8 @@ def test_the_tap_reads_and_writes_a_pipe_as_a_connection_does(size, tmp_path):
     feeding = threading.local()
     data = os.urandom(size)
     with mt.record(tmp_path / "t") as trace:
-        send = Tap(writer.send_bytes, "queue.feed", "q", feeding, None, writer)
-        recv = Tap(reader.recv_bytes, "queue.get", "q", None, b"mark", reader)
+        send = Tap(_never, "queue.feed", "q", feeding, None, writer)
+        recv = Tap(_never, "queue.get", "q", None, b"mark", reader)
         got = []
         t = threading.Thread(target=lambda: got.append(reader.recv_bytes()))
         t.start()
@@ -447,7 +452,7 @@ def test_the_tap_raises_what_a_connection_raises(tmp_path):
     import struct
     Tap = _c_tap()
     reader, writer = multiprocessing.Pipe(duplex=False)
-    recv = Tap(reader.recv_bytes, "queue.get", "q", None, b"mark", reader)
+    recv = Tap(_never, "queue.get", "q", None, b"mark", reader)
     os.write(writer.fileno(), struct.pack("!i", 10) + b"abc")   # a message cut short ...
     writer.close()
     with pytest.raises(OSError, match="got end of file during message"):
@@ -455,10 +460,11 @@ def test_the_tap_raises_what_a_connection_raises(tmp_path):
     with pytest.raises(EOFError):                   # ... then nothing at all
         recv()
     reader.close()
-    with pytest.raises(OSError, match="handle is closed"):   # closed: the stdlib's own check
-        recv()
+    recv = Tap(reader.recv_bytes, "queue.get", "q", None, b"mark", reader)
+    with pytest.raises(OSError, match="handle is closed"):   # closed: the stdlib's own check,
+        recv()                                               # through `call`
     reader, writer = multiprocessing.Pipe(duplex=False)
-    send = Tap(writer.send_bytes, "queue.feed", "q", threading.local(), None, writer)
+    send = Tap(_never, "queue.feed", "q", threading.local(), None, writer)
     reader.close()
     with pytest.raises(BrokenPipeError):            # nobody reads any more
         send(b"x")
@@ -467,14 +473,23 @@ def test_the_tap_raises_what_a_connection_raises(tmp_path):
 
 def test_the_tap_leaves_a_read_it_does_not_know_to_its_owner():
     # A _recv_bytes that is not exactly the Connection's (someone else's wrapper) is called as
-    # it is: the Tap is given no connection to read itself.
+    # it is: _plain_pipe gives the Tap no connection to read itself.
     import multiprocessing
     from mpviz.trace import messages
+    Tap = _c_tap()
     reader, writer = multiprocessing.Pipe(duplex=False)
     assert messages._plain_pipe(reader.recv_bytes, reader) is reader
     assert messages._plain_pipe(writer.send_bytes, writer) is writer
-    assert messages._plain_pipe(lambda: reader.recv_bytes(), reader) is None
     assert messages._plain_pipe(reader.recv_bytes, writer) is None
+    calls = []
+
+    def wrapper():
+        calls.append("wrapper")
+        return reader.recv_bytes()
+    assert messages._plain_pipe(wrapper, reader) is None
+    recv = Tap(wrapper, "queue.get", "q", None, b"mark", messages._plain_pipe(wrapper, reader))
+    writer.send_bytes(b"hello")
+    assert recv() == b"hello" and calls == ["wrapper"]
     reader.close()
     writer.close()
     import mpviz.multiprocessing as mp                # mpviz's Queue reads with _read_message
