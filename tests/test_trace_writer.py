@@ -359,7 +359,7 @@ def test_the_c_hooks_leave_unusual_calls_to_the_python_ones(tmp_path):
     assert len(trace.of_kind("queue.put")) == 2 and not trace.of_kind("queue.put_failed")
     assert len(flows) == 2 and all(f.get is not None for f in flows)
     # the feeder's pickler takes protocol= by keyword, as ForkingPickler.dumps does
-    pickler = c.Pickler(ForkingPickler, threading.local(), messages._Tag)
+    pickler = c.Pickler(ForkingPickler, messages._Tag)
     data = pickler.dumps(c.Tag(("obj", 1), "7.1"), protocol=5)
     assert ForkingPickler.loads(data) == ("obj", 1) and c.take_feeding_msg() == "7.1"
     assert c.take_feeding_msg() is None                         # taken: gone

@@ -492,7 +492,7 @@ def install_native():
         _c_numbering(_counter, _prefix)
     me = sys.modules[__name__]
     for owner, attr, hook in [
-            (queues, "_ForkingPickler", c.Pickler(ForkingPickler, _feeding, _Tag)),
+            (queues, "_ForkingPickler", c.Pickler(ForkingPickler, _Tag)),
             (queues.Queue, "put", c.Hook("put", _orig["Queue.put"], _queue_put, me)),
             (queues.JoinableQueue, "put",
              c.Hook("put", _orig["JoinableQueue.put"], _joinable_put, me)),

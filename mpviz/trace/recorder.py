@@ -337,10 +337,11 @@ def _recording_failed(log, kind, exc):
 
 
 def _set_writer(w):
-    """Every change of `writer` goes through here: writer.c's hooks keep a copy of it (reading
-    this module's global costs them a lookup per message), given by native.load()."""
-    global writer
-    writer = w
+    """Every change of `writer` goes through here, and ``ENABLED`` follows it: writer.c's hooks
+    keep a copy of it (reading this module's global costs them a lookup per message), given by
+    native.load()."""
+    global writer, ENABLED
+    writer, ENABLED = w, w is not None
     if _tell_c is not None:
         _tell_c(w)
 
@@ -349,9 +350,9 @@ _tell_c = None           # writer.c's set_writer, once native.load() has loaded 
 
 
 def _fail(message):
-    global ENABLED, _log
+    global _log
     _set_writer(None)
-    ENABLED, log, _log = False, _log, None
+    log, _log = _log, None
     warnings.warn(RecorderWarning(f"mpviz.trace: {message}. The program goes on unrecorded."),
                   stacklevel=4)
     if log is not None:
@@ -367,7 +368,7 @@ def start(directory, how, ppid=None, **info):
     Returns True when recording; on failure warns (``RecorderWarning``) and returns False, so
     that the caller's program runs unrecorded. Emits ``process.start`` with `how` and `info`.
     """
-    global ENABLED, PID, _log
+    global PID, _log
     stop()
     _install_fork_hooks()
     ppid = ppid if ppid is not None else os.getppid()
@@ -381,7 +382,7 @@ def start(directory, how, ppid=None, **info):
         return False
     _tids.clear()
     PID = os.getpid()
-    _log, ENABLED = log, True
+    _log = log
     _set_writer(log.writer)
     import multiprocessing
     emit("process.start", how=how, ppid=ppid, name=multiprocessing.current_process().name,
@@ -391,8 +392,8 @@ def start(directory, how, ppid=None, **info):
 
 def stop():
     """Stop recording in this process and close its log (what was written stays)."""
-    global ENABLED, _log
-    log, _log, ENABLED = _log, None, False
+    global _log
+    log, _log = _log, None
     _set_writer(None)
     if log is not None:
         log.close()
@@ -427,11 +428,11 @@ def _after_fork_parent():
 
 
 def _after_fork_child():
-    global ENABLED, _log, _forking
+    global _log, _forking
     parent_log, _forking = _forking, None
     if parent_log is None:
         return
-    _log, ENABLED = None, False
+    _log = None
     _set_writer(None)
     parent_log.abandon()
     parent = parent_log.path.rsplit(os.sep, 1)[-1].split("-")[0]

@@ -33,6 +33,9 @@ Every failure of the Writer (an argument marshal cannot encode, a full disk whil
 chunk) is passed to on_error(kind, exception) instead of being raised: a recorder must never break
 the program it observes. (The recorder's own on_error warns and stops recording; a test's SideLog
 raises.) Tap goes further: whatever fails while it records, the message it carries goes through.
+The one exception to both: what is not an Exception (KeyboardInterrupt, SystemExit) goes up to
+the caller, as from the Python Writer and hooks -- a Ctrl-C stops the program, not only its
+recording (and a message a Tap had read then is lost with the get it belonged to).
 
 The same file has the per-message Queue hooks of messages.py in C, so that recording a message
 runs no Python function of ours: ``Tap`` (a Queue's pipe read and its feeder's write, each with
@@ -569,9 +572,6 @@ Writer_emit_at(Writer *w, PyObject *const *argv, Py_ssize_t argc)
     return write_event(w, ts, argv[1], NULL, argv[2]);
 }
 
-static PyObject *write_queue_event(Writer *, uint64_t, PyObject *, PyObject *, PyObject *,
-                                   const Py_buffer *);
-
 static PyObject *
 Writer_queue_event(Writer *w, PyObject *const *argv, Py_ssize_t argc)
 {
@@ -729,16 +729,18 @@ static PyTypeObject WriterType = {
    The same two hooks as the Python closures in messages.py, which are the reference: they run
    once per message, in the threads that move it, so they cost what a C call costs.
 
-       Tap(call, kind, queue, feeding, skip)(*args):
+       Tap(call, kind, queue, feeding, skip, conn=None)(*args):
          a write, `feeding` given (wraps the feeder's _send_bytes): append `kind` {queue,
-              msg: feeding.msg (and feeding.msg = None), nbytes, sig} for buf; then call(buf)
-         a read, `feeding` None (wraps the reader's _recv_bytes): res = call(); then, unless
-              `skip` is in res's first 64 bytes (an envelope, recorded as it unpickles), append
-              `kind` {queue, nbytes, sig}
+              msg, nbytes, sig} for buf -- msg: what Pickler.dumps just pickled in this thread
+              (take_feeding_msg), else feeding.msg (and feeding.msg = None) -- then write buf:
+              to conn's pipe ourselves (below), else call(buf)
+         a read, `feeding` None (wraps the reader's _recv_bytes): res = one message read from
+              conn's pipe ourselves (below), else call(); then, unless `skip` is in res's first
+              64 bytes (an envelope, recorded as it unpickles), append `kind` {queue, nbytes, sig}
        sig = adler32 of the last 32 bytes (recorder.sig); events go to the Writer recording
        at the time of the call (current_writer; none: nothing appended). The message always
        goes through: an event that cannot be recorded is reported (sys.unraisablehook), never
-       raised in its place.
+       raised in its place -- but for a Ctrl-C (see the top of this file).
 
    `conn` (optional): the queue's pipe end that `call` reads or writes through, when `call` is
    exactly that Connection's recv_bytes/send_bytes (or mpviz's _read_message of its fd). Then
@@ -953,19 +955,20 @@ Tap_call(Tap *t, PyObject *const *args, size_t nargsf, PyObject *kwnames)
             if (r == 0)
                 r = tap_emit(t, now_ns(), msg, &data);
             Py_DECREF(msg);
-            PyBuffer_Release(&data);
             if (r < 0) {                    /* not recorded; written all the same ... */
-                if (!PyErr_ExceptionMatches(PyExc_Exception))
+                if (!PyErr_ExceptionMatches(PyExc_Exception)) {
+                    PyBuffer_Release(&data);
                     return NULL;            /* ... unless it is a Ctrl-C: see report_error */
+                }
                 PyErr_WriteUnraisable(t->kind);
             }
             int fd = tap_fd(t);
-            if (fd >= 0 && PyObject_GetBuffer(args[0], &data, PyBUF_SIMPLE) == 0) {
+            if (fd >= 0) {
                 r = write_message(fd, &data);   /* the write ourselves: see Tap above */
                 PyBuffer_Release(&data);
                 return r < 0 ? NULL : Py_NewRef(Py_None);
             }
-            PyErr_Clear();
+            PyBuffer_Release(&data);
         }
         else
             PyErr_Clear();                  /* not bytes-like: written, but not recorded */
@@ -1192,13 +1195,13 @@ static PyTypeObject TagType = {
     .tp_methods = Tag_methods,
 };
 
-/* Pickler(pickler, feeding, py_tag): stands in for multiprocessing.queues._ForkingPickler
+/* Pickler(pickler, py_tag): stands in for multiprocessing.queues._ForkingPickler
    (`pickler`, the ForkingPickler class) while recording. The feeder calls its dumps; get calls
    its loads, which is the ForkingPickler's own, as is anything else (found through an
    AttributeError: too slow for once per message, so loads is kept here). */
 typedef struct {
     PyObject_HEAD
-    PyObject *pickler, *dumps, *loads, *feeding, *py_tag;
+    PyObject *pickler, *dumps, *loads, *py_tag;
 } Pickler;
 
 static PyObject *
@@ -1254,10 +1257,9 @@ Pickler_getattro(Pickler *p, PyObject *name)
 static int
 Pickler_init(Pickler *p, PyObject *args, PyObject *kwds)
 {
-    static char *names[] = {"pickler", "feeding", "py_tag", NULL};
-    PyObject *pickler, *feeding, *py_tag;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOO:Pickler", names, &pickler, &feeding,
-                                     &py_tag))
+    static char *names[] = {"pickler", "py_tag", NULL};
+    PyObject *pickler, *py_tag;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OO:Pickler", names, &pickler, &py_tag))
         return -1;
     PyObject *dumps = PyObject_GetAttrString(pickler, "dumps");
     PyObject *loads = dumps ? PyObject_GetAttrString(pickler, "loads") : NULL;
@@ -1268,7 +1270,6 @@ Pickler_init(Pickler *p, PyObject *args, PyObject *kwds)
     Py_XSETREF(p->dumps, dumps);
     Py_XSETREF(p->loads, loads);
     Py_XSETREF(p->pickler, Py_NewRef(pickler));
-    Py_XSETREF(p->feeding, Py_NewRef(feeding));
     Py_XSETREF(p->py_tag, Py_NewRef(py_tag));
     return 0;
 }
@@ -1279,7 +1280,6 @@ Pickler_traverse(Pickler *p, visitproc visit, void *arg)
     Py_VISIT(p->pickler);
     Py_VISIT(p->dumps);
     Py_VISIT(p->loads);
-    Py_VISIT(p->feeding);
     Py_VISIT(p->py_tag);
     return 0;
 }
@@ -1290,7 +1290,6 @@ Pickler_clear(Pickler *p)
     Py_CLEAR(p->pickler);
     Py_CLEAR(p->dumps);
     Py_CLEAR(p->loads);
-    Py_CLEAR(p->feeding);
     Py_CLEAR(p->py_tag);
     return 0;
 }
@@ -1317,7 +1316,7 @@ static PyMemberDef Pickler_members[] = {
 static PyTypeObject PicklerType = {
     PyVarObject_HEAD_INIT(NULL, 0)
     .tp_name = "mpviz.trace._writer.Pickler",
-    .tp_doc = "Pickler(pickler, feeding, py_tag): the feeder's pickler while recording "
+    .tp_doc = "Pickler(pickler, py_tag): the feeder's pickler while recording "
               "(messages._TagPickler in C)",
     .tp_basicsize = sizeof(Pickler),
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
