@@ -311,9 +311,12 @@ def test_a_put_that_raises_is_not_left_in_flight(writer, tmp_path):
     (flow,) = trace.flows()
     assert flow.put is puts[0] and flow.get is not None
     trace.to_chrome(tmp_path / "t.json")
-    depths = [e["args"]["depth"] for e in json.load(open(tmp_path / "t.json"))["traceEvents"]
+    chrome = json.load(open(tmp_path / "t.json"))["traceEvents"]
+    depths = [e["args"]["depth"] for e in chrome
               if e.get("ph") == "C" and "depth" in e.get("name", "")]
     assert depths[-1] == 0                                 # nothing left in the queue
+    shown = [e["args"]["error"] for e in chrome if e.get("name") == "queue.put_failed"]
+    assert shown == ["Full", "ValueError"]                 # and the timeline shows why
 
 
 def test_an_event_that_cannot_be_written_stops_recording_not_the_put(writer, tmp_path):
