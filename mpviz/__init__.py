@@ -131,10 +131,14 @@ def cat(tensors, dim=0):
 
 def __getattr__(name):
     # Submodules that pull in more than NumPy load on first use: `mpviz.nn`, `mpviz.viz`, ...
+    # Python calls this only for a missing name; binding the module here makes every later
+    # `mpviz.nn` a plain attribute hit, even where the submodule was imported before.
     import importlib
     if name in ("multiprocessing", "nn", "optim", "autograd", "cuda", "trace", "viz", "widgets",
                 "scenarios", "examples", "sharing"):
-        return importlib.import_module(f".{name}", __name__)
+        module = importlib.import_module(f".{name}", __name__)
+        globals()[name] = module
+        return module
     raise AttributeError(f"module 'mpviz' has no attribute {name!r}")
 
 
