@@ -55,13 +55,16 @@ class LiveResult:
     duration_s: float
 
 
-class Live:
+class Live(widgets.VBox):
     """An ipywidgets app for one scenario name or callable; display it (last line of a cell).
+
+    It is itself a widget (a ``VBox`` of its parts), so it also goes wherever a widget goes: an
+    ``HBox`` beside another ``Live``, a ``Tab``, a Voilà dashboard.
 
     Attributes tests and notebooks use: ``controls`` (name → widget), ``run_button``,
     ``stop_button``, ``play``, ``slider``, ``picture`` (Output), ``which`` (the picture chooser),
     ``state_panel`` and ``verdict`` (HTML), ``frames`` (pictures drawn so far), ``result``,
-    ``trace``; methods ``run()``, ``stop()``, ``wait(timeout)``, ``show(t_ns)``.
+    ``trace``; methods ``run()``, ``stop()``, ``wait(timeout)``, ``show(t_ns)``, ``state()``.
     """
 
     def __init__(self, target, **controls):
@@ -100,24 +103,21 @@ class Live:
         self.state_panel = widgets.HTML("<i>Press Run.</i>")
         self.verdict = widgets.HTML("")
         self.legend = widgets.HTML(_legend_html())
-        self.box = widgets.VBox([
+        super().__init__([
             widgets.HTML(f"<b>{html.escape(self.name)}</b>"),
             widgets.HBox(list(self.controls.values())),
             widgets.HBox([self.run_button, self.stop_button]),
             self.verdict,
             widgets.HBox([self.play, self.slider, self.when]),
             self.which, self.picture, self.legend, self.state_panel])
+        self.box = self                     # the name it had when the box was a separate widget
         # Stable CSS classes: the browser tests (tests/test_browser.py) find the parts by them.
-        for part, css in [(self.box, "mpviz-live"), (self.run_button, "mpviz-run"),
+        for part, css in [(self, "mpviz-live"), (self.run_button, "mpviz-run"),
                           (self.verdict, "mpviz-verdict"), (self.state_panel, "mpviz-state"),
                           (self.slider, "mpviz-slider"), (self.play, "mpviz-play")]:
             part.add_class(css)
 
-    # --- display ---
-
-    def _ipython_display_(self):
-        from IPython.display import display
-        display(self.box)
+    # --- display: a VBox displays itself (the last line of a cell, or inside another box) ---
 
     def __repr__(self):
         state = "running" if self.running else ("finished" if self.result else "ready")
@@ -292,7 +292,14 @@ class Live:
         self.slider.value = min(max(i, 0), len(self.instants) - 1)
 
     def state(self):
-        """``mpviz.viz.state_at`` for the slider's instant."""
+        """``mpviz.viz.state_at`` for the slider's instant (once a run has finished)."""
+        if not self.instants:
+            why = ("it is still running" if self.running else
+                   "its run recorded no events" if self.result is not None else
+                   "nothing has run yet")
+            raise RuntimeError(f"Live({self.name!r}).state(): there is no instant to show, "
+                               f"because {why}. Fix: press Run (or call .run()), then "
+                               f".wait() until it has finished, then ask for .state().")
         return viz.state_at(self.trace, self.instants[self.slider.value])
 
     def _redraw_scrub(self):

@@ -133,3 +133,30 @@ def test_a_scenario_target():
     assert live.slider.max > 0
     live.slider.value = live.slider.max // 2
     assert "Processes alive" in live.state_panel.value
+
+
+def test_live_is_a_widget_that_goes_in_a_box():
+    """Live is an ipywidgets VBox: it can sit in an HBox (two runs side by side), a Tab, Voilà,
+    and displays through the widget protocol, with its parts and attributes as before."""
+    import ipywidgets as widgets
+    left, right = Live(w.producer_consumer, start_method="fork"), Live("queue-sharing")
+    assert isinstance(left, widgets.VBox) and left.box is left
+    row = widgets.HBox([left, right])                      # a TraitError if Live is no widget
+    assert row.children == (left, right)
+    bundle = left._repr_mimebundle_()
+    assert bundle["application/vnd.jupyter.widget-view+json"]["model_id"] == left.model_id
+    assert left.run_button in left.children[2].children and left.picture in left.children
+    assert "mpviz-live" in left._dom_classes
+    left.run()
+    assert left.wait(120) and left.result.outcome == "ok"
+    assert "Processes alive" in left.state_panel.value
+    row.close()
+
+
+def test_state_before_run_says_what_to_do():
+    live = Live(w.producer_consumer)
+    with pytest.raises(RuntimeError, match="nothing has run yet.*Fix: press Run"):
+        live.state()
+    live.run()
+    assert live.wait(120)
+    assert live.state().t_s >= 0
