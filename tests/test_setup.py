@@ -4,6 +4,7 @@ Each check runs a fresh interpreter or the real ``./run`` script where what it t
 happens on first use (a lazily loaded name, a missing package, a venv made from nothing).
 """
 import os
+import shutil
 import subprocess
 import sys
 
@@ -34,3 +35,104 @@ def test_lazy_names_are_bound_on_first_use():
         "    assert vars(t)[name] is getattr(impl, name), name\n"
         "print('ok')\n")
     assert out.strip() == "ok"
+
+
+# -- ./run: the venv it makes, and what it installs -----------------------------------------------
+
+def shell(script, cwd, user=None, env=None):
+    """Run a bash `script` in `cwd` that may `source run` (its functions, without running main);
+    as `user`'s uid when given (setpriv, as root). Returns (exit status, stdout + stderr)."""
+    cmd = [shutil.which("bash"), "-c", script]          # found on this PATH, not on `env`'s
+    if user is not None:
+        cmd = [shutil.which("setpriv"), f"--reuid={user}", f"--regid={user}", "--clear-groups"] + cmd
+    result = subprocess.run(cmd, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, timeout=60, env={**os.environ, **(env or {})})
+    return result.returncode, result.stdout
+
+
+@pytest.fixture
+def checkout(tmp_path):
+    """A copy of the files ./run reads (run, pyproject.toml), mpviz linked in, and a .venv whose
+    python is the one running these tests (so nothing is installed from the network)."""
+    for name in ("run", "pyproject.toml"):
+        (tmp_path / name).write_bytes(open(os.path.join(ROOT, name), "rb").read())
+    (tmp_path / "run").chmod(0o755)
+    (tmp_path / "mpviz").symlink_to(os.path.join(ROOT, "mpviz"))
+    bin_dir = tmp_path / ".venv" / "bin"
+    bin_dir.mkdir(parents=True)
+    (bin_dir / "python").write_text(f'#!/bin/sh\nexec {sys.executable} "$@"\n')
+    (bin_dir / "python").chmod(0o755)
+    return tmp_path
+
+
+def test_run_reinstalls_when_pyproject_or_the_extras_change(checkout):
+    """The stamp in .venv says for which pyproject.toml and with which extras mpviz was installed:
+    the same again installs nothing; a new extra, or any change to pyproject.toml, installs."""
+    code, out = shell(
+        "source ./run\n"
+        "installed notebooks && echo 'before any install: installed'\n"
+        "remember browser,notebooks\n"
+        "installed notebooks || echo 'notebooks: install'\n"
+        "installed '' || echo 'mpviz alone: install'\n"
+        "installed test,notebooks && echo 'test extra: installed'\n"
+        "echo '# a change' >> pyproject.toml\n"
+        "installed notebooks && echo 'after a change: installed'\n"
+        "echo done\n", checkout)
+    assert code == 0 and out.strip() == "done", out
+    # and what ensure_venv installs after such a change: everything it had, plus what is asked
+    code, out = shell("source ./run; merge_extras \"$(sed -n 2p .venv/.mpviz-installed)\" test",
+                      checkout)
+    assert out.strip() == "browser,notebooks,test", out
+
+
+def test_run_mpviz_runs_the_cli_with_the_venvs_python(checkout):
+    code, out = shell("source ./run; remember ''; ./run mpviz list", checkout)
+    assert code == 0, out
+    assert "installing" not in out, "the stamp matched: nothing to install"
+    assert "fork-held-lock" in out and "--start-method" in out
+
+
+def test_run_test_refuses_in_one_line_when_it_cannot_install_chromium(checkout):
+    """Without chromium, and without root: one line that says which command to run, and how to
+    skip the browser tests instead. (The absence of chromium is the only thing pretended here.)"""
+    if os.geteuid() == 0:
+        user = 65534                    # nobody: not root, and no sudo without a password
+        os.chmod(checkout, 0o755)
+        os.chmod(os.path.dirname(checkout), 0o755)
+    elif subprocess.run(["sudo", "-n", "true"], capture_output=True).returncode == 0:
+        pytest.skip("this user has sudo without a password: ./run would install chromium")
+    else:
+        user = None
+    script = "source ./run; have_chromium() { return 1; }; ensure_chromium; echo \"status $?\""
+    code, out = shell(script.replace("; echo", " || echo"), checkout, user=user)
+    lines = out.strip().splitlines()
+    assert lines[-1] == "status 1", out
+    assert len(lines) == 2, f"one line of explanation, not {len(lines) - 1}: {out}"
+    assert "installing it needs root" in lines[0]
+    assert "sudo apt-get install -y chromium" in lines[0]
+    assert "MPVIZ_SKIP_BROWSER=1 ./run test" in lines[0]
+    # where there is no apt-get at all: the same single line, naming MPVIZ_CHROMIUM
+    code, out = shell(script.replace("; echo", " || echo"), checkout, user=user,
+                      env={"PATH": str(checkout)})
+    lines = out.strip().splitlines()
+    assert len(lines) == 2 and "no apt-get" in lines[0] and "MPVIZ_CHROMIUM" in lines[0], out
+    # MPVIZ_SKIP_BROWSER=1: nothing to install, nothing said
+    code, out = shell(script, checkout, user=user, env={"MPVIZ_SKIP_BROWSER": "1"})
+    assert out.strip() == "status 0", out
+
+
+def test_plot_without_matplotlib_is_an_error():
+    """`mpviz run ... --plot` in a Python without matplotlib (the system one, say): the verdict,
+    then one clear error and a non-zero exit, not a silent 0."""
+    result = subprocess.run(
+        [sys.executable, "-c",
+         "import sys, runpy\n"
+         "sys.modules['matplotlib'] = None   # what a Python without matplotlib has\n"
+         "sys.argv = ['mpviz', 'run', 'queue-sharing', '--plot', 'never.png']\n"
+         "runpy.run_module('mpviz', run_name='__main__')\n"],
+        cwd=ROOT, capture_output=True, text=True, timeout=90, env={**os.environ, "PYTHONPATH": ROOT})
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "queue-sharing" in result.stdout and "OK" in result.stdout   # the verdict stands
+    assert "cannot draw never.png" in result.stderr and "Fix:" in result.stderr
+    assert "./run mpviz run" in result.stderr
+    assert not os.path.exists(os.path.join(ROOT, "never.png"))

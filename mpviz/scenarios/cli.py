@@ -106,8 +106,8 @@ def _run_run(args):
         print()
     if trace_dir:
         print(f"trace: {os.path.abspath(trace_dir)} (mpviz.trace.load() reads it)")
-    if plot:
-        _plot(result, plot)
+    if plot and not _plot(result, plot):
+        return 1
     if result.problem:
         print(f"mpviz run: mpviz failed to run {result.name!r} (see above); its output:\n"
               f"{result.output[-3000:]}", file=sys.stderr)
@@ -119,13 +119,14 @@ def _plot(result, path):
     try:
         from mpviz.viz import timeline
     except ImportError as exc:
-        print(f"mpviz run: cannot draw {path}: mpviz.viz is not available here ({exc}). The "
-              f"verdict above stands; use --trace DIR to keep the trace and draw it later.",
-              file=sys.stderr)
-        return
+        print(f"mpviz run: error: cannot draw {path}: {exc} in this Python ({sys.executable}). "
+              f"The verdict above stands. Fix: run it in the project's environment, "
+              f"`./run mpviz run ... --plot {path}`, or install matplotlib.", file=sys.stderr)
+        return False
     fig = timeline(result.trace)
     fig.savefig(path)
     print(f"timeline: {os.path.abspath(path)}")
+    return True
 
 
 register("list", "list the teaching scenarios and their parameters", _list_arguments, _list_run)
