@@ -136,3 +136,52 @@ def test_plot_without_matplotlib_is_an_error():
     assert "cannot draw never.png" in result.stderr and "Fix:" in result.stderr
     assert "./run mpviz run" in result.stderr
     assert not os.path.exists(os.path.join(ROOT, "never.png"))
+
+
+@pytest.mark.timeout(150)
+def test_workshop_prints_the_first_notebook_and_stops_at_one_ctrl_c(checkout, tmp_path_factory):
+    """`./run workshop` on a terminal, as a student starts it: the URL it prints is 00_overview's,
+    and a single Ctrl-C (SIGINT to the terminal's process group) stops it without a question."""
+    pytest.importorskip("jupyterlab")
+    import pty
+    import re
+    import select
+    import signal
+    import time
+    (checkout / "notebooks").symlink_to(os.path.join(ROOT, "notebooks"))
+    jupyter = checkout / ".venv" / "bin" / "jupyter"
+    jupyter.write_text(f'#!/bin/sh\nexec {sys.executable} -m jupyter "$@"\n')
+    jupyter.chmod(0o755)
+    shell("source ./run; remember notebooks", checkout)
+    home = tmp_path_factory.mktemp("jupyter")
+    env = {**os.environ, "JUPYTER_CONFIG_DIR": str(home / "config"), "BROWSER": "true",
+           "JUPYTER_RUNTIME_DIR": str(home / "runtime"), "JUPYTER_DATA_DIR": str(home / "data")}
+    master, slave = pty.openpty()
+    proc = subprocess.Popen(["./run", "workshop", "--no-browser", "--port=0"], cwd=checkout,
+                            env=env, stdin=slave, stdout=slave, stderr=slave,
+                            start_new_session=True)
+    os.close(slave)
+    seen = b""
+
+    def read_for(seconds, until=None):
+        nonlocal seen
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline and not (until and until in seen):
+            if select.select([master], [], [], 0.2)[0]:
+                try:
+                    seen += os.read(master, 65536)
+                except OSError:                  # the terminal closed: the server has gone
+                    return
+    try:
+        read_for(90, until=b"token=")
+        urls = set(re.findall(rb"http://[^\s]+token=\w+", seen))
+        assert urls, seen.decode(errors="replace")[-2000:]
+        assert all(b"/lab/tree/00_overview.ipynb?token=" in u for u in urls), urls
+        os.killpg(proc.pid, signal.SIGINT)       # what one Ctrl-C on the terminal sends
+        proc.wait(20)                            # TimeoutExpired: it asked "Shut down? (y/[n])"
+        assert b"Shut down this Jupyter server" not in seen
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        os.close(master)
