@@ -85,11 +85,19 @@ def test_run_reinstalls_when_pyproject_or_the_extras_change(checkout):
     assert out.strip() == "browser,notebooks,test", out
 
 
-def test_run_mpviz_runs_the_cli_with_the_venvs_python(checkout):
+def test_run_mpviz_runs_the_cli_with_the_venvs_python(checkout, tmp_path_factory):
     code, out = shell("source ./run; remember ''; ./run mpviz list", checkout)
     assert code == 0, out
     assert "installing" not in out, "the stamp matched: nothing to install"
     assert "fork-held-lock" in out and "--start-method" in out
+    # from another folder: the user's paths are the user's, and `python` is the venv's
+    elsewhere = tmp_path_factory.mktemp("elsewhere")
+    (elsewhere / "which.py").write_text("import os, shutil; print('python is', "
+                                        "shutil.which('python'))\n")
+    code, out = shell(f"{checkout}/run mpviz trace -o out -- python which.py", elsewhere)
+    assert code == 0, out
+    assert f"python is {checkout}/.venv/bin/python" in out, out
+    assert (elsewhere / "out").is_dir(), "the trace went where the user is"
 
 
 def test_run_test_refuses_in_one_line_when_it_cannot_install_chromium(checkout):
