@@ -193,3 +193,13 @@ def test_workshop_prints_the_first_notebook_and_stops_at_one_ctrl_c(checkout, tm
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
         os.close(master)
+
+
+def test_plot_with_matplotlib_draws_and_exits_0(tmp_path):
+    png = tmp_path / "t.png"
+    result = subprocess.run([sys.executable, "-m", "mpviz", "run", "queue-sharing", "--plot",
+                             str(png)], cwd=ROOT, capture_output=True, text=True, timeout=90,
+                            env={**os.environ, "PYTHONPATH": ROOT})
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert f"timeline: {png}" in result.stdout
