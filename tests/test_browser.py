@@ -15,8 +15,9 @@ by the same server: the ``notebook`` package of the browser extra), and checks t
 its picture have a real size and stay inside their cell.
 
 Chromium: Debian's package ``chromium`` (``/usr/bin/chromium``, or ``MPVIZ_CHROMIUM``), never
-Playwright's download. Without it these tests FAIL and say how to install it; ``MPVIZ_SKIP_BROWSER=1``
-skips them on purpose. ``pytest -m "not browser"`` deselects them.
+Playwright's download; ``./run test`` installs it with apt-get when it can. Without it these tests
+FAIL and say how to install it; ``MPVIZ_SKIP_BROWSER=1`` skips them on purpose.
+``pytest -m "not browser"`` deselects them.
 
 The CSS class contract with ``mpviz.widgets.Live`` (ipywidgets 8 ``add_class``):
 
