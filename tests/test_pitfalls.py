@@ -1,0 +1,50 @@
+"""The pitfalls of torch's multiprocessing that have their own scenario here: both sides of each
+flip, with real processes, bounded by the scenario's watchdog.
+
+Each case runs on the side that shows the pitfall and on the side of its fix; the verdict must
+name what happened (torch's own words where torch has them) and the fix. After every run no
+process of the run is alive and none of its /dev/shm segments is left (the autouse leak check
+in conftest.py checks our own fds, children and /dev/shm too).
+"""
+import os
+import subprocess
+import sys
+
+import pytest
+
+import mpviz.scenarios as sc
+from mpviz.scenarios import runner
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+NEW = ["cuda-in-forked-child"]
+
+
+def run(name, **params):
+    result = sc.run(name, **params)
+    assert result.problem is None, result.explanation + "\n" + result.output[-3000:]
+    assert result.duration_s <= 30
+    sid = result.details["driver_pid"]
+    assert runner._session_pids(sid) == [], "processes of the run are still alive"
+    left = [n for n in runner.run_segments(result.trace) if os.path.exists("/dev/shm" + n)]
+    assert left == [], f"segments of the run left in /dev/shm: {left}"
+    return result
+
+
+def test_every_pitfall_is_listed_by_the_cli():
+    out = subprocess.run([sys.executable, "-m", "mpviz", "list"], capture_output=True, text=True,
+                         env=dict(os.environ, PYTHONPATH=ROOT), timeout=60)
+    assert out.returncode == 0
+    for name in NEW:
+        assert name in sc.names() and name in out.stdout
+
+
+@pytest.mark.skipif("fork" not in sc.module("cuda-in-forked-child").PARAMS["start_method"].choices,
+                    reason="fork is POSIX only")
+def test_cuda_in_a_forked_child_is_refused_and_spawn_fixes_it():
+    bad = run("cuda-in-forked-child", start_method="fork")
+    assert bad.outcome == "error"
+    assert bad.details["child"][0] == "CudaForkError"
+    assert "Cannot re-initialize CUDA in forked subprocess" in bad.explanation
+    assert "spawn" in bad.explanation
+    good = run("cuda-in-forked-child", start_method="spawn")
+    assert good.outcome == "ok" and good.details["child"] == ["ok", 2.0]
