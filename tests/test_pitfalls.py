@@ -16,7 +16,7 @@ import mpviz.scenarios as sc
 from mpviz.scenarios import runner
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-NEW = ["cuda-in-forked-child"]
+NEW = ["cuda-in-forked-child", "autograd-fork"]
 
 
 def run(name, **params):
@@ -48,3 +48,42 @@ def test_cuda_in_a_forked_child_is_refused_and_spawn_fixes_it():
     assert "spawn" in bad.explanation
     good = run("cuda-in-forked-child", start_method="spawn")
     assert good.outcome == "ok" and good.details["child"] == ["ok", 2.0]
+
+
+@pytest.mark.skipif("fork" not in sc.module("autograd-fork").PARAMS["start_method"].choices,
+                    reason="fork is POSIX only")
+def test_backward_in_a_child_forked_after_gpu_autograd_is_refused_and_spawn_fixes_it():
+    bad = run("autograd-fork")
+    assert bad.outcome == "error" and bad.details["child"][0] == "AutogradForkError"
+    assert "Unable to handle autograd's threading in combination with fork-based " \
+           "multiprocessing" in bad.explanation and "spawn" in bad.explanation
+    good = run("autograd-fork", start_method="spawn")
+    assert good.outcome == "ok" and good.details["child"] == ["ok", [2.0, 2.0, 2.0]]
+    cpu = run("autograd-fork", device="cpu")        # no device in use: no mark, as in torch
+    assert cpu.outcome == "ok"
+
+
+def _torch_backward_in_forked_child(q):
+    import torch
+    x = torch.ones(3, requires_grad=True)
+    (x * 2).sum().backward()
+    q.put(x.grad.tolist())
+
+
+def test_torch_without_a_gpu_lets_a_forked_child_run_backward_as_mpviz_does():
+    torch = pytest.importorskip("torch")
+    if torch.cuda.is_available():
+        pytest.skip("with a GPU torch marks forked children: this checks the CPU-only case")
+    import multiprocessing
+    a = torch.ones(3, requires_grad=True)
+    (a * a).sum().backward()                        # the parent ran autograd first
+    ctx = multiprocessing.get_context("fork")
+    q = ctx.Queue()
+    p = ctx.Process(target=_torch_backward_in_forked_child, args=(q,))
+    p.start()
+    try:
+        assert q.get(timeout=30) == [2.0, 2.0, 2.0]
+    finally:
+        p.join(10)
+        q.close()
+        q.join_thread()

@@ -54,6 +54,7 @@ SCENARIOS = {
     "cuda-release-late": "cuda_release_late",
     # the pitfalls of torch_multiprocessing_behaviour.md §4 that the cases above leave out
     "cuda-in-forked-child": "cuda_forked_child",
+    "autograd-fork": "autograd_fork",
 }
 
 __all__ = ["catalog", "start", "run", "names", "Param", "ScenarioInfo", "Result", "Running",
