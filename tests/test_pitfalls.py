@@ -16,7 +16,7 @@ import mpviz.scenarios as sc
 from mpviz.scenarios import runner
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-NEW = ["cuda-in-forked-child", "autograd-fork"]
+NEW = ["cuda-in-forked-child", "autograd-fork", "small-shm"]
 
 
 def run(name, **params):
@@ -87,3 +87,23 @@ def test_torch_without_a_gpu_lets_a_forked_child_run_backward_as_mpviz_does():
         p.join(10)
         q.close()
         q.join_thread()
+
+
+def test_a_small_dev_shm_fills_and_fewer_workers_or_more_shm_fix_it():
+    bad = run("small-shm")                          # 4 workers x 2 x 8 MiB in 64 MiB
+    assert bad.outcome == "error" and bad.details["errors"]
+    assert "SharedMemoryFullError" in bad.details["errors"][0]
+    assert bad.details["batches"] == 7              # 8 MiB + a header each: the 8th does not fit
+    assert "--shm-size" in bad.explanation and "workers=2" in bad.explanation
+    where = bad.details["where"]
+    assert ("real 64 MiB tmpfs" if where == "tmpfs" else "cap") in bad.explanation
+    assert run("small-shm", workers=2).outcome == "ok"
+    more = run("small-shm", shm_mb=128)
+    assert more.outcome == "ok" and more.details["batches"] == 8
+
+
+def test_a_small_dev_shm_under_mpvizs_own_cap_fails_at_the_same_batch():
+    bad = run("small-shm", shm="cap")
+    assert bad.outcome == "error" and bad.details["batches"] == 7
+    assert "cap of 64 MiB" in bad.details["errors"][0] and "shm='cap'" in bad.explanation
+    assert run("small-shm", shm="cap", batch_mb=4).outcome == "ok"

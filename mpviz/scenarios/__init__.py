@@ -55,6 +55,7 @@ SCENARIOS = {
     # the pitfalls of torch_multiprocessing_behaviour.md §4 that the cases above leave out
     "cuda-in-forked-child": "cuda_forked_child",
     "autograd-fork": "autograd_fork",
+    "small-shm": "small_shm",
 }
 
 __all__ = ["catalog", "start", "run", "names", "Param", "ScenarioInfo", "Result", "Running",
