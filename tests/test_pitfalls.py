@@ -16,7 +16,7 @@ import mpviz.scenarios as sc
 from mpviz.scenarios import runner
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-NEW = ["cuda-in-forked-child", "autograd-fork", "small-shm"]
+NEW = ["cuda-in-forked-child", "autograd-fork", "small-shm", "oom-killed"]
 
 
 def run(name, **params):
@@ -107,3 +107,29 @@ def test_a_small_dev_shm_under_mpvizs_own_cap_fails_at_the_same_batch():
     assert bad.outcome == "error" and bad.details["batches"] == 7
     assert "cap of 64 MiB" in bad.details["errors"][0] and "shm='cap'" in bad.explanation
     assert run("small-shm", shm="cap", batch_mb=4).outcome == "ok"
+
+
+def test_a_worker_past_the_memory_limit_is_sigkilled_and_less_memory_fixes_it():
+    bad = run("oom-killed")                         # 3 x 120 MiB against 256 MiB
+    assert bad.outcome == "error"
+    assert bad.details["raised"] == "ProcessExitedException"
+    assert bad.details["exit_code"] == -9 and bad.details["signal_name"] == "SIGKILL"
+    assert "terminated with signal SIGKILL" in bad.explanation
+    if bad.details["where"] == "cgroup":            # the kernel's own OOM killer did it
+        assert bad.details["oom_kills"] >= 1 and bad.details["cgroup_removed"]
+        assert "real memory cgroup" in bad.explanation
+    killed = [p for p in bad.trace.processes() if p.signal == "SIGKILL"]
+    assert len(killed) == 1
+    samples = [e for e in bad.trace.of_kind("mem.rss") if e.args["of"] == killed[0].pid]
+    assert len(samples) >= 3 and samples[-1].args["rss"] > samples[0].args["rss"]  # it grew
+    from mpviz.viz.rss import rss_lanes
+    ax = rss_lanes(bad.trace).axes[0]
+    assert len(ax.get_lines()) >= 3 and "SIGKILL" in [t.get_text().strip() for t in ax.texts]
+    good = run("oom-killed", mb_per_worker=60)
+    assert good.outcome == "ok"
+
+
+def test_without_a_cgroup_the_driver_plays_the_oom_killer_and_says_so():
+    bad = run("oom-killed", limit="watchdog")
+    assert bad.outcome == "error" and bad.details["killed_by_watchdog"] is not None
+    assert bad.details["signal_name"] == "SIGKILL" and "limit='watchdog'" in bad.explanation

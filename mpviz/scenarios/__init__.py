@@ -56,6 +56,7 @@ SCENARIOS = {
     "cuda-in-forked-child": "cuda_forked_child",
     "autograd-fork": "autograd_fork",
     "small-shm": "small_shm",
+    "oom-killed": "oom_killed",
 }
 
 __all__ = ["catalog", "start", "run", "names", "Param", "ScenarioInfo", "Result", "Running",
