@@ -16,7 +16,7 @@ import mpviz.scenarios as sc
 from mpviz.scenarios import runner
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-NEW = ["cuda-in-forked-child", "autograd-fork", "small-shm", "oom-killed"]
+NEW = ["cuda-in-forked-child", "autograd-fork", "small-shm", "oom-killed", "forkserver-default"]
 
 
 def run(name, **params):
@@ -133,3 +133,17 @@ def test_without_a_cgroup_the_driver_plays_the_oom_killer_and_says_so():
     bad = run("oom-killed", limit="watchdog")
     assert bad.outcome == "error" and bad.details["killed_by_watchdog"] is not None
     assert bad.details["signal_name"] == "SIGKILL" and "limit='watchdog'" in bad.explanation
+
+
+def test_a_script_relying_on_fork_breaks_under_forkserver_and_an_explicit_context_fixes_it():
+    local = run("forkserver-default")
+    assert local.outcome == "error" and local.details["start_method"] == "forkserver"
+    assert "Can't pickle local object" in local.details["error"]
+    state = run("forkserver-default", breaks_on="global-state")
+    assert state.outcome == "error" and state.details["exitcode"] == 1
+    assert "KeyError: 'lr'" in state.output           # what the verdict says the child died of
+    fixed = run("forkserver-default", fix="explicit-context")
+    assert fixed.outcome == "ok" and fixed.details["start_method"] == "fork"
+    assert fixed.details["got"] == 1.0
+    safe = run("forkserver-default", breaks_on="global-state", fix="spawn-safe")
+    assert safe.outcome == "ok" and safe.details["start_method"] == "forkserver"

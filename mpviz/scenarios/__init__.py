@@ -57,6 +57,7 @@ SCENARIOS = {
     "autograd-fork": "autograd_fork",
     "small-shm": "small_shm",
     "oom-killed": "oom_killed",
+    "forkserver-default": "forkserver_default",
 }
 
 __all__ = ["catalog", "start", "run", "names", "Param", "ScenarioInfo", "Result", "Running",
