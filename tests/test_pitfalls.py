@@ -16,7 +16,7 @@ import mpviz.scenarios as sc
 from mpviz.scenarios import runner
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-NEW = ["cuda-in-forked-child", "autograd-fork", "small-shm", "oom-killed", "forkserver-default"]
+NEW = ["cuda-in-forked-child", "autograd-fork", "small-shm", "oom-killed", "forkserver-default", "non-leaf-put"]
 
 
 def run(name, **params):
@@ -147,3 +147,19 @@ def test_a_script_relying_on_fork_breaks_under_forkserver_and_an_explicit_contex
     assert fixed.details["got"] == 1.0
     safe = run("forkserver-default", breaks_on="global-state", fix="spawn-safe")
     assert safe.outcome == "ok" and safe.details["start_method"] == "forkserver"
+
+
+def test_mpviz_refuses_a_non_leaf_at_put_and_detach_fixes_it():
+    bad = run("non-leaf-put")
+    assert bad.outcome == "error" and bad.details["put"].startswith("RuntimeError: Cowardly")
+    assert bad.details["consumer_got"] == []
+    good = run("non-leaf-put", detach=True)
+    assert good.outcome == "ok" and good.details["consumer_got"] == [[2.0, 2.0, 2.0]]
+
+
+def test_real_torch_drops_the_non_leaf_silently_in_its_feeder_thread():
+    pytest.importorskip("torch")
+    lost = run("non-leaf-put", library="torch")
+    assert lost.details["put"] == "returned"         # no error where the mistake is ...
+    assert lost.details["consumer_got"] == []        # ... and the tensor never arrives
+    assert lost.outcome == "error" and "Cowardly refusing" in lost.output

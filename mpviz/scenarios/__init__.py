@@ -58,6 +58,7 @@ SCENARIOS = {
     "small-shm": "small_shm",
     "oom-killed": "oom_killed",
     "forkserver-default": "forkserver_default",
+    "non-leaf-put": "non_leaf_put",
 }
 
 __all__ = ["catalog", "start", "run", "names", "Param", "ScenarioInfo", "Result", "Running",
