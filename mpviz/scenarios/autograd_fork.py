@@ -81,6 +81,9 @@ def verdict(t, details):
     if prm["device"] == "cpu" and prm["start_method"] == "fork":
         why = ("the parent's backward ran with no CUDA device in use, so nothing marked the child "
                "(torch on a machine without a GPU starts no device threads and behaves the same)")
+    elif prm["start_method"] == "spawn":
+        why = "under 'spawn' the worker is a fresh interpreter with an engine of its own"
     else:
-        why = f"under '{prm['start_method']}' the worker has a fresh engine of its own"
+        why = (f"under '{prm['start_method']}' the worker is forked from the fork server, a "
+               f"fresh interpreter that never ran backward(), so nothing marked it")
     return "ok", f"The worker's backward() worked (grad {said}): {why}."

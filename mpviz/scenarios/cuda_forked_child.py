@@ -66,8 +66,8 @@ def verdict(t, details):
             f"in it, and then started the worker with '{method}': the worker is a copy of a "
             f"process with live CUDA state it cannot use, so its first .cuda() raised "
             f"{kind}: \"{said.split(' (mpviz:')[0]}\" (torch raises the same RuntimeError). "
-            f"Fix: start workers with spawn (mp.get_context('spawn'), or DataLoader's "
-            f"multiprocessing_context='spawn') or forkserver (start_method='spawn').")
+            f"Fix: start workers with spawn or forkserver (here: start_method='spawn'; in your "
+            f"code: mp.get_context('spawn'), or DataLoader's multiprocessing_context='spawn').")
     fresh = ("a fresh interpreter" if method == "spawn" else
              "a fork of the fork server, a fresh interpreter that never used CUDA")
     return "ok", (

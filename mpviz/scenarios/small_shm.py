@@ -189,7 +189,8 @@ def verdict(t, details):
                  f"counting whole pages as tmpfs does"
                  + (f" (a real small tmpfs could not be made here: {details['why_cap']})"
                     if details["why_cap"] else " (shm='cap')"))
-    in_flight = (f"{prm['workers']} workers x {prm['prefetch']} batches x {prm['batch_mb']} MiB "
+    in_flight = (f"{prm['workers']} workers x {prm['prefetch']} batch"
+                 f"{'es' if prm['prefetch'] > 1 else ''} x {prm['batch_mb']} MiB "
                  f"= {wanted} MiB in flight")
     peak = f"{details['shm_used_at_peak'] >> 20} MiB " + (
         "of /dev/shm in use" if details["where"] == "tmpfs" else "counted against the cap")

@@ -35,6 +35,7 @@ def rss_lanes(trace, ax=None, limit_mb=None, title=None):
                 va="center", transform=ax.transAxes)
         return fig
     t0 = trace.events[0].ts_ns
+    placed = []                             # (x, y) of the end labels so far: stack close ones
     labels = process_labels(trace)
     ends = {p.pid: p for p in trace.processes()}
     for pid, points in sorted(samples.items()):
@@ -49,7 +50,11 @@ def rss_lanes(trace, ax=None, limit_mb=None, title=None):
         if p is not None and p.signal:
             color = COLORS["deadlock"] if p.signal == "SIGKILL" else "#555555"
             ax.plot([xs[-1]], [ys[-1]], marker="x", ms=9, mew=2.2, color=color)
-            ax.annotate(f" {p.signal}", (xs[-1], ys[-1]), fontsize=8, va="center", color=color)
+            near = [y for x, y in placed if abs(x - xs[-1]) < 0.1 and abs(y - ys[-1]) < 10]
+            dy = 0 if not near else (6 if ys[-1] >= near[0] else -6)   # away from its neighbour
+            placed.append((xs[-1], ys[-1]))
+            ax.annotate(f" {p.signal}", (xs[-1], ys[-1]), xytext=(4, dy),
+                        textcoords="offset points", fontsize=8, va="center", color=color)
     if limit_mb is not None:
         ax.axhline(limit_mb, color="#555555", ls="--", lw=1)
         ax.annotate(f"{limit_mb} MiB", (0, limit_mb), xytext=(2, 2), textcoords="offset points",
