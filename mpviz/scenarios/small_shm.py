@@ -135,13 +135,15 @@ def load(p, cap=None):
 def _can_make_tmpfs():
     if os.geteuid() != 0:
         return False, "not root: mounting a tmpfs needs CAP_SYS_ADMIN"
-    try:
-        probe = subprocess.run(["unshare", "--mount", "--propagation", "private", "true"],
+    try:          # the whole recipe, on a 1 MiB tmpfs that vanishes with the probe
+        probe = subprocess.run(["unshare", "--mount", "--propagation", "private", "--", "mount",
+                                "-t", "tmpfs", "-o", "size=1m", "tmpfs", "/dev/shm"],
                                capture_output=True, timeout=10)
     except (OSError, subprocess.TimeoutExpired) as exc:
         return False, f"unshare is not usable here ({exc})"
     if probe.returncode != 0:
-        return False, f"unshare --mount failed: {probe.stderr.decode(errors='replace').strip()}"
+        return False, (f"a tmpfs could not be mounted in a new mount namespace: "
+                       f"{probe.stderr.decode(errors='replace').strip()}")
     return True, ""
 
 
