@@ -156,6 +156,12 @@ def test_mpviz_refuses_a_non_leaf_at_put_and_detach_fixes_it():
     assert good.outcome == "ok" and good.details["consumer_got"] == [[2.0, 2.0, 2.0]]
 
 
+def test_the_stdlib_queue_torch_uses_drops_an_mpviz_non_leaf_the_same_way():
+    lost = run("non-leaf-put", library="stdlib")   # no torch needed
+    assert lost.details["put"] == "returned" and lost.details["consumer_got"] == []
+    assert lost.outcome == "error" and "Cowardly refusing" in lost.output
+
+
 def test_real_torch_drops_the_non_leaf_silently_in_its_feeder_thread():
     pytest.importorskip("torch")
     lost = run("non-leaf-put", library="torch")

@@ -14,7 +14,10 @@ item is dropped; ``put`` returned normally, and the consumer simply never gets i
 
 mpviz's ``put`` pickles in the caller, so the same refusal is raised where the mistake is.
 ``library='torch'`` runs the same program with real torch (when installed) to show its side.
-(torch's ``SimpleQueue.put`` pickles in the caller too, and raises.)
+``library='stdlib'`` shows it without torch: ``torch.multiprocessing.Queue`` *is* the stdlib's
+``multiprocessing.Queue``, and with mpviz's reducers registered (as torch registers its own) that
+class loses an mpviz tensor in its feeder thread the same way. (torch's ``SimpleQueue.put``
+pickles in the caller too, and raises.)
 
 The fix: send the data, not the graph: ``q.put(y.detach())`` (``detach=True``).
 """
@@ -23,9 +26,10 @@ from .base import Param
 
 SUMMARY = "a non-leaf tensor that requires grad, put on a Queue: torch drops it silently"
 PARAMS = {
-    "library": Param("mpviz", ["mpviz", "torch"],
-                     "mpviz (refuses at put) or real torch, if installed (put returns; the "
-                     "feeder thread prints the refusal and drops the item)"),
+    "library": Param("mpviz", ["mpviz", "torch", "stdlib"],
+                     "mpviz (refuses at put); real torch, if installed (put returns; the feeder "
+                     "thread prints the refusal and drops the item); stdlib: the stdlib Queue "
+                     "(torch's Queue class) with mpviz tensors, which loses it as torch does"),
     "detach": Param(False, [False, True], "put y.detach() instead of y"),
 }
 STALL_SECONDS = 8.0         # importing torch takes a few seconds
@@ -54,7 +58,9 @@ def drive(p, details):
         make = torch.ones
     else:
         import mpviz
-        import mpviz.multiprocessing as mp
+        import mpviz.multiprocessing as mp          # registers mpviz's reducers, as torch does
+        if p["library"] == "stdlib":
+            import multiprocessing as mp            # noqa: F811 - the class torch's Queue is
         make = mpviz.ones
     ctx = mp.get_context("fork" if "fork" in mp.get_all_start_methods() else "spawn")
     q, out = ctx.Queue(), ctx.Queue()
@@ -88,9 +94,12 @@ def verdict(t, details):
             f"The consumer got only the end marker ({got}): nothing half-sent. (torch refuses "
             f"the same tensor, but in its feeder thread: library='torch'.) Fix: "
             f"q.put(y.detach()) (detach=True).")
+    who = (f"torch {details['torch_version']}" if prm["library"] == "torch" else
+           "The stdlib's multiprocessing.Queue (torch.multiprocessing.Queue is this class), "
+           "carrying mpviz tensors")
     if not got:
         return "error", (
-            f"torch {details['torch_version']}: q.put(y) returned normally, but y never "
+            f"{who}: q.put(y) returned normally, but y never "
             f"arrived: the consumer got the end marker first and nothing else ({got}). The "
             f"refusal ('Cowardly refusing to serialize non-leaf tensor which requires_grad') "
             f"was raised in the Queue's feeder thread, which printed it to stderr (in the "
