@@ -379,7 +379,7 @@ def track_getitem(out, src, index):
     _attach(out, (src,), "IndexBackward0", backward)
 
 
-# -- fork safety ------------------------------------------------------------------------------------
+# -- fork safety -----------------------------------------------------------------------------------
 # torch (engine.cpp, ``start_device_threads``): on its first backward, on a machine with a GPU,
 # the engine starts one worker thread per device. A forked child would get the engine's state
 # but not those threads, so the engine registers an at-fork handler (pthread_atfork) that marks
@@ -388,7 +388,8 @@ def track_getitem(out, src, index):
 # process that ran backward works (torch 2.13 CPU, observed).
 # mpviz has no engine threads but keeps the rule, so the lesson can be run. Simplified trigger:
 # mpviz's device is ``mpviz.cuda`` (the simulator or a GPU), and it counts once *this process* has
-# used it (torch counts a GPU that is merely present); CPU-only programs behave as on CPU-only torch.
+# used it (torch counts a GPU that is merely present): CPU-only programs behave as on CPU-only
+# torch.
 
 FORK_TEXT = ("Unable to handle autograd's threading in combination with fork-based "
              "multiprocessing. See https://github.com/pytorch/pytorch/wiki/Autograd-and-Fork")

@@ -16,7 +16,8 @@ import mpviz.scenarios as sc
 from mpviz.scenarios import runner
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-NEW = ["cuda-in-forked-child", "autograd-fork", "small-shm", "oom-killed", "forkserver-default", "non-leaf-put"]
+NEW = ["cuda-in-forked-child", "autograd-fork", "small-shm", "oom-killed", "forkserver-default",
+       "non-leaf-put"]
 
 
 def run(name, **params):

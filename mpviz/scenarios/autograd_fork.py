@@ -1,4 +1,4 @@
-"""autograd-fork: the parent ran backward() with a GPU in use, then forked; the child's backward fails.
+"""autograd-fork: the parent ran backward() with a GPU in use, then forked: the child's fails.
 
 What happens: on its first ``backward()`` on a machine with a GPU, torch's autograd engine
 starts one worker thread per device. ``fork()`` copies the engine's state into the child, but

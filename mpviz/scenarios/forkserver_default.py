@@ -122,8 +122,9 @@ def verdict(t, details):
             f"and start() failed in the parent: {headline(details['error']).rstrip('.')}. A "
             f"forkserver child gets its target by pickle, and a function defined inside main() "
             f"has no name a child could import; under fork nothing was pickled, so on Linux "
-            f"this worked until 3.14. Fix: an explicit context, mp.get_context('fork') (fix='explicit-context'), "
-            f"or a module-level function given what it needs (fix='spawn-safe').")
+            f"this worked until 3.14. Fix: an explicit context, mp.get_context('fork') "
+            f"(fix='explicit-context'), or a module-level function given what it needs "
+            f"(fix='spawn-safe').")
     if details.get("exitcode"):
         return "error", (
             f"The worker started with the default start method, '{method}' {old}, and died "

@@ -1,4 +1,4 @@
-"""non-leaf-put: a tensor that is part of an autograd graph is put on a Queue; torch loses it silently.
+"""non-leaf-put: a tensor that is part of an autograd graph is put on a Queue: torch loses it.
 
 What happens: a tensor computed from one that requires grad (``y = x * 2``) is a *non-leaf*: it
 remembers how it was made, and that graph cannot cross a process boundary. torch refuses to

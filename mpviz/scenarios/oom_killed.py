@@ -173,7 +173,7 @@ def _write(path, name, value, optional=False):
             raise
 
 
-# -- the driver: start, sample each worker's memory, play the OOM killer if there is no cgroup ------
+# -- the driver: start, sample each worker's memory, play the OOM killer if there is no cgroup -----
 
 def _rss(pid):
     """Resident memory of `pid` in bytes (VmRSS), or None once it is gone."""

@@ -130,7 +130,7 @@ def load(p, cap=None):
     return seen
 
 
-# -- the driver: a private 64 MiB /dev/shm if it can make one, the cap otherwise --------------------
+# -- the driver: a private 64 MiB /dev/shm if it can make one, the cap otherwise -------------------
 
 def _can_make_tmpfs():
     if os.geteuid() != 0:
@@ -153,8 +153,8 @@ def _load_in_private_tmpfs(p):
     from ..trace import autostart, recorder
     env = dict(os.environ)
     env[autostart.ENV_DIR] = recorder.current_directory()
-    env["PYTHONPATH"] = os.pathsep.join(
-        [autostart.site_directory()] + [x for x in env.get("PYTHONPATH", "").split(os.pathsep) if x])
+    path = [x for x in env.get("PYTHONPATH", "").split(os.pathsep) if x]
+    env["PYTHONPATH"] = os.pathsep.join([autostart.site_directory()] + path)
     mount = 'mount -t tmpfs -o "size=$1,mode=1777" tmpfs /dev/shm || exit 97; shift; exec "$@"'
     cmd = ["unshare", "--mount", "--propagation", "private", "--", "sh", "-c", mount, "sh",
            f"{p['shm_mb']}m", sys.executable, "-m", __name__, json.dumps(p)]
@@ -202,8 +202,9 @@ def verdict(t, details):
             f"batches fitted ({peak}), then a worker could not create the "
             f"next one" + (" (the kernel said ENOSPC)" if details["where"] == "tmpfs" else "") +
             f": {headline(details['errors'][0])} torch 2.13 fails the same way, when a worker "
-            f"creates the segment: 'unable to allocate shared memory(shm) ... No space left on device (28)' "
-            f"(older versions: 'DataLoader worker (pid N) is killed by signal: Bus error'). "
+            f"creates the segment: 'unable to allocate shared memory(shm) ... No space left on "
+            f"device (28)' (older versions: 'DataLoader worker (pid N) is killed by signal: "
+            f"Bus error'). "
             f"Fix: more /dev/shm (docker run --shm-size=2g or --ipc=host; shm_mb=128), fewer "
             f"workers (workers=2), smaller batches (batch_mb=4) or a smaller prefetch_factor.")
     return "ok", (f"Run {where}: {in_flight} fitted; all {details['batches']} batches were in "
