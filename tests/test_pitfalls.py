@@ -6,6 +6,7 @@ name what happened (torch's own words where torch has them) and the fix. After e
 process of the run is alive and none of its /dev/shm segments is left (the autouse leak check
 in conftest.py checks our own fds, children and /dev/shm too).
 """
+import json
 import os
 import subprocess
 import sys
@@ -168,3 +169,19 @@ def test_real_torch_drops_the_non_leaf_silently_in_its_feeder_thread():
     assert lost.details["put"] == "returned"         # no error where the mistake is ...
     assert lost.details["consumer_got"] == []        # ... and the tensor never arrives
     assert lost.outcome == "error" and "Cowardly refusing" in lost.output
+
+
+@pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() != 0, reason="needs root (mount)")
+def test_under_the_cap_a_real_small_dev_shm_that_fills_first_is_named_as_such():
+    # the whole run inside a 32 MiB /dev/shm: the machine's own runs out before the 64 MiB cap
+    code = ("import json, mpviz.scenarios as sc; r = sc.run('small-shm', shm='cap'); "
+            "print(json.dumps([r.outcome, r.details['batches'], r.explanation]))")
+    out = subprocess.run(["unshare", "--mount", "--propagation", "private", "--", "sh", "-c",
+                          'mount -t tmpfs -o size=32m tmpfs /dev/shm && exec "$@"', "sh",
+                          sys.executable, "-c", code], capture_output=True, text=True,
+                         env=dict(os.environ, PYTHONPATH=ROOT), timeout=60)
+    if out.returncode != 0 and "mount" in out.stderr:
+        pytest.skip(f"no private tmpfs here: {out.stderr.strip()}")
+    outcome, batches, explanation = json.loads(out.stdout.strip().splitlines()[-1])
+    assert outcome == "error" and batches == 3        # 3 x (8 MiB + a page) fit in 32 MiB
+    assert "this machine's own /dev/shm (32 MiB)" in explanation

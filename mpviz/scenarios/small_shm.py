@@ -66,15 +66,19 @@ def loader_worker(wid, p, q, done, used, cap):
     from ..errors import SharedMemoryFullError
     nbytes = p["batch_mb"] << 20
     for i in range(p["prefetch"]):
+        counted = 0
         try:
             if cap is not None:
-                _count_against_cap(used, cap, nbytes)
+                counted = _count_against_cap(used, cap, nbytes)
             batch = mpviz.empty(nbytes // 4)      # float32: batch_mb MiB
             batch.share_memory_()                 # where DataLoader's collate puts a batch
             batch.fill_(wid)
             q.put(("batch", wid, batch))
             del batch
         except SharedMemoryFullError as exc:
+            if counted:                           # the real /dev/shm was full before the cap
+                with used.get_lock():
+                    used.value -= counted
             step("/dev/shm is full: no room for the next batch", worker=wid, batch=i)
             q.put(("error", wid, f"{type(exc).__name__}: {exc}"))
             break
@@ -84,7 +88,7 @@ def loader_worker(wid, p, q, done, used, cap):
 
 def _count_against_cap(used, cap, nbytes):
     """The fallback: the run's shared bytes so far + this batch must fit in `cap`, counted as
-    tmpfs counts them: the segment's header included, in whole pages."""
+    tmpfs counts them: the segment's header included, in whole pages. Returns what it counted."""
     from ..errors import SharedMemoryFullError
     from ..sharing.file_descriptor import HEADER
     page = os.sysconf("SC_PAGE_SIZE")
@@ -95,6 +99,7 @@ def _count_against_cap(used, cap, nbytes):
                 HEADER + nbytes, "file_descriptor",
                 f"mpviz's cap of {cap >> 20} MiB for this run: {used.value >> 20} MiB in use")
         used.value += size
+    return size
 
 
 def load(p, cap=None):
@@ -196,6 +201,11 @@ def verdict(t, details):
                  f"= {wanted} MiB in flight")
     peak = f"{details['shm_used_at_peak'] >> 20} MiB " + (
         "of /dev/shm in use" if details["where"] == "tmpfs" else "counted against the cap")
+    real_enospc = details["errors"] and "mpviz's cap" not in details["errors"][0]
+    if details["where"] == "cap" and real_enospc:
+        # a machine whose own /dev/shm is small (a real container) may fill before the cap
+        where = (f"against this machine's own /dev/shm ({details['shm_size'] >> 20} MiB), which "
+                 f"filled before mpviz's {prm['shm_mb']} MiB cap did")
     if details["errors"]:
         return "error", (
             f"Run {where}: {in_flight}, plus a small header per segment. {details['batches']} "
