@@ -28,9 +28,16 @@ second ``backward()`` on it simply adds again), higher-order gradients, and hook
 their inputs' values as *views*, not copies, as torch keeps the tensors: change an input in place
 between forward and ``backward()`` and the gradient uses the new values (torch would raise; in
 Hogwild, other processes do exactly this to the shared parameters, in both).
+
+Fork: torch's engine refuses ``backward()`` in a child forked from a process whose engine had
+started its per-device threads ("Unable to handle autograd's threading in combination with
+fork-based multiprocessing"); mpviz keeps that rule, with a simpler trigger (see "fork safety"
+below).
 """
 import builtins
 import contextlib
+import os
+import sys
 import threading
 from collections import namedtuple
 
@@ -372,6 +379,60 @@ def track_getitem(out, src, index):
     _attach(out, (src,), "IndexBackward0", backward)
 
 
+# -- fork safety -----------------------------------------------------------------------------------
+# torch (engine.cpp, ``start_device_threads``): on its first backward, on a machine with a GPU,
+# the engine starts one worker thread per device. A forked child would get the engine's state
+# but not those threads, so the engine registers an at-fork handler (pthread_atfork) that marks
+# every child forked from then on, and ``backward()`` in a marked child refuses. With no GPU it
+# starts no threads and registers nothing: on a CPU-only machine, backward in a forked child of a
+# process that ran backward works (torch 2.13 CPU, observed).
+# mpviz has no engine threads but keeps the rule, so the lesson can be run. Simplified trigger:
+# mpviz's device is ``mpviz.cuda`` (the simulator or a GPU), and it counts once *this process* has
+# used it (torch counts a GPU that is merely present): CPU-only programs behave as on CPU-only
+# torch.
+
+FORK_TEXT = ("Unable to handle autograd's threading in combination with fork-based "
+             "multiprocessing. See https://github.com/pytorch/pytorch/wiki/Autograd-and-Fork")
+
+
+class AutogradForkError(RuntimeError):
+    """Raised when ``backward()`` runs in a child forked (``fork``) from a process whose autograd
+    engine had started its device threads (it ran backward with a CUDA device in use)."""
+
+    def __init__(self):
+        super().__init__(
+            f"{FORK_TEXT} (mpviz: this process is a fork of one that ran backward() while it "
+            f"used CUDA; torch's engine had started a thread per device there, and a fork copies "
+            f"the engine without its threads. Fix: start the workers with 'spawn' or "
+            f"'forkserver' (mp.get_context('spawn')), or fork them before the parent's first "
+            f"backward().)")
+
+    def __reduce__(self):
+        return (type(self), ())
+
+
+_device_threads_started = False    # this process's engine "started its device threads"
+_in_bad_fork = False                # this process was forked after that (set by the at-fork mark)
+
+
+def _mark_forked_child():
+    global _in_bad_fork
+    _in_bad_fork = True
+
+
+def _start_device_threads():
+    """On the first backward with a CUDA device in use: register the at-fork mark, once."""
+    global _device_threads_started
+    if _device_threads_started:
+        return
+    cuda = sys.modules.get("mpviz.cuda")          # not imported: CUDA was never used here
+    if cuda is None or not cuda.is_initialized():
+        return
+    _device_threads_started = True
+    if hasattr(os, "register_at_fork"):
+        os.register_at_fork(after_in_child=_mark_forked_child)
+
+
 # -- backward ---------------------------------------------------------------------------------------
 
 def _topological_order(root):
@@ -410,6 +471,9 @@ def backward(t, gradient=None):
     """Fill ``.grad`` of every leaf that `t` was computed from and that requires grad."""
     if not isinstance(t, Tensor):
         raise TypeError(f"backward() needs a Tensor, not {type(t).__name__}")
+    if _in_bad_fork:
+        raise AutogradForkError()
+    _start_device_threads()
     if not t.requires_grad:
         raise RuntimeError("element 0 of tensors does not require grad and does not have a grad_fn "
                            "(nothing it was computed from has requires_grad=True, or it was "

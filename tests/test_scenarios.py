@@ -24,6 +24,9 @@ DESIGN_NAMES = [
     "notebook-function", "pool-chunksize", "hogwild", "cuda-producer-exits", "cuda-repass",
     "cuda-same-queue", "cuda-release-late",
 ]
+# the pitfalls added after the table; their flips are run in tests/test_pitfalls.py
+PITFALL_NAMES = ["cuda-in-forked-child", "autograd-fork", "small-shm", "oom-killed",
+                 "forkserver-default", "non-leaf-put"]
 
 # (name, params, expected outcome): both sides of each flip
 FLIPS = [
@@ -105,7 +108,7 @@ def test_outcome_on_each_side_of_the_flip(case):
 
 def test_catalog_matches_the_design_table():
     infos = sc.catalog()
-    assert [i.name for i in infos] == DESIGN_NAMES
+    assert [i.name for i in infos] == DESIGN_NAMES + PITFALL_NAMES
     for info in infos:
         assert info.summary and isinstance(info.params, dict)
         for key, param in info.params.items():
@@ -113,6 +116,8 @@ def test_catalog_matches_the_design_table():
             assert param.choices is None or param.default in param.choices
     flipped = {name for name, params, _ in FLIPS}
     assert flipped == set(DESIGN_NAMES)
+    from test_pitfalls import NEW
+    assert NEW == PITFALL_NAMES
 
 
 def test_bad_names_parameters_and_values_say_what_is_valid():

@@ -44,7 +44,7 @@ from .errors import (CudaForkError, CudaHandleInvalidError, CudaResendError,  # 
                      CudaSameProcessError)
 from .storage import CudaStorage
 
-__all__ = ["is_available", "backend", "device_count", "current_device", "get_device_name",
+__all__ = ["is_available", "is_initialized", "backend", "device_count", "current_device", "get_device_name",
            "ipc_collect", "memory_stats", "ipc_info", "synchronize", "why_simulator",
            "CudaStorage", "CudaResendError", "CudaSameProcessError", "CudaHandleInvalidError",
            "CudaForkError"]
@@ -113,6 +113,12 @@ def why_simulator():
     """Why this process uses the simulator (None when it uses a GPU)."""
     _choose()
     return _reason if _chosen is simulator else None
+
+
+def is_initialized():
+    """True once this process has used CUDA (made a CUDA tensor or received one); False in a
+    forked child until it does (it may not: see CudaForkError), as ``torch.cuda.is_initialized``."""
+    return ipc.is_initialized()
 
 
 def device_count():

@@ -112,6 +112,11 @@ def _after_fork_in_child():
 os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
+def is_initialized():
+    """Whether this process has used CUDA (see mpviz.cuda.is_initialized)."""
+    return _state.used
+
+
 def _begin(backend):
     """Checks and setup on the first CUDA use of this process."""
     if _forked_from_user:

@@ -52,6 +52,13 @@ SCENARIOS = {
     "cuda-repass": "cuda_repass",
     "cuda-same-queue": "cuda_same_queue",
     "cuda-release-late": "cuda_release_late",
+    # the pitfalls of torch_multiprocessing_behaviour.md §4 that the cases above leave out
+    "cuda-in-forked-child": "cuda_forked_child",
+    "autograd-fork": "autograd_fork",
+    "small-shm": "small_shm",
+    "oom-killed": "oom_killed",
+    "forkserver-default": "forkserver_default",
+    "non-leaf-put": "non_leaf_put",
 }
 
 __all__ = ["catalog", "start", "run", "names", "Param", "ScenarioInfo", "Result", "Running",
