@@ -121,6 +121,7 @@ class Pool(multiprocessing.pool.Pool):
     """
 
     def __init__(self, processes=None, initializer=None, initargs=(), maxtasksperchild=None, context=None):
+        self._state = multiprocessing.pool.INIT   # what Pool.__del__ reads if we refuse below
         if processes is not None and (isinstance(processes, bool) or not isinstance(processes, int)):
             raise TypeError(f"processes must be an int (how many worker processes) or None (one "
                             f"per CPU), not {type(processes).__name__} {processes!r}. "
@@ -188,8 +189,9 @@ class _ContextMixin:
         try:
             return _concrete[method]
         except KeyError:
-            raise ValueError(f"cannot find context for {method!r}; expected one of "
-                             f"{sorted(_concrete)}") from None
+            raise ValueError(f"cannot find context for {method!r}: it is not a start method "
+                             f"this platform has, {sorted(_concrete)}. Fix: get_context('spawn') "
+                             f"(the safe choice), 'forkserver' or 'fork'.") from None
 
 
 _concrete = {}

@@ -346,14 +346,23 @@ def _recording_failed(log, kind, exc):
     if isinstance(exc, OSError):
         _fail(f"recording stopped in pid {os.getpid()} at a {kind!r} event ({exc!r})")
         return
-    reason = f"{type(exc).__name__}: {exc}"[:200]
+    reason = _shorten(f"{type(exc).__name__}: {exc}", 200)
     warnings.warn(RecorderWarning(
-        f"mpviz.trace: a {kind!r} event was not recorded ({reason}); recording goes on. Fix: "
+        f"mpviz.trace: a {_shorten(repr(kind), 60)} event was not recorded ({reason}); "
+        f"recording goes on. Fix: "
         f"give events only str/int/float/bool/None and lists or dicts of them, and less than "
         f"{MAX_RECORD // 1024} KiB in all (record a summary, such as a shape or a length, not "
         f"the data)."), stacklevel=4)
     if kind != "record.dropped":      # (that one always encodes; never loop)
-        log.writer.emit("record.dropped", {"kind": str(kind)[:255], "error": reason})
+        log.writer.emit("record.dropped", {"kind": _shorten(str(kind), 255), "error": reason})
+
+
+def _shorten(text, most):
+    """`text`, its middle cut out if longer than `most` (an error's end often says why)."""
+    if len(text) <= most:
+        return text
+    half = (most - 3) // 2
+    return text[:half] + "..." + text[-half:]
 
 
 def _set_writer(w):
