@@ -334,8 +334,9 @@ def emit_at(ts_ns, kind, **args):
 def _recording_failed(log, kind, exc):
     """The Writers' on_error. Two kinds of failure, two answers:
 
-    * the log itself failed (an ``OSError``: disk full, directory gone): nothing more can be
-      written, so recording stops, with one warning;
+    * the log itself failed (an ``OSError``: disk full, directory gone; or anything raised while
+      the Writer waited for its next chunk, sealed): nothing more can be written, so recording
+      stops, with one warning;
     * this one event could not be encoded (an argument marshal cannot write, an event larger
       than a chunk): that event alone is dropped, with a warning, and a small ``record.dropped``
       event takes its place in the log, so that the trace shows where something is missing.
@@ -343,7 +344,7 @@ def _recording_failed(log, kind, exc):
     """
     if log is not _log:
         return
-    if isinstance(exc, OSError):
+    if isinstance(exc, OSError) or log.writer.sealed:   # sealed: it failed mapping a chunk
         _fail(f"recording stopped in pid {os.getpid()} at a {kind!r} event ({exc!r})")
         return
     reason = _shorten(f"{type(exc).__name__}: {exc}", 200)
