@@ -112,8 +112,8 @@ def _why_main_function_is_missing(fn):
         return ("of an interactive session (a notebook cell or a REPL), which is not a file a "
                 "spawned child can run again")
     if fn.__code__.co_filename != path:
-        return ("of an interactive session (a notebook cell or a REPL), which is not a file a "
-                "spawned child can run again")
+        return (f"by code that is not in {os.path.basename(path)} (a notebook cell, a REPL, "
+                f"exec()), which a spawned child does not run again")
     if _guarded(path, fn.__code__.co_firstlineno):
         return (f"under its `if __name__ == '__main__':` guard ({os.path.basename(path)}, line "
                 f"{fn.__code__.co_firstlineno}): a child runs the script again with __name__ set "

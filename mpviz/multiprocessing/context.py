@@ -18,6 +18,7 @@ import collections.abc
 import multiprocessing
 import multiprocessing.context as _std
 import multiprocessing.pool
+import numbers
 import os
 
 from .. import sharing
@@ -87,7 +88,7 @@ class _ProcessChecks:
         if self._popen is None and not self._closed:
             raise RuntimeError(f"{self.name} was never started, so there is nothing to join. "
                                f"Fix: call start() before join().")
-        if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float))):
+        if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, numbers.Real)):
             raise TypeError(f"timeout must be a number of seconds or None, not "
                             f"{type(timeout).__name__} {timeout!r}. Fix: join(timeout=5).")
         return super().join(timeout)
