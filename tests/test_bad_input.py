@@ -97,12 +97,14 @@ def test_python_m_unittest_runs_a_test_that_spawns(tmp_path):
     assert "Ran 1 test" in out.stderr and "OK" in out.stderr
 
 
-@pytest.mark.parametrize("how", ["script", "python -m"])
+@pytest.mark.parametrize("how", ["script", "python -m", "script without .py"])
 def test_unguarded_code_that_spawn_runs_again_is_still_refused(tmp_path, how):
-    (tmp_path / "unguarded.py").write_text(UNGUARDED_START.format(method="spawn"))
-    out = run(["unguarded.py"] if how == "script" else ["-m", "unguarded"], cwd=tmp_path)
+    # spawn runs these again in each child (a script is run by path whatever its name).
+    name = "unguarded" if how == "script without .py" else "unguarded.py"
+    (tmp_path / name).write_text(UNGUARDED_START.format(method="spawn"))
+    out = run(["-m", "unguarded"] if how == "python -m" else [name], cwd=tmp_path)
     assert out.returncode == 1
-    assert "MissingMainGuardError: unguarded.py, line 5, starts a process" in out.stderr
+    assert f"MissingMainGuardError: {name}, line 5, starts a process" in out.stderr
     assert "if __name__ == '__main__':" in out.stderr
 
 

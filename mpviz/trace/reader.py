@@ -215,7 +215,8 @@ class LogReader:
         if final:
             st.bad = True
             self._problem(f"{st.path}: {what} at offset {st.off} (a process killed while "
-                          f"writing); the rest of this log is skipped")
+                          f"writing, or a damaged file) and no good record after it; the rest "
+                          f"of this log is skipped")
 
 
 def _check_and_decode(buf, rel, n):
