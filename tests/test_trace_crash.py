@@ -105,14 +105,41 @@ def test_recording_that_cannot_start_lets_the_program_run(tmp_path):
     assert ran and trace.events == [] and recorder.ENABLED is False
 
 
-def test_a_failing_recorder_disables_itself_and_says_so(tmp_path):
-    with pytest.warns(recorder.RecorderWarning, match="recording stopped in pid"):
+def test_one_bad_event_is_dropped_said_and_recording_goes_on(tmp_path):
+    # An event that cannot be encoded costs that event only: a warning, a record.dropped in its
+    # place, and every later event is recorded (with either Writer, see test_trace_writer).
+    with pytest.warns(recorder.RecorderWarning) as said:
         with mt.record(tmp_path / "t") as trace:
             mt.mark("before")
             mt.mark("too big", blob="x" * (2 * recorder.CHUNK))  # cannot fit in a log chunk
+            mt.mark("unmarshallable", obj=object())              # marshal cannot write it
+            assert recorder.ENABLED is True
+            mt.mark("after")
+    assert [e.args["name"] for e in trace.of_kind("mark")] == ["before", "after"]
+    dropped = trace.of_kind("record.dropped")
+    assert [e.args["kind"] for e in dropped] == ["mark", "mark"]
+    assert "larger than a log chunk" in dropped[0].args["error"]
+    assert "unmarshallable" in dropped[1].args["error"]
+    texts = [str(w.message) for w in said]
+    assert len(texts) == 2 and all("was not recorded" in t and "recording goes on" in t
+                                   for t in texts)
+
+
+def test_a_failing_log_disables_recording_and_says_so(tmp_path):
+    # The log itself failing (here: its next chunk cannot be reserved, the file is gone from
+    # under a closed descriptor) is different: nothing more can be written, recording stops.
+    with pytest.warns(recorder.RecorderWarning, match="recording stopped in pid"):
+        with mt.record(tmp_path / "t") as trace:
+            mt.mark("before")
+            log = recorder._log
+            os.close(log.fd)
+            log.fd = os.open(os.devnull, os.O_RDONLY)          # fallocate on it: an OSError
+            for i in range(recorder.CHUNK // 1000 + 2):         # fill the first chunk
+                mt.mark("filler", i=i, pad="x" * 1000)
             assert recorder.ENABLED is False
             mt.mark("after")                                     # a no-op now, no error
-    assert [e.args["name"] for e in trace.of_kind("mark")] == ["before"]
+    names = [e.args["name"] for e in trace.of_kind("mark")]
+    assert names[0] == "before" and "after" not in names
 
 
 def test_a_partial_trace_reads_while_nothing_is_written_yet(tmp_path):

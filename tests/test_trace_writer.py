@@ -319,17 +319,20 @@ def test_a_put_that_raises_is_not_left_in_flight(writer, tmp_path):
     assert shown == ["Full", "ValueError"]                 # and the timeline shows why
 
 
-def test_an_event_that_cannot_be_written_stops_recording_not_the_put(writer, tmp_path):
-    # marshal cannot write this queue id: the put's event fails, recording stops with a
-    # warning, and the message goes through all the same (with either Writer's hooks).
+def test_an_event_that_cannot_be_written_is_dropped_not_the_put(writer, tmp_path):
+    # marshal cannot write this queue id: the put's event fails and is dropped with a warning,
+    # the message goes through all the same (with either Writer's hooks), recording goes on.
     import multiprocessing
     q = multiprocessing.get_context("fork").Queue()
     q._mpviz_qid = object()
     try:
-        with pytest.warns(recorder.RecorderWarning, match="recording stopped"):
-            with mt.record(tmp_path / "t"):
+        with pytest.warns(recorder.RecorderWarning, match="was not recorded"):
+            with mt.record(tmp_path / "t") as trace:
                 q.put("x")
                 assert q.get(timeout=10) == "x"
+                mt.mark("after")
+        assert "queue.put" in [e.args["kind"] for e in trace.of_kind("record.dropped")]
+        assert [e.args["name"] for e in trace.of_kind("mark")] == ["after"]
     finally:
         q.close()
         q.join_thread()

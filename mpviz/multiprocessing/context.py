@@ -14,25 +14,84 @@ The *default* context shares its state with the stdlib's: ``mpviz.multiprocessin
 .set_start_method("spawn")`` is ``multiprocessing.set_start_method("spawn")``, as in torch, whose
 ``torch.multiprocessing`` simply re-exports the stdlib.
 """
+import collections.abc
 import multiprocessing
 import multiprocessing.context as _std
 import multiprocessing.pool
+import numbers
+import os
 
 from .. import sharing
 from . import checks, queues
 
 
 class _ProcessChecks:
-    """Mixin for Process classes: refuse, before starting, a child that would crash on arrival."""
+    """Mixin for Process classes: refuse, before starting, a child that would crash on arrival.
+
+    The stdlib checks little at the call: ``Process(target=f, args=5)`` fails inside
+    ``tuple(args)``, ``args="ab"`` silently passes two arguments ``'a', 'b'``, a target that is
+    not callable dies in the child, and its misuse errors (start twice, join before start) are
+    bare ``assert`` statements. Each is refused here with what, why and a fix.
+    """
 
     _start_method = None  # None: whatever the default context says at start()
 
+    def __init__(self, group=None, target=None, name=None, args=(), kwargs=None, *, daemon=None):
+        if group is not None:
+            raise ValueError(f"group must be None (multiprocessing keeps it only to look like "
+                             f"threading.Thread), not {group!r}. Fix: leave group out.")
+        if target is not None and not callable(target):
+            raise TypeError(f"target must be a function to run in the child, not "
+                            f"{type(target).__name__} {target!r}. Fix: Process(target=f, "
+                            f"args=(x,)) — pass the function itself, not f(x), which calls it here.")
+        checks.check_args(args, "args", "Process(target=f, args=(x,))")
+        if kwargs is not None and not isinstance(kwargs, collections.abc.Mapping):
+            raise TypeError(f"kwargs must be a dict of keyword arguments for the target, not "
+                            f"{type(kwargs).__name__} {kwargs!r}. Fix: kwargs={{'name': value}}.")
+        if name is not None and not isinstance(name, str):
+            raise TypeError(f"name must be a str (it names the process in errors and traces), "
+                            f"not {type(name).__name__} {name!r}. Fix: name='worker-1'.")
+        super().__init__(group, target, name, tuple(args), {} if kwargs is None else kwargs,
+                         daemon=daemon)
+
     def start(self):
+        self._check_can_start()
         method = self._start_method or multiprocessing.get_start_method()
         checks.check_function(getattr(self, "_target", None), method, "target")
         checks.check_main_guard(method, stack_depth=2)
         self._mpviz_settings = sharing.settings()
         super().start()
+
+    def _check_can_start(self):
+        # The stdlib's own checks, as errors instead of bare asserts.
+        if self._closed:
+            raise ValueError(f"{self.name} was closed (Process.close()), so it cannot start. "
+                             f"Fix: create a new Process.")
+        if self._popen is not None:
+            raise RuntimeError(
+                f"{self.name} was already started (pid {self.pid}): a Process object runs its "
+                f"target once, in one child, and cannot start again. Fix: create a new "
+                f"Process(target=...) for each run.")
+        if self._parent_pid != os.getpid():
+            raise RuntimeError(
+                f"{self.name} was created by process {self._parent_pid}, not by this one "
+                f"({os.getpid()}); only the process that created a Process object can start it "
+                f"(it alone can wait for the child). Fix: create the Process where you start it.")
+        if multiprocessing.current_process().daemon:
+            raise RuntimeError(
+                f"{multiprocessing.current_process().name} is a daemonic process (a Pool worker, "
+                f"or a Process(daemon=True)), and daemonic processes may not start children: "
+                f"when it is stopped, its children would be left behind, orphaned. Fix: start "
+                f"the processes from the main process, or make this one with daemon=False.")
+
+    def join(self, timeout=None):
+        if self._popen is None and not self._closed:
+            raise RuntimeError(f"{self.name} was never started, so there is nothing to join. "
+                               f"Fix: call start() before join().")
+        if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, numbers.Real)):
+            raise TypeError(f"timeout must be a number of seconds or None, not "
+                            f"{type(timeout).__name__} {timeout!r}. Fix: join(timeout=5).")
+        return super().join(timeout)
 
     def _bootstrap(self, *args, **kwargs):
         # In the child, before the target runs: share the way the parent did.
@@ -63,6 +122,19 @@ class Pool(multiprocessing.pool.Pool):
     """
 
     def __init__(self, processes=None, initializer=None, initargs=(), maxtasksperchild=None, context=None):
+        self._state = multiprocessing.pool.INIT   # what Pool.__del__ reads if we refuse below
+        if processes is not None and (isinstance(processes, bool) or not isinstance(processes, int)):
+            raise TypeError(f"processes must be an int (how many worker processes) or None (one "
+                            f"per CPU), not {type(processes).__name__} {processes!r}. "
+                            f"Fix: Pool(2), or Pool(int(value)) for a number read as text.")
+        if processes is not None and processes < 1:
+            raise ValueError(f"processes must be at least 1, not {processes}: a Pool with no "
+                             f"worker would never run a task. Fix: Pool(1) or more.")
+        if initializer is not None and not callable(initializer):
+            raise TypeError(f"initializer must be a function that each worker calls once, not "
+                            f"{type(initializer).__name__} {initializer!r}. Fix: "
+                            f"Pool(2, initializer=setup, initargs=(x,)).")
+        checks.check_args(initargs, "initargs", "Pool(2, initializer=setup, initargs=(x,))")
         self._mpviz_method = (context or multiprocessing).get_start_method()
         checks.check_function(initializer, self._mpviz_method, "Pool initializer")
         checks.check_main_guard(self._mpviz_method, stack_depth=3)
@@ -70,6 +142,7 @@ class Pool(multiprocessing.pool.Pool):
 
     def apply_async(self, func, args=(), kwds={}, callback=None, error_callback=None):
         checks.check_function(func, self._mpviz_method, "function given to apply")
+        checks.check_args(args, "args", "pool.apply_async(f, args=(x,))")
         return super().apply_async(func, args, kwds, callback, error_callback)
 
     def _map_async(self, func, iterable, mapper, chunksize=None, callback=None, error_callback=None):
@@ -117,8 +190,9 @@ class _ContextMixin:
         try:
             return _concrete[method]
         except KeyError:
-            raise ValueError(f"cannot find context for {method!r}; expected one of "
-                             f"{sorted(_concrete)}") from None
+            raise ValueError(f"cannot find context for {method!r}: it is not a start method "
+                             f"this platform has, {sorted(_concrete)}. Fix: get_context('spawn') "
+                             f"(the safe choice), 'forkserver' or 'fork'.") from None
 
 
 _concrete = {}

@@ -199,12 +199,21 @@ def _signal_name(signum):
 
 def start_processes(fn, args=(), nprocs=1, join=True, daemon=False, start_method="spawn"):
     """Start `nprocs` processes running ``fn(i, *args)`` with `start_method`; see ``spawn``."""
-    if not isinstance(nprocs, int) or nprocs < 1:
-        raise ValueError(f"nprocs must be a positive int, got {nprocs!r}")
+    from .context import _concrete
+    if isinstance(nprocs, bool) or not isinstance(nprocs, int):
+        raise TypeError(f"nprocs must be an int (how many processes to start), not "
+                        f"{type(nprocs).__name__} {nprocs!r}. Fix: nprocs=4.")
+    if nprocs < 1:
+        raise ValueError(f"nprocs must be at least 1, not {nprocs}. Fix: nprocs=4.")
     if not callable(fn):
         raise TypeError(f"fn must be callable, not {type(fn).__name__}")
+    checks.check_args(args, "args", "spawn(fn, args=(x,), nprocs=2), which runs fn(i, x)")
+    if start_method not in _concrete:
+        raise ValueError(
+            f"start_method={start_method!r} is not a start method here; this platform has "
+            f"{sorted(_concrete)}. Fix: start_method='spawn' (the default, and the safe one), "
+            f"or 'forkserver'/'fork' with mpviz.multiprocessing.start_processes.")
     checks.check_function(fn, start_method, "function given to spawn")
-    from .context import _concrete
     ctx = _concrete[start_method]
     error_files, processes = [], []
     try:

@@ -17,15 +17,38 @@ parent's choice (through an environment variable), so a child's sends behave lik
 import os
 import sys
 
-from . import allocator, file_descriptor, file_system
-
 if sys.platform.startswith("linux"):
     _ALL = ("file_descriptor", "file_system")
 else:  # macOS and friends: no memfd-like anonymous segments to pass around
     _ALL = ("file_system",)
 
 _ENV = "MPVIZ_SHARING_STRATEGY"  # so that spawned children share the way their parent does
-_strategy = os.environ.get(_ENV) if os.environ.get(_ENV) in _ALL else _ALL[0]
+TAG_MAX_BYTES = 200  # a segment's name is at most 255 bytes; mpviz adds up to ~40 to the tag
+
+
+def _check_environment(env):
+    """Refuse, at import, environment settings that would be ignored or fail far from here."""
+    strategy = env.get(_ENV, "")
+    if strategy and strategy not in _ALL:
+        raise ValueError(f"{_ENV}={strategy!r} is not a sharing strategy here; this platform has "
+                         f"{sorted(_ALL)}. Fix: {_ENV}=file_system, or unset it.")
+    cache = env.get("MPVIZ_SHM_CACHE_BYTES", "0").strip()
+    if cache.lstrip("-").isdigit() and int(cache) < 0:
+        raise ValueError(f"MPVIZ_SHM_CACHE_BYTES={cache!r} is negative: it is how many bytes of "
+                         f"freed shared memory to keep for reuse. Fix: a size such as 268435456 "
+                         f"(256 MiB), or 0 to switch the cache off.")
+    tag = env.get("MPVIZ_SHM_TAG", "")
+    if len(tag.encode("utf-8", "surrogateescape")) > TAG_MAX_BYTES:
+        raise ValueError(f"MPVIZ_SHM_TAG is {len(tag.encode('utf-8', 'surrogateescape'))} bytes "
+                         f"long ({tag[:20]!r}...): it becomes part of every segment's name in "
+                         f"/dev/shm, and a name may be at most 255 bytes. Fix: a tag of at most "
+                         f"{TAG_MAX_BYTES} bytes, such as 'run1_'.")
+
+
+_check_environment(os.environ)
+_strategy = os.environ.get(_ENV) or _ALL[0]
+
+from . import allocator, file_descriptor, file_system  # noqa: E402 (after the check above)
 
 _MODULES = {"file_descriptor": file_descriptor, "file_system": file_system}
 

@@ -19,13 +19,23 @@ What can be wrong with a log, and what we do (never crash, always say what was s
     header: a newer format version      that file is skipped, with a warning naming the versions
     header: magic but no chunk size     read again at the next poll (a writer mid-way); at the
       or pid (not yet complete)         final read that file is skipped, with a warning
-    a torn record (length too large,    the reader stops in that file; if the writer is dead
-      wrong checksum, does not decode)  (final read) the rest is skipped with a warning
+    a damaged record (length too large, the reader looks for the next record whose checksum holds
+      wrong checksum, does not decode,  and reads on from there, with a warning that says how
+      or a length of 0 with records     many bytes it skipped (``skipped_bytes``); with none after
+      after it, at the final read)      it, the rest of the file is skipped with a warning if the
+                                        writer is dead (final read), read again at the next poll
+                                        if not
 
-A torn record can only be the last one a process wrote: records are appended one at a time
-(under a lock, or the GIL in the C Writer), each complete before the next begins.
+Records are appended one at a time (under a lock, or the GIL in the C Writer), each complete
+before the next begins, and a record's length is written last: a record being written has
+length 0. So a record that fails its checks with a good record *after* it is damage (a flipped
+byte, a bad disk), never a write in progress, and one damaged record costs only itself.
+Resynchronising is possible because a record carries its own checksum: at each byte offset after
+the damage, read a length, and see whether the bytes it covers match the checksum and decode. A
+false match needs a random 32-bit checksum to match and the bytes to decode as an event.
 """
 import os
+import re
 import struct
 import warnings
 import zlib
@@ -34,6 +44,7 @@ from .recorder import (FORMAT_VERSION, HEADER, HEADER_SIZE, LENGTH, MAGIC, PAD, 
                        SUFFIX, decode)
 
 READ_WINDOW = 1 << 16
+_NONZERO = re.compile(rb"[^\0]")   # a record starts with a non-zero length word
 
 
 class TraceFormatWarning(UserWarning):
@@ -41,13 +52,14 @@ class TraceFormatWarning(UserWarning):
 
 
 class _FileState:
-    __slots__ = ("path", "pid", "ppid", "chunk", "off", "bad", "torn_at")
+    __slots__ = ("path", "pid", "ppid", "chunk", "off", "bad", "torn_at", "skipped")
 
     def __init__(self, path):
         self.path, self.pid, self.ppid, self.chunk = path, None, None, None
         self.off = HEADER_SIZE
         self.bad = False       # unreadable header: skipped for good
         self.torn_at = None    # offset of a record that did not decode (may still be in flight)
+        self.skipped = 0       # bytes of damaged records skipped over, to a good record
 
 
 class LogReader:
@@ -57,6 +69,11 @@ class LogReader:
         self.directory = os.fspath(directory)
         self.files = {}        # file name -> _FileState
         self.problems = []     # what was skipped, in words (also issued as warnings)
+
+    @property
+    def skipped_bytes(self):
+        """How many bytes of damaged records were skipped, in all files, to reach good ones."""
+        return sum(st.skipped for st in self.files.values())
 
     def poll(self, final=False):
         """Return the events (tuples ts_ns, pid, tid, kind, args) written since the last poll.
@@ -147,34 +164,50 @@ class LogReader:
                 if len(buf) < LENGTH.size:
                     break
             (n,) = LENGTH.unpack_from(buf, rel)
-            if n == 0:
-                break                                # the end, for now
             if n == PAD:
                 st.off += room
                 continue
+            what = None
+            if n == 0:
+                if not final or not self._resync(st, fd, size, "a record length of 0"):
+                    break                            # the end, for now (or for good)
+                buf = b""
+                continue
             if RECORD.size + n > room:
-                self._torn(st, final, f"a record length of {n} bytes runs past its chunk")
-                return
-            if rel + RECORD.size + n > len(buf):     # not all of it in the window
-                buf_off = st.off
-                buf = os.pread(fd, min(max(READ_WINDOW, RECORD.size + n), room), st.off)
-                rel = 0
+                what = f"a record length of {n} bytes runs past its chunk"
+            else:
+                if rel + RECORD.size + n > len(buf):     # not all of it in the window
+                    buf_off = st.off
+                    buf = os.pread(fd, min(max(READ_WINDOW, RECORD.size + n), room), st.off)
+                    rel = 0
+                event = None if RECORD.size + n > len(buf) else _check_and_decode(buf, rel, n)
                 if RECORD.size + n > len(buf):
-                    self._torn(st, final, "the file ends inside a record")
-                    return
-            _, check = RECORD.unpack_from(buf, rel)
-            body = buf[rel + RECORD.size:rel + RECORD.size + n]
-            if zlib.adler32(body) != check:
-                self._torn(st, final, "a record whose checksum does not match")
+                    what = "the file ends inside a record"
+                elif event is None:
+                    what = "a record whose checksum does not match, or that does not decode"
+                else:
+                    ts, tid, kind, args = event
+                    out.append((ts, pid, tid, kind, args))
+                    st.off += RECORD.size + n
+                    st.torn_at = None
+                    continue
+            if not self._resync(st, fd, size, what):
+                self._torn(st, final, what)
                 return
-            try:
-                ts, tid, kind, args = decode(body)
-            except (ValueError, EOFError, TypeError, struct.error):
-                self._torn(st, final, "a record that does not decode")
-                return
-            out.append((ts, pid, tid, kind, args))
-            st.off += RECORD.size + n
-            st.torn_at = None
+            buf = b""
+
+    def _resync(self, st, fd, size, what):
+        """Move st.off past damage to the next good record; say so. False if there is none."""
+        good = _next_good_record(fd, st.off + 1, size, st.chunk)
+        if good is None:
+            return False
+        skipped = good - st.off
+        st.skipped += skipped
+        self._problem(f"{st.path}: {what} at offset {st.off} (a damaged record); skipped "
+                      f"{skipped} bytes to the next record whose checksum holds, at offset "
+                      f"{good}, and read on from there")
+        st.off, st.torn_at = good, None
+        return True
 
     def _torn(self, st, final, what):
         # While the writer runs this may be a record being written: retry at the next poll.
@@ -182,4 +215,40 @@ class LogReader:
         if final:
             st.bad = True
             self._problem(f"{st.path}: {what} at offset {st.off} (a process killed while "
-                          f"writing); the rest of this log is skipped")
+                          f"writing, or a damaged file) and no good record after it; the rest "
+                          f"of this log is skipped")
+
+
+def _check_and_decode(buf, rel, n):
+    """The event in the record of length `n` at buf[rel:], or None if it fails its checks."""
+    _, check = RECORD.unpack_from(buf, rel)
+    body = buf[rel + RECORD.size:rel + RECORD.size + n]
+    if zlib.adler32(body) != check:
+        return None
+    try:
+        return decode(body)
+    except (ValueError, EOFError, TypeError, struct.error):
+        return None
+
+
+def _next_good_record(fd, start, size, chunk):
+    """The offset of the first record at or after `start` that passes every check, or None.
+
+    Searched chunk by chunk (a record never straddles two); in each, every byte offset whose
+    length word is not 0 is tried."""
+    while start < size:
+        chunk_end = min((start // chunk + 1) * chunk, size)
+        data = os.pread(fd, chunk_end - start, start)
+        pos = 0
+        while pos + RECORD.size <= len(data):
+            nonzero = _NONZERO.search(data, pos)
+            if nonzero is None:
+                break
+            pos = max(pos, nonzero.start() - LENGTH.size + 1)   # the first word holding it
+            (n,) = LENGTH.unpack_from(data, pos)
+            if n != 0 and n != PAD and pos + RECORD.size + n <= len(data) \
+                    and _check_and_decode(data, pos, n) is not None:
+                return start + pos
+            pos += 1
+        start = chunk_end
+    return None

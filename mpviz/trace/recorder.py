@@ -53,7 +53,9 @@ cannot be built (no compiler), or with ``MPVIZ_PURE_PYTHON=1``, the Python Write
                              |  encode: record header + body, as above
                              |  append: fits in the chunk?  yes: copy, the length last
                              |                              no:  PAD, on_full() maps the next chunk
-                             '  anything fails: on_error() -- one warning, recording stops
+                             '  anything fails: on_error() -- the log failed (OSError): one
+                                warning, recording stops; this event failed (cannot encode,
+                                too large): a warning, a record.dropped event, recording goes on
 
 Ordering: events carry ``time.monotonic_ns()``, a single system-wide clock on Linux, so the logs of
 all processes merge by sorting. ``tid`` is the OS thread id (``threading.get_native_id``), cached
@@ -330,10 +332,38 @@ def emit_at(ts_ns, kind, **args):
 
 
 def _recording_failed(log, kind, exc):
-    if log is _log:
-        hint = "" if isinstance(exc, OSError) else \
-            "; args must be str/int/float/bool/None/list/dict"
-        _fail(f"recording stopped in pid {os.getpid()} at a {kind!r} event ({exc!r}{hint})")
+    """The Writers' on_error. Two kinds of failure, two answers:
+
+    * the log itself failed (an ``OSError``: disk full, directory gone; or anything raised while
+      the Writer waited for its next chunk, sealed): nothing more can be written, so recording
+      stops, with one warning;
+    * this one event could not be encoded (an argument marshal cannot write, an event larger
+      than a chunk): that event alone is dropped, with a warning, and a small ``record.dropped``
+      event takes its place in the log, so that the trace shows where something is missing.
+      Recording goes on.
+    """
+    if log is not _log:
+        return
+    if isinstance(exc, OSError) or log.writer.sealed:   # sealed: it failed mapping a chunk
+        _fail(f"recording stopped in pid {os.getpid()} at a {kind!r} event ({exc!r})")
+        return
+    reason = _shorten(f"{type(exc).__name__}: {exc}", 200)
+    warnings.warn(RecorderWarning(
+        f"mpviz.trace: a {_shorten(repr(kind), 60)} event was not recorded ({reason}); "
+        f"recording goes on. Fix: "
+        f"give events only str/int/float/bool/None and lists or dicts of them, and less than "
+        f"{MAX_RECORD // 1024} KiB in all (record a summary, such as a shape or a length, not "
+        f"the data)."), stacklevel=4)
+    if kind != "record.dropped":      # (that one always encodes; never loop)
+        log.writer.emit("record.dropped", {"kind": _shorten(str(kind), 255), "error": reason})
+
+
+def _shorten(text, most):
+    """`text`, its middle cut out if longer than `most` (an error's end often says why)."""
+    if len(text) <= most:
+        return text
+    half = (most - 3) // 2
+    return text[:half] + "..." + text[-half:]
 
 
 def _set_writer(w):
