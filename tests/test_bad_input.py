@@ -225,6 +225,14 @@ def test_process_refuses_bad_arguments_at_construction(kwargs, error, text):
         mp.Process(**kwargs)
 
 
+def test_process_takes_any_iterable_of_args_as_the_stdlib_does():
+    # Not refused: the stdlib runs tuple(args); only a str, bytes or dict is taken as a mistake.
+    p = mp.get_context("fork").Process(target=workers.rank_noop, args=(i for i in [0]))
+    p.start()
+    p.join()
+    assert p.exitcode == 0
+
+
 def test_join_before_start_says_so():
     p = mp.Process(target=workers.rank_noop, args=(0,))
     with pytest.raises(RuntimeError, match=r"never started.*Fix: call start\(\) before join"):

@@ -175,13 +175,15 @@ def _is_main_test(test):
 
 
 def check_args(args, param, example):
-    """Raise TypeError unless `args` is a tuple or list of positional arguments.
+    """Raise TypeError unless `args` is an iterable of positional arguments (not a str or dict).
 
     The stdlib calls ``f(*args)`` in the child, or ``tuple(args)`` first: ``args=5`` then fails
     there, far from the mistake, and ``args="ab"`` passes two arguments, 'a' and 'b'.
     """
     if isinstance(args, (tuple, list)):
         return
+    if (hasattr(args, "__iter__") and not isinstance(args, (str, bytes, dict))):
+        return   # any other iterable is what the stdlib accepts too (it calls tuple(args))
     if isinstance(args, (str, bytes)):
         raise TypeError(
             f"{param} is the {type(args).__name__} {args!r}, not a tuple: it would be taken apart "
