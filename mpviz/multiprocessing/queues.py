@@ -202,6 +202,8 @@ class Queue(multiprocessing.queues.Queue):
         if not self._sem.acquire(block, timeout):
             raise Full
         try:
+            if recorder.ENABLED:
+                recorder.take_handles()   # count this message's handles from 0 (see recorder)
             data = _encode(obj)
         except BaseException:
             self._sem.release()

@@ -19,6 +19,11 @@ OS thread, what happened, and a dict of JSON-able details. The vocabulary, by wh
     queue.put            queue, msg, nbytes (SimpleQueue, mpviz      the putting thread
                          Queue; a stdlib Queue pickles later: see
                          queue.feed), sig (when put wrote the pipe)
+    (queue.put, queue.feed and pipe.send also carry ``handles``: how many shared-memory or
+     CUDA handles pickling the message made, when it made any -- what the message carried)
+    queue.handles        handles                                     writer.c's feeder, just
+                                                                     before that write's
+                                                                     queue.feed (see messages)
     queue.put_failed     queue, msg, error (e.g. "Full")             the putting thread, when a
                                                                      recorded put raised: the
                                                                      message never entered

@@ -60,9 +60,11 @@ def summary(trace):
     handles = _index(trace).handles
     copies = trace.of_kind("copy")
     segs = st.segments
+    carried = [handles[f.put.args["msg"]] for f in flows if f.put.args.get("msg") in handles]
     lines = [f"{len(trace.processes())} processes, {len(trace.events)} events",
-             f"{len(flows)} messages: {sum(f.put.args.get('msg') in handles for f in flows)} "
-             f"carried shared-memory handles; {len(copies)} copies into shared memory "
+             f"{len(flows)} messages: {len(carried)} carried shared-memory handles "
+             f"({sum(carried)} in all, as their senders counted them); "
+             f"{len(copies)} copies into shared memory "
              f"({human_bytes(sum(e.args.get('nbytes') or 0 for e in copies))})",
              f"{len(segs)} segments; leaked: {sum(s.status == 'leaked' for s in segs)}"]
     lines += [f"STUCK: {d.reason}" for d in deadlocks(trace)]

@@ -23,18 +23,13 @@ A deadlock is a thread waiting for a lock whose owner can never release it: the 
 the owner's process or thread has ended, or the owners wait on each other in a cycle (found by a
 depth-first search over "waiter → owner" edges). A ``watchdog.stuck`` event also counts.
 
-Which messages carried a shared-memory handle (drawn green, counted by ``summary``). The
-evidence is what happened right around the message in the same thread:
-
-  * the sender passed a file descriptor (``fd.send``) or exported CUDA memory (``cuda.send``)
-    just before its put, or
-  * the receiver mapped memory (``shm.attach``), fetched an fd (``fd.recv``) or opened a CUDA
-    IPC handle (``cuda.ipc_open``) while unpickling it, just before its get, or
-  * a handle sent *again*: the receiver already maps the segment (torch's cache hit, so no
-    attach is recorded). Rule: a message of under 1 KiB pickled whose sender maps a segment at
-    the put which the receiver maps at the get, and which has the same pickled size as an
-    earlier handle message from the same sender on the same channel. A heuristic: a small
-    reply of exactly that size would be drawn green too.
+Which messages carried shared-memory handles (drawn green, counted by ``summary``): the
+sender says so. Pickling a message counts the handles the reducers made (a tensor's storage, a
+CUDA block), and the message's put-side event carries that count (``handles=N`` on
+``queue.put``, ``queue.feed`` or ``pipe.send``; writer.c's feeder records it as a
+``queue.handles`` event just before its ``queue.feed``). A message is classified by what it
+carried, never by what happened around it: a receiver that maps memory while unpickling a
+tensor and then puts a small report sends a pickled report, not a handle.
 
 The watchdog (a scenario's side process, ``process.start how="watchdog"``) is not a lane of
 its own: its ``watchdog.stuck`` / ``watchdog.kill`` events are filed under the pids they name.
@@ -48,10 +43,7 @@ from .colors import human_bytes
 
 _THREAD_LOCK = re.compile(r"^t(\d+)\.\d+$")
 _SHM_KINDS = frozenset({"shm.create", "shm.attach", "shm.detach", "shm.unlink"})
-_HANDLE_SIGNS = frozenset({"shm.attach", "fd.recv", "fd.send", "cuda.send", "cuda.ipc_open"})
-_MESSAGE_ENDS = frozenset({"queue.get", "pipe.recv", "queue.put", "pipe.send"})
-_NEUTRAL = frozenset({"shm.create", "copy", "shm.cache", "cuda.alloc", "cuda.limbo"})
-_SMALL_HANDLE = 1024           # a re-sent handle pickles to less than this
+_SENDS = frozenset({"queue.put", "queue.feed", "pipe.send"})   # put-side events of a message
 # Kinds the timeline draws with glyphs of their own; every other kind is a plain tick.
 GLYPH_KINDS = frozenset({
     "process.start", "process.bootstrap", "process.exit", "process.launch", "process.reaped",
@@ -74,9 +66,6 @@ def is_thread_lock(lock_id):
 
 
 # --- the records -------------------------------------------------------------------------------
-
-_MAX_RESENT_CHECKS = 2000    # messages examined by the re-sent-handle rule, at most
-
 
 @dataclass(frozen=True)
 class ProcessState:
@@ -204,9 +193,9 @@ class _Index:
         self.lock_infos = {lk.id: lk for lk in trace.locks()}
         self.threads, self.thread_end, self.forker = {}, {}, {}
         self.shm, self.waits, self.stuck = [], [], []
-        open_waits, pending = {}, {}
+        open_waits, counted = {}, {}
         self.busy, self.first_seen, self.by_kind, self.ticks = {}, {}, {}, {}
-        self.handles = set()           # message ids that carried shared-memory handles
+        self.handles = {}              # message id -> how many handles its sender pickled in it
         special = {"copy", "cuda.warning", "pool.task", "mark"}
         for e in events:
             k = e.kind
@@ -227,15 +216,13 @@ class _Index:
                 self.by_kind.setdefault(k, []).append(e)
             elif k not in GLYPH_KINDS:
                 self.ticks.setdefault(who, []).append(e.ts_ns)
-            # a message carried handles if its unpickling mapped memory or fetched an fd
-            # (get side), or an fd.send came just before its put in the same thread
-            if k in _HANDLE_SIGNS:
-                pending[who] = True
-            elif k in _MESSAGE_ENDS:
-                if pending.pop(who, False):
-                    self.handles.add(e.args.get("msg"))
-            elif pending and k not in _NEUTRAL:
-                pending.pop(who, None)
+            # what a message carried, as its sender recorded it (see the module text)
+            if k in _SENDS:
+                n = e.args.get("handles") or (counted.pop(who, 0) if k == "queue.feed" else 0)
+                if n and e.args.get("msg") is not None:
+                    self.handles[e.args["msg"]] = n
+            elif k == "queue.handles":
+                counted[who] = e.args.get("handles", 0)
             if k == "thread.start":
                 self.threads[(e.pid, e.tid)] = e.args.get("name")
             elif k == "thread.exit":
@@ -258,43 +245,9 @@ class _Index:
                     open_tasks[key] = e
                 elif e.args.get("phase") == "done" and key in open_tasks:
                     self.tasks.append((e.pid, e.tid, open_tasks.pop(key).ts_ns, e.ts_ns))
-        self._resent_handles()
         for (lid, pid, tid), since in open_waits.items():
             self.waits.append((lid, pid, tid, since, None))
         self.labels = _make_labels(self.procs, self.watchdogs)
-
-    def _resent_handles(self):
-        """Add to ``handles`` the small messages that re-send a handle (see the module text)."""
-        sizes = {}                                   # (sender, channel) -> handle msg sizes
-        for f in self.flows:
-            if f.put.args.get("msg") in self.handles and f.nbytes is not None:
-                sizes.setdefault((f.put.pid, f.channel), set()).add(f.nbytes)
-        maybe = [f for f in self.flows if f.get is not None and f.nbytes is not None
-                 and f.nbytes < _SMALL_HANDLE and f.put.args.get("msg") not in self.handles
-                 and f.nbytes in sizes.get((f.put.pid, f.channel), ())]
-        if not maybe or not self.shm or len(maybe) > _MAX_RESENT_CHECKS:
-            return   # a huge trace is drawn aggregated anyway: its arrows are bundled, not coloured one by one
-        # one sweep over the mapping events answers "what does pid map at t?" for each message
-        asks = sorted([(f.put.ts_ns, i, "put") for i, f in enumerate(maybe)] +
-                      [(f.get.ts_ns, i, "get") for i, f in enumerate(maybe)])
-        counts, live, seen, j = {}, {}, {}, 0     # live: pid -> names it maps right now
-        for t, i, end in asks:
-            while j < len(self.shm) and self.shm[j].ts_ns <= t:
-                e = self.shm[j]
-                j += 1
-                key = (e.pid, e.args.get("name"))
-                if e.kind in ("shm.create", "shm.attach"):
-                    counts[key] = counts.get(key, 0) + 1
-                    live.setdefault(e.pid, set()).add(key[1])
-                elif e.kind == "shm.detach" and counts.get(key, 0) > 0:
-                    counts[key] -= 1
-                    if not counts[key]:
-                        live[e.pid].discard(key[1])
-            f = maybe[i]
-            if end == "put":
-                seen[i] = frozenset(live.get(f.put.pid, ()))
-            elif not seen.get(i, frozenset()).isdisjoint(live.get(f.get.pid, ())):
-                self.handles.add(f.put.args.get("msg"))
 
     def thread_name(self, pid, tid):
         if tid == pid:
