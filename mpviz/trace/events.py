@@ -27,6 +27,9 @@ OS thread, what happened, and a dict of JSON-able details. The vocabulary, by wh
     queue.put_failed     queue, msg, error (e.g. "Full")             the putting thread, when a
                                                                      recorded put raised: the
                                                                      message never entered
+    queue.get_failed     queue, error                                mpviz's Queue.get, when the
+                                                                     bytes it read could not be
+                                                                     rebuilt (sender exited ...)
     queue.feed           queue, msg, nbytes, sig                     the queue's feeder thread,
                                                                      as it writes the message
     queue.get            queue, msg (Queue: nbytes, sig; msg is      the getter, as it reads (Queue)
@@ -38,7 +41,8 @@ OS thread, what happened, and a dict of JSON-able details. The vocabulary, by wh
     shm.unlink           name, strategy, nbytes                      the core
     copy                 nbytes, name                                the core: bytes copied into shm
     fd.send / fd.recv    name, peer                                  the core: SCM_RIGHTS transfers
-    lock.wait            lock, type, timeout                         a thread that found it taken
+    lock.wait            lock, type, timeout, name (the waiter's     a thread that found it taken
+                         variable for it, when found)
     lock.acquire         lock, type                                  the new owner (event's tid)
     lock.timeout         lock, type                                  a waiter that gave up
     lock.release         lock, type                                  the owner

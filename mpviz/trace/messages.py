@@ -223,8 +223,14 @@ def _tagging_put(stdlib_put):
 
 
 def put_failed(qid, msg, exc):
-    """The put of `msg` raised `exc` after it was recorded: it never entered the queue."""
+    """The put of `msg` raised `exc` after it was recorded: it never entered the queue. (mpviz's
+    Queue, which encodes before it records the put, says so with msg None.)"""
     recorder.emit("queue.put_failed", queue=qid, msg=msg, error=type(exc).__name__)
+
+
+def get_failed(q, exc):
+    """mpviz's Queue read a message but could not rebuild it (`exc`): the getter got no object."""
+    recorder.emit("queue.get_failed", queue=_queue_id(q), error=type(exc).__name__)
 
 
 _queue_put, _joinable_put = _tagging_put("Queue.put"), _tagging_put("JoinableQueue.put")

@@ -49,7 +49,8 @@ GLYPH_KINDS = frozenset({
     "process.start", "process.bootstrap", "process.exit", "process.launch", "process.reaped",
     "thread.start", "thread.exit", "queue.put", "queue.get", "pipe.send", "pipe.recv", "copy",
     "lock.wait", "lock.acquire", "lock.release", "lock.timeout", "pool.task", "mark",
-    "cuda.warning"})
+    "cuda.warning", "queue.put_failed", "queue.get_failed"})
+PIPE_BYTES = 64 * 1024         # what a Linux pipe holds before a write waits for a reader
 
 
 # --- naming ------------------------------------------------------------------------------------
@@ -58,6 +59,24 @@ def process_labels(trace):
     """``{pid: label}``: "main" for the recording process, "worker 0".. for Pool workers, else
     the process's name (``Process(name=...)``), else ``"pid N"``."""
     return _index(trace).labels
+
+
+def channel_names(trace):
+    """``{queue or pipe id: "Queue 1"}``: channels numbered in the order their first message was
+    put (ids like ``sem-7ff16e9d8000`` or ``mp-9mj2ozka`` mean nothing to a reader)."""
+    return _index(trace).channel_names
+
+
+def lock_name(trace, lock_id):
+    """A reader's name for a lock: the variable the waiting code called it by, where the
+    recorder saw one ("lock '_library_lock'"); a Queue's own lock ("Queue 1's lock"); else its
+    type and a number in order of first use ("Lock 2")."""
+    return _index(trace).lock_name(lock_id)
+
+
+def failures(trace):
+    """The actions that failed, each ``Failure(ts_ns, pid, tid, what)`` (see ``_Index``)."""
+    return list(_index(trace).failures)
 
 
 def is_thread_lock(lock_id):
@@ -104,6 +123,17 @@ class LockState:
     copy_in: Optional[int]             # a threading lock: the process whose copy this is
     owners: tuple                      # Owner
     waiters: tuple                     # (pid, tid, since_ns)
+    name: str = ""                     # for people: "lock '_library_lock'", "Queue 1's lock"
+
+
+@dataclass(frozen=True)
+class Failure:
+    """An action that failed, drawn as ✗ on its lane: a put or get that raised, a step a program
+    marked ``failed=...``, a write that blocked on a full pipe in a process found stuck."""
+    ts_ns: int
+    pid: int
+    tid: int
+    what: str
 
 
 @dataclass(frozen=True)
@@ -125,6 +155,7 @@ class State:
     deadlocks: tuple
     labels: dict = field(repr=False, default_factory=dict)
     thread_names: dict = field(repr=False, default_factory=dict)
+    channel_names: dict = field(repr=False, default_factory=dict)
 
     @property
     def t_s(self):
@@ -152,11 +183,12 @@ class State:
             waiters = ", ".join(f"{name(p)} {self.thread_names.get((p, t), f'thread {t}')}"
                                 for p, t, _ in lk.waiters)
             copy = f", the copy in {name(lk.copy_in)}" if lk.copy_in is not None else ""
-            lines.append(f"  {lk.id} ({lk.type}{copy}): held by {owners or 'nobody'}; "
+            lines.append(f"  {lk.name or lk.id} ({lk.type}{copy}): held by {owners or 'nobody'}; "
                          f"waiting: {waiters or 'nobody'}")
         lines.append(f"Messages in flight ({len(self.in_flight)}):")
         for f in self.in_flight:
-            lines.append(f"  {name(f.put.pid)} put {f.put.args.get('msg')} on {f.channel} "
+            lines.append(f"  {name(f.put.pid)} put a message on "
+                         f"{self.channel_names.get(f.channel, f.channel)} "
                          f"({human_bytes(f.nbytes)})")
         if self.deadlocks:
             lines.append("STUCK FOR GOOD:")
@@ -196,7 +228,10 @@ class _Index:
         open_waits, counted = {}, {}
         self.busy, self.first_seen, self.by_kind, self.ticks = {}, {}, {}, {}
         self.handles = {}              # message id -> how many handles its sender pickled in it
-        special = {"copy", "cuda.warning", "pool.task", "mark"}
+        self.writes = {}               # message id -> (its queue.feed,) when a feeder wrote it
+        special = {"copy", "cuda.warning", "pool.task", "mark", "queue.put_failed",
+                   "queue.get_failed"}
+        self.lock_names = {}           # lock id -> the variable name a waiter used for it
         for e in events:
             k = e.kind
             who = (e.pid, e.tid)
@@ -218,6 +253,8 @@ class _Index:
                 self.ticks.setdefault(who, []).append(e.ts_ns)
             # what a message carried, as its sender recorded it (see the module text)
             if k in _SENDS:
+                if k == "queue.feed":              # the write of a message put earlier
+                    self.writes[e.args.get("msg")] = (e,)
                 n = e.args.get("handles") or (counted.pop(who, 0) if k == "queue.feed" else 0)
                 if n and e.args.get("msg") is not None:
                     self.handles[e.args["msg"]] = n
@@ -233,6 +270,8 @@ class _Index:
                 self.shm.append(e)
             elif k == "lock.wait":
                 open_waits[(e.args["lock"], e.pid, e.tid)] = e.ts_ns
+                if e.args.get("name"):
+                    self.lock_names.setdefault(e.args["lock"], e.args["name"])
             elif k in ("lock.acquire", "lock.timeout"):
                 since = open_waits.pop((e.args["lock"], e.pid, e.tid), None)
                 if since is not None:
@@ -248,6 +287,40 @@ class _Index:
         for (lid, pid, tid), since in open_waits.items():
             self.waits.append((lid, pid, tid, since, None))
         self.labels = _make_labels(self.procs, self.watchdogs)
+        self.channel_names = _number_channels(self.flows)
+        self.failures = self._failures()
+
+    def lock_name(self, lid):
+        if lid in self.lock_names:
+            return f"lock '{self.lock_names[lid]}'"
+        if lid in self.channel_names:
+            return f"{self.channel_names[lid]}'s lock"
+        info = self.lock_infos.get(lid)
+        typ = info.type if info and info.type else "lock"
+        same = [i for i in self.lock_infos if i not in self.lock_names and
+                i not in self.channel_names and (self.lock_infos[i].type or "lock") == typ]
+        kind = "threading." if is_thread_lock(lid) else ""
+        return f"{kind}{typ} {same.index(lid) + 1}" if lid in same else f"{kind}{typ}"
+
+    def _failures(self):
+        out = []
+        for e in self.by_kind.get("mark", ()):
+            if e.args.get("failed"):
+                out.append(Failure(e.ts_ns, e.pid, e.tid, str(e.args.get("name"))))
+        for k, verb in (("queue.put_failed", "put"), ("queue.get_failed", "get")):
+            for e in self.by_kind.get(k, ()):
+                out.append(Failure(e.ts_ns, e.pid, e.tid, f"{verb} failed: {e.args.get('error')}"))
+        # A write bigger than a pipe, never read, in a process the watchdog found stuck: the
+        # writer is waiting for a reader that never comes (the "queue-join-deadlock" story).
+        stuck = {e.args.get("pid") for e in self.stuck}
+        for f in self.flows:
+            n = f.put.args.get("nbytes") or 0
+            if f.get is None and f.put.pid in stuck and n > PIPE_BYTES:
+                for e in self.writes.get(f.put.args.get("msg"), (f.put,)):
+                    out.append(Failure(e.ts_ns, e.pid, e.tid,
+                                       f"write blocked: pipe full ({human_bytes(n)} to write, "
+                                       f"a pipe holds {human_bytes(PIPE_BYTES)}; nobody reads)"))
+        return sorted(out, key=lambda x: x.ts_ns)
 
     def thread_name(self, pid, tid):
         if tid == pid:
@@ -317,7 +390,8 @@ class _Index:
                 continue
             out.append(LockState(lid, info.type if info else None, copy if copy is not None
                                  and str(copy) != _THREAD_LOCK.match(lid).group(1) else None,
-                                 tuple(owners), tuple(waiting.get((lid, copy), ()))))
+                                 tuple(owners), tuple(waiting.get((lid, copy), ())),
+                                 self.lock_name(lid)))
         return out
 
     def deadlocks(self, locks, t):
@@ -327,13 +401,13 @@ class _Index:
                 for o in lk.owners:
                     if o.ghost:
                         found.setdefault((pid, tid), Deadlock(pid, tid, (
-                            f"{self.thread_name(pid, tid)} waits forever for lock {lk.id}: "
-                            f"{o.ghost}")))
+                            f"{self.thread_name(pid, tid)} waits forever for "
+                            f"{self.lock_name(lk.id)}{self._user_line(pid, t)}: {o.ghost}")))
                     else:
                         edges.setdefault((pid, tid), []).append((lk.id, (o.pid, o.tid)))
         for cycle in _cycles(edges):
             who = lambda n: f"{self.labels.get(n[0], n[0])}'s {self.thread_name(*n)}"  # noqa
-            steps = [f"{who(cycle[i])} waits for lock {cycle[i + 1]}, which "
+            steps = [f"{who(cycle[i])} waits for {self.lock_name(cycle[i + 1])}, which "
                      f"{who(cycle[i + 2])} holds" for i in range(0, len(cycle) - 1, 2)]
             reason = "a cycle: " + "; ".join(steps) + ". Each waits for the next: none can go on"
             for node in cycle[::2]:
@@ -342,8 +416,15 @@ class _Index:
             pid = e.args.get("pid", e.pid)
             if e.ts_ns <= t and (pid, pid) not in found and not any(k[0] == pid for k in found):
                 found[(pid, pid)] = Deadlock(pid, pid, "the watchdog found it stuck" +
-                                             _last_frame(e.args.get("stacks")))
+                                             user_line(e.args.get("stacks")))
         return list(found.values())
+
+    def _user_line(self, pid, t):
+        """" (at your line ...)" from the watchdog's stacks of `pid`, if it took them by `t`."""
+        for e in self.stuck:
+            if e.args.get("pid", e.pid) == pid and e.ts_ns <= t:
+                return user_line(e.args.get("stacks"))
+        return ""
 
     # --- segments ---
 
@@ -431,12 +512,66 @@ def _cycles(edges):
     return found
 
 
-def _last_frame(stacks):
+def _number_channels(flows):
+    names, counts = {}, {}
+    for f in flows:
+        ch = f.channel
+        if ch is not None and ch not in names:
+            kind = "Pipe" if f.put.kind == "pipe.send" else "Queue"
+            counts[kind] = counts.get(kind, 0) + 1
+            names[ch] = f"{kind} {counts[kind]}"
+    return names
+
+
+_FRAME = re.compile(r'File "(?P<file>[^"]+)", line (?P<line>\d+) in (?P<func>\S+)')
+_MPVIZ_DIR = __file__.rsplit("/viz/", 1)[0] + "/"
+_PEOPLES = ("scenarios/", "examples/")   # mpviz code that plays the user's program
+
+
+def _is_machinery(path):
+    """A frame no user wrote: the stdlib's, an installed package's, or mpviz's own (its
+    scenarios and examples are programs like the user's, so they count as the user's)."""
+    import sysconfig
+    if path.startswith("<"):                                  # <frozen runpy>, <string>
+        return True
+    if path.startswith(_MPVIZ_DIR):
+        return not path[len(_MPVIZ_DIR):].startswith(_PEOPLES)
+    lib = (sysconfig.get_paths()["stdlib"], sysconfig.get_paths()["platstdlib"])
+    return path.startswith(lib) or "site-packages" in path or "dist-packages" in path
+
+
+def user_line(stacks):
+    """" (at your line: file.py:12 in f(): the code)" -- the innermost frame of the first
+    thread in a faulthandler dump (the main thread's) that is not the stdlib's nor mpviz's
+    machinery; "" if it has none. A forked child's stack continues into its parent's, below
+    the fork (``popen_fork.py ... _launch``): those frames are not the child's and are cut."""
     if not stacks:
         return ""
+    import linecache
+    import os
     text = stacks if isinstance(stacks, str) else str(stacks)
-    lines = [ln.strip() for ln in text.splitlines() if ln.strip().startswith("File")]
-    return f" (at {lines[0]})" if lines else ""
+    blocks = re.split(r"(?=^(?:Current thread|Thread) )", text, flags=re.M)
+    blocks.sort(key=lambda b: not b.startswith("Current thread"))  # the main thread first
+    frames = []
+    for block in blocks:
+        frames = [m.groupdict() for m in _FRAME.finditer(block)]
+        if frames:
+            break
+    cut = next((i for i, f in enumerate(frames) if f["file"].endswith("popen_fork.py")
+                and f["func"] == "_launch"), len(frames))
+    frames = frames[:cut]
+    mine = next((f for f in frames if not _is_machinery(f["file"])), None)
+    if mine is not None:
+        code = linecache.getline(mine["file"], int(mine["line"])).split("  #")[0].strip()
+        return (f" (at your line: {os.path.basename(mine['file'])}:{mine['line']} in "
+                f"{mine['func']}()" + (f": {code}" if code else "") + ")")
+    if not frames:
+        return ""
+    where = " ← ".join(f"{f['func']}() ({os.path.basename(f['file'])}:{f['line']})"
+                       for f in frames[:3])
+    exiting = any(f["func"] == "_exit_function" for f in frames)
+    return (f" (no line of yours on its stack: {'while exiting, ' if exiting else ''}"
+            f"it was in {where})")
 
 
 # --- the public question ---------------------------------------------------------------------
@@ -460,7 +595,8 @@ def state_at(trace, t_ns=None):
                       if f.put.ts_ns <= t and (f.get is None or f.get.ts_ns > t))
     return State(t, ix.t0, procs, tuple(ix.segment_states(t)), tuple(locks), in_flight,
                  tuple(ix.deadlocks(locks, t)), dict(ix.labels),
-                 {(p, t): ix.thread_name(p, t) for p in ix.procs for t in ix.procs[p].threads})
+                 {(p, t): ix.thread_name(p, t) for p in ix.procs for t in ix.procs[p].threads},
+                 dict(ix.channel_names))
 
 
 def stuck_moment(trace):
