@@ -615,6 +615,24 @@ def stuck_moment(trace):
     return ix.t1
 
 
+def busiest_moment(trace):
+    """The first instant at which the most (process, segment) mappings were alive, or None if
+    no segment was ever mapped: where a memory map of a clean run has the most to show."""
+    ix = _index(trace)
+    counts, live, best, best_t = {}, 0, 0, None
+    for e in ix.shm:
+        key = (e.pid, e.args.get("name"))
+        if e.kind in ("shm.create", "shm.attach"):
+            counts[key] = counts.get(key, 0) + 1
+            live += counts[key] == 1
+        elif e.kind == "shm.detach" and counts.get(key, 0) > 0:
+            counts[key] -= 1
+            live -= counts[key] == 0
+        if live > best:
+            best, best_t = live, e.ts_ns
+    return best_t
+
+
 def deadlocks(trace):
     """The ``Deadlock``s of the whole run (judged at ``stuck_moment``), or ``[]``."""
     t = stuck_moment(trace)
