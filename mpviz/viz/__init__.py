@@ -18,15 +18,16 @@ One module per picture; ``state.py`` holds the analysis they share (plain Python
 """
 from .colors import BIG_MESSAGE, COLORS, WORDS, human_bytes, legend
 from .memory_map import memory_map
-from .state import (Deadlock, LockState, Owner, ProcessState, SegmentState, State, deadlocks,
-                    process_labels, state_at, stuck_moment, trace_span)
+from .state import (Deadlock, Failure, LockState, Owner, ProcessState, SegmentState, State,
+                    channel_names, deadlocks, failures, lock_name, process_labels, state_at,
+                    stuck_moment, trace_span)
 from .timeline import timeline
 from .wait_for import wait_for
 
 __all__ = ["timeline", "memory_map", "wait_for", "state_at", "plot", "summary", "COLORS",
            "WORDS", "legend", "human_bytes", "deadlocks", "stuck_moment", "trace_span",
            "process_labels", "State", "ProcessState", "SegmentState", "LockState", "Owner",
-           "Deadlock", "BIG_MESSAGE"]
+           "Deadlock", "BIG_MESSAGE", "Failure", "failures", "channel_names", "lock_name"]
 
 
 def plot(obj, at=None):
