@@ -211,8 +211,11 @@ def test_notebook_03_describes_what_is_drawn():
     assert "never got" not in story and "✗" in story and "1 s later" in story
 
 
-def test_failed_put_is_marked_on_its_lane():
-    """A put that raised (here Full, on a bounded mpviz Queue) is drawn as ✗ where it failed."""
+def test_failed_put_is_marked_on_its_lane(tmp_path):
+    """A put that raised (here Full, on a bounded mpviz Queue) is drawn as ✗ where it failed;
+    the Chrome export shows it too, and the queue's depth never goes below 0 (mpviz's Queue
+    records no put before a put that fails)."""
+    import json
     import queue
     with mt.record() as trace:
         q = mp.Queue(maxsize=1)
@@ -224,6 +227,12 @@ def test_failed_put_is_marked_on_its_lane():
     assert [(f.pid, f.what) for f in fails] == [(os.getpid(), "put failed: Full")]
     _, words = crosses(viz.timeline(trace))
     assert words == ["✗ put failed: Full"]
+    trace.to_chrome(tmp_path / "t.json")
+    chrome = json.load(open(tmp_path / "t.json"))["traceEvents"]
+    depths = [e["args"]["depth"] for e in chrome if e.get("ph") == "C" and
+              "depth" in e.get("name", "")]
+    assert depths and min(depths) >= 0 and depths[-1] == 0
+    assert [e["args"]["error"] for e in chrome if e.get("name") == "queue.put_failed"] == ["Full"]
 
 
 @pytest.mark.parametrize("name, who, what", [

@@ -27,6 +27,8 @@ OS thread, what happened, and a dict of JSON-able details. The vocabulary, by wh
     queue.put_failed     queue, msg, error (e.g. "Full")             the putting thread, when a
                                                                      recorded put raised: the
                                                                      message never entered
+                                                                     (mpviz's Queue: msg None,
+                                                                     no queue.put before it)
     queue.get_failed     queue, error                                mpviz's Queue.get, when the
                                                                      bytes it read could not be
                                                                      rebuilt (sender exited ...)
