@@ -10,6 +10,11 @@ answered once, here, in plain Python (no matplotlib), and can be tested without 
     state.in_flight    messages put but not yet got (``Flow``s)
     state.deadlocks    threads that can never go on, each with the reason in words
     print(state.text())
+    failures(trace)    actions that failed (a put or get that raised, a blocked write, ...)
+
+Names are for people: a lock is called by the variable the waiting code used for it (or
+"Queue 1's lock", "Lock 2"), a queue "Queue 1", and a stuck process's reason points at the
+user's line in its stack (``user_line``), not at the stdlib's or mpviz's frame it sat in.
 
 How a lock's owner is found. A ``multiprocessing`` lock is one semaphore shared by every process:
 its owner is whoever acquired it last and has not released it. A ``threading`` lock (recorded with
@@ -523,7 +528,7 @@ def _number_channels(flows):
     return names
 
 
-_FRAME = re.compile(r'File "(?P<file>[^"]+)", line (?P<line>\d+) in (?P<func>\S+)')
+_FRAME = re.compile(r'File "(?P<file>[^"]+)", line (?P<line>\d+),? in (?P<func>\S+)')
 _MPVIZ_DIR = __file__.rsplit("/viz/", 1)[0] + "/"
 _PEOPLES = ("scenarios/", "examples/")   # mpviz code that plays the user's program
 

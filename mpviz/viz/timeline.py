@@ -8,7 +8,9 @@
 
 One row per process (its main thread), and under it one sub-row per other thread that did
 something: a Queue's feeder thread, say (``└ QueueFeederThread``), which writes a large item into
-the pipe when ``put`` could not. An arrow starts where ``put`` was called. Colours are
+the pipe when ``put`` could not. An arrow starts where ``put`` was called; it is green when its
+sender pickled a handle into the message (``state.py``). A magenta ✗ marks an action that failed,
+with what failed beside it (``state.failures``); ▸ a message put and never got. Colours are
 mpviz.viz.colors' vocabulary.
 
 Large traces stay fast because nothing invisible is drawn: event ticks are binned to about one
