@@ -214,7 +214,7 @@ def test_notebook_03_describes_what_is_drawn():
     cells = ["".join(c["source"]) for c in json.load(open(path))["cells"]]
     draw = next(i for i, c in enumerate(cells) if 'scenarios.run("producer-exits")' in c)
     assert "compress_idle=False" in cells[draw]
-    story = cells[draw + 1]
+    story = " ".join(cells[draw + 1].split())
     assert "never got" not in story and "✗" in story and "1 s later" in story
 
 
@@ -280,7 +280,7 @@ def test_stuck_reasons_name_the_users_line_and_locks_by_name():
     assert reasons
     for reason in reasons:
         assert "popen_fork.py" not in reason and "locks.py" not in reason
-        assert "at your line: fork_held_lock.py:" in reason
+        assert "at your line fork_held_lock.py:" in reason
     child = next(x for x in reasons if "waits forever" in x)
     assert "lock '_library_lock'" in child and "use_library" in child
     text = viz.state_at(r.trace, viz.stuck_moment(r.trace)).text()
@@ -339,5 +339,6 @@ def test_plot_drops_an_empty_wait_for_panel_and_the_memory_map_is_not_blank():
     greens = [p for p in mm.patches if to_hex(p.get_facecolor()) == COLORS["mapped"]]
     assert greens, "the memory map shows who mapped the segment, not a row of white cells"
     assert "when the most were mapped" in mm.get_title(loc="left")
-    stuck = sc.run("fork-held-lock")
-    assert len(viz.plot(stuck).axes) == 3        # locks and a deadlock: the wait-for graph
+    stuck = sc.run("fork-held-lock")             # a lock, a deadlock, no shared memory:
+    titles = [ax.get_title(loc="left") for ax in viz.plot(stuck).axes]
+    assert len(titles) == 2 and titles[1].startswith("Who waits for whom")   # no empty map

@@ -35,35 +35,28 @@ def plot(obj, at=None):
     titled with the verdict (the scenario's name and outcome) and, under it, the start of the
     explanation (at most 3 lines of ~100 characters). Returns the Figure.
 
-    The wait-for graph is left out when the run took no lock and nothing got stuck (it would
-    be an empty panel); the memory map then has the whole width. With `at` None, the memory
-    map is drawn at the end if something is left there (a leak, a segment still mapped), else
-    at the moment the most segments were mapped -- at the end of a clean run all are freed,
-    and a map of white cells teaches nothing; its title says which instant it shows."""
+    A panel with nothing to show is left out, and the other takes the width: the wait-for
+    graph when the run took no lock and nothing got stuck, the memory map when no shared memory
+    was recorded. With `at` None, the memory map is drawn at the end if something is left there
+    (a leak, a segment still mapped), else at the moment the most segments were mapped -- at
+    the end of a clean run all are freed, and a map of white cells teaches nothing; its title
+    says which instant it shows."""
     import textwrap
 
     from .figure import Figure
-    from .state import _index, busiest_moment
+    from .state import _index
     trace = getattr(obj, "trace", obj)
     ix = _index(trace)
-    with_locks = bool(ix.lock_infos or ix.waits or deadlocks(trace))
-    fig = Figure(figsize=(13, 11), layout="constrained")
-    top, bottom = fig.subfigures(2, 1, height_ratios=[1.2, 1])
-    timeline(trace, ax=top.add_subplot(), at=at)
-    left, right = bottom.subfigures(1, 2) if with_locks else (bottom, None)
-    map_at, map_title = at, None
-    if at is None and trace.events:
-        end = ix.segment_states(ix.t1)
-        busiest = busiest_moment(trace)
-        if end and busiest is not None and all(s.status == "freed" for s in end):
-            map_at = busiest
-            map_title = (f"Who maps which shared-memory segment at "
-                         f"{(busiest - ix.t0) / 1e6:.1f} ms, when the most were mapped\n"
-                         f"(by the end {'it was' if len(end) == 1 else f'all {len(end)} were'}"
-                         f" freed: nothing leaked)")
-    memory_map(trace, at=map_at, ax=left.add_subplot(), title=map_title)
-    if with_locks:
-        wait_for(trace, at=at, ax=right.add_subplot())
+    panels = ([_map_panel(trace, at)] if ix.shm else []) + \
+        ([lambda ax: wait_for(trace, at=at, ax=ax)]
+         if ix.lock_infos or ix.waits or deadlocks(trace) else [])
+    fig = Figure(figsize=(13, 11 if panels else 6), layout="constrained")
+    top, bottom = fig.subfigures(2, 1, height_ratios=[1.2, 1]) if panels else (fig, None)
+    timeline(trace, ax=top.add_subplot(), at=at)           # fig.axes[0]: the timeline
+    if panels:
+        for draw, sub in zip(panels, bottom.subfigures(1, len(panels)) if len(panels) > 1
+                             else [bottom]):
+            draw(sub.add_subplot())
     if hasattr(obj, "outcome"):
         title = f"{getattr(obj, 'name', '') or 'run'}: {str(obj.outcome).upper()}"
         words = " ".join(str(obj.explanation or "").split())
@@ -71,6 +64,24 @@ def plot(obj, at=None):
         fig.suptitle("\n".join([title] + lines), x=0.01, ha="left", fontsize=10,
                      linespacing=1.4)
     return fig
+
+
+def _map_panel(trace, at):
+    """How plot draws the memory map: at `at`, or (None) at the end -- unless everything was
+    freed by then, in which case at the moment the most was mapped, and the title says so."""
+    from .state import _index, busiest_moment
+    ix = _index(trace)
+    map_at, title = at, None
+    if at is None:
+        end = ix.segment_states(ix.t1)
+        busiest = busiest_moment(trace)
+        if end and busiest is not None and all(s.status == "freed" for s in end):
+            map_at = busiest
+            title = (f"Who maps which shared-memory segment at "
+                     f"{(busiest - ix.t0) / 1e6:.1f} ms, when the most were mapped\n"
+                     f"(by the end {'it was' if len(end) == 1 else f'all {len(end)} were'}"
+                     f" freed: nothing leaked)")
+    return lambda ax: memory_map(trace, at=map_at, ax=ax, title=title)
 
 
 def summary(trace):

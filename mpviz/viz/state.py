@@ -546,7 +546,7 @@ def _is_machinery(path):
 
 
 def user_line(stacks):
-    """" (at your line: file.py:12 in f(): the code)" -- the innermost frame of the first
+    """" (at your line file.py:12 in f(): `the code`)" -- the innermost frame of the first
     thread in a faulthandler dump (the main thread's) that is not the stdlib's nor mpviz's
     machinery; "" if it has none. A forked child's stack continues into its parent's, below
     the fork (``popen_fork.py ... _launch``): those frames are not the child's and are cut."""
@@ -568,8 +568,8 @@ def user_line(stacks):
     mine = next((f for f in frames if not _is_machinery(f["file"])), None)
     if mine is not None:
         code = linecache.getline(mine["file"], int(mine["line"])).split("  #")[0].strip()
-        return (f" (at your line: {os.path.basename(mine['file'])}:{mine['line']} in "
-                f"{mine['func']}()" + (f": {code}" if code else "") + ")")
+        return (f" (at your line {os.path.basename(mine['file'])}:{mine['line']} in "
+                f"{mine['func']}()" + (f": `{code}`" if code else "") + ")")
     if not frames:
         return ""
     where = " ← ".join(f"{f['func']}() ({os.path.basename(f['file'])}:{f['line']})"
