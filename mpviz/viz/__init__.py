@@ -5,7 +5,7 @@
     viz.memory_map(trace, at=None)       # processes × shared-memory segments: who maps, leaks
     viz.wait_for(trace, at=None)         # owner → lock → waiter; cycles and ghost owners in red
     viz.state_at(trace, t_ns).text()     # the same facts in words, at one instant (no picture)
-    viz.plot(result)                     # a scenario's Result: the three pictures, one figure
+    viz.plot(result)                     # a scenario's Result: its pictures, one figure
 
 Each function returns a ``matplotlib.figure.Figure`` (mpviz's subclass in ``figure.py``, which
 a notebook shows as a picture even without ``%matplotlib inline``; made without pyplot, so
