@@ -296,7 +296,7 @@ def test_plot_summary_and_trace_plot(pc, fork_deadlock):
     trace, _, _ = pc
     assert trace.plot().axes                                     # Trace.plot() → timeline
     fig = viz.plot(fork_deadlock[0])
-    assert len(fig.axes) == 3
+    assert len(fig.axes) == 2          # timeline and wait-for: no shared memory, no empty map
     text = viz.summary(trace)
     assert "4 carried shared-memory handles" in text and "3 copies" in text
 

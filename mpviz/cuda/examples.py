@@ -9,7 +9,8 @@ whether its view is still valid), so a scenario can explain the outcome without 
     same_queue(out, two_queues)         put and get one's own CUDA tensor on one queue
 """
 import mpviz
-import mpviz.multiprocessing as mp  # noqa: F401 - registers the reducers in spawned children
+import mpviz.multiprocessing as mp
+import mpviz.trace  # noqa: F401 - registers the reducers in spawned children
 from . import ipc_info, memory_stats
 
 
@@ -33,7 +34,10 @@ def consumer(q, out, release=None, hold=None):
         release.wait()
     if hold is not None:
         hold.wait()          # keep x: the producer must keep its block (release late)
-    out.put(("read", bool(mpviz.cuda.ipc_info(x)["valid"]), float(x.float().sum().item())))
+    valid = bool(mpviz.cuda.ipc_info(x)["valid"])
+    if not valid:                        # the producer freed the block: say so on our lane
+        mpviz.trace.mark("read of freed memory", failed="its producer exited and freed it")
+    out.put(("read", valid, float(x.float().sum().item())))
     del x
     out.put(("released", memory_stats()["received"]))
 

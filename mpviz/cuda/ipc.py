@@ -164,6 +164,7 @@ def share(storage):
         handle = rec.mem.export()
         event = rec.backend.record_event(rec.mem)
     if recorder.ENABLED:
+        recorder.count_handle()  # the message being pickled carries one more handle
         recorder.emit("cuda.send", block=storage.block, nbytes=rec.mem.nbytes, count=count)
     return (rec.backend.NAME, handle, rec.mem.name, rec.mem.nbytes, rec.mem.device_index,
             os.getpid(), rec.counter.name, rec.slot, event)

@@ -192,7 +192,12 @@ class Queue(multiprocessing.queues.Queue):
             finally:
                 self._rlock.release()
         # unpickle (or unmarshal) after having released the lock, as the stdlib does
-        return _decode(res)
+        try:
+            return _decode(res)
+        except BaseException as exc:      # read, but not rebuilt (its sender exited, say)
+            if recorder.ENABLED:
+                messages.get_failed(self, exc)
+            raise
 
     def _take_slot_and_encode(self, obj, block, timeout):
         """A place in the queue (or Full), then the encoded bytes (the slot given back if the
@@ -200,11 +205,17 @@ class Queue(multiprocessing.queues.Queue):
         if self._closed:
             raise ValueError(f"Queue {self!r} is closed")
         if not self._sem.acquire(block, timeout):
+            if recorder.ENABLED:
+                messages.put_failed(messages._queue_id(self), None, Full())
             raise Full
         try:
+            if recorder.ENABLED:
+                recorder.take_handles()   # count this message's handles from 0 (see recorder)
             data = _encode(obj)
-        except BaseException:
+        except BaseException as exc:      # it can't travel (a re-sent CUDA tensor, say)
             self._sem.release()
+            if recorder.ENABLED:
+                messages.put_failed(messages._queue_id(self), None, exc)
             raise
         return data, (messages.next_msg() if recorder.ENABLED else None)
 

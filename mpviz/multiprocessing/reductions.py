@@ -154,6 +154,8 @@ def storage_handle(storage):
     # Count the handle in flight (an atomic add on the segment's header), so the segment is not
     # reused, nor its name unlinked, before the receiver has it.
     segment.incref()
+    if recorder.ENABLED:
+        recorder.count_handle()  # the message being pickled carries one more handle
     if segment.strategy == file_descriptor.STRATEGY:
         address, token = fd_passing.offer(storage)
         if recorder.ENABLED:

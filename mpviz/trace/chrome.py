@@ -68,7 +68,8 @@ def to_chrome(trace, path=None):
             if e.kind.startswith("queue."):
                 _depth(out, depth, a["queue"], 1 if e.kind == "queue.put" else -1, root, ts)
         elif e.kind == "queue.put_failed":                   # it never entered the queue
-            _depth(out, depth, a["queue"], -1, root, ts)
+            if a.get("msg") is not None:      # (None: mpviz's Queue, which records no put then)
+                _depth(out, depth, a["queue"], -1, root, ts)
             out.append(dict(base, ph="i", s="t", cat="queue", name=e.kind, args=dict(a)))
         elif e.kind == "pool.task" and a.get("phase") in ("start", "done"):
             key = (e.pid, e.tid, a.get("job"), a.get("index"))

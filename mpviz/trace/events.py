@@ -19,9 +19,19 @@ OS thread, what happened, and a dict of JSON-able details. The vocabulary, by wh
     queue.put            queue, msg, nbytes (SimpleQueue, mpviz      the putting thread
                          Queue; a stdlib Queue pickles later: see
                          queue.feed), sig (when put wrote the pipe)
+    (queue.put, queue.feed and pipe.send also carry ``handles``: how many shared-memory or
+     CUDA handles pickling the message made, when it made any -- what the message carried)
+    queue.handles        handles                                     writer.c's feeder, just
+                                                                     before that write's
+                                                                     queue.feed (see messages)
     queue.put_failed     queue, msg, error (e.g. "Full")             the putting thread, when a
                                                                      recorded put raised: the
                                                                      message never entered
+                                                                     (mpviz's Queue: msg None,
+                                                                     no queue.put before it)
+    queue.get_failed     queue, error                                mpviz's Queue.get, when the
+                                                                     bytes it read could not be
+                                                                     rebuilt (sender exited ...)
     queue.feed           queue, msg, nbytes, sig                     the queue's feeder thread,
                                                                      as it writes the message
     queue.get            queue, msg (Queue: nbytes, sig; msg is      the getter, as it reads (Queue)
@@ -33,7 +43,8 @@ OS thread, what happened, and a dict of JSON-able details. The vocabulary, by wh
     shm.unlink           name, strategy, nbytes                      the core
     copy                 nbytes, name                                the core: bytes copied into shm
     fd.send / fd.recv    name, peer                                  the core: SCM_RIGHTS transfers
-    lock.wait            lock, type, timeout                         a thread that found it taken
+    lock.wait            lock, type, timeout, name (the waiter's     a thread that found it taken
+                         variable for it, when found)
     lock.acquire         lock, type                                  the new owner (event's tid)
     lock.timeout         lock, type                                  a waiter that gave up
     lock.release         lock, type                                  the owner

@@ -25,6 +25,7 @@ import os
 import sys
 import threading
 import time
+import weakref
 from itertools import count
 
 from multiprocessing import synchronize
@@ -64,9 +65,31 @@ def _creator_is_user(skip_modules, lock_type):
     return False
 
 
+def _user_name(obj):
+    """The name the waiting code calls `obj` by -- a local or global of the first frame outside
+    the recorder and the stdlib's threading/multiprocessing -- or None. A picture then says
+    "lock '_library_lock'" instead of an id. Asked only when a thread has to wait."""
+    f = sys._getframe(2)
+    while f is not None and f.f_globals.get("__name__", "").startswith(
+            ("mpviz.trace", "threading", "multiprocessing")):
+        f = f.f_back
+    if f is None or obj is None:
+        return None
+    for space in (f.f_locals, f.f_globals):
+        for name, value in space.items():
+            if value is obj:
+                return name
+    return None
+
+
+def _named(name):
+    return {"name": name} if name else {}
+
+
 def _wrap(lock, lid, typ):
     sl = lock._semlock
     raw_acquire, raw_release = sl.acquire, sl.release
+    me = weakref.ref(lock)             # (a strong one would make the lock a cycle with itself)
 
     def acquire(block=True, timeout=None):
         if not recorder.ENABLED:
@@ -76,7 +99,8 @@ def _wrap(lock, lid, typ):
             return True
         if not block:
             return False
-        recorder.emit("lock.wait", lock=lid, type=typ, timeout=timeout)
+        recorder.emit("lock.wait", lock=lid, type=typ, timeout=timeout,
+                      **_named(_user_name(me())))
         ok = raw_acquire(True, timeout)
         recorder.emit("lock.acquire" if ok else "lock.timeout", lock=lid, type=typ)
         return ok
@@ -142,7 +166,7 @@ class _TracedThreadLock:
         if not blocking:
             return False
         recorder.emit("lock.wait", lock=self._id, type=self._type,
-                      timeout=None if timeout < 0 else timeout)
+                      timeout=None if timeout < 0 else timeout, **_named(_user_name(self)))
         ok = inner.acquire(True, timeout)
         recorder.emit("lock.acquire" if ok else "lock.timeout", lock=self._id, type=self._type)
         return ok

@@ -161,8 +161,27 @@ class _TagPickler(ForkingPickler):
         msg = None
         if type(obj) in _TAG_TYPES:
             obj, msg = obj.obj, obj.msg
+        recorder.take_handles()                 # count this message's handles from 0
         data = ForkingPickler.dumps(obj, protocol)
         _feeding.msg = msg                      # (once pickled: a failed dump writes nothing)
+        _feeding.handles = recorder.take_handles()
+        return data
+
+
+class _CountingPickler(ForkingPickler):
+    """What writer.c's Pickler pickles with: ForkingPickler, and where the message carried
+    handles, a ``queue.handles`` event in the feeder thread, just before the Tap records the
+    write (``queue.feed``) of those bytes -- the C Tap has no place for the count. Trace
+    readers give it to the next ``queue.feed`` of the same thread (the feeder pickles one
+    message, writes it, then pickles the next)."""
+
+    @classmethod
+    def dumps(cls, obj, protocol=None):
+        recorder.take_handles()
+        data = ForkingPickler.dumps(obj, protocol)
+        n = recorder.take_handles()
+        if n:
+            recorder.emit("queue.handles", handles=n)
         return data
 
 
@@ -204,8 +223,14 @@ def _tagging_put(stdlib_put):
 
 
 def put_failed(qid, msg, exc):
-    """The put of `msg` raised `exc` after it was recorded: it never entered the queue."""
+    """The put of `msg` raised `exc` after it was recorded: it never entered the queue. (mpviz's
+    Queue, which encodes before it records the put, says so with msg None.)"""
     recorder.emit("queue.put_failed", queue=qid, msg=msg, error=type(exc).__name__)
+
+
+def get_failed(q, exc):
+    """mpviz's Queue read a message but could not rebuild it (`exc`): the getter got no object."""
+    recorder.emit("queue.get_failed", queue=_queue_id(q), error=type(exc).__name__)
 
 
 _queue_put, _joinable_put = _tagging_put("Queue.put"), _tagging_put("JoinableQueue.put")
@@ -252,8 +277,11 @@ def _fed(send_bytes, qid):
             msg, _feeding.msg = getattr(_feeding, "msg", None), None
             if msg is None and _take_c_msg is not None:
                 msg = _take_c_msg()             # pickled by writer.c's Pickler instead
+            args = {"queue": qid, "msg": msg, "nbytes": len(buf), "sig": sig(buf)}
+            if getattr(_feeding, "handles", 0):
+                args["handles"], _feeding.handles = _feeding.handles, 0
             try:
-                w.emit("queue.feed", {"queue": qid, "msg": msg, "nbytes": len(buf), "sig": sig(buf)})
+                w.emit("queue.feed", args)
             except Exception as exc:
                 _unrecorded("queue.feed", exc)
         return send_bytes(buf)
@@ -327,7 +355,13 @@ def queue_put_direct(q, msg, data, ts):
     """mpviz's Queue wrote `data` itself, under the write lock, starting at `ts` (taken before
     the write: a reader may emit its get before we get here): one event, put and write."""
     w = recorder.writer
-    if w is not None:                  # {queue, msg, nbytes, sig}, as the feeder's write has
+    if w is None:
+        return
+    handles = recorder.take_handles()  # what encoding `data` pickled (Queue._take_slot_and_encode)
+    if handles:
+        w.emit_at(ts, "queue.put", {"queue": _queue_id(q), "msg": msg, "nbytes": len(data),
+                                    "sig": sig(data), "handles": handles})
+    else:                              # {queue, msg, nbytes, sig}, as the feeder's write has
         w.queue_event(ts, "queue.put", _queue_id(q), msg, data)
 
 
@@ -335,7 +369,11 @@ def queue_put_buffered(q, msg, data, item):
     """mpviz's Queue hands `item` (`data`, pickled and wrapped) to its feeder: the put now, the
     write later (feed). Returns what to append to the feeder's buffer (see for_feeder)."""
     qid = _queue_id(q)
-    recorder.emit("queue.put", queue=qid, msg=msg, nbytes=len(data))
+    args = {"queue": qid, "msg": msg, "nbytes": len(data)}
+    handles = recorder.take_handles()  # what encoding `data` pickled (Queue._take_slot_and_encode)
+    if handles:
+        args["handles"] = handles
+    recorder.emit("queue.put", **args)
     return for_feeder(q, item, qid, msg)
 
 
@@ -406,8 +444,10 @@ def _simple_put(self, obj):
         return _orig["SimpleQueue.put"](self, obj)
     # the stdlib's SimpleQueue.put, with the envelope and the size recorded
     qid, msg = _queue_id(self), next_msg()
+    recorder.take_handles()
     data = ForkingPickler.dumps(_Envelope(obj, "queue", qid, msg))
-    recorder.emit("queue.put", queue=qid, msg=msg, nbytes=len(data))
+    recorder.emit("queue.put", queue=qid, msg=msg, nbytes=len(data),
+                  **_carried(recorder.take_handles()))
     if self._wlock is None:
         self._writer.send_bytes(data)
     else:
@@ -422,8 +462,17 @@ def _conn_send(self, obj):
     self._check_closed()
     self._check_writable()
     pipe, msg = f"pipe-{recorder.PID}-{self._handle}", next_msg()
+    recorder.take_handles()
     data = ForkingPickler.dumps(_Envelope(obj, "pipe", pipe, msg))
-    recorder.emit("pipe.send", pipe=pipe, msg=msg, nbytes=len(data))
+    recorder.emit("pipe.send", pipe=pipe, msg=msg, nbytes=len(data),
+                  **_carried(recorder.take_handles()))
+    self._send_bytes(data)
+
+
+def _carried(handles):
+    """The put-side event's ``handles`` arg: how many handles pickling the message made (none:
+    no arg, so a plain message's event stays as small as it was)."""
+    return {"handles": handles} if handles else {}
     self._send_bytes(data)
 
 
@@ -492,7 +541,7 @@ def install_native():
         _c_numbering(_counter, _prefix)
     me = sys.modules[__name__]
     for owner, attr, hook in [
-            (queues, "_ForkingPickler", c.Pickler(ForkingPickler, _Tag)),
+            (queues, "_ForkingPickler", c.Pickler(_CountingPickler, _Tag)),
             (queues.Queue, "put", c.Hook("put", _orig["Queue.put"], _queue_put, me)),
             (queues.JoinableQueue, "put",
              c.Hook("put", _orig["JoinableQueue.put"], _joinable_put, me)),

@@ -324,6 +324,29 @@ def emit(kind, **args):
         w.emit(kind, args)
 
 
+# --- what a message carried: its handles, counted by the side that pickles it -------------------
+#
+# The reducers (mpviz.multiprocessing.reductions, mpviz.cuda) call count_handle() for each
+# shared-memory or CUDA handle they pickle; whoever pickles a message takes the count right
+# after (take_handles) and records it on the message's put-side event (``handles=N``). So a
+# picture knows what a message carried from its sender, not from what happened around it.
+
+_packing = threading.local()
+
+
+def count_handle():
+    """One more handle pickled in this thread (called by the reducers while recording)."""
+    _packing.handles = getattr(_packing, "handles", 0) + 1
+
+
+def take_handles():
+    """The handles pickled in this thread since the last call; the count starts again at 0."""
+    n = getattr(_packing, "handles", 0)
+    if n:
+        _packing.handles = 0
+    return n
+
+
 def emit_at(ts_ns, kind, **args):
     """Record an event with a timestamp taken earlier (e.g. before a call that may block)."""
     w = writer

@@ -5,7 +5,7 @@
     viz.memory_map(trace, at=None)       # processes × shared-memory segments: who maps, leaks
     viz.wait_for(trace, at=None)         # owner → lock → waiter; cycles and ghost owners in red
     viz.state_at(trace, t_ns).text()     # the same facts in words, at one instant (no picture)
-    viz.plot(result)                     # a scenario's Result: the three pictures, one figure
+    viz.plot(result)                     # a scenario's Result: its pictures, one figure
 
 Each function returns a ``matplotlib.figure.Figure`` (mpviz's subclass in ``figure.py``, which
 a notebook shows as a picture even without ``%matplotlib inline``; made without pyplot, so
@@ -18,31 +18,45 @@ One module per picture; ``state.py`` holds the analysis they share (plain Python
 """
 from .colors import BIG_MESSAGE, COLORS, WORDS, human_bytes, legend
 from .memory_map import memory_map
-from .state import (Deadlock, LockState, Owner, ProcessState, SegmentState, State, deadlocks,
-                    process_labels, state_at, stuck_moment, trace_span)
+from .state import (Deadlock, Failure, LockState, Owner, ProcessState, SegmentState, State,
+                    channel_names, deadlocks, failures, lock_name, process_labels, state_at,
+                    stuck_moment, trace_span)
 from .timeline import timeline
 from .wait_for import wait_for
 
 __all__ = ["timeline", "memory_map", "wait_for", "state_at", "plot", "summary", "COLORS",
            "WORDS", "legend", "human_bytes", "deadlocks", "stuck_moment", "trace_span",
            "process_labels", "State", "ProcessState", "SegmentState", "LockState", "Owner",
-           "Deadlock", "BIG_MESSAGE"]
+           "Deadlock", "BIG_MESSAGE", "Failure", "failures", "channel_names", "lock_name"]
 
 
 def plot(obj, at=None):
     """A ``Result`` (or a ``Trace``): timeline on top, memory map and wait-for graph below,
     titled with the verdict (the scenario's name and outcome) and, under it, the start of the
-    explanation (at most 3 lines of ~100 characters). Returns the Figure."""
+    explanation (at most 3 lines of ~100 characters). Returns the Figure.
+
+    A panel with nothing to show is left out, and the other takes the width: the wait-for
+    graph when the run took no lock and nothing got stuck, the memory map when no shared memory
+    was recorded. With `at` None, the memory map is drawn at the end if something is left there
+    (a leak, a segment still mapped), else at the moment the most segments were mapped -- at
+    the end of a clean run all are freed, and a map of white cells teaches nothing; its title
+    says which instant it shows."""
     import textwrap
 
     from .figure import Figure
+    from .state import _index
     trace = getattr(obj, "trace", obj)
-    fig = Figure(figsize=(13, 11), layout="constrained")
-    top, bottom = fig.subfigures(2, 1, height_ratios=[1.2, 1])
-    timeline(trace, ax=top.add_subplot(), at=at)
-    left, right = bottom.subfigures(1, 2)
-    memory_map(trace, at=at, ax=left.add_subplot())
-    wait_for(trace, at=at, ax=right.add_subplot())
+    ix = _index(trace)
+    panels = ([_map_panel(trace, at)] if ix.shm else []) + \
+        ([lambda ax: wait_for(trace, at=at, ax=ax)]
+         if ix.lock_infos or ix.waits or deadlocks(trace) else [])
+    fig = Figure(figsize=(13, 11 if panels else 6), layout="constrained")
+    top, bottom = fig.subfigures(2, 1, height_ratios=[1.2, 1]) if panels else (fig, None)
+    timeline(trace, ax=top.add_subplot(), at=at)           # fig.axes[0]: the timeline
+    if panels:
+        for draw, sub in zip(panels, bottom.subfigures(1, len(panels)) if len(panels) > 1
+                             else [bottom]):
+            draw(sub.add_subplot())
     if hasattr(obj, "outcome"):
         title = f"{getattr(obj, 'name', '') or 'run'}: {str(obj.outcome).upper()}"
         words = " ".join(str(obj.explanation or "").split())
@@ -50,6 +64,24 @@ def plot(obj, at=None):
         fig.suptitle("\n".join([title] + lines), x=0.01, ha="left", fontsize=10,
                      linespacing=1.4)
     return fig
+
+
+def _map_panel(trace, at):
+    """How plot draws the memory map: at `at`, or (None) at the end -- unless everything was
+    freed by then, in which case at the moment the most was mapped, and the title says so."""
+    from .state import _index, busiest_moment
+    ix = _index(trace)
+    map_at, title = at, None
+    if at is None:
+        end = ix.segment_states(ix.t1)
+        busiest = busiest_moment(trace)
+        if end and busiest is not None and all(s.status == "freed" for s in end):
+            map_at = busiest
+            title = (f"Who maps which shared-memory segment at "
+                     f"{(busiest - ix.t0) / 1e6:.1f} ms, when the most were mapped\n"
+                     f"(by the end {'it was' if len(end) == 1 else f'all {len(end)} were'}"
+                     f" freed: nothing leaked)")
+    return lambda ax: memory_map(trace, at=map_at, ax=ax, title=title)
 
 
 def summary(trace):
@@ -60,9 +92,11 @@ def summary(trace):
     handles = _index(trace).handles
     copies = trace.of_kind("copy")
     segs = st.segments
+    carried = [handles[f.put.args["msg"]] for f in flows if f.put.args.get("msg") in handles]
     lines = [f"{len(trace.processes())} processes, {len(trace.events)} events",
-             f"{len(flows)} messages: {sum(f.put.args.get('msg') in handles for f in flows)} "
-             f"carried shared-memory handles; {len(copies)} copies into shared memory "
+             f"{len(flows)} messages: {len(carried)} carried shared-memory handles "
+             f"({sum(carried)} in all, as their senders counted them); "
+             f"{len(copies)} copies into shared memory "
              f"({human_bytes(sum(e.args.get('nbytes') or 0 for e in copies))})",
              f"{len(segs)} segments; leaked: {sum(s.status == 'leaked' for s in segs)}"]
     lines += [f"STUCK: {d.reason}" for d in deadlocks(trace)]

@@ -12,6 +12,7 @@ memory map, the wait-for graph and the Live widget::
     purple   leaked: a segment left in /dev/shm that no live process maps
     crimson  stuck for good: a deadlock, a cycle, a lock nobody can release
     amber    a warning (▼): the producer exited while a consumer held its CUDA memory
+    magenta  ✗ an action that failed: a put or get that raised, a write blocked on a full pipe
     black    killed by a signal;  brown: exited with an error code
 
 ``COLORS`` maps a meaning to a colour, ``WORDS`` says each meaning in plain words (used by every
@@ -28,6 +29,7 @@ COLORS = {
     "leak": "#9467bd",          # purple
     "deadlock": "#a50f15",      # crimson
     "warning": "#ffc107",       # amber: a warning, not (yet) a failure
+    "failed": "#c51b7d",        # magenta ✗: this action failed (its error written beside it)
     "task": "#ffffff",          # white box, dark edge: a Pool task running
     "exit0": "#c7c7c7",         # light grey life bar: ended normally
     "exitcode": "#8c564b",      # brown: exited with an error code
@@ -49,16 +51,18 @@ WORDS = {
     "leak": "leaked: left in /dev/shm, no live process maps it",
     "deadlock": "stuck for good (deadlock)",
     "warning": "warning: the producer exited while a consumer held its CUDA memory",
+    "failed": "this action failed (what failed is written beside it)",
     "task": "a Pool task running (start → done)",
     "exit0": "process ran and exited normally (exit 0)",
     "exitcode": "process exited with an error code",
     "signal": "process killed by a signal",
     "running": "process still running when the trace ends",
     "mark": "your own mark() events",
-    "event": "other recorded events",
+    "event": "thin dark ticks: other recorded events (fd passed, memory mapped, ...)",
     "ghost": "a thread that does not exist in this process",
     "mapped": "this process maps the segment",
     "freed": "freed / gone",
+    "lost": "a message put and never got: no get was recorded before the trace ended",
 }
 
 # Messages at least this big (pickled bytes) are drawn as a paid transfer (red).
@@ -90,6 +94,19 @@ def legend(ax, keys, **kwargs):
             from matplotlib.lines import Line2D
             handles.append(Line2D([], [], marker="v", ls="none", ms=8, color=COLORS[key],
                                   markeredgecolor="#7a5200", label=WORDS[key]))
+        elif key == "failed":
+            from matplotlib.lines import Line2D
+            handles.append(Line2D([], [], marker="X", ls="none", ms=8, color=COLORS[key],
+                                  markeredgecolor="white", label=WORDS[key]))
+        elif key == "event":
+            from matplotlib.lines import Line2D
+            handles.append(Line2D([], [], marker="|", ls="none", ms=9, color=COLORS[key],
+                                  markeredgewidth=1.0, label=WORDS[key]))
+        elif key == "lost":
+            from matplotlib.lines import Line2D
+            handles.append(Line2D([], [], marker=">", ls="none", ms=6, color=COLORS["message"],
+                                  label=WORDS[key]))
+
         elif key == "ghost":
             handles.append(Patch(facecolor="white", edgecolor=COLORS[key], linestyle="--",
                                  label=WORDS[key]))

@@ -10,6 +10,11 @@ answered once, here, in plain Python (no matplotlib), and can be tested without 
     state.in_flight    messages put but not yet got (``Flow``s)
     state.deadlocks    threads that can never go on, each with the reason in words
     print(state.text())
+    failures(trace)    actions that failed (a put or get that raised, a blocked write, ...)
+
+Names are for people: a lock is called by the variable the waiting code used for it (or
+"Queue 1's lock", "Lock 2"), a queue "Queue 1", and a stuck process's reason points at the
+user's line in its stack (``user_line``), not at the stdlib's or mpviz's frame it sat in.
 
 How a lock's owner is found. A ``multiprocessing`` lock is one semaphore shared by every process:
 its owner is whoever acquired it last and has not released it. A ``threading`` lock (recorded with
@@ -23,18 +28,13 @@ A deadlock is a thread waiting for a lock whose owner can never release it: the 
 the owner's process or thread has ended, or the owners wait on each other in a cycle (found by a
 depth-first search over "waiter → owner" edges). A ``watchdog.stuck`` event also counts.
 
-Which messages carried a shared-memory handle (drawn green, counted by ``summary``). The
-evidence is what happened right around the message in the same thread:
-
-  * the sender passed a file descriptor (``fd.send``) or exported CUDA memory (``cuda.send``)
-    just before its put, or
-  * the receiver mapped memory (``shm.attach``), fetched an fd (``fd.recv``) or opened a CUDA
-    IPC handle (``cuda.ipc_open``) while unpickling it, just before its get, or
-  * a handle sent *again*: the receiver already maps the segment (torch's cache hit, so no
-    attach is recorded). Rule: a message of under 1 KiB pickled whose sender maps a segment at
-    the put which the receiver maps at the get, and which has the same pickled size as an
-    earlier handle message from the same sender on the same channel. A heuristic: a small
-    reply of exactly that size would be drawn green too.
+Which messages carried shared-memory handles (drawn green, counted by ``summary``): the
+sender says so. Pickling a message counts the handles the reducers made (a tensor's storage, a
+CUDA block), and the message's put-side event carries that count (``handles=N`` on
+``queue.put``, ``queue.feed`` or ``pipe.send``; writer.c's feeder records it as a
+``queue.handles`` event just before its ``queue.feed``). A message is classified by what it
+carried, never by what happened around it: a receiver that maps memory while unpickling a
+tensor and then puts a small report sends a pickled report, not a handle.
 
 The watchdog (a scenario's side process, ``process.start how="watchdog"``) is not a lane of
 its own: its ``watchdog.stuck`` / ``watchdog.kill`` events are filed under the pids they name.
@@ -48,16 +48,14 @@ from .colors import human_bytes
 
 _THREAD_LOCK = re.compile(r"^t(\d+)\.\d+$")
 _SHM_KINDS = frozenset({"shm.create", "shm.attach", "shm.detach", "shm.unlink"})
-_HANDLE_SIGNS = frozenset({"shm.attach", "fd.recv", "fd.send", "cuda.send", "cuda.ipc_open"})
-_MESSAGE_ENDS = frozenset({"queue.get", "pipe.recv", "queue.put", "pipe.send"})
-_NEUTRAL = frozenset({"shm.create", "copy", "shm.cache", "cuda.alloc", "cuda.limbo"})
-_SMALL_HANDLE = 1024           # a re-sent handle pickles to less than this
+_SENDS = frozenset({"queue.put", "queue.feed", "pipe.send"})   # put-side events of a message
 # Kinds the timeline draws with glyphs of their own; every other kind is a plain tick.
 GLYPH_KINDS = frozenset({
     "process.start", "process.bootstrap", "process.exit", "process.launch", "process.reaped",
     "thread.start", "thread.exit", "queue.put", "queue.get", "pipe.send", "pipe.recv", "copy",
     "lock.wait", "lock.acquire", "lock.release", "lock.timeout", "pool.task", "mark",
-    "cuda.warning"})
+    "cuda.warning", "queue.put_failed", "queue.get_failed"})
+PIPE_BYTES = 64 * 1024         # what a Linux pipe holds before a write waits for a reader
 
 
 # --- naming ------------------------------------------------------------------------------------
@@ -68,15 +66,30 @@ def process_labels(trace):
     return _index(trace).labels
 
 
+def channel_names(trace):
+    """``{queue or pipe id: "Queue 1"}``: channels numbered in the order their first message was
+    put (ids like ``sem-7ff16e9d8000`` or ``mp-9mj2ozka`` mean nothing to a reader)."""
+    return _index(trace).channel_names
+
+
+def lock_name(trace, lock_id):
+    """A reader's name for a lock: the variable the waiting code called it by, where the
+    recorder saw one ("lock '_library_lock'"); a Queue's own lock ("Queue 1's lock"); else its
+    type and a number in order of first use ("Lock 2")."""
+    return _index(trace).lock_name(lock_id)
+
+
+def failures(trace):
+    """The actions that failed, each ``Failure(ts_ns, pid, tid, what)`` (see ``_Index``)."""
+    return list(_index(trace).failures)
+
+
 def is_thread_lock(lock_id):
     """True for a ``threading`` lock (private to a process; ``fork`` copies it)."""
     return _THREAD_LOCK.match(str(lock_id)) is not None
 
 
 # --- the records -------------------------------------------------------------------------------
-
-_MAX_RESENT_CHECKS = 2000    # messages examined by the re-sent-handle rule, at most
-
 
 @dataclass(frozen=True)
 class ProcessState:
@@ -115,6 +128,17 @@ class LockState:
     copy_in: Optional[int]             # a threading lock: the process whose copy this is
     owners: tuple                      # Owner
     waiters: tuple                     # (pid, tid, since_ns)
+    name: str = ""                     # for people: "lock '_library_lock'", "Queue 1's lock"
+
+
+@dataclass(frozen=True)
+class Failure:
+    """An action that failed, drawn as ✗ on its lane: a put or get that raised, a step a program
+    marked ``failed=...``, a write that blocked on a full pipe in a process found stuck."""
+    ts_ns: int
+    pid: int
+    tid: int
+    what: str
 
 
 @dataclass(frozen=True)
@@ -136,6 +160,7 @@ class State:
     deadlocks: tuple
     labels: dict = field(repr=False, default_factory=dict)
     thread_names: dict = field(repr=False, default_factory=dict)
+    channel_names: dict = field(repr=False, default_factory=dict)
 
     @property
     def t_s(self):
@@ -163,11 +188,12 @@ class State:
             waiters = ", ".join(f"{name(p)} {self.thread_names.get((p, t), f'thread {t}')}"
                                 for p, t, _ in lk.waiters)
             copy = f", the copy in {name(lk.copy_in)}" if lk.copy_in is not None else ""
-            lines.append(f"  {lk.id} ({lk.type}{copy}): held by {owners or 'nobody'}; "
+            lines.append(f"  {lk.name or lk.id} ({lk.type}{copy}): held by {owners or 'nobody'}; "
                          f"waiting: {waiters or 'nobody'}")
         lines.append(f"Messages in flight ({len(self.in_flight)}):")
         for f in self.in_flight:
-            lines.append(f"  {name(f.put.pid)} put {f.put.args.get('msg')} on {f.channel} "
+            lines.append(f"  {name(f.put.pid)} put a message on "
+                         f"{self.channel_names.get(f.channel, f.channel)} "
                          f"({human_bytes(f.nbytes)})")
         if self.deadlocks:
             lines.append("STUCK FOR GOOD:")
@@ -204,10 +230,13 @@ class _Index:
         self.lock_infos = {lk.id: lk for lk in trace.locks()}
         self.threads, self.thread_end, self.forker = {}, {}, {}
         self.shm, self.waits, self.stuck = [], [], []
-        open_waits, pending = {}, {}
+        open_waits, counted = {}, {}
         self.busy, self.first_seen, self.by_kind, self.ticks = {}, {}, {}, {}
-        self.handles = set()           # message ids that carried shared-memory handles
-        special = {"copy", "cuda.warning", "pool.task", "mark"}
+        self.handles = {}              # message id -> how many handles its sender pickled in it
+        self.writes = {}               # message id -> (its queue.feed,) when a feeder wrote it
+        special = {"copy", "cuda.warning", "pool.task", "mark", "queue.put_failed",
+                   "queue.get_failed"}
+        self.lock_names = {}           # lock id -> the variable name a waiter used for it
         for e in events:
             k = e.kind
             who = (e.pid, e.tid)
@@ -227,15 +256,15 @@ class _Index:
                 self.by_kind.setdefault(k, []).append(e)
             elif k not in GLYPH_KINDS:
                 self.ticks.setdefault(who, []).append(e.ts_ns)
-            # a message carried handles if its unpickling mapped memory or fetched an fd
-            # (get side), or an fd.send came just before its put in the same thread
-            if k in _HANDLE_SIGNS:
-                pending[who] = True
-            elif k in _MESSAGE_ENDS:
-                if pending.pop(who, False):
-                    self.handles.add(e.args.get("msg"))
-            elif pending and k not in _NEUTRAL:
-                pending.pop(who, None)
+            # what a message carried, as its sender recorded it (see the module text)
+            if k in _SENDS:
+                if k == "queue.feed":              # the write of a message put earlier
+                    self.writes[e.args.get("msg")] = (e,)
+                n = e.args.get("handles") or (counted.pop(who, 0) if k == "queue.feed" else 0)
+                if n and e.args.get("msg") is not None:
+                    self.handles[e.args["msg"]] = n
+            elif k == "queue.handles":
+                counted[who] = e.args.get("handles", 0)
             if k == "thread.start":
                 self.threads[(e.pid, e.tid)] = e.args.get("name")
             elif k == "thread.exit":
@@ -246,6 +275,8 @@ class _Index:
                 self.shm.append(e)
             elif k == "lock.wait":
                 open_waits[(e.args["lock"], e.pid, e.tid)] = e.ts_ns
+                if e.args.get("name"):
+                    self.lock_names.setdefault(e.args["lock"], e.args["name"])
             elif k in ("lock.acquire", "lock.timeout"):
                 since = open_waits.pop((e.args["lock"], e.pid, e.tid), None)
                 if since is not None:
@@ -258,43 +289,43 @@ class _Index:
                     open_tasks[key] = e
                 elif e.args.get("phase") == "done" and key in open_tasks:
                     self.tasks.append((e.pid, e.tid, open_tasks.pop(key).ts_ns, e.ts_ns))
-        self._resent_handles()
         for (lid, pid, tid), since in open_waits.items():
             self.waits.append((lid, pid, tid, since, None))
         self.labels = _make_labels(self.procs, self.watchdogs)
+        self.channel_names = _number_channels(self.flows)
+        self.failures = self._failures()
 
-    def _resent_handles(self):
-        """Add to ``handles`` the small messages that re-send a handle (see the module text)."""
-        sizes = {}                                   # (sender, channel) -> handle msg sizes
+    def lock_name(self, lid):
+        if lid in self.lock_names:
+            return f"lock '{self.lock_names[lid]}'"
+        if lid in self.channel_names:
+            return f"{self.channel_names[lid]}'s lock"
+        info = self.lock_infos.get(lid)
+        typ = info.type if info and info.type else "lock"
+        same = [i for i in self.lock_infos if i not in self.lock_names and
+                i not in self.channel_names and (self.lock_infos[i].type or "lock") == typ]
+        kind = "threading." if is_thread_lock(lid) else ""
+        return f"{kind}{typ} {same.index(lid) + 1}" if lid in same else f"{kind}{typ}"
+
+    def _failures(self):
+        out = []
+        for e in self.by_kind.get("mark", ()):
+            if e.args.get("failed"):
+                out.append(Failure(e.ts_ns, e.pid, e.tid, str(e.args.get("name"))))
+        for k, verb in (("queue.put_failed", "put"), ("queue.get_failed", "get")):
+            for e in self.by_kind.get(k, ()):
+                out.append(Failure(e.ts_ns, e.pid, e.tid, f"{verb} failed: {e.args.get('error')}"))
+        # A write bigger than a pipe, never read, in a process the watchdog found stuck: the
+        # writer is waiting for a reader that never comes (the "queue-join-deadlock" story).
+        stuck = {e.args.get("pid") for e in self.stuck}
         for f in self.flows:
-            if f.put.args.get("msg") in self.handles and f.nbytes is not None:
-                sizes.setdefault((f.put.pid, f.channel), set()).add(f.nbytes)
-        maybe = [f for f in self.flows if f.get is not None and f.nbytes is not None
-                 and f.nbytes < _SMALL_HANDLE and f.put.args.get("msg") not in self.handles
-                 and f.nbytes in sizes.get((f.put.pid, f.channel), ())]
-        if not maybe or not self.shm or len(maybe) > _MAX_RESENT_CHECKS:
-            return   # a huge trace is drawn aggregated anyway: its arrows are bundled, not coloured one by one
-        # one sweep over the mapping events answers "what does pid map at t?" for each message
-        asks = sorted([(f.put.ts_ns, i, "put") for i, f in enumerate(maybe)] +
-                      [(f.get.ts_ns, i, "get") for i, f in enumerate(maybe)])
-        counts, live, seen, j = {}, {}, {}, 0     # live: pid -> names it maps right now
-        for t, i, end in asks:
-            while j < len(self.shm) and self.shm[j].ts_ns <= t:
-                e = self.shm[j]
-                j += 1
-                key = (e.pid, e.args.get("name"))
-                if e.kind in ("shm.create", "shm.attach"):
-                    counts[key] = counts.get(key, 0) + 1
-                    live.setdefault(e.pid, set()).add(key[1])
-                elif e.kind == "shm.detach" and counts.get(key, 0) > 0:
-                    counts[key] -= 1
-                    if not counts[key]:
-                        live[e.pid].discard(key[1])
-            f = maybe[i]
-            if end == "put":
-                seen[i] = frozenset(live.get(f.put.pid, ()))
-            elif not seen.get(i, frozenset()).isdisjoint(live.get(f.get.pid, ())):
-                self.handles.add(f.put.args.get("msg"))
+            n = f.put.args.get("nbytes") or 0
+            if f.get is None and f.put.pid in stuck and n > PIPE_BYTES:
+                for e in self.writes.get(f.put.args.get("msg"), (f.put,)):
+                    out.append(Failure(e.ts_ns, e.pid, e.tid,
+                                       f"write blocked: pipe full ({human_bytes(n)} to write, "
+                                       f"a pipe holds {human_bytes(PIPE_BYTES)}; nobody reads)"))
+        return sorted(out, key=lambda x: x.ts_ns)
 
     def thread_name(self, pid, tid):
         if tid == pid:
@@ -364,7 +395,8 @@ class _Index:
                 continue
             out.append(LockState(lid, info.type if info else None, copy if copy is not None
                                  and str(copy) != _THREAD_LOCK.match(lid).group(1) else None,
-                                 tuple(owners), tuple(waiting.get((lid, copy), ()))))
+                                 tuple(owners), tuple(waiting.get((lid, copy), ())),
+                                 self.lock_name(lid)))
         return out
 
     def deadlocks(self, locks, t):
@@ -374,13 +406,13 @@ class _Index:
                 for o in lk.owners:
                     if o.ghost:
                         found.setdefault((pid, tid), Deadlock(pid, tid, (
-                            f"{self.thread_name(pid, tid)} waits forever for lock {lk.id}: "
-                            f"{o.ghost}")))
+                            f"{self.thread_name(pid, tid)} waits forever for "
+                            f"{self.lock_name(lk.id)}{self._user_line(pid, t)}: {o.ghost}")))
                     else:
                         edges.setdefault((pid, tid), []).append((lk.id, (o.pid, o.tid)))
         for cycle in _cycles(edges):
             who = lambda n: f"{self.labels.get(n[0], n[0])}'s {self.thread_name(*n)}"  # noqa
-            steps = [f"{who(cycle[i])} waits for lock {cycle[i + 1]}, which "
+            steps = [f"{who(cycle[i])} waits for {self.lock_name(cycle[i + 1])}, which "
                      f"{who(cycle[i + 2])} holds" for i in range(0, len(cycle) - 1, 2)]
             reason = "a cycle: " + "; ".join(steps) + ". Each waits for the next: none can go on"
             for node in cycle[::2]:
@@ -389,8 +421,15 @@ class _Index:
             pid = e.args.get("pid", e.pid)
             if e.ts_ns <= t and (pid, pid) not in found and not any(k[0] == pid for k in found):
                 found[(pid, pid)] = Deadlock(pid, pid, "the watchdog found it stuck" +
-                                             _last_frame(e.args.get("stacks")))
+                                             user_line(e.args.get("stacks")))
         return list(found.values())
+
+    def _user_line(self, pid, t):
+        """" (at your line ...)" from the watchdog's stacks of `pid`, if it took them by `t`."""
+        for e in self.stuck:
+            if e.args.get("pid", e.pid) == pid and e.ts_ns <= t:
+                return user_line(e.args.get("stacks"))
+        return ""
 
     # --- segments ---
 
@@ -478,12 +517,66 @@ def _cycles(edges):
     return found
 
 
-def _last_frame(stacks):
+def _number_channels(flows):
+    names, counts = {}, {}
+    for f in flows:
+        ch = f.channel
+        if ch is not None and ch not in names:
+            kind = "Pipe" if f.put.kind == "pipe.send" else "Queue"
+            counts[kind] = counts.get(kind, 0) + 1
+            names[ch] = f"{kind} {counts[kind]}"
+    return names
+
+
+_FRAME = re.compile(r'File "(?P<file>[^"]+)", line (?P<line>\d+),? in (?P<func>\S+)')
+_MPVIZ_DIR = __file__.rsplit("/viz/", 1)[0] + "/"
+_PEOPLES = ("scenarios/", "examples/")   # mpviz code that plays the user's program
+
+
+def _is_machinery(path):
+    """A frame no user wrote: the stdlib's, an installed package's, or mpviz's own (its
+    scenarios and examples are programs like the user's, so they count as the user's)."""
+    import sysconfig
+    if path.startswith("<"):                                  # <frozen runpy>, <string>
+        return True
+    if path.startswith(_MPVIZ_DIR):
+        return not path[len(_MPVIZ_DIR):].startswith(_PEOPLES)
+    lib = (sysconfig.get_paths()["stdlib"], sysconfig.get_paths()["platstdlib"])
+    return path.startswith(lib) or "site-packages" in path or "dist-packages" in path
+
+
+def user_line(stacks):
+    """" (at your line file.py:12 in f(): `the code`)" -- the innermost frame of the first
+    thread in a faulthandler dump (the main thread's) that is not the stdlib's nor mpviz's
+    machinery; "" if it has none. A forked child's stack continues into its parent's, below
+    the fork (``popen_fork.py ... _launch``): those frames are not the child's and are cut."""
     if not stacks:
         return ""
+    import linecache
+    import os
     text = stacks if isinstance(stacks, str) else str(stacks)
-    lines = [ln.strip() for ln in text.splitlines() if ln.strip().startswith("File")]
-    return f" (at {lines[0]})" if lines else ""
+    blocks = re.split(r"(?=^(?:Current thread|Thread) )", text, flags=re.M)
+    blocks.sort(key=lambda b: not b.startswith("Current thread"))  # the main thread first
+    frames = []
+    for block in blocks:
+        frames = [m.groupdict() for m in _FRAME.finditer(block)]
+        if frames:
+            break
+    cut = next((i for i, f in enumerate(frames) if f["file"].endswith("popen_fork.py")
+                and f["func"] == "_launch"), len(frames))
+    frames = frames[:cut]
+    mine = next((f for f in frames if not _is_machinery(f["file"])), None)
+    if mine is not None:
+        code = linecache.getline(mine["file"], int(mine["line"])).split("  #")[0].strip()
+        return (f" (at your line {os.path.basename(mine['file'])}:{mine['line']} in "
+                f"{mine['func']}()" + (f": `{code}`" if code else "") + ")")
+    if not frames:
+        return ""
+    where = " ← ".join(f"{f['func']}() ({os.path.basename(f['file'])}:{f['line']})"
+                       for f in frames[:3])
+    exiting = any(f["func"] == "_exit_function" for f in frames)
+    return (f" (no line of yours on its stack: {'while exiting, ' if exiting else ''}"
+            f"it was in {where})")
 
 
 # --- the public question ---------------------------------------------------------------------
@@ -507,7 +600,8 @@ def state_at(trace, t_ns=None):
                       if f.put.ts_ns <= t and (f.get is None or f.get.ts_ns > t))
     return State(t, ix.t0, procs, tuple(ix.segment_states(t)), tuple(locks), in_flight,
                  tuple(ix.deadlocks(locks, t)), dict(ix.labels),
-                 {(p, t): ix.thread_name(p, t) for p in ix.procs for t in ix.procs[p].threads})
+                 {(p, t): ix.thread_name(p, t) for p in ix.procs for t in ix.procs[p].threads},
+                 dict(ix.channel_names))
 
 
 def stuck_moment(trace):
@@ -524,6 +618,24 @@ def stuck_moment(trace):
     if ends:
         return max(latest_start, min(ends) - 1)
     return ix.t1
+
+
+def busiest_moment(trace):
+    """The first instant at which the most (process, segment) mappings were alive, or None if
+    no segment was ever mapped: where a memory map of a clean run has the most to show."""
+    ix = _index(trace)
+    counts, live, best, best_t = {}, 0, 0, None
+    for e in ix.shm:
+        key = (e.pid, e.args.get("name"))
+        if e.kind in ("shm.create", "shm.attach"):
+            counts[key] = counts.get(key, 0) + 1
+            live += counts[key] == 1
+        elif e.kind == "shm.detach" and counts.get(key, 0) > 0:
+            counts[key] -= 1
+            live -= counts[key] == 0
+        if live > best:
+            best, best_t = live, e.ts_ns
+    return best_t
 
 
 def deadlocks(trace):

@@ -8,7 +8,9 @@
 
 One row per process (its main thread), and under it one sub-row per other thread that did
 something: a Queue's feeder thread, say (``└ QueueFeederThread``), which writes a large item into
-the pipe when ``put`` could not. An arrow starts where ``put`` was called. Colours are
+the pipe when ``put`` could not. An arrow starts where ``put`` was called; it is green when its
+sender pickled a handle into the message (``state.py``). A magenta ✗ marks an action that failed,
+with what failed beside it (``state.failures``); ▸ a message put and never got. Colours are
 mpviz.viz.colors' vocabulary.
 
 Large traces stay fast because nothing invisible is drawn: event ticks are binned to about one
@@ -164,7 +166,7 @@ def timeline(trace, ax=None, at=None, title=None, max_arrows=300, max_labels=24,
         used.add("task")
 
     # --- event ticks, binned to pixel columns, painted ---
-    marks = by_kind["mark"]
+    marks = [e for e in by_kind["mark"] if not e.args.get("failed")]  # failed: drawn as ✗
     for who, stamps in ix.ticks.items():
         xs = np.interp(np.asarray(stamps, dtype=float), axis.real, axis.disp)
         paint(row(*who), (1, 4), xs, xs, COLORS["event"])
@@ -261,6 +263,18 @@ def timeline(trace, ax=None, at=None, title=None, max_arrows=300, max_labels=24,
                 color=COLORS["message"], zorder=6)
     if lost:
         labels.note = f"{len(lost)} message{'s' * (len(lost) > 1)} never got (▸)"
+        used.add("lost")
+
+    # --- actions that failed: a magenta ✗ on the lane, and what failed ---
+    for fail in ix.failures:
+        where = (x(fail.ts_ns), row(fail.pid, fail.tid))
+        ax.plot([where[0]], [where[1]], marker="X", ms=10, color=COLORS["failed"],
+                markeredgecolor="white", markeredgewidth=0.8, zorder=8)
+        labels.add(ax.annotate("✗ " + _wrap(fail.what, 60), where, xytext=(0, 9),
+                               textcoords="offset points", fontsize=7, ha="center",
+                               va="bottom", color=COLORS["failed"], fontweight="bold",
+                               zorder=8), -1, _ABOVE + _BELOW)
+        used.add("failed")
 
     # --- problems: deadlocks (red lanes with the reason), CUDA warnings ---
     for pid, d in dead.items():
@@ -319,10 +333,11 @@ def timeline(trace, ax=None, at=None, title=None, max_arrows=300, max_labels=24,
     if not fast or title:
         ax.set_title(title or "What each process did, and what travelled between them",
                      loc="left", fontsize=10)
-    order = ["handle", "copy", "message", "waiting", "holding", "deadlock", "warning", "task",
-             "exit0", "exitcode", "signal", "running", "mark", "event"]
+    order = ["handle", "copy", "message", "lost", "failed", "waiting", "holding", "deadlock",
+             "warning", "task", "exit0", "exitcode", "signal", "running", "mark", "event"]
     if not fast:
         legend(ax, [k for k in order if k in used])
+        labels.under_legend()
     return fig
 
 
@@ -347,7 +362,7 @@ class _LabelLayout(Artist):
 
     def __init__(self, ax):
         super().__init__()
-        self.items, self.fixed, self.note = [], [], ""
+        self.items, self.fixed, self.note, self.beside = [], [], "", False
         self.set_zorder(-100)
         self.more = ax.text(1.0, 1.0, "", transform=ax.transAxes, ha="right", va="bottom",
                             fontsize=7.5)         # notes over the top right corner
@@ -379,8 +394,17 @@ class _LabelLayout(Artist):
                 hidden += 1
         notes = [self.note] if self.note else []
         if hidden:
-            notes.append(f"+{hidden} label{'s' * (hidden > 1)} hidden (no room)")
-        self.more.set_text("   ".join(notes))
+            notes.append(f"+{hidden} label{'s' * (hidden > 1)} hidden: no room to write "
+                         f"{'them' if hidden > 1 else 'it'} without covering another")
+        self.more.set_text(("\n" if self.beside else "   ").join(notes))
+
+    def under_legend(self):
+        """Write the notes in the legend's column, under it, where a reader looks for what a
+        mark means (the Live widget's fast drawing has no legend: there, top right)."""
+        self.beside = True
+        self.more.set_position((1.01, 0.0))
+        self.more.set_horizontalalignment("left")
+        self.more.set_wrap(True)
 
 
 # --- helpers --------------------------------------------------------------------------------

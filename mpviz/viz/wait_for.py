@@ -52,7 +52,7 @@ def wait_for(trace, at=None, ax=None, title=None):
     for lk in state.locks:
         lkey = ("lock", lk.id, lk.copy_in)
         copy = f"\nthe copy in {labels.get(lk.copy_in, lk.copy_in)}" if lk.copy_in else ""
-        nodes[lkey] = ("lock", f"{lk.type or 'lock'} {lk.id}{copy}")
+        nodes[lkey] = ("lock", f"{lk.name or lk.id}{copy}")
         for o in lk.owners:
             if o.ghost:
                 okey = ("ghost", o.pid, o.tid, lk.copy_in)
