@@ -308,7 +308,7 @@ def test_notebook_00_table_lists_every_notebook():
     linked = set(re.findall(r"\]\((\d\d_[a-z_]+\.ipynb)\)", table))
     here = {os.path.basename(p) for p in glob.glob(
         os.path.join(os.path.dirname(__file__), "..", "notebooks", "[0-9][0-9]_*.ipynb"))}
-    assert len(here) == 9 and linked == here - {"00_overview.ipynb"}   # 01..08, each once
+    assert linked == here - {"00_overview.ipynb"}   # every notebook but 00, each once
 
 
 def test_notebook_06_says_which_api_is_mpviz_only():
