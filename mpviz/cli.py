@@ -39,7 +39,9 @@ def main(argv=None):
         parser.print_help()
         return 2
     try:
-        return COMMANDS[args.command][2](args)
+        status = COMMANDS[args.command][2](args)
+        sys.stdout.flush()          # here, where a closed pipe can still be handled
+        return status
     except BrokenPipeError:
         return _pipe_closed()
 

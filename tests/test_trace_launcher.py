@@ -1,0 +1,261 @@
+"""`python -m mpviz trace`: a hang's verdict, signals, refusals, its cost, and log sizes.
+
+Each test runs the real launcher (``python -m mpviz trace``) on a real program in a subprocess:
+the launcher puts the program in a session of its own and installs signal handlers, which a
+test must not do to the pytest process itself.
+"""
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+import mpviz.trace as mt
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PY = sys.executable
+
+JOIN_BEFORE_GET = textwrap.dedent("""
+    import multiprocessing as mp
+
+    def produce(q):
+        q.put(b"x" * (1 << 20))   # 1 MiB: the feeder thread blocks on the full pipe
+
+    if __name__ == "__main__":
+        ctx = mp.get_context({method!r})
+        q = ctx.Queue()
+        p = ctx.Process(target=produce, args=(q,))
+        p.start()
+        p.join()                  # waits for the child, which waits for someone to get
+        print(len(q.get()))
+""")
+
+SLEEPER = textwrap.dedent("""
+    import multiprocessing as mp
+    import time
+
+    def nap():
+        time.sleep(60)
+
+    if __name__ == "__main__":
+        p = mp.get_context("fork").Process(target=nap)
+        p.start()
+        print("ready", flush=True)
+        time.sleep(60)
+""")
+
+
+def env(**extra):
+    return dict(os.environ, PYTHONPATH=ROOT, **extra)
+
+
+def mpviz(*args, cwd, timeout=90, **kw):
+    return subprocess.run([PY, "-m", "mpviz", *args], cwd=cwd, env=env(), capture_output=True,
+                          text=True, timeout=timeout, **kw)
+
+
+def gone(pid, seconds=3.0):
+    """True once `pid` no longer runs (a zombie waiting for init counts as gone)."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                if f.read().rsplit(")", 1)[1].split()[0] == "Z":
+                    return True
+        except OSError:
+            return True
+        time.sleep(0.05)      # polling /proc for a process that is not our child
+    return False
+
+
+# --- a hang: verdict, stacks, trace, exit status, nothing left ------------------------------
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("method", ["fork", "spawn"])
+def test_join_before_get_gets_a_verdict(tmp_path, method):
+    (tmp_path / "prog.py").write_text(JOIN_BEFORE_GET.format(method=method))
+    out = tmp_path / "out"
+    t0 = time.monotonic()
+    run = mpviz("trace", "--hang-after", "2", "-o", str(out), "--", PY, "prog.py",
+                cwd=tmp_path)
+    took = time.monotonic() - t0
+    print(f"hang found and reported in {took:.1f} s")
+    assert run.returncode == 124, run.stderr
+    err = run.stderr
+    assert "HANG: no process made progress for" in err
+    assert "pid" in err and "(prog.py)" in err              # the program, by its script
+    assert "join (process.py" in err                         # where its main thread waited
+    assert "_feed (queues.py" in err                         # where the child's feeder did
+    for name in ("trace.json", "timeline.png", "wait_for.png"):
+        assert (out / name).exists(), name
+        assert str(out / name) in err
+    trace = mt.load(out)
+    program = [p for p in trace.processes() if p.how == "exec"]
+    child = [p for p in trace.processes() if p.ppid in {q.pid for q in program}]
+    assert len(program) == 1 and len(child) == 1
+    stuck = {e.args["pid"] for e in trace.of_kind("watchdog.stuck")}
+    assert stuck == {program[0].pid, child[0].pid}
+    (kill,) = trace.of_kind("watchdog.kill")
+    assert set(kill.args["pids"]) >= {program[0].pid, child[0].pid}
+    for p in program + child:
+        assert gone(p.pid), f"pid {p.pid} ({p.name}) still runs"
+    assert took < 60
+
+
+@pytest.mark.timeout(60)
+def test_hang_after_zero_turns_the_watchdog_off(tmp_path):
+    (tmp_path / "prog.py").write_text("import time\ntime.sleep(1.5)\n")
+    run = mpviz("trace", "--hang-after", "0", "--no-plot", "-o", str(tmp_path / "o"), "--",
+                PY, "prog.py", cwd=tmp_path)
+    assert run.returncode == 0 and "HANG" not in run.stderr
+    assert not (tmp_path / "o" / ".stacks").exists()
+
+
+# --- signals to the launcher ------------------------------------------------------------------
+
+@pytest.mark.timeout(90)
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP])
+def test_a_signal_to_the_launcher_reaches_the_program(tmp_path, sig):
+    (tmp_path / "prog.py").write_text(SLEEPER)
+    out = tmp_path / "out"
+    errfile = tmp_path / "stderr.txt"
+    with open(errfile, "w") as errs:       # (an orphan of SIGTERM keeps a pipe open: a file)
+        launcher = subprocess.Popen([PY, "-m", "mpviz", "trace", "-o", str(out), "--", PY,
+                                     "prog.py"], cwd=tmp_path, env=env(),
+                                    stdout=subprocess.PIPE, stderr=errs, text=True)
+    try:
+        assert launcher.stdout.readline() == "ready\n"
+        launcher.send_signal(sig)
+        launcher.wait(timeout=60)
+    finally:
+        launcher.stdout.close()
+        if launcher.poll() is None:
+            launcher.kill()
+            launcher.wait()
+    err = errfile.read_text()
+    assert launcher.returncode == 128 + sig, err      # the program's status, as a shell says
+    assert f"passed {sig.name} on to the program" in err
+    assert str(out / "trace.json") in err and (out / "trace.json").exists()
+    assert (out / "timeline.png").exists()           # a run ended by a signal is drawn
+    trace = mt.load(out)
+    (program,) = [p for p in trace.processes() if p.how == "exec"]
+    assert program.signal == sig.name
+    if sig != signal.SIGTERM:   # a terminal's SIGINT/SIGHUP go to the whole process group
+        for p in trace.processes():
+            if p.how == "fork":
+                assert gone(p.pid)
+    for p in trace.processes():                      # (SIGTERM's orphan, as without mpviz)
+        if p.how == "fork" and not gone(p.pid, 0.1):
+            os.kill(p.pid, signal.SIGKILL)
+
+
+# --- refusals: before the program runs, one line, exit 2 --------------------------------------
+
+@pytest.mark.parametrize("where", ["/proc/nope/out", "a_file"])
+def test_an_unwritable_output_is_refused_before_the_program_starts(tmp_path, where):
+    (tmp_path / "a_file").write_text("")
+    run = mpviz("trace", "-o", where, "--", PY, "-c", "open('marker', 'w')", cwd=tmp_path)
+    assert run.returncode == 2
+    assert len(run.stderr.strip().splitlines()) == 1 and "Fix:" in run.stderr
+    assert "Traceback" not in run.stderr
+    assert not (tmp_path / "marker").exists()
+
+
+def test_an_output_that_holds_a_recording_is_refused(tmp_path):
+    first = mpviz("trace", "--no-plot", "-o", "out", "--", "true", cwd=tmp_path)
+    assert first.returncode == 0
+    again = mpviz("trace", "-o", "out", "--", "true", cwd=tmp_path)
+    assert again.returncode == 2 and "already holds a recording" in again.stderr
+
+
+def test_a_failed_start_leaves_no_folder(tmp_path):
+    run = mpviz("trace", "-o", "new", "--", "/nonexistent/program", cwd=tmp_path)
+    assert run.returncode == 127
+    assert len(run.stderr.strip().splitlines()) == 1 and "cannot run" in run.stderr
+    assert os.listdir(tmp_path) == []
+    run = mpviz("trace", "--", "/nonexistent/program", cwd=tmp_path)   # the default folder
+    assert run.returncode == 127 and os.listdir(tmp_path) == []
+
+
+@pytest.mark.timeout(60)
+def test_exit_status_is_the_programs_and_no_plot_draws_nothing(tmp_path):
+    run = mpviz("trace", "--no-plot", "-o", "out", "--", PY, "-c", "raise SystemExit(3)",
+                cwd=tmp_path)
+    assert run.returncode == 3
+    assert not (tmp_path / "out" / "timeline.png").exists()
+    assert (tmp_path / "out" / "trace.json").exists()
+
+
+def test_run_refuses_an_unwritable_plot_before_running(tmp_path):
+    t0 = time.monotonic()
+    run = mpviz("run", "queue-sharing", "--plot", "/proc/nope/x.png", cwd=tmp_path)
+    assert run.returncode == 2
+    assert len(run.stderr.strip().splitlines()) == 1 and "Fix:" in run.stderr
+    assert run.stdout == ""                          # no verdict: the case did not run
+    assert time.monotonic() - t0 < 20
+
+
+def test_list_into_a_closed_pipe_ends_quietly(tmp_path):
+    proc = subprocess.Popen([PY, "-m", "mpviz", "list", "-v"], cwd=tmp_path,
+                            env=env(PYTHONUNBUFFERED=""), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE)
+    proc.stdout.close()                              # as `| head` does once it has enough
+    err = proc.stderr.read()
+    proc.stderr.close()
+    assert proc.wait(timeout=30) == 141 and err == b""   # 128 + SIGPIPE, as `yes | head`
+
+
+# --- what tracing costs ---------------------------------------------------------------------------
+
+def test_tracing_true_is_cheap(tmp_path):
+    def best(cmd, n=5):
+        times = []
+        for i in range(n):
+            t0 = time.perf_counter()
+            subprocess.run([c.replace("{i}", str(i)) for c in cmd], cwd=tmp_path, env=env(),
+                           capture_output=True, check=True)
+            times.append(time.perf_counter() - t0)
+        return min(times)
+
+    untraced = best(["true"])
+    traced = best([PY, "-m", "mpviz", "trace", "-o", "t{i}", "--", "true"])
+    print(f"`true`: {untraced * 1e3:.0f} ms; traced: {traced * 1e3:.0f} ms "
+          f"(+{(traced - untraced) * 1e3:.0f} ms, best of 5)")
+    assert traced - untraced < 1.2     # generous: a loaded machine; ~0.2 s when it is idle
+    imports = subprocess.run([PY, "-X", "importtime", "-m", "mpviz", "trace", "-o", "ti", "--",
+                              "true"], cwd=tmp_path, env=env(), capture_output=True, text=True)
+    assert "matplotlib" not in imports.stderr       # nothing drawn: nothing to import
+    assert not (tmp_path / "t0" / "timeline.png").exists()
+
+
+LOGGER = textwrap.dedent("""
+    import os, signal, sys
+    import mpviz.trace as mt
+    with mt.record(sys.argv[1]):
+        for i in range(int(sys.argv[2])):
+            mt.mark("m", i=i, pad="p" * (i % 300))
+        os.kill(os.getpid(), signal.SIGKILL)      # no clean exit: nothing may be lost
+""")
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("pure", ["0", "1"], ids=["C-writer", "Python-writer"])
+def test_a_log_takes_disk_in_proportion_to_its_events(tmp_path, pure):
+    (tmp_path / "logger.py").write_text(LOGGER)
+    sizes = {}
+    for n in (1, 20000):                 # 20000 marks: ~4 MB, several reservations and chunks
+        out = tmp_path / f"log{n}"
+        proc = subprocess.run([PY, "logger.py", str(out), str(n)], cwd=tmp_path,
+                              env=env(MPVIZ_PURE_PYTHON=pure), capture_output=True, text=True)
+        assert proc.returncode == -signal.SIGKILL, proc.stderr
+        (log,) = [f for f in os.listdir(out) if f.endswith(".mpvlog")]
+        sizes[n] = os.stat(out / log).st_blocks * 512
+        trace = mt.load(out)
+        assert [e.args["i"] for e in trace.of_kind("mark")] == list(range(n))
+        assert trace.problems == []
+    print(f"on disk: 1 event {sizes[1] // 1024} KiB, 20000 events {sizes[20000] // 1024} KiB")
+    assert sizes[1] <= 64 << 10                      # was a whole 1 MiB chunk
+    assert sizes[20000] < 2 * 20000 * 420            # about what was written, not chunks
