@@ -88,6 +88,7 @@ def test_join_before_get_gets_a_verdict(tmp_path, method):
     assert "HANG: no process made progress for" in err
     assert "pid" in err and "(prog.py)" in err              # the program, by its script
     assert "join (process.py" in err                         # where its main thread waited
+    assert "... <module> (prog.py:12)" in err                # ... and the program's line
     assert "_feed (queues.py" in err                         # where the child's feeder did
     for name in ("trace.json", "timeline.png", "wait_for.png"):
         assert (out / name).exists(), name
@@ -259,3 +260,50 @@ def test_a_log_takes_disk_in_proportion_to_its_events(tmp_path, pure):
     print(f"on disk: 1 event {sizes[1] // 1024} KiB, 20000 events {sizes[20000] // 1024} KiB")
     assert sizes[1] <= 64 << 10                      # was a whole 1 MiB chunk
     assert sizes[20000] < 2 * 20000 * 420            # about what was written, not chunks
+
+
+# --- the same verdict from record(hang_after=S) ------------------------------------------------
+
+RECORD_HANG = textwrap.dedent("""
+    import os, sys
+    import multiprocessing as mp
+    import mpviz.trace as mt
+    from mpviz.trace.watchdog import HangError
+
+    def produce(q):
+        q.put(b"x" * (1 << 20))
+
+    if __name__ == "__main__":
+        ctx = mp.get_context(sys.argv[1])
+        try:
+            with mt.record(hang_after=2) as trace:
+                q = ctx.Queue()
+                p = ctx.Process(target=produce, args=(q,))
+                p.start()
+                p.join()          # returns once the watchdog killed the child ...
+                q.get()           # ... and this wait is interrupted
+        except HangError as exc:
+            stuck = sorted(e.args["pid"] for e in trace.of_kind("watchdog.stuck"))
+            print("HangError", exc.verdict == trace.verdict, stuck == sorted([os.getpid(), p.pid]),
+                  p.exitcode)
+""")
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("method", ["fork", "spawn", "forkserver"])
+def test_record_with_hang_after_gives_the_same_verdict(tmp_path, method):
+    (tmp_path / "prog.py").write_text(RECORD_HANG)
+    run = subprocess.run([PY, "prog.py", method], cwd=tmp_path, env=env(), capture_output=True,
+                         text=True, timeout=100)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.split() == ["HangError", "True", "True", "-9"], run.stderr
+    assert "mpviz: HANG: no process made progress for" in run.stderr
+    assert "... <module> (prog.py:17)" in run.stderr        # the line that waited: join
+    assert "_feed (queues.py" in run.stderr
+    assert "Traceback" not in run.stderr             # the helpers it shares were left alone
+
+
+def test_record_refuses_a_bad_hang_after():
+    with pytest.raises(ValueError, match="hang_after"):
+        with mt.record(hang_after=-1):
+            pass

@@ -36,21 +36,23 @@ class Watchdog:
     """Watches a trace directory and a set of processes; ``poll()`` says when they are stuck.
 
     `pids()`: the processes to watch, asked at every poll (the launcher: the program's session;
-    ``record()``: this process's descendants).
+    ``record()``: this process's descendants). `cpu()`: their CPU seconds so far (default: summed
+    over `pids()` from /proc).
     """
 
-    def __init__(self, directory, hang_after, pids):
+    def __init__(self, directory, hang_after, pids, cpu=None):
         from ..scenarios import runner
         self._runner = runner
         self.directory, self.hang_after, self.pids = directory, float(hang_after), pids
         self.stacks_dir = os.path.join(directory, STACKS)
         os.makedirs(self.stacks_dir, exist_ok=True)
         self.trace = Trace(directory)       # live: refreshed at every poll, complete at the end
+        self._cpu = cpu or self._cpu_of_pids
         self.last_progress = time.monotonic()
         self.cpu_mark = self._cpu()
         self.stalled_for = 0.0
 
-    def _cpu(self):
+    def _cpu_of_pids(self):
         total = 0.0
         for pid in self.pids():
             st = self._runner._stat(pid)
@@ -102,10 +104,61 @@ class Watchdog:
                  f"recorded, no CPU used), so mpviz stopped "
                  f"{len(killed)} process(es) with SIGKILL.",
                  "Where each process was (Python stacks captured before they were killed, "
-                 "innermost call first):",
-                 self._runner._stack_summary(stacks)]
+                 "innermost call first; ... leads to the program's own line):",
+                 stack_summary(stacks)]
         lines += waits_in_words(self.trace)
         return "\n".join(lines)
+
+
+def stack_summary(stacks, frames=3):
+    """Each process's threads, one line each: the innermost `frames` calls and, if they are
+    all in the stdlib or mpviz, the innermost call in the program's own code (the line to
+    read first). The whole stacks are in the trace (``watchdog.stuck`` events)."""
+    if not stacks:
+        return "  (no stacks: the processes had already exited)"
+    lines = []
+    for pid, info in stacks.items():
+        lines.append(f"  pid {pid} ({info['name'] or '?'}):")
+        threads = _parse(info["stacks"])
+        if not threads:
+            lines.append(f"    {info['stacks'].strip()[:200]}")
+        for thread, calls in threads:
+            shown = [call for call, _ in calls[:frames]]
+            own = next((call for call, mine in calls[frames:] if mine), None)
+            if own:
+                shown.append(f"... {own}")
+            elif len(calls) > frames:
+                shown.append("...")
+            lines.append(f"    {thread}: {' <- '.join(shown) or '(no Python frames)'}")
+    return "\n".join(lines)
+
+
+def _parse(text):
+    """faulthandler's text as [(thread label, [("fn (file.py:line)", in the program?)])]."""
+    import sysconfig
+    library = tuple(os.path.realpath(p) for p in {sysconfig.get_paths()["stdlib"],
+                                                  sysconfig.get_paths()["purelib"],
+                                                  sysconfig.get_paths()["platlib"]})
+    mpviz_dir = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    threads = []
+    for line in text.splitlines():
+        line = line.strip()
+        if line.startswith(("Thread 0x", "Current thread 0x")):
+            threads.append([])
+        elif line.startswith("File ") and threads:
+            try:
+                path, rest = line[6:].split('", line ', 1)
+                lineno, fn = rest.split(" in ", 1)
+            except ValueError:
+                threads[-1].append((line, False))
+                continue
+            real = os.path.realpath(path)
+            mine = not real.startswith(library + (mpviz_dir,)) and not path.startswith("<")
+            threads[-1].append((f"{fn} ({os.path.basename(path)}:{lineno})", mine))
+    # faulthandler does not say which thread is the main one: the others began in threading's
+    # Thread._bootstrap
+    return [("thread" if calls and calls[-1][0].startswith("_bootstrap (threading.py") else
+             "main thread", calls) for calls in threads]
 
 
 def waits_in_words(trace):
@@ -154,8 +207,146 @@ def program_name(trace, pid):
     return None
 
 
-def kill_descendants(root):
-    """SIGKILL every living descendant of `root` (not `root`); return their pids."""
+def kill_descendants(root, recorded=()):
+    """SIGKILL every living descendant of `root` (not `root`) but the helpers it shares with
+    later runs (its resource tracker, fork server, mpviz's shm manager: they record nothing,
+    and are known by their command line -- which a fork server's children share, so a
+    `recorded` pid is killed whatever its command line); return their pids."""
+    found = [pid for pid in descendants(root) if pid in recorded or not _shared_helper(pid)]
+    for pid in found:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+    return found
+
+
+# --- record(hang_after=S): the same, inside one process (a notebook's kernel) ----------------
+
+class HangError(RuntimeError):
+    """Raised by ``record(hang_after=S)`` when nothing progressed for S seconds: the watchdog
+    captured every process's stacks, ended the processes started in the block and stopped it.
+    ``verdict``: the same text it printed; ``path``: the trace directory (the trace you named
+    in ``with record(...) as trace`` holds the events, ``watchdog.stuck`` ones included)."""
+
+    def __init__(self, verdict, path=None):
+        super().__init__(verdict)
+        self.verdict, self.path = verdict, path
+
+    def __reduce__(self):
+        return (HangError, (self.verdict, self.path))
+
+
+class Guard:
+    """The watchdog of one ``record(hang_after=S)`` block, in a thread of this process.
+
+    Watched: this process's children and their descendants (by parent pid in /proc), and this
+    process's own threads (their CPU time, from /proc/self/task, the guard's own excluded).
+    Stuck: stacks (SIGUSR1 to the children; faulthandler for this process), SIGKILL to the
+    descendants, the verdict on stderr; if the block still does not end within a second, a
+    SIGINT to the thread that entered it, and ``record`` raises ``HangError`` at its end.
+    """
+
+    def __init__(self, directory, hang_after):
+        import threading
+        self._owner = threading.get_ident()
+        self._old_env = os.environ.get(_env_stacks())
+        self._tid = None
+        self.watchdog = Watchdog(directory, hang_after, self._pids, cpu=self._cpu)
+        os.environ[_env_stacks()] = self.watchdog.stacks_dir   # spawned children show stacks
+        _fork_children_show_stacks()
+        self.verdict, self._done = None, threading.Event()
+        self._thread = threading.Thread(target=self._watch, name="mpviz-hang-watchdog",
+                                        daemon=True)
+        self._thread.start()
+
+    def _pids(self):
+        return [os.getpid()] + descendants(os.getpid())
+
+    def _watch(self):
+        import threading
+        self._tid = threading.get_native_id()
+        self.watchdog.cpu_mark = self._cpu()       # now without this thread's own
+        while not self._done.wait(POLL_SECONDS):
+            if self.watchdog.poll():
+                self._fire()
+                return
+
+    def _cpu(self):
+        """CPU seconds of the children and of this process's threads but this one."""
+        from ..scenarios.runner import _stat as stat
+        total = sum(st[3] for st in map(stat, descendants(os.getpid())) if st is not None)
+        try:
+            tasks = os.listdir("/proc/self/task")
+        except OSError:
+            tasks = []
+        for tid in tasks:
+            if int(tid) != self._tid:
+                st = stat(f"self/task/{tid}")
+                total += st[3] if st is not None else 0.0
+        return total
+
+    def _fire(self):
+        import faulthandler
+        import threading
+        import sys
+        mine = os.path.join(self.watchdog.stacks_dir, f"{os.getpid()}.self.txt")
+        with open(mine, "w") as f:
+            faulthandler.dump_traceback(file=f, all_threads=True)
+        with open(mine) as f:
+            own = f.read().strip()
+        own = "\n".join(block for block in own.split("\n\n") if "_fire" not in block) or own
+        stacks = self.watchdog.capture_stacks(extra={os.getpid(): own})
+        killed = kill_descendants(os.getpid(), {p.pid for p in self.watchdog.trace.processes()})
+        self.watchdog.record_verdict(stacks, killed)
+        self.watchdog.trace.refresh()
+        self.verdict = self.watchdog.verdict(stacks, killed).replace("mpviz trace: ", "mpviz: ")
+        print(self.verdict, file=sys.stderr, flush=True)
+        if not self._done.wait(1.0) and self._owner == threading.main_thread().ident:
+            import signal as _signal
+            _signal.pthread_kill(self._owner, _signal.SIGINT)   # wake a wait in the block
+
+    def stop(self):
+        """The block has ended: stop watching; give the environment back."""
+        self._done.set()
+        self._thread.join()
+        if self._old_env is None:
+            os.environ.pop(_env_stacks(), None)
+        else:
+            os.environ[_env_stacks()] = self._old_env
+
+
+def _env_stacks():
+    from .autostart import ENV_STACKS
+    return ENV_STACKS
+
+
+_fork_hook = False
+
+
+def _fork_children_show_stacks():
+    """A forked child of a guarded block registers its stacks (once per process: at-fork hooks
+    cannot be removed; outside a guarded block the variable is unset and it does nothing)."""
+    global _fork_hook
+    if not _fork_hook:
+        from . import autostart
+        os.register_at_fork(after_in_child=lambda: os.environ.get(_env_stacks())
+                            and autostart.register_stacks())
+        _fork_hook = True
+
+
+def _shared_helper(pid):
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            cmdline = f.read()
+    except OSError:
+        return False
+    return any(word in cmdline for word in (b"resource_tracker", b"forkserver",
+                                            b"shm_manager"))
+
+
+def descendants(root):
+    """Living (not zombie) descendants of process `root`, by parent pid in /proc."""
     from ..scenarios.runner import _stat
     children = {}
     for entry in os.listdir("/proc"):
@@ -168,9 +359,4 @@ def kill_descendants(root):
         pid = todo.pop()
         found.append(pid)
         todo.extend(children.get(pid, ()))
-    for pid in found:
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except OSError:
-            pass
     return found
