@@ -307,3 +307,72 @@ def test_record_refuses_a_bad_hang_after():
     with pytest.raises(ValueError, match="hang_after"):
         with mt.record(hang_after=-1):
             pass
+
+
+# --- pictures of a traced program are about the program -------------------------------------------
+
+POOL_FAILS = textwrap.dedent("""
+    import multiprocessing as mp
+
+    def work(x):
+        if x == 3:
+            raise ValueError("no threes")
+        return x
+
+    if __name__ == "__main__":
+        with mp.get_context("spawn").Pool(2) as pool:
+            try:
+                pool.map(work, range(6), chunksize=1)
+            except ValueError as e:
+                print("failed:", e)
+""")
+
+
+@pytest.mark.timeout(120)
+def test_pictures_name_the_program_and_draw_a_failed_task(tmp_path):
+    from mpviz import viz
+    from mpviz.viz import WORDS
+    (tmp_path / "prog.py").write_text(POOL_FAILS)
+    run = mpviz("trace", "--no-plot", "-o", "out", "--", PY, "prog.py", cwd=tmp_path)
+    assert run.returncode == 0 and run.stdout == "failed: no threes\n", run.stderr
+    trace = mt.load(tmp_path / "out")
+    labels = viz.process_labels(trace)
+    by_how = {p.how: labels[p.pid] for p in trace.processes()}
+    assert by_how["launcher"] == "mpviz trace" and by_how["exec"] == "prog.py"
+    assert "main" not in labels.values()
+    assert "from 3 processes" in run.stderr          # the program and its workers: no launcher
+    fig = viz.timeline(trace)
+    shown = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
+    assert WORDS["task_failed"] in shown
+
+
+def test_wait_for_without_an_instant_shows_the_most_waiters():
+    import threading
+    from mpviz import viz
+    from mpviz.viz import state as st
+    lock = threading.Lock()
+    with mt.record(threading_locks=True) as trace:
+        lock = threading.Lock()
+        lock.acquire()
+        started = threading.Barrier(4)
+
+        def wait():
+            started.wait()
+            with lock:
+                pass
+
+        threads = [threading.Thread(target=wait) for _ in range(3)]
+        for t in threads:
+            t.start()
+        started.wait()
+        while sum(e.kind == "lock.wait" for e in trace.events) < 3:
+            trace.refresh()      # until all three are recorded waiting (each records, then waits)
+        lock.release()
+        for t in threads:
+            t.join()
+    at = st.busiest_wait(trace)
+    assert at is not None
+    (lk,) = [lk for lk in st.state_at(trace, at).locks if lk.waiters]
+    assert len(lk.waiters) == 3 or len(lk.waiters) == 2     # (one may get it at release)
+    title = viz.wait_for(trace).axes[0].get_title(loc="left")
+    assert f"at {(at - trace.events[0].ts_ns) / 1e6:.1f} ms" in title

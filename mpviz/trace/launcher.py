@@ -230,7 +230,8 @@ def _report(directory, child, code, watchdog, verdict, received, plot):
         print(verdict, file=sys.stderr, flush=True)
     elif received:
         say(f"passed {', '.join(received)} on to the program, which ended with status {code}")
-    say(f"{len(trace.events)} events from {len(trace.processes())} processes in {directory}")
+    program = [p for p in trace.processes() if p.how not in ("launcher", "watchdog")]
+    say(f"{len(trace.events)} events from {len(program)} processes in {directory}")
     say(f"Chrome/Perfetto JSON: {chrome} (open it at https://ui.perfetto.dev)")
     for problem in trace.problems:
         say(f"could not read: {problem}")

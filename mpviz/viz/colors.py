@@ -29,6 +29,7 @@ COLORS = {
     "deadlock": "#a50f15",      # crimson
     "warning": "#ffc107",       # amber: a warning, not (yet) a failure
     "task": "#ffffff",          # white box, dark edge: a Pool task running
+    "task_failed": "#fcbba1",   # pink box, brown edge: a Pool task whose function raised
     "exit0": "#c7c7c7",         # light grey life bar: ended normally
     "exitcode": "#8c564b",      # brown: exited with an error code
     "signal": "#252525",        # black: killed by a signal
@@ -50,6 +51,7 @@ WORDS = {
     "deadlock": "stuck for good (deadlock)",
     "warning": "warning: the producer exited while a consumer held its CUDA memory",
     "task": "a Pool task running (start → done)",
+    "task_failed": "a Pool task whose function raised (start → error)",
     "exit0": "process ran and exited normally (exit 0)",
     "exitcode": "process exited with an error code",
     "signal": "process killed by a signal",
@@ -86,6 +88,9 @@ def legend(ax, keys, **kwargs):
                                  label=WORDS[key]))
         elif key == "task":
             handles.append(Patch(facecolor="white", edgecolor="#333333", label=WORDS[key]))
+        elif key == "task_failed":
+            handles.append(Patch(facecolor=COLORS[key], edgecolor=COLORS["exitcode"],
+                                 label=WORDS[key]))
         elif key == "warning":
             from matplotlib.lines import Line2D
             handles.append(Line2D([], [], marker="v", ls="none", ms=8, color=COLORS[key],
