@@ -376,3 +376,35 @@ def test_wait_for_without_an_instant_shows_the_most_waiters():
     assert len(lk.waiters) == 3 or len(lk.waiters) == 2     # (one may get it at release)
     title = viz.wait_for(trace).axes[0].get_title(loc="left")
     assert f"at {(at - trace.events[0].ts_ns) / 1e6:.1f} ms" in title
+
+
+# --- bad input: a program that closes or replaces the recorder's fd ------------------------------
+
+FD_CLOSER = textwrap.dedent("""
+    import os, sys
+    import mpviz.trace as mt
+    from mpviz.trace import recorder
+    with open("victim.txt", "w") as f:
+        f.write("mine\\n")
+    with mt.record(sys.argv[2]):
+        mt.mark("before")
+        if sys.argv[1] == "dup2":      # another file where the log's fd was
+            os.dup2(os.open("victim.txt", os.O_RDWR), recorder._log.fd)
+        else:
+            os.close(recorder._log.fd)
+        for i in range(200):           # enough to need more of the log reserved on disk
+            mt.mark("after", pad="x" * 200)
+    print(os.path.getsize("victim.txt"), len(mt.load(sys.argv[2]).of_kind("mark")))
+""")
+
+
+@pytest.mark.parametrize("how", ["dup2", "close"])
+def test_a_program_that_takes_the_logs_fd_loses_recording_not_data(tmp_path, how):
+    (tmp_path / "prog.py").write_text(FD_CLOSER)
+    run = subprocess.run([PY, "prog.py", how, "out"], cwd=tmp_path, env=env(),
+                         capture_output=True, text=True, timeout=60)
+    assert run.returncode == 0, run.stderr
+    size, marks = map(int, run.stdout.split())
+    assert size == 5                                 # the program's file is untouched
+    assert 1 < marks < 201                           # what was recorded before is kept
+    assert "recording stopped" in run.stderr and f"recorder's log fd" in run.stderr

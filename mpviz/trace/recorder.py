@@ -249,6 +249,7 @@ class _Log:
         self.mm, self.writer = None, None
         self.base = 0            # file offset of the mapped chunk
         self.end = 0             # how much of it is reserved on disk (records go below)
+        self.identity = None     # (st_dev, st_ino) of the log: is self.fd still it?
         try:
             self._map_chunk(0)
             # The magic goes in last, as a record's length word does: a reader polling now sees
@@ -267,7 +268,24 @@ class _Log:
         """File offset of the next record."""
         return self.base + self.writer.pos
 
+    def _check_fd(self):
+        """The log's fd must still be the log: a program may close it (``os.closerange``) or
+        put another file in its place (``os.dup2``), and growing *that* would write into the
+        program's file. Raises OSError (recording stops, saying why) instead."""
+        try:
+            st = os.fstat(self.fd)
+        except OSError as exc:
+            raise OSError(exc.errno, f"the program closed the recorder's log fd {self.fd} "
+                                     f"(os.closerange?); events up to here are kept") from None
+        if (st.st_dev, st.st_ino) != self.identity:
+            raise OSError(f"the program put another file on the recorder's log fd {self.fd} "
+                          f"(os.dup2?); events up to here are kept")
+
     def _map_chunk(self, base):
+        if self.identity is None:
+            st = os.fstat(self.fd)
+            self.identity = (st.st_dev, st.st_ino)
+        self._check_fd()
         os.ftruncate(self.fd, base + CHUNK)            # a hole: no disk used yet
         self.mm, self.base, self.end = mmap.mmap(self.fd, CHUNK, offset=base), base, 0
         self._reserve(RESERVE)
@@ -275,6 +293,7 @@ class _Log:
     def _reserve(self, end):
         """Reserve the chunk's bytes up to `end` on disk: ENOSPC here, not SIGBUS later."""
         end = min(end, CHUNK)
+        self._check_fd()
         if hasattr(os, "posix_fallocate"):
             os.posix_fallocate(self.fd, self.base + self.end, end - self.end)
         self.end = end
