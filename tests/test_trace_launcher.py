@@ -407,4 +407,33 @@ def test_a_program_that_takes_the_logs_fd_loses_recording_not_data(tmp_path, how
     size, marks = map(int, run.stdout.split())
     assert size == 5                                 # the program's file is untouched
     assert 1 < marks < 201                           # what was recorded before is kept
-    assert "recording stopped" in run.stderr and f"recorder's log fd" in run.stderr
+    assert "recording stopped" in run.stderr and "recorder's log fd" in run.stderr
+
+
+# --- bad input: os._exit, a killed launcher ----------------------------------------------------
+
+def test_a_process_ended_by_os_exit_is_named(tmp_path):
+    (tmp_path / "prog.py").write_text("import os, time\nif os.fork() == 0:\n    os._exit(7)\n"
+                                      "time.sleep(0.3)\n")    # nobody waits for the child
+    run = mpviz("trace", "--no-plot", "-o", "out", "--", PY, "prog.py", cwd=tmp_path)
+    assert run.returncode == 0
+    assert "how it ended was not recorded (os._exit" in run.stderr
+
+
+@pytest.mark.timeout(60)
+def test_a_killed_launcher_is_reported_by_its_program(tmp_path):
+    (tmp_path / "prog.py").write_text("import os, time\nprint(os.getpid(), flush=True)\n"
+                                      "time.sleep(1)\n")
+    errfile = tmp_path / "stderr.txt"
+    with open(errfile, "w") as errs:
+        launcher = subprocess.Popen([PY, "-m", "mpviz", "trace", "-o", "out", "--", PY,
+                                     "prog.py"], cwd=tmp_path, env=env(),
+                                    stdout=subprocess.PIPE, stderr=errs, text=True)
+    program = int(launcher.stdout.readline())
+    launcher.kill()
+    launcher.wait()
+    assert launcher.stdout.read() == ""                # EOF: the program has exited
+    launcher.stdout.close()
+    assert gone(program)
+    assert f"the launcher (pid {launcher.pid}) is gone" in errfile.read_text()
+    assert mt.load(tmp_path / "out").of_kind("process.exit")   # its logs are all there

@@ -84,6 +84,7 @@ def _environment(directory, threading_locks, stacks_dir):
     env["PYTHONPATH"] = os.pathsep.join(
         [autostart.site_directory(), ROOT] + [p for p in [env.get("PYTHONPATH")] if p])
     env[autostart.ENV_DIR] = directory
+    env[autostart.ENV_LAUNCHER] = str(os.getpid())
     env.pop(autostart.ENV_THREADING_LOCKS, None)
     env.pop(autostart.ENV_STACKS, None)
     if threading_locks:
@@ -235,6 +236,10 @@ def _report(directory, child, code, watchdog, verdict, received, plot):
     say(f"Chrome/Perfetto JSON: {chrome} (open it at https://ui.perfetto.dev)")
     for problem in trace.problems:
         say(f"could not read: {problem}")
+    for p in program:
+        if p.exitcode is None and p.signal is None and p.exit_ns is None and p.how != "exec":
+            say(f"pid {p.pid} ({p.name}): how it ended was not recorded (os._exit, or killed, "
+                f"and no recorded parent waited for it); its events up to then are all there")
     worth = verdict is not None or code != 0
     if plot is False or (plot is None and not worth):
         say(f"no pictures drawn{' (--no-plot)' if plot is False else ''}: "

@@ -29,6 +29,7 @@ import sys
 
 ENV_DIR = "MPVIZ_TRACE_DIR"
 ENV_THREADING_LOCKS = "MPVIZ_TRACE_THREADING_LOCKS"
+ENV_LAUNCHER = "MPVIZ_TRACE_LAUNCHER"   # the pid of `mpviz trace`, for its program to check
 ENV_STACKS = "MPVIZ_SCENARIO_STACKS"     # the scenarios' runner uses the same variable
 _stacks_file = None
 
@@ -61,7 +62,9 @@ def boot():
     directory = os.environ.get(ENV_DIR)
     if directory and me == "program":
         if recorder.start(directory, "exec"):
-            atexit.register(_record_exit)
+            # (taken out of the environment: only the program the launcher started checks it)
+            launcher = os.environ.pop(ENV_LAUNCHER, "")
+            atexit.register(_record_exit, directory, launcher.isdigit() and int(launcher))
 
 
 def register_stacks():
@@ -88,10 +91,14 @@ def register_stacks():
         os.register_at_fork(after_in_child=register_stacks)
 
 
-def _record_exit():
+def _record_exit(directory, launcher):
     from .. import recorder
     if recorder.ENABLED:
         recorder.emit("process.exit", exitcode=None, how="atexit")
+    if launcher and os.getppid() != launcher:     # re-parented: the launcher has gone
+        print(f"mpviz trace: the launcher (pid {launcher}) is gone (killed?), so no trace.json "
+              f"and no picture will be written; the logs are in {directory}: "
+              f"mpviz.trace.load({directory!r}) reads them", file=sys.stderr, flush=True)
 
 
 def site_directory():
