@@ -437,3 +437,25 @@ def test_a_killed_launcher_is_reported_by_its_program(tmp_path):
     assert gone(program)
     assert f"the launcher (pid {launcher.pid}) is gone" in errfile.read_text()
     assert mt.load(tmp_path / "out").of_kind("process.exit")   # its logs are all there
+
+
+# --- waiting for time or for the user is not a hang --------------------------------------------------
+
+@pytest.mark.timeout(60)
+def test_sleeping_or_reading_the_terminal_is_not_a_hang(tmp_path):
+    import pty
+    (tmp_path / "prog.py").write_text("import time\ntime.sleep(2.5)\nprint('typed:', input())\n")
+    master, slave = pty.openpty()
+    try:
+        proc = subprocess.Popen([PY, "-m", "mpviz", "trace", "--hang-after", "1", "--no-plot",
+                                 "-o", "out", "--", PY, "prog.py"], cwd=tmp_path, env=env(),
+                                stdin=slave, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                text=True)
+        time.sleep(5)        # the user takes a while to type: 2.5 s of sleep, then ~2.5 s
+        os.write(master, b"hello\n")
+        out, err = proc.communicate(timeout=40)
+    finally:
+        os.close(master)
+        os.close(slave)
+    assert proc.returncode == 0, err
+    assert out.endswith("typed: hello\n") and "HANG" not in err

@@ -15,9 +15,12 @@ their CPU time, stack summaries)::
               ``verdict()``: the same in words -- how long nothing happened, where each process
               was, and who waits for whom as far as the trace recorded it
 
-"Progress" is what the trace can see: an event, or CPU time. A program that sleeps longer than
-`hang_after` without recording anything looks the same as one that is stuck, which is why the
-verdict says what was seen and shows the stacks, and why ``--hang-after 0`` turns this off.
+"Progress" is what the trace can see: an event, or CPU time. A process whose main thread sleeps
+(``time.sleep``) or reads from a terminal (``input()``) is waiting for time or for you, not
+stuck: that counts as progress too (seen in /proc: the system call it is blocked in). Anything
+else that waits longer than `hang_after` without recording an event looks the same as a hang --
+a slow network read, say -- which is why the verdict says what was seen and shows the stacks,
+and why ``--hang-after 0`` turns this off.
 """
 import os
 import signal
@@ -70,7 +73,15 @@ class Watchdog:
         if new or cpu - self.cpu_mark > CPU_PROGRESS_SECONDS:
             self.last_progress, self.cpu_mark = now, cpu
         self.stalled_for = now - self.last_progress
+        if self.stalled_for > self.hang_after and self._waiting_for_time_or_user():
+            self.last_progress = now                      # not stuck: asleep, or asking you
+            self.stalled_for = 0.0
         return self.stalled_for > self.hang_after
+
+    def _waiting_for_time_or_user(self):
+        """True if a watched process's main thread sleeps (``time.sleep``) or reads from a
+        terminal (``input()``): its wait ends by itself, or when you type -- not a hang."""
+        return any(waits_for_time_or_user(pid, pid) for pid in self.pids())
 
     def capture_stacks(self, extra=None):
         """``{pid: {"name", "stacks"}}`` of every recorded process still running, asked with
@@ -159,6 +170,35 @@ def _parse(text):
     # Thread._bootstrap
     return [("thread" if calls and calls[-1][0].startswith("_bootstrap (threading.py") else
              "main thread", calls) for calls in threads]
+
+
+# System call numbers, by machine, of the waits that end by themselves or by the user's typing
+# (see syscall(2) and /proc/PID/task/TID/syscall in proc(5)): "sleep" and "read".
+_SLEEPS = {"x86_64": {35, 230}, "aarch64": {101, 115}}
+_READ = {"x86_64": 0, "aarch64": 63}
+
+
+def waits_for_time_or_user(pid, tid):
+    """Is thread `tid` of process `pid` in a sleep, or reading a terminal? (Linux: the system
+    call it is blocked in, from /proc; False where that cannot be read.)"""
+    machine = os.uname().machine
+    try:
+        with open(f"/proc/{pid}/task/{tid}/syscall") as f:
+            fields = f.read().split()
+    except OSError:
+        return False
+    if not fields or not fields[0].isdigit() or machine not in _SLEEPS:
+        return False                        # running, or not in a system call
+    number = int(fields[0])
+    if number in _SLEEPS[machine]:
+        return True
+    if number == _READ[machine] and len(fields) > 1:
+        try:
+            target = os.readlink(f"/proc/{pid}/fd/{int(fields[1], 16)}")
+        except (OSError, ValueError):
+            return False
+        return target.startswith(("/dev/pts/", "/dev/tty"))
+    return False
 
 
 def waits_in_words(trace):
