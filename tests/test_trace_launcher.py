@@ -439,7 +439,7 @@ def test_a_killed_launcher_is_reported_by_its_program(tmp_path):
     assert mt.load(tmp_path / "out").of_kind("process.exit")   # its logs are all there
 
 
-# --- waiting for time or for the user is not a hang --------------------------------------------------
+# --- waiting for time or for the user is not a hang ------------------------------------------
 
 @pytest.mark.timeout(60)
 def test_sleeping_or_reading_the_terminal_is_not_a_hang(tmp_path):

@@ -2,7 +2,7 @@
 
 A scenario's watchdog (scenarios/runner.py) does this for the workshop's cases; this module does
 the same for the learner's own program, and reuses that file's helpers (processes of a session,
-their CPU time, stack summaries)::
+their CPU time, asking them for their stacks)::
 
     every 0.1 s:  new events in the trace directory?  the watched processes used CPU?  → progress
                   no progress for `hang_after` seconds                                → a hang
@@ -10,7 +10,8 @@ their CPU time, stack summaries)::
     a hang:   SIGUSR1 to each recorded process still running; faulthandler (registered in every
               process at start-up by ``autostart.register_stacks``) writes its threads' Python
               stacks to DIR/.stacks/PID.txt
-              the caller ends the processes (the launcher: the program's whole session)
+              the caller ends the processes (the launcher: the program's whole session;
+              ``record()``: the block's children, see ``Guard``)
               the stacks become ``watchdog.stuck`` events (the pictures mark those lanes stuck)
               ``verdict()``: the same in words -- how long nothing happened, where each process
               was, and who waits for whom as far as the trace recorded it
@@ -111,8 +112,8 @@ class Watchdog:
 
     def verdict(self, stacks, killed):
         """The hang in words: what was seen, where each process was, who waits for whom."""
-        lines = [f"mpviz trace: HANG: no process made progress for {self.stalled_for:.1f} s (no event "
-                 f"recorded, no CPU used), so mpviz stopped "
+        lines = [f"mpviz trace: HANG: no process made progress for {self.stalled_for:.1f} s "
+                 f"(no event recorded, no CPU used), so mpviz stopped "
                  f"{len(killed)} process(es) with SIGKILL.",
                  "Where each process was (Python stacks captured before they were killed, "
                  "innermost call first; ... leads to the program's own line):",
