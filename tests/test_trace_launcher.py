@@ -38,12 +38,12 @@ SLEEPER = textwrap.dedent("""
     import time
 
     def nap():
+        print("ready", flush=True)      # once both are where the signal will find them
         time.sleep(60)
 
     if __name__ == "__main__":
         p = mp.get_context("fork").Process(target=nap)
         p.start()
-        print("ready", flush=True)
         time.sleep(60)
 """)
 

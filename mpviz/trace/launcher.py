@@ -97,15 +97,29 @@ def _environment(directory, threading_locks, stacks_dir):
 # --- 3. signals to the launcher go to the program ------------------------------------------
 
 class Forwarder:
-    """While installed, SIGTERM/SIGINT/SIGHUP to this process are sent on to the program."""
+    """While installed, SIGTERM/SIGINT/SIGHUP to this process are sent on to the program.
 
-    def __init__(self, child):
-        self.child, self.received, self._old = child, [], {}
+    Installed before the program starts: a signal that arrives meanwhile is kept, and sent as
+    soon as ``attach(child)`` names the program."""
+
+    def __init__(self):
+        self.child, self.received, self.pending, self._old = None, [], [], {}
         for sig in FORWARDED:
             self._old[sig] = signal.signal(sig, self._forward)
 
+    def attach(self, child):
+        self.child = child
+        for signum in self.pending:
+            self._send(signum)
+
     def _forward(self, signum, frame):
         self.received.append(signal.Signals(signum).name)
+        if self.child is None:
+            self.pending.append(signum)
+        else:
+            self._send(signum)
+
+    def _send(self, signum):
         try:
             if signum in TO_GROUP:
                 os.killpg(self.child.pid, signum)   # the program leads its process group
@@ -135,11 +149,13 @@ def run(program, output=None, hang_after=10.0, plot=None, threading_locks=False)
     # The launcher records too (as the program's parent): the trace shows how the program ended
     # even if it was killed.
     recording = recorder.start(directory, "launcher")
+    forwarder = Forwarder()
     try:
         child = subprocess.Popen(program, env=_environment(directory, threading_locks,
                                                            stacks_dir),
                                  start_new_session=True)
     except OSError as exc:
+        forwarder.remove()
         recorder.stop()
         _remove_what_we_made(directory, created)
         say(f"cannot run {program[0]!r}: {exc.strerror or exc}. Fix: check the command after "
@@ -148,7 +164,7 @@ def run(program, output=None, hang_after=10.0, plot=None, threading_locks=False)
     if recording:
         recorder.emit("process.launch", child=child.pid, name=" ".join(program),
                       start_method="exec")
-    forwarder = Forwarder(child)
+    forwarder.attach(child)
     watchdog, verdict = None, None
     try:
         if hang_after:
@@ -223,7 +239,7 @@ def _report(directory, child, code, watchdog, verdict, received, plot):
             trace = load(directory)
         chrome = os.path.join(directory, "trace.json")
         trace.to_chrome(chrome)
-    except Exception as exc:
+    except (Exception, KeyboardInterrupt) as exc:    # (a Ctrl-C now stops only this)
         say(f"could not write {directory}/trace.json ({exc!r}); the raw logs are in "
             f"{directory} (mpviz.trace.load() reads them)")
         return
