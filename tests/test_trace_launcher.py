@@ -90,6 +90,7 @@ def test_join_before_get_gets_a_verdict(tmp_path, method):
     assert "join (process.py" in err                         # where its main thread waited
     assert "... <module> (prog.py:12)" in err                # ... and the program's line
     assert "_feed (queues.py" in err                         # where the child's feeder did
+    assert "how it ended was not recorded" not in err        # the watchdog killed it: known
     for name in ("trace.json", "timeline.png", "wait_for.png"):
         assert (out / name).exists(), name
         assert str(out / name) in err
@@ -103,6 +104,7 @@ def test_join_before_get_gets_a_verdict(tmp_path, method):
     assert set(kill.args["pids"]) >= {program[0].pid, child[0].pid}
     for p in program + child:
         assert gone(p.pid), f"pid {p.pid} ({p.name}) still runs"
+        assert p.signal == "SIGKILL"          # drawn as killed, not as "still running"
     assert took < 60
 
 

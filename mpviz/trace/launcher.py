@@ -233,8 +233,10 @@ def _report(directory, child, code, watchdog, verdict, received, plot):
     try:
         if watchdog is not None:
             trace = watchdog.trace
-            if verdict is None:              # (after a hang it has read everything already)
+            if verdict is None:
                 trace.refresh(final=True)
+            else:                            # (read to the end once already: the rest)
+                trace.refresh()
         else:
             trace = load(directory)
         chrome = os.path.join(directory, "trace.json")
@@ -252,8 +254,10 @@ def _report(directory, child, code, watchdog, verdict, received, plot):
     say(f"Chrome/Perfetto JSON: {chrome} (open it at https://ui.perfetto.dev)")
     for problem in trace.problems:
         say(f"could not read: {problem}")
+    killed = {pid for e in trace.of_kind("watchdog.kill") for pid in e.args.get("pids", ())}
     for p in program:
-        if p.exitcode is None and p.signal is None and p.exit_ns is None and p.how != "exec":
+        if p.exitcode is None and p.signal is None and p.exit_ns is None and \
+                p.how != "exec" and p.pid not in killed:
             say(f"pid {p.pid} ({p.name}): how it ended was not recorded (os._exit, or killed, "
                 f"and no recorded parent waited for it); its events up to then are all there")
     worth = verdict is not None or code != 0

@@ -107,6 +107,11 @@ class Watchdog:
                 log.emit("watchdog.stuck", pid=pid, name=info["name"], stacks=info["stacks"],
                          reason="stuck", seconds=round(self.stalled_for, 2))
             log.emit("watchdog.kill", pids=list(killed), reason="stuck")
+            recorded = {p.pid for p in self.trace.processes()}
+            for pid in killed:       # how they ended, for the pictures: not "still running"
+                if pid in recorded:
+                    log.emit("process.reaped", child=pid, exitcode=-signal.SIGKILL,
+                             signal="SIGKILL", by="watchdog")
         finally:
             log.close()
 
