@@ -105,6 +105,10 @@ def test_join_before_get_gets_a_verdict(tmp_path, method):
     for p in program + child:
         assert gone(p.pid), f"pid {p.pid} ({p.name}) still runs"
         assert p.signal == "SIGKILL"          # drawn as killed, not as "still running"
+    from mpviz import viz
+    summary = viz.summary(trace)
+    assert summary.startswith("2 processes,")     # the launcher/watchdog are not counted
+    assert "reached from <module> (prog.py:12)" in summary
     assert took < 60
 
 

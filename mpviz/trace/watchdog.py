@@ -136,7 +136,7 @@ def stack_summary(stacks, frames=3):
     lines = []
     for pid, info in stacks.items():
         lines.append(f"  pid {pid} ({info['name'] or '?'}):")
-        threads = _parse(info["stacks"])
+        threads = parse_stacks(info["stacks"])
         if not threads:
             lines.append(f"    {info['stacks'].strip()[:200]}")
         for thread, calls in threads:
@@ -150,7 +150,7 @@ def stack_summary(stacks, frames=3):
     return "\n".join(lines)
 
 
-def _parse(text):
+def parse_stacks(text):
     """faulthandler's text as [(thread label, [("fn (file.py:line)", in the program?)])]."""
     import sysconfig
     library = tuple(os.path.realpath(p) for p in {sysconfig.get_paths()["stdlib"],

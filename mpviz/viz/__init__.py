@@ -60,7 +60,8 @@ def summary(trace):
     handles = _index(trace).handles
     copies = trace.of_kind("copy")
     segs = st.segments
-    lines = [f"{len(trace.processes())} processes, {len(trace.events)} events",
+    ran = [p for p in trace.processes() if p.how not in ("launcher", "watchdog")]  # not mpviz's
+    lines = [f"{len(ran)} processes, {len(trace.events)} events",
              f"{len(flows)} messages: {sum(f.put.args.get('msg') in handles for f in flows)} "
              f"carried shared-memory handles; {len(copies)} copies into shared memory "
              f"({human_bytes(sum(e.args.get('nbytes') or 0 for e in copies))})",

@@ -502,11 +502,19 @@ def _cycles(edges):
 
 
 def _last_frame(stacks):
+    """Where the main thread waited: its innermost call and, if that is in the stdlib or mpviz,
+    the program's own line that led there."""
     if not stacks:
         return ""
-    text = stacks if isinstance(stacks, str) else str(stacks)
-    lines = [ln.strip() for ln in text.splitlines() if ln.strip().startswith("File")]
-    return f" (at {lines[0]})" if lines else ""
+    from ..trace.watchdog import parse_stacks
+    threads = parse_stacks(stacks if isinstance(stacks, str) else str(stacks))
+    calls = next((c for label, c in threads if label == "main thread" and c),
+                 next((c for _, c in threads if c), None))
+    if not calls:
+        return ""
+    where, mine = calls[0]
+    own = next((call for call, is_mine in calls if is_mine), None) if not mine else None
+    return f" in {where}" + (f", reached from {own}" if own else "")
 
 
 # --- the public question ---------------------------------------------------------------------
