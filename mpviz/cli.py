@@ -60,13 +60,15 @@ def _pipe_closed():
 
 def _trace_arguments(parser):
     parser.add_argument("-o", "--output", metavar="DIR",
-                        help="trace directory, new or empty (default: a new mpviz-trace-* "
+                        help="trace directory, new or holding no recording (default: a new "
+                             "mpviz-trace-* "
                              "directory in the current directory); refused before the program "
                              "starts if it cannot be written")
     parser.add_argument("--hang-after", metavar="S", type=float, default=10.0,
                         help="when no process has recorded an event or used CPU for S seconds, "
                              "capture every process's Python stacks, print a verdict, end the "
-                             "program and exit 124 (default 10; 0 turns it off)")
+                             "program and exit 124 (default 10; 0 turns it off; a time.sleep or "
+                             "an input() is not a hang)")
     drawing = parser.add_mutually_exclusive_group()
     drawing.add_argument("--plot", dest="plot", action="store_const", const=True, default=None,
                          help="draw the timeline picture (default: only after a hang, a signal "
