@@ -4,15 +4,14 @@ Subcommands live in a registry, so adding one is three steps: write ``add_argume
 ``run(args) -> exit status``, then call ``register("name", "one-line help", add_arguments, run)``
 at the bottom of this module (or from another module imported here)::
 
-    python -m mpviz trace [-o DIR] -- python script.py args...   record an unmodified program
+    python -m mpviz trace [-o DIR] [--hang-after S] [--plot | --no-plot] -- python script.py ...
+                                          record an unmodified program (mpviz/trace/launcher.py)
 
 ``main(argv=None)`` parses `argv` (default ``sys.argv[1:]``) and returns the subcommand's status.
 """
 import argparse
 import os
-import subprocess
 import sys
-import tempfile
 
 COMMANDS = {}     # name -> (help, add_arguments, run)
 
@@ -39,15 +38,43 @@ def main(argv=None):
     if args.command is None:
         parser.print_help()
         return 2
-    return COMMANDS[args.command][2](args)
+    try:
+        status = COMMANDS[args.command][2](args)
+        sys.stdout.flush()          # here, where a closed pipe can still be handled
+        return status
+    except BrokenPipeError:
+        return _pipe_closed()
+
+
+def _pipe_closed():
+    """The reader of our output went away (``python -m mpviz list -v | head``): not an error,
+    so no traceback; exit as a program killed by SIGPIPE would (128 + 13), as ``yes | head``
+    does. stdout is pointed at /dev/null so that Python's final flush does not fail again."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+    return 141
 
 
 # --- trace ----------------------------------------------------------------------------------
 
 def _trace_arguments(parser):
     parser.add_argument("-o", "--output", metavar="DIR",
-                        help="trace directory (default: a new mpviz-trace-* directory in the "
-                             "current directory)")
+                        help="trace directory, new or holding no recording (default: a new "
+                             "mpviz-trace-* "
+                             "directory in the current directory); refused before the program "
+                             "starts if it cannot be written")
+    parser.add_argument("--hang-after", metavar="S", type=float, default=10.0,
+                        help="when no process has recorded an event or used CPU for S seconds, "
+                             "capture every process's Python stacks, print a verdict, end the "
+                             "program and exit 124 (default 10; 0 turns it off; a time.sleep or "
+                             "an input() is not a hang)")
+    drawing = parser.add_mutually_exclusive_group()
+    drawing.add_argument("--plot", dest="plot", action="store_const", const=True, default=None,
+                         help="draw the timeline picture (default: only after a hang, a signal "
+                              "or a non-zero exit status; drawing costs ~1.5 s)")
+    drawing.add_argument("--no-plot", dest="plot", action="store_const", const=False,
+                         help="never draw (trace.json is always written)")
     parser.add_argument("--threading-locks", action="store_true",
                         help="also record threading.Lock/RLock made by the program")
     parser.add_argument("program", nargs=argparse.REMAINDER,
@@ -55,7 +82,7 @@ def _trace_arguments(parser):
 
 
 def _trace_run(args):
-    from mpviz.trace import autostart, load, recorder
+    from mpviz.trace import launcher
 
     program = list(args.program)
     if program and program[0] == "--":
@@ -64,56 +91,12 @@ def _trace_run(args):
         print("mpviz trace: give the program to run after --, e.g.\n"
               "    python -m mpviz trace -o out -- python script.py", file=sys.stderr)
         return 2
-    directory = os.path.abspath(args.output or tempfile.mkdtemp(prefix="mpviz-trace-", dir="."))
-    env = dict(os.environ)
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    env["PYTHONPATH"] = os.pathsep.join(
-        [autostart.site_directory(), root] + [p for p in [env.get("PYTHONPATH")] if p])
-    env[autostart.ENV_DIR] = directory
-    if args.threading_locks:
-        env[autostart.ENV_THREADING_LOCKS] = "1"
-    # This launcher records too (as the program's parent), so that the trace shows how the
-    # program ended even if it was killed.
-    recording = recorder.start(directory, "launcher")
     try:
-        child = subprocess.Popen(program, env=env)
-    except OSError as exc:
-        recorder.stop()
-        print(f"mpviz trace: cannot run {program[0]!r}: {exc}", file=sys.stderr)
-        return 127
-    if recording:
-        recorder.emit("process.launch", child=child.pid, name=" ".join(program),
-                      start_method="exec")
-    try:
-        code = child.wait()
-    except KeyboardInterrupt:        # the program got the Ctrl-C too; wait for it to finish
-        code = child.wait()
-    if recording:
-        import signal
-        sig = signal.Signals(-code).name if code < 0 else None
-        recorder.emit("process.reaped", child=child.pid, exitcode=code, signal=sig)
-        recorder.stop()
-    trace = load(directory)
-    chrome = os.path.join(directory, "trace.json")
-    trace.to_chrome(chrome)
-    print(f"mpviz trace: {len(trace.events)} events from {len(trace.processes())} processes "
-          f"in {directory}\nmpviz trace: Chrome/Perfetto JSON: {chrome} "
-          f"(open it at https://ui.perfetto.dev)", file=sys.stderr)
-    picture = _try_plot(trace, directory)
-    if picture:
-        print(f"mpviz trace: timeline picture: {picture}", file=sys.stderr)
-    return code if code >= 0 else 128 - code
-
-
-def _try_plot(trace, directory):
-    """Draw the timeline if mpviz.viz (and matplotlib) are there; the trace is enough without."""
-    try:
-        fig = trace.plot()
-        path = os.path.join(directory, "timeline.png")
-        fig.savefig(path)
-        return path
-    except Exception:
-        return None
+        return launcher.run(program, output=args.output, hang_after=args.hang_after,
+                            plot=args.plot, threading_locks=args.threading_locks)
+    except launcher.Refused as exc:
+        launcher.say(str(exc))
+        return 2
 
 
 register("trace", "record an unmodified Python program, its child processes included",

@@ -71,8 +71,10 @@ def _run_run(args):
     from . import start
     try:
         params, plot, trace_dir = parse_options(args.options)
+        if plot:
+            _check_writable(plot)          # before the run, not after it
         running = start(args.name, trace_dir=trace_dir, **params)
-    except ValueError as exc:
+    except (ValueError, OSError) as exc:
         print(f"mpviz run: {exc}", file=sys.stderr)
         return 2
     tty = sys.stderr.isatty()
@@ -115,7 +117,20 @@ def _run_run(args):
     return 0
 
 
+def _check_writable(path):
+    """Raise ValueError (one line: what, why, fix) if a picture cannot be saved at `path`."""
+    folder = os.path.dirname(os.path.abspath(path)) or "."
+    if os.path.isdir(path):
+        raise ValueError(f"--plot {path!r} is a directory. Fix: give a file name, e.g. "
+                         f"--plot {os.path.join(path, 'timeline.png')}")
+    if not os.path.isdir(folder) or not os.access(folder, os.W_OK | os.X_OK):
+        why = "does not exist" if not os.path.isdir(folder) else "is not writable"
+        raise ValueError(f"cannot save --plot {path!r}: the folder {folder!r} {why}. Fix: "
+                         f"give a path in a folder you can write, e.g. --plot timeline.png")
+
+
 def _plot(result, path):
+    """Save the timeline; False (after one line) if it could not be drawn or saved."""
     try:
         from mpviz.viz import timeline
     except ImportError as exc:
@@ -123,8 +138,12 @@ def _plot(result, path):
               f"The verdict above stands. Fix: run it in the project's environment, "
               f"`./run mpviz run ... --plot {path}`, or install matplotlib.", file=sys.stderr)
         return False
-    fig = timeline(result.trace)
-    fig.savefig(path)
+    try:
+        timeline(result.trace).savefig(path)
+    except (OSError, ValueError) as exc:      # a full disk, an unknown picture format
+        print(f"mpviz run: cannot save {path}: {exc}. The verdict above stands.",
+              file=sys.stderr)
+        return False
     print(f"timeline: {os.path.abspath(path)}")
     return True
 

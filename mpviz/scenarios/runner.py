@@ -252,29 +252,7 @@ class Running:
         names = {p.pid: p.name for p in live.processes()}
         names.setdefault(self.pid, "driver")
         pids = [pid for pid in _session_pids(self.pid) if pid in names]
-        sizes = {}
-        for pid in pids:
-            path = os.path.join(self.stacks_dir, f"{pid}.txt")
-            sizes[pid] = _size(path)
-            try:
-                os.kill(pid, signal.SIGUSR1)
-            except OSError:
-                pass
-        deadline = time.monotonic() + 1.5
-        last, stable_since = None, time.monotonic()
-        while time.monotonic() < deadline:          # until every file has grown and settled
-            now_sizes = {pid: _size(os.path.join(self.stacks_dir, f"{pid}.txt")) for pid in pids}
-            if now_sizes != last:
-                last, stable_since = now_sizes, time.monotonic()
-            elif all(now_sizes[p] > sizes[p] for p in pids) and \
-                    time.monotonic() - stable_since > 0.1:
-                break
-            time.sleep(0.02)     # polling a file written by a signal handler; bounded
-        out = {}
-        for pid in pids:
-            text = _read_text(os.path.join(self.stacks_dir, f"{pid}.txt"))[sizes[pid]:]
-            out[pid] = {"name": names.get(pid), "stacks": text.strip() or "(no stacks captured)"}
-        return out
+        return capture_stacks(pids, names, self.stacks_dir)
 
     def _write_watchdog_events(self, reason, stacks, killed, live, stalled_for):
         try:
@@ -288,6 +266,35 @@ class Running:
             log.emit("watchdog.kill", pids=killed, reason=reason)
         finally:
             log.close()
+
+
+def capture_stacks(pids, names, stacks_dir):
+    """``{pid: {"name", "stacks"}}``: SIGUSR1 to each of `pids`, whose faulthandler (registered
+    at start-up, see _site/sitecustomize.py) appends its threads' stacks to STACKS_DIR/PID.txt.
+    Also used by the hang watchdog of ``python -m mpviz trace`` (mpviz/trace/watchdog.py)."""
+    sizes = {}
+    for pid in pids:
+        path = os.path.join(stacks_dir, f"{pid}.txt")
+        sizes[pid] = _size(path)
+        try:
+            os.kill(pid, signal.SIGUSR1)
+        except OSError:
+            pass
+    deadline = time.monotonic() + 1.5
+    last, stable_since = None, time.monotonic()
+    while time.monotonic() < deadline:          # until every file has grown and settled
+        now_sizes = {pid: _size(os.path.join(stacks_dir, f"{pid}.txt")) for pid in pids}
+        if now_sizes != last:
+            last, stable_since = now_sizes, time.monotonic()
+        elif all(now_sizes[p] > sizes[p] for p in pids) and \
+                time.monotonic() - stable_since > 0.1:
+            break
+        time.sleep(0.02)     # polling a file written by a signal handler; bounded
+    out = {}
+    for pid in pids:
+        text = _read_text(os.path.join(stacks_dir, f"{pid}.txt"))[sizes[pid]:]
+        out[pid] = {"name": names.get(pid), "stacks": text.strip() or "(no stacks captured)"}
+    return out
 
 
 # --- processes of a session -----------------------------------------------------------------------

@@ -33,8 +33,12 @@ File layout (format version 2)::
     n = 0        end of the data written so far (the file is pre-zeroed)
     n = ~0       padding: the rest of this chunk is unused, continue at the next chunk
 
-The file grows in chunks of ``CHUNK`` bytes (reserved with ``posix_fallocate`` so a full disk is an
-error we can report here, not a SIGBUS later). A record never straddles two chunks. The checksum
+The file grows in chunks of ``CHUNK`` bytes, and a chunk is reserved on disk as it fills: the file
+is extended to the chunk's end with ``ftruncate`` (a sparse file: a hole costs no disk), and the
+part records go into is reserved with ``posix_fallocate`` -- ``RESERVE`` bytes at first, twice as
+much each time it is full -- so a full disk is an error we can report here, never a SIGBUS while
+writing into the mapping. A log's disk usage (``st_blocks``) thus follows its events: 16 KiB for
+a process that recorded a few, not a whole chunk. A record never straddles two chunks. The checksum
 and body are copied first and the length word last, so a reader -- or a process killed in the
 middle of a copy -- finds either the whole record or none (n still 0). The checksum catches what
 is left: a file damaged afterwards, a reader whose read raced a copy (see ``reader.py``).
@@ -51,8 +55,9 @@ cannot be built (no compiler), or with ``MPVIZ_PURE_PYTHON=1``, the Python Write
 
     emit(kind, **args) --> writer.emit(kind, args)           (mark() calls writer.mark directly)
                              |  encode: record header + body, as above
-                             |  append: fits in the chunk?  yes: copy, the length last
-                             |                              no:  PAD, on_full() maps the next chunk
+                             |  append: fits below `end`?   yes: copy, the length last
+                             |                              no:  on_full() reserves more of the
+                             |                              chunk, or (PAD first) maps the next
                              '  anything fails: on_error() -- the log failed (OSError): one
                                 warning, recording stops; this event failed (cannot encode,
                                 too large): a warning, a record.dropped event, recording goes on
@@ -82,6 +87,7 @@ MAGIC = b"MPVZLOG\0"
 HEADER = struct.Struct("<8sHHIIIQ")  # magic, version, header size, chunk, pid, ppid, t0
 HEADER_SIZE = 64
 CHUNK = 1 << 20
+RESERVE = 16 << 10                   # the first part of a chunk reserved on disk (then doubled)
 MAX_RECORD = CHUNK - HEADER_SIZE     # a record must fit in a chunk, the first one included
 LENGTH = struct.Struct("<I")         # a record's first word: n, or 0 (the end), or PAD
 RECORD = struct.Struct("<II")        # n, adler32(body)
@@ -132,8 +138,10 @@ def decode(body):
 class Writer:
     """Appends events to a log's mapped chunk: the pure-Python reference (writer.c: the same in C).
 
-    `on_full()` is called when a record does not fit: it maps the next chunk, hands it over with
-    ``use(mm, 0)`` and returns True (False: the log is closed, the event is dropped).
+    Records go below `end`, the part of the chunk reserved on disk. `on_full()` is called when
+    a record does not fit: it reserves more of the chunk (``use(mm, pos, end)``) or, when the
+    record cannot fit in this chunk at all (a PAD word was written), maps the next chunk
+    (``use(mm, 0, end)``); it returns True (False: the log is closed, the event is dropped).
     `on_error(kind, exc)` is told about any failure; ``emit`` raises only what `on_error`
     raises (the recorder's logs say so and stop recording; a SideLog raises).
     """
@@ -141,13 +149,18 @@ class Writer:
     def __init__(self, on_full, on_error, max_record):
         self.on_full, self.on_error, self.max_record = on_full, on_error, max_record
         self.lock = allocate_lock()     # one append at a time (the C Writer holds the GIL)
-        self.mm, self.pos, self.sealed = None, 0, True
+        self.mm, self.pos, self.end, self.sealed = None, 0, 0, True
 
-    def use(self, mm, pos):
-        """Append to chunk `mm` from offset `pos` on (None: stop appending)."""
+    def use(self, mm, pos, end=None):
+        """Append to chunk `mm` from offset `pos` on, below `end` (default: the whole chunk);
+        None: stop appending."""
         # Called only while sealed (no append reads mm/pos then) or to stop: no lock needed.
         self.sealed = True
-        self.mm, self.pos = mm, pos
+        if mm is not None:
+            end = len(mm) if end is None else end
+            if not 0 <= pos <= end <= len(mm):
+                raise ValueError("use(): pos or end outside the chunk")
+        self.mm, self.pos, self.end = mm, pos, end
         self.sealed = mm is None
 
     def emit(self, kind, args):
@@ -177,15 +190,15 @@ class Writer:
                 with self.lock:
                     if not self.sealed:
                         mm, pos = self.mm, self.pos
-                        if pos + n <= len(mm):
+                        if pos + n <= self.end:
                             mm[pos + 4:pos + n] = record[4:]    # checksum and body first ...
                             mm[pos:pos + 4] = record[:4]        # ... then the length commits it
                             self.pos = pos + n
                             return
-                        if len(mm) - pos >= 4:                  # full: pad, the rest is unused
-                            _pack_length(mm, pos, PAD)
+                        if pos + n > len(mm) and self.end - pos >= 4:
+                            _pack_length(mm, pos, PAD)          # full: the rest is unused
                         self.sealed = True
-                if not self.on_full():                          # maps the next chunk
+                if not self.on_full():                 # reserves more, or the next chunk
                     return                                      # recording stopped: dropped
         except Exception as exc:       # a recorder must never break the program it observes
             self.on_error(kind, exc)
@@ -237,6 +250,8 @@ class _Log:
             raise FileExistsError(f"no free log name for pid {pid} in {directory}")
         self.mm, self.writer = None, None
         self.base = 0            # file offset of the mapped chunk
+        self.end = 0             # how much of it is reserved on disk (records go below)
+        self.identity = None     # (st_dev, st_ino) of the log: is self.fd still it?
         try:
             self._map_chunk(0)
             # The magic goes in last, as a record's length word does: a reader polling now sees
@@ -248,30 +263,61 @@ class _Log:
             self.close()
             raise
         self.writer = writer_class()(self._next_chunk, self._write_failed, MAX_RECORD)
-        self.writer.use(self.mm, HEADER_SIZE)
+        self.writer.use(self.mm, HEADER_SIZE, self.end)
 
     @property
     def off(self):
         """File offset of the next record."""
         return self.base + self.writer.pos
 
+    def _check_fd(self):
+        """The log's fd must still be the log: a program may close it (``os.closerange``) or
+        put another file in its place (``os.dup2``), and growing *that* would write into the
+        program's file. Raises OSError (recording stops, saying why) instead."""
+        try:
+            st = os.fstat(self.fd)
+        except OSError as exc:
+            raise OSError(exc.errno, f"the program closed the recorder's log fd {self.fd} "
+                                     f"(os.closerange?); events up to here are kept") from None
+        if (st.st_dev, st.st_ino) != self.identity:
+            raise OSError(f"the program put another file on the recorder's log fd {self.fd} "
+                          f"(os.dup2?); events up to here are kept")
+
     def _map_chunk(self, base):
+        if self.identity is None:
+            st = os.fstat(self.fd)
+            self.identity = (st.st_dev, st.st_ino)
+        self._check_fd()
+        os.ftruncate(self.fd, base + CHUNK)            # a hole: no disk used yet
+        self.mm, self.base, self.end = mmap.mmap(self.fd, CHUNK, offset=base), base, 0
+        self._reserve(RESERVE)
+
+    def _reserve(self, end):
+        """Reserve the chunk's bytes up to `end` on disk: ENOSPC here, not SIGBUS later."""
+        end = min(end, CHUNK)
+        self._check_fd()
         if hasattr(os, "posix_fallocate"):
-            os.posix_fallocate(self.fd, base, CHUNK)  # ENOSPC here, not SIGBUS later
-        else:                                          # macOS
-            os.ftruncate(self.fd, base + CHUNK)
-        self.mm, self.base = mmap.mmap(self.fd, CHUNK, offset=base), base
+            os.posix_fallocate(self.fd, self.base + self.end, end - self.end)
+        self.end = end
 
     def _next_chunk(self):
-        """The Writer's on_full: map the chunk after this one. False when the log is closed."""
+        """The Writer's on_full: reserve more of this chunk, or (when the Writer padded it)
+        map the next one. False when the log is closed."""
         with self.lock:
             if self.mm is None:
                 return False
-            if self.writer.sealed:       # (else another thread got here first)
-                full = self.mm
-                self._map_chunk(self.base + CHUNK)
-                self.writer.use(self.mm, 0)              # lets go of the full chunk ...
-                full.close()                             # ... so that it can be unmapped
+            w = self.writer
+            if w.sealed:                 # (else another thread got here first)
+                pos = w.pos
+                padded = pos + 4 <= self.end and LENGTH.unpack_from(self.mm, pos)[0] == PAD
+                if self.end < CHUNK and not padded:
+                    self._reserve(2 * self.end)
+                    w.use(self.mm, pos, self.end)
+                else:
+                    full = self.mm
+                    self._map_chunk(self.base + CHUNK)
+                    w.use(self.mm, 0, self.end)      # lets go of the full chunk ...
+                    full.close()                     # ... so that it can be unmapped
             return True
 
     def _write_failed(self, kind, exc):

@@ -35,6 +35,7 @@ class Trace:
         self._links.add(self.events)
         self._reader = LogReader(self.path) if self.path is not None else None
         self._problems = []
+        self.verdict = None     # a hang's verdict in words, set by record(hang_after=...)
 
     def snapshot(self):
         """A copy of the events as they are now, to draw in another thread while this trace is
@@ -221,15 +222,23 @@ def load(path):
 
 
 @contextlib.contextmanager
-def record(path=None, *, threading_locks=False):
+def record(path=None, *, threading_locks=False, hang_after=None):
     """Record this process and every process started inside the block.
 
     `path`: the trace directory (created if missing, kept afterwards); None records into a
     temporary directory that is removed at the end (the events stay in the returned trace).
     `threading_locks`: also record ``threading.Lock``/``RLock`` made by your code.
+    `hang_after`: seconds; when no process records an event or uses CPU for that long, the
+    hang watchdog (watchdog.py) captures every process's Python stacks, prints a verdict, kills
+    the processes started in the block, interrupts the block if it still waits, and ``record``
+    raises ``HangError`` (the trace keeps the events: draw it with ``mpviz.viz.plot(trace)``).
+    None or 0: no watchdog, as ``python -m mpviz trace --hang-after 0``.
     If recording cannot start, a ``RecorderWarning`` says why and the block runs unrecorded.
     """
     global _install_depth
+    if hang_after is not None and (not isinstance(hang_after, (int, float)) or hang_after < 0):
+        raise ValueError(f"hang_after must be a number of seconds >= 0 (or None), not "
+                         f"{hang_after!r}")
     temporary = path is None
     directory = tempfile.mkdtemp(prefix="mpviz-trace-") if temporary else os.fspath(path)
     previous = recorder.current_directory()
@@ -240,9 +249,15 @@ def record(path=None, *, threading_locks=False):
     else:
         hooks.install(threading_locks=threading_locks)
         _install_depth += 1
+    guard = None
     try:
+        if ok and hang_after:
+            from .watchdog import Guard
+            guard = Guard(directory, hang_after)
         yield trace
     finally:
+        if guard is not None:
+            guard.stop()
         if ok:
             recorder.stop()
             _install_depth -= 1
@@ -254,6 +269,10 @@ def record(path=None, *, threading_locks=False):
         if temporary:
             trace._detach()
             shutil.rmtree(directory, ignore_errors=True)
+        if guard is not None and guard.verdict is not None:
+            from .watchdog import HangError
+            trace.verdict = guard.verdict
+            raise HangError(guard.verdict, None if temporary else directory)
 
 
 def mark(name, **args):

@@ -11,8 +11,10 @@ same order, and writes the same bytes (tests/test_trace_writer.py compares the t
                                        '------------------ body: n bytes ---------------------'
       3. append to the mapped chunk: copy checksum + body, then store the length word last
          (a record exists for a reader once its length is there)
-      4. no room left: write the PAD word, mark the chunk "sealed" and call on_full(), which maps
-         the next chunk and hands it over with use(mm, 0); then go back to 3.
+      4. no room left: if the record cannot fit in this chunk at all, write the PAD word; mark
+         the chunk "sealed" and call on_full(), which reserves more of the chunk on disk and
+         hands it back with use(mm, pos, end), or maps the next chunk (use(mm, 0, end)); then
+         go back to 3.
 
 Where the Python Writer's time goes (~2 µs a mark on a slow machine), and what this file does:
 
@@ -390,6 +392,7 @@ typedef struct {
     Py_buffer chunk;         /* the mapped chunk we append to (borrowed from an mmap object) */
     int sealed;              /* 1: no chunk, or the current one is full (PAD written) */
     Py_ssize_t pos;          /* where the next record goes in the chunk */
+    Py_ssize_t end;          /* the chunk's bytes reserved on disk so far: records go below */
     Py_ssize_t max_record;   /* larger events cannot fit in any chunk */
     PyObject *on_full;       /* on_full() -> True once use() got a fresh chunk, False: stopped */
     PyObject *on_error;      /* on_error(kind, exception): a failure, reported, never raised */
@@ -413,7 +416,7 @@ append(Writer *w, const Buf *b)
         return -1;
     }
     for (;;) {
-        if (!w->sealed && w->pos + (Py_ssize_t)b->len <= w->chunk.len) {
+        if (!w->sealed && w->pos + (Py_ssize_t)b->len <= w->end) {
             char *at = (char *)w->chunk.buf + w->pos;
             memcpy(at + 4, b->p + 4, b->len - 4);           /* checksum and body first ... */
             __atomic_thread_fence(__ATOMIC_RELEASE);
@@ -421,15 +424,16 @@ append(Writer *w, const Buf *b)
             w->pos += (Py_ssize_t)b->len;
             return 0;
         }
-        if (!w->sealed) {                                   /* full: pad, then ask for the next */
-            if (w->chunk.len - w->pos >= 4) {
+        if (!w->sealed) {          /* no room: pad if the chunk is full, then ask for more */
+            if (w->pos + (Py_ssize_t)b->len > w->chunk.len && w->end - w->pos >= 4) {
                 uint32_t pad = PAD;
                 memcpy((char *)w->chunk.buf + w->pos, &pad, 4);
             }
             w->sealed = 1;
         }
-        /* Calling Python may let other threads run: they see the chunk sealed and wait for
-           the same on_full, which maps one new chunk for all of them. */
+        /* on_full() reserves more of this chunk (no PAD written) or maps the next one.
+           Calling Python may let other threads run: they see the chunk sealed and wait for
+           the same on_full, which makes room once for all of them. */
         PyObject *r = PyObject_CallNoArgs(w->on_full);
         if (r == NULL)
             return -1;
@@ -599,21 +603,30 @@ Writer_mark(Writer *w, PyObject *const *argv, Py_ssize_t argc)
 static PyObject *
 Writer_use(Writer *w, PyObject *const *argv, Py_ssize_t argc)
 {
-    if (check_args(w, argc, 2, "use(mm, pos)"))
+    if (check_args(w, argc == 3 ? 2 : argc, 2, "use(mm, pos[, end])"))
         return NULL;
     Py_ssize_t pos = PyLong_AsSsize_t(argv[1]);
     if (pos == -1 && PyErr_Occurred())
         return NULL;
+    Py_ssize_t end = -1;                         /* -1: the whole chunk is reserved */
+    if (argc == 3 && argv[2] != Py_None) {
+        end = PyLong_AsSsize_t(argv[2]);
+        if (end == -1 && PyErr_Occurred())
+            return NULL;
+    }
     release_chunk(w);
     if (argv[0] != Py_None) {
         if (PyObject_GetBuffer(argv[0], &w->chunk, PyBUF_WRITABLE) < 0)
             return NULL;
-        if (pos < 0 || pos > w->chunk.len) {
+        if (end < 0)
+            end = w->chunk.len;
+        if (pos < 0 || end > w->chunk.len || pos > end) {
             release_chunk(w);
-            PyErr_SetString(PyExc_ValueError, "use(): pos outside the chunk");
+            PyErr_SetString(PyExc_ValueError, "use(): pos or end outside the chunk");
             return NULL;
         }
         w->pos = pos;
+        w->end = end;
         w->sealed = 0;
     }
     Py_RETURN_NONE;
@@ -698,7 +711,8 @@ static PyMethodDef Writer_methods[] = {
      "queue_event(ts_ns, kind, queue, msg, data): emit_at(ts_ns, kind, {queue, msg, nbytes, "
      "sig}) for the bytes in data, without building that dict"},
     {"use", (PyCFunction)(void (*)(void))Writer_use, METH_FASTCALL,
-     "use(mm, pos): append to this mapped chunk from pos on (None: no chunk)"},
+     "use(mm, pos, end=len(mm)): append to this mapped chunk from pos on, below end (None: "
+     "no chunk)"},
     {NULL}
 };
 

@@ -93,7 +93,8 @@ def summary(trace):
     copies = trace.of_kind("copy")
     segs = st.segments
     carried = [handles[f.put.args["msg"]] for f in flows if f.put.args.get("msg") in handles]
-    lines = [f"{len(trace.processes())} processes, {len(trace.events)} events",
+    ran = [p for p in trace.processes() if p.how not in ("launcher", "watchdog")]  # not mpviz's
+    lines = [f"{len(ran)} processes, {len(trace.events)} events",
              f"{len(flows)} messages: {len(carried)} carried shared-memory handles "
              f"({sum(carried)} in all, as their senders counted them); "
              f"{len(copies)} copies into shared memory "

@@ -31,6 +31,7 @@ COLORS = {
     "warning": "#ffc107",       # amber: a warning, not (yet) a failure
     "failed": "#c51b7d",        # magenta ✗: this action failed (its error written beside it)
     "task": "#ffffff",          # white box, dark edge: a Pool task running
+    "task_failed": "#fcbba1",   # pink box, brown edge: a Pool task whose function raised
     "exit0": "#c7c7c7",         # light grey life bar: ended normally
     "exitcode": "#8c564b",      # brown: exited with an error code
     "signal": "#252525",        # black: killed by a signal
@@ -53,6 +54,7 @@ WORDS = {
     "warning": "warning: the producer exited while a consumer held its CUDA memory",
     "failed": "this action failed (what failed is written beside it)",
     "task": "a Pool task running (start → done)",
+    "task_failed": "a Pool task whose function raised (start → error)",
     "exit0": "process ran and exited normally (exit 0)",
     "exitcode": "process exited with an error code",
     "signal": "process killed by a signal",
@@ -90,6 +92,9 @@ def legend(ax, keys, **kwargs):
                                  label=WORDS[key]))
         elif key == "task":
             handles.append(Patch(facecolor="white", edgecolor="#333333", label=WORDS[key]))
+        elif key == "task_failed":
+            handles.append(Patch(facecolor=COLORS[key], edgecolor=COLORS["exitcode"],
+                                 label=WORDS[key]))
         elif key == "warning":
             from matplotlib.lines import Line2D
             handles.append(Line2D([], [], marker="v", ls="none", ms=8, color=COLORS[key],

@@ -225,6 +225,8 @@ class _Index:
         self.procs = {p.pid: p for p in trace.processes()}
         self.watchdogs = {pid for pid, p in self.procs.items() if p.how == "watchdog"}
         self.tasks = []                # (pid, tid, start_ns, done_ns) of Pool tasks
+        self.failed_tasks = []         # the same, for the tasks whose function raised
+        self.scripts = {}              # pid -> the script a traced program ran (its lane's name)
         open_tasks = {}
         self.flows = trace.flows()
         self.lock_infos = {lk.id: lk for lk in trace.locks()}
@@ -288,10 +290,17 @@ class _Index:
                 if e.args.get("phase") == "start":
                     open_tasks[key] = e
                 elif e.args.get("phase") == "done" and key in open_tasks:
-                    self.tasks.append((e.pid, e.tid, open_tasks.pop(key).ts_ns, e.ts_ns))
+                    task = (e.pid, e.tid, open_tasks.pop(key).ts_ns, e.ts_ns)
+                    self.tasks.append(task)
+                    if e.args.get("ok") is False:
+                        self.failed_tasks.append(task)
+            elif k == "process.start" and e.args.get("how") == "exec":
+                script = _script(e.args.get("argv"))
+                if script:
+                    self.scripts[e.pid] = script
         for (lid, pid, tid), since in open_waits.items():
             self.waits.append((lid, pid, tid, since, None))
-        self.labels = _make_labels(self.procs, self.watchdogs)
+        self.labels = _make_labels(self.procs, self.watchdogs, self.scripts)
         self.channel_names = _number_channels(self.flows)
         self.failures = self._failures()
 
@@ -478,16 +487,23 @@ class _Index:
         return out
 
 
-def _make_labels(procs, watchdogs=()):
-    labels, workers = {}, 0
-    roots = [p for p in procs.values() if (p.ppid not in procs or p.ppid in watchdogs)
-             and p.pid not in watchdogs]
+def _make_labels(procs, watchdogs=(), scripts=None):
+    """Lanes' names. ``python -m mpviz trace``'s launcher is "mpviz trace", not the program's
+    "main": the program it ran is the root, named after its script (``prog.py``)."""
+    labels, workers, scripts = {}, 0, scripts or {}
+    helpers = set(watchdogs) | {pid for pid, p in procs.items() if p.how == "launcher"}
+    roots = [p for p in procs.values() if (p.ppid not in procs or p.ppid in helpers)
+             and p.pid not in helpers]
     for p in procs.values():
         name = p.name or ""
         if p.pid in watchdogs:
             labels[p.pid] = "watchdog"
-        elif p in roots:                          # the process that recorded (or the CLI's
-            labels[p.pid] = "main" if p is roots[0] else f"main {p.pid}"   # program)
+        elif p.pid in helpers:
+            labels[p.pid] = "mpviz trace"
+        elif p.pid in scripts:
+            labels[p.pid] = scripts[p.pid]
+        elif p in roots:                          # the process that recorded
+            labels[p.pid] = "main" if p is roots[0] else f"main {p.pid}"
         elif "PoolWorker" in name:
             labels[p.pid] = f"worker {workers}"
             workers += 1
@@ -496,6 +512,13 @@ def _make_labels(procs, watchdogs=()):
         else:
             labels[p.pid] = f"pid {p.pid}"
     return labels
+
+
+def _script(argv):
+    """What a traced program ran, from its ``sys.argv``: ``prog.py``, ``python -c``."""
+    if not argv or not argv[0]:
+        return None
+    return "python -c" if argv[0] == "-c" else str(argv[0]).replace("\\", "/").rsplit("/", 1)[-1]
 
 
 def _cycles(edges):
@@ -579,6 +602,7 @@ def user_line(stacks):
             f"it was in {where})")
 
 
+
 # --- the public question ---------------------------------------------------------------------
 
 def trace_span(trace):
@@ -635,6 +659,20 @@ def busiest_moment(trace):
             live -= counts[key] == 0
         if live > best:
             best, best_t = live, e.ts_ns
+    return best_t
+
+
+def busiest_wait(trace):
+    """The instant at which the most threads wait for a lock (the first such), or None when
+    no wait was recorded: where a wait-for graph with no instant given has the most to show."""
+    ix = _index(trace)
+    changes = sorted([(since, 1) for *_, since, until in ix.waits] +
+                     [(until, -1) for *_, since, until in ix.waits if until is not None])
+    best, best_t, now = 0, None, 0
+    for t, step in changes:
+        now += step
+        if now > best:
+            best, best_t = now, t
     return best_t
 
 

@@ -164,6 +164,18 @@ def timeline(trace, ax=None, at=None, title=None, max_arrows=300, max_labels=24,
         ax.add_collection(PatchCollection(tasks, facecolors="white", edgecolors="#333333",
                                           linewidths=0.8, zorder=2))
         used.add("task")
+    # a task that raised: pink over its white box, at least a few pixels wide, and an ✕ at
+    # its end (a task that fails at once would be a hairline)
+    failed = [Rectangle((x(a), row(pid, tid) - 0.18), max(x(b) - x(a), span / 200), 0.36)
+              for pid, tid, a, b in ix.failed_tasks]
+    if failed:
+        ax.add_collection(PatchCollection(failed, facecolors=COLORS["task_failed"],
+                                          edgecolors=COLORS["exitcode"], linewidths=1.2,
+                                          zorder=2))
+        ax.scatter([x(b) for _, _, _, b in ix.failed_tasks],
+                   [row(pid, tid) - 0.3 for pid, tid, _, _ in ix.failed_tasks], marker="x",
+                   s=30, color=COLORS["exitcode"], linewidths=1.5, zorder=6)
+        used.add("task_failed")
 
     # --- event ticks, binned to pixel columns, painted ---
     marks = [e for e in by_kind["mark"] if not e.args.get("failed")]  # failed: drawn as ✗
@@ -334,7 +346,8 @@ def timeline(trace, ax=None, at=None, title=None, max_arrows=300, max_labels=24,
         ax.set_title(title or "What each process did, and what travelled between them",
                      loc="left", fontsize=10)
     order = ["handle", "copy", "message", "lost", "failed", "waiting", "holding", "deadlock",
-             "warning", "task", "exit0", "exitcode", "signal", "running", "mark", "event"]
+             "warning", "task", "task_failed", "exit0", "exitcode", "signal", "running", "mark",
+             "event"]
     if not fast:
         legend(ax, [k for k in order if k in used])
         labels.under_legend()

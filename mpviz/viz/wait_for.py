@@ -16,7 +16,8 @@ Two pictures mean "never":
   process or thread ended while holding a lock.)
 
 Everything here is computed by ``state.state_at``; this module only places and draws it.
-The instant defaults to the moment a stuck run is judged (``state.stuck_moment``), or the end.
+The instant defaults to the moment a stuck run is judged (``state.stuck_moment``), else the
+instant at which the most threads wait (``state.busiest_wait``), else the end.
 """
 import math
 import textwrap
@@ -32,10 +33,12 @@ def wait_for(trace, at=None, ax=None, title=None):
     """Draw threads and locks at instant `at` as a graph (owner → lock → waiter); return the Figure.
 
     `at=None`: the moment the run got stuck if it did (just before the stuck processes were
-    killed), else the end of the trace.
+    killed), else the instant at which the most threads wait, else the end of the trace.
     """
     if at is None:
         at = st.stuck_moment(trace)
+    if at is None:
+        at = st.busiest_wait(trace)
     state = st.state_at(trace, at)
     labels, names = state.labels, state.thread_names
 

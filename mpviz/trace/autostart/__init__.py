@@ -17,6 +17,11 @@ Two doors lead here, and both call ``boot()`` as early as possible in a fresh in
     a spawn child            hooks only: recording starts in spawn.prepare, with the directory
                              the parent put in the preparation data
     any other program        hooks, and recording into $MPVIZ_TRACE_DIR if that is set
+
+And in each of them, when ``$MPVIZ_SCENARIO_STACKS`` names a folder (``mpviz trace`` sets it
+unless ``--hang-after 0``), ``register_stacks()``: on SIGUSR1, faulthandler writes every thread's
+Python stack to FOLDER/PID.txt -- how the hang watchdog (watchdog.py) sees where a stuck process
+waits. The scenarios' ``_site/sitecustomize.py`` does the same for their runs.
 """
 import atexit
 import os
@@ -24,6 +29,9 @@ import sys
 
 ENV_DIR = "MPVIZ_TRACE_DIR"
 ENV_THREADING_LOCKS = "MPVIZ_TRACE_THREADING_LOCKS"
+ENV_LAUNCHER = "MPVIZ_TRACE_LAUNCHER"   # the pid of `mpviz trace`, for its program to check
+ENV_STACKS = "MPVIZ_SCENARIO_STACKS"     # the scenarios' runner uses the same variable
+_stacks_file = None
 
 
 def role():
@@ -48,17 +56,49 @@ def boot():
     if me == "resource_tracker":
         return
     hooks.mark_booted(me)
+    if os.environ.get(ENV_STACKS) and not getattr(sys, "_mpviz_scenario_site", False):
+        register_stacks()            # (a scenario's site has registered them already)
     hooks.install(threading_locks=os.environ.get(ENV_THREADING_LOCKS) == "1")
     directory = os.environ.get(ENV_DIR)
     if directory and me == "program":
         if recorder.start(directory, "exec"):
-            atexit.register(_record_exit)
+            # (taken out of the environment: only the program the launcher started checks it)
+            launcher = os.environ.pop(ENV_LAUNCHER, "")
+            atexit.register(_record_exit, directory, launcher.isdigit() and int(launcher))
 
 
-def _record_exit():
+def register_stacks():
+    """On SIGUSR1, write all threads' Python stacks to $MPVIZ_SCENARIO_STACKS/PID.txt; a forked
+    child registers again, with a file of its own. A program that sets its own SIGUSR1 handler
+    replaces this one: the watchdog then says "(no stacks captured)" for it."""
+    import faulthandler
+    import signal
+    global _stacks_file
+    directory = os.environ.get(ENV_STACKS)
+    if not directory or not os.path.isdir(directory):
+        return
+    old = _stacks_file
+    try:
+        _stacks_file = open(os.path.join(directory, f"{os.getpid()}.txt"), "w")
+        faulthandler.register(signal.SIGUSR1, file=_stacks_file, all_threads=True)
+    except (OSError, RuntimeError, ValueError) as exc:
+        print(f"mpviz.trace: pid {os.getpid()} cannot show its stacks to the hang watchdog "
+              f"({exc})", file=sys.stderr)
+        return
+    if old is not None:
+        old.close()              # a forked child: that one was the parent's
+    else:
+        os.register_at_fork(after_in_child=register_stacks)
+
+
+def _record_exit(directory, launcher):
     from .. import recorder
     if recorder.ENABLED:
         recorder.emit("process.exit", exitcode=None, how="atexit")
+    if launcher and os.getppid() != launcher:     # re-parented: the launcher has gone
+        print(f"mpviz trace: the launcher (pid {launcher}) is gone (killed?), so no trace.json "
+              f"and no picture will be written; the logs are in {directory}: "
+              f"mpviz.trace.load({directory!r}) reads them", file=sys.stderr, flush=True)
 
 
 def site_directory():
