@@ -77,6 +77,36 @@ _F_GETPIPE_SZ = getattr(fcntl, "F_GETPIPE_SZ", None)  # Linux only: elsewhere, a
 _SLACK = 2 * 4096            # see point 3 above
 
 
+class QueueClosedError(ValueError):
+    """Raised when a Queue is used in a process after that process called its ``close()``.
+
+    A ``ValueError``, as the stdlib's "Queue ... is closed" is, so ``except ValueError`` still
+    catches it; it says which call it was and why that call cannot work any more.
+    """
+
+    _WHY = {
+        "put": "close() said this process will put nothing more on it: its feeder thread has "
+               "been told to write what is buffered and stop",
+        "get": "close() closed this process's reading end of the queue's pipe: there is nothing "
+               "left here to read from",
+        "empty": "close() closed this process's reading end of the queue's pipe, which is what "
+                 "empty() looks into",
+    }
+
+    def __init__(self, call, queue=""):
+        self.call = call
+        self.queue = queue
+        why = self._WHY.get(call.split("_")[0], "close() released what it needs")
+        super().__init__(
+            f"Queue.{call}() on {queue or 'a Queue'} that this process has closed: {why}. "
+            f"(Other processes that still have the queue can use it.) Fix: call close() only "
+            f"once this process is done with the queue (usually just before it exits), or make "
+            f"a new Queue.")
+
+    def __reduce__(self):
+        return (type(self), (self.call, self.queue))
+
+
 class _Pickled:
     """An object already pickled by ``put``; unpickles to the original object in ``get``."""
 
@@ -110,13 +140,14 @@ _TENSOR = b"T"
 _MARSHAL_VERSION = 2  # 3 and up also mark repeated objects: a hash table per call, here for nothing
 
 
-def _encode(obj):
+def _encode(obj, channel=None):
     """The bytes that carry `obj`: a plain tensor's handle, marshalled (see
-    ``reductions.pack_tensor``), or the pickle of anything else."""
-    handle = reductions.pack_tensor(obj)
+    ``reductions.pack_tensor``), or the pickle of anything else — which, if it fails half-way,
+    gives back the handles it made. `channel`: the inode of the pipe they will travel in."""
+    handle = reductions.pack_tensor(obj, channel)
     if handle is not None:
         return _TENSOR + marshal.dumps(handle, _MARSHAL_VERSION)
-    return _dumps(obj)
+    return reductions.dumps_or_give_back(_dumps, obj, channel)
 
 
 def _decode(data):
@@ -138,6 +169,9 @@ class Queue(multiprocessing.queues.Queue):
         # get reads through this (under its read lock): our plain os.read framing instead of
         # Connection.recv_bytes (see the module text). The recorder wraps it too.
         self._recv_bytes = functools.partial(_read_message, self._reader.fileno())
+        # Which pipe this is (the same inode in every process that has it): a file_system handle
+        # put here says so in its segment's header, for the shm manager (see reductions).
+        self._channel = os.fstat(self._reader.fileno()).st_ino
 
     def _start_thread(self):
         # Count each message off when the feeder has written it (or failed to): until then a
@@ -170,7 +204,7 @@ class Queue(multiprocessing.queues.Queue):
         if recorder.ENABLED:
             messages.watch_reads(self)             # its events order the reads: see there
         if self._closed:
-            raise ValueError(f"Queue {self!r} is closed")
+            raise QueueClosedError("get" if block else "get_nowait", repr(self))
         if block and timeout is None:
             with self._rlock:
                 res = self._recv_bytes()
@@ -194,15 +228,20 @@ class Queue(multiprocessing.queues.Queue):
         # unpickle (or unmarshal) after having released the lock, as the stdlib does
         return _decode(res)
 
+    def empty(self):
+        if self._closed:
+            raise QueueClosedError("empty", repr(self))
+        return super().empty()
+
     def _take_slot_and_encode(self, obj, block, timeout):
         """A place in the queue (or Full), then the encoded bytes (the slot given back if the
         object can't be encoded), and while recording a message id to link the get to the put."""
         if self._closed:
-            raise ValueError(f"Queue {self!r} is closed")
+            raise QueueClosedError("put" if block else "put_nowait", repr(self))
         if not self._sem.acquire(block, timeout):
             raise Full
         try:
-            data = _encode(obj)
+            data = _encode(obj, self._channel)
         except BaseException:
             self._sem.release()
             raise
