@@ -59,6 +59,9 @@ from . import allocator, shm_manager
 from . import file_descriptor
 from .file_descriptor import _reserve, atomic_add
 from .mapping import map_shared
+# The header after the count (see the picture above). The shm manager reads it too, and uses
+# only the standard library, so the layout is written down there.
+from .shm_manager import ROADS_AT, SLOTS_AT, SLOTS, UNKNOWN_ROAD, roads  # noqa: F401
 
 try:
     import _posixshmem
@@ -68,8 +71,6 @@ except ImportError:  # pragma: no cover
 STRATEGY = "file_system"
 HEADER = 64
 _COUNT = struct.Struct("=q")
-ROADS_AT, SLOTS_AT, SLOTS = 8, 16, 6     # the header after the count (see the picture above)
-UNKNOWN_ROAD = -1                        # a slot's value for a road mpviz cannot name
 _SLOTS = struct.Struct(f"={SLOTS}q")
 _TAG = os.environ.get("MPVIZ_SHM_TAG", "")  # a tag lets test runs tell their segments apart
 if not all(c.isalnum() or c in "_-." for c in _TAG):
@@ -311,14 +312,6 @@ def _claim_road(name, buf):
         finally:
             os.close(fd)
     return n - 1
-
-
-def roads(header):
-    """What the header bytes `header` say of a segment's roads: (its queue pipes' inodes, a
-    set; whether some road is unknown — not a queue pipe, or more than fit)."""
-    claimed = _COUNT.unpack_from(header, ROADS_AT)[0]
-    slots = _SLOTS.unpack_from(header, SLOTS_AT)
-    return {s for s in slots if s > 0}, claimed > SLOTS or UNKNOWN_ROAD in slots
 
 
 def _add(name, delta):
