@@ -151,7 +151,8 @@ def put_then_end(q, how, n=1):
     for t in kept:
         q.put(t)
     q.close()
-    q.join_thread()                            # every handle is in the pipe now
+    if hasattr(q, "join_thread"):
+        q.join_thread()                        # every handle is in the pipe now
     if how == "kill":
         os.kill(os.getpid(), signal.SIGKILL)
 
@@ -160,10 +161,18 @@ def get_and_check(q, out):
     """A fresh consumer: get one tensor; say whether it is intact, or what error came."""
     mp.set_sharing_strategy("file_system")
     try:
-        t = q.get(timeout=30)
+        t = q.get(timeout=30) if hasattr(q, "get_nowait") else q.get()   # SimpleQueue: no timeout
         out.put("intact" if t.tolist() == [7.0] * 1000 else "corrupted")
     except Exception as e:                         # noqa: BLE001 - reported to the test
         out.put(f"{type(e).__name__}: {e}")
+
+
+@pytest.mark.parametrize("how", ["exit", "kill"])
+def test_a_handle_on_a_road_the_manager_cannot_see_is_kept_while_its_session_lives(how):
+    # A SimpleQueue writes its pipe itself (no mpviz put): the segment's header says "a road
+    # mpviz cannot name", and the manager keeps the name while the sender's session lives.
+    (r,) = _results([_run_scenario("late_consumer", how, 3.0, "SimpleQueue")])
+    assert r["result"] == "intact" and r["gone_after"] is not None, r
 
 
 def _fresh_get(ctx, q):
@@ -176,11 +185,12 @@ def _fresh_get(ctx, q):
     return result
 
 
-def late_consumer(how, delay):
-    """A producer puts a tensor and ends; `delay` s later a fresh consumer gets it."""
+def late_consumer(how, delay, kind="Queue"):
+    """A producer puts a tensor and ends; `delay` s later a fresh consumer gets it. `kind`:
+    an mpviz Queue (the manager sees its pipe), or a SimpleQueue (a road it cannot name)."""
     import time
     ctx = mp.get_context("spawn")
-    q = ctx.Queue()
+    q = getattr(ctx, kind)()
     p = ctx.Process(target=put_then_end, args=(q, how))
     p.start()
     p.join(60)
@@ -207,8 +217,9 @@ def test_a_handle_in_a_live_queue_arrives_however_late_its_sender_ended(how):
 def storm_then_drop_queue(how_gone, rounds=8, per_round=3):
     """A long-lived main holds a model (so the manager always has a client); `rounds` producers
     each put `per_round` tensors and are SIGKILLed. While the queue is open the names stay (and
-    a fresh consumer gets one intact); once the queue is gone here ("close", or "collect": the
-    last reference dropped), nobody alive can read it: measure how long the names take to go."""
+    a fresh consumer gets one intact); once the queue is gone here ("close": closed, the object
+    kept; "collect": the last reference dropped), nobody alive can read it: measure how long
+    the names take to go."""
     import time
     ctx = mp.get_context("fork")
     mp.set_sharing_strategy("file_system")
@@ -223,13 +234,15 @@ def storm_then_drop_queue(how_gone, rounds=8, per_round=3):
     undelivered = len(_names(tag)) - 1
     time.sleep(2.5)                              # the time under test: the queue is still readable
     after_wait = len(_names(tag)) - 1
-    late = _fresh_get(ctx, q)                    # and a late consumer still gets one
-    left = len(_names(tag)) - 1
+    late = _fresh_get(ctx, q)                    # and a late consumer still gets one; the
+    _wait_for(lambda: len(_names(tag)) - 1 == undelivered - 1, 5)   # manager then removes it
+    left = len(_names(tag)) - 1                  # (its last count was the dead producer's)
     if how_gone == "close":
-        q.close()
+        q.close()                                # (we keep the object: closed is enough)
         q.join_thread()
-    del q
-    gc.collect()
+    else:
+        del q
+        gc.collect()
     gone = _wait_for(lambda: len(_names(tag)) == 1, 10)
     model_kept = _names(tag) == [model.untyped_storage().segment_name.lstrip("/")]
     return {"undelivered": undelivered, "after_wait": after_wait, "late": late, "left": left,
@@ -244,3 +257,70 @@ def test_undelivered_names_go_once_their_queue_is_gone_everywhere(how_gone):
     assert r["gone_after"] is not None and r["gone_after"] <= 3.0, \
         f"undelivered names stayed after their queue was gone: {r}"
     assert r["model_kept"], r
+
+
+def fate_as_the_queue_goes(manager):
+    """What fate() says of a handle in a queue we can read, then once we closed the queue, with
+    the manager on (it is asked) or off (fate looks at /proc and the header itself)."""
+    from mpviz.sharing import shm_manager
+    shm_manager.enable(manager)
+    ctx = mp.get_context("fork")
+    q = ctx.Queue()
+    p = ctx.Process(target=put_then_end, args=(q, "kill"))
+    p.start()
+    p.join(60)
+    (name,) = _names(os.environ["MPVIZ_SHM_TAG"])
+    readable = shm_manager.fate("/" + name)
+    q.close()
+    closed = shm_manager.fate("/" + name)
+    if manager:
+        _wait_for(lambda: not _names(os.environ["MPVIZ_SHM_TAG"]), 5)
+    else:
+        os.unlink("/dev/shm/" + name)             # nobody else will: the manager is off
+    return {"readable": readable, "closed": closed, "gone": shm_manager.fate("/" + name),
+            "me": os.getpid()}
+
+
+@pytest.mark.parametrize("manager", [True, False], ids=["manager-on", "manager-off"])
+def test_fate_tells_a_handle_in_a_readable_queue_from_one_nobody_can_receive(manager):
+    (r,) = _results([_run_scenario("fate_as_the_queue_goes", manager)])
+    readable, closed = r["readable"], r["closed"]
+    if manager:
+        assert readable[0] == "in flight" and f"pid {r['me']} can still get them" in readable[1], r
+        assert closed[0] in ("unreachable", "gone"), r     # the manager may be quicker than us
+    else:
+        assert readable[0] == "maybe in flight" and f"pid {r['me']} can still read" in readable[1], r
+        assert closed[0] == "leaked" and "none can receive" in closed[1], r
+    assert r["gone"][0] == "gone", r
+
+
+# -- the memory map: in flight is not leaked ------------------------------------------------------
+
+def _texts(fig):
+    return [t.get_text() for ax in fig.axes for t in ax.texts]
+
+
+def test_the_memory_map_draws_a_handle_in_a_queue_as_in_flight_not_leaked():
+    import mpviz.trace as mt
+    from mpviz import viz
+    old = mp.get_sharing_strategy()
+    mp.set_sharing_strategy("file_system")
+    try:
+        ctx = mp.get_context("fork")
+        q = ctx.Queue()
+        with mt.record() as trace:
+            p = ctx.Process(target=put_then_end, args=(q, "kill"), name="producer")
+            p.start()
+            p.join(60)
+        assert p.exitcode == -9
+        plain = viz.memory_map(trace)                 # the trace alone: it may be in flight
+        words = _texts(plain)
+        assert "LEAKED" not in words and any(w.startswith("in flight?") for w in words), words
+        assert "maybe in flight" in plain.axes[0].get_title(loc="left")
+        checked = viz.memory_map(trace, check_os=True)    # the manager says: we can get it
+        assert f"in flight in a queue\n(pid {os.getpid()} can get it)" in _texts(checked)
+        assert q.get(timeout=30).tolist() == [7.0] * 1000  # and it does arrive
+    finally:
+        mp.set_sharing_strategy(old)
+    q.close()
+    q.join_thread()

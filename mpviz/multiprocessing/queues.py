@@ -228,6 +228,17 @@ class Queue(multiprocessing.queues.Queue):
         # unpickle (or unmarshal) after having released the lock, as the stdlib does
         return _decode(res)
 
+    def close(self):
+        """As the stdlib's: this process will put nothing more. Its feeder thread, if it has
+        one, writes what is buffered and then closes this process's ends of the pipe. Where
+        there is none (every put wrote the pipe itself, or there was no put), this closes them
+        now, as the feeder would have: a queue closed in every process is then really gone,
+        and the shm manager can tell that no handle left in it will ever be received."""
+        super().close()
+        if self._thread is None:
+            self._reader.close()
+            self._writer.close()
+
     def empty(self):
         if self._closed:
             raise QueueClosedError("empty", repr(self))

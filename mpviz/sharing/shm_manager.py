@@ -49,7 +49,8 @@ would stay in /dev/shm, using RAM, until reboot. The manager watches instead::
   anyone can still ``get`` from that queue; once the queue is closed or collected in every live
   process, its undelivered names go within ~2 ``CHECK_SECONDS``. Where the road is unknown the
   manager keeps the name as long as the sender's session lives (as torch keeps names while any
-  client lives). :func:`fate` tells the same story for one name, for pictures and the learner.
+  client lives). :func:`fate` asks the manager that story for one name (a ``FATE name`` line,
+  the one message it answers), for pictures and the learner.
 * When no client has been connected, and no name has been in flight, for ``IDLE_SECONDS``, it
   unlinks every name it still knows and exits.
 * It can be switched off (``enable(False)``, or ``MPVIZ_SHM_MANAGER=0`` in the environment, which
@@ -278,7 +279,7 @@ def serve():
     sel.register(listener, selectors.EVENT_READ)
     holds = {}      # client socket -> {name: how many counts in its header are the client's
                     #                  (0: it maps it, counted out), None: a name with no count}
-    session = {}    # client socket -> its session id (a handle's road may be unknown: see above)
+    session = {}    # client socket -> (its pid, its session id: a handle's road may be unknown)
     counted = set() # names whose header counts holders and handles in flight (file_system)
     dead = {}       # name -> counts in its header that belong to clients that died holding it
     sessions = {}   # name -> the sessions of the clients that ever held it
@@ -337,6 +338,25 @@ def serve():
                 continue                   # a road we cannot see, and its senders' session lives
             unlink(name)                   # no live process can ever receive a handle to it
 
+    def judge(name):
+        """Our view of `name`, as one line: what decide() and check_in_flight() go by."""
+        pids = [session[c][0] for c, h in holds.items() if name in h]
+        if pids:
+            return f"held 0 {','.join(map(str, pids))}\n"
+        header = _header(name)
+        if name not in known or header is None or name not in counted:
+            return "unknown 0 -\n"
+        left = header[0] - dead.get(name, 0)
+        pipes, unknown = roads(header)
+        readers = pipes_read(pipes)
+        if left > 0 and readers:
+            pids = sorted({p for ps in readers.values() for p in ps})
+            return f"queue {left} {','.join(map(str, pids))}\n"
+        if left > 0 and (unknown or not pipes) and \
+                sessions.get(name, set()) & sessions_alive(sessions.get(name, set())):
+            return f"session {left} -\n"
+        return f"unreachable {left} -\n"
+
     while True:
         events = sel.select(timeout=0.1)
         # Nobody waits for our answers, so there is no hurry: gather what arrives in the next
@@ -361,7 +381,7 @@ def serve():
                 conn.setblocking(False)
                 sel.register(conn, selectors.EVENT_READ)
                 holds[conn] = {}
-                session[conn] = _stat(pid)[1]
+                session[conn] = pid, _stat(pid)[1]
                 buffers[conn] = b""
                 continue
             conn = key.fileobj
@@ -378,7 +398,7 @@ def serve():
                 if op == "HOLD":
                     holds[conn][name] = None if n is None else int(n)
                     known.add(name)
-                    sessions.setdefault(name, set()).add(session[conn])
+                    sessions.setdefault(name, set()).add(session[conn][1])
                     in_flight.pop(name, None)          # held again: it arrived
                     if n is not None:
                         counted.add(name)
@@ -387,6 +407,11 @@ def serve():
                     candidates.add(name)
                 elif op == "UNLINKED":
                     forget(name)
+                elif op == "FATE":                     # a question (see fate()): answer it
+                    try:
+                        conn.send(judge(name).encode())
+                    except OSError:
+                        pass
             if closed:
                 # The client exited, normally or killed: what it held may be nobody's now, and
                 # the counts it held in headers will never be given back.
@@ -439,8 +464,9 @@ def _header(name):
 
 # -- what /proc says: who can still read a pipe, which sessions are alive ------------------------
 
-def _pids():
-    me = os.getpid()
+def _pids(but_me=True):
+    """Every process's pid (but this one's, unless `but_me` is False: the daemon holds nothing)."""
+    me = os.getpid() if but_me else None
     return [int(p) for p in os.listdir("/proc") if p.isdigit() and int(p) != me]
 
 
@@ -502,28 +528,70 @@ def sessions_alive(wanted):
 
 
 def fate(name):
-    """What will become of the file_system segment `name`, in words, as the manager judges it
-    now: held by live processes, in flight in a queue someone can still read, in flight where
-    nobody can (the manager removes it), or gone. For pictures and the learner."""
+    """What will become of the file_system segment `name`, as ``(kind, words)``, for pictures
+    and the learner. The running manager is asked (it alone knows which counts belong to dead
+    holders); without one, or for a name it was never told of, what /proc and the header show.
+
+    kind: "gone", "held", "in flight" (a live process can still receive a handle to it),
+    "unreachable" (nobody can: the manager removes it), "leaked", "maybe in flight"."""
     header = _header(name)
     if header is None:
         return "gone", "not in /dev/shm"
+    answer = _ask(f"FATE {name}\n")
+    if answer is not None and answer[0] != "unknown":
+        kind, left, pids = answer
+        if kind == "held":
+            return "held", f"mapped by pid {pids}"
+        if kind == "queue":
+            return "in flight", (f"in flight in a queue: {left} handle(s) not received yet, and "
+                                 f"pid {pids} can still get them")
+        if kind == "session":
+            return "in flight", (f"in flight by a road mpviz cannot see ({left} handle(s)): "
+                                 f"kept while its sender's session lives")
+        return "unreachable", ("no live process maps it or can ever receive a handle to it "
+                               "(its queue is gone): the shm manager removes it")
+    return _fate_from_proc(name, header)
+
+
+def _fate_from_proc(name, header):
+    """fate() without the manager: it cannot tell a dead holder's count from a handle's."""
     short = name.lstrip("/")
-    holders = [pid for pid in _pids() if _maps(pid, short)]
+    holders = [pid for pid in _pids(but_me=False) if _maps(pid, short)]
     if holders:
         return "held", f"mapped by pid {', '.join(map(str, holders[:4]))}"
-    count = _HEADER.unpack_from(header, 0)[0]
+    _, claimed, *_ = _HEADER.unpack_from(header, 0)
     pipes, unknown = roads(header)
-    readers = pipes_read(pipes)
+    readers = pipes_read(pipes, _pids(but_me=False))
     if readers:
         pids = sorted({p for ps in readers.values() for p in ps})
-        return "in flight", (f"in flight in a queue: {count} count(s) left, and pid "
-                             f"{', '.join(map(str, pids[:4]))} can still get it")
-    if unknown or not pipes:
-        return "in flight", (f"in flight by a road mpviz cannot see ({count} count(s) left): "
-                             f"kept while its sender's session lives")
-    return "unreachable", ("in flight in a queue that no live process can read any more: "
-                           "the shm manager removes it")
+        return "maybe in flight", (f"no live process maps it; pid {', '.join(map(str, pids[:4]))} "
+                                   f"can still read a queue its handles went through, so one "
+                                   f"may still arrive (no shm manager to ask)")
+    if unknown:
+        return "maybe in flight", ("no live process maps it; a handle went by a road mpviz "
+                                   "cannot see, and may still arrive (no shm manager to ask)")
+    return "leaked", ("no live process maps it, and none can receive a handle to it: left in "
+                      "/dev/shm (no shm manager to remove it)")
+
+
+def _ask(line):
+    """Ask the running manager one question; its answer split in words, or None (none runs)."""
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.settimeout(5)
+    try:
+        sock.connect(address())
+        sock.sendall(line.encode())
+        answer = b""
+        while not answer.endswith(b"\n"):
+            chunk = sock.recv(256)
+            if not chunk:
+                return None
+            answer += chunk
+        return answer.decode().split()
+    except OSError:
+        return None
+    finally:
+        sock.close()
 
 
 def _maps(pid, short):
