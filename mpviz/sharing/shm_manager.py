@@ -9,7 +9,8 @@ would stay in /dev/shm, using RAM, until reboot. The manager watches instead::
     process A ──"DROP /mpviz_2"────▶ │ (own session)│   connected process holds, and that no
                                      └──────────────┘   handle in flight names, is unlinked.
 
-* One manager per user, at an abstract Unix socket address; it serves only peers of its own uid
+* One manager per user (and per ``MPVIZ_SHM_TAG``, so that test runs that tag their segments
+  each get their own), at an abstract Unix socket address; it serves only peers of its own uid
   (``SO_PEERCRED``). The first process that needs it starts it; it double-forks and calls
   ``setsid()`` so it outlives its starter and is nobody's child, and points stdin/stdout/stderr at
   /dev/null so a test runner waiting on those pipes is never held open.
@@ -51,6 +52,12 @@ would stay in /dev/shm, using RAM, until reboot. The manager watches instead::
   manager keeps the name as long as the sender's session lives (as torch keeps names while any
   client lives). :func:`fate` asks the manager that story for one name (a ``FATE name`` line,
   the one message it answers), for pictures and the learner.
+
+  What "can still read" means here is "has the pipe's reading end open": a forked child
+  inherits every queue its parent had, and keeps such names too while it lives, though it may
+  never call ``get``. The cost is one scan of /proc (~20 ms with ~120 processes) per
+  ``CHECK_SECONDS`` while some name has waited in flight that long — never in a run where
+  every handle is received within a second.
 * When no client has been connected, and no name has been in flight, for ``IDLE_SECONDS``, it
   unlinks every name it still knows and exits.
 * It can be switched off (``enable(False)``, or ``MPVIZ_SHM_MANAGER=0`` in the environment, which
