@@ -324,3 +324,57 @@ def test_the_memory_map_draws_a_handle_in_a_queue_as_in_flight_not_leaked():
         mp.set_sharing_strategy(old)
     q.close()
     q.join_thread()
+
+
+# -- the roads in a segment's header ------------------------------------------------------------
+
+def test_the_header_names_each_queue_once_and_says_when_a_road_is_unknown():
+    old = mp.get_sharing_strategy()
+    mp.set_sharing_strategy("file_system")
+    ctx = mp.get_context("fork")
+    queues_ = [ctx.Queue() for _ in range(file_system.SLOTS + 1)]
+    try:
+        t = mpviz.zeros(4).share_memory_()
+        segment = t.untyped_storage()._segment
+        roads = lambda: file_system.roads(bytes(segment._buf[:file_system.HEADER]))  # noqa: E731
+        for q in queues_[:2]:
+            q.put(t)
+            q.put(t)                              # the same queue again: nothing new written
+        assert roads() == ({q._channel for q in queues_[:2]}, False)
+        for q in queues_[2:]:
+            q.put(t)                              # one road more than there are slots
+        pipes, unknown = roads()
+        assert len(pipes) == file_system.SLOTS and unknown
+        for q in queues_:
+            while not q.empty():
+                q.get(timeout=10)
+    finally:
+        mp.set_sharing_strategy(old)
+        for q in queues_:
+            q.close()
+            q.join_thread()
+
+
+def test_a_segment_the_cache_hands_out_again_forgets_its_old_roads():
+    from mpviz.sharing import allocator
+    old, budget = mp.get_sharing_strategy(), allocator.stats()["budget"]
+    mp.set_sharing_strategy("file_system")
+    allocator.enable(1 << 20)
+    q = mp.get_context("fork").Queue()
+    try:
+        t = mpviz.zeros(64).share_memory_()
+        name = t.untyped_storage().segment_name
+        q.put(t)
+        del t
+        q.get(timeout=10)                          # received here: the handle's count is back
+        gc.collect()                               # ... and the segment parked
+        again = mpviz.zeros(64).share_memory_()
+        segment = again.untyped_storage()._segment
+        assert segment.name == name                # the same segment, handed out again
+        assert file_system.roads(bytes(segment._buf[:file_system.HEADER])) == (set(), False)
+        del again, segment
+    finally:
+        allocator.enable(budget)
+        mp.set_sharing_strategy(old)
+        q.close()
+        q.join_thread()
