@@ -6,6 +6,8 @@
   go (within ~3 s), even while a long-lived process keeps the manager busy.
 * A put that fails half-way gives back every count and fd offer it took.
 * A Queue used after ``close()`` says which call and why.
+* ``shm_manager.fate`` and the memory map tell "in flight" from "leaked"; the segment header's
+  road slots say which queues a segment's handles took.
 """
 import gc
 import os
