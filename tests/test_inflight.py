@@ -106,9 +106,10 @@ print(json.dumps(test_inflight.{name}(*{args!r})), flush=True)
 """
 
 
-def _run_scenario(name, *args, timeout=90):
-    """Start scenario `name`(*args) in a fresh interpreter with a fresh shm tag; return the
-    Popen (its stdout gives one JSON line) and the tag."""
+def _run_scenario(name, *args, new_group=False):
+    """Start scenario `name`(*args) in a fresh interpreter with a fresh shm tag (and, if
+    `new_group`, in a process group of its own); return the Popen (its stdout gives one JSON
+    line) and the tag."""
     import secrets
     import subprocess
     import sys
@@ -116,7 +117,7 @@ def _run_scenario(name, *args, timeout=90):
     env = dict(os.environ, MPVIZ_SHM_TAG=tag, MPVIZ_SHM_MANAGER="1")
     code = SCENARIO.format(tests=os.path.dirname(os.path.abspath(__file__)), name=name, args=args)
     return subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True), tag
+                            stderr=subprocess.PIPE, text=True, start_new_session=new_group), tag
 
 
 def _results(runs, timeout=90):
@@ -170,11 +171,30 @@ def get_and_check(q, out):
 
 
 @pytest.mark.parametrize("how", ["exit", "kill"])
-def test_a_handle_on_a_road_the_manager_cannot_see_is_kept_while_its_session_lives(how):
+def test_a_handle_on_a_road_the_manager_cannot_see_is_kept_while_its_program_lives(how):
     # A SimpleQueue writes its pipe itself (no mpviz put): the segment's header says "a road
-    # mpviz cannot name", and the manager keeps the name while the sender's session lives.
+    # mpviz cannot name", and the manager keeps the name while its sender's process group lives.
     (r,) = _results([_run_scenario("late_consumer", how, 3.0, "SimpleQueue")])
     assert r["result"] == "intact" and r["gone_after"] is not None, r
+
+
+def pickle_a_handle_and_exit():
+    """Make a handle by a road mpviz cannot see (ForkingPickler.dumps), deliver it nowhere, and
+    exit: the count it added stays in the header."""
+    from multiprocessing.reduction import ForkingPickler
+    mp.set_sharing_strategy("file_system")
+    t = mpviz.full((1000,), 7.0)
+    ForkingPickler.dumps(t)
+    return {"name": t.untyped_storage().segment_name}
+
+
+def test_a_handle_on_an_unseen_road_goes_once_its_program_has_ended():
+    # The program (a process group of its own) made a handle and exited: nobody of it is left
+    # to receive one by whatever road it took, so the manager removes the name.
+    proc, tag = _run_scenario("pickle_a_handle_and_exit", new_group=True)
+    (r,) = _results([(proc, tag)])
+    took = _wait_for(lambda: not _names(tag), 6)
+    assert took is not None and took <= 4.0, f"{r['name']} still in /dev/shm after 6 s"
 
 
 def _fresh_get(ctx, q):

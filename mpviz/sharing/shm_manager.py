@@ -42,15 +42,16 @@ would stay in /dev/shm, using RAM, until reboot. The manager watches instead::
 
       a queue pipe is named, and some live process has it open for reading   -> keep it
       (/proc/PID/fd/N links to "pipe:[inode]", /proc/PID/fdinfo/N says read)
-      no road named, or one it cannot name, and a process of the session     -> keep it
-      of one of its holders is alive (/proc/PID/stat)
+      no road named, or one it cannot name, and a process of the process     -> keep it
+      group of one of its holders is alive (/proc/PID/stat)
       otherwise: no live process can ever receive a handle to it             -> unlink it
 
   So a tensor put on a queue arrives however long after its sender exited or was killed, while
   anyone can still ``get`` from that queue; once the queue is closed or collected in every live
   process, its undelivered names go within ~2 ``CHECK_SECONDS``. Where the road is unknown the
-  manager keeps the name as long as the sender's session lives (as torch keeps names while any
-  client lives). :func:`fate` asks the manager that story for one name (a ``FATE name`` line,
+  manager keeps the name as long as a process of its sender's *process group* lives: the
+  program that sent it (a script and the children it started, a notebook kernel and its
+  workers, which inherit its group) — as torch keeps names while any of its clients lives. :func:`fate` asks the manager that story for one name (a ``FATE name`` line,
   the one message it answers), for pictures and the learner.
 
   What "can still read" means here is "has the pipe's reading end open": a forked child
@@ -286,10 +287,10 @@ def serve():
     sel.register(listener, selectors.EVENT_READ)
     holds = {}      # client socket -> {name: how many counts in its header are the client's
                     #                  (0: it maps it, counted out), None: a name with no count}
-    session = {}    # client socket -> (its pid, its session id: a handle's road may be unknown)
+    client = {}     # client socket -> (its pid, its process group: a handle's road may be unknown)
     counted = set() # names whose header counts holders and handles in flight (file_system)
     dead = {}       # name -> counts in its header that belong to clients that died holding it
-    sessions = {}   # name -> the sessions of the clients that ever held it
+    groups = {}     # name -> the process groups of the clients that ever held it
     known = set()   # every name ever mentioned, for the final sweep
     in_flight = {}  # name -> since when nobody holds it, with handles still in flight
     buffers = {}
@@ -307,7 +308,7 @@ def serve():
         known.discard(name)
         counted.discard(name)
         dead.pop(name, None)
-        sessions.pop(name, None)
+        groups.pop(name, None)
         in_flight.pop(name, None)
 
     def held(name):
@@ -337,17 +338,17 @@ def serve():
         if not waiting:
             return
         readable = pipes_read({ino for pipes, _ in waiting.values() for ino in pipes})
-        lives = sessions_alive({s for name in waiting for s in sessions.get(name, ())})
+        lives = groups_alive({g for name in waiting for g in groups.get(name, ())})
         for name, (pipes, unknown) in waiting.items():
             if pipes & readable.keys():
                 continue                   # a live process can still get it from that queue
-            if (unknown or not pipes) and sessions.get(name, set()) & lives:
-                continue                   # a road we cannot see, and its senders' session lives
+            if (unknown or not pipes) and groups.get(name, set()) & lives:
+                continue                   # a road we cannot see, and its senders' program lives
             unlink(name)                   # no live process can ever receive a handle to it
 
     def judge(name):
         """Our view of `name`, as one line: what decide() and check_in_flight() go by."""
-        pids = [session[c][0] for c, h in holds.items() if name in h]
+        pids = [client[c][0] for c, h in holds.items() if name in h]
         if pids:
             return f"held 0 {','.join(map(str, pids))}\n"
         header = _header(name)
@@ -360,8 +361,8 @@ def serve():
             pids = sorted({p for ps in readers.values() for p in ps})
             return f"queue {left} {','.join(map(str, pids))}\n"
         if left > 0 and (unknown or not pipes) and \
-                sessions.get(name, set()) & sessions_alive(sessions.get(name, set())):
-            return f"session {left} -\n"
+                groups.get(name, set()) & groups_alive(groups.get(name, set())):
+            return f"group {left} -\n"
         return f"unreachable {left} -\n"
 
     while True:
@@ -388,7 +389,7 @@ def serve():
                 conn.setblocking(False)
                 sel.register(conn, selectors.EVENT_READ)
                 holds[conn] = {}
-                session[conn] = pid, _stat(pid)[1]
+                client[conn] = pid, _stat(pid)[1]
                 buffers[conn] = b""
                 continue
             conn = key.fileobj
@@ -405,7 +406,7 @@ def serve():
                 if op == "HOLD":
                     holds[conn][name] = None if n is None else int(n)
                     known.add(name)
-                    sessions.setdefault(name, set()).add(session[conn][1])
+                    groups.setdefault(name, set()).add(client[conn][1])
                     in_flight.pop(name, None)          # held again: it arrived
                     if n is not None:
                         counted.add(name)
@@ -428,7 +429,7 @@ def serve():
                         dead[name] = dead.get(name, 0) + n
                     candidates.add(name)
                 buffers.pop(conn, None)
-                session.pop(conn, None)
+                client.pop(conn, None)
                 conn.close()
         # Decide only after reading every socket that was readable: a message that *caused*
         # another (the sender's HOLD before the receiver's DROP) was written earlier, so it is
@@ -469,7 +470,7 @@ def _header(name):
     return data if len(data) == _HEADER.size else None
 
 
-# -- what /proc says: who can still read a pipe, which sessions are alive ------------------------
+# -- what /proc says: who can still read a pipe, which process groups are alive -------------------
 
 def _pids(but_me=True):
     """Every process's pid (but this one's, unless `but_me` is False: the daemon holds nothing)."""
@@ -513,24 +514,25 @@ def _reads(pid, fd):
 
 
 def _stat(pid):
-    """(state, session) of process `pid` from /proc/PID/stat; (None, None) if it is gone."""
+    """(state, process group) of process `pid` from /proc/PID/stat; (None, None) if it is gone.
+    (After the name in parentheses: state, parent pid, process group, session, ...)"""
     try:
         with open(f"/proc/{pid}/stat") as f:
             fields = f.read().rsplit(")", 1)[1].split()
-        return fields[0], int(fields[4])
+        return fields[0], int(fields[2])
     except (OSError, IndexError, ValueError):
         return None, None
 
 
-def sessions_alive(wanted):
-    """Those of the session ids `wanted` that some live (not zombie) process is in."""
+def groups_alive(wanted):
+    """Those of the process groups `wanted` that some live (not zombie) process is in."""
     alive = set()
     if not wanted:
         return alive
     for pid in _pids():
-        state, sid = _stat(pid)
-        if sid in wanted and state != "Z":
-            alive.add(sid)
+        state, group = _stat(pid)
+        if group in wanted and state != "Z":
+            alive.add(group)
     return alive
 
 
@@ -552,9 +554,9 @@ def fate(name):
         if kind == "queue":
             return "in flight", (f"in flight in a queue: {left} handle(s) not received yet, and "
                                  f"pid {pids} can still get them")
-        if kind == "session":
+        if kind == "group":
             return "in flight", (f"in flight by a road mpviz cannot see ({left} handle(s)): "
-                                 f"kept while its sender's session lives")
+                                 f"kept while its sender's program (process group) lives")
         return "unreachable", ("no live process maps it or can ever receive a handle to it "
                                "(its queue is gone): the shm manager removes it")
     return _fate_from_proc(name, header)
