@@ -41,6 +41,18 @@ names it" — the fact the caching allocator (:mod:`mpviz.sharing.allocator`) ne
 reuses a segment, the one that lets ``file_system`` unlink a name at the right moment, and the
 one the shm manager reads to keep a name whose sender was killed with a handle on its way.
 
+**A message that fails gives back what it took.** Pickling a message can fail half-way: in
+``q.put((t, lambda: 0))`` the tensor's handle is made (a count in its header, and under
+``file_descriptor`` an fd offer that keeps the segment open) before the lambda refuses. Nothing
+will ever take those over, so :func:`dumps_or_give_back` notes every handle made while it
+pickles, and on an error gives each count back and withdraws each offer before it re-raises.
+
+**Which road a handle takes.** Under ``file_system`` a handle also says, in the segment's header,
+which queue pipe carries it (``channel``: the pipe's inode; ``None`` for a road mpviz cannot
+name: a ``Pipe``, a ``SimpleQueue``, a ``Pool``, a Process argument). The shm manager reads
+that to keep the name while some live process can still read that pipe — see
+:mod:`mpviz.sharing.shm_manager`.
+
 Plain ``pickle.dumps`` does not use these reducers and copies the bytes, as in torch.
 
 Adapted from torch's ``torch/multiprocessing/reductions.py`` (the same ``reduce_X``/``rebuild_X``
@@ -49,6 +61,7 @@ actually drops it (the receiver sees ``grad is None``); CUDA tensors go to :mod:
 """
 import functools
 import os
+import threading
 from multiprocessing.reduction import ForkingPickler
 
 import numpy as np
@@ -119,15 +132,15 @@ _dtype = functools.lru_cache(maxsize=None)(np.dtype)   # dtype code -> np.dtype,
 # strings, which ``marshal`` (the format of .pyc files) writes and reads in well under a µs.
 # mpviz's Queue sends it that way (see ``queues._encode``); everything else is pickled.
 
-def pack_tensor(tensor):
+def pack_tensor(tensor, channel=None):
     """`tensor`'s whole handle, view and storage, as one flat tuple of plain data; None for
     what must be pickled (anything but a plain Tensor: a subclass, a CUDA tensor, one with a
-    ``.grad``, or no tensor at all)."""
+    ``.grad``, or no tensor at all). `channel`: the queue pipe it will travel in (see above)."""
     if type(tensor) is not Tensor or tensor.grad is not None or tensor._storage.device != "cpu":
         return None
     _check_sendable(tensor)
     return (tensor._offset, tensor._shape, tensor._strides, _dtype_code(tensor.dtype),
-            tensor.requires_grad) + storage_handle(tensor._storage)
+            tensor.requires_grad) + storage_handle(tensor._storage, channel)
 
 
 def unpack_tensor(handle):
@@ -141,31 +154,79 @@ def unpack_tensor(handle):
 
 def reduce_storage(storage):
     """Share `storage` (in place) if it is private, then pickle a handle to it."""
-    return (rebuild, storage_handle(storage))
+    pickling = _pickling.__dict__
+    return (rebuild, storage_handle(storage, pickling.get("channel")))
 
 
-def storage_handle(storage):
+def storage_handle(storage, channel=None):
     """Share `storage` (in place) if it is private; return its handle: plain data, starting with
-    the kind of thing to rebuild (``rebuild(*handle)`` in the receiver gives the storage)."""
+    the kind of thing to rebuild (``rebuild(*handle)`` in the receiver gives the storage).
+    `channel`: the inode of the queue pipe the handle will travel in, or None (unknown)."""
     if storage.device != "cpu":
         raise RuntimeError("Cannot pickle CUDA storage; try pickling a CUDA tensor instead")
     segment = storage.share_memory_()._segment  # a private one moves into shared memory, in place
     cache.put(segment.key, storage)  # so that it comes back to us as itself
-    # Count the handle in flight (an atomic add on the segment's header), so the segment is not
-    # reused, nor its name unlinked, before the receiver has it.
-    segment.incref()
     if recorder.ENABLED:
         recorder.count_handle()  # the message being pickled carries one more handle
     if segment.strategy == file_descriptor.STRATEGY:
-        address, token = fd_passing.offer(storage)
+        # Count the handle in flight (an atomic add on the segment's header), so the segment is
+        # not reused before the receiver has it; then promise its descriptor.
+        segment.incref()
+        try:
+            address, token = fd_passing.offer(storage)
+        except BaseException:
+            segment.decref()
+            raise
+        _note_taken(segment, token)
         if recorder.ENABLED:
             recorder.emit("fd.send", name=segment.name, token=token, nbytes=segment.nbytes)
         return ("storage_fd", address, os.getpid(), segment.key, token, segment.nbytes,
                 segment.name)
-    # file_system: the count above also makes the name outlive us if we let go first, or die
-    # (the shm manager reads it before it removes a name).
+    # file_system: say which road the handle takes (before it is counted: killed in between, the
+    # manager would see one pipe too many, never one too few), then count it, which also makes
+    # the name outlive us if we let go first, or die (the shm manager reads both).
+    segment.note_channel(channel)
+    segment.incref()
+    _note_taken(segment, None)
     file_system.keep_after_send(storage)  # if received: kept a moment, in case it comes back
     return ("storage_filename", segment.name, segment.nbytes, os.getpid())
+
+
+# -- a message that fails gives back what it took ----------------------------------------------
+
+_pickling = threading.local()   # while dumps_or_give_back pickles: .channel, and .taken, a list
+
+
+def _note_taken(segment, token):
+    taken = _pickling.__dict__.get("taken")
+    if taken is not None:
+        taken.append((segment, token))
+
+
+def dumps_or_give_back(dumps, obj, channel=None):
+    """``dumps(obj)`` with ForkingPickler's reducers; if it raises, every handle it made is
+    given back (its count, and its fd offer) before the error goes up. `channel`: the queue
+    pipe the bytes will travel in (see ``storage_handle``)."""
+    pickling = _pickling.__dict__
+    outer = pickling.get("taken"), pickling.get("channel")   # (pickling within a pickle)
+    taken = pickling["taken"] = []
+    pickling["channel"] = channel
+    try:
+        return dumps(obj)
+    except BaseException:
+        give_back(taken)
+        raise
+    finally:
+        pickling["taken"], pickling["channel"] = outer
+
+
+def give_back(taken):
+    """Undo handles that will never travel: withdraw each fd offer, give each count back."""
+    for segment, token in reversed(taken):
+        if token is not None:
+            fd_passing.withdraw(token)
+        segment.decref()
+    taken.clear()
 
 
 def rebuild_storage_fd(address, sender_pid, key, token, nbytes, name):

@@ -96,6 +96,14 @@ def offer(storage):
     return st.address, token
 
 
+def withdraw(token):
+    """Take back the offer `token` (its handle will never travel: the message failed to
+    pickle). The Storage it kept alive, and so its descriptor, may go now."""
+    st = _state
+    with st.lock:
+        st.offers.pop(token, None)
+
+
 def pending_offers():
     """How many descriptors this process has promised and not yet handed over."""
     return len(_state.offers)

@@ -3,10 +3,12 @@
 How it works::
 
     /dev/shm/mpviz_3f9c…  (mode 0600)
-    +-----------------+--------------------------------------+
-    | refcount (8 B)  |  ... 56 B header ...  | the bytes     |
-    +-----------------+--------------------------------------+
+    +----------------+-------------+--------------------------+-----------+
+    | refcount (8 B) | roads (8 B) | 6 road slots (6 x 8 B)   | the bytes |
+    +----------------+-------------+--------------------------+-----------+
       how many holders and in-flight handles exist, in all processes
+                       how many roads its handles took; which ones (a queue
+                       pipe's inode, or -1: a road mpviz cannot name)
 
 * ``create``: ``shm_open(O_CREAT|O_EXCL)``, size it, map it, **close the descriptor** (holders
   keep no fds: that is this strategy's advantage), refcount = 1.
@@ -21,6 +23,14 @@ How it works::
   tells it what it holds, and it unlinks what no live process holds and no handle in flight
   names (it reads those from this count, less the counts of the holders it saw die).
 
+* **Which roads its handles took.** Before a handle is counted, its sender notes in the header
+  which queue pipe will carry it (:meth:`FsSegment.note_channel`): a slot claimed with one
+  atomic add on "roads", then the pipe's inode written in it — once per segment and pipe, so a
+  tensor sent again and again on one queue writes nothing more. The manager reads those slots
+  for a name no live process holds that still has handles in flight: it keeps the name while a
+  live process can still read one of those pipes. A road it cannot see (a ``Pipe``, a
+  ``SimpleQueue``, more than 6 roads) is marked -1, and then it keeps the name longer.
+
 * A segment whose count is 1 — ours — is mapped by no other process and named by no handle in
   flight, so the caching allocator (:mod:`~mpviz.sharing.allocator`) may keep it and hand it
   out again instead of unlinking it.
@@ -30,6 +40,7 @@ an atomic refcount in front of the data) and ``libshm``. Python has no atomics o
 so the add is a small C function (mpviz/sharing/atomic.c, built on first use), or ``libatomic``'s
 ``__atomic_fetch_add_8`` called through ctypes where nothing can be compiled.
 """
+import ctypes
 import errno
 import fcntl
 import itertools
@@ -48,6 +59,9 @@ from . import allocator, shm_manager
 from . import file_descriptor
 from .file_descriptor import _reserve, atomic_add
 from .mapping import map_shared
+# The header after the count (see the picture above). The shm manager reads it too, and uses
+# only the standard library, so the layout is written down there.
+from .shm_manager import ROADS_AT, SLOTS_AT, SLOTS, UNKNOWN_ROAD, roads  # noqa: F401
 
 try:
     import _posixshmem
@@ -57,6 +71,7 @@ except ImportError:  # pragma: no cover
 STRATEGY = "file_system"
 HEADER = 64
 _COUNT = struct.Struct("=q")
+_SLOTS = struct.Struct(f"={SLOTS}q")
 _TAG = os.environ.get("MPVIZ_SHM_TAG", "")  # a tag lets test runs tell their segments apart
 if not all(c.isalnum() or c in "_-." for c in _TAG):
     raise ValueError(
@@ -86,9 +101,23 @@ class FsSegment:
         file_descriptor._choose_atomic_add()  # before any fork: see there
         self._buf = buf
         self.array = np.frombuffer(buf, dtype=np.uint8, count=nbytes, offset=HEADER)
+        self._roads = set()            # roads this mapping has seen written in the header
         token = next(_ids)
         self._finalizer = weakref.finalize(self.array, _let_go, token, name, nbytes, buf, created)
         _live[token] = self._finalizer
+
+    def note_channel(self, channel):
+        """Note in the header that a handle travels in the queue pipe whose inode is `channel`
+        (None: a road mpviz cannot name). Costs a set lookup when this road is known already."""
+        road = UNKNOWN_ROAD if channel is None else channel
+        if road in self._roads:
+            return
+        self._roads.add(road)
+        if road in _SLOTS.unpack_from(self._buf, SLOTS_AT):
+            return                     # another process wrote it
+        slot = _claim_road(self.name, self._buf)
+        if slot < SLOTS:               # past the last slot the count of roads says "more"
+            _COUNT.pack_into(self._buf, SLOTS_AT + 8 * slot, road)
 
     def incref(self):
         """Count one more holder or handle in flight (we map the header: no need to open the name)."""
@@ -148,6 +177,9 @@ class _Parked:
         return _add_mapped(self.name, self.buf, 0) == 1
 
     def revive(self):
+        # Only we count it (sole_holder): no handle of its old life is on its way, so the roads
+        # those took are history. Forget them, or they would fill the slots over many reuses.
+        self.buf[ROADS_AT:HEADER] = bytes(HEADER - ROADS_AT)
         return FsSegment(self.name, self.nbytes, self.buf, created=True)
 
     def free(self):
@@ -265,6 +297,21 @@ def _add_mapped(name, buf, delta):
     if count <= 0 and delta < 0:
         _unlink(name)
     return count
+
+
+def _claim_road(name, buf):
+    """Claim the next road slot of the header (an atomic add on its count of roads); its index."""
+    roads = (ctypes.c_char * 8).from_buffer(buf, ROADS_AT)
+    n = atomic_add(roads, 1)
+    if n is None:                      # no atomics here: an fcntl lock on those 8 bytes
+        fd = _open(name, os.O_RDWR)
+        try:
+            fcntl.lockf(fd, fcntl.LOCK_EX, 8, ROADS_AT)
+            n = _COUNT.unpack_from(buf, ROADS_AT)[0] + 1
+            _COUNT.pack_into(buf, ROADS_AT, n)
+        finally:
+            os.close(fd)
+    return n - 1
 
 
 def _add(name, delta):

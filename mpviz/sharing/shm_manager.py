@@ -9,7 +9,8 @@ would stay in /dev/shm, using RAM, until reboot. The manager watches instead::
     process A ──"DROP /mpviz_2"────▶ │ (own session)│   connected process holds, and that no
                                      └──────────────┘   handle in flight names, is unlinked.
 
-* One manager per user, at an abstract Unix socket address; it serves only peers of its own uid
+* One manager per user (and per ``MPVIZ_SHM_TAG``, so that test runs that tag their segments
+  each get their own), at an abstract Unix socket address; it serves only peers of its own uid
   (``SO_PEERCRED``). The first process that needs it starts it; it double-forks and calls
   ``setsid()`` so it outlives its starter and is nobody's child, and points stdin/stdout/stderr at
   /dev/null so a test runner waiting on those pipes is never held open.
@@ -28,13 +29,38 @@ would stay in /dev/shm, using RAM, until reboot. The manager watches instead::
 
       handles in flight = the count in the header - the counts of dead holders
 
-  and it unlinks the name only when that is 0. So a handle put by a process that is then
-  killed still arrives: its count keeps the name. (This used to be two more messages, one per
-  handle put and one per handle taken — a system call and a wake-up of this daemon for every
-  tensor that crossed, about a quarter of a round trip on a busy 2-core machine.)
-  A plain ``HOLD name`` (no count: a simulated CUDA block) is removed once nobody holds it.
-* When no client has been connected for ``IDLE_SECONDS``, it unlinks every name it still knows
-  (handles pickled but never received, for instance) and exits.
+  If that is 0, nobody can ever map the name again: it is unlinked at once. (This used to be
+  two more messages, one per handle put and one per handle taken — a system call and a wake-up
+  of this daemon for every tensor that crossed, about a quarter of a round trip on a busy
+  2-core machine.) A plain ``HOLD name`` (no count: a simulated CUDA block) is removed once
+  nobody holds it.
+* **Can a handle in flight still arrive?** Only if a live process can still read the road it
+  travels on. The sender writes that road in the segment's header before it counts the handle
+  (the inode of the queue's pipe; -1 for a road mpviz cannot name: a ``Pipe``, a
+  ``SimpleQueue``, a ``Pool``). A name nobody holds with handles in flight is *in flight*; every
+  ``CHECK_SECONDS`` the manager looks again at those (once they have waited ``CHECK_SECONDS``)::
+
+      a queue pipe is named, and some live process has it open for reading   -> keep it
+      (/proc/PID/fd/N links to "pipe:[inode]", /proc/PID/fdinfo/N says read)
+      no road named, or one it cannot name, and a process of the process     -> keep it
+      group of one of its holders is alive (/proc/PID/stat)
+      otherwise: no live process can ever receive a handle to it             -> unlink it
+
+  So a tensor put on a queue arrives however long after its sender exited or was killed, while
+  anyone can still ``get`` from that queue; once the queue is closed or collected in every live
+  process, its undelivered names go within ~2 ``CHECK_SECONDS``. Where the road is unknown the
+  manager keeps the name as long as a process of its sender's *process group* lives: the
+  program that sent it (a script and the children it started, a notebook kernel and its
+  workers, which inherit its group) — as torch keeps names while any of its clients lives. :func:`fate` asks the manager that story for one name (a ``FATE name`` line,
+  the one message it answers), for pictures and the learner.
+
+  What "can still read" means here is "has the pipe's reading end open": a forked child
+  inherits every queue its parent had, and keeps such names too while it lives, though it may
+  never call ``get``. The cost is one scan of /proc (~20 ms with ~120 processes) per
+  ``CHECK_SECONDS`` while some name has waited in flight that long — never in a run where
+  every handle is received within a second.
+* When no client has been connected, and no name has been in flight, for ``IDLE_SECONDS``, it
+  unlinks every name it still knows and exits.
 * It can be switched off (``enable(False)``, or ``MPVIZ_SHM_MANAGER=0`` in the environment, which
   spawned children inherit) to *see* the leak.
 
@@ -44,6 +70,7 @@ cleans up when all clients are gone. Different: mpviz also cleans up after each 
 This file runs both as a module (the client) and as a script (the daemon), and uses only the
 standard library so the daemon starts fast.
 """
+import hashlib
 import os
 import selectors
 import socket
@@ -54,15 +81,24 @@ import threading
 import time
 
 IDLE_SECONDS = 1.0
+CHECK_SECONDS = 1.0     # how often names in flight are looked at again (a scan of /proc)
 BATCH_SECONDS = 0.001   # see serve(): longer, and a busy client fills its socket buffer and waits
 _ENV = "MPVIZ_SHM_MANAGER"
 
+# The header of a file_system segment, as far as the manager reads it (file_system writes it:
+# see the picture there). This file uses only the standard library, so the layout lives here.
+_HEADER = struct.Struct("=qq6q")    # count, roads claimed, 6 road slots
+ROADS_AT, SLOTS_AT, SLOTS = 8, 16, 6
+UNKNOWN_ROAD = -1                   # a slot's value for a road mpviz cannot name
 
-PROTOCOL = 2  # in the address: a manager that speaks older lines never serves newer clients
+PROTOCOL = 3  # in the address: a manager that speaks older lines never serves newer clients
 
 
 def address():
-    return f"\0mpviz-shm-manager-{os.getuid()}-v{PROTOCOL}"
+    """One manager per user and per ``MPVIZ_SHM_TAG`` (a test run's tag gets its own)."""
+    tag = os.environ.get("MPVIZ_SHM_TAG", "")
+    tag = "-" + hashlib.sha1(tag.encode()).hexdigest()[:12] if tag else ""
+    return f"\0mpviz-shm-manager-{os.getuid()}{tag}-v{PROTOCOL}"
 
 
 _enabled = os.environ.get(_ENV, "1") != "0"   # read once: a put asks for every tensor it sends
@@ -251,11 +287,14 @@ def serve():
     sel.register(listener, selectors.EVENT_READ)
     holds = {}      # client socket -> {name: how many counts in its header are the client's
                     #                  (0: it maps it, counted out), None: a name with no count}
+    client = {}     # client socket -> (its pid, its process group: a handle's road may be unknown)
     counted = set() # names whose header counts holders and handles in flight (file_system)
     dead = {}       # name -> counts in its header that belong to clients that died holding it
+    groups = {}     # name -> the process groups of the clients that ever held it
     known = set()   # every name ever mentioned, for the final sweep
+    in_flight = {}  # name -> since when nobody holds it, with handles still in flight
     buffers = {}
-    idle_since = time.monotonic()
+    idle_since = last_check = time.monotonic()
 
     def unlink(name):
         try:
@@ -263,17 +302,68 @@ def serve():
             _posixshmem.shm_unlink(name)
         except OSError:
             pass
+        forget(name)
+
+    def forget(name):
         known.discard(name)
         counted.discard(name)
         dead.pop(name, None)
+        groups.pop(name, None)
+        in_flight.pop(name, None)
 
-    def orphaned(name):
-        if any(name in h for h in holds.values()):
-            return False                   # someone alive maps it
+    def held(name):
+        return any(name in h for h in holds.values())
+
+    def decide(name):
+        """For a name nobody alive holds: unlink it, or keep it in flight."""
         if name not in counted:
-            return True
-        count = _header_count(name)        # live holders: none; so the rest of the count is
-        return count is None or count - dead.get(name, 0) <= 0   # dead holders and handles
+            return unlink(name)
+        header = _header(name)
+        if header is None or header[0] - dead.get(name, 0) <= 0:
+            return unlink(name)            # no handle in flight: nobody can come for it
+        in_flight.setdefault(name, time.monotonic())
+
+    def check_in_flight(now):
+        """Names in flight for a while: can a live process still receive one of their handles?"""
+        waiting = {}
+        for name, since in list(in_flight.items()):
+            if held(name):
+                del in_flight[name]        # it arrived: its receiver holds it now
+            elif now - since >= CHECK_SECONDS:
+                header = _header(name)
+                if header is None or header[0] - dead.get(name, 0) <= 0:
+                    unlink(name)           # its last handle arrived, and was let go
+                else:
+                    waiting[name] = roads(header)
+        if not waiting:
+            return
+        readable = pipes_read({ino for pipes, _ in waiting.values() for ino in pipes})
+        lives = groups_alive({g for name in waiting for g in groups.get(name, ())})
+        for name, (pipes, unknown) in waiting.items():
+            if pipes & readable.keys():
+                continue                   # a live process can still get it from that queue
+            if (unknown or not pipes) and groups.get(name, set()) & lives:
+                continue                   # a road we cannot see, and its senders' program lives
+            unlink(name)                   # no live process can ever receive a handle to it
+
+    def judge(name):
+        """Our view of `name`, as one line: what decide() and check_in_flight() go by."""
+        pids = [client[c][0] for c, h in holds.items() if name in h]
+        if pids:
+            return f"held 0 {','.join(map(str, pids))}\n"
+        header = _header(name)
+        if name not in known or header is None or name not in counted:
+            return "unknown 0 -\n"
+        left = header[0] - dead.get(name, 0)
+        pipes, unknown = roads(header)
+        readers = pipes_read(pipes)
+        if left > 0 and readers:
+            pids = sorted({p for ps in readers.values() for p in ps})
+            return f"queue {left} {','.join(map(str, pids))}\n"
+        if left > 0 and (unknown or not pipes) and \
+                groups.get(name, set()) & groups_alive(groups.get(name, set())):
+            return f"group {left} -\n"
+        return f"unreachable {left} -\n"
 
     while True:
         events = sel.select(timeout=0.1)
@@ -291,13 +381,15 @@ def serve():
                     conn, _ = listener.accept()
                 except OSError:
                     continue
-                uid = struct.unpack("3i", conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12))[1]
+                pid, uid, _ = struct.unpack("3i", conn.getsockopt(socket.SOL_SOCKET,
+                                                                  socket.SO_PEERCRED, 12))
                 if uid != os.getuid():
                     conn.close()
                     continue
                 conn.setblocking(False)
                 sel.register(conn, selectors.EVENT_READ)
                 holds[conn] = {}
+                client[conn] = pid, _stat(pid)[1]
                 buffers[conn] = b""
                 continue
             conn = key.fileobj
@@ -314,15 +406,20 @@ def serve():
                 if op == "HOLD":
                     holds[conn][name] = None if n is None else int(n)
                     known.add(name)
+                    groups.setdefault(name, set()).add(client[conn][1])
+                    in_flight.pop(name, None)          # held again: it arrived
                     if n is not None:
                         counted.add(name)
                 elif op == "DROP":
                     holds[conn].pop(name, None)
                     candidates.add(name)
                 elif op == "UNLINKED":
-                    known.discard(name)
-                    counted.discard(name)
-                    dead.pop(name, None)
+                    forget(name)
+                elif op == "FATE":                     # a question (see fate()): answer it
+                    try:
+                        conn.send(judge(name).encode())
+                    except OSError:
+                        pass
             if closed:
                 # The client exited, normally or killed: what it held may be nobody's now, and
                 # the counts it held in headers will never be given back.
@@ -332,34 +429,186 @@ def serve():
                         dead[name] = dead.get(name, 0) + n
                     candidates.add(name)
                 buffers.pop(conn, None)
+                client.pop(conn, None)
                 conn.close()
         # Decide only after reading every socket that was readable: a message that *caused*
         # another (the sender's HOLD before the receiver's DROP) was written earlier, so it is
         # in this round too, whichever socket we happened to read first.
         for name in candidates:
-            if name in known and orphaned(name):
-                unlink(name)
-        if holds:
-            idle_since = time.monotonic()
-        elif time.monotonic() - idle_since > IDLE_SECONDS:
+            if name in known and not held(name):
+                decide(name)
+        now = time.monotonic()
+        if in_flight and now - last_check >= CHECK_SECONDS:
+            last_check = now
+            check_in_flight(now)
+        if holds or in_flight:
+            idle_since = now
+        elif now - idle_since > IDLE_SECONDS:
             for name in list(known):
                 unlink(name)
             return
 
 
-def _header_count(name):
-    """The count at the start of a file_system segment (holders + handles in flight), read
-    without mapping it; None if the name is gone."""
+def roads(header):
+    """What a file_system header says of its handles' roads: (the queue pipes' inodes, a set;
+    whether some road is unknown — not a queue pipe, or more roads than slots)."""
+    _, claimed, *slots = _HEADER.unpack_from(header, 0)
+    return {s for s in slots if s > 0}, claimed > SLOTS or UNKNOWN_ROAD in slots
+
+
+def _header(name):
+    """The 64 header bytes of a file_system segment, read without mapping it; None if gone."""
     import _posixshmem
     try:
         fd = _posixshmem.shm_open(name, os.O_RDONLY, 0)
     except OSError:
         return None
     try:
-        data = os.pread(fd, 8, 0)
+        data = os.pread(fd, _HEADER.size, 0)
     finally:
         os.close(fd)
-    return struct.unpack("=q", data)[0] if len(data) == 8 else None
+    return data if len(data) == _HEADER.size else None
+
+
+# -- what /proc says: who can still read a pipe, which process groups are alive -------------------
+
+def _pids(but_me=True):
+    """Every process's pid (but this one's, unless `but_me` is False: the daemon holds nothing)."""
+    me = os.getpid() if but_me else None
+    return [int(p) for p in os.listdir("/proc") if p.isdigit() and int(p) != me]
+
+
+def pipes_read(inodes, pids=None):
+    """The pipes among `inodes` that a live process has open for reading, as {inode: [pid]}
+    (empty lists never: a pipe nobody reads is left out). Only our own user's processes can be
+    looked at, and only they can have our queues."""
+    found = {}
+    if not inodes:
+        return found
+    wanted = {f"pipe:[{ino}]": ino for ino in inodes}
+    for pid in pids if pids is not None else _pids():
+        try:
+            fds = os.listdir(f"/proc/{pid}/fd")
+        except OSError:
+            continue                       # gone, or not ours
+        for fd in fds:
+            try:
+                ino = wanted.get(os.readlink(f"/proc/{pid}/fd/{fd}"))
+            except OSError:
+                continue
+            if ino is not None and _reads(pid, fd):
+                found.setdefault(ino, []).append(pid)
+    return found
+
+
+def _reads(pid, fd):
+    """Whether descriptor `fd` of process `pid` is open for reading (O_RDONLY or O_RDWR)."""
+    try:
+        with open(f"/proc/{pid}/fdinfo/{fd}") as f:
+            for line in f:
+                if line.startswith("flags:"):
+                    return int(line.split()[1], 8) & os.O_ACCMODE != os.O_WRONLY
+    except (OSError, ValueError):
+        pass
+    return False
+
+
+def _stat(pid):
+    """(state, process group) of process `pid` from /proc/PID/stat; (None, None) if it is gone.
+    (After the name in parentheses: state, parent pid, process group, session, ...)"""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return fields[0], int(fields[2])
+    except (OSError, IndexError, ValueError):
+        return None, None
+
+
+def groups_alive(wanted):
+    """Those of the process groups `wanted` that some live (not zombie) process is in."""
+    alive = set()
+    if not wanted:
+        return alive
+    for pid in _pids():
+        state, group = _stat(pid)
+        if group in wanted and state != "Z":
+            alive.add(group)
+    return alive
+
+
+def fate(name):
+    """What will become of the file_system segment `name`, as ``(kind, words)``, for pictures
+    and the learner. The running manager is asked (it alone knows which counts belong to dead
+    holders); without one, or for a name it was never told of, what /proc and the header show.
+
+    kind: "gone", "held", "in flight" (a live process can still receive a handle to it),
+    "unreachable" (nobody can: the manager removes it), "leaked", "maybe in flight"."""
+    header = _header(name)
+    if header is None:
+        return "gone", "not in /dev/shm"
+    answer = _ask(f"FATE {name}\n")
+    if answer is not None and answer[0] != "unknown":
+        kind, left, pids = answer
+        if kind == "held":
+            return "held", f"mapped by pid {pids}"
+        if kind == "queue":
+            return "in flight", (f"in flight in a queue: {left} handle(s) not received yet, and "
+                                 f"pid {pids} can still get them")
+        if kind == "group":
+            return "in flight", (f"in flight by a road mpviz cannot see ({left} handle(s)): "
+                                 f"kept while its sender's program (process group) lives")
+        return "unreachable", ("no live process maps it or can ever receive a handle to it "
+                               "(its queue is gone): the shm manager removes it")
+    return _fate_from_proc(name, header)
+
+
+def _fate_from_proc(name, header):
+    """fate() without the manager: it cannot tell a dead holder's count from a handle's."""
+    short = name.lstrip("/")
+    holders = [pid for pid in _pids(but_me=False) if _maps(pid, short)]
+    if holders:
+        return "held", f"mapped by pid {', '.join(map(str, holders[:4]))}"
+    _, claimed, *_ = _HEADER.unpack_from(header, 0)
+    pipes, unknown = roads(header)
+    readers = pipes_read(pipes, _pids(but_me=False))
+    if readers:
+        pids = sorted({p for ps in readers.values() for p in ps})
+        return "maybe in flight", (f"no live process maps it; pid {', '.join(map(str, pids[:4]))} "
+                                   f"can still read a queue its handles went through, so one "
+                                   f"may still arrive (no shm manager to ask)")
+    if unknown:
+        return "maybe in flight", ("no live process maps it; a handle went by a road mpviz "
+                                   "cannot see, and may still arrive (no shm manager to ask)")
+    return "leaked", ("no live process maps it, and none can receive a handle to it: left in "
+                      "/dev/shm (no shm manager to remove it)")
+
+
+def _ask(line):
+    """Ask the running manager one question; its answer split in words, or None (none runs)."""
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.settimeout(5)
+    try:
+        sock.connect(address())
+        sock.sendall(line.encode())
+        answer = b""
+        while not answer.endswith(b"\n"):
+            chunk = sock.recv(256)
+            if not chunk:
+                return None
+            answer += chunk
+        return answer.decode().split()
+    except OSError:
+        return None
+    finally:
+        sock.close()
+
+
+def _maps(pid, short):
+    try:
+        with open(f"/proc/{pid}/maps") as f:
+            return short in f.read()
+    except OSError:
+        return False
 
 
 def _drain(conn):

@@ -14,9 +14,16 @@ The last column is the segment's fate, worked out by ``state.segment_states``:
   until reboot (unless mpviz's shm manager removes it: pass ``check_os=True`` to look).
 * ``file_descriptor`` segments have no name (the fd is all there is): the kernel frees them when
   the last process unmaps and closes them, so they cannot leak past their processes.
+* Nobody maps it is not always lost: a handle to it may still be **in flight** in a queue, and
+  arrive later (a producer put a tensor and exited). From the trace alone, a ``file_system``
+  segment nobody maps while a message put by one of its holders has not been got yet is drawn
+  "in flight?": that message may carry it (the trace does not say which memory a message names).
 
 ``check_os=True`` compares with what Linux says now: ``/proc/PID/maps`` of the processes still
-alive (a ✓ where it agrees, ✗ where it does not) and whether the name is still in /dev/shm.
+alive (a ✓ where it agrees, ✗ where it does not) and whether the name is still in /dev/shm —
+and, for a name still there that nobody maps, asks the shm manager what will become of it
+(:func:`mpviz.sharing.shm_manager.fate`): in flight in a queue a live process can still read,
+unreachable (its queue is gone: the manager removes it), or leaked.
 """
 import os
 
@@ -26,6 +33,8 @@ from . import state as st
 from .colors import COLORS, human_bytes, legend
 from .figure import Figure
 from mpviz.trace.osview import os_view
+
+IN_FLIGHT = "#fde9b6"   # pale amber: nobody maps it, but a handle to it is on its way
 
 
 def memory_map(trace, at=None, ax=None, check_os=False, max_segments=30, title=None):
@@ -45,7 +54,7 @@ def memory_map(trace, at=None, ax=None, check_os=False, max_segments=30, title=N
         ax = fig.add_subplot()
     fig = ax.figure
     views = _os_views(procs, ix, t) if check_os else {}
-    used = set()
+    used, fates = set(), []
     for r, s in enumerate(shown):
         for c, p in enumerate(procs):
             words, face = [], "white"
@@ -73,18 +82,10 @@ def memory_map(trace, at=None, ax=None, check_os=False, max_segments=30, title=N
             if words:
                 ax.text(c + 0.5, r + 0.5, "\n".join(words) if len(words) > 2 else
                         " · ".join(words), ha="center", va="center", fontsize=7.5)
-        status = s.status
-        face, color = {"in use": (COLORS["mapped"], "black"),
-                       "leaked": (COLORS["leak"], "white"),
-                       "freed": (COLORS["freed"], "#777777")}.get(status, ("white", "black"))
-        if status == "leaked":
-            used.add("leak")
-            status = "LEAKED"
-            if check_os and not _in_dev_shm(s.name):
-                status, face, color = "not in /dev/shm now\n(the shm manager\nremoved it)", \
-                    "white", "black"
-        elif status == "freed":
-            used.add("freed")
+        status, face, color = _fate(s, ix, t, check_os)
+        used.add({COLORS["leak"]: "leak", COLORS["freed"]: "freed", IN_FLIGHT: "in flight",
+                  COLORS["mapped"]: "mapped"}.get(face))
+        fates.append(status)
         ax.add_patch(Rectangle((ncols - 1 + 0.08, r), 0.92, 1, facecolor=face,
                                edgecolor="#cccccc", lw=0.8))
         ax.text(ncols - 0.46, r + 0.5, status, ha="center", va="center", fontsize=8,
@@ -117,21 +118,71 @@ def memory_map(trace, at=None, ax=None, check_os=False, max_segments=30, title=N
     for side in ax.spines.values():
         side.set_visible(False)
     when = "" if at is None else f" at {(t - ix.t0) / 1e6:.1f} ms"
-    leaked = [s for s in segs if s.status == "leaked"]
+    leaked = [s for s, f in zip(shown, fates) if f == "LEAKED"] + \
+        [s for s in hidden if s.status == "leaked"]
+    flying = sum(f.startswith("in flight in a queue") for f in fates)
+    maybe = sum(f.startswith(("in flight?", "maybe in flight")) for f in fates)
     summary = (f"{len(leaked)} leaked: {human_bytes(sum(s.nbytes or 0 for s in leaked))} "
                "left in /dev/shm that no live process maps" if leaked else
                f"{len(segs)} segment(s), none leaked")
+    if flying:
+        summary += f"; {flying} not mapped, in flight in a queue"
+    if maybe:
+        summary += f"; {maybe} not mapped but maybe in flight"
     ax.set_title(title or f"Who maps which shared-memory segment{when}\n{summary}",
                  loc="left", fontsize=10, color=COLORS["leak"] if leaked else "black")
     leg = legend(ax, [k for k in ("mapped", "leak", "freed") if k in used] or ["mapped"],
                  loc="upper left", bbox_to_anchor=(0.0, -0.02), ncols=4)
+    extra = []
+    from matplotlib.patches import Patch
     if "died" in used:
-        from matplotlib.patches import Patch
-        handles = leg.legend_handles + [Patch(facecolor="#d9d9d9", label="the process ended "
-                                              "(killed) while it still mapped the segment")]
-        ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(0.0, -0.02), ncols=2,
-                  frameon=False, fontsize=8)
+        extra.append(Patch(facecolor="#d9d9d9", label="the process ended (killed) while it "
+                           "still mapped the segment"))
+    if "in flight" in used:
+        extra.append(Patch(facecolor=IN_FLIGHT, label="nobody maps it, but a handle to it may "
+                           "still be on its way in a queue"))
+    if extra:
+        ax.legend(handles=leg.legend_handles + extra, loc="upper left",
+                  bbox_to_anchor=(0.0, -0.02), ncols=2, frameon=False, fontsize=8)
     return fig
+
+
+def _fate(s, ix, t, check_os):
+    """The last column for segment `s`: (words, face colour, text colour)."""
+    if s.status == "in use":
+        return "in use", COLORS["mapped"], "black"
+    if s.status == "freed":
+        return "freed", COLORS["freed"], "#777777"
+    if s.status != "leaked":
+        return s.status, "white", "black"
+    if check_os:
+        from mpviz.sharing import shm_manager
+        kind, words = shm_manager.fate("/" + str(s.name).lstrip("/"))
+        if kind == "gone":
+            return "not in /dev/shm now\n(the shm manager\nremoved it)", "white", "black"
+        if kind == "in flight":
+            pids = words.split("pid ")[-1].split(" ")[0] if "pid " in words else ""
+            return ("in flight in a queue\n" + (f"(pid {pids} can get it)" if pids else
+                                                 "(road unseen: kept)"), IN_FLIGHT, "black")
+        if kind == "maybe in flight":
+            return "maybe in flight\n(no shm manager\nto ask)", IN_FLIGHT, "black"
+        if kind == "unreachable":
+            return "nobody can get it\nnow (the shm manager\nremoves it)", "white", "black"
+        if kind == "held":
+            return "mapped now by\n" + words.split("pid ")[-1], COLORS["mapped"], "black"
+        return "LEAKED", COLORS["leak"], "white"
+    if _maybe_in_flight(s, ix, t):
+        return "in flight?\n(a message from a\nholder is not got yet)", IN_FLIGHT, "black"
+    return "LEAKED", COLORS["leak"], "white"
+
+
+def _maybe_in_flight(s, ix, t):
+    """From the trace alone: a message put (before `t`) by a process that mapped `s`, and not
+    got by `t`, may carry a handle to it. (Only file_system segments have a name to wait for.)"""
+    if s.strategy not in ("file_system", None):
+        return False
+    return any(f.put.pid in s.mapped_ever and f.put.ts_ns <= t and
+               (f.get is None or f.get.ts_ns > t) for f in ix.flows)
 
 
 def _short(name, width=24):
