@@ -34,7 +34,7 @@ import time
 
 from multiprocessing import process, spawn, util
 
-from . import locks, messages, recorder
+from . import locks, messages, recorder, waits
 
 TRACE_KEY = "mpviz_trace"               # our key in the spawn preparation data
 _orig = {}
@@ -65,7 +65,7 @@ def _observe_exit(self):
 
 
 def _process_join(self, timeout=None):
-    _orig["join"](self, timeout)
+    waits.process_join(_orig["join"], self, timeout)      # a wait on the child (waits.py)
     _observe_exit(self)
 
 
@@ -176,7 +176,7 @@ def _patch(patches):
 
 
 def _store_for(replacement):
-    module = sys.modules[replacement.__module__]
+    module = sys.modules[getattr(replacement, "__func__", replacement).__module__]
     return getattr(module, "_orig", _orig)
 
 
@@ -187,7 +187,7 @@ def threading_locks_on():
 def install(threading_locks=False):
     """Patch the stdlib for recording (idempotent). Stops a fork server that lacks the hooks."""
     fresh = "start" not in _orig
-    _patch(PATCHES + messages.PATCHES + locks.PATCHES)
+    _patch(PATCHES + messages.PATCHES + locks.PATCHES + waits.PATCHES)
     messages.install_native()                # the per-message hooks in C, where they can be
     if threading_locks:
         _patch(locks.THREADING_PATCHES)
