@@ -8,6 +8,8 @@ answered once, here, in plain Python (no matplotlib), and can be tested without 
     state.segments     shared-memory segments that exist, who maps them, and whether leaked
     state.locks        locks that are held or waited for: owners and waiters
     state.in_flight    messages put but not yet got (``Flow``s)
+    state.blocked      threads blocked in a recorded wait (a join, q.join, Event.wait, a full
+                       pipe ...): on what, since when, and who must act so that they go on
     state.deadlocks    threads that can never go on, each with the reason in words
     print(state.text())
 
@@ -36,6 +38,17 @@ evidence is what happened right around the message in the same thread:
     earlier handle message from the same sender on the same channel. A heuristic: a small
     reply of exactly that size would be drawn green too.
 
+Who must act for a blocked thread to go on (``Blocked.waits_for``), from the ``wait.begin``
+event's ``on`` and ``id`` (mpviz.trace.waits):
+
+    process      join: the child's main thread must finish (and the child exit)
+    thread       a process at exit joins its queue's feeder thread: that thread must finish
+    pipe.write   the pipe is full: a reader of that queue must read (the threads that have
+                 got from it so far; none recorded: "nobody has read it yet")
+    queue.join   every item put must be marked task_done(): by the threads that got from it
+    pool.result  the Pool workers running that job's tasks at the instant
+    event, condition, barrier, future: whoever will set / notify / arrive is not recorded
+
 The watchdog (a scenario's side process, ``process.start how="watchdog"``) is not a lane of
 its own: its ``watchdog.stuck`` / ``watchdog.kill`` events are filed under the pids they name.
 """
@@ -57,7 +70,7 @@ GLYPH_KINDS = frozenset({
     "process.start", "process.bootstrap", "process.exit", "process.launch", "process.reaped",
     "thread.start", "thread.exit", "queue.put", "queue.get", "pipe.send", "pipe.recv", "copy",
     "lock.wait", "lock.acquire", "lock.release", "lock.timeout", "pool.task", "mark",
-    "cuda.warning"})
+    "cuda.warning", "wait.begin", "wait.end"})
 
 
 # --- naming ------------------------------------------------------------------------------------
@@ -118,6 +131,18 @@ class LockState:
 
 
 @dataclass(frozen=True)
+class Blocked:
+    """A thread inside a recorded wait at the instant (see mpviz.trace.waits)."""
+    pid: int
+    tid: int
+    on: str                            # process, thread, pipe.write, queue.join, event, ...
+    target: object                     # what it waits on: a pid, an OS thread id, a queue id ...
+    since_ns: int
+    what: str                          # in words: "join producer (pid 12)"
+    waits_for: tuple                   # (pid, tid) of the threads that must act, if known
+
+
+@dataclass(frozen=True)
 class Deadlock:
     pid: int
     tid: int
@@ -136,6 +161,7 @@ class State:
     deadlocks: tuple
     labels: dict = field(repr=False, default_factory=dict)
     thread_names: dict = field(repr=False, default_factory=dict)
+    blocked: tuple = ()
 
     @property
     def t_s(self):
@@ -169,6 +195,10 @@ class State:
         for f in self.in_flight:
             lines.append(f"  {name(f.put.pid)} put {f.put.args.get('msg')} on {f.channel} "
                          f"({human_bytes(f.nbytes)})")
+        lines.append(f"Threads blocked in a wait ({len(self.blocked)}):")
+        for b in self.blocked:
+            lines.append(f"  {name(b.pid)} {self.thread_names.get((b.pid, b.tid), 'thread')}: "
+                         f"{b.what}, for {(self.t_ns - b.since_ns) / 1e6:.1f} ms")
         if self.deadlocks:
             lines.append("STUCK FOR GOOD:")
             lines.extend(f"  {name(d.pid)}: {d.reason}" for d in self.deadlocks)
@@ -204,7 +234,9 @@ class _Index:
         self.lock_infos = {lk.id: lk for lk in trace.locks()}
         self.threads, self.thread_end, self.forker = {}, {}, {}
         self.shm, self.waits, self.stuck = [], [], []
-        open_waits, pending = {}, {}
+        self.blocked = []              # (pid, tid, begin event, end ts or None): recorded waits
+        self.getters = {}              # queue id -> [(pid, tid, ts) of its first get per thread]
+        open_waits, pending, open_blocks = {}, {}, {}
         self.busy, self.first_seen, self.by_kind, self.ticks = {}, {}, {}, {}
         self.handles = set()           # message ids that carried shared-memory handles
         special = {"copy", "cuda.warning", "pool.task", "mark"}
@@ -252,6 +284,16 @@ class _Index:
                     self.waits.append((e.args["lock"], e.pid, e.tid, since, e.ts_ns))
             elif k == "watchdog.stuck":
                 self.stuck.append(e)
+            elif k == "wait.begin":
+                open_blocks.setdefault(who, []).append(e)
+            elif k == "wait.end":
+                begins = open_blocks.get(who)
+                if begins:
+                    self.blocked.append((e.pid, e.tid, begins.pop(), e.ts_ns))
+            elif k == "queue.get":
+                seen = self.getters.setdefault(e.args.get("queue"), [])
+                if all(g[:2] != who for g in seen):
+                    seen.append((e.pid, e.tid, e.ts_ns))
             elif k == "pool.task":
                 key = (e.pid, e.args.get("job"), e.args.get("index"))
                 if e.args.get("phase") == "start":
@@ -261,6 +303,9 @@ class _Index:
         self._resent_handles()
         for (lid, pid, tid), since in open_waits.items():
             self.waits.append((lid, pid, tid, since, None))
+        for (pid, tid), begins in open_blocks.items():
+            self.blocked.extend((pid, tid, b, None) for b in begins)
+        self.pool_tasks = [e for e in self.by_kind.get("pool.task", ())]
         self.labels = _make_labels(self.procs, self.watchdogs)
 
     def _resent_handles(self):
@@ -392,6 +437,68 @@ class _Index:
                                              _last_frame(e.args.get("stacks")))
         return list(found.values())
 
+    # --- blocked threads ---
+
+    def blocked_states(self, t):
+        """The threads inside a recorded wait at `t`, each with who must act (see top)."""
+        out = []
+        for pid, tid, begin, until in self.blocked:
+            if begin.ts_ns <= t and (until is None or t < until) and \
+                    self.thread_alive(pid, tid, t):
+                on, target = begin.args.get("on"), begin.args.get("id")
+                out.append(Blocked(pid, tid, on, target, begin.ts_ns,
+                                   self.wait_words(begin), tuple(self.must_act(begin, t))))
+        return out
+
+    def wait_words(self, begin):
+        """What a wait waits for, in words (a label on the timeline, a line of text)."""
+        a = begin.args
+        on, target = a.get("on"), a.get("id")
+        if on == "process":
+            label = self.labels.get(target, f"pid {target}")
+            return f"join {label}" + (f" (pid {target})" if label != f"pid {target}" else "")
+        if on == "thread":
+            return f"join thread {a.get('name') or target}"
+        if on == "pipe.write":
+            return f"write {human_bytes(a.get('nbytes'))} into the full pipe of queue {target}"
+        if on == "queue.join":
+            return f"q.join() on queue {target}: until every item is task_done()"
+        if on == "pool.result":
+            return f"the result of Pool job {target}"
+        if on == "future":
+            return "a future's result" if str(target).startswith("future-") else f"{target}"
+        return f"{on} {target}.wait()" if on else "a wait"
+
+    def must_act(self, begin, t):
+        """(pid, tid) of the threads whose action ends this wait, as far as the trace knows."""
+        on, target = begin.args.get("on"), begin.args.get("id")
+        if on == "process" and target in self.procs and self.alive(target, t):
+            return [(target, target)]
+        if on == "thread":
+            return [(begin.pid, target)] if self.thread_alive(begin.pid, target, t) else []
+        if on in ("pipe.write", "queue.join"):
+            return [(p, d) for p, d, first in self.getters.get(target, ())
+                    if first <= t and self.thread_alive(p, d, t)]
+        if on == "pool.result":
+            return [(pid, tid) for pid, tid, a, b in self.tasks_of(target)
+                    if a <= t and (b is None or t < b) and self.thread_alive(pid, tid, t)]
+        return []
+
+    def tasks_of(self, job):
+        """(pid, tid, start, done or None) of Pool job `job`'s tasks."""
+        starts, out = {}, []
+        for e in self.pool_tasks:
+            if e.args.get("job") != job:
+                continue
+            key = (e.pid, e.args.get("index"))
+            if e.args.get("phase") == "start":
+                starts[key] = e
+            elif e.args.get("phase") == "done" and key in starts:
+                s0 = starts.pop(key)
+                out.append((e.pid, e.tid, s0.ts_ns, e.ts_ns))
+        out.extend((e.pid, e.tid, e.ts_ns, None) for e in starts.values())
+        return out
+
     # --- segments ---
 
     def segment_states(self, t):
@@ -507,15 +614,17 @@ def state_at(trace, t_ns=None):
                       if f.put.ts_ns <= t and (f.get is None or f.get.ts_ns > t))
     return State(t, ix.t0, procs, tuple(ix.segment_states(t)), tuple(locks), in_flight,
                  tuple(ix.deadlocks(locks, t)), dict(ix.labels),
-                 {(p, t): ix.thread_name(p, t) for p in ix.procs for t in ix.procs[p].threads})
+                 {(p, t): ix.thread_name(p, t) for p in ix.procs for t in ix.procs[p].threads},
+                 tuple(ix.blocked_states(t)))
 
 
 def stuck_moment(trace):
     """The instant to judge a deadlock at: just before the first still-waiting thread's process
     ended (a watchdog or a test kills stuck processes), or the trace's end; None if no thread was
-    left waiting."""
+    left waiting (for a lock, or in any recorded wait)."""
     ix = _index(trace)
     open_waits = [(pid, since) for _, pid, _, since, until in ix.waits if until is None]
+    open_waits += [(pid, b.ts_ns) for pid, _, b, until in ix.blocked if until is None]
     if not open_waits:
         return ix.t1 if ix.stuck else None
     ends = [ix.procs[pid].exit_ns for pid, _ in open_waits
