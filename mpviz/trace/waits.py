@@ -38,7 +38,7 @@ from multiprocessing import pool, process, queues, synchronize
 from . import recorder
 from .messages import semlock_id
 
-_orig = {}
+_orig = {}                            # what hooks.install replaced, to put back
 _in_wait = threading.local()          # .on: set while this thread is inside a recorded wait
 
 
@@ -82,8 +82,8 @@ def _queue_id(q):
 
 def _joinable_join(self):
     if not _outermost():
-        return _orig["JoinableQueue.join"](self)
-    return _recorded(_orig["JoinableQueue.join"], "queue.join", _queue_id(self), {},
+        return _stdlib["JoinableQueue.join"](self)
+    return _recorded(_stdlib["JoinableQueue.join"], "queue.join", _queue_id(self), {},
                      (self,), {})
 
 
@@ -92,8 +92,8 @@ def _finalize_join(twr):
     pipe is full and nobody reads it, this is where a child hangs (the join-before-get lesson)."""
     thread = twr()
     if thread is None or not _outermost():
-        return _orig["Queue._finalize_join"](twr)
-    return _recorded(_orig["Queue._finalize_join"], "thread", thread.native_id,
+        return _stdlib["Queue._finalize_join"](twr)
+    return _recorded(_stdlib["Queue._finalize_join"], "thread", thread.native_id,
                      {"name": thread.name}, (twr,), {})
 
 
@@ -101,22 +101,22 @@ def _finalize_join(twr):
 
 def _event_wait(self, timeout=None):
     if not _outermost():
-        return _orig["Event.wait"](self, timeout)
-    return _recorded(_orig["Event.wait"], "event", semlock_id(self._flag),
+        return _stdlib["Event.wait"](self, timeout)
+    return _recorded(_stdlib["Event.wait"], "event", semlock_id(self._flag),
                      {"timeout": timeout}, (self, timeout), {})
 
 
 def _condition_wait(self, timeout=None):
     if not _outermost():
-        return _orig["Condition.wait"](self, timeout)
-    return _recorded(_orig["Condition.wait"], "condition", semlock_id(self._lock),
+        return _stdlib["Condition.wait"](self, timeout)
+    return _recorded(_stdlib["Condition.wait"], "condition", semlock_id(self._lock),
                      {"timeout": timeout}, (self, timeout), {})
 
 
 def _barrier_wait(self, timeout=None):
     if not _outermost():
-        return _orig["Barrier.wait"](self, timeout)
-    return _recorded(_orig["Barrier.wait"], "barrier", semlock_id(self._cond._lock),
+        return _stdlib["Barrier.wait"](self, timeout)
+    return _recorded(_stdlib["Barrier.wait"], "barrier", semlock_id(self._cond._lock),
                      {"parties": self._parties, "timeout": timeout}, (self, timeout), {})
 
 
@@ -126,8 +126,8 @@ def _result_wait(key):
     """AsyncResult.get or .wait (MapResult's too): a wait on the Pool job, if not ready yet."""
     def wait(self, timeout=None):
         if not _outermost() or self._event.is_set():
-            return _orig[key](self, timeout)
-        return _recorded(_orig[key], "pool.result", self._job, {"timeout": timeout},
+            return _stdlib[key](self, timeout)
+        return _recorded(_stdlib[key], "pool.result", self._job, {"timeout": timeout},
                          (self, timeout), {})
     wait.__name__ = key.rsplit(".", 1)[1]
     return wait
@@ -135,22 +135,22 @@ def _result_wait(key):
 
 def _future_result(self, timeout=None):
     if not _outermost() or self._state in (_base.FINISHED, _base.CANCELLED_AND_NOTIFIED):
-        return _orig["Future.result"](self, timeout)
-    return _recorded(_orig["Future.result"], "future", f"future-{id(self):x}",
+        return _stdlib["Future.result"](self, timeout)
+    return _recorded(_stdlib["Future.result"], "future", f"future-{id(self):x}",
                      {"timeout": timeout}, (self, timeout), {})
 
 
 def _futures_wait(fs, timeout=None, return_when=futures.ALL_COMPLETED):
     if not _outermost():
-        return _orig["futures.wait"](fs, timeout, return_when)
+        return _stdlib["futures.wait"](fs, timeout, return_when)
     fs = list(fs)
-    return _recorded(_orig["futures.wait"], "future", f"{len(fs)} futures",
+    return _recorded(_stdlib["futures.wait"], "future", f"{len(fs)} futures",
                      {"how": return_when, "timeout": timeout}, (fs, timeout, return_when), {})
 
 
 def _as_completed(fs, timeout=None):
     """as_completed is a generator: each step that blocks is a wait (one pair per step)."""
-    gen = _orig["futures.as_completed"](fs, timeout)
+    gen = _stdlib["futures.as_completed"](fs, timeout)
     if not recorder.ENABLED:
         yield from gen
         return
@@ -199,6 +199,21 @@ def feeder_writes(send_bytes, qid, fd):
     send._mpviz = True                        # messages._hooked: already wrapped
     return send
 
+
+# The wrappers call these, not what ``_orig`` holds: a wrapper can outlive the recording (a
+# queue's finaliser, registered while recording, runs at exit), and ``uninstall`` empties _orig.
+_stdlib = {
+    "JoinableQueue.join": queues.JoinableQueue.join,
+    "Queue._finalize_join": queues.Queue._finalize_join,
+    "Event.wait": synchronize.Event.wait,
+    "Condition.wait": synchronize.Condition.wait,
+    "Barrier.wait": synchronize.Barrier.wait,
+    "ApplyResult.get": pool.ApplyResult.get,
+    "ApplyResult.wait": pool.ApplyResult.wait,
+    "Future.result": _base.Future.result,
+    "futures.wait": futures.wait,
+    "futures.as_completed": futures.as_completed,
+}
 
 PATCHES = [
     (queues.JoinableQueue, "join", _joinable_join, "JoinableQueue.join"),

@@ -44,8 +44,9 @@ event's ``on`` and ``id`` (mpviz.trace.waits):
     process      join: the child's main thread must finish (and the child exit)
     thread       a process at exit joins its queue's feeder thread: that thread must finish
     pipe.write   the pipe is full: a reader of that queue must read (the threads that have
-                 got from it so far; none recorded: "nobody has read it yet")
+                 got from it so far, even ended ones; none: nobody has read it yet)
     queue.join   every item put must be marked task_done(): by the threads that got from it
+                 (even ended ones: a consumer that ended without task_done() is the story)
     pool.result  the Pool workers running that job's tasks at the instant
     event, condition, barrier, future: whoever will set / notify / arrive is not recorded
 
@@ -476,9 +477,9 @@ class _Index:
             return [(target, target)]
         if on == "thread":
             return [(begin.pid, target)] if self.thread_alive(begin.pid, target, t) else []
-        if on in ("pipe.write", "queue.join"):
-            return [(p, d) for p, d, first in self.getters.get(target, ())
-                    if first <= t and self.thread_alive(p, d, t)]
+        if on in ("pipe.write", "queue.join"):        # those that got from it, ended or not:
+            return [(p, d) for p, d, first in self.getters.get(target, ())   # a consumer that
+                    if first <= t]                     # ended without task_done() is the story
         if on == "pool.result":
             return [(pid, tid) for pid, tid, a, b in self.tasks_of(target)
                     if a <= t and (b is None or t < b) and self.thread_alive(pid, tid, t)]

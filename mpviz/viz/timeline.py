@@ -595,7 +595,7 @@ def _draw_blocked(ax, ix, x, row, t1, span, labels, max_labels, used):
         end = until or ix.thread_end.get((pid, tid)) or (proc.exit_ns if proc else None) or t1
         a, b, r = x(begin.ts_ns), x(end), row(pid, tid)
         boxes.append(Rectangle((a, r - 0.26), max(b - a, 1e-9), 0.52))
-        if b - a > 0.02 * span:                    # a label only where the wait is visible
+        if until is None or b - a > 0.02 * span:   # an unfinished wait is the story: always
             texts.append((a, r, ("waits: " if until is None else "waited: ") +
                           ix.wait_words(begin)))
     if not boxes:
