@@ -20,7 +20,7 @@ import wait_workers as w  # noqa: E402
 
 import mpviz.trace as mt  # noqa: E402
 from mpviz.viz import state as st  # noqa: E402
-from mpviz.viz import timeline  # noqa: E402
+from mpviz.viz import timeline, wait_for  # noqa: E402
 from mpviz.viz.timeline import _TimeAxis  # noqa: E402
 
 pytestmark = pytest.mark.timeout(90)
@@ -162,8 +162,15 @@ def test_join_before_get_is_seen_as_waits_that_never_end(tmp_path):
     assert any(t.startswith("waits: join producer") for t in texts)
     assert _never_squeezed(trace, joins[0])
     assert "idle" not in fig.axes[0].get_xlabel()
+
+    # the wait-for graph: the queue's full pipe → the feeder → the child's exit → the join
+    graph = wait_for(trace)
+    words = [t.get_text() for t in graph.axes[0].texts]
+    assert {"blocks", "must finish", "must exit"} <= set(words)
+    assert any("pipe full: nobody has read it yet" in t for t in words)
     if os.environ.get("MPVIZ_SAVE_PNG"):
         fig.savefig(os.environ["MPVIZ_SAVE_PNG"], dpi=90)
+        graph.savefig(os.environ["MPVIZ_SAVE_PNG"].replace(".png", "_wait_for.png"), dpi=90)
 
 
 def test_missing_task_done_is_seen_as_a_queue_join_that_never_ends(tmp_path):
@@ -188,6 +195,13 @@ def test_missing_task_done_is_seen_as_a_queue_join_that_never_ends(tmp_path):
     boxes, texts = _drawn_blocked(fig)
     assert boxes and any(t.startswith("waits: q.join()") for t in texts)
     assert _never_squeezed(trace, joins[0])
+
+    graph = wait_for(trace)          # the consumer (ended) must call task_done() → the queue
+    words = [t.get_text() for t in graph.axes[0].texts]
+    assert "must call task_done()" in words and "blocks" in words
+    assert any(t.startswith("consumer") and t.endswith("(ended)") for t in words)
+    if os.environ.get("MPVIZ_SAVE_PNG"):
+        graph.savefig(os.environ["MPVIZ_SAVE_PNG"].replace(".png", "_task_done.png"), dpi=90)
 
 
 # --- waits that end: both ends recorded, once each ----------------------------------------------
