@@ -337,6 +337,7 @@ _BELOW = ((0, -11), (0, -19), (0, 19))
 _ABOVE = ((0, 9), (0, 17), (0, -19))
 _ON_ARROW = ((0, 0), (0, 8), (0, -8), (0, 15), (0, -15))
 _ON_SPAN = ((3, 0), (3, 10), (3, -10))
+_LEFT_OF_SPAN = ((-3, 0), (-3, 10), (-3, -10))
 
 
 class _LabelLayout(Artist):
@@ -596,7 +597,7 @@ def _draw_blocked(ax, ix, x, row, t1, span, labels, max_labels, used):
         a, b, r = x(begin.ts_ns), x(end), row(pid, tid)
         boxes.append(Rectangle((a, r - 0.26), max(b - a, 1e-9), 0.52))
         if until is None or b - a > 0.02 * span:   # an unfinished wait is the story: always
-            texts.append((a, r, ("waits: " if until is None else "waited: ") +
+            texts.append((a, b, r, ("waits: " if until is None else "waited: ") +
                           ix.wait_words(begin)))
     if not boxes:
         return
@@ -604,12 +605,17 @@ def _draw_blocked(ax, ix, x, row, t1, span, labels, max_labels, used):
                                       hatch="xx", linewidths=0.8, zorder=2.5))
     used.add("blocked")
     if len(texts) <= max_labels:
-        for a, r, text in texts:
-            labels.add(ax.annotate(text, (a, r), xytext=_ON_SPAN[0], textcoords="offset points",
-                                   fontsize=7, ha="left", va="center", color=COLORS["blocked"],
-                                   zorder=7, bbox=dict(boxstyle="square,pad=0.1", fc="white",
-                                                       ec="none", alpha=0.8)),
-                       1, _ON_SPAN)
+        for a, b, r, text in texts:
+            # on the box, from its start; a short box near the right edge: to its left, → it
+            left = b - a < 0.3 * span and a > 0.6 * span
+            labels.add(ax.annotate(text + " →" if left else text, (a, r),
+                                   xytext=_LEFT_OF_SPAN[0] if left else _ON_SPAN[0],
+                                   textcoords="offset points", fontsize=7,
+                                   ha="right" if left else "left", va="center",
+                                   color=COLORS["blocked"], zorder=7,
+                                   bbox=dict(boxstyle="square,pad=0.1", fc="white", ec="none",
+                                             alpha=0.8)),
+                       1, _LEFT_OF_SPAN if left else _ON_SPAN)
 
 
 def _merge(spans, tolerance):
