@@ -36,32 +36,53 @@ from concurrent.futures import _base
 from multiprocessing import pool, process, queues, synchronize
 
 from . import recorder
-from .messages import semlock_id
+from .messages import _queue_id, semlock_id
 
 _orig = {}                            # what hooks.install replaced, to put back
 _in_wait = threading.local()          # .on: set while this thread is inside a recorded wait
 
 
 def _recorded(call, on, target, more, args, kwargs):
-    """Run `call(*args, **kwargs)` between a ``wait.begin`` and a ``wait.end``."""
-    recorder.emit("wait.begin", on=on, id=target, **more)
+    """Run `call(*args, **kwargs)` between a ``wait.begin`` and a ``wait.end``. (The Writer is
+    called directly, as on the recorder's other hot paths: see recorder.py.)"""
+    w = recorder.writer
+    begin = {"on": on, "id": target}
+    if more:
+        begin.update(more)
+    w.emit("wait.begin", begin)
     _in_wait.on = on
     try:
         result = call(*args, **kwargs)
     except BaseException as exc:
         _in_wait.on = None
-        if recorder.ENABLED:
-            recorder.emit("wait.end", on=on, id=target, ok=False, error=type(exc).__name__)
+        w = recorder.writer
+        if w is not None:
+            w.emit("wait.end", {"on": on, "id": target, "ok": False,
+                                "error": type(exc).__name__})
         raise
     _in_wait.on = None
-    if recorder.ENABLED:
-        recorder.emit("wait.end", on=on, id=target, ok=result is not False)
+    w = recorder.writer                     # (recording may have stopped meanwhile)
+    if w is not None:
+        w.emit("wait.end", {"on": on, "id": target, "ok": result is not False})
     return result
+
+
+def _timeout(timeout):
+    """The args a wait's timeout adds to its begin: none for the usual wait for ever."""
+    return None if timeout is None else {"timeout": timeout}
 
 
 def _outermost():
     """True if recording and this thread is not already inside a recorded wait."""
-    return recorder.ENABLED and getattr(_in_wait, "on", None) is None
+    return recorder.writer is not None and getattr(_in_wait, "on", None) is None
+
+
+def _lock_id(obj, lock):
+    """`obj`'s id: that of the semaphore `lock` under it, computed once."""
+    lid = getattr(obj, "_mpviz_wid", None)
+    if lid is None:
+        lid = obj._mpviz_wid = semlock_id(lock)
+    return lid
 
 
 # --- processes and queues ----------------------------------------------------------------------
@@ -73,11 +94,6 @@ def process_join(join, self, timeout=None):
         return join(self, timeout)
     return _recorded(join, "process", self.pid, {"name": self.name, "timeout": timeout},
                      (self, timeout), {})
-
-
-def _queue_id(q):
-    from .messages import _queue_id
-    return _queue_id(q)
 
 
 def _joinable_join(self):
@@ -102,21 +118,21 @@ def _finalize_join(twr):
 def _event_wait(self, timeout=None):
     if not _outermost():
         return _stdlib["Event.wait"](self, timeout)
-    return _recorded(_stdlib["Event.wait"], "event", semlock_id(self._flag),
-                     {"timeout": timeout}, (self, timeout), {})
+    return _recorded(_stdlib["Event.wait"], "event", _lock_id(self, self._flag),
+                     _timeout(timeout), (self, timeout), {})
 
 
 def _condition_wait(self, timeout=None):
     if not _outermost():
         return _stdlib["Condition.wait"](self, timeout)
-    return _recorded(_stdlib["Condition.wait"], "condition", semlock_id(self._lock),
-                     {"timeout": timeout}, (self, timeout), {})
+    return _recorded(_stdlib["Condition.wait"], "condition", _lock_id(self, self._lock),
+                     _timeout(timeout), (self, timeout), {})
 
 
 def _barrier_wait(self, timeout=None):
     if not _outermost():
         return _stdlib["Barrier.wait"](self, timeout)
-    return _recorded(_stdlib["Barrier.wait"], "barrier", semlock_id(self._cond._lock),
+    return _recorded(_stdlib["Barrier.wait"], "barrier", _lock_id(self, self._cond._lock),
                      {"parties": self._parties, "timeout": timeout}, (self, timeout), {})
 
 
@@ -137,7 +153,7 @@ def _future_result(self, timeout=None):
     if not _outermost() or self._state in (_base.FINISHED, _base.CANCELLED_AND_NOTIFIED):
         return _stdlib["Future.result"](self, timeout)
     return _recorded(_stdlib["Future.result"], "future", f"future-{id(self):x}",
-                     {"timeout": timeout}, (self, timeout), {})
+                     _timeout(timeout), (self, timeout), {})
 
 
 def _futures_wait(fs, timeout=None, return_when=futures.ALL_COMPLETED):
