@@ -222,8 +222,10 @@ def test_waits_that_end_are_recorded_with_both_ends(tmp_path):
         ev = ctx.Event()
         p = ctx.Process(target=w.set_later, args=(ev,))
         p.start()
+        p.join(timeout=0.01)                                    # gives up: ok False
         assert ev.wait(timeout=10)
         p.join()
+        assert not ctx.Event().wait(timeout=0.01)               # times out: ok False
 
         cond = ctx.Condition()
         with cond:
@@ -261,8 +263,9 @@ def test_waits_that_end_are_recorded_with_both_ends(tmp_path):
                 [ex.submit(w.slow_square, 5)])) == [25]
     me = os.getpid()
 
-    (ev_wait,) = _pairs(trace, "event")
+    ev_wait, ev_timeout = _pairs(trace, "event")
     assert ev_wait[0].pid == me and ev_wait[1].args["ok"] is True
+    assert ev_timeout[0].args["timeout"] == 0.01 and ev_timeout[1].args["ok"] is False
     assert ev_wait[1].ts_ns - ev_wait[0].ts_ns > 50e6          # it really waited (~0.1 s)
     (cond_wait,) = _pairs(trace, "condition")                  # Event.wait's inner one: not
     assert cond_wait[0].pid == me and cond_wait[1].args["ok"] is True    # recorded twice
@@ -277,6 +280,8 @@ def test_waits_that_end_are_recorded_with_both_ends(tmp_path):
     joins = _pairs(trace, "process")
     children = {p.pid for p in (p, c, s, b, f)}
     assert children <= {x[0].args["id"] for x in joins}
+    given_up, done = [x[1].args["ok"] for x in joins if x[0].args["id"] == p.pid]
+    assert (given_up, done) == (False, True)
     results = _pairs(trace, "pool.result")
     assert len(results) == 2 and all(x[0].pid == me for x in results)   # apply_async, map
     jobs = {e.args["job"] for e in trace.of_kind("pool.task")}

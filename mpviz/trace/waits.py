@@ -29,8 +29,8 @@ already reaped, a result already there). Waits inside waits (``Event.wait`` call
 ``Condition.wait``; ``pool.map`` calls ``get``) are recorded once, the outermost: a
 thread-local flag says "already waiting".
 """
+import sys
 import threading
-import time
 from concurrent import futures
 from concurrent.futures import _base
 from multiprocessing import pool, process, queues, synchronize
@@ -42,9 +42,14 @@ _orig = {}                            # what hooks.install replaced, to put back
 _in_wait = threading.local()          # .on: set while this thread is inside a recorded wait
 
 
-def _recorded(call, on, target, more, args, kwargs):
-    """Run `call(*args, **kwargs)` between a ``wait.begin`` and a ``wait.end``. (The Writer is
-    called directly, as on the recorder's other hot paths: see recorder.py.)"""
+def _returned(result):
+    return True                             # the wait ended as it should unless it raised
+
+
+def _recorded(call, on, target, more, args, kwargs, judge=_returned):
+    """Run `call(*args, **kwargs)` between a ``wait.begin`` and a ``wait.end``, whose ``ok`` is
+    ``judge(result)``: False for a wait that gave up (a timeout). (The Writer is called
+    directly, as on the recorder's other hot paths: see recorder.py.)"""
     w = recorder.writer
     begin = {"on": on, "id": target}
     if more:
@@ -63,7 +68,7 @@ def _recorded(call, on, target, more, args, kwargs):
     _in_wait.on = None
     w = recorder.writer                     # (recording may have stopped meanwhile)
     if w is not None:
-        w.emit("wait.end", {"on": on, "id": target, "ok": result is not False})
+        w.emit("wait.end", {"on": on, "id": target, "ok": judge(result)})
     return result
 
 
@@ -93,7 +98,7 @@ def process_join(join, self, timeout=None):
     if not _outermost() or popen is None or popen.returncode is not None:
         return join(self, timeout)
     return _recorded(join, "process", self.pid, {"name": self.name, "timeout": timeout},
-                     (self, timeout), {})
+                     (self, timeout), {}, lambda _: popen.returncode is not None)
 
 
 def _joinable_join(self):
@@ -119,14 +124,14 @@ def _event_wait(self, timeout=None):
     if not _outermost():
         return _stdlib["Event.wait"](self, timeout)
     return _recorded(_stdlib["Event.wait"], "event", _lock_id(self, self._flag),
-                     _timeout(timeout), (self, timeout), {})
+                     _timeout(timeout), (self, timeout), {}, bool)        # False: timed out
 
 
 def _condition_wait(self, timeout=None):
     if not _outermost():
         return _stdlib["Condition.wait"](self, timeout)
     return _recorded(_stdlib["Condition.wait"], "condition", _lock_id(self, self._lock),
-                     _timeout(timeout), (self, timeout), {})
+                     _timeout(timeout), (self, timeout), {}, bool)
 
 
 def _barrier_wait(self, timeout=None):
@@ -143,8 +148,8 @@ def _result_wait(key):
     def wait(self, timeout=None):
         if not _outermost() or self._event.is_set():
             return _stdlib[key](self, timeout)
-        return _recorded(_stdlib[key], "pool.result", self._job, {"timeout": timeout},
-                         (self, timeout), {})
+        return _recorded(_stdlib[key], "pool.result", self._job, _timeout(timeout),
+                         (self, timeout), {}, lambda _: self.ready())   # get raises instead
     wait.__name__ = key.rsplit(".", 1)[1]
     return wait
 
@@ -161,7 +166,9 @@ def _futures_wait(fs, timeout=None, return_when=futures.ALL_COMPLETED):
         return _stdlib["futures.wait"](fs, timeout, return_when)
     fs = list(fs)
     return _recorded(_stdlib["futures.wait"], "future", f"{len(fs)} futures",
-                     {"how": return_when, "timeout": timeout}, (fs, timeout, return_when), {})
+                     {"how": return_when, "timeout": timeout}, (fs, timeout, return_when), {},
+                     lambda done_and_not: not done_and_not.not_done or
+                     return_when != futures.ALL_COMPLETED)
 
 
 def _as_completed(fs, timeout=None):
@@ -209,7 +216,7 @@ def feeder_writes(send_bytes, qid, fd):
                 fcntl.ioctl(fd, termios.FIONREAD, queued, True)
             except OSError:
                 return send_bytes(buf)
-            if int.from_bytes(queued, "little") + n <= size:
+            if int.from_bytes(queued, sys.byteorder) + n <= size:
                 return send_bytes(buf)        # it fits: the write cannot block
         return _recorded(send_bytes, "pipe.write", qid, {"nbytes": len(buf)}, (buf,), {})
     send._mpviz = True                        # messages._hooked: already wrapped

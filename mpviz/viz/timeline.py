@@ -322,7 +322,8 @@ def timeline(trace, ax=None, at=None, title=None, max_arrows=300, max_labels=24,
     if not fast or title:
         ax.set_title(title or "What each process did, and what travelled between them",
                      loc="left", fontsize=10)
-    order = ["handle", "copy", "message", "blocked", "waiting", "holding", "deadlock", "warning", "task",
+    order = ["handle", "copy", "message", "blocked", "waiting", "holding", "deadlock", "warning",
+             "task",
              "exit0", "exitcode", "signal", "running", "mark", "event"]
     if not fast:
         legend(ax, [k for k in order if k in used])
@@ -501,7 +502,8 @@ class _TimeAxis:
         from matplotlib.ticker import MaxNLocator
         if not fast:
             ax.set_xlabel(f"time since the trace began ({self.unit})" +
-                      ("   (grey ≈ bands: nothing recorded there, squeezed; its length written below)"
+                      ("   (grey ≈ bands: nothing recorded there, squeezed; "
+                       "its length written below)"
                        if self.gaps else ""))
         if not self.gaps:
             return
