@@ -197,29 +197,31 @@ def feeder_writes(send_bytes, qid, fd):
     """Wrap a feeder thread's write into the pipe `fd`: record a wait when it may block.
 
     A pipe holds about 64 KiB; a write that does not fit blocks until the reader has made room.
-    One ``ioctl(FIONREAD)`` asks how much is in the pipe now; only a write that may not fit is
-    recorded, as ``wait.begin {on: "pipe.write"}`` ... ``wait.end``."""
+    Before each write (while recording) one ``ioctl(FIONREAD)`` asks how much the pipe holds
+    now; only a write that may not fit is recorded, as ``wait.begin {on: "pipe.write"}`` ...
+    ``wait.end``. (Counting our own writes instead of asking would miss the bytes that other
+    processes put into the same queue: a hang could go unrecorded.)"""
     import fcntl
     import termios
     try:
         size = fcntl.fcntl(fd, fcntl.F_GETPIPE_SZ)
     except (AttributeError, OSError):
         return send_bytes                    # not a Linux pipe: nothing we can ask
-    queued = bytearray(4)
+    answer = bytearray(4)
 
     def send(buf):
         if not recorder.ENABLED:
             return send_bytes(buf)
-        n = len(buf) + 4                      # + the length word
-        if n < size:
+        n = len(buf) + 4                     # + the length word
+        if n <= size:
             try:
-                fcntl.ioctl(fd, termios.FIONREAD, queued, True)
-            except OSError:
+                fcntl.ioctl(fd, termios.FIONREAD, answer, True)
+            except OSError:                  # (the write will say what is wrong)
                 return send_bytes(buf)
-            if int.from_bytes(queued, sys.byteorder) + n <= size:
-                return send_bytes(buf)        # it fits: the write cannot block
+            if int.from_bytes(answer, sys.byteorder) + n <= size:
+                return send_bytes(buf)       # it fits: the write cannot block
         return _recorded(send_bytes, "pipe.write", qid, {"nbytes": len(buf)}, (buf,), {})
-    send._mpviz = True                        # messages._hooked: already wrapped
+    send._mpviz = True                       # messages._hooked: already wrapped
     return send
 
 
