@@ -609,7 +609,7 @@ def _draw_blocked(ax, ix, x, row, t1, span, labels, max_labels, used):
     if len(texts) <= max_labels:
         for a, b, r, text in texts:
             # on the box, from its start; a short box near the right edge: to its left, → it
-            left = b - a < 0.3 * span and a > 0.6 * span
+            left = b - a < 0.12 * span and a > 0.6 * span
             labels.add(ax.annotate(text + " →" if left else text, (a, r),
                                    xytext=_LEFT_OF_SPAN[0] if left else _ON_SPAN[0],
                                    textcoords="offset points", fontsize=7,
