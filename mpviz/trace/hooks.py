@@ -21,6 +21,9 @@ How each kind of child starts recording, with no change to user code::
     exec'd       ``python -m mpviz trace``: a sitecustomize on PYTHONPATH calls boot() in every
     programs     Python process, which records when MPVIZ_TRACE_DIR is set (autostart/).
 
+Blocking waits (a join, q.join, Event/Condition/Barrier waits, Pool results, futures, a feeder
+writing into a full pipe) are recorded by the wrappers in waits.py, installed with these.
+
 Exits are seen twice: the child records ``process.exit`` when ``_bootstrap`` returns, and the parent
 records ``process.reaped`` (exit code, signal name) when ``join``/``is_alive`` notices the end --
 so a child killed by SIGKILL, which cannot write anything, still gets an end in the trace.
