@@ -64,7 +64,8 @@ _THREAD_LOCK = re.compile(r"^t(\d+)\.\d+$")
 _SHM_KINDS = frozenset({"shm.create", "shm.attach", "shm.detach", "shm.unlink"})
 _HANDLE_SIGNS = frozenset({"shm.attach", "fd.recv", "fd.send", "cuda.send", "cuda.ipc_open"})
 _MESSAGE_ENDS = frozenset({"queue.get", "pipe.recv", "queue.put", "pipe.send"})
-_NEUTRAL = frozenset({"shm.create", "copy", "shm.cache", "cuda.alloc", "cuda.limbo"})
+_NEUTRAL = frozenset({"shm.create", "copy", "shm.cache", "cuda.alloc", "cuda.limbo", "wait.begin",
+                      "wait.end"})      # (a wait between a handle and its message: still its)
 _SMALL_HANDLE = 1024           # a re-sent handle pickles to less than this
 # Kinds the timeline draws with glyphs of their own; every other kind is a plain tick.
 GLYPH_KINDS = frozenset({
