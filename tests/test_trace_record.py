@@ -2,6 +2,7 @@
 import multiprocessing as mp
 import os
 import sys
+import time
 import uuid
 from multiprocessing import connection, queues
 
@@ -183,12 +184,19 @@ def test_live_reading_while_the_child_runs(ctx):
         p = ctx.Process(target=w.marks_then_wait, args=(100, ready, go))
         p.start()
         assert ready.wait(30)
-        trace.refresh()
-        ticks = [e for e in trace.of_kind("mark") if e.pid == p.pid]
-        assert [e.args["i"] for e in ticks] == list(range(100))
-        assert trace.refresh() == 0                      # nothing new: the child is waiting
-        go.set()
-        p.join()
+        try:
+            trace.refresh()
+            ticks = [e for e in trace.of_kind("mark") if e.pid == p.pid]
+            assert [e.args["i"] for e in ticks] == list(range(100))
+            deadline = time.monotonic() + 30     # its last event: it starts waiting for `go`
+            while not [e for e in trace.of_kind("wait.begin") if e.pid == p.pid]:
+                assert time.monotonic() < deadline, "the child's wait for go was not recorded"
+                time.sleep(0.01)
+                trace.refresh()
+            assert trace.refresh() == 0                  # nothing new: the child is waiting
+        finally:
+            go.set()                             # (also when an assert failed: no hang)
+            p.join()
     assert [e.kind for e in trace.events if e.pid == p.pid][-1] == "process.exit"
 
 

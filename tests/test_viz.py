@@ -181,7 +181,7 @@ def test_timeline_lanes_arrows_and_copies(pc):
 def test_timeline_squeezes_spawn_startup(pc):
     trace, _, _ = pc
     fig = viz.timeline(trace)
-    assert "idle time squeezed" in fig.axes[0].get_xlabel()
+    assert "nothing recorded there, squeezed" in fig.axes[0].get_xlabel()   # not "idle"
     flat = viz.timeline(trace, compress_idle=False)
     assert "squeezed" not in flat.axes[0].get_xlabel()
 
@@ -275,8 +275,15 @@ def test_wait_for_draws_a_cycle_in_red(cycle):
 
 def test_wait_for_with_nothing_waiting(pc):
     trace, _, _ = pc
-    fig = viz.wait_for(trace)
+    fig = viz.wait_for(trace, at=max(e.ts_ns for e in trace.events))  # the end: all done
     assert any("No thread is waiting" in t for t in texts(fig))
+
+
+def test_wait_for_with_no_instant_shows_the_busiest_wait(pc):
+    # main joins the producer, the producer waits for `done`: drawn, not "nobody waits"
+    trace, _, _ = pc
+    fig = viz.wait_for(trace)
+    assert not any("No thread is waiting" in t for t in texts(fig))
 
 
 # --- state, conveniences -----------------------------------------------------------------------

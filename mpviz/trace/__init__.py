@@ -10,7 +10,7 @@
 
 How it works, one module each: recorder.py (the per-process crash-safe log; writer.c is its
 Writer in C, which native.py builds on first use), reader.py (reading logs back, incrementally),
-hooks.py + messages.py + locks.py (what is patched in the stdlib, and how children start
+hooks.py + messages.py + locks.py + waits.py (what is patched in the stdlib, and how children start
 recording), autostart/ (a fresh interpreter joining a recording), trace.py (merging and the
 views), chrome.py (Chrome/Perfetto JSON), osview.py (/proc cross-checks).
 """

@@ -48,6 +48,13 @@ OS thread, what happened, and a dict of JSON-able details. The vocabulary, by wh
     lock.acquire         lock, type                                  the new owner (event's tid)
     lock.timeout         lock, type                                  a waiter that gave up
     lock.release         lock, type                                  the owner
+    wait.begin           on (process, queue.join, event, condition,   a thread about to block
+                         barrier, pool.result, future, pipe.write,    (waits.py); none when the
+                         thread), id (what is waited on: a pid, a     wait cannot block
+                         queue or lock id, a Pool job, an OS thread
+                         id), name/nbytes/timeout where known
+    wait.end             on, id, ok (False: timed out or raised),     the same thread, when the
+                         error                                        wait returns
     pool.task            phase (submit/start/done), job, index,      submit: the Pool's task thread;
                          chunk, func, ok (done only)                  start/done: the worker
     cuda.alloc / cuda.free, cuda.ipc_open / cuda.ipc_close           the core's CUDA backends

@@ -21,6 +21,9 @@ How each kind of child starts recording, with no change to user code::
     exec'd       ``python -m mpviz trace``: a sitecustomize on PYTHONPATH calls boot() in every
     programs     Python process, which records when MPVIZ_TRACE_DIR is set (autostart/).
 
+Blocking waits (a join, q.join, Event/Condition/Barrier waits, Pool results, futures, a feeder
+writing into a full pipe) are recorded by the wrappers in waits.py, installed with these.
+
 Exits are seen twice: the child records ``process.exit`` when ``_bootstrap`` returns, and the parent
 records ``process.reaped`` (exit code, signal name) when ``join``/``is_alive`` notices the end --
 so a child killed by SIGKILL, which cannot write anything, still gets an end in the trace.
@@ -34,7 +37,7 @@ import time
 
 from multiprocessing import process, spawn, util
 
-from . import locks, messages, recorder
+from . import locks, messages, recorder, waits
 
 TRACE_KEY = "mpviz_trace"               # our key in the spawn preparation data
 _orig = {}
@@ -65,7 +68,7 @@ def _observe_exit(self):
 
 
 def _process_join(self, timeout=None):
-    _orig["join"](self, timeout)
+    waits.process_join(_orig["join"], self, timeout)      # a wait on the child (waits.py)
     _observe_exit(self)
 
 
@@ -176,7 +179,7 @@ def _patch(patches):
 
 
 def _store_for(replacement):
-    module = sys.modules[replacement.__module__]
+    module = sys.modules[getattr(replacement, "__func__", replacement).__module__]
     return getattr(module, "_orig", _orig)
 
 
@@ -187,7 +190,7 @@ def threading_locks_on():
 def install(threading_locks=False):
     """Patch the stdlib for recording (idempotent). Stops a fork server that lacks the hooks."""
     fresh = "start" not in _orig
-    _patch(PATCHES + messages.PATCHES + locks.PATCHES)
+    _patch(PATCHES + messages.PATCHES + locks.PATCHES + waits.PATCHES)
     messages.install_native()                # the per-message hooks in C, where they can be
     if threading_locks:
         _patch(locks.THREADING_PATCHES)

@@ -311,6 +311,8 @@ def _queue_start_thread(self):
         self._send_bytes = (_fed(send_bytes, qid) if tap is None
                             else tap(send_bytes, "queue.feed", qid, _feeding, None,
                                      _plain_pipe(send_bytes, self._writer)))
+        from .waits import feeder_writes         # a write into a full pipe is a wait
+        self._send_bytes = feeder_writes(self._send_bytes, qid, self._writer.fileno())
     started = _orig["Queue._start_thread"](self)
     if _hooked(self._send_bytes):
         # Remember *which* feeder thread writes through our hook: a later one (after a fork, or

@@ -25,6 +25,7 @@ COLORS = {
     "copy": "#d62728",          # red: bytes copied / a big pickle through the pipe
     "message": "#7f7f7f",       # grey: an ordinary (small) pickled message
     "waiting": "#ff7f0e",       # orange, drawn hatched
+    "blocked": "#b15928",       # dark orange-brown, drawn cross-hatched on a pale fill
     "holding": "#1f77b4",       # blue
     "leak": "#9467bd",          # purple
     "deadlock": "#a50f15",      # crimson
@@ -48,6 +49,7 @@ WORDS = {
     "copy": "you paid: bytes copied (into shared memory, or pickled through the pipe)",
     "message": "an ordinary small message (pickled)",
     "waiting": "waiting for a lock",
+    "blocked": "blocked in a wait (join, q.join, Event, a full pipe ...): the label says on what",
     "holding": "holding a lock",
     "leak": "leaked: left in /dev/shm, no live process maps it",
     "deadlock": "stuck for good (deadlock)",
@@ -66,6 +68,8 @@ WORDS = {
     "freed": "freed / gone",
     "lost": "a message put and never got: no get was recorded before the trace ended",
 }
+
+BLOCKED_FILL = "#fdebd7"        # the pale fill under a blocked span's hatching
 
 # Messages at least this big (pickled bytes) are drawn as a paid transfer (red).
 BIG_MESSAGE = 64 * 1024
@@ -89,6 +93,9 @@ def legend(ax, keys, **kwargs):
     for key in keys:
         if key == "waiting":
             handles.append(Patch(facecolor="white", edgecolor=COLORS[key], hatch="///",
+                                 label=WORDS[key]))
+        elif key == "blocked":
+            handles.append(Patch(facecolor=BLOCKED_FILL, edgecolor=COLORS[key], hatch="xx",
                                  label=WORDS[key]))
         elif key == "task":
             handles.append(Patch(facecolor="white", edgecolor="#333333", label=WORDS[key]))

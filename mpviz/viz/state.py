@@ -8,6 +8,8 @@ answered once, here, in plain Python (no matplotlib), and can be tested without 
     state.segments     shared-memory segments that exist, who maps them, and whether leaked
     state.locks        locks that are held or waited for: owners and waiters
     state.in_flight    messages put but not yet got (``Flow``s)
+    state.blocked      threads blocked in a recorded wait (a join, q.join, Event.wait, a full
+                       pipe ...): on what, since when, and who must act so that they go on
     state.deadlocks    threads that can never go on, each with the reason in words
     print(state.text())
     failures(trace)    actions that failed (a put or get that raised, a blocked write, ...)
@@ -36,6 +38,18 @@ CUDA block), and the message's put-side event carries that count (``handles=N`` 
 carried, never by what happened around it: a receiver that maps memory while unpickling a
 tensor and then puts a small report sends a pickled report, not a handle.
 
+Who must act for a blocked thread to go on (``Blocked.waits_for``), from the ``wait.begin``
+event's ``on`` and ``id`` (mpviz.trace.waits):
+
+    process      join: the child's main thread must finish (and the child exit)
+    thread       a process at exit joins its queue's feeder thread: that thread must finish
+    pipe.write   the pipe is full: a reader of that queue must read (the threads that have
+                 got from it so far, even ended ones; none: nobody has read it yet)
+    queue.join   every item put must be marked task_done(): by the threads that got from it
+                 (even ended ones: a consumer that ended without task_done() is the story)
+    pool.result  the Pool workers running that job's tasks at the instant
+    event, condition, barrier, future: whoever will set / notify / arrive is not recorded
+
 The watchdog (a scenario's side process, ``process.start how="watchdog"``) is not a lane of
 its own: its ``watchdog.stuck`` / ``watchdog.kill`` events are filed under the pids they name.
 """
@@ -54,7 +68,7 @@ GLYPH_KINDS = frozenset({
     "process.start", "process.bootstrap", "process.exit", "process.launch", "process.reaped",
     "thread.start", "thread.exit", "queue.put", "queue.get", "pipe.send", "pipe.recv", "copy",
     "lock.wait", "lock.acquire", "lock.release", "lock.timeout", "pool.task", "mark",
-    "cuda.warning", "queue.put_failed", "queue.get_failed"})
+    "cuda.warning", "queue.put_failed", "queue.get_failed", "wait.begin", "wait.end"})
 PIPE_BYTES = 64 * 1024         # what a Linux pipe holds before a write waits for a reader
 
 
@@ -142,6 +156,18 @@ class Failure:
 
 
 @dataclass(frozen=True)
+class Blocked:
+    """A thread inside a recorded wait at the instant (see mpviz.trace.waits)."""
+    pid: int
+    tid: int
+    on: str                            # process, thread, pipe.write, queue.join, event, ...
+    target: object                     # what it waits on: a pid, an OS thread id, a queue id ...
+    since_ns: int
+    what: str                          # in words: "join producer (pid 12)"
+    waits_for: tuple                   # (pid, tid) of the threads that must act, if known
+
+
+@dataclass(frozen=True)
 class Deadlock:
     pid: int
     tid: int
@@ -161,6 +187,7 @@ class State:
     labels: dict = field(repr=False, default_factory=dict)
     thread_names: dict = field(repr=False, default_factory=dict)
     channel_names: dict = field(repr=False, default_factory=dict)
+    blocked: tuple = ()
 
     @property
     def t_s(self):
@@ -195,6 +222,10 @@ class State:
             lines.append(f"  {name(f.put.pid)} put a message on "
                          f"{self.channel_names.get(f.channel, f.channel)} "
                          f"({human_bytes(f.nbytes)})")
+        lines.append(f"Threads blocked in a wait ({len(self.blocked)}):")
+        for b in self.blocked:
+            lines.append(f"  {name(b.pid)} {self.thread_names.get((b.pid, b.tid), 'thread')}: "
+                         f"{b.what}, for {(self.t_ns - b.since_ns) / 1e6:.1f} ms")
         if self.deadlocks:
             lines.append("STUCK FOR GOOD:")
             lines.extend(f"  {name(d.pid)}: {d.reason}" for d in self.deadlocks)
@@ -232,7 +263,9 @@ class _Index:
         self.lock_infos = {lk.id: lk for lk in trace.locks()}
         self.threads, self.thread_end, self.forker = {}, {}, {}
         self.shm, self.waits, self.stuck = [], [], []
-        open_waits, counted = {}, {}
+        self.blocked = []              # (pid, tid, begin event, end ts or None): recorded waits
+        self.getters = {}              # queue id -> [(pid, tid, ts) of its first get per thread]
+        open_waits, counted, open_blocks = {}, {}, {}
         self.busy, self.first_seen, self.by_kind, self.ticks = {}, {}, {}, {}
         self.handles = {}              # message id -> how many handles its sender pickled in it
         self.writes = {}               # message id -> (its queue.feed,) when a feeder wrote it
@@ -285,6 +318,16 @@ class _Index:
                     self.waits.append((e.args["lock"], e.pid, e.tid, since, e.ts_ns))
             elif k == "watchdog.stuck":
                 self.stuck.append(e)
+            elif k == "wait.begin":
+                open_blocks.setdefault(who, []).append(e)
+            elif k == "wait.end":
+                begins = open_blocks.get(who)
+                if begins:
+                    self.blocked.append((e.pid, e.tid, begins.pop(), e.ts_ns))
+            elif k == "queue.get":
+                seen = self.getters.setdefault(e.args.get("queue"), [])
+                if all(g[:2] != who for g in seen):
+                    seen.append((e.pid, e.tid, e.ts_ns))
             elif k == "pool.task":
                 key = (e.pid, e.args.get("job"), e.args.get("index"))
                 if e.args.get("phase") == "start":
@@ -300,6 +343,9 @@ class _Index:
                     self.scripts[e.pid] = script
         for (lid, pid, tid), since in open_waits.items():
             self.waits.append((lid, pid, tid, since, None))
+        for (pid, tid), begins in open_blocks.items():
+            self.blocked.extend((pid, tid, b, None) for b in begins)
+        self.pool_tasks = [e for e in self.by_kind.get("pool.task", ())]
         self.labels = _make_labels(self.procs, self.watchdogs, self.scripts)
         self.channel_names = _number_channels(self.flows)
         self.failures = self._failures()
@@ -439,6 +485,76 @@ class _Index:
             if e.args.get("pid", e.pid) == pid and e.ts_ns <= t:
                 return user_line(e.args.get("stacks"))
         return ""
+
+    # --- blocked threads ---
+
+    def blocked_states(self, t):
+        """The threads inside a recorded wait at `t`, each with who must act (see top)."""
+        out = []
+        for pid, tid, begin, until in self.blocked:
+            if begin.ts_ns <= t and (until is None or t < until) and \
+                    self.thread_alive(pid, tid, t):
+                on, target = begin.args.get("on"), begin.args.get("id")
+                out.append(Blocked(pid, tid, on, target, begin.ts_ns,
+                                   self.wait_words(begin), tuple(self.must_act(begin, t))))
+        return out
+
+    def queue_name(self, qid):
+        """"Queue 2": the name the pictures give a queue (one that carried no message gets the
+        next number), never its internal id."""
+        if qid not in self.channel_names:
+            n = sum(v.startswith("Queue ") for v in self.channel_names.values()) + 1
+            self.channel_names[qid] = f"Queue {n}"
+        return self.channel_names[qid]
+
+    def wait_words(self, begin):
+        """What a wait waits for, in words (a label on the timeline, a line of text)."""
+        a = begin.args
+        on, target = a.get("on"), a.get("id")
+        if on == "process":
+            label = self.labels.get(target, f"pid {target}")
+            return f"join {label}" + (f" (pid {target})" if label != f"pid {target}" else "")
+        if on == "thread":
+            return f"join thread {a.get('name') or target}"
+        if on == "pipe.write":
+            return f"write {human_bytes(a.get('nbytes'))} into the full pipe of {self.queue_name(target)}"
+        if on == "queue.join":
+            return f"q.join() on {self.queue_name(target)}: until every item is task_done()"
+        if on == "pool.result":
+            return f"the result of Pool job {target}"
+        if on == "future":
+            return "a future's result" if str(target).startswith("future-") else f"{target}"
+        return f"{on} {target}.wait()" if on else "a wait"
+
+    def must_act(self, begin, t):
+        """(pid, tid) of the threads whose action ends this wait, as far as the trace knows."""
+        on, target = begin.args.get("on"), begin.args.get("id")
+        if on == "process" and target in self.procs and self.alive(target, t):
+            return [(target, target)]
+        if on == "thread":
+            return [(begin.pid, target)] if self.thread_alive(begin.pid, target, t) else []
+        if on in ("pipe.write", "queue.join"):        # those that got from it, ended or not:
+            return [(p, d) for p, d, first in self.getters.get(target, ())   # a consumer that
+                    if first <= t]                     # ended without task_done() is the story
+        if on == "pool.result":
+            return [(pid, tid) for pid, tid, a, b in self.tasks_of(target)
+                    if a <= t and (b is None or t < b) and self.thread_alive(pid, tid, t)]
+        return []
+
+    def tasks_of(self, job):
+        """(pid, tid, start, done or None) of Pool job `job`'s tasks."""
+        starts, out = {}, []
+        for e in self.pool_tasks:
+            if e.args.get("job") != job:
+                continue
+            key = (e.pid, e.args.get("index"))
+            if e.args.get("phase") == "start":
+                starts[key] = e
+            elif e.args.get("phase") == "done" and key in starts:
+                s0 = starts.pop(key)
+                out.append((e.pid, e.tid, s0.ts_ns, e.ts_ns))
+        out.extend((e.pid, e.tid, e.ts_ns, None) for e in starts.values())
+        return out
 
     # --- segments ---
 
@@ -625,15 +741,16 @@ def state_at(trace, t_ns=None):
     return State(t, ix.t0, procs, tuple(ix.segment_states(t)), tuple(locks), in_flight,
                  tuple(ix.deadlocks(locks, t)), dict(ix.labels),
                  {(p, t): ix.thread_name(p, t) for p in ix.procs for t in ix.procs[p].threads},
-                 dict(ix.channel_names))
+                 dict(ix.channel_names), tuple(ix.blocked_states(t)))
 
 
 def stuck_moment(trace):
     """The instant to judge a deadlock at: just before the first still-waiting thread's process
     ended (a watchdog or a test kills stuck processes), or the trace's end; None if no thread was
-    left waiting."""
+    left waiting (for a lock, or in any recorded wait)."""
     ix = _index(trace)
     open_waits = [(pid, since) for _, pid, _, since, until in ix.waits if until is None]
+    open_waits += [(pid, b.ts_ns) for pid, _, b, until in ix.blocked if until is None]
     if not open_waits:
         return ix.t1 if ix.stuck else None
     ends = [ix.procs[pid].exit_ns for pid, _ in open_waits
@@ -663,11 +780,14 @@ def busiest_moment(trace):
 
 
 def busiest_wait(trace):
-    """The instant at which the most threads wait for a lock (the first such), or None when
-    no wait was recorded: where a wait-for graph with no instant given has the most to show."""
+    """The instant at which the most threads wait (for a lock, or in a recorded wait: a join,
+    q.join, a full pipe ...; the first such instant), or None when no wait was recorded: where
+    a wait-for graph with no instant given has the most to show."""
     ix = _index(trace)
-    changes = sorted([(since, 1) for *_, since, until in ix.waits] +
-                     [(until, -1) for *_, since, until in ix.waits if until is not None])
+    spans = [(since, until) for *_, since, until in ix.waits]
+    spans += [(begin.ts_ns, until) for _, _, begin, until in ix.blocked]
+    changes = sorted([(since, 1) for since, _ in spans] +
+                     [(until, -1) for _, until in spans if until is not None])
     best, best_t, now = 0, None, 0
     for t, step in changes:
         now += step

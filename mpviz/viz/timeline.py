@@ -29,7 +29,7 @@ from matplotlib.colors import to_rgba
 from matplotlib.patches import FancyArrowPatch, Rectangle
 
 from . import state as st
-from .colors import BIG_MESSAGE, COLORS, human_bytes, legend
+from .colors import BIG_MESSAGE, BLOCKED_FILL, COLORS, human_bytes, legend
 from .figure import Figure
 
 _MIN_SQUEEZE_NS = 20_000_000  # only stretches of 20 ms or more are squeezed
@@ -156,6 +156,9 @@ def timeline(trace, ax=None, at=None, title=None, max_arrows=300, max_labels=24,
             for r, m in merged.items():
                 paint(r, (4, 5), [a for a, _ in m], [b for _, b in m], COLORS["holding"])
         used.add("holding")
+
+    # --- blocked in a recorded wait (join, q.join, a full pipe ...): cross-hatched, labelled ---
+    _draw_blocked(ax, ix, x, row, t1, span, labels, max_labels, used)
 
     # --- pool tasks: white boxes on the worker's lane ---
     tasks = [Rectangle((x(a), row(pid, tid) - 0.18), max(x(b) - x(a), 1e-9), 0.36)
@@ -345,9 +348,9 @@ def timeline(trace, ax=None, at=None, title=None, max_arrows=300, max_labels=24,
     if not fast or title:
         ax.set_title(title or "What each process did, and what travelled between them",
                      loc="left", fontsize=10)
-    order = ["handle", "copy", "message", "lost", "failed", "waiting", "holding", "deadlock",
-             "warning", "task", "task_failed", "exit0", "exitcode", "signal", "running", "mark",
-             "event"]
+    order = ["handle", "copy", "message", "lost", "failed", "blocked", "waiting", "holding",
+             "deadlock", "warning", "task", "task_failed", "exit0", "exitcode", "signal",
+             "running", "mark", "event"]
     if not fast:
         legend(ax, [k for k in order if k in used])
         labels.under_legend()
@@ -361,6 +364,8 @@ def timeline(trace, ax=None, at=None, title=None, max_arrows=300, max_labels=24,
 _BELOW = ((0, -11), (0, -19), (0, 19))
 _ABOVE = ((0, 9), (0, 17), (0, -19))
 _ON_ARROW = ((0, 0), (0, 8), (0, -8), (0, 15), (0, -15))
+_ON_SPAN = ((3, 0), (3, 10), (3, -10))
+_LEFT_OF_SPAN = ((-3, 0), (-3, 10), (-3, -10))
 
 
 class _LabelLayout(Artist):
@@ -458,13 +463,16 @@ def _ending_words(p):
 
 
 class _TimeAxis:
-    """Real time → x, with long idle gaps squeezed to a narrow band (their length written on it).
+    """Real time → x, with long stretches where nothing was recorded squeezed to a narrow band
+    (their length written on it).
 
     Event times are sorted; a gap of at least 20 ms in which nothing was recorded and which takes
     more than a quarter of the picture (judged again after each squeeze) is drawn narrow (6 % of
-    the busy time). Never squeezed: lock waits (how long a thread waited is the lesson; a wait
-    never satisfied lasts to the end) and Pool tasks from start to done (how long each task ran
-    is the pool's lesson). Between gaps, time is linear, with ticks at round real times.
+    the busy time). Never squeezed: lock waits and recorded blocking waits (a join, q.join, a
+    full pipe: how long a thread waited is the lesson; a wait never satisfied lasts to the end),
+    and Pool tasks from start to done (how long each task ran is the pool's lesson). A squeezed
+    band is "nothing recorded", not "idle": a process may have computed all along. Between
+    gaps, time is linear, with ticks at round real times.
     """
 
     def __init__(self, trace, t0, t1, compress):
@@ -478,6 +486,7 @@ class _TimeAxis:
             ix = st._index(trace)                       # waits and Pool tasks are the story
             spans = [(since, until or t1) for _, _, _, since, until in ix.waits]
             spans += [(a, b) for _, _, a, b in ix.tasks]
+            spans += [(b.ts_ns, until or t1) for _, _, b, until in ix.blocked]
             w0 = np.array([a for a, _ in spans], dtype=float)
             w1 = np.array([b for _, b in spans], dtype=float)
             diffs = np.diff(times)
@@ -529,7 +538,8 @@ class _TimeAxis:
         from matplotlib.ticker import MaxNLocator
         if not fast:
             ax.set_xlabel(f"time since the trace began ({self.unit})" +
-                      ("   (grey ≈ bands: idle time squeezed, its length written below)"
+                      ("   (grey ≈ bands: nothing recorded there, squeezed; "
+                       "its length written below)"
                        if self.gaps else ""))
         if not self.gaps:
             return
@@ -613,6 +623,37 @@ def _bundled_arrows(ax, flows, handles, axis, row, span, used):
                                      zorder=5))
     ax.text(0.0, -0.02, f"{len(flows)} messages drawn as {len(segs)} bundles (thicker = more)",
             transform=ax.transAxes, fontsize=7.5, va="top", ha="left", color="#555555")
+
+
+def _draw_blocked(ax, ix, x, row, t1, span, labels, max_labels, used):
+    """Each recorded wait as a cross-hatched box on its thread's lane, labelled with what it
+    waits on ("join producer (pid 12)"); a wait with no end lasts to its process's end."""
+    boxes, texts = [], []
+    for pid, tid, begin, until in ix.blocked:
+        proc = ix.procs.get(pid)
+        end = until or ix.thread_end.get((pid, tid)) or (proc.exit_ns if proc else None) or t1
+        a, b, r = x(begin.ts_ns), x(end), row(pid, tid)
+        boxes.append(Rectangle((a, r - 0.26), max(b - a, 1e-9), 0.52))
+        if until is None or b - a > 0.02 * span:   # an unfinished wait is the story: always
+            texts.append((a, b, r, ("waits: " if until is None else "waited: ") +
+                          ix.wait_words(begin)))
+    if not boxes:
+        return
+    ax.add_collection(PatchCollection(boxes, facecolors=BLOCKED_FILL, edgecolors=COLORS["blocked"],
+                                      hatch="xx", linewidths=0.8, zorder=2.5))
+    used.add("blocked")
+    if len(texts) <= max_labels:
+        for a, b, r, text in texts:
+            # on the box, from its start; a short box near the right edge: to its left, → it
+            left = b - a < 0.12 * span and a > 0.6 * span
+            labels.add(ax.annotate(text + " →" if left else text, (a, r),
+                                   xytext=_LEFT_OF_SPAN[0] if left else _ON_SPAN[0],
+                                   textcoords="offset points", fontsize=7,
+                                   ha="right" if left else "left", va="center",
+                                   color=COLORS["blocked"], zorder=7,
+                                   bbox=dict(boxstyle="square,pad=0.1", fc="white", ec="none",
+                                             alpha=0.8)),
+                       1, _LEFT_OF_SPAN if left else _ON_SPAN)
 
 
 def _merge(spans, tolerance):

@@ -6,6 +6,17 @@ Nodes are threads (boxes) and locks (rounded); an arrow goes from an owner to it
 ("holds") and from the lock to each thread waiting for it ("blocks"). Read along the arrows:
 whoever is at the start of a chain must release before anyone behind can go on.
 
+Other recorded waits (``state.blocked``: a join, q.join, a full pipe, an Event ...) are drawn
+the same way, from whoever must act to whoever waits::
+
+    [producer / main thread] ──must exit──► [main / main thread]              p.join()
+    [producer / QueueFeederThread] ──must finish──► [producer / main thread]  exiting
+    (queue Q: pipe full, nobody has read it) ──blocks──► [producer / QueueFeederThread]
+    [consumer / main thread] ──must call task_done()──► (JoinableQueue Q) ──blocks──► [main]
+
+Where the trace cannot say who must act (who will set an Event, notify a Condition), the
+waiter hangs off a rounded node that says so.
+
 Two pictures mean "never":
 
 * a **cycle** (drawn in crimson): T1 holds L1 and waits for L2, T2 holds L2 and waits for L1.
@@ -83,6 +94,7 @@ def wait_for(trace, at=None, ax=None, title=None):
                         cycle_nodes.insert(idx + 1, key)
                         in_cycle.add(key)
 
+    _add_blocked(state, nodes, edges)
     pos = _layout(nodes, edges, cycle_nodes)
     xs = [x for x, _ in pos.values()] or [0]
     ys = [y for _, y in pos.values()] or [0]
@@ -94,8 +106,8 @@ def wait_for(trace, at=None, ax=None, title=None):
     fig = ax.figure
     ax.set_axis_off()
     if not nodes:
-        ax.text(0.5, 0.5, "No thread is waiting for a lock at this instant,\n"
-                "and no lock is held.", ha="center", va="center", fontsize=10,
+        ax.text(0.5, 0.5, "No thread is waiting for a lock or blocked in a recorded wait\n"
+                "at this instant, and no lock is held.", ha="center", va="center", fontsize=10,
                 transform=ax.transAxes)
     texts, used = {}, set()
     for key, (kind, text) in nodes.items():
@@ -131,7 +143,9 @@ def wait_for(trace, at=None, ax=None, title=None):
     ax.set_ylim(min(ys) - 0.7, max(ys) + 0.7)
 
     when = (state.t_ns - state.t0_ns) / 1e6
-    head = title or f"Who waits for whom (at {when:.1f} ms): owner → lock → waiter"
+    head = title or (f"Who waits for whom (at {when:.1f} ms): " +
+                     ("who must act → what → who waits" if state.blocked else
+                      "owner → lock → waiter"))
     if state.deadlocks:
         reasons = []
         for d in state.deadlocks:
@@ -143,14 +157,59 @@ def wait_for(trace, at=None, ax=None, title=None):
                      loc="left", fontsize=9.5, color=COLORS["deadlock"])
     else:
         ax.set_title(head, loc="left", fontsize=10)
-    keys = [k for k in ("holding", "waiting", "deadlock", "ghost") if k in used]
+    keys = [k for k in ("holding", "waiting", "blocked", "deadlock", "ghost") if k in used]
     if keys:
         legend(ax, keys, loc="upper left", bbox_to_anchor=(0.0, 0.0), ncols=len(keys))
     return fig
 
 
+# What the one who must act has to do, per kind of wait (an arrow's word).
+_MUST = {"process": "must exit", "thread": "must finish", "pipe.write": "must read",
+         "queue.join": "must call task_done()", "pool.result": "must finish its task"}
+# The object in the middle, when there is one: (rounded node text, who must act in words).
+_OBJECT = {"pipe.write": "queue {id}\npipe full: {who}",
+           "queue.join": "JoinableQueue {id}\nnot every item is task_done(): {who}",
+           "pool.result": "Pool job {id}\n{who}",
+           "event": "Event {id}\nwho will set() it: not recorded",
+           "condition": "Condition {id}\nwho will notify() it: not recorded",
+           "barrier": "Barrier {id}\nwho else must arrive: not recorded",
+           "future": "{id}\nthe executor's worker: not recorded"}
+
+
+def _add_blocked(state, nodes, edges):
+    """Nodes and edges for the threads blocked in recorded waits (see the module text)."""
+    labels, names = state.labels, state.thread_names
+    alive = {(p.pid, tid) for p in state.processes for tid, _ in p.threads}
+    for b in state.blocked:
+        wkey = ("thread", (b.pid, b.tid))
+        nodes[wkey] = ("thread", _thread_text(labels, names, b.pid, b.tid))
+        actors = []
+        for pid, tid in b.waits_for:
+            akey = ("thread", (pid, tid))
+            if akey not in nodes:
+                ended = "" if (pid, tid) in alive else "\n(ended)"
+                nodes[akey] = ("thread", _thread_text(labels, names, pid, tid) + ended)
+            actors.append(akey)
+        template = _OBJECT.get(b.on)
+        if template is None:                         # a join: straight from the one to the other
+            edges.extend((a, wkey, _MUST.get(b.on, "must act"), "blocked") for a in actors)
+            continue
+        who = "nobody has read it yet" if b.on == "pipe.write" else \
+            "no task of it is running" if b.on == "pool.result" else ""
+        okey = ("lock", f"{b.on}:{b.target}", None)  # drawn as a rounded node, like a lock
+        if okey not in nodes:
+            text = template.format(id=b.target, who=who if not actors else "")
+            nodes[okey] = ("lock", text.rstrip(": \n"))
+        edges.extend((a, okey, _MUST.get(b.on, "must act"), "blocked") for a in actors
+                     if (a, okey, _MUST.get(b.on, "must act"), "blocked") not in edges)
+        edges.append((okey, wkey, "blocks", "blocked"))
+
+
 def _thread_text(labels, names, pid, tid):
-    return f"{labels.get(pid, pid)} (pid {pid})\n{names.get((pid, tid), f'thread {tid}')}"
+    label = str(labels.get(pid, pid))
+    if len(label) > 32:                   # a long command line: its end says the most
+        label = "…" + label[-31:]
+    return f"{label} (pid {pid})\n{names.get((pid, tid), f'thread {tid}')}"
 
 
 def _layout(nodes, edges, cycle_nodes):

@@ -1,0 +1,99 @@
+"""What recording a blocking wait costs (mpviz.trace.waits).
+
+For waits that return at once (the worst case: the two events are all the work there is), the
+time per call three ways: the stdlib unpatched; the hooks installed but not recording (a booted
+child between recordings); recording. And the events one call adds. Then a feeder thread's
+write of a small message, plain and through the full-pipe check (one ioctl per write).
+
+Run ``python bench/bench_waits.py``. Each time is the best of several repetitions: on a shared
+machine the spread between runs is larger than the differences, so read them as a scale.
+"""
+import os
+import sys
+import tempfile
+import time
+import timeit
+from concurrent.futures import Future
+import multiprocessing as mp
+from multiprocessing import Pipe
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import mpviz.trace as mt  # noqa: E402
+from mpviz.trace import hooks  # noqa: E402
+from mpviz.trace.waits import feeder_writes  # noqa: E402
+
+N = 20_000
+
+
+def best(fn, n=N):
+    return min(timeit.repeat(fn, number=n, repeat=7)) / n * 1e6
+
+
+def cases(ctx):
+    ev = ctx.Event()
+    ev.set()
+    jq = ctx.JoinableQueue()
+    p = ctx.Process(target=int)
+    p.start()
+    p.join()
+    fut = Future()
+    fut.set_result(1)
+    return {"Event.wait, already set": ev.wait,
+            "JoinableQueue.join, nothing unfinished": jq.join,
+            "Process.join, child already reaped": p.join,
+            "Future.result, done": fut.result}
+
+
+def events_per_call(ctx, name):
+    """The wait events of one call (the objects made while recording: a method bound before
+    recording started is the stdlib's own, and records nothing)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        with mt.record(os.path.join(tmp, "t")) as trace:
+            fn = cases(ctx)[name]
+            t = time.monotonic_ns()
+            fn()
+        return len([e for e in trace.events if e.ts_ns >= t and e.pid == os.getpid()
+                    and e.kind.startswith("wait.")])
+
+
+def main():
+    ctx = mp.get_context("fork")
+    rows = {name: [best(fn)] for name, fn in cases(ctx).items()}
+    hooks.install()
+    try:
+        for name, fn in cases(ctx).items():
+            rows[name].append(best(fn))
+    finally:
+        hooks.uninstall()
+    with tempfile.TemporaryDirectory() as tmp:
+        with mt.record(os.path.join(tmp, "t")):
+            for name, fn in cases(ctx).items():
+                rows[name].append(best(fn))
+    print(f"| wait (returns at once) | stdlib µs | hooks, not recording µs | recording µs | "
+          f"events |\n|---|---|---|---|---|")
+    for name, (a, b, c) in rows.items():
+        print(f"| {name} | {a:.2f} | {b:.2f} | {c:.2f} | {events_per_call(ctx, name)} |")
+
+    r, w = Pipe(duplex=False)
+    buf = b"x" * 100
+    checked = feeder_writes(w.send_bytes, "q", w.fileno())
+
+    def plain():
+        w.send_bytes(buf)
+        r.recv_bytes()
+
+    def through_check():
+        checked(buf)
+        r.recv_bytes()
+    with tempfile.TemporaryDirectory() as tmp:
+        with mt.record(os.path.join(tmp, "t")):
+            a, b = best(plain), best(through_check)
+    print(f"\nfeeder write of 100 B (+ its read): {a:.2f} µs plain, {b:.2f} µs through the "
+          f"full-pipe check (+{b - a:.2f} µs, no event when it fits)")
+    r.close()
+    w.close()
+
+
+if __name__ == "__main__":
+    main()

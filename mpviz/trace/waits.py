@@ -1,0 +1,258 @@
+"""Blocking waits: a thread that stops until someone else does something is an event, twice.
+
+A program that hangs is a program in which some thread waits for something that never comes.
+To see that in a trace, every wait that can hang records when it starts and when it ends::
+
+    p.join()              wait.begin {on: "process", id: <child pid>, name}   ... wait.end {ok}
+    q.join()              wait.begin {on: "queue.join", id: <queue id>}       ... wait.end
+    ev.wait()             wait.begin {on: "event", id: <its semaphore>}       ... wait.end {ok}
+    cond.wait()           wait.begin {on: "condition", id: <its lock>}        ... wait.end {ok}
+    barrier.wait()        wait.begin {on: "barrier", id}                      ... wait.end
+    res.get() / pool.map  wait.begin {on: "pool.result", id: <job>}           ... wait.end
+    fut.result(), wait(), as_completed()   wait.begin {on: "future", ...}     ... wait.end
+    a feeder thread's write into a full pipe   {on: "pipe.write", id: <queue id>, nbytes}
+    a process at exit, waiting for its queue's feeder to finish writing
+                          wait.begin {on: "thread", id: <feeder's OS thread id>, name}
+
+``id`` names what is waited on, in the words the rest of the trace uses (a pid, a queue id as
+in ``queue.put``, a lock id as in ``lock.wait``), so that a wait-for graph can follow the
+arrow from a waiter to whoever must act. A ``wait.begin`` with no ``wait.end`` is a thread
+still waiting when the trace ended: in a hang, that is the picture.
+
+A multiprocessing ``Lock``/``Semaphore`` made by user code records its waits already, as
+``lock.wait`` ... ``lock.acquire`` (locks.py). A Queue's ``put`` that blocks on a full bounded
+queue, and a ``get`` on an empty one, are not recorded as waits (their per-message hooks are
+the recorder's hot path, see messages.py).
+
+Cheap: two events per wait, and nothing at all for a wait that cannot block (a join of a child
+already reaped, a result already there). Waits inside waits (``Event.wait`` calls
+``Condition.wait``; ``pool.map`` calls ``get``) are recorded once, the outermost: a
+thread-local flag says "already waiting". Counted with valgrind (bench/bench_waits.py times
+the same), an ``Event.wait`` that returns at once runs ~8,000 instructions unrecorded and
+~20,000 recorded: ~12,000 for the two events and the bookkeeping, small beside a wait that
+blocks (a futex, a thread switch). The feeder's full-pipe check adds ~1,000 instructions and
+one ``ioctl`` per message written: ~2 % of a recorded Queue ping-pong's round trip.
+"""
+import sys
+import threading
+from concurrent import futures
+from concurrent.futures import _base
+from multiprocessing import pool, process, queues, synchronize
+
+from . import recorder
+from .messages import _queue_id, semlock_id
+
+_orig = {}                            # what hooks.install replaced, to put back
+_in_wait = threading.local()          # .on: set while this thread is inside a recorded wait
+
+
+def _returned(result):
+    return True                             # the wait ended as it should unless it raised
+
+
+def _recorded(call, on, target, more, args, kwargs, judge=_returned):
+    """Run `call(*args, **kwargs)` between a ``wait.begin`` and a ``wait.end``, whose ``ok`` is
+    ``judge(result)``: False for a wait that gave up (a timeout). (The Writer is called
+    directly, as on the recorder's other hot paths: see recorder.py.)"""
+    w = recorder.writer
+    begin = {"on": on, "id": target}
+    if more:
+        begin.update(more)
+    w.emit("wait.begin", begin)
+    _in_wait.on = on
+    try:
+        result = call(*args, **kwargs)
+    except BaseException as exc:
+        _in_wait.on = None
+        w = recorder.writer
+        if w is not None:
+            w.emit("wait.end", {"on": on, "id": target, "ok": False,
+                                "error": type(exc).__name__})
+        raise
+    _in_wait.on = None
+    w = recorder.writer                     # (recording may have stopped meanwhile)
+    if w is not None:
+        w.emit("wait.end", {"on": on, "id": target, "ok": judge(result)})
+    return result
+
+
+def _timeout(timeout):
+    """The args a wait's timeout adds to its begin: none for the usual wait for ever."""
+    return None if timeout is None else {"timeout": timeout}
+
+
+def _outermost():
+    """True if recording and this thread is not already inside a recorded wait."""
+    return recorder.writer is not None and getattr(_in_wait, "on", None) is None
+
+
+def _lock_id(obj, lock):
+    """`obj`'s id: that of the semaphore `lock` under it, computed once."""
+    lid = getattr(obj, "_mpviz_wid", None)
+    if lid is None:
+        lid = obj._mpviz_wid = semlock_id(lock)
+    return lid
+
+
+# --- processes and queues ----------------------------------------------------------------------
+
+def process_join(join, self, timeout=None):
+    """``Process.join`` (hooks.py calls this): a wait on the child, unless it is already reaped."""
+    popen = self._popen
+    if not _outermost() or popen is None or popen.returncode is not None:
+        return join(self, timeout)
+    return _recorded(join, "process", self.pid, {"name": self.name, "timeout": timeout},
+                     (self, timeout), {}, lambda _: popen.returncode is not None)
+
+
+def _joinable_join(self):
+    if not _outermost():
+        return _stdlib["JoinableQueue.join"](self)
+    return _recorded(_stdlib["JoinableQueue.join"], "queue.join", _queue_id(self), {},
+                     (self,), {})
+
+
+def _finalize_join(twr):
+    """A process at exit waits for each of its queues' feeder threads to finish writing: when a
+    pipe is full and nobody reads it, this is where a child hangs (the join-before-get lesson)."""
+    thread = twr()
+    if thread is None or not _outermost():
+        return _stdlib["Queue._finalize_join"](twr)
+    return _recorded(_stdlib["Queue._finalize_join"], "thread", thread.native_id,
+                     {"name": thread.name}, (twr,), {})
+
+
+# --- synchronisation objects -------------------------------------------------------------------
+
+def _event_wait(self, timeout=None):
+    if not _outermost():
+        return _stdlib["Event.wait"](self, timeout)
+    return _recorded(_stdlib["Event.wait"], "event", _lock_id(self, self._flag),
+                     _timeout(timeout), (self, timeout), {}, bool)        # False: timed out
+
+
+def _condition_wait(self, timeout=None):
+    if not _outermost():
+        return _stdlib["Condition.wait"](self, timeout)
+    return _recorded(_stdlib["Condition.wait"], "condition", _lock_id(self, self._lock),
+                     _timeout(timeout), (self, timeout), {}, bool)
+
+
+def _barrier_wait(self, timeout=None):
+    if not _outermost():
+        return _stdlib["Barrier.wait"](self, timeout)
+    return _recorded(_stdlib["Barrier.wait"], "barrier", _lock_id(self, self._cond._lock),
+                     {"parties": self._parties, "timeout": timeout}, (self, timeout), {})
+
+
+# --- Pool results and futures ------------------------------------------------------------------
+
+def _result_wait(key):
+    """AsyncResult.get or .wait (MapResult's too): a wait on the Pool job, if not ready yet."""
+    def wait(self, timeout=None):
+        if not _outermost() or self._event.is_set():
+            return _stdlib[key](self, timeout)
+        return _recorded(_stdlib[key], "pool.result", self._job, _timeout(timeout),
+                         (self, timeout), {}, lambda _: self.ready())   # get raises instead
+    wait.__name__ = key.rsplit(".", 1)[1]
+    return wait
+
+
+def _future_result(self, timeout=None):
+    if not _outermost() or self._state in (_base.FINISHED, _base.CANCELLED_AND_NOTIFIED):
+        return _stdlib["Future.result"](self, timeout)
+    return _recorded(_stdlib["Future.result"], "future", f"future-{id(self):x}",
+                     _timeout(timeout), (self, timeout), {})
+
+
+def _futures_wait(fs, timeout=None, return_when=futures.ALL_COMPLETED):
+    if not _outermost():
+        return _stdlib["futures.wait"](fs, timeout, return_when)
+    fs = list(fs)
+    return _recorded(_stdlib["futures.wait"], "future", f"{len(fs)} futures",
+                     {"how": return_when, "timeout": timeout}, (fs, timeout, return_when), {},
+                     lambda done_and_not: not done_and_not.not_done or
+                     return_when != futures.ALL_COMPLETED)
+
+
+def _as_completed(fs, timeout=None):
+    """as_completed is a generator: each step that blocks is a wait (one pair per step)."""
+    gen = _stdlib["futures.as_completed"](fs, timeout)
+    if not recorder.ENABLED:
+        yield from gen
+        return
+    while True:
+        if _outermost():
+            fut = _recorded(next, "future", "as_completed", {"timeout": timeout},
+                            (gen, _DONE), {})
+        else:
+            fut = next(gen, _DONE)
+        if fut is _DONE:
+            return
+        yield fut
+
+
+_DONE = object()                              # as_completed has no more futures
+
+
+# --- the feeder thread's write -----------------------------------------------------------------
+
+def feeder_writes(send_bytes, qid, fd):
+    """Wrap a feeder thread's write into the pipe `fd`: record a wait when it may block.
+
+    A pipe holds about 64 KiB; a write that does not fit blocks until the reader has made room.
+    Before each write (while recording) one ``ioctl(FIONREAD)`` asks how much the pipe holds
+    now; only a write that may not fit is recorded, as ``wait.begin {on: "pipe.write"}`` ...
+    ``wait.end``. (Counting our own writes instead of asking would miss the bytes that other
+    processes put into the same queue: a hang could go unrecorded.)"""
+    import fcntl
+    import termios
+    try:
+        size = fcntl.fcntl(fd, fcntl.F_GETPIPE_SZ)
+    except (AttributeError, OSError):
+        return send_bytes                    # not a Linux pipe: nothing we can ask
+    answer = bytearray(4)
+
+    def send(buf):
+        if not recorder.ENABLED:
+            return send_bytes(buf)
+        n = len(buf) + 4                     # + the length word
+        if n <= size:
+            try:
+                fcntl.ioctl(fd, termios.FIONREAD, answer, True)
+            except OSError:                  # (the write will say what is wrong)
+                return send_bytes(buf)
+            if int.from_bytes(answer, sys.byteorder) + n <= size:
+                return send_bytes(buf)       # it fits: the write cannot block
+        return _recorded(send_bytes, "pipe.write", qid, {"nbytes": len(buf)}, (buf,), {})
+    send._mpviz = True                       # messages._hooked: already wrapped
+    return send
+
+
+# The wrappers call these, not what ``_orig`` holds: a wrapper can outlive the recording (a
+# queue's finaliser, registered while recording, runs at exit), and ``uninstall`` empties _orig.
+_stdlib = {
+    "JoinableQueue.join": queues.JoinableQueue.join,
+    "Queue._finalize_join": queues.Queue._finalize_join,
+    "Event.wait": synchronize.Event.wait,
+    "Condition.wait": synchronize.Condition.wait,
+    "Barrier.wait": synchronize.Barrier.wait,
+    "ApplyResult.get": pool.ApplyResult.get,
+    "ApplyResult.wait": pool.ApplyResult.wait,
+    "Future.result": _base.Future.result,
+    "futures.wait": futures.wait,
+    "futures.as_completed": futures.as_completed,
+}
+
+PATCHES = [
+    (queues.JoinableQueue, "join", _joinable_join, "JoinableQueue.join"),
+    (queues.Queue, "_finalize_join", staticmethod(_finalize_join), "Queue._finalize_join"),
+    (synchronize.Event, "wait", _event_wait, "Event.wait"),
+    (synchronize.Condition, "wait", _condition_wait, "Condition.wait"),
+    (synchronize.Barrier, "wait", _barrier_wait, "Barrier.wait"),
+    (pool.ApplyResult, "get", _result_wait("ApplyResult.get"), "ApplyResult.get"),
+    (pool.ApplyResult, "wait", _result_wait("ApplyResult.wait"), "ApplyResult.wait"),
+    (_base.Future, "result", _future_result, "Future.result"),
+    (futures, "wait", _futures_wait, "futures.wait"),
+    (futures, "as_completed", _as_completed, "futures.as_completed"),
+]

@@ -1,0 +1,326 @@
+"""Blocking waits are events: a hang is seen as threads that wait, and on what (mpviz.trace.waits).
+
+The two hangs run as real programs under ``python -m mpviz trace``, in a session of their own,
+and are killed after their waits were recorded: these tests never hang and leave no process.
+"""
+import multiprocessing as mp
+import os
+import signal
+import subprocess
+import sys
+import time
+from concurrent import futures
+from concurrent.futures import ProcessPoolExecutor
+
+import pytest
+from matplotlib.collections import PatchCollection
+
+sys.path.insert(0, os.path.dirname(__file__))
+import wait_workers as w  # noqa: E402
+
+import mpviz.trace as mt  # noqa: E402
+from mpviz.viz import state as st  # noqa: E402
+from mpviz.viz import timeline, wait_for  # noqa: E402
+from mpviz.viz.timeline import _TimeAxis  # noqa: E402
+
+pytestmark = pytest.mark.timeout(90)
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+@pytest.fixture(scope="module", autouse=True)
+def fonts_loaded():
+    """matplotlib keeps a font file open once it has used it: load them before the leak check."""
+    import io
+    from mpviz.viz.figure import Figure
+    fig = Figure()
+    fig.add_subplot().set_xlabel("≈ µs → ▸")
+    fig.savefig(io.BytesIO(), format="png")
+
+
+# --- running a hanging program, bounded ---------------------------------------------------------
+
+def _group(pgid):
+    """Pids of the live processes in process group `pgid`, with their command lines."""
+    found = {}
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                cmd = f.read().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if int(fields[2]) == pgid and fields[0] != "Z":
+            found[int(pid)] = cmd
+    return found
+
+
+def _stop(launcher):
+    """SIGKILL every process of the traced program, except multiprocessing's resource tracker:
+    once the others are gone it sees its pipe close and removes their named semaphores (as it
+    does after any crash), then exits by itself."""
+    pgid = launcher.pid                          # start_new_session: the group is the launcher's
+    for pid, cmd in _group(pgid).items():
+        if "resource_tracker" not in cmd:
+            os.kill(pid, signal.SIGKILL)
+    launcher.wait(timeout=10)
+    deadline = time.monotonic() + 10
+    while _group(pgid) and time.monotonic() < deadline:
+        time.sleep(0.05)                         # the tracker cleaning up: bounded
+    for pid in _group(pgid):
+        os.kill(pid, signal.SIGKILL)
+    assert not _group(pgid), "the traced program left processes behind"
+
+
+def _trace_hang(tmp_path, program, until):
+    """Trace `program` (a name in wait_workers) until `until(trace)` holds or 20 s passed, then
+    kill it; the trace read back from its logs."""
+    out = tmp_path / "trace"
+    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.path.dirname(__file__))
+    launcher = subprocess.Popen(
+        [sys.executable, "-m", "mpviz", "trace", "-o", str(out), "--", sys.executable,
+         os.path.join(os.path.dirname(__file__), "wait_workers.py"), program],
+        cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+        start_new_session=True)
+    try:
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            time.sleep(0.2)
+            if out.exists() and any(out.iterdir()) and until(mt.load(out)):
+                break
+        time.sleep(0.5)                          # it stays stuck: nothing more happens
+    finally:
+        _stop(launcher)
+        launcher.stderr.close()
+    return mt.load(out)
+
+
+def _waits(trace, on):
+    begins = [e for e in trace.of_kind("wait.begin") if e.args["on"] == on]
+    ends = [e for e in trace.of_kind("wait.end") if e.args["on"] == on]
+    return begins, ends
+
+
+def _open_wait(trace, on):
+    return bool([e for e in _waits(trace, on)[0]])
+
+
+def _drawn_blocked(fig):
+    """(hatched boxes drawn for blocked waits, the texts of their labels)."""
+    ax = fig.axes[0]
+    boxes = [c for c in ax.collections
+             if isinstance(c, PatchCollection) and c.get_hatch() == "xx"]
+    texts = [t.get_text() for t in ax.texts if t.get_text().startswith(("waits:", "waited:"))]
+    return boxes, texts
+
+
+def _never_squeezed(trace, begin):
+    """The display span of a wait overlaps no squeezed band of the timeline's time axis."""
+    ix = st._index(trace)
+    axis = _TimeAxis(trace, ix.t0, max(ix.t1, ix.t0 + 1), True)
+    a, b = axis.x(begin.ts_ns), axis.x(ix.t1)
+    return all(not (g0 < b and a < g1) for g0, g1, _ in axis.gaps)
+
+
+# --- the two hangs ------------------------------------------------------------------------------
+
+def test_join_before_get_is_seen_as_waits_that_never_end(tmp_path):
+    trace = _trace_hang(tmp_path, "join_before_get",
+                        lambda t: _open_wait(t, "process") and _open_wait(t, "pipe.write"))
+    (child,) = [p for p in trace.processes() if p.name == "producer"]
+    program = child.ppid
+
+    joins, join_ends = _waits(trace, "process")
+    assert [(e.pid, e.tid, e.args["id"]) for e in joins] == [(program, program, child.pid)]
+    assert join_ends == []                              # the join never returned
+    writes, write_ends = _waits(trace, "pipe.write")
+    (write,) = writes
+    assert write.pid == child.pid and write.tid != child.pid      # the feeder thread
+    assert write.args["nbytes"] > w.BIG and write_ends == []
+    (put,) = [e for e in trace.of_kind("queue.put") if e.pid == child.pid]
+    assert write.args["id"] == put.args["queue"]
+    (exit_join,) = _waits(trace, "thread")[0]           # the child, at exit, joins its feeder
+    assert (exit_join.pid, exit_join.tid, exit_join.args["id"]) == \
+        (child.pid, child.pid, write.tid)
+
+    # the state model: who is blocked, on what, and who must act
+    state = st.state_at(trace, st.stuck_moment(trace))
+    blocked = {(b.pid, b.tid): b for b in state.blocked}
+    assert blocked[(program, program)].on == "process"
+    assert blocked[(program, program)].waits_for == ((child.pid, child.pid),)
+    assert blocked[(child.pid, child.pid)].waits_for == ((child.pid, write.tid),)
+    assert blocked[(child.pid, write.tid)].on == "pipe.write"
+    assert blocked[(child.pid, write.tid)].waits_for == ()     # nobody has read it yet
+    assert "join producer" in state.text()
+
+    # the picture: the join is a labelled blocked box, and never squeezed as idle
+    fig = timeline(trace)
+    boxes, texts = _drawn_blocked(fig)
+    assert len(boxes) == 1 and len(boxes[0].get_paths()) == 3
+    assert any(t.startswith("waits: join producer") for t in texts)
+    assert _never_squeezed(trace, joins[0])
+    assert "idle" not in fig.axes[0].get_xlabel()
+
+    # the wait-for graph: the queue's full pipe → the feeder → the child's exit → the join
+    graph = wait_for(trace)
+    words = [t.get_text() for t in graph.axes[0].texts]
+    assert {"blocks", "must finish", "must exit"} <= set(words)
+    assert any("pipe full: nobody has read it yet" in t for t in words)
+    if os.environ.get("MPVIZ_SAVE_PNG"):
+        fig.savefig(os.environ["MPVIZ_SAVE_PNG"], dpi=90)
+        graph.savefig(os.environ["MPVIZ_SAVE_PNG"].replace(".png", "_wait_for.png"), dpi=90)
+
+
+def test_missing_task_done_is_seen_as_a_queue_join_that_never_ends(tmp_path):
+    def consumer_done(t):
+        return _open_wait(t, "queue.join") and any(
+            p.name == "consumer" and p.exit_ns for p in t.processes())
+    trace = _trace_hang(tmp_path, "missing_task_done", consumer_done)
+    (consumer,) = [p for p in trace.processes() if p.name == "consumer"]
+    program = consumer.ppid
+
+    joins, ends = _waits(trace, "queue.join")
+    assert [(e.pid, e.tid) for e in joins] == [(program, program)] and ends == []
+    qid = joins[0].args["id"]
+    assert {e.args["queue"] for e in trace.of_kind("queue.put") if e.pid == program} == {qid}
+
+    state = st.state_at(trace)
+    (b,) = [b for b in state.blocked if b.pid == program]
+    assert b.on == "queue.join" and b.target == qid
+    assert b.waits_for == ((consumer.pid, consumer.pid),)   # the one that got the items
+
+    fig = timeline(trace)
+    boxes, texts = _drawn_blocked(fig)
+    assert boxes and any(t.startswith("waits: q.join()") for t in texts)
+    assert _never_squeezed(trace, joins[0])
+
+    graph = wait_for(trace)          # the consumer (ended) must call task_done() → the queue
+    words = [t.get_text() for t in graph.axes[0].texts]
+    assert "must call task_done()" in words and "blocks" in words
+    assert any(t.startswith("consumer") and t.endswith("(ended)") for t in words)
+    if os.environ.get("MPVIZ_SAVE_PNG"):
+        graph.savefig(os.environ["MPVIZ_SAVE_PNG"].replace(".png", "_task_done.png"), dpi=90)
+
+
+# --- waits that end: both ends recorded, once each ----------------------------------------------
+
+def _pairs(trace, on):
+    """(begin, end) pairs of wait `on`, matched per thread; asserts every begin has its end."""
+    begins, ends = _waits(trace, on)
+    assert len(begins) == len(ends), (on, begins, ends)
+    for b, e in zip(sorted(begins, key=lambda e: (e.pid, e.tid, e.ts_ns)),
+                    sorted(ends, key=lambda e: (e.pid, e.tid, e.ts_ns))):
+        assert (b.pid, b.tid, b.args["id"]) == (e.pid, e.tid, e.args["id"]) and b.ts_ns <= e.ts_ns
+    return list(zip(begins, ends))
+
+
+def test_waits_that_end_are_recorded_with_both_ends(tmp_path):
+    ctx = mp.get_context("fork")
+    with mt.record(tmp_path / "t") as trace:
+        ev = ctx.Event()
+        p = ctx.Process(target=w.set_later, args=(ev,))
+        p.start()
+        p.join(timeout=0.01)                                    # gives up: ok False
+        assert ev.wait(timeout=10)
+        p.join()
+        assert not ctx.Event().wait(timeout=0.01)               # times out: ok False
+
+        cond = ctx.Condition()
+        with cond:
+            c = ctx.Process(target=w.notify_later, args=(cond,))
+            c.start()
+            assert cond.wait(timeout=10)
+        c.join()
+
+        sem = ctx.Semaphore(0)
+        s = ctx.Process(target=w.release_later, args=(sem,))
+        s.start()
+        assert sem.acquire(timeout=10)
+        s.join()
+
+        b = ctx.Process(target=w.barrier_pair)
+        b.start()
+        b.join()
+
+        jq = ctx.JoinableQueue()
+        f = ctx.Process(target=w.finish_tasks, args=(jq,))
+        f.start()
+        jq.put(1)
+        jq.put(2)
+        jq.join()
+        f.join()
+
+        with ctx.Pool(1) as pool:
+            assert pool.apply_async(w.slow_square, (3,)).get(timeout=10) == 9
+            assert pool.map(w.slow_square, [1, 2]) == [1, 4]
+        with ProcessPoolExecutor(1, mp_context=ctx) as ex:
+            assert ex.submit(w.slow_square, 4).result(timeout=10) == 16
+            fs = [ex.submit(w.slow_square, i) for i in range(2)]
+            futures.wait(fs)
+            assert sorted(x.result() for x in futures.as_completed(
+                [ex.submit(w.slow_square, 5)])) == [25]
+    me = os.getpid()
+
+    ev_wait, ev_timeout = _pairs(trace, "event")
+    assert ev_wait[0].pid == me and ev_wait[1].args["ok"] is True
+    assert ev_timeout[0].args["timeout"] == 0.01 and ev_timeout[1].args["ok"] is False
+    assert ev_wait[1].ts_ns - ev_wait[0].ts_ns > 50e6          # it really waited (~0.1 s)
+    (cond_wait,) = _pairs(trace, "condition")                  # Event.wait's inner one: not
+    assert cond_wait[0].pid == me and cond_wait[1].args["ok"] is True    # recorded twice
+    barrier_waits = _pairs(trace, "barrier")                    # both sides of the meeting
+    assert len(barrier_waits) == 2 and barrier_waits[0][0].args["id"] == \
+        barrier_waits[1][0].args["id"] and b.pid in {x[0].pid for x in barrier_waits}
+    (qjoin,) = _pairs(trace, "queue.join")
+    assert qjoin[0].args["id"] == trace.of_kind("queue.put")[0].args["queue"]
+    sem_wait = [e for e in trace.of_kind("lock.wait") if e.args["type"] == "Semaphore"]
+    assert len(sem_wait) == 1 and any(e.kind == "lock.acquire" and e.args["lock"] ==
+                                      sem_wait[0].args["lock"] for e in trace.events)
+    joins = _pairs(trace, "process")
+    children = {p.pid for p in (p, c, s, b, f)}
+    assert children <= {x[0].args["id"] for x in joins}
+    given_up, done = [x[1].args["ok"] for x in joins if x[0].args["id"] == p.pid]
+    assert (given_up, done) == (False, True)
+    results = _pairs(trace, "pool.result")
+    assert len(results) == 2 and all(x[0].pid == me for x in results)   # apply_async, map
+    jobs = {e.args["job"] for e in trace.of_kind("pool.task")}
+    assert {x[0].args["id"] for x in results} <= jobs
+    futs = _pairs(trace, "future")
+    assert len(futs) >= 2 and all(x[0].pid == me for x in futs)   # result(), wait(), as_completed
+    assert any(str(x[0].args["id"]).startswith("future-") for x in futs)
+    assert any(x[0].args["id"] == "2 futures" for x in futs) or all(
+        fut.done() for fut in fs)                               # wait() may find them all done
+    # the state model has no thread blocked at the end: every wait ended
+    assert st.state_at(trace).blocked == ()
+
+
+def test_a_feeder_blocked_on_a_full_pipe_is_a_wait_on_the_reader(tmp_path):
+    ctx = mp.get_context("fork")
+    with mt.record(tmp_path / "t") as trace:
+        q = ctx.Queue()
+        p = ctx.Process(target=w.put_big, args=(q,), name="producer")
+        p.start()
+        time.sleep(0.3)                                         # the feeder blocks meanwhile
+        assert len(q.get(timeout=10)) == w.BIG
+        p.join()
+    ((begin, end),) = _pairs(trace, "pipe.write")
+    assert begin.pid == p.pid and begin.tid != p.pid and end.args["ok"] is True
+    assert end.ts_ns - begin.ts_ns > 100e6                      # blocked until the get
+    (get,) = [e for e in trace.of_kind("queue.get") if e.pid == os.getpid()]
+    assert get.args["queue"] == begin.args["id"] and get.ts_ns >= end.ts_ns - 50e6
+    # at an instant inside the wait, the feeder waits for ... the reader, once it has read
+    state = st.state_at(trace, (begin.ts_ns + end.ts_ns) // 2)
+    (b,) = [b for b in state.blocked if b.on == "pipe.write"]
+    assert b.pid == p.pid and "full pipe" in b.what
+
+
+def test_waits_off_cost_nothing_and_leave_the_stdlib_as_it_was():
+    from multiprocessing import pool, queues, synchronize
+    before = (synchronize.Event.wait, queues.JoinableQueue.join, pool.ApplyResult.get,
+              futures.wait, queues.Queue.__dict__["_finalize_join"])
+    with mt.record():
+        assert synchronize.Event.wait is not before[0]
+    after = (synchronize.Event.wait, queues.JoinableQueue.join, pool.ApplyResult.get,
+             futures.wait, queues.Queue.__dict__["_finalize_join"])
+    assert after == before
