@@ -65,5 +65,8 @@ def summary(trace):
              f"carried shared-memory handles; {len(copies)} copies into shared memory "
              f"({human_bytes(sum(e.args.get('nbytes') or 0 for e in copies))})",
              f"{len(segs)} segments; leaked: {sum(s.status == 'leaked' for s in segs)}"]
+    from .state import torch_not_recorded
+    if torch_not_recorded(trace):
+        lines.append("NOT RECORDED: " + torch_not_recorded(trace))
     lines += [f"STUCK: {d.reason}" for d in deadlocks(trace)]
     return "\n".join(lines)

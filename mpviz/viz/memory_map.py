@@ -19,6 +19,7 @@ The last column is the segment's fate, worked out by ``state.segment_states``:
 alive (a ✓ where it agrees, ✗ where it does not) and whether the name is still in /dev/shm.
 """
 import os
+import textwrap
 
 from matplotlib.patches import Rectangle
 
@@ -85,6 +86,8 @@ def memory_map(trace, at=None, ax=None, check_os=False, max_segments=30, title=N
                     "white", "black"
         elif status == "freed":
             used.add("freed")
+        elif status == "unlink not seen (torch)":       # torch's manager or C++ unlinks it
+            status = "unlink not seen\n(torch)"
         ax.add_patch(Rectangle((ncols - 1 + 0.08, r), 0.92, 1, facecolor=face,
                                edgecolor="#cccccc", lw=0.8))
         ax.text(ncols - 0.46, r + 0.5, status, ha="center", va="center", fontsize=8,
@@ -121,6 +124,9 @@ def memory_map(trace, at=None, ax=None, check_os=False, max_segments=30, title=N
     summary = (f"{len(leaked)} leaked: {human_bytes(sum(s.nbytes or 0 for s in leaked))} "
                "left in /dev/shm that no live process maps" if leaked else
                f"{len(segs)} segment(s), none leaked")
+    unseen = st.torch_not_recorded(trace)
+    if unseen:
+        summary += "\n" + "\n".join(textwrap.wrap(unseen.upper()[:1] + unseen[1:], 90))
     ax.set_title(title or f"Who maps which shared-memory segment{when}\n{summary}",
                  loc="left", fontsize=10, color=COLORS["leak"] if leaked else "black")
     leg = legend(ax, [k for k in ("mapped", "leak", "freed") if k in used] or ["mapped"],

@@ -30,6 +30,12 @@ evidence is what happened right around the message in the same thread:
     just before its put, or
   * the receiver mapped memory (``shm.attach``), fetched an fd (``fd.recv``) or opened a CUDA
     IPC handle (``cuda.ipc_open``) while unpickling it, just before its get, or
+  * real torch (``mpviz.trace.torch_hooks``): ``shm.handle``, recorded as torch's reducer
+    returns a handle, in the thread that pickles the message -- a Queue's feeder, so the
+    message event that follows is its ``queue.feed``. torch's other events (``torch=True``)
+    are not signs: a stdlib Queue's get is recorded as the bytes are read, *before* they are
+    unpickled, so a receiver's attach would be taken for a sign of its *next* message.
+    A handle sent while a Process starts (spawn arguments) goes with no message: not a sign.
   * a handle sent *again*: the receiver already maps the segment (torch's cache hit, so no
     attach is recorded). Rule: a message of under 1 KiB pickled whose sender maps a segment at
     the put which the receiver maps at the get, and which has the same pickled size as an
@@ -48,8 +54,9 @@ from .colors import human_bytes
 
 _THREAD_LOCK = re.compile(r"^t(\d+)\.\d+$")
 _SHM_KINDS = frozenset({"shm.create", "shm.attach", "shm.detach", "shm.unlink"})
-_HANDLE_SIGNS = frozenset({"shm.attach", "fd.recv", "fd.send", "cuda.send", "cuda.ipc_open"})
-_MESSAGE_ENDS = frozenset({"queue.get", "pipe.recv", "queue.put", "pipe.send"})
+_HANDLE_SIGNS = frozenset({"shm.attach", "fd.recv", "fd.send", "cuda.send", "cuda.ipc_open",
+                           "shm.handle"})
+_MESSAGE_ENDS = frozenset({"queue.get", "pipe.recv", "queue.put", "pipe.send", "queue.feed"})
 _NEUTRAL = frozenset({"shm.create", "copy", "shm.cache", "cuda.alloc", "cuda.limbo"})
 _SMALL_HANDLE = 1024           # a re-sent handle pickles to less than this
 # Kinds the timeline draws with glyphs of their own; every other kind is a plain tick.
@@ -207,6 +214,9 @@ class _Index:
         open_waits, pending = {}, {}
         self.busy, self.first_seen, self.by_kind, self.ticks = {}, {}, {}, {}
         self.handles = set()           # message ids that carried shared-memory handles
+        self.dataloader_workers = {}   # pid -> worker_id, from real torch's DataLoader
+        self.torch_segments = set()    # names of real torch's segments (their unlink is unseen)
+        self.torch_unseen = []         # (pid, why) where torch's sharing was NOT recorded
         special = {"copy", "cuda.warning", "pool.task", "mark"}
         for e in events:
             k = e.kind
@@ -229,7 +239,10 @@ class _Index:
                 self.ticks.setdefault(who, []).append(e.ts_ns)
             # a message carried handles if its unpickling mapped memory or fetched an fd
             # (get side), or an fd.send came just before its put in the same thread
-            if k in _HANDLE_SIGNS:
+            if e.args.get("torch") and (k != "shm.handle" or
+                                        e.args.get("via") == "process start"):
+                self._torch_event(e)                    # (see _HANDLE_SIGNS: not a sign)
+            elif k in _HANDLE_SIGNS:
                 pending[who] = True
             elif k in _MESSAGE_ENDS:
                 if pending.pop(who, False):
@@ -262,6 +275,17 @@ class _Index:
         for (lid, pid, tid), since in open_waits.items():
             self.waits.append((lid, pid, tid, since, None))
         self.labels = _make_labels(self.procs, self.watchdogs)
+        for pid, worker_id in self.dataloader_workers.items():
+            self.labels[pid] = f"DataLoader worker {worker_id}"
+
+    def _torch_event(self, e):
+        """What real torch's events add to the index: DataLoader workers, torch segments."""
+        if e.kind == "dataloader.worker":
+            self.dataloader_workers[e.pid] = e.args.get("worker_id")
+        elif e.kind in _SHM_KINDS:
+            self.torch_segments.add(e.args.get("name"))
+        elif e.kind in ("torch.unsupported", "torch.hook_failed"):
+            self.torch_unseen.append((e.pid, e.args.get("reason")))
 
     def _resent_handles(self):
         """Add to ``handles`` the small messages that re-send a handle (see the module text)."""
@@ -422,7 +446,10 @@ class _Index:
         out = []
         for s in order:
             mapped = tuple(p for p, n in s["maps"].items() if n > 0 and self.alive(p, t))
-            died = tuple(p for p, n in s["maps"].items() if n > 0 and not self.alive(p, t))
+            died = tuple(p for p, n in s["maps"].items() if n > 0 and not self.alive(p, t)
+                         and (s["name"] not in self.torch_segments or self.procs[p].signal))
+            # (torch unmaps in C++, unseen: a torch segment's holder that ended by itself let go
+            # at its exit; only one killed by a signal is said to have died holding it)
             named = s["strategy"] in ("file_system", None) or str(s["name"]).startswith(
                 ("/mpviz_fs", "mpviz_fs"))
             if mapped:
@@ -432,6 +459,8 @@ class _Index:
                 status = "freed"
             elif s["name"] in later_attach:
                 status = "not mapped yet"
+            elif s["name"] in self.torch_segments:   # torch's manager unlinks it, unseen by us
+                status = "unlink not seen (torch)"
             else:
                 status = "leaked"
             out.append(SegmentState(s["name"], s["strategy"], s["nbytes"], s["created_by"],
@@ -487,6 +516,18 @@ def _last_frame(stacks):
 
 
 # --- the public question ---------------------------------------------------------------------
+
+def torch_not_recorded(trace):
+    """Why real torch's sharing is missing from this trace, in words ("" if nothing is): a
+    torch version mpviz does not hook, or a hook that failed and turned itself off."""
+    unseen = _index(trace).torch_unseen
+    if not unseen:
+        return ""
+    pids = sorted({pid for pid, _ in unseen})
+    return (f"torch's shared memory was NOT recorded in {len(pids)} process"
+            f"{'es' * (len(pids) > 1)} ({unseen[0][1]}): its segments, copies and handles are "
+            f"unknown, not zero")
+
 
 def trace_span(trace):
     """``(first_ns, last_ns)`` of the trace's events."""

@@ -53,6 +53,8 @@ def boot():
     if directory and me == "program":
         if recorder.start(directory, "exec"):
             atexit.register(_record_exit)
+    from .. import torch_hooks      # real torch's sharing, once the program imports torch
+    torch_hooks.watch()
 
 
 def _record_exit():
