@@ -198,7 +198,7 @@ def _share_fd(original, storage):
     was_shared = _on() and storage.is_shared()
     result = original(storage)                   # (fd, nbytes); the move happens here, in C++
     if _on():
-        _guard(_shared, storage, "file_descriptor", _fd_name(result[0]), result[1], was_shared)
+        _guard(_shared, storage, "file_descriptor", result[0], result[1], was_shared)
     return result
 
 
@@ -206,12 +206,14 @@ def _share_filename(original, storage):
     was_shared = _on() and storage.is_shared()
     result = original(storage)                   # (manager socket, b"/torch_...", nbytes)
     if _on():
-        _guard(_shared, storage, "file_system", result[1].decode(), result[2], was_shared)
+        _guard(_shared, storage, "file_system", result[1], result[2], was_shared)
         _guard(_manager_seen, result[0])
     return result
 
 
-def _shared(storage, strategy, name, nbytes, was_shared):
+def _shared(storage, strategy, handle, nbytes, was_shared):
+    """`handle`: the fd (file_descriptor) or the name (file_system) torch returned."""
+    name = _fd_name(handle) if strategy == "file_descriptor" else handle.decode()
     _here.handle = (name, strategy, nbytes)
     if not was_shared:                           # the bytes moved: a new segment, one copy
         _sizes[name] = nbytes
