@@ -20,6 +20,7 @@ from mpviz.viz import state as st  # noqa: E402
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 WORKERS = os.path.join(ROOT, "tests", "torch_workers.py")
 TENSOR_BYTES = 65536 * 4
+TWICE_BYTES = 1000 * 4
 pytestmark = pytest.mark.skipif(not torch.__version__.startswith("2.13"),
                                 reason="the torch hooks know torch 2.13 only")
 
@@ -67,20 +68,26 @@ def test_queue_segments_and_copies_are_torchs_own(queue_run):
     strategy, trace, seen = queue_run
     producer, consumer = seen["producer"], seen["pid"]
     segs = {s.name: s for s in trace.segments()}
-    # the names /proc/<consumer>/maps showed while it held the ten tensors: exactly the trace's
-    assert set(segs) == set(seen["maps"]) and len(segs) == 10
+    # the names /proc/<consumer>/maps showed while it held the tensors: exactly the trace's
+    assert set(segs) == set(seen["maps"]) and len(segs) == 11
+    assert sorted(s.nbytes for s in segs.values()) == [TWICE_BYTES] + [TENSOR_BYTES] * 10
     for s in segs.values():
-        assert (s.strategy, s.nbytes, s.created_by) == (strategy, TENSOR_BYTES, producer)
-        assert consumer in s.attached_by
+        assert (s.strategy, s.created_by, s.attached_by) == (strategy, producer, (consumer,))
+    # the tensor sent twice: mapped once, then found in torch's receive cache (same storage)
+    assert seen["same_storage"]
+    (hit,) = _torch(trace, "shm.cache", consumer)
+    assert hit.args["hit"] and segs[hit.args["name"]].nbytes == TWICE_BYTES
+    assert [e.args["name"] for e in _torch(trace, "shm.attach")].count(hit.args["name"]) == 1
     if strategy == "file_descriptor":        # unlinked at once: mapped "(deleted)", no name left
         assert all(seen["maps"].values()) and not set(seen["dev_shm"]) & set(segs)
     else:                                    # named: in /dev/shm while the consumer held them
         assert not any(seen["maps"].values()) and set(segs) <= set(seen["dev_shm"])
     copies = _torch(trace, "copy", producer)
-    assert sorted(e.args["name"] for e in copies) == sorted(segs)
-    assert {e.args["nbytes"] for e in copies} == {TENSOR_BYTES}
-    assert "10 segments" in viz.summary(trace) and "10 copies into shared memory" in \
-        viz.summary(trace)
+    assert sorted(e.args["name"] for e in copies) == sorted(segs)     # one each, not two
+    assert sum(e.args["nbytes"] for e in copies) == 10 * TENSOR_BYTES + TWICE_BYTES
+    summary = viz.summary(trace)
+    assert "11 segments;" in summary and "11 copies into shared memory" in summary
+    assert "1 receive-cache hits" in summary
 
 
 @pytest.mark.timeout(120)
@@ -90,10 +97,10 @@ def test_queue_tensor_messages_are_drawn_as_handles(queue_run):
     tensor_q = {e.args["queue"] for e in trace.of_kind("queue.put") if e.pid == seen["producer"]}
     tensors = [f for f in trace.flows() if f.channel in tensor_q]
     others = [f for f in trace.flows() if f.channel not in tensor_q]
-    assert len(tensors) == 10 and all(f.get is not None for f in tensors)
+    assert len(tensors) == 12 and all(f.get is not None for f in tensors)
     assert all(f.put.args["msg"] in handles for f in tensors)
     assert not any(f.put.args["msg"] in handles for f in others)    # the report, fd requests
-    assert "10 carried shared-memory handles" in viz.summary(trace)
+    assert "12 carried shared-memory handles" in viz.summary(trace)
 
 
 @pytest.mark.timeout(120)
@@ -110,7 +117,7 @@ def test_queue_fd_hand_over_is_linked_to_its_message(queue_run):
         assert states == {"unlink not seen (torch)"}               # never "leaked", never "0"
         return
     by_token = {e.args["token"]: e.args["name"] for e in handles}
-    assert len(by_token) == 10 and None not in by_token
+    assert len(by_token) == 12 and None not in by_token        # the one sent twice: 2 fds
     # the producer's resource_sharer thread sent each fd, the consumer received it
     assert {(e.args["token"], e.args["name"]) for e in sent} == set(by_token.items())
     assert {(e.args["token"], e.args["name"]) for e in received} == set(by_token.items())
@@ -181,19 +188,21 @@ def test_an_unsupported_torch_says_not_recorded(tmp_path):
     summary = run.stdout
     assert "NOT RECORDED: torch's shared memory was NOT recorded in 1 process" in summary
     assert "unknown, not zero" in summary
+    assert "0 segments (torch's: unknown, NOT recorded)" in summary     # not a bare "0"
 
 
 BROKEN_HOOK = textwrap.dedent("""
     import os, torch
     import mpviz.trace as mt, mpviz.viz as viz
-    from mpviz.trace import torch_hooks
     with mt.record() as trace:
+        first = torch.zeros(10).share_memory_()     # recorded
         real = os.readlink
         os.readlink = None                # the hook's own step fails ...
         t = torch.zeros(10).share_memory_()
         os.readlink = real
         u = torch.ones(4).share_memory_()
     print(t.is_shared(), u.is_shared())   # ... the user's calls went through anyway
+    print(len(trace.of_kind("shm.create")))
     print(viz.summary(trace))
 """)
 
@@ -203,6 +212,6 @@ def test_a_hook_that_fails_turns_itself_off_and_says_so(tmp_path):
     run = subprocess.run([sys.executable, "-c", BROKEN_HOOK], cwd=tmp_path, capture_output=True,
                          text=True, timeout=50, env=dict(os.environ, PYTHONPATH=ROOT))
     assert run.returncode == 0, run.stderr
-    assert run.stdout.splitlines()[0] == "True True"
+    assert run.stdout.splitlines()[:2] == ["True True", "1"]
     assert "NOT recorded" in run.stderr and "TypeError" in run.stderr
     assert "NOT RECORDED: torch's shared memory was NOT recorded" in run.stdout

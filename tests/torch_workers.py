@@ -4,7 +4,8 @@ Each program is an ordinary torch program (nothing of mpviz in it). What the OS 
 to a JSON file named by argv, so that the test can hold the trace against it: the torch segments
 each process maps (``/proc/self/maps``) and, under file_system, the ``/dev/shm/torch_*`` names.
 
-    python torch_workers.py queue STRATEGY OUT.json     ten 256 KiB tensors, producer -> consumer
+    python torch_workers.py queue STRATEGY OUT.json     ten 256 KiB tensors, producer -> consumer,
+                                                        then one small tensor sent twice
     python torch_workers.py hogwild OUT.json            model.share_memory(), two forked trainers
     python torch_workers.py dataloader OUT.json         DataLoader(num_workers=2), four batches
 """
@@ -17,6 +18,7 @@ import torch.multiprocessing as mp
 
 N_TENSORS = 10
 TENSOR_ELEMS = 65536                    # float32: 256 KiB each
+TWICE_ELEMS = 1000                      # the tensor sent twice: 4000 bytes
 
 
 def torch_maps(pid="self"):
@@ -40,13 +42,17 @@ def dev_shm():
 def produce(q, done):
     for i in range(N_TENSORS):
         q.put(torch.full((TENSOR_ELEMS,), float(i)))
+    twice = torch.ones(TWICE_ELEMS)
+    q.put(twice)                      # the second time, the receiver has it in torch's cache
+    q.put(twice)
     done.wait()                       # the fds are served from here: stay until all are taken
 
 
 def consume(q, out, done, report):
-    got = [q.get() for _ in range(N_TENSORS)]
+    got = [q.get() for _ in range(N_TENSORS + 2)]
     report.put({"maps": torch_maps(), "dev_shm": dev_shm(),
-                "sums": [float(t.sum()) for t in got], "pid": os.getpid()})
+                "sums": [float(t.sum()) for t in got], "pid": os.getpid(),
+                "same_storage": got[-1].data_ptr() == got[-2].data_ptr()})
     done.set()
     del got
 

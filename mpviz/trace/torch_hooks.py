@@ -98,6 +98,7 @@ def install():
     if _installed:
         return
     _installed = True
+    sys.meta_path[:] = [f for f in sys.meta_path if not isinstance(f, _TorchFinder)]
     import torch
     version = str(getattr(torch, "__version__", "unknown"))
     if not version_supported(version):
@@ -301,7 +302,7 @@ def _register(send, close):
     box = []
 
     def traced_send(conn, pid):
-        if _on() and box:
+        if _on() and box and box[0] in _tokens:     # (not a socket or fd of someone else's)
             _guard(_fd_sent, box[0], pid)
         return send(conn, pid)
     ident = _orig["register"](traced_send, close)
