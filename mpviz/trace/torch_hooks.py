@@ -32,6 +32,8 @@ Only torch 2.13 is hooked: these are private functions that change between versi
 version gets a ``torch.unsupported`` event and a line on stderr saying torch's sharing is NOT
 recorded -- so that the summary can say "unknown", never "0 segments". A hook that raises turns
 itself off the same way (``torch.hook_failed``); the user's call always runs, exactly once.
+The hooks stay in place after ``record()`` ends (torch's pickler table holds them): while nothing
+records, each is one check and then torch's own function.
 """
 import functools
 import importlib.abc
@@ -185,18 +187,20 @@ def _on():
     return recorder.ENABLED and _disabled is None
 
 
-def _guard(record, *args):
-    """Run a recording step; if it raises, turn the hooks off (the user's call has run)."""
+def _guard(step, *args):
+    """Run one of our own steps and return its result; if it raises, turn the hooks off and
+    return None (the user's call runs either way, exactly once)."""
     try:
-        record(*args)
+        return step(*args)
     except Exception as exc:
-        _disable(f"{record.__name__} raised {type(exc).__name__}: {exc}")
+        _disable(f"{getattr(step, '__name__', step)} raised {type(exc).__name__}: {exc}")
+        return None
 
 
 # --- the sender: moving bytes into shared memory, and the handle ---------------------------------
 
 def _share_fd(original, storage):
-    was_shared = _on() and storage.is_shared()
+    was_shared = _on() and _guard(storage.is_shared)
     result = original(storage)                   # (fd, nbytes); the move happens here, in C++
     if _on():
         _guard(_shared, storage, "file_descriptor", result[0], result[1], was_shared)
@@ -204,7 +208,7 @@ def _share_fd(original, storage):
 
 
 def _share_filename(original, storage):
-    was_shared = _on() and storage.is_shared()
+    was_shared = _on() and _guard(storage.is_shared)
     result = original(storage)                   # (manager socket, b"/torch_...", nbytes)
     if _on():
         _guard(_shared, storage, "file_system", result[1], result[2], was_shared)
@@ -225,7 +229,7 @@ def _shared(storage, strategy, handle, nbytes, was_shared):
 
 
 def _fd_name(fd):
-    """torch's name of the segment behind `fd`: ``/dev/shm/torch_1_2_3 (deleted)`` -> /torch_1_2_3."""
+    """torch's name of the segment behind `fd`: /dev/shm/torch_1_2_3 (deleted) -> /torch_1_2_3."""
     target = os.readlink(f"/proc/self/fd/{fd}")
     return target.removeprefix("/dev/shm").removesuffix(" (deleted)")
 
@@ -337,7 +341,7 @@ def _manager_seen(path):
                           start_method="exec (torch)", socket=path.decode(), torch=True)
 
 
-# --- the receiver: rebuilding a storage from a handle ----------------------------------------------
+# --- the receiver: rebuilding a storage from a handle ---------------------------------------------
 
 class _WatchedFd:
     """Stands in for the handle's DupFd: its detach() (the fd fetched from the sender's
@@ -381,7 +385,7 @@ def _rebuild_storage_fd(original, cls, df, size):
 
 
 def _rebuild_storage_filename(original, cls, manager, handle, size, dtype=None):
-    hit = _on() and _cached(handle)
+    hit = _on() and _guard(_cached, handle)
     storage = original(cls, manager, handle, size, dtype)
     if _on():
         _guard(_mapped, handle.decode(), "file_system", storage, hit)
