@@ -124,6 +124,11 @@ def test_queue_fd_hand_over_is_linked_to_its_message(queue_run):
     assert {e.pid for e in sent} == {seen["producer"]} and \
         {e.tid for e in sent} != {seen["producer"]}
     assert {e.pid for e in received} == {seen["pid"]}
+    # each hand-over is linked to the message whose handle it served: the tensor messages
+    tensor_msgs = {f.put.args["msg"] for f in trace.flows()
+                   if f.put.pid == seen["producer"] and f.put.kind == "queue.put"}
+    assert {st.fd_message(trace, e) for e in sent + received} == tensor_msgs
+    assert len(tensor_msgs) == 12
 
 
 @pytest.mark.timeout(120)

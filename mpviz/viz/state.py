@@ -217,6 +217,7 @@ class _Index:
         self.dataloader_workers = {}   # pid -> worker_id, from real torch's DataLoader
         self.torch_segments = set()    # names of real torch's segments (their unlink is unseen)
         self.torch_unseen = []         # (pid, why) where torch's sharing was NOT recorded
+        self.fd_messages = {}          # torch: resource_sharer token -> the message it serves
         special = {"copy", "cuda.warning", "pool.task", "mark"}
         for e in events:
             k = e.kind
@@ -243,10 +244,15 @@ class _Index:
                                         e.args.get("via") == "process start"):
                 self._torch_event(e)                    # (see _HANDLE_SIGNS: not a sign)
             elif k in _HANDLE_SIGNS:
-                pending[who] = True
+                signs = pending.setdefault(who, [])
+                if k == "shm.handle" and e.args.get("token"):
+                    signs.append(e.args["token"])      # torch: the fd resource_sharer will send
             elif k in _MESSAGE_ENDS:
-                if pending.pop(who, False):
+                signs = pending.pop(who, None)
+                if signs is not None:
                     self.handles.add(e.args.get("msg"))
+                    for token in signs:
+                        self.fd_messages[token] = e.args.get("msg")
             elif pending and k not in _NEUTRAL:
                 pending.pop(who, None)
             if k == "thread.start":
@@ -516,6 +522,13 @@ def _last_frame(stacks):
 
 
 # --- the public question ---------------------------------------------------------------------
+
+def fd_message(trace, event):
+    """The message id whose handle a torch ``fd.send``/``fd.recv`` `event` served (None if
+    unknown): resource_sharer hands the fd over later, in another thread, so the event names
+    the token of the handle, and the handle's message is known by the token."""
+    return _index(trace).fd_messages.get(event.args.get("token"))
+
 
 def torch_not_recorded(trace):
     """Why real torch's sharing is missing from this trace, in words ("" if nothing is): a
