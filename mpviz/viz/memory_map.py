@@ -125,8 +125,9 @@ def memory_map(trace, at=None, ax=None, check_os=False, max_segments=30, title=N
                "left in /dev/shm that no live process maps" if leaked else
                f"{len(segs)} segment(s), none leaked")
     unseen = st.torch_not_recorded(trace)
-    if unseen:
-        summary += "\n" + "\n".join(textwrap.wrap(unseen.upper()[:1] + unseen[1:], 90))
+    if unseen:                              # torch's are unknown: not "0 segments, none leaked"
+        summary = "\n".join(textwrap.wrap(f"{len(segs)} segment(s) recorded, not counting "
+                                           f"torch's: {unseen}", 90))
     ax.set_title(title or f"Who maps which shared-memory segment{when}\n{summary}",
                  loc="left", fontsize=10, color=COLORS["leak"] if leaked else "black")
     leg = legend(ax, [k for k in ("mapped", "leak", "freed") if k in used] or ["mapped"],

@@ -538,7 +538,7 @@ def torch_not_recorded(trace):
         return ""
     pids = sorted({pid for pid, _ in unseen})
     return (f"torch's shared memory was NOT recorded in {len(pids)} process"
-            f"{'es' * (len(pids) > 1)} ({unseen[0][1]}): its segments, copies and handles are "
+            f"{'es' * (len(pids) > 1)}: {unseen[0][1]}. Its segments, copies and handles are "
             f"unknown, not zero")
 
 
