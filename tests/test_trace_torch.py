@@ -115,6 +115,9 @@ def test_queue_fd_hand_over_is_linked_to_its_message(queue_run):
         assert len(managers) == 1 and managers[0].ppid == seen["producer"]
         states = {s.status for s in st.state_at(trace).segments}
         assert states == {"unlink not seen (torch)"}               # never "leaked", never "0"
+        fig = viz.memory_map(trace)                                 # and the picture says so
+        words = [t.get_text() for t in fig.axes[0].texts]
+        assert words.count("unlink not seen\n(torch)") == 11 and "LEAKED" not in words
         return
     by_token = {e.args["token"]: e.args["name"] for e in handles}
     assert len(by_token) == 12 and None not in by_token        # the one sent twice: 2 fds
