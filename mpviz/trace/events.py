@@ -59,6 +59,23 @@ OS thread, what happened, and a dict of JSON-able details. The vocabulary, by wh
                          chunk, func, ok (done only)                  start/done: the worker
     cuda.alloc / cuda.free, cuda.ipc_open / cuda.ipc_close           the core's CUDA backends
     watchdog.stuck       pid, stacks                                 a scenario's watchdog
+
+Real torch's sharing (``torch_hooks.py``; every such event has ``torch=True``; names are torch's,
+``/torch_<pid>_<rand>_<n>``): shm.create (``via``: reduce_storage / share_memory_ / _new_shared),
+copy, shm.attach (``how="fork"``: inherited), shm.cache (``hit``), fd.send / fd.recv (``token``,
+``via="resource_sharer"``), and
+
+    shm.handle           name, strategy, nbytes, via, token          the pickling thread: the
+                                                                     message it pickles carries a
+                                                                     handle (its next queue.feed,
+                                                                     pipe.send or queue.put)
+    torch.share_memory   module, tensors, nbytes                     Module.share_memory()
+    dataloader.worker    phase (start/exit), worker_id, num_workers  a DataLoader worker
+    torch.unsupported    version, supported, reason                  a torch these hooks do not
+                                                                     know: nothing of torch's
+                                                                     sharing is recorded
+    torch.hook_failed    error, reason                               a hook raised: torch's
+                                                                     sharing stops being recorded
     mark                 name, anything else                         mpviz.trace.mark(...)
 
 ``msg`` ids are ``"<pid>.<n>"`` strings, unique in a trace: a put and its get carry the same one,

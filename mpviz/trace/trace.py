@@ -249,6 +249,8 @@ def record(path=None, *, threading_locks=False, hang_after=None):
     else:
         hooks.install(threading_locks=threading_locks)
         _install_depth += 1
+        from . import torch_hooks   # real torch's sharing, now or once torch is imported
+        torch_hooks.watch()
     guard = None
     try:
         if ok and hang_after:

@@ -86,7 +86,7 @@ def _map_panel(trace, at):
 
 def summary(trace):
     """The run in words: processes, messages (handles vs copies), segments, deadlocks."""
-    from .state import _index
+    from .state import _index, torch_not_recorded
     st = state_at(trace)
     flows = trace.flows()
     handles = _index(trace).handles
@@ -94,11 +94,29 @@ def summary(trace):
     segs = st.segments
     carried = [handles[f.put.args["msg"]] for f in flows if f.put.args.get("msg") in handles]
     ran = [p for p in trace.processes() if p.how not in ("launcher", "watchdog")]  # not mpviz's
+    # where torch's sharing could not be seen, its counts are unknown: never say "0" for them
+    blind = " (torch's: unknown, NOT recorded)" if torch_not_recorded(trace) else ""
     lines = [f"{len(ran)} processes, {len(trace.events)} events",
-             f"{len(flows)} messages: {len(carried)} carried shared-memory handles "
+             f"{len(flows)} messages: {len(carried)} carried shared-memory handles{blind} "
              f"({sum(carried)} in all, as their senders counted them); "
              f"{len(copies)} copies into shared memory "
-             f"({human_bytes(sum(e.args.get('nbytes') or 0 for e in copies))})",
-             f"{len(segs)} segments; leaked: {sum(s.status == 'leaked' for s in segs)}"]
+             f"({human_bytes(sum(e.args.get('nbytes') or 0 for e in copies))}){blind}",
+             f"{len(segs)} segments{blind}; leaked: {sum(s.status == 'leaked' for s in segs)}"]
+    lines += _torch_lines(trace)
     lines += [f"STUCK: {d.reason}" for d in deadlocks(trace)]
     return "\n".join(lines)
+
+
+def _torch_lines(trace):
+    """Real torch's part of the summary: what was seen, and what cannot be."""
+    from .state import torch_not_recorded
+    if torch_not_recorded(trace):
+        return ["NOT RECORDED: " + torch_not_recorded(trace)]
+    made = [e for e in trace.of_kind("shm.create") if e.args.get("torch")]
+    if not made:
+        return []
+    fds = [e for e in trace.of_kind("fd.recv") if e.args.get("torch")]
+    hits = [e for e in trace.of_kind("shm.cache") if e.args.get("torch") and e.args.get("hit")]
+    nbytes = human_bytes(sum(e.args["nbytes"] for e in made))
+    return [f"torch: {len(made)} segments made ({nbytes}), {len(fds)} fds handed over, "
+            f"{len(hits)} receive-cache hits; when torch unmaps or unlinks a segment is not seen"]

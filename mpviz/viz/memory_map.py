@@ -26,6 +26,7 @@ and, for a name still there that nobody maps, asks the shm manager what will bec
 unreachable (its queue is gone: the manager removes it), or leaked.
 """
 import os
+import textwrap
 
 from matplotlib.patches import Rectangle
 
@@ -129,6 +130,10 @@ def memory_map(trace, at=None, ax=None, check_os=False, max_segments=30, title=N
         summary += f"; {flying} not mapped, in flight in a queue"
     if maybe:
         summary += f"; {maybe} not mapped but maybe in flight"
+    unseen = st.torch_not_recorded(trace)
+    if unseen:                              # torch's are unknown: not "0 segments, none leaked"
+        summary = "\n".join(textwrap.wrap(f"{len(segs)} segment(s) recorded, not counting "
+                                           f"torch's: {unseen}", 90))
     ax.set_title(title or f"Who maps which shared-memory segment{when}\n{summary}",
                  loc="left", fontsize=10, color=COLORS["leak"] if leaked else "black")
     leg = legend(ax, [k for k in ("mapped", "leak", "freed") if k in used] or ["mapped"],
@@ -153,6 +158,8 @@ def _fate(s, ix, t, check_os):
         return "in use", COLORS["mapped"], "black"
     if s.status == "freed":
         return "freed", COLORS["freed"], "#777777"
+    if s.status == "unlink not seen (torch)":      # torch's manager or C++ unlinks it
+        return "unlink not seen\n(torch)", "white", "black"
     if s.status != "leaked":
         return s.status, "white", "black"
     if check_os:

@@ -50,6 +50,12 @@ event's ``on`` and ``id`` (mpviz.trace.waits):
     pool.result  the Pool workers running that job's tasks at the instant
     event, condition, barrier, future: whoever will set / notify / arrive is not recorded
 
+Real torch (``mpviz.trace.torch_hooks``) counts its handles the same way: its reducer,
+wrapped, counts one per storage it shares, in the thread that pickles (a Queue's feeder), and
+records ``shm.handle`` (with resource_sharer's token for an fd) just before that message's
+put-side event; ``fd_messages`` links each fd hand-over to its message that way. A handle sent
+while a Process starts (spawn arguments) goes with no message.
+
 The watchdog (a scenario's side process, ``process.start how="watchdog"``) is not a lane of
 its own: its ``watchdog.stuck`` / ``watchdog.kill`` events are filed under the pids they name.
 """
@@ -272,6 +278,11 @@ class _Index:
         special = {"copy", "cuda.warning", "pool.task", "mark", "queue.put_failed",
                    "queue.get_failed"}
         self.lock_names = {}           # lock id -> the variable name a waiter used for it
+        self.dataloader_workers = {}   # pid -> worker_id, from real torch's DataLoader
+        self.torch_segments = set()    # names of real torch's segments (their unlink is unseen)
+        self.torch_unseen = []         # (pid, why) where torch's sharing was NOT recorded
+        self.fd_messages = {}          # torch: resource_sharer token -> the message it serves
+        tokens = {}                    # (pid, tid) -> torch fd tokens waiting for their message
         for e in events:
             k = e.kind
             who = (e.pid, e.tid)
@@ -291,6 +302,10 @@ class _Index:
                 self.by_kind.setdefault(k, []).append(e)
             elif k not in GLYPH_KINDS:
                 self.ticks.setdefault(who, []).append(e.ts_ns)
+            if e.args.get("torch"):
+                self._torch_event(e)
+                if k == "shm.handle" and e.args.get("token"):
+                    tokens.setdefault(who, []).append(e.args["token"])
             # what a message carried, as its sender recorded it (see the module text)
             if k in _SENDS:
                 if k == "queue.feed":              # the write of a message put earlier
@@ -298,6 +313,8 @@ class _Index:
                 n = e.args.get("handles") or (counted.pop(who, 0) if k == "queue.feed" else 0)
                 if n and e.args.get("msg") is not None:
                     self.handles[e.args["msg"]] = n
+                for token in tokens.pop(who, ()):
+                    self.fd_messages[token] = e.args.get("msg")
             elif k == "queue.handles":
                 counted[who] = e.args.get("handles", 0)
             if k == "thread.start":
@@ -349,6 +366,17 @@ class _Index:
         self.labels = _make_labels(self.procs, self.watchdogs, self.scripts)
         self.channel_names = _number_channels(self.flows)
         self.failures = self._failures()
+        for pid, worker_id in self.dataloader_workers.items():
+            self.labels[pid] = f"DataLoader worker {worker_id}"
+
+    def _torch_event(self, e):
+        """What real torch's events add to the index: DataLoader workers, torch segments."""
+        if e.kind == "dataloader.worker":
+            self.dataloader_workers[e.pid] = e.args.get("worker_id")
+        elif e.kind in _SHM_KINDS:
+            self.torch_segments.add(e.args.get("name"))
+        elif e.kind in ("torch.unsupported", "torch.hook_failed"):
+            self.torch_unseen.append((e.pid, e.args.get("reason")))
 
     def lock_name(self, lid):
         if lid in self.lock_names:
@@ -586,7 +614,10 @@ class _Index:
         out = []
         for s in order:
             mapped = tuple(p for p, n in s["maps"].items() if n > 0 and self.alive(p, t))
-            died = tuple(p for p, n in s["maps"].items() if n > 0 and not self.alive(p, t))
+            died = tuple(p for p, n in s["maps"].items() if n > 0 and not self.alive(p, t)
+                         and (s["name"] not in self.torch_segments or self.procs[p].signal))
+            # (torch unmaps in C++, unseen: a torch segment's holder that ended by itself let go
+            # at its exit; only one killed by a signal is said to have died holding it)
             named = s["strategy"] in ("file_system", None) or str(s["name"]).startswith(
                 ("/mpviz_fs", "mpviz_fs"))
             if mapped:
@@ -596,6 +627,8 @@ class _Index:
                 status = "freed"
             elif s["name"] in later_attach:
                 status = "not mapped yet"
+            elif s["name"] in self.torch_segments:   # torch's manager unlinks it, unseen by us
+                status = "unlink not seen (torch)"
             else:
                 status = "leaked"
             out.append(SegmentState(s["name"], s["strategy"], s["nbytes"], s["created_by"],
@@ -720,6 +753,25 @@ def user_line(stacks):
 
 
 # --- the public question ---------------------------------------------------------------------
+
+def fd_message(trace, event):
+    """The message id whose handle a torch ``fd.send``/``fd.recv`` `event` served (None if
+    unknown): resource_sharer hands the fd over later, in another thread, so the event names
+    the token of the handle, and the handle's message is known by the token."""
+    return _index(trace).fd_messages.get(event.args.get("token"))
+
+
+def torch_not_recorded(trace):
+    """Why real torch's sharing is missing from this trace, in words ("" if nothing is): a
+    torch version mpviz does not hook, or a hook that failed and turned itself off."""
+    unseen = _index(trace).torch_unseen
+    if not unseen:
+        return ""
+    pids = sorted({pid for pid, _ in unseen})
+    return (f"torch's shared memory was NOT recorded in {len(pids)} process"
+            f"{'es' * (len(pids) > 1)}: {unseen[0][1]}. Its segments, copies and handles are "
+            f"unknown, not zero")
+
 
 def trace_span(trace):
     """``(first_ns, last_ns)`` of the trace's events."""

@@ -65,6 +65,8 @@ def boot():
             # (taken out of the environment: only the program the launcher started checks it)
             launcher = os.environ.pop(ENV_LAUNCHER, "")
             atexit.register(_record_exit, directory, launcher.isdigit() and int(launcher))
+    from .. import torch_hooks      # real torch's sharing, once the program imports torch
+    torch_hooks.watch()
 
 
 def register_stacks():

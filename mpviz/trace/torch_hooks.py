@@ -1,0 +1,451 @@
+"""Seeing real torch share memory: hooks into torch 2.13's own sharing code, installed when the
+recorded program imports torch.
+
+mpviz's own sharing (mpviz.sharing) records its events itself. Real torch does the same things in
+its own code -- mostly C++ -- so we watch the few Python functions that every tensor crossing a
+process boundary goes through (torch/multiprocessing/reductions.py, torch/storage.py)::
+
+    sender (the thread that pickles: a Queue's feeder, Connection.send, SimpleQueue.put)
+      reduce_storage(storage)                      registered on multiprocessing's ForkingPickler
+        storage._share_fd_cpu_()        ─► shm.create + copy   (only if the bytes move into shm)
+        or storage._share_filename_cpu_()  (file_system: the first one starts torch_shm_manager:
+                                            process.launch, so it gets a lane)
+      ─► shm.handle {name, strategy, nbytes, via, token}     this message carries a handle
+         (resource_sharer's _serve thread, later: fd.send {token} when the receiver asks for it)
+    receiver (while it unpickles)
+      rebuild_storage_fd(cls, df, size)   df.detach(): fd.recv {token}; then shm.attach, or
+      rebuild_storage_filename(...)       shm.cache {hit: True} when torch's shared_cache had it
+    Tensor.share_memory_(), Module.share_memory()  ─► shm.create + copy (via="share_memory_")
+    a DataLoader worker's collate             ─► shm.create, no copy (via="_new_shared": the batch
+                                                 is built in shared memory)
+    a forked child                            ─► shm.attach (how="fork") for every torch segment
+                                                 it inherits (read from /proc/self/maps)
+    DataLoader's _worker_loop                 ─► dataloader.worker {phase: start/exit, worker_id}
+
+Every event says ``torch=True``. Names are torch's own: ``/torch_<pid>_<rand>_<n>``, the name
+/proc/PID/maps shows under /dev/shm (file_descriptor segments show it "(deleted)": torch unlinks
+the name at once and keeps the fd). What is *not* seen: when torch unmaps a segment or the
+manager unlinks it (C++ with no Python on the way), so a torch segment is never drawn as leaked
+or freed by us; the pictures say "unlink not seen (torch)".
+
+Only torch 2.13 is hooked: these are private functions that change between versions. Another
+version gets a ``torch.unsupported`` event and a line on stderr saying torch's sharing is NOT
+recorded -- so that the summary can say "unknown", never "0 segments". A hook that raises turns
+itself off the same way (``torch.hook_failed``); the user's call always runs, exactly once.
+The hooks stay in place after ``record()`` ends (torch's pickler table holds them): while nothing
+records, each is one check and then torch's own function.
+"""
+import functools
+import importlib.abc
+import os
+import sys
+import threading
+
+from . import recorder
+
+SUPPORTED = "2.13"
+_installed = False
+_disabled = None                  # why recording torch's sharing stopped, or None
+_sizes = {}                       # segment name -> nbytes, for segments this process knows
+_managers = set()                 # torch_shm_manager socket paths seen by this process
+_here = threading.local()         # .handle: (name, strategy, nbytes) of the last share call
+_orig = {}
+
+
+# --- installing: when (and if) the program imports torch ---------------------------------------
+
+class _TorchFinder(importlib.abc.MetaPathFinder):
+    """Waits on sys.meta_path for ``import torch``; once torch has run, installs the hooks."""
+
+    def find_spec(self, name, path=None, target=None):
+        if name != "torch" or _installed:
+            return None
+        sys.meta_path.remove(self)               # find the real spec, without us in the way
+        try:
+            import importlib.util
+            spec = importlib.util.find_spec("torch")
+        finally:
+            sys.meta_path.insert(0, self)
+        if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
+            return spec
+        run = spec.loader.exec_module
+
+        def exec_module(module):
+            run(module)                          # torch itself first: our hooks need all of it
+            _install_safely()
+        spec.loader.exec_module = exec_module
+        return spec
+
+
+def watch():
+    """Hook torch's sharing now if torch is imported already, else as soon as it is."""
+    if _installed:
+        return
+    if "torch" in sys.modules and hasattr(sys.modules["torch"], "multiprocessing"):
+        _install_safely()
+    elif not any(isinstance(f, _TorchFinder) for f in sys.meta_path):
+        sys.meta_path.insert(0, _TorchFinder())
+
+
+def _install_safely():
+    try:
+        install()
+    except Exception as exc:
+        _disable(f"installing the hooks failed ({type(exc).__name__}: {exc})")
+
+
+def install():
+    """Check the version, then wrap torch's sharing functions (once per process)."""
+    global _installed
+    if _installed:
+        return
+    _installed = True
+    sys.meta_path[:] = [f for f in sys.meta_path if not isinstance(f, _TorchFinder)]
+    import torch
+    version = str(getattr(torch, "__version__", "unknown"))
+    if not version_supported(version):
+        _unsupported(version)
+        return
+    from multiprocessing import reduction, resource_sharer
+
+    import torch.multiprocessing.reductions as R
+    from torch.utils.data._utils import worker
+
+    recorder._install_fork_hooks()               # the recorder's child log opens before ours runs
+    _wrap_method(torch.UntypedStorage, "_share_fd_cpu_", _share_fd)
+    _wrap_method(torch.UntypedStorage, "_share_filename_cpu_", _share_filename)
+    _wrap_method(torch.UntypedStorage, "_new_shared", _new_shared, classmethod_=True)
+    _wrap_method(torch.nn.Module, "share_memory", _module_share_memory)
+    # The pickler's table holds the function object itself: replace it there too.
+    _wrap_function(R, "reduce_storage", _reduce_storage)
+    table = reduction.ForkingPickler._extra_reducers
+    for cls, reducer in list(table.items()):
+        if reducer is _orig["reduce_storage"]:
+            table[cls] = R.reduce_storage
+    # The rebuild functions travel by name (module + qualname): the wrappers keep torch's, so a
+    # receiver that is not recorded still finds torch's own.
+    _wrap_function(R, "rebuild_storage_fd", _rebuild_storage_fd)
+    _wrap_function(R, "rebuild_storage_filename", _rebuild_storage_filename)
+    _wrap_function(worker, "_worker_loop", _worker_loop)
+    sharer = resource_sharer._resource_sharer
+    _orig["register"] = sharer.register
+    sharer.register = _register
+    os.register_at_fork(after_in_child=_inherited_by_fork)
+
+
+def version_supported(version):
+    """True for the torch versions whose private sharing functions these hooks know."""
+    return version == SUPPORTED or version.startswith(SUPPORTED + ".") or \
+        version.startswith(SUPPORTED + "+")
+
+
+def _unsupported(version):
+    global _disabled
+    _disabled = f"torch {version} is not supported (mpviz hooks torch {SUPPORTED})"
+    _say("torch.unsupported", version=version, supported=SUPPORTED)
+
+
+def _disable(why):
+    """Stop recording torch's sharing in this process, and say so once (event + stderr)."""
+    global _disabled
+    if _disabled is None:
+        _disabled = why
+        _say("torch.hook_failed", error=why)
+
+
+def _say(kind, **args):
+    text = (f"mpviz.trace: torch's shared memory is NOT recorded in pid {os.getpid()}: "
+            f"{_disabled}. Segments, copies and handles of torch tensors are missing from this "
+            f"trace (unknown, not zero). Fix: use torch {SUPPORTED}, or read /proc/PID/maps.")
+    print(text, file=sys.stderr)
+    if recorder.ENABLED:
+        recorder.emit(kind, reason=_disabled, torch=True, **args)
+
+
+def _wrap_method(cls, name, hook, classmethod_=False):
+    original = getattr(cls, name)                # (bound to cls, for a classmethod)
+    _orig[name] = original
+
+    @functools.wraps(original)
+    def wrapper(*args, **kwargs):
+        return hook(original, *args, **kwargs)
+    setattr(cls, name, classmethod(lambda c, *a, **k: hook(original, *a, **k))
+            if classmethod_ else wrapper)
+
+
+def _wrap_function(module, name, hook):
+    original = getattr(module, name)
+    _orig[name] = original
+
+    @functools.wraps(original)                  # same __module__/__qualname__: pickles as torch's
+    def wrapper(*args, **kwargs):
+        return hook(original, *args, **kwargs)
+    setattr(module, name, wrapper)
+
+
+def _on():
+    return recorder.ENABLED and _disabled is None
+
+
+def _guard(step, *args):
+    """Run one of our own steps and return its result; if it raises, turn the hooks off and
+    return None (the user's call runs either way, exactly once)."""
+    try:
+        return step(*args)
+    except Exception as exc:
+        _disable(f"{getattr(step, '__name__', step)} raised {type(exc).__name__}: {exc}")
+        return None
+
+
+# --- the sender: moving bytes into shared memory, and the handle ---------------------------------
+
+def _share_fd(original, storage):
+    was_shared = _on() and _guard(storage.is_shared)
+    result = original(storage)                   # (fd, nbytes); the move happens here, in C++
+    if _on():
+        _guard(_shared, storage, "file_descriptor", result[0], result[1], was_shared)
+    return result
+
+
+def _share_filename(original, storage):
+    was_shared = _on() and _guard(storage.is_shared)
+    result = original(storage)                   # (manager socket, b"/torch_...", nbytes)
+    if _on():
+        _guard(_shared, storage, "file_system", result[1], result[2], was_shared)
+        _guard(_manager_seen, result[0])
+    return result
+
+
+def _shared(storage, strategy, handle, nbytes, was_shared):
+    """`handle`: the fd (file_descriptor) or the name (file_system) torch returned."""
+    name = _fd_name(handle) if strategy == "file_descriptor" else handle.decode()
+    _here.handle = (name, strategy, nbytes)
+    if not was_shared:                           # the bytes moved: a new segment, one copy
+        _sizes[name] = nbytes
+        via = "reduce_storage" if getattr(_here, "reducing", False) else "share_memory_"
+        recorder.emit("shm.create", name=name, strategy=strategy, nbytes=nbytes, via=via,
+                      torch=True)
+        recorder.emit("copy", name=name, strategy=strategy, nbytes=nbytes, via=via, torch=True)
+
+
+def _fd_name(fd):
+    """torch's name of the segment behind `fd`: /dev/shm/torch_1_2_3 (deleted) -> /torch_1_2_3."""
+    target = os.readlink(f"/proc/self/fd/{fd}")
+    return target.removeprefix("/dev/shm").removesuffix(" (deleted)")
+
+
+def _new_shared(original, size, **kwargs):
+    storage = original(size, **kwargs)           # made in shared memory: nothing is copied
+    if _on() and storage.device.type == "cpu":
+        _guard(_created_shared, storage)
+    return storage
+
+
+def _created_shared(storage):
+    from torch.multiprocessing import get_sharing_strategy
+    if get_sharing_strategy() == "file_system":
+        _, name, nbytes = _orig["_share_filename_cpu_"](storage)
+        name, strategy = name.decode(), "file_system"
+    else:
+        fd, nbytes = _orig["_share_fd_cpu_"](storage)
+        name, strategy = _fd_name(fd), "file_descriptor"
+    _sizes[name] = nbytes
+    recorder.emit("shm.create", name=name, strategy=strategy, nbytes=nbytes, via="_new_shared",
+                  torch=True)
+
+
+def _module_share_memory(original, module):
+    result = original(module)
+    if _on():
+        _guard(_module_shared, module)
+    return result
+
+
+def _module_shared(module):
+    tensors = list(module.parameters()) + list(module.buffers())
+    recorder.emit("torch.share_memory", module=type(module).__name__, tensors=len(tensors),
+                  nbytes=sum(t.untyped_storage().nbytes() for t in tensors), torch=True)
+
+
+def _reduce_storage(original, storage):
+    _here.reducing, _here.handle = True, None
+    try:
+        result = original(storage)
+    finally:
+        _here.reducing = False
+    if _on() and _here.handle is not None:       # (None: an empty storage, nothing shared)
+        _guard(_handle_sent, result)
+    return result
+
+
+def _handle_sent(result):
+    """Say that the message being pickled in this thread carries a handle: the next message
+    event of this thread (queue.feed, pipe.send, queue.put) is that message (state.py)."""
+    from multiprocessing import context
+    name, strategy, nbytes = _here.handle
+    df = result[1][1] if strategy == "file_descriptor" else None
+    token = _token(getattr(df, "_id", None))
+    via = ("process start" if context.get_spawning_popen() is not None else
+           "resource_sharer" if token is not None else "name")
+    if via != "process start":
+        recorder.count_handle()    # the message being pickled carries one more (state.py)
+    recorder.emit("shm.handle", name=name, strategy=strategy, nbytes=nbytes, via=via,
+                  token=token, torch=True)
+    if token is not None:
+        _tokens[token] = name
+
+
+_tokens = {}                       # resource_sharer token -> segment name (this process's offers)
+
+
+def _token(ident):
+    """resource_sharer's id of an fd on offer, ``(address, key)``, as one string."""
+    return None if ident is None else f"{ident[0]}#{ident[1]}"
+
+
+def _register(send, close):
+    """resource_sharer.register, watched: its _serve thread records the fd it hands over."""
+    box = []
+
+    def traced_send(conn, pid):
+        if _on() and box and box[0] in _tokens:     # (not a socket or fd of someone else's)
+            _guard(_fd_sent, box[0], pid)
+        return send(conn, pid)
+    ident = _orig["register"](traced_send, close)
+    box.append(_token(ident))
+    return ident
+
+
+def _fd_sent(token, pid):
+    name = _tokens.pop(token, None)
+    recorder.emit("fd.send", name=name, token=token, peer=pid, via="resource_sharer",
+                  nbytes=_sizes.get(name), torch=True)
+
+
+def _manager_seen(path):
+    """The first file_system share of this process talks to a torch_shm_manager: if this process
+    started it (its parent), give it a lane (it records nothing itself: it is not Python)."""
+    if path in _managers:
+        return
+    _managers.add(path)
+    me = str(os.getpid())
+    for pid in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                if not f.read().startswith(b"torch_shm_manager"):
+                    continue
+            with open(f"/proc/{pid}/stat") as f:
+                ppid = f.read().rsplit(")", 1)[1].split()[1]
+        except (OSError, IndexError):
+            continue
+        if ppid == me:
+            recorder.emit("process.launch", child=int(pid), name="torch_shm_manager",
+                          start_method="exec (torch)", socket=path.decode(), torch=True)
+
+
+# --- the receiver: rebuilding a storage from a handle ---------------------------------------------
+
+class _WatchedFd:
+    """Stands in for the handle's DupFd: its detach() (the fd fetched from the sender's
+    resource_sharer, or inherited at process start) is recorded as fd.recv."""
+
+    def __init__(self, df):
+        self.df = df
+
+    def detach(self):
+        fd = self.df.detach()
+        if _on():
+            _guard(_fd_received, self.df, fd)
+        return fd
+
+
+def _fd_received(df, fd):
+    import torch.multiprocessing.reductions as R
+    name = _fd_name(fd)
+    token = _token(getattr(df, "_id", None))
+    # torch looks in its shared_cache by the fd's (inode, device) next: a hit maps nothing new
+    _here.received = (name, _cached(R.fd_id(fd)))
+    recorder.emit("fd.recv", name=name, token=token, via="resource_sharer" if token else
+                  "process start", nbytes=os.fstat(fd).st_size, torch=True)
+
+
+def _cached(key):
+    """Whether torch's receive cache holds a live storage for `key` (what rebuild asks first)."""
+    import torch
+    import torch.multiprocessing.reductions as R
+    ref = R.shared_cache.get(key)
+    return ref is not None and torch.UntypedStorage._new_with_weak_ptr(ref.cdata) is not None
+
+
+def _rebuild_storage_fd(original, cls, df, size):
+    _here.received = None
+    storage = original(cls, _WatchedFd(df), size)
+    if _on() and _here.received is not None:
+        name, hit = _here.received
+        _guard(_mapped, name, "file_descriptor", storage, hit)
+    return storage
+
+
+def _rebuild_storage_filename(original, cls, manager, handle, size, dtype=None):
+    hit = _on() and _guard(_cached, handle)
+    storage = original(cls, manager, handle, size, dtype)
+    if _on():
+        _guard(_mapped, handle.decode(), "file_system", storage, hit)
+    return storage
+
+
+def _mapped(name, strategy, storage, hit):
+    nbytes = storage.nbytes()
+    if hit:
+        recorder.emit("shm.cache", hit=True, name=name, strategy=strategy, nbytes=nbytes,
+                      torch=True)
+    else:
+        _sizes[name] = nbytes
+        recorder.emit("shm.attach", name=name, strategy=strategy, nbytes=nbytes, torch=True)
+
+
+# --- fork, and DataLoader workers -----------------------------------------------------------------
+
+def _inherited_by_fork():
+    """A forked child maps whatever its parent mapped: say so for torch's segments."""
+    if not _on():
+        return
+    _guard(_scan_maps)
+
+
+def _scan_maps():
+    seen = set()
+    with open("/proc/self/maps") as f:
+        for line in f:
+            path = line.rstrip("\n").split(None, 5)[-1]
+            if not path.startswith("/dev/shm/torch_"):
+                continue
+            deleted = path.endswith(" (deleted)")
+            name = path.removeprefix("/dev/shm").removesuffix(" (deleted)")
+            if name in seen:
+                continue
+            seen.add(name)
+            lo, hi = (int(x, 16) for x in line.split(None, 1)[0].split("-"))
+            recorder.emit("shm.attach", name=name, how="fork", torch=True,
+                          strategy="file_descriptor" if deleted else "file_system",
+                          nbytes=_sizes.get(name, hi - lo))
+
+
+def _worker_loop(original, *args, **kwargs):
+    worker_id, num_workers = _worker_ids(args, kwargs)
+    if _on():
+        recorder.emit("dataloader.worker", phase="start", worker_id=worker_id,
+                      num_workers=num_workers, torch=True)
+    try:
+        return original(*args, **kwargs)
+    finally:
+        if _on():
+            recorder.emit("dataloader.worker", phase="exit", worker_id=worker_id, torch=True)
+
+
+def _worker_ids(args, kwargs):
+    # _worker_loop(dataset_kind, dataset, index_queue, data_queue, done_event, auto_collation,
+    #              collate_fn, drop_last, base_seed, init_fn, worker_id, num_workers, ...)
+    worker_id = kwargs.get("worker_id", args[10] if len(args) > 10 else None)
+    num_workers = kwargs.get("num_workers", args[11] if len(args) > 11 else None)
+    return worker_id, num_workers

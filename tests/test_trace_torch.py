@@ -1,0 +1,225 @@
+"""Real torch under ``python -m mpviz trace``: what torch shared is seen, and matches the OS.
+
+Each program in tests/torch_workers.py runs once per module (torch's import costs ~2 s a
+process) and writes what /proc/PID/maps and /dev/shm said; the tests hold the trace against it.
+"""
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import mpviz.trace as mt  # noqa: E402
+import mpviz.viz as viz  # noqa: E402
+from mpviz.viz import state as st  # noqa: E402
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+WORKERS = os.path.join(ROOT, "tests", "torch_workers.py")
+TENSOR_BYTES = 65536 * 4
+TWICE_BYTES = 1000 * 4
+pytestmark = pytest.mark.skipif(not torch.__version__.startswith("2.13"),
+                                reason="the torch hooks know torch 2.13 only")
+
+
+def _traced(tmp, name, *args):
+    """Run a torch_workers.py program under the CLI; (trace, what the OS said)."""
+    out, report = tmp / name, tmp / f"{name}.json"
+    env = dict(os.environ, PYTHONPATH=ROOT)
+    run = subprocess.run([sys.executable, "-m", "mpviz", "trace", "-o", str(out), "--",
+                          sys.executable, WORKERS, *args, str(report)], cwd=tmp, env=env,
+                         capture_output=True, text=True, timeout=100)
+    assert run.returncode == 0, run.stderr
+    assert "NOT recorded" not in run.stderr, run.stderr
+    with open(report) as f:
+        return mt.load(out), json.load(f)
+
+
+def _program(trace):
+    (program,) = [p for p in trace.processes() if p.how == "exec"]
+    return program
+
+
+def _torch(trace, kind, pid=None):
+    return [e for e in trace.of_kind(kind) if e.args.get("torch") and pid in (None, e.pid)]
+
+
+@pytest.fixture(scope="module", params=["file_descriptor", "file_system"])
+def queue_run(request, tmp_path_factory):
+    trace, seen = _traced(tmp_path_factory.mktemp("q"), "trace", "queue", request.param)
+    return request.param, trace, seen
+
+
+@pytest.fixture(scope="module")
+def hogwild_run(tmp_path_factory):
+    return _traced(tmp_path_factory.mktemp("hogwild"), "trace", "hogwild")
+
+
+@pytest.fixture(scope="module")
+def dataloader_run(tmp_path_factory):
+    return _traced(tmp_path_factory.mktemp("dataloader"), "trace", "dataloader")
+
+
+@pytest.mark.timeout(120)
+def test_queue_segments_and_copies_are_torchs_own(queue_run):
+    strategy, trace, seen = queue_run
+    producer, consumer = seen["producer"], seen["pid"]
+    segs = {s.name: s for s in trace.segments()}
+    # the names /proc/<consumer>/maps showed while it held the tensors: exactly the trace's
+    assert set(segs) == set(seen["maps"]) and len(segs) == 11
+    assert sorted(s.nbytes for s in segs.values()) == [TWICE_BYTES] + [TENSOR_BYTES] * 10
+    for s in segs.values():
+        assert (s.strategy, s.created_by, s.attached_by) == (strategy, producer, (consumer,))
+    # the tensor sent twice: mapped once, then found in torch's receive cache (same storage)
+    assert seen["same_storage"]
+    (hit,) = _torch(trace, "shm.cache", consumer)
+    assert hit.args["hit"] and segs[hit.args["name"]].nbytes == TWICE_BYTES
+    assert [e.args["name"] for e in _torch(trace, "shm.attach")].count(hit.args["name"]) == 1
+    if strategy == "file_descriptor":        # unlinked at once: mapped "(deleted)", no name left
+        assert all(seen["maps"].values()) and not set(seen["dev_shm"]) & set(segs)
+    else:                                    # named: in /dev/shm while the consumer held them
+        assert not any(seen["maps"].values()) and set(segs) <= set(seen["dev_shm"])
+    copies = _torch(trace, "copy", producer)
+    assert sorted(e.args["name"] for e in copies) == sorted(segs)     # one each, not two
+    assert sum(e.args["nbytes"] for e in copies) == 10 * TENSOR_BYTES + TWICE_BYTES
+    summary = viz.summary(trace)
+    assert "11 segments;" in summary and "11 copies into shared memory" in summary
+    assert "1 receive-cache hits" in summary
+
+
+@pytest.mark.timeout(120)
+def test_queue_tensor_messages_are_drawn_as_handles(queue_run):
+    strategy, trace, seen = queue_run
+    handles = st._index(trace).handles
+    tensor_q = {e.args["queue"] for e in trace.of_kind("queue.put") if e.pid == seen["producer"]}
+    tensors = [f for f in trace.flows() if f.channel in tensor_q]
+    others = [f for f in trace.flows() if f.channel not in tensor_q]
+    assert len(tensors) == 12 and all(f.get is not None for f in tensors)
+    assert all(f.put.args["msg"] in handles for f in tensors)
+    assert not any(f.put.args["msg"] in handles for f in others)    # the report, fd requests
+    assert "12 carried shared-memory handles" in viz.summary(trace)
+
+
+@pytest.mark.timeout(120)
+def test_queue_fd_hand_over_is_linked_to_its_message(queue_run):
+    strategy, trace, seen = queue_run
+    handles = _torch(trace, "shm.handle", seen["producer"])
+    sent, received = _torch(trace, "fd.send"), _torch(trace, "fd.recv")
+    if strategy == "file_system":          # by name: no fd travels; torch's manager gets a lane
+        assert not sent and not received
+        assert {e.args["via"] for e in handles} == {"name"}
+        managers = [p for p in trace.processes() if p.name == "torch_shm_manager"]
+        assert len(managers) == 1 and managers[0].ppid == seen["producer"]
+        states = {s.status for s in st.state_at(trace).segments}
+        assert states == {"unlink not seen (torch)"}               # never "leaked", never "0"
+        fig = viz.memory_map(trace)                                 # and the picture says so
+        words = [t.get_text() for t in fig.axes[0].texts]
+        assert words.count("unlink not seen\n(torch)") == 11 and "LEAKED" not in words
+        return
+    by_token = {e.args["token"]: e.args["name"] for e in handles}
+    assert len(by_token) == 12 and None not in by_token        # the one sent twice: 2 fds
+    # the producer's resource_sharer thread sent each fd, the consumer received it
+    assert {(e.args["token"], e.args["name"]) for e in sent} == set(by_token.items())
+    assert {(e.args["token"], e.args["name"]) for e in received} == set(by_token.items())
+    assert {e.pid for e in sent} == {seen["producer"]} and \
+        {e.tid for e in sent} != {seen["producer"]}
+    assert {e.pid for e in received} == {seen["pid"]}
+    # each hand-over is linked to the message whose handle it served: the tensor messages
+    tensor_msgs = {f.put.args["msg"] for f in trace.flows()
+                   if f.put.pid == seen["producer"] and f.put.kind == "queue.put"}
+    assert {st.fd_message(trace, e) for e in sent + received} == tensor_msgs
+    assert len(tensor_msgs) == 12
+
+
+@pytest.mark.timeout(120)
+def test_hogwild_parameter_segments_are_mapped_by_every_worker(hogwild_run):
+    trace, seen = hogwild_run
+    program = _program(trace).pid
+    trainers = {w["pid"] for w in seen["workers"]}
+    segs = trace.segments()
+    assert sorted(s.nbytes for s in segs) == sorted(seen["params"])
+    for s in segs:
+        assert s.created_by == program and set(s.attached_by) == trainers
+        for w in seen["workers"]:               # what each trainer's /proc/PID/maps said
+            assert s.name in w["maps"]
+    creates = _torch(trace, "shm.create", program)
+    assert {e.args["via"] for e in creates} == {"share_memory_"}
+    (shared,) = _torch(trace, "torch.share_memory")
+    assert shared.args["tensors"] == 4 and shared.args["nbytes"] == sum(seen["params"])
+    assert {e.args.get("how") for e in _torch(trace, "shm.attach")} == {"fork"}
+    labels = st.process_labels(trace)
+    assert {labels[p] for p in trainers} == {"trainer 0", "trainer 1"}
+
+
+@pytest.mark.timeout(120)
+def test_dataloader_batches_are_arrows_from_each_worker(dataloader_run):
+    trace, seen = dataloader_run
+    assert seen["sums"] == [sum(range(k, k + 8)) * 1024.0 for k in (0, 8, 16, 24)]
+    program = _program(trace).pid
+    labels = st.process_labels(trace)
+    workers = {pid for pid, label in labels.items() if label.startswith("DataLoader worker")}
+    assert sorted(labels[p] for p in workers) == ["DataLoader worker 0", "DataLoader worker 1"]
+    phases = sorted((e.args["worker_id"], e.args["phase"]) for e in _torch(trace,
+                                                                          "dataloader.worker"))
+    assert phases == [(0, "exit"), (0, "start"), (1, "exit"), (1, "start")]
+    handles = st._index(trace).handles
+    batches = [f for f in trace.flows() if f.put.pid in workers and f.get is not None
+               and f.get.pid == program and f.put.args["msg"] in handles]
+    assert sorted(labels[f.put.pid] for f in batches) == ["DataLoader worker 0"] * 2 + \
+        ["DataLoader worker 1"] * 2
+    # each batch was built in shared memory by collate: a segment, and no copy
+    made = _torch(trace, "shm.create")
+    assert len(made) == 4 and {e.pid for e in made} == workers
+    assert {(e.args["via"], e.args["nbytes"]) for e in made} == {("_new_shared", 8 * 1024 * 4)}
+    assert not trace.of_kind("copy")
+
+
+UNSUPPORTED = textwrap.dedent("""
+    import torch
+    torch.__version__ = "2.12.1"          # as an older torch would say
+    import mpviz.trace as mt, mpviz.viz as viz
+    with mt.record() as trace:
+        t = torch.zeros(10).share_memory_()
+    print(viz.summary(trace))
+""")
+
+
+@pytest.mark.timeout(60)
+def test_an_unsupported_torch_says_not_recorded(tmp_path):
+    run = subprocess.run([sys.executable, "-c", UNSUPPORTED], cwd=tmp_path, capture_output=True,
+                         text=True, timeout=50, env=dict(os.environ, PYTHONPATH=ROOT))
+    assert run.returncode == 0, run.stderr
+    assert "torch's shared memory is NOT recorded" in run.stderr and "2.12.1" in run.stderr
+    summary = run.stdout
+    assert "NOT RECORDED: torch's shared memory was NOT recorded in 1 process" in summary
+    assert "unknown, not zero" in summary
+    assert "0 segments (torch's: unknown, NOT recorded)" in summary     # not a bare "0"
+
+
+BROKEN_HOOK = textwrap.dedent("""
+    import os, torch
+    import mpviz.trace as mt, mpviz.viz as viz
+    with mt.record() as trace:
+        first = torch.zeros(10).share_memory_()     # recorded
+        real = os.readlink
+        os.readlink = None                # the hook's own step fails ...
+        t = torch.zeros(10).share_memory_()
+        os.readlink = real
+        u = torch.ones(4).share_memory_()
+    print(t.is_shared(), u.is_shared())   # ... the user's calls went through anyway
+    print(len(trace.of_kind("shm.create")))
+    print(viz.summary(trace))
+""")
+
+
+@pytest.mark.timeout(60)
+def test_a_hook_that_fails_turns_itself_off_and_says_so(tmp_path):
+    run = subprocess.run([sys.executable, "-c", BROKEN_HOOK], cwd=tmp_path, capture_output=True,
+                         text=True, timeout=50, env=dict(os.environ, PYTHONPATH=ROOT))
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.splitlines()[:2] == ["True True", "1"]
+    assert "NOT recorded" in run.stderr and "TypeError" in run.stderr
+    assert "NOT RECORDED: torch's shared memory was NOT recorded" in run.stdout
