@@ -140,12 +140,16 @@ def predict_outcome(exercise_id, question, scenario, **params):
                     f"the outcome as a string: {', '.join(map(repr, scenarios.OUTCOMES))}", judge)
 
 
-def fix_scenario(exercise_id, question, scenario, keep=None, extra=None):
-    """An exercise: give `scenario` parameters (keeping `keep`) under which it comes out 'ok'.
-    `extra(result)`, if given, returns a reason the run still does not count, or None."""
+def fix_scenario(exercise_id, question, scenario, keep=None, extra=None, at_most=None):
+    """An exercise: give `scenario` parameters (keeping `keep`; changing `at_most` of them, if
+    given) under which it comes out 'ok'. `extra(result)`, if given, returns a reason the run
+    still does not count, or None."""
     @judged
     def judge(answer):
         params = as_params(answer, scenario, keep)
+        if at_most is not None and len(answer) > at_most:
+            raise BadAnswer(f"the exercise asks for at most {at_most} parameter(s); your fix "
+                            f"sets {len(answer)}: {describe(answer)}")
         result = scenarios.run(scenario, **params)
         reason = extra(result) if extra is not None and result.outcome == "ok" else None
         if result.outcome == "ok" and reason is None:
