@@ -72,15 +72,28 @@ def judge(exercise_id, answer):
     """The verdict on `answer` without printing: ``Verdict(right, why)``; right is None while
     the answer is still the placeholder ``...``."""
     exercise = _find(exercise_id)
-    if answer is Ellipsis:
+    if _unanswered(answer):
         return Verdict(None, f"{exercise.question} Replace ... with {exercise.answer_form}.")
     return exercise.judge(answer)
+
+
+def _unanswered(answer):
+    """True while `answer` still holds the placeholder ``...``, alone or inside a pair or dict
+    (``(..., ...)``, ``{"reuse": ...}``)."""
+    if answer is Ellipsis:
+        return True
+    if isinstance(answer, (tuple, list)):
+        return any(_unanswered(a) for a in answer)
+    if isinstance(answer, dict):
+        return any(_unanswered(a) for a in answer.values())
+    return False
 
 
 def check(exercise_id, answer=Ellipsis, width=100):
     """Judge `answer` to exercise `exercise_id` and print "Right." or "Not quite.", and why.
 
-    The placeholder ``...`` prints "Not answered yet" and the question, and runs nothing.
+    The placeholder ``...`` (also inside a pair or a dict) prints "Not answered yet" and the
+    question, and runs nothing.
     Returns nothing (the printout is the answer); use ``judge`` to get the verdict as a value.
     """
     verdict = judge(exercise_id, answer)

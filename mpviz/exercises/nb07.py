@@ -3,7 +3,7 @@ import time
 
 from .. import multiprocessing as mp
 from ..examples import notebook_workers_2 as nw
-from .base import BadAnswer, Exercise, Verdict, judged, measured, run
+from .base import BadAnswer, Exercise, Verdict, as_number, judged, measured
 
 # the fix exercise: rank 1 raises at once, ranks 0 and 2 work this long unless stopped
 _WORK_S = 8.0
@@ -74,22 +74,38 @@ def _judge_fix(answer):
 
 
 @measured
-def _brown_lane():
-    result = run("spawn-error")
-    return [p.name for p in result.trace.processes() if (p.exitcode or 0) > 0], result
+def _by_hand_wait():
+    """Run notebook 07's by-hand program (rank 1 raises at once, the others work 2 s, joined in
+    order) under a recording: seconds from rank 1's exit to the parent's mark."""
+    from .. import trace as mt
+    ctx = mp.get_context("spawn")
+    with mt.record() as rec:
+        procs = [ctx.Process(target=nw.fail_on, args=(rank, 1, 2.0), name=f"rank-{rank}")
+                 for rank in range(3)]
+        for p in procs:
+            p.start()
+        for p in procs:
+            p.join()
+        mt.mark("parent sees rank 1's exit code")
+    exits = [e.ts_ns for e in rec.of_kind("process.exit") if e.pid == procs[1].pid]
+    seen = [e.ts_ns for e in rec.of_kind("mark")
+            if e.args.get("name") == "parent sees rank 1's exit code"]
+    if not exits or not seen:
+        raise RuntimeError("the by-hand run recorded no exit of rank 1 or no mark: "
+                           "mpviz's recording itself failed")
+    return (seen[0] - exits[0]) / 1e9
 
 
 @judged
 def _judge_picture(answer):
-    if not isinstance(answer, str):
-        raise BadAnswer(f"the answer is the lane's name as a string, not {answer!r}")
-    brown, result = _brown_lane()
-    right = [answer.strip().lower()] == [name.lower() for name in brown]
-    return Verdict(right, (
-        f"You said {answer!r}; the lane that ended with an exit code (brown) was "
-        f"{' and '.join(brown) or 'none'}. Rank i runs in SpawnProcess-(i+1), and rank "
-        f"{result.params['failing_rank']} raised, so it exited with code 1. The others ended "
-        f"black: spawn killed them with SIGTERM."))
+    said = as_number(answer, "a number of seconds")
+    waited = _by_hand_wait()
+    margin = max(0.75, 0.3 * waited)
+    return Verdict(abs(said - waited) <= margin, (
+        f"You read {said:g} s; in a run of the same program just now the parent's mark came "
+        f"{waited:.1f} s after rank 1's lane ended (within {margin:.2f} s counts as right). Rank 1 "
+        f"died as soon as it started, but the parent was blocked in procs[0].join() until "
+        f"rank 0 had worked its 2 s: only then did it look at rank 1."))
 
 
 EXERCISES = [
@@ -106,7 +122,8 @@ EXERCISES = [
         f"{_IN_TIME_S:g} s, and no rank is left running.",
         "your function, without calling it", _judge_fix),
     Exercise(
-        "07.picture-brown-lane", "picture",
-        "In the spawn-error timeline, which lane ends brown (an exit code, not a signal)?",
-        "the lane's name as a string", _judge_picture),
+        "07.picture-late-news", "picture",
+        "On the by-hand timeline (drawn at true time), about how many seconds passed between "
+        "the end of rank 1's lane and the parent's mark \"parent sees rank 1's exit code\"?",
+        "a number of seconds", _judge_picture),
 ]
