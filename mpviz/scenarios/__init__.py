@@ -59,6 +59,8 @@ SCENARIOS = {
     "oom-killed": "oom_killed",
     "forkserver-default": "forkserver_default",
     "non-leaf-put": "non_leaf_put",
+    "sender-fds": "sender_fds",
+    "shm-wiped": "shm_wiped",
 }
 
 __all__ = ["catalog", "start", "run", "names", "Param", "ScenarioInfo", "Result", "Running",
