@@ -61,6 +61,7 @@ SCENARIOS = {
     "non-leaf-put": "non_leaf_put",
     "sender-fds": "sender_fds",
     "shm-wiped": "shm_wiped",
+    "optimizer-state": "optimizer_state",
 }
 
 __all__ = ["catalog", "start", "run", "names", "Param", "ScenarioInfo", "Result", "Running",
