@@ -13,7 +13,7 @@ import pytest
 import mpviz.scenarios as sc
 from test_pitfalls import run
 
-MORE = ["sender-fds", "shm-wiped"]
+MORE = ["sender-fds", "shm-wiped"]          # pitfall #7; #10 adds its two below
 
 
 def test_the_scenarios_are_in_the_catalog():
@@ -119,3 +119,54 @@ def test_torch_sender_runs_out_of_fds_as_the_verdict_says():
     assert kind == "error"
     assert "unable to open shared memory object </torch_" in said
     assert "in read-write mode: Too many open files (24)" in said
+
+
+# --- pitfall #10: per-worker optimizer state, and oversubscription ---------------------------
+
+MORE += ["optimizer-state", "oversubscription"]
+
+
+def test_sgd_share_memory_makes_one_momentum_buffer_that_pickles_by_position():
+    import pickle
+
+    import mpviz as torch
+    from mpviz import optim
+    from mpviz.tensor import Tensor
+    w = torch.ones(3, requires_grad=True)
+    opt = optim.SGD([w], lr=0.1, momentum=0.9).share_memory()
+    buf = opt.state[id(w)]
+    assert isinstance(buf, Tensor) and buf.is_shared() and buf.tolist() == [0.0, 0.0, 0.0]
+    (w * 2).sum().backward()
+    opt.step()                                    # zeros x 0.9 + grad = grad: torch's first step
+    assert buf.tolist() == [2.0, 2.0, 2.0] and w.tolist() == pytest.approx([0.8] * 3)
+    w2, opt2 = pickle.loads(pickle.dumps((w, opt)))
+    assert opt2.param_groups[0]["params"][0] is w2 and id(w2) in opt2.state
+    assert opt2.state[id(w2)].tolist() == [2.0, 2.0, 2.0]
+    with pytest.raises(TypeError):
+        optim.SGD(w, lr=0.1)
+
+
+@pytest.mark.parametrize("start_method", ["spawn", "fork"])
+def test_each_worker_has_its_own_momentum_unless_the_optimizer_is_shared(start_method):
+    own = run("optimizer-state", start_method=start_method)
+    assert own.outcome == "warning" and own.details["parent"] is None
+    buffers = list(own.details["workers"].values())
+    assert [where for where, _, _ in buffers] == ["private", "private"]
+    assert buffers[0][2] != buffers[1][2]
+    assert "optimizer.share_memory()" in own.explanation
+    one = run("optimizer-state", start_method=start_method, shared_state=True)
+    assert one.outcome == "ok", one.explanation
+    parent = one.details["parent"]
+    assert parent[0] == "shared" and any(parent[2])
+    assert {segment for _, segment, _ in one.details["workers"].values()} == {parent[1]}
+
+
+def test_oversubscription_counts_threads_per_worker_against_the_cores():
+    bad = run("oversubscription", workers=2, products=5)
+    threads, cores = bad.details["threads"], bad.details["cores"]
+    pools = any(n > 1 for n in threads)           # the library's default: a pool per worker
+    assert bad.outcome == ("warning" if pools and sum(threads) > cores else "ok"), bad.explanation
+    if bad.outcome == "warning":
+        assert "oversubscribed" in bad.explanation and "set_num_threads" in bad.explanation
+    good = run("oversubscription", workers=2, threads=1, products=5)
+    assert good.outcome == "ok" and good.details["threads"] == [1, 1], good.explanation

@@ -62,6 +62,7 @@ SCENARIOS = {
     "sender-fds": "sender_fds",
     "shm-wiped": "shm_wiped",
     "optimizer-state": "optimizer_state",
+    "oversubscription": "oversubscription",
 }
 
 __all__ = ["catalog", "start", "run", "names", "Param", "ScenarioInfo", "Result", "Running",
