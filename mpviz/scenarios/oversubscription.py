@@ -94,8 +94,8 @@ def verdict(t, details):
     setting = (f"threads={prm['threads']}" if prm["threads"] else "the library's default")
     head = (f"{prm['workers']} workers with {setting} ran {threads} threads each (the main "
             f"thread included), {total} in all, on {cores} core(s). ")
-    pools = total - prm["workers"]            # the math library's threads beyond each main one
-    if pools > 0 and total > cores and prm["workers"] * (1 + pools // prm["workers"]) > cores:
+    pools = any(n > 1 for n in threads)       # a worker whose library started a thread pool
+    if pools and total > cores:
         return "warning", head + (
             f"Every worker's math library started its own pool of threads: the workers compete "
             f"for the cores with {total} threads, oversubscribed. " + timing +
