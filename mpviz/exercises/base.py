@@ -14,6 +14,7 @@ form that was expected: a learner's typo is not a crash.
 """
 import functools
 import math
+import numbers
 from typing import Any, Callable, NamedTuple, Optional
 
 from .. import scenarios
@@ -86,7 +87,7 @@ def judged(judge):
 # --- reading an answer -------------------------------------------------------------------------
 
 def as_number(answer, what="a number"):
-    if isinstance(answer, bool) or not isinstance(answer, (int, float)) or math.isnan(answer):
+    if isinstance(answer, bool) or not isinstance(answer, numbers.Real) or math.isnan(answer):
         raise BadAnswer(f"your answer {answer!r} is not {what}: write it as a plain number, "
                         f"e.g. 12, without quotes")
     return answer

@@ -1,6 +1,5 @@
 """Exercises of notebook 04 (fork, threads and deadlocks)."""
 import gc
-import pickle
 
 from .. import multiprocessing as mp
 from .base import BadAnswer, Exercise, Verdict, judged, measured, predict_outcome, run
@@ -18,9 +17,9 @@ def _judge_fix(answer):
     pool = mp.get_context("spawn").Pool(2)
     try:
         got = pool.map(answer, _ITEMS)
-    except (TypeError, AttributeError, pickle.PicklingError) as exc:
-        return Verdict(False, f"A spawn Pool could not run {name} (defined in {where}): "
-                              f"{type(exc).__name__}: {exc}")
+    except Exception as exc:           # refused before sending, or raised in a worker: say which
+        return Verdict(False, f"A spawn Pool could not run {name} (defined in {where}) over "
+                              f"range(8): {type(exc).__name__}: {exc}")
     finally:
         pool.terminate()
         pool.join()
