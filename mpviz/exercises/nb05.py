@@ -47,7 +47,7 @@ def _copies_per_producer():
 
 @judged
 def _judge_picture(answer):
-    count = as_number(answer, "a number of boxes")
+    count = as_number(answer, "a number of copies")
     result, per = _copies_per_producer()
     lanes = ", ".join(f"{name}: {n}" for name, n in sorted(per.items()))
     right = len(set(per.values())) == 1 and count == next(iter(per.values()))
@@ -71,7 +71,8 @@ EXERCISES = [
         "buffer-reuse", keep={"producers": 3, "batches": 8}, extra=_all_batches_few_copies),
     Exercise(
         "05.picture-red-boxes", "picture",
-        "In the reuse=True timeline (3 producers, pool=2), how many red copy boxes are on each "
-        "producer's lane?",
-        "a number of boxes", _judge_picture),
+        "In the reuse=True timeline (3 producers, pool=2), how many copies does each "
+        "producer's lane show? (Read the labels of the red boxes: copies close together are "
+        "drawn as one box, labelled with their number.)",
+        "a number of copies", _judge_picture),
 ]
