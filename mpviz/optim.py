@@ -10,10 +10,15 @@
 *In place* is the point for multiprocessing: ``p._np[...] -= ...`` writes into the bytes that
 ``p`` already views. When the model called ``share_memory()``, those bytes are shared memory, so
 every process training the same model sees the update at once (Hogwild: no locks; updates may
-interleave, and that is fine for SGD). The momentum buffers are this process's own.
+interleave, and that is fine for SGD). The momentum buffers are this process's own, unless
+``share_memory()`` made them shared before the workers started (as torch users do with a
+"shared optimizer", e.g. the A3C examples' SharedAdam): then every process that was given this
+optimizer updates the same buffers.
 
 Adapted from torch's ``torch/optim/sgd.py`` (defaults and update rule, dampening = 0, no
-nesterov). Left out: weight decay, ``state_dict()``, learning-rate schedulers.
+nesterov). Left out: weight decay, ``state_dict()``, learning-rate schedulers. A buffer that
+``share_memory()`` made starts at zeros, which gives the same first step as torch's copy of the
+first gradient (momentum x 0 + grad).
 """
 import numpy as np
 
@@ -45,7 +50,41 @@ class SGD:
             if value < 0:
                 raise ValueError(f"Invalid {name} value: {value} (must be >= 0)")
         self.param_groups = [{"params": params, "lr": lr, "momentum": momentum}]
-        self.state = {}  # id(param) -> momentum buffer (a NumPy array private to this process)
+        # id(param) -> momentum buffer: a NumPy array private to this process, or a Tensor in
+        # shared memory after share_memory()
+        self.state = {}
+
+    def share_memory(self):
+        """Make every momentum buffer now, as zeros in shared memory, in place; returns self.
+
+        Give this optimizer to the workers (with the model, in the same args, so that its
+        parameters arrive as the model's) and they all update one buffer per parameter, instead
+        of one each. Without momentum there is no state: nothing to share."""
+        from . import zeros
+        for group in self.param_groups:
+            if not group["momentum"]:
+                continue
+            for p in group["params"]:
+                buf = self.state.get(id(p))
+                if isinstance(buf, Tensor):
+                    buf.share_memory_()
+                    continue
+                shared = zeros(*p.shape, dtype=p.dtype).share_memory_()
+                if buf is not None:
+                    shared._np[...] = buf
+                self.state[id(p)] = shared
+        return self
+
+    def __getstate__(self):
+        # ids mean nothing in another process: key the state by (group, position) on the way
+        state = {(gi, pi): self.state[id(p)] for gi, group in enumerate(self.param_groups)
+                 for pi, p in enumerate(group["params"]) if id(p) in self.state}
+        return {"param_groups": self.param_groups, "state": state}
+
+    def __setstate__(self, saved):
+        self.param_groups = saved["param_groups"]
+        self.state = {id(self.param_groups[gi]["params"][pi]): buf
+                      for (gi, pi), buf in saved["state"].items()}
 
     def zero_grad(self, set_to_none=True):
         """Forget the gradients: set them to None (torch's default) or fill them with zeros."""
@@ -64,6 +103,8 @@ class SGD:
                     if buf is None:
                         buf = self.state[id(p)] = np.array(g, copy=True)
                     else:
+                        if isinstance(buf, Tensor):
+                            buf = buf._np          # a shared buffer: update its bytes in place
                         buf *= momentum
                         buf += g
                     g = buf

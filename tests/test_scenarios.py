@@ -108,7 +108,8 @@ def test_outcome_on_each_side_of_the_flip(case):
 
 def test_catalog_matches_the_design_table():
     infos = sc.catalog()
-    assert [i.name for i in infos] == DESIGN_NAMES + PITFALL_NAMES
+    from test_pitfalls_more import MORE
+    assert [i.name for i in infos] == DESIGN_NAMES + PITFALL_NAMES + MORE
     for info in infos:
         assert info.summary and isinstance(info.params, dict)
         for key, param in info.params.items():

@@ -59,6 +59,10 @@ SCENARIOS = {
     "oom-killed": "oom_killed",
     "forkserver-default": "forkserver_default",
     "non-leaf-put": "non_leaf_put",
+    "sender-fds": "sender_fds",
+    "shm-wiped": "shm_wiped",
+    "optimizer-state": "optimizer_state",
+    "oversubscription": "oversubscription",
 }
 
 __all__ = ["catalog", "start", "run", "names", "Param", "ScenarioInfo", "Result", "Running",
