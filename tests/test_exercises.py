@@ -20,7 +20,7 @@ from mpviz.examples import notebook_workers_2 as nw2
 ROOT = Path(__file__).resolve().parent.parent
 SOLUTIONS = ROOT / "notebooks" / "solutions"
 # the notebooks whose exercise cells are in place (00, 02, 03 and 06 get theirs separately)
-NOTEBOOKS_WITH_CELLS = ["01", "04", "05", "07", "08", "11"]
+NOTEBOOKS_WITH_CELLS = ["00", "01", "02", "03", "04", "05", "06", "07", "08", "11"]
 ALL = ex.exercises()
 
 
