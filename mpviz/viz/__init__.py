@@ -101,7 +101,10 @@ def summary(trace):
              f"({sum(carried)} in all, as their senders counted them); "
              f"{len(copies)} copies into shared memory "
              f"({human_bytes(sum(e.args.get('nbytes') or 0 for e in copies))}){blind}",
-             f"{len(segs)} segments{blind}; leaked: {sum(s.status == 'leaked' for s in segs)}"]
+             f"{len(segs)} segments{blind}; leaked: {sum(s.status == 'leaked' for s in segs)}"
+             + (f"; maybe in flight in a queue (not got yet): "
+                f"{sum(s.status == 'in flight?' for s in segs)}"
+                if any(s.status == "in flight?" for s in segs) else "")]
     lines += _torch_lines(trace)
     lines += [f"STUCK: {d.reason}" for d in deadlocks(trace)]
     return "\n".join(lines)

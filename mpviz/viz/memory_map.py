@@ -160,7 +160,7 @@ def _fate(s, ix, t, check_os):
         return "freed", COLORS["freed"], "#777777"
     if s.status == "unlink not seen (torch)":      # torch's manager or C++ unlinks it
         return "unlink not seen\n(torch)", "white", "black"
-    if s.status != "leaked":
+    if s.status not in ("leaked", "in flight?"):
         return s.status, "white", "black"
     if check_os:
         from mpviz.sharing import shm_manager
@@ -178,18 +178,9 @@ def _fate(s, ix, t, check_os):
         if kind == "held":
             return "mapped now by\n" + words.split("pid ")[-1], COLORS["mapped"], "black"
         return "LEAKED", COLORS["leak"], "white"
-    if _maybe_in_flight(s, ix, t):
+    if s.status == "in flight?":
         return "in flight?\n(a message from a\nholder is not got yet)", IN_FLIGHT, "black"
     return "LEAKED", COLORS["leak"], "white"
-
-
-def _maybe_in_flight(s, ix, t):
-    """From the trace alone: a message put (before `t`) by a process that mapped `s`, and not
-    got by `t`, may carry a handle to it. (Only file_system segments have a name to wait for.)"""
-    if s.strategy not in ("file_system", None):
-        return False
-    return any(f.put.pid in s.mapped_ever and f.put.ts_ns <= t and
-               (f.get is None or f.get.ts_ns > t) for f in ix.flows)
 
 
 def _short(name, width=24):

@@ -130,7 +130,8 @@ class SegmentState:
     unlinked_by: Optional[int]         # pid that unlinked it (by the instant), or None
     died_holding: tuple                # pids that ended (killed) while still mapping it
     status: str                        # "in use", "unlinked, still mapped", "freed",
-                                       # "not mapped yet", "leaked"
+                                       # "not mapped yet", "in flight?", "leaked",
+                                       # "unlink not seen (torch)"
 
 
 @dataclass(frozen=True)
@@ -629,11 +630,22 @@ class _Index:
                 status = "not mapped yet"
             elif s["name"] in self.torch_segments:   # torch's manager unlinks it, unseen by us
                 status = "unlink not seen (torch)"
+            elif self._maybe_in_flight(s["ever"], t):
+                status = "in flight?"
             else:
                 status = "leaked"
             out.append(SegmentState(s["name"], s["strategy"], s["nbytes"], s["created_by"],
                                     mapped, tuple(s["ever"]), s["unlinked_by"], died, status))
         return out
+
+
+    def _maybe_in_flight(self, holders, t):
+        """A named segment nobody maps may still be on its way: a message put (by `t`) by one
+        of its holders and not got by `t` may carry its handle (the trace does not say which
+        memory a message names), so it is not called leaked. ``check_os`` (memory_map) asks
+        the shm manager for the truth."""
+        return any(f.put.pid in holders and f.put.ts_ns <= t and
+                   (f.get is None or f.get.ts_ns > t) for f in self.flows)
 
 
 def _make_labels(procs, watchdogs=(), scripts=None):
