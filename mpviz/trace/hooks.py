@@ -35,6 +35,7 @@ import time
 from multiprocessing import process, spawn, util
 
 from . import locks, messages, recorder
+from ..stepper import gate as _gate
 
 TRACE_KEY = "mpviz_trace"               # our key in the spawn preparation data
 _orig = {}
@@ -46,6 +47,7 @@ _role = None                             # "forkserver" in a fork server and its
 # --- processes, seen from the parent ------------------------------------------------------
 
 def _process_start(self):
+    if _gate.pause: _gate.pause("process.start", None, name=self.name)  # stepped: stepper/gate.py
     if not recorder.ENABLED:
         return _orig["start"](self)
     ts = time.monotonic_ns()
@@ -65,6 +67,7 @@ def _observe_exit(self):
 
 
 def _process_join(self, timeout=None):
+    if _gate.pause: _gate.pause("process.join", None, name=self.name, pid=self.pid)  # stepped
     _orig["join"](self, timeout)
     _observe_exit(self)
 

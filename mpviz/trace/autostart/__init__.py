@@ -49,6 +49,7 @@ def boot():
         return
     hooks.mark_booted(me)
     hooks.install(threading_locks=os.environ.get(ENV_THREADING_LOCKS) == "1")
+    __import__("mpviz.stepper.gate").stepper.gate.activate_from_env()  # a stepped run's child
     directory = os.environ.get(ENV_DIR)
     if directory and me == "program":
         if recorder.start(directory, "exec"):

@@ -1,0 +1,33 @@
+"""Programs for tests/test_stepper.py (importable: the stepped run is a fresh interpreter)."""
+import multiprocessing
+
+from mpviz.stepper import name
+
+
+def _take(first, second):
+    with first:
+        with second:
+            pass
+
+
+def two_locks(start_method="fork", same_order=False):
+    ctx = multiprocessing.get_context(start_method)
+    a, b = name(ctx.Lock(), "A"), name(ctx.Lock(), "B")
+    p = ctx.Process(target=_take, args=(a, b) if same_order else (b, a), name="child")
+    p.start()
+    _take(a, b)
+    p.join()
+
+
+def crash():
+    raise SystemExit(3)
+
+
+def child_crashes(start_method="fork"):
+    ctx = multiprocessing.get_context(start_method)
+    lock = name(ctx.Lock(), "L")
+    p = ctx.Process(target=crash, name="child")
+    p.start()
+    with lock:
+        pass
+    p.join()
