@@ -455,7 +455,7 @@ class Stepper:
                 threads.append((t["who"], status))
         locks = {}
         for (lid, pid), who in holders.items():
-            locks[self._name(lid, "lock") + (f" (copy in pid {pid})" if pid else "")] = who
+            locks[self._name(lid, "lock").split(" ", 1)[1] + (f" (copy in pid {pid})" if pid else "")] = who
         return StepState(threads, locks, self.state_processes(), self._outcome,
                          list(self.history), state_at(self.trace))
 
