@@ -1,0 +1,152 @@
+"""Stepping real processes by hand (mpviz.stepper) and the puzzles (mpviz.scenarios.puzzles).
+
+Every test starts real processes (a fresh driver interpreter, forked or spawned children) that
+really pause in the recorder's hooks; the leak check (conftest.py) then finds nothing left.
+"""
+import os
+import time
+
+import pytest
+
+import mpviz
+import mpviz.scenarios as sc
+import stepper_workers as w
+from mpviz.scenarios import runner
+from mpviz.scenarios.puzzles import PUZZLES
+from mpviz.stepper import ChoiceError, gate, random_schedules
+
+pytestmark = pytest.mark.timeout(180)
+
+GOALS = {"fork-held-lock": "deadlock", "queue-feeder-hang": "deadlock", "lock-order": "deadlock",
+         "lost-wakeup": "deadlock", "torn-read": "race"}
+
+
+def play(stepper, schedule):
+    """Step the who's of `schedule` in order (each must be a choice), then the first choice
+    until the end; return the outcome."""
+    for who in schedule:
+        offered = [c.who for c in stepper.choices()]
+        assert who in offered, f"{who} is not offered after {stepper.history}: {offered}"
+        stepper.step(who)
+    return stepper.run_until(lambda s: False)
+
+
+def test_not_stepping_costs_a_none_check():
+    assert gate.pause is None          # the hooks' gate, in a process that is not stepped
+
+
+def test_fork_held_lock_one_schedule_deadlocks_another_is_ok():
+    with sc.step("fork-held-lock") as s:
+        assert play(s, PUZZLES["fork-held-lock"].goal_schedule) == "deadlock"
+        state = s.state()
+        assert ("child/main", "blocked in: acquire lock L (held by main/library-worker: the copy "
+                "fork made of it, whose holder was not copied -- nobody here can release it)") \
+            in state.threads
+    with sc.step("fork-held-lock") as s:      # the same parameters: release before the fork
+        assert play(s, ["main/library-worker", "main/library-worker", "main/main"]) == "ok"
+
+
+@pytest.mark.parametrize("name", list(PUZZLES))
+def test_each_puzzle_goal_is_reachable(name):
+    with sc.step(name) as s:
+        assert s.goal
+        assert play(s, PUZZLES[name].goal_schedule) == GOALS[name], s.explanation
+        assert s.explanation.startswith("Goal reached")
+
+
+@pytest.mark.parametrize("name", list(PUZZLES))
+def test_each_fix_survives_random_schedules(name):
+    fix = PUZZLES[name].fix
+    outcomes, examples = random_schedules(lambda: sc.step(name, **fix), n=4, seed=1)
+    assert outcomes == {"ok": 4}, examples
+
+
+def test_fixed_puzzle_survives_the_goal_schedule_prefix():
+    # the schedule that breaks lock-order, tried on the fix: child cannot take B before A
+    with sc.step("lock-order", same_order=True) as s:
+        s.step("main/main")
+        s.step("main/main")               # main takes A
+        assert "acquire lock A (held by main/main)" in \
+            [c.text for c in s.choices() if c.who == "child/main"]
+        assert s.run_until(lambda s: False) == "ok"
+
+
+@pytest.mark.parametrize("start_method", ["fork", "spawn"])
+def test_opposite_lock_order_deadlocks_under_both_start_methods(start_method):
+    with mpviz.step(w.two_locks, start_method) as s:
+        assert play(s, ["main/main", "main/main", "child/main", "main/main", "child/main"]) \
+            == "deadlock"
+        threads = dict(s.state().threads)
+        assert threads["main/main"] == "blocked in: acquire lock B (held by child/main)"
+        assert threads["child/main"] == "blocked in: acquire lock A (held by main/main)"
+        assert s.choices() == []
+
+
+def test_a_choice_not_offered_is_a_clear_error():
+    with mpviz.step(w.two_locks) as s:
+        with pytest.raises(ChoiceError, match=r"(?s)not a choice now.*0: main/main: start "
+                                              r"process child"):
+            s.step("child/main")
+        with pytest.raises(ChoiceError, match="not a choice"):
+            s.step(5)
+        with pytest.raises(TypeError):
+            s.step(1.5)
+
+
+def test_a_crashed_process_is_shown_ended_and_the_rest_go_on():
+    with mpviz.step(w.child_crashes) as s:
+        s.step("main/main")                 # start the child, which exits with code 3
+        assert [c.who for c in s.choices()] == ["main/main"]
+        assert s.run_until(lambda s: False) == "error"
+        assert "child (ended (exit code 3))" in s.explanation
+
+
+def test_undo_replays_all_but_the_last_step():
+    with mpviz.step(w.two_locks) as s:
+        s.step("main/main")
+        s.step("child/main")
+        before = [c.label for c in s.choices()]
+        s.step("main/main")
+        s.undo()
+        assert len(s.history) == 2
+        assert [c.label for c in s.choices()] == before
+
+
+def test_close_ends_paused_and_blocked_processes():
+    s = mpviz.step(w.two_locks)
+    play(s, ["main/main", "main/main", "child/main", "main/main", "child/main"])
+    sid = s._proc.pid
+    s.close()
+    assert runner._session_pids(sid) == []
+    assert s.outcome == "deadlock"
+
+
+def test_a_paused_process_ends_itself_when_its_controller_goes_away():
+    s = mpviz.step(w.two_locks)
+    s.step("main/main")
+    sid = s._proc.pid
+    assert runner._session_pids(sid)
+    s._closing = True                         # the controller stops answering and hangs up
+    s._io.join(5)
+    deadline = time.monotonic() + 10
+    while runner._session_pids(sid) and time.monotonic() < deadline:
+        time.sleep(0.05)                      # polling other processes' exit, bounded
+    left = runner._session_pids(sid)
+    s._closing = False
+    s.close()
+    assert left == []
+
+
+def test_a_notebook_function_is_refused_with_the_fix():
+    def local():
+        pass
+    with pytest.raises(ValueError, match="Fix: define it at the top level of a module"):
+        mpviz.step(local)
+
+
+def test_unknown_puzzle_and_parameter_are_clear_errors():
+    with pytest.raises(ValueError, match="the puzzles are: fork-held-lock"):
+        sc.step("nope")
+    with pytest.raises(ValueError, match="its parameters are"):
+        sc.step("lock-order", sideways=True)
+    assert os.environ.get(gate.ENV) is None
