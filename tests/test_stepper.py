@@ -150,3 +150,35 @@ def test_unknown_puzzle_and_parameter_are_clear_errors():
     with pytest.raises(ValueError, match="its parameters are"):
         sc.step("lock-order", sideways=True)
     assert os.environ.get(gate.ENV) is None
+
+
+@pytest.fixture(scope="module")
+def fonts_loaded():
+    """matplotlib opens its font files once per thread and keeps them: not a leak of the test."""
+    import io
+    import matplotlib.pyplot as plt
+    fig, ax = plt.subplots()
+    ax.set_title("warm up")
+    fig.savefig(io.BytesIO(), format="png")
+    plt.close(fig)
+
+
+def test_widget_clicks_through_a_puzzle_to_its_goal_and_undoes(fonts_loaded):
+    from mpviz.widgets import Stepper
+    wdg = Stepper("lock-order")
+    try:
+        assert "Goal:" in wdg.goal.value
+        assert [b.description for b in wdg.buttons.children] == ["main/main: start process child"]
+        for who in PUZZLES["lock-order"].goal_schedule[:-1]:
+            wdg.click(who)
+        [last] = [b for b in wdg.buttons.children if b.description.startswith("child/main")]
+        last.click()                                  # a real button click, as a learner's
+        assert "outcome: deadlock" in wdg.outcome.value
+        assert wdg.buttons.children == ()
+        assert wdg.picture.outputs[0]["data"]["image/png"]
+        wdg.undo_button.click()                       # restart and replay all but the last
+        assert "running" in wdg.outcome.value
+        assert [b.description for b in wdg.buttons.children] == \
+            ["child/main: acquire lock A (held by main/main)"]
+    finally:
+        wdg.close()
