@@ -126,6 +126,8 @@ class Stepper:
         self._auto, self._conn_of = {}, {}
         self._free, self._closing, self._outcome, self.explanation = False, False, None, None
         self._last_msg, self._order = time.monotonic(), 0
+        self._stable = False                      # settled, and nothing happened since
+        self._holders_cache = (None, {})          # (events seen, threads known) -> holders
         self._trace = mtrace.Trace(self.trace_dir)
         self._listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self._listener.bind(os.path.join(self._dir, "ctl.sock"))
@@ -224,7 +226,7 @@ class Stepper:
 
     def _message(self, conn, msg):
         with self._cv:
-            self._last_msg = time.monotonic()
+            self._last_msg, self._stable = time.monotonic(), False
             kind = msg["t"]
             if kind == "hello":
                 self._procs[msg["pid"]] = dict(ppid=msg["ppid"], how=msg["how"], alive=True,
@@ -249,7 +251,7 @@ class Stepper:
 
     def _gone(self, conn):
         with self._cv:
-            self._last_msg = time.monotonic()
+            self._last_msg, self._stable = time.monotonic(), False
             what, key = self._conn_of.pop(conn, (None, None))
             if what == "process":
                 self._procs[key]["alive"] = False
@@ -283,6 +285,8 @@ class Stepper:
         """Wait until the run has done all it can without a step (see the top). `until`: return
         as soon as it is true (checked under the lock)."""
         deadline, calm_since = time.monotonic() + SETTLE_LIMIT_S, None
+        if self._stable and until is None and quiet == QUIET_S:
+            return                  # nothing moves between two steps: settled stays settled
         while time.monotonic() < deadline and not self._closing:
             if self._proc.poll() is not None:
                 return
@@ -296,6 +300,8 @@ class Stepper:
             elif calm_since is None:
                 calm_since = now
             elif now - calm_since >= quiet:
+                with self._cv:
+                    self._stable = self._last_msg == last
                 return
             with self._cv:
                 self._cv.wait(0.003)
@@ -330,6 +336,7 @@ class Stepper:
             self._threads[(picked.pid, picked.tid)]["last"] = m
             self.history.append(picked.label)
             key = (picked.pid, picked.tid)
+            self._stable = False
             m["conn"].sendall(b"go\n")
         self._settle(until=lambda: key in self._waiting or not self._threads[key]["alive"])
         self._settle()
@@ -350,7 +357,7 @@ class Stepper:
     def run_freely(self, timeout=60):
         """Stop stepping: every thread runs without waiting; returns the outcome."""
         with self._cv:
-            self._free = True
+            self._free, self._stable = True, False
             for key, m in list(self._waiting.items()):
                 self._threads[key]["last"] = m
                 m["conn"].sendall(b"go\n")
@@ -497,12 +504,16 @@ class Stepper:
         """(lock id, pid or None) -> who holds it, read off the recorded lock events. A threading
         lock is per process (a fork copies it, held or not: pid is the copy's process); a
         multiprocessing lock is one lock for all (pid None)."""
+        events = self.trace.events
+        key = (len(events), len(self._threads))
+        if getattr(self, "_holders_cache", (None,))[0] == key:
+            return self._holders_cache[1]
         held = {}
         whos = {}
         with self._cv:
             for (pid, tid), t in self._threads.items():
                 whos[(pid, tid)] = t["who"]
-        for e in self.trace.events:
+        for e in events:
             if e.kind == "process.start" and e.args.get("how") == "fork":
                 for (lid, pid), h in list(held.items()):
                     if pid == e.args.get("ppid"):
@@ -514,9 +525,11 @@ class Stepper:
                     held[key] = (e.pid, e.tid)
                 else:
                     held.pop(key, None)
-        return {k: whos.get(h, f"pid {h[0]} thread {h[1]}") + ("" if k[1] is None or h[0] == k[1]
-                                                              else " (a thread of the parent)")
-                for k, h in held.items()}
+        result = {k: whos.get(h, f"pid {h[0]} thread {h[1]}") + (
+            "" if k[1] is None or h[0] == k[1] else " (a thread of the parent)")
+            for k, h in held.items()}
+        self._holders_cache = (key, result)
+        return result
 
     def _describe(self, m, holders):
         op, obj, info = m["op"], m.get("obj"), m.get("info") or {}
