@@ -31,3 +31,22 @@ def child_crashes(start_method="fork"):
     with lock:
         pass
     p.join()
+
+
+def _notify(cond, pipe):
+    with cond:
+        cond.notify()
+    pipe.send("hello")
+
+
+def condition_and_pipe(start_method="fork"):
+    """The child notifies a Condition main waits on, then sends on a pipe main receives from."""
+    ctx = multiprocessing.get_context(start_method)
+    cond = name(ctx.Condition(), "C")
+    receiver, sender = ctx.Pipe(duplex=False)
+    p = ctx.Process(target=_notify, args=(cond, sender), name="child")
+    with cond:
+        p.start()
+        cond.wait()
+    assert receiver.recv() == "hello"
+    p.join()

@@ -182,3 +182,18 @@ def test_widget_clicks_through_a_puzzle_to_its_goal_and_undoes(fonts_loaded):
             ["child/main: acquire lock A (held by main/main)"]
     finally:
         wdg.close()
+
+
+@pytest.mark.parametrize("start_method", ["fork", "spawn"])
+def test_condition_and_pipe_are_stops(start_method):
+    with mpviz.step(w.condition_and_pipe, start_method) as s:
+        seen = []
+        while s.choices():
+            c = s.choices()[0]
+            seen.append(c.label)
+            s.step(c)
+        assert s.outcome == "ok", s.explanation
+        assert "main/main: wait on condition C (releases its lock, sleeps until notified)" in seen
+        assert "child/main: notify condition C" in seen
+        assert "main/main: receive from a pipe (waits for a message)" in seen
+        assert "child/main: acquire lock C.lock (free)" in seen     # main released it in wait

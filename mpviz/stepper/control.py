@@ -562,8 +562,15 @@ class Stepper:
         if op.startswith("event."):
             verb = {"event.set": "set", "event.clear": "clear", "event.wait": "wait for"}[op]
             return f"{verb} {self._name(obj, 'event')}"
+        if op.startswith("condition."):
+            verb = {"condition.wait": "wait on", "condition.notify": "notify",
+                    "condition.notify_all": "notify all waiting on"}[op]
+            more = " (releases its lock, sleeps until notified)" if op == "condition.wait" else ""
+            return f"{verb} {self._name(obj, 'condition')}{more}"
         if op == "pipe.send":
             return "send on a pipe"
+        if op == "pipe.recv":
+            return "receive from a pipe (waits for a message)"
         if op == "point":
             return info.get("text", "point")
         return op

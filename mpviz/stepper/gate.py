@@ -110,10 +110,14 @@ def name(obj, label):
     key = patches.object_id(obj)
     if key is None:
         raise TypeError(f"mpviz.stepper.name: cannot name a {type(obj).__name__}; name a "
-                        f"multiprocessing Lock, RLock, Queue, Event or a threading Lock")
+                        f"multiprocessing Lock, RLock, Queue, Event, Condition or a threading Lock")
     _names[key] = str(label)
     if _hello_conn is not None:
         _send(_hello_conn, t="name", obj=key, name=str(label))
+    inner = getattr(obj, "_lock", None)             # a Condition's own lock: "C.lock"
+    if inner is not None and patches.object_id(inner) is not None and \
+            patches.object_id(inner) != key:
+        name(inner, f"{label}.lock")
     return obj
 
 

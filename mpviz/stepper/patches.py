@@ -1,12 +1,14 @@
-"""Stops that the recorder has no hook for: ``Event.set/clear/wait`` (stepped processes only).
+"""Stops that the recorder has no hook for (stepped processes only): ``Event.set/clear/wait``,
+``Condition.wait/notify/notify_all`` and a pipe's ``Connection.recv``.
 
-The recorder leaves Events alone (their inner locks would bury the picture in noise), but the
-lost wake-up is about exactly these three calls. So a stepped process wraps them: each pauses
-first (see gate.py), then runs the stdlib's method. ``object_id`` names a lock, queue or event
+The recorder leaves Events and Conditions alone (their inner locks would bury the picture in
+noise), but the lost wake-up is about exactly these calls; and it records a pipe's receive when
+the message is unpickled, after the wait. So a stepped process wraps them: each pauses first
+(see gate.py), then runs the stdlib's method. ``object_id`` names a lock, queue or event
 the way every process computes it, so that a name given in one process shows in all.
 """
 
-from multiprocessing import queues, synchronize
+from multiprocessing import connection, queues, synchronize
 
 from ..trace.messages import semlock_id
 
@@ -17,6 +19,8 @@ def object_id(obj):
     """The id the recorder (and so the stepper) uses for `obj`, or None."""
     if isinstance(obj, synchronize.Event):
         return semlock_id(obj._flag)
+    if isinstance(obj, synchronize.Condition):
+        return semlock_id(obj._sleeping_count)
     if isinstance(obj, (queues.Queue, queues.SimpleQueue)):
         return semlock_id(obj._rlock)
     if isinstance(obj, synchronize.SemLock):
@@ -29,7 +33,7 @@ def _stop_then(op, method):
     def wrapper(self, *args, **kwargs):
         from . import gate
         if gate.pause:
-            gate.pause(op, object_id(self))
+            gate.pause(op, object_id(self) if op != "pipe.recv" else None)
         return _orig[method](self, *args, **kwargs)
     wrapper.__name__ = method.rsplit(".", 1)[1]
     return wrapper
@@ -37,7 +41,11 @@ def _stop_then(op, method):
 
 _PATCHES = [(synchronize.Event, "set", "event.set"),
             (synchronize.Event, "clear", "event.clear"),
-            (synchronize.Event, "wait", "event.wait")]
+            (synchronize.Event, "wait", "event.wait"),
+            (synchronize.Condition, "wait", "condition.wait"),
+            (synchronize.Condition, "notify", "condition.notify"),
+            (synchronize.Condition, "notify_all", "condition.notify_all"),
+            (connection._ConnectionBase, "recv", "pipe.recv")]
 
 
 def install():
