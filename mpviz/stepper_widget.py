@@ -16,6 +16,10 @@ panel is redrawn from ``stepper.state()``. Undo is "restart and replay the same 
 last" (a run of real processes cannot be rewound). ``click(label)`` does what a click does, so a
 notebook cell (and nbval) can drive the widget as a learner would. Close it (``close()``, or the
 Close button) to end the run's processes.
+
+CSS classes (ipywidgets 8 ``add_class``), for styling and for the browser test: ``mpviz-stepper``
+(the root), ``mpviz-goal``, ``mpviz-choice`` (each choice's button), ``mpviz-undo``,
+``mpviz-restart``, ``mpviz-close``, ``mpviz-state`` (the status table), ``mpviz-outcome``.
 """
 import base64
 import html
@@ -61,6 +65,10 @@ class Stepper:
                                  widgets.HBox([self.undo_button, self.restart_button,
                                                self.close_button]),
                                  self.status, self.picture, self.outcome])
+        for w, css in [(self.box, "stepper"), (self.goal, "goal"), (self.undo_button, "undo"),
+                       (self.restart_button, "restart"), (self.close_button, "close"),
+                       (self.status, "state"), (self.outcome, "outcome")]:
+            w.add_class(f"mpviz-{css}")
         self.redraw()
 
     def _ipython_display_(self):
@@ -99,6 +107,7 @@ class Stepper:
             b = widgets.Button(description=c.label, tooltip=c.label,
                                layout=widgets.Layout(width="auto"))
             b.on_click(lambda _, label=c.label: self._act(lambda: self.stepper.step(label)))
+            b.add_class("mpviz-choice")
             buttons.append(b)
         self.buttons.children = tuple(buttons)
         self.undo_button.disabled = not self.stepper.history
@@ -122,11 +131,9 @@ class Stepper:
 
     def _draw_wait_for(self):
         import matplotlib.pyplot as plt
-        from mpviz import viz
-        trace = self.stepper.trace.snapshot()
-        if not trace.events:
+        if not self.stepper.trace.events:
             return
-        fig = viz.wait_for(trace, at=trace.events[-1].ts_ns)
+        fig = self.stepper.wait_for()
         buf = io.BytesIO()
         fig.savefig(buf, format="png", dpi=72)
         plt.close(fig)

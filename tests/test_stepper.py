@@ -197,3 +197,47 @@ def test_condition_and_pipe_are_stops(start_method):
         assert "child/main: notify condition C" in seen
         assert "main/main: receive from a pipe (waits for a message)" in seen
         assert "child/main: acquire lock C.lock (free)" in seen     # main released it in wait
+
+
+# --- in the real browser: JupyterLab in headless Chromium (see tests/test_browser.py) ----------
+
+@pytest.mark.browser
+@pytest.mark.timeout(300)
+def test_browser_clicks_a_puzzle_to_its_goal(tmp_path):
+    """tests/browser/stepper.ipynb shows Stepper("lock-order"); click its choice buttons along
+    the goal schedule, as a learner would, until the outcome says deadlock; then Close."""
+    from browser.harness import BrowserRun, skip_if_asked
+    skip_if_asked()
+    here = os.path.dirname(os.path.abspath(__file__))
+    run = BrowserRun(os.path.join(os.path.dirname(here), "artifacts", "browser", "stepper"),
+                     tmp_path)
+    try:
+        nb = run.open_notebook(os.path.join(here, "browser", "stepper.ipynb"), copy_dir=False)
+        nb.run_all()
+        root = nb.page.locator(".mpviz-stepper").first
+        root.wait_for(state="visible", timeout=60_000)
+        for n, who in enumerate(PUZZLES["lock-order"].goal_schedule, 1):
+            button = root.locator(".mpviz-choice", has_text=f"{who}:").first
+            button.wait_for(state="visible", timeout=30_000)
+            button.click()
+            root.locator(".mpviz-state", has_text=f"{n} step(s) taken").wait_for(timeout=30_000)
+            run.screenshot(f"step-{n}", root)
+        root.locator(".mpviz-outcome", has_text="outcome: deadlock").wait_for(timeout=30_000)
+        assert root.locator(".mpviz-choice").count() == 0
+        assert root.locator(".widget-output img").first.is_visible()
+        run.screenshot("goal", root)
+        root.locator(".mpviz-close").first.click()
+        root.locator(".mpviz-outcome", has_text="closed").wait_for(timeout=30_000)
+        assert not nb.errors()
+    finally:
+        problems = run.close()
+    assert not problems, problems
+
+
+def test_an_event_is_one_stop_not_its_inner_condition():
+    # Event.set calls its own Condition's notify_all: the learner sees one stop, "set event ready"
+    with sc.step("lost-wakeup") as s:
+        s.step("main/main")
+        s.step("main/main")
+        s.step("producer/main")
+        assert [c.text for c in s.choices() if c.who == "producer/main"] == ["set event ready"]

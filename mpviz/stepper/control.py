@@ -466,6 +466,25 @@ class Stepper:
         return StepState(threads, locks, self.state_processes(), self._outcome,
                          list(self.history), state_at(self.trace))
 
+    def wait_for(self):
+        """mpviz.viz.wait_for of the run now, its locks called as the choices call them
+        ("lock A", not the semaphore's name); returns the Figure."""
+        import matplotlib.text
+        from ..viz import wait_for
+        trace = self.trace.snapshot()
+        fig = wait_for(trace)
+        names = {}
+        for e in trace.events:
+            if e.kind.startswith("lock.") and e.args.get("lock"):
+                names[e.args["lock"]] = self._name(e.args["lock"], "lock").split(" ", 1)[1]
+        for text in fig.findobj(matplotlib.text.Text):
+            words = text.get_text()
+            for lid in sorted(names, key=len, reverse=True):
+                words = words.replace(lid, names[lid])
+            if words != text.get_text():
+                text.set_text(words)
+        return fig
+
     def state_processes(self):
         """[(name, pid, status)] for every process of the run that said hello."""
         info = {p.pid: p for p in self.trace.processes()}

@@ -8,6 +8,7 @@ the message is unpickled, after the wait. So a stepped process wraps them: each 
 the way every process computes it, so that a name given in one process shows in all.
 """
 
+import threading
 from multiprocessing import connection, queues, synchronize
 
 from ..trace.messages import semlock_id
@@ -29,12 +30,21 @@ def object_id(obj):
     return lid if isinstance(lid, str) else None
 
 
+_inside = threading.local()      # .depth: in one of these methods (an Event's set calls its
+                                 # Condition's notify_all: one stop, the Event's, not two)
+
+
 def _stop_then(op, method):
     def wrapper(self, *args, **kwargs):
         from . import gate
-        if gate.pause:
+        depth = getattr(_inside, "depth", 0)
+        if gate.pause and depth == 0:
             gate.pause(op, object_id(self) if op != "pipe.recv" else None)
-        return _orig[method](self, *args, **kwargs)
+        _inside.depth = depth + 1
+        try:
+            return _orig[method](self, *args, **kwargs)
+        finally:
+            _inside.depth = depth
     wrapper.__name__ = method.rsplit(".", 1)[1]
     return wrapper
 
