@@ -241,3 +241,15 @@ def test_an_event_is_one_stop_not_its_inner_condition():
         s.step("main/main")
         s.step("producer/main")
         assert [c.text for c in s.choices() if c.who == "producer/main"] == ["set event ready"]
+
+
+def test_a_thread_blocked_after_its_step_is_not_said_to_be_in_that_step():
+    # the child's put returned at once; the child is blocked at its exit, joining its feeder
+    with sc.step("queue-feeder-hang") as s:
+        assert play(s, PUZZLES["queue-feeder-hang"].goal_schedule) == "deadlock"
+        threads = dict(s.state().threads)
+        assert threads["child/main"] == ("blocked in futex: a lock, a semaphore or a thread's "
+                                         "end; its last step: put an item on queue Q (into its "
+                                         "buffer: the feeder thread writes it)")
+        assert threads["child/QueueFeederThread"].startswith("blocked in: write 1,048,585 bytes")
+        assert threads["main/main"] == "blocked in: join process child (wait until it has ended)"

@@ -456,7 +456,8 @@ class Stepper:
                 elif not t["alive"] or not self._procs.get(key[0], {}).get("alive"):
                     status = "ended"
                 elif t["last"] is not None:
-                    status = "blocked in: " + self._describe(t["last"], holders)
+                    status = _blocked_status(key, t["last"]["op"],
+                                             self._describe(t["last"], holders))
                 else:
                     status = "running"
                 threads.append((t["who"], status))
@@ -599,6 +600,37 @@ class Stepper:
 
 
 _THREAD_LOCK = re.compile(r"^t\d+\.\d+$")     # locks.py's ids for threading locks
+
+# What a thread blocked in the OS waits in: its system call (/proc/PID/task/TID/syscall; x86-64
+# numbers), and the stops whose operation blocks in that call -- so that "blocked in: acquire
+# lock B" is said only when the thread is still in that acquire, and otherwise the truth: blocked
+# in some other call, after its last step (a child exiting waits for its feeder thread, say).
+_SYSCALLS = {202: "futex: a lock, a semaphore or a thread's end", 1: "write: the pipe is full",
+             0: "read: waiting for data", 61: "wait4: waiting for a child process to end",
+             247: "waitid: waiting for a child process to end", 7: "poll: waiting for data",
+             271: "ppoll: waiting for data", 23: "select: waiting for data",
+             230: "sleeping", 35: "sleeping"}
+_BLOCKS_IN = {"lock.acquire": 202, "event.wait": 202, "condition.wait": 202, "queue.get": 0,
+              "pipe.recv": 0, "queue.feed": 1, "process.join": 61}
+
+
+def _syscall(pid, tid):
+    if os.uname().machine != "x86_64":
+        return None
+    try:
+        with open(f"/proc/{pid}/task/{tid}/syscall") as f:
+            return int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _blocked_status(key, op, text):
+    """What to say of a thread that took a step and is now blocked in the OS (see above)."""
+    call = _syscall(*key)
+    if call is not None and call == _BLOCKS_IN.get(op) or call is None and op in _BLOCKS_IN:
+        return f"blocked in: {text}"
+    what = _SYSCALLS.get(call, f"system call {call}") if call is not None else "the OS"
+    return f"blocked in {what}; its last step: {text}"
 
 
 def _is_helper(pid):
