@@ -364,7 +364,7 @@ class Stepper:
             self._waiting.clear()
         deadline = time.monotonic() + timeout
         while self.outcome is None and time.monotonic() < deadline:
-            pass
+            pass                                  # (each look at outcome waits to settle)
         return self._outcome
 
     @property
@@ -377,18 +377,25 @@ class Stepper:
         return self._outcome
 
     def _judge_if_over(self):
+        """Set the outcome once the run is over: all ended, or stuck for good (see the top)."""
         if self._outcome is not None or self._closing:
             return
-        if self._proc.poll() is not None:
-            self._finish()
-            return
-        with self._cv:
-            if self._waiting:
+        if self._proc.poll() is None:
+            with self._cv:
+                if self._waiting:
+                    return                        # someone can step: still running
+            self._settle(quiet=DEADLOCK_QUIET_S, until=lambda: bool(self._waiting))
+            with self._cv:
+                if self._waiting:
+                    return
+            if self._proc.poll() is None:
+                if not self._busy():              # (busy: still computing after the limit)
+                    self._deadlock()
                 return
-        self._settle(quiet=DEADLOCK_QUIET_S, until=lambda: bool(self._waiting))
+        self._finish()
+
+    def _deadlock(self):
         with self._cv:
-            if self._waiting or self._proc.poll() is not None:
-                return self._finish() if self._proc.poll() is not None else None
             blocked = [t["who"] for t in self._threads.values() if t["alive"]]
         self._outcome = "deadlock"
         self.explanation = ("No thread can take a step, and the processes are alive: "
