@@ -72,7 +72,7 @@ def test_fixed_puzzle_survives_the_goal_schedule_prefix():
         assert s.run_until(lambda s: False) == "ok"
 
 
-@pytest.mark.parametrize("start_method", ["fork", "spawn"])
+@pytest.mark.parametrize("start_method", ["fork", "spawn", "forkserver"])
 def test_opposite_lock_order_deadlocks_under_both_start_methods(start_method):
     with mpviz.step(w.two_locks, start_method) as s:
         assert play(s, ["main/main", "main/main", "child/main", "main/main", "child/main"]) \
