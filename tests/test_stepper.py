@@ -204,16 +204,19 @@ def test_condition_and_pipe_are_stops(start_method):
 
 @pytest.mark.browser
 @pytest.mark.timeout(300)
-def test_browser_clicks_a_puzzle_to_its_goal(tmp_path):
+@pytest.mark.parametrize("flavour", ["lab", "notebook"])
+def test_browser_clicks_a_puzzle_to_its_goal(tmp_path, flavour):
     """tests/browser/stepper.ipynb shows Stepper("lock-order"); click its choice buttons along
-    the goal schedule, as a learner would, until the outcome says deadlock; then Close."""
+    the goal schedule, as a learner would, until the outcome says deadlock; then Close. In
+    JupyterLab and in Notebook 7."""
     from browser.harness import BrowserRun, skip_if_asked
     skip_if_asked()
     here = os.path.dirname(os.path.abspath(__file__))
-    run = BrowserRun(os.path.join(os.path.dirname(here), "artifacts", "browser", "stepper"),
-                     tmp_path)
+    run = BrowserRun(os.path.join(os.path.dirname(here), "artifacts", "browser",
+                                  f"stepper-{flavour}"), tmp_path)
     try:
-        nb = run.open_notebook(os.path.join(here, "browser", "stepper.ipynb"), copy_dir=False)
+        nb = run.open_notebook(os.path.join(here, "browser", "stepper.ipynb"), copy_dir=False,
+                               flavour=flavour)
         nb.run_all()
         root = nb.page.locator(".mpviz-stepper").first
         root.wait_for(state="visible", timeout=60_000)
