@@ -129,6 +129,12 @@ def cat(tensors, dim=0):
     return Tensor._wrap(np.concatenate([t.__array__() for t in tensors], axis=dim), tensors[0].device)
 
 
+def step(function, *args, **kwargs):
+    """Run ``function(*args, **kwargs)`` stepped: you are the scheduler (see mpviz.stepper)."""
+    from .stepper.control import step as stepped
+    return stepped(function, *args, **kwargs)
+
+
 def __getattr__(name):
     # Submodules that pull in more than NumPy load on first use: `mpviz.nn`, `mpviz.viz`, ...
     # Python calls this only for a missing name; binding the module here makes every later

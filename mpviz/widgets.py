@@ -413,3 +413,6 @@ def _state_html(state):
 
 
 __all__ = ["Live", "LiveResult"]
+
+from mpviz.stepper_widget import Stepper  # noqa: E402  (be the scheduler: one button per choice)
+__all__ += ["Stepper"]

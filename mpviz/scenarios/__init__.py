@@ -128,6 +128,12 @@ def run(name, trace_dir=None, **params):
     return start(name, trace_dir=trace_dir, **params).result()
 
 
+def step(name, **params):
+    """Puzzle `name` run stepped: you choose who goes next (see puzzles.py); returns a Stepper."""
+    from .puzzles import step as step_puzzle
+    return step_puzzle(name, **params)
+
+
 def __getattr__(attr):
     if attr == "Running":
         from .runner import Running

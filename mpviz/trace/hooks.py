@@ -38,6 +38,7 @@ import time
 from multiprocessing import process, spawn, util
 
 from . import locks, messages, recorder, waits
+from ..stepper import gate as _gate
 
 TRACE_KEY = "mpviz_trace"               # our key in the spawn preparation data
 _orig = {}
@@ -49,6 +50,7 @@ _role = None                             # "forkserver" in a fork server and its
 # --- processes, seen from the parent ------------------------------------------------------
 
 def _process_start(self):
+    if _gate.pause: _gate.pause("process.start", None, name=self.name)  # stepped: stepper/gate.py
     if not recorder.ENABLED:
         return _orig["start"](self)
     ts = time.monotonic_ns()
@@ -68,6 +70,7 @@ def _observe_exit(self):
 
 
 def _process_join(self, timeout=None):
+    if _gate.pause: _gate.pause("process.join", None, name=self.name, pid=self.pid)  # stepped
     waits.process_join(_orig["join"], self, timeout)      # a wait on the child (waits.py)
     _observe_exit(self)
 

@@ -59,6 +59,7 @@ def boot():
     if os.environ.get(ENV_STACKS) and not getattr(sys, "_mpviz_scenario_site", False):
         register_stacks()            # (a scenario's site has registered them already)
     hooks.install(threading_locks=os.environ.get(ENV_THREADING_LOCKS) == "1")
+    __import__("mpviz.stepper.gate").stepper.gate.activate_from_env()  # a stepped run's child
     directory = os.environ.get(ENV_DIR)
     if directory and me == "program":
         if recorder.start(directory, "exec"):

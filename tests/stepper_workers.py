@@ -1,0 +1,52 @@
+"""Programs for tests/test_stepper.py (importable: the stepped run is a fresh interpreter)."""
+import multiprocessing
+
+from mpviz.stepper import name
+
+
+def _take(first, second):
+    with first:
+        with second:
+            pass
+
+
+def two_locks(start_method="fork", same_order=False):
+    ctx = multiprocessing.get_context(start_method)
+    a, b = name(ctx.Lock(), "A"), name(ctx.Lock(), "B")
+    p = ctx.Process(target=_take, args=(a, b) if same_order else (b, a), name="child")
+    p.start()
+    _take(a, b)
+    p.join()
+
+
+def crash():
+    raise SystemExit(3)
+
+
+def child_crashes(start_method="fork"):
+    ctx = multiprocessing.get_context(start_method)
+    lock = name(ctx.Lock(), "L")
+    p = ctx.Process(target=crash, name="child")
+    p.start()
+    with lock:
+        pass
+    p.join()
+
+
+def _notify(cond, pipe):
+    with cond:
+        cond.notify()
+    pipe.send("hello")
+
+
+def condition_and_pipe(start_method="fork"):
+    """The child notifies a Condition main waits on, then sends on a pipe main receives from."""
+    ctx = multiprocessing.get_context(start_method)
+    cond = name(ctx.Condition(), "C")
+    receiver, sender = ctx.Pipe(duplex=False)
+    p = ctx.Process(target=_notify, args=(cond, sender), name="child")
+    with cond:
+        p.start()
+        cond.wait()
+    assert receiver.recv() == "hello"
+    p.join()

@@ -1,0 +1,267 @@
+"""Stepping real processes by hand (mpviz.stepper) and the puzzles (mpviz.scenarios.puzzles).
+
+Every test starts real processes (a fresh driver interpreter, forked or spawned children) that
+really pause in the recorder's hooks; the leak check (conftest.py) then finds nothing left.
+"""
+import os
+import time
+
+import pytest
+
+import mpviz
+import mpviz.scenarios as sc
+import stepper_workers as w
+from mpviz.scenarios import runner
+from mpviz.scenarios.puzzles import PUZZLES
+from mpviz.stepper import ChoiceError, gate, random_schedules
+
+pytestmark = pytest.mark.timeout(180)
+
+GOALS = {"fork-held-lock": "deadlock", "queue-feeder-hang": "deadlock", "lock-order": "deadlock",
+         "lost-wakeup": "deadlock", "torn-read": "race"}
+
+
+def play(stepper, schedule):
+    """Step the who's of `schedule` in order (each must be a choice), then the first choice
+    until the end; return the outcome."""
+    for who in schedule:
+        offered = [c.who for c in stepper.choices()]
+        assert who in offered, f"{who} is not offered after {stepper.history}: {offered}"
+        stepper.step(who)
+    return stepper.run_until(lambda s: False)
+
+
+def test_not_stepping_costs_a_none_check():
+    assert gate.pause is None          # the hooks' gate, in a process that is not stepped
+
+
+def test_fork_held_lock_one_schedule_deadlocks_another_is_ok():
+    with sc.step("fork-held-lock") as s:
+        assert play(s, PUZZLES["fork-held-lock"].goal_schedule) == "deadlock"
+        state = s.state()
+        assert ("child/main", "blocked in: acquire lock L (held by main/library-worker: the copy "
+                "fork made of it, whose holder was not copied -- nobody here can release it)") \
+            in state.threads
+    with sc.step("fork-held-lock") as s:      # the same parameters: release before the fork
+        assert play(s, ["main/library-worker", "main/library-worker", "main/main"]) == "ok"
+
+
+@pytest.mark.parametrize("name,start_method", [(n, "fork") for n in PUZZLES] + [
+    (n, "spawn") for n in PUZZLES if n != "fork-held-lock"])     # (spawn is that one's fix)
+def test_each_puzzle_goal_is_reachable(name, start_method):
+    with sc.step(name, start_method=start_method) as s:
+        assert s.goal
+        assert play(s, PUZZLES[name].goal_schedule) == GOALS[name], s.explanation
+        assert s.explanation.startswith("Goal reached")
+
+
+@pytest.mark.parametrize("name", list(PUZZLES))
+def test_each_fix_survives_random_schedules(name):
+    fix = PUZZLES[name].fix
+    outcomes, examples = random_schedules(lambda: sc.step(name, **fix), n=4, seed=1)
+    assert outcomes == {"ok": 4}, examples
+
+
+def test_fixed_puzzle_survives_the_goal_schedule_prefix():
+    # the schedule that breaks lock-order, tried on the fix: child cannot take B before A
+    with sc.step("lock-order", same_order=True) as s:
+        s.step("main/main")
+        s.step("main/main")               # main takes A
+        assert "acquire lock A (held by main/main)" in \
+            [c.text for c in s.choices() if c.who == "child/main"]
+        assert s.run_until(lambda s: False) == "ok"
+
+
+@pytest.mark.parametrize("start_method", ["fork", "spawn", "forkserver"])
+def test_opposite_lock_order_deadlocks_under_both_start_methods(start_method):
+    with mpviz.step(w.two_locks, start_method) as s:
+        assert play(s, ["main/main", "main/main", "child/main", "main/main", "child/main"]) \
+            == "deadlock"
+        threads = dict(s.state().threads)
+        assert threads["main/main"] == "blocked in: acquire lock B (held by child/main)"
+        assert threads["child/main"] == "blocked in: acquire lock A (held by main/main)"
+        assert s.choices() == []
+
+
+def test_a_choice_not_offered_is_a_clear_error():
+    with mpviz.step(w.two_locks) as s:
+        with pytest.raises(ChoiceError, match=r"(?s)not a choice now.*0: main/main: start "
+                                              r"process child"):
+            s.step("child/main")
+        with pytest.raises(ChoiceError, match="not a choice"):
+            s.step(5)
+        with pytest.raises(TypeError):
+            s.step(1.5)
+
+
+def test_a_crashed_process_is_shown_ended_and_the_rest_go_on():
+    with mpviz.step(w.child_crashes) as s:
+        s.step("main/main")                 # start the child, which exits with code 3
+        assert [c.who for c in s.choices()] == ["main/main"]
+        assert s.run_until(lambda s: False) == "error"
+        assert "child (ended (exit code 3))" in s.explanation
+
+
+def test_undo_replays_all_but_the_last_step():
+    with mpviz.step(w.two_locks) as s:
+        s.step("main/main")
+        s.step("child/main")
+        before = [c.label for c in s.choices()]
+        s.step("main/main")
+        s.undo()
+        assert len(s.history) == 2
+        assert [c.label for c in s.choices()] == before
+
+
+def test_close_ends_paused_and_blocked_processes():
+    s = mpviz.step(w.two_locks)
+    play(s, ["main/main", "main/main", "child/main", "main/main", "child/main"])
+    sid = s._proc.pid
+    s.close()
+    assert runner._session_pids(sid) == []
+    assert s.outcome == "deadlock"
+
+
+def test_a_paused_process_ends_itself_when_its_controller_goes_away():
+    s = mpviz.step(w.two_locks)
+    s.step("main/main")
+    sid = s._proc.pid
+    assert runner._session_pids(sid)
+    s._closing = True                         # the controller stops answering and hangs up
+    s._io.join(5)
+    deadline = time.monotonic() + 10
+    while runner._session_pids(sid) and time.monotonic() < deadline:
+        time.sleep(0.05)                      # polling other processes' exit, bounded
+    left = runner._session_pids(sid)
+    s._closing = False
+    s.close()
+    assert left == []
+
+
+def test_a_notebook_function_is_refused_with_the_fix():
+    def local():
+        pass
+    with pytest.raises(ValueError, match="Fix: define it at the top level of a module"):
+        mpviz.step(local)
+
+
+def test_unknown_puzzle_and_parameter_are_clear_errors():
+    with pytest.raises(ValueError, match="the puzzles are: fork-held-lock"):
+        sc.step("nope")
+    with pytest.raises(ValueError, match="its parameters are"):
+        sc.step("lock-order", sideways=True)
+    assert os.environ.get(gate.ENV) is None
+
+
+@pytest.fixture(scope="module")
+def fonts_loaded():
+    """matplotlib opens its font files once per thread and keeps them: not a leak of the test."""
+    import io
+    import matplotlib.pyplot as plt
+    fig, ax = plt.subplots()
+    ax.set_title("warm up")
+    fig.savefig(io.BytesIO(), format="png")
+    plt.close(fig)
+
+
+def test_widget_clicks_through_a_puzzle_to_its_goal_and_undoes(fonts_loaded):
+    from mpviz.widgets import Stepper
+    wdg = Stepper("lock-order")
+    try:
+        assert "Goal:" in wdg.goal.value
+        assert [b.description for b in wdg.buttons.children] == ["main/main: start process child"]
+        for who in PUZZLES["lock-order"].goal_schedule[:-1]:
+            wdg.click(who)
+        [last] = [b for b in wdg.buttons.children if b.description.startswith("child/main")]
+        last.click()                                  # a real button click, as a learner's
+        assert "outcome: deadlock" in wdg.outcome.value
+        assert wdg.buttons.children == ()
+        assert wdg.picture.outputs[0]["data"]["image/png"]
+        wdg.undo_button.click()                       # restart and replay all but the last
+        assert "running" in wdg.outcome.value
+        assert [b.description for b in wdg.buttons.children] == \
+            ["child/main: acquire lock A (held by main/main)"]
+    finally:
+        wdg.close()
+
+
+@pytest.mark.parametrize("start_method", ["fork", "spawn"])
+def test_condition_and_pipe_are_stops(start_method):
+    with mpviz.step(w.condition_and_pipe, start_method) as s:
+        seen = []
+        while s.choices():
+            c = s.choices()[0]
+            seen.append(c.label)
+            s.step(c)
+        assert s.outcome == "ok", s.explanation
+        assert "main/main: wait on condition C (releases its lock, sleeps until notified)" in seen
+        assert "child/main: notify condition C" in seen
+        assert "main/main: receive from a pipe (waits for a message)" in seen
+        assert "child/main: acquire lock C.lock (free)" in seen     # main released it in wait
+
+
+# --- in the real browser: JupyterLab in headless Chromium (see tests/test_browser.py) ----------
+
+@pytest.mark.browser
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("flavour", ["lab", "notebook"])
+def test_browser_clicks_a_puzzle_to_its_goal(tmp_path, flavour):
+    """tests/browser/stepper.ipynb shows Stepper("lock-order"); click its choice buttons along
+    the goal schedule, as a learner would, until the outcome says deadlock; then Close. In
+    JupyterLab and in Notebook 7."""
+    from browser.harness import BrowserRun, skip_if_asked
+    skip_if_asked()
+    here = os.path.dirname(os.path.abspath(__file__))
+    run = BrowserRun(os.path.join(os.path.dirname(here), "artifacts", "browser",
+                                  f"stepper-{flavour}"), tmp_path)
+    try:
+        nb = run.open_notebook(os.path.join(here, "browser", "stepper.ipynb"), copy_dir=False,
+                               flavour=flavour)
+        nb.run_all()
+        root = nb.page.locator(".mpviz-stepper").first
+        root.wait_for(state="visible", timeout=60_000)
+        for n, who in enumerate(PUZZLES["lock-order"].goal_schedule, 1):
+            button = root.locator(".mpviz-choice", has_text=f"{who}:").first
+            button.wait_for(state="visible", timeout=30_000)
+            button.click()
+            root.locator(".mpviz-state", has_text=f"{n} step(s) taken").wait_for(timeout=30_000)
+            run.screenshot(f"step-{n}", root)
+        root.locator(".mpviz-outcome", has_text="outcome: deadlock").wait_for(timeout=30_000)
+        assert root.locator(".mpviz-choice").count() == 0
+        assert root.locator(".widget-output img").first.is_visible()
+        run.screenshot("goal", root)
+        root.locator(".mpviz-close").first.click()
+        root.locator(".mpviz-outcome", has_text="closed").wait_for(timeout=30_000)
+        assert not nb.errors()
+    finally:
+        problems = run.close()
+    assert not problems, problems
+
+
+def test_an_event_is_one_stop_not_its_inner_condition():
+    # Event.set calls its own Condition's notify_all: the learner sees one stop, "set event ready"
+    with sc.step("lost-wakeup") as s:
+        s.step("main/main")
+        s.step("main/main")
+        s.step("producer/main")
+        assert [c.text for c in s.choices() if c.who == "producer/main"] == ["set event ready"]
+
+
+def test_a_thread_blocked_after_its_step_is_not_said_to_be_in_that_step():
+    # the child's put returned at once; the child is blocked at its exit, joining its feeder
+    with sc.step("queue-feeder-hang") as s:
+        assert play(s, PUZZLES["queue-feeder-hang"].goal_schedule) == "deadlock"
+        threads = dict(s.state().threads)
+        assert threads["child/main"] == ("blocked in futex: a lock, a semaphore or a thread's "
+                                         "end; its last step: put an item on queue Q (into its "
+                                         "buffer: the feeder thread writes it)")
+        assert threads["child/QueueFeederThread"].startswith("blocked in: write 1,048,585 bytes")
+        assert threads["main/main"] == "blocked in: join process child (wait until it has ended)"
+
+
+def test_run_until_and_run_freely():
+    with mpviz.step(w.two_locks, same_order=True) as s:
+        s.run_until(lambda s: any("held by" in c.text for c in s.choices()))
+        assert any("held by" in c.text for c in s.choices())
+        assert s.outcome is None
+        assert s.run_freely() == "ok"            # same order: no timing can deadlock it
