@@ -37,5 +37,5 @@ get_context = _default.get_context
 get_start_method = _default.get_start_method
 set_start_method = _default.set_start_method
 
-# Tensors and storages are already registered with multiprocessing's pickler: `import mpviz`
-# (which runs before any of its submodules) does it, once.
+# Tensors and storages are registered with multiprocessing's pickler by importing reductions
+# (above); mpviz/tensor.py and storage.py register stand-ins that import it on first use.
