@@ -71,7 +71,16 @@ from multiprocessing.reduction import ForkingPickler
 from queue import Empty, Full
 
 from ..trace import messages, recorder
-from . import reductions
+
+# reductions.py (how a tensor travels) needs NumPy; it is imported by the first message, so that a
+# spawned child that only passes numbers, or nothing, starts without it.
+reductions = None
+
+
+def _reductions():
+    global reductions
+    from . import reductions
+    return reductions
 
 _F_GETPIPE_SZ = getattr(fcntl, "F_GETPIPE_SZ", None)  # Linux only: elsewhere, always the feeder
 _SLACK = 2 * 4096            # see point 3 above
@@ -113,7 +122,7 @@ _MARSHAL_VERSION = 2  # 3 and up also mark repeated objects: a hash table per ca
 def _encode(obj):
     """The bytes that carry `obj`: a plain tensor's handle, marshalled (see
     ``reductions.pack_tensor``), or the pickle of anything else."""
-    handle = reductions.pack_tensor(obj)
+    handle = (reductions or _reductions()).pack_tensor(obj)
     if handle is not None:
         return _TENSOR + marshal.dumps(handle, _MARSHAL_VERSION)
     return _dumps(obj)
@@ -122,7 +131,7 @@ def _encode(obj):
 def _decode(data):
     """The object that :func:`_encode` made `data` of."""
     if data[:1] == _TENSOR:
-        return reductions.unpack_tensor(marshal.loads(data[1:]))
+        return (reductions or _reductions()).unpack_tensor(marshal.loads(data[1:]))
     return ForkingPickler.loads(data)
 
 
