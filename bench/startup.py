@@ -29,6 +29,8 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 SPAWN_SCRIPT = os.path.join(HERE, "spawn_startup.py")
+TRUE, PASS = "`true`, untraced", "`python -c pass`"
+TRACE, IMPORT, SPAWN = "`mpviz trace -- true`", "`import mpviz`", "`spawn(nprocs=2)`"
 
 
 def _env(tree):
@@ -60,16 +62,16 @@ def _spawn(library, env):
 def contenders(trees, torch):
     """{row name: function of a scratch directory -> seconds}."""
     py = sys.executable
-    rows = {"true, untraced": lambda d: _wall(["true"], None, d),
-            "python -c pass": lambda d: _wall([py, "-c", "pass"], None, d)}
+    rows = {TRUE: lambda d: _wall(["true"], None, d),
+            PASS: lambda d: _wall([py, "-c", "pass"], None, d)}
     for label, tree in trees.items():
         env = _env(tree)
-        rows[f"mpviz trace -- true{label}"] = \
+        rows[f"{TRACE}{label}"] = \
             lambda d, env=env: _wall([py, "-m", "mpviz", "trace", "--", "true"], env, d)
-        rows[f"import mpviz{label}"] = lambda d, env=env: _wall([py, "-c", "import mpviz"], env, d)
-        rows[f"spawn(nprocs=2) mpviz{label}"] = lambda d, env=env: _spawn("mpviz", env)
+        rows[f"{IMPORT}{label}"] = lambda d, env=env: _wall([py, "-c", "import mpviz"], env, d)
+        rows[f"{SPAWN} mpviz{label}"] = lambda d, env=env: _spawn("mpviz", env)
     if torch:
-        rows["spawn(nprocs=2) torch"] = lambda d: _spawn("torch", _env(ROOT))
+        rows[SPAWN + " torch"] = lambda d: _spawn("torch", _env(ROOT))
     return rows
 
 
@@ -106,14 +108,13 @@ def markdown(times, errors):
             lines.append(f"| {name} | failed: {errors[name]} | | |")
             continue
         against, goal = "", ""
-        label = name[name.find(" ("):] if name.endswith(")") else ""
-        if name.startswith("mpviz trace"):
-            over = med[name] - med["true, untraced"]
+        if name.startswith(TRACE):
+            over = med[name] - med[TRUE]
             against, goal = f"+{_ms(over)} over `true`", "≤ +300 ms"
-        elif name.startswith("import mpviz"):
-            against = f"+{_ms(med[name] - med['python -c pass'])} over `python -c pass`"
-        elif name.startswith("spawn(nprocs=2) mpviz") and "spawn(nprocs=2) torch" in med:
-            against = f"{med[name] / med['spawn(nprocs=2) torch']:.2f}× torch"
+        elif name.startswith(IMPORT):
+            against = f"+{_ms(med[name] - med[PASS])} over `python -c pass`"
+        elif name.startswith(SPAWN + " mpviz") and SPAWN + " torch" in med:
+            against = f"{med[name] / med[SPAWN + ' torch']:.2f}× torch"
             goal = "≤ 0.15× torch"
         lines.append(f"| {name} | {_ms(med[name])} ({_ms(min(values))}–{_ms(max(values))}) | "
                      f"{against} | {goal} |")
