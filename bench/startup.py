@@ -110,9 +110,9 @@ def markdown(times, errors):
         against, goal = "", ""
         if name.startswith(TRACE):
             over = med[name] - med[TRUE]
-            against, goal = f"+{_ms(over)} over `true`", "≤ +300 ms"
+            against, goal = f"{over * 1e3:+.0f} ms over `true`", "≤ +300 ms"
         elif name.startswith(IMPORT):
-            against = f"+{_ms(med[name] - med[PASS])} over `python -c pass`"
+            against = f"{(med[name] - med[PASS]) * 1e3:+.0f} ms over `python -c pass`"
         elif name.startswith(SPAWN + " mpviz") and SPAWN + " torch" in med:
             against = f"{med[name] / med[SPAWN + ' torch']:.2f}× torch"
             goal = "≤ 0.15× torch"
