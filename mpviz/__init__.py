@@ -29,7 +29,7 @@ _FUNCTIONS = (
 _SUBMODULES = ("multiprocessing", "nn", "optim", "autograd", "cuda", "trace", "viz", "widgets",
                "scenarios", "examples", "sharing", "random", "storage", "errors")
 
-__all__ = list(_FUNCTIONS)      # what `from mpviz import *` gives: the tensor API, as before
+__all__ = list(_FUNCTIONS)      # what `from mpviz import *` gives: torch's top-level names
 
 
 def __getattr__(name):
