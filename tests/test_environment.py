@@ -9,6 +9,11 @@
   the same verdicts there: run them inside a private mount namespace whose ``/dev/shm`` is a
   64 MiB tmpfs (needs root and ``unshare``; skipped elsewhere, with the reason). Nothing leaks
   to this machine's ``/dev/shm``: the namespace's tmpfs goes away with its last process.
+  The namespace has its own network namespace too, as a Docker container has: the shm manager
+  listens on an *abstract* Unix socket, which belongs to the network namespace, so with a
+  private mount namespace alone the runs inside would find a manager running outside -- one
+  that sees the other /dev/shm, and cannot unlink what was made inside (fs-leak then says LEAK
+  now and then, depending on whether such a manager is alive).
 """
 import os
 import re
@@ -121,10 +126,10 @@ def _why_no_namespace():
         return "needs root, to mount a tmpfs in a private mount namespace"
     if not shutil.which("unshare"):
         return "needs unshare(1) (util-linux)"
-    probe = subprocess.run(["unshare", "--mount", "--propagation", "private", "true"],
+    probe = subprocess.run(["unshare", "--mount", "--net", "--propagation", "private", "true"],
                            capture_output=True, text=True, timeout=30)
     if probe.returncode != 0:
-        return f"unshare --mount is refused here: {probe.stderr.strip()[:200]}"
+        return f"unshare --mount --net is refused here: {probe.stderr.strip()[:200]}"
     return None
 
 
@@ -139,7 +144,7 @@ def _verdicts(small_shm):
         script = ("set -e; mount -t tmpfs -o size=64m tmpfs /dev/shm; "
                   f"{sys.executable} -c 'import os; s = os.statvfs(\"/dev/shm\"); "
                   "print(\"shm\", s.f_blocks * s.f_frsize)'\n" + script)
-        argv = ["unshare", "--mount", "--propagation", "private", "sh", "-c", script]
+        argv = ["unshare", "--mount", "--net", "--propagation", "private", "sh", "-c", script]
     else:
         argv = ["sh", "-c", script]
     out = subprocess.run(argv, capture_output=True, text=True, timeout=600, cwd=ROOT,
