@@ -15,8 +15,9 @@ How it measures (read this before trusting a number):
   time (made before the clock starts), so the put copies it into shared memory.
 * ``memcpy``: ``np.copyto`` into pages already faulted in, and into brand-new shared pages — the
   two speeds that decide what a fresh tensor costs.
-* ``import mpviz`` is timed in a fresh interpreter, ``spawn`` start-up as a start+join of two
-  processes running an empty function.
+* Start-up (:mod:`bench.startup`): ``mpviz trace -- true`` against ``true``, ``import mpviz``
+  in a fresh interpreter, and ``spawn(nprocs=2)`` of an empty function from a script of its own
+  (:mod:`bench.spawn_startup`) for mpviz and torch, alternating round by round.
 * The other benchmarks in ``bench/`` (``bench_*.py``) are run too, as subprocesses, and their
   tables are folded in.
 
@@ -204,40 +205,6 @@ def run_memcpy(sizes, quick):
     return out
 
 
-def run_import_time(quick):
-    code = "import time; t = time.perf_counter(); import {0}; print(time.perf_counter() - t)"
-    out = {}
-    for module in ("mpviz", "numpy"):
-        times = []
-        for _ in range(3 if quick else 7):
-            r = subprocess.run([sys.executable, "-c", code.format(module)], cwd=ROOT,
-                               capture_output=True, text=True, timeout=60)
-            if r.returncode == 0:
-                times.append(float(r.stdout.strip()))
-        if times:
-            out[module] = summary(times)
-    return out
-
-
-def run_startup(kinds, quick, log):
-    drivers = {k: DriverProcess(f"startup:{k}") for k in kinds}
-    results, notes = {}, {}
-    try:
-        for _ in range(2 if quick else 5):
-            for kind, d in drivers.items():
-                reply = d.ask("startup 1")
-                if "error" in reply:
-                    notes[kind] = reply["error"]
-                    continue
-                results.setdefault(kind, {"times": [], "note": reply.get("note")})["times"].extend(reply["times"])
-    finally:
-        for d in drivers.values():
-            d.close()
-    for entry in results.values():
-        entry.update(summary(entry["times"]))
-    return results, notes
-
-
 def _json_files():
     """{file name: modification time} of the JSON files in bench/results/ now."""
     return {os.path.basename(p): os.path.getmtime(p)
@@ -348,13 +315,11 @@ def markdown(report):
         gbps = lambda x: f"{size / x['median'] / 1e9:.1f} GB/s"  # noqa: E731
         lines.append(f"| {human(size)} | {cell(e['faulted_in'])}, {gbps(e['faulted_in'])} | "
                      f"{cell(e['fresh_shared_pages'])}, {gbps(e['fresh_shared_pages'])} |")
-    lines += ["", "## Start-up and import", "", "| what | median (min–max) | note |", "|---|---|---|"]
-    for k, e in report["startup"].items():
-        lines.append(f"| spawn, 2 processes, empty function: {k} | {cell(e)} | {e.get('note') or ''} |")
-    for k, e in report["import"].items():
-        goal = " (goal ≤ 0.25 s)" if k == "mpviz" else ""
-        lines.append(f"| `import {k}`, fresh interpreter | {cell(e)} | {goal} |")
-    lines.append("")
+    from bench import startup as startup_bench
+    lines += ["", "## Start-up: `mpviz trace`, `import mpviz`, `spawn` (bench/startup.py)", "",
+              "Each a fresh process, timed from outside; spawn from a script of its own, so each "
+              "library's children import only what that script imports.", "",
+              startup_bench.markdown(report["startup"], report.get("startup_errors", {})), ""]
     if report["notes"]:
         lines += ["## Notes", ""] + [f"- {k}: {v}" for k, v in report["notes"].items()] + [""]
     for name, other in report["others"].items():
@@ -411,11 +376,10 @@ def main(argv=None):
     notes.update(rt_notes)
     log("memcpy")
     memcpy = run_memcpy(sizes, args.quick)
-    log("start-up")
-    startup, su_notes = run_startup(["mpviz", "stdlib"] + (["torch"] if torch_version else []), args.quick, log)
-    notes.update({f"startup {k}": v for k, v in su_notes.items()})
-    log("import time")
-    imports = run_import_time(args.quick)
+    log("start-up: mpviz trace, import mpviz, spawn (bench/startup.py)")
+    from bench import startup as startup_bench
+    startup, su_errors = startup_bench.measure(2 if args.quick else 7, torch=bool(torch_version))
+    notes.update({f"startup {k}": v for k, v in su_errors.items()})
     others = {} if args.no_others else run_other_benches(args.quick, log)
 
     report = {
@@ -423,7 +387,7 @@ def main(argv=None):
         "quick": args.quick, "command": " ".join([os.path.basename(sys.executable)] + sys.argv),
         "machine": machine(), "versions": versions(torch_version),
         "load_start": load_start, "load_end": load(), "sizes": sizes, "bytecode": compiled,
-        "handoff": handoff, "memcpy": memcpy, "startup": startup, "import": imports,
+        "handoff": handoff, "memcpy": memcpy, "startup": startup, "startup_errors": su_errors,
         "notes": notes, "others": {k: {kk: vv for kk, vv in v.items() if kk != "json"} for k, v in others.items()},
     }
     stamp = time.strftime("%Y%m%d-%H%M%S")

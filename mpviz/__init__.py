@@ -4,129 +4,32 @@ The tensor side, with torch's names: ``import mpviz as torch`` runs torch.multip
 examples on NumPy. The process side is :mod:`mpviz.multiprocessing`; recording is
 :mod:`mpviz.trace`; pictures are :mod:`mpviz.viz` (imported only when you draw).
 
-Importing mpviz registers how tensors and storages are pickled between processes (once), and does
-nothing else: no threads, no files, no matplotlib.
+Importing mpviz does nothing else: no threads, no files, no matplotlib -- and not even NumPy.
+Every name below loads its module on first use (Python calls the module's ``__getattr__`` for a
+name it does not have), so ``python -m mpviz trace -- true`` and the spawned children of a
+program that imports only ``mpviz.multiprocessing`` start in a fraction of the time. After the
+first use the names are plain attributes: ``torch.zeros`` costs nothing more than before.
 """
-import numpy as np
-
-from .random import manual_seed
-from .storage import Storage
-from .tensor import (Size, Tensor, bool_, check_dtype, float16, float32, float64, int8, int16,
-                     int32, int64, uint8)
-from . import random as _random
-from .autograd import no_grad, enable_grad, is_grad_enabled
+import os
+import sys
+import types
 
 __version__ = "0.1.0"
 
-half, float, double, long, int = float16, float32, float64, int64, int32  # torch's aliases
-bool = bool_
-UntypedStorage = Storage
+# torch's top-level names: mpviz/functions.py (tensors need NumPy). `tensor` is also the name of
+# the module that defines Tensor (mpviz/tensor.py): here it is torch's function, as in torch.
+_FUNCTIONS = (
+    "manual_seed", "Storage", "Size", "Tensor", "bool_", "check_dtype", "float16", "float32",
+    "float64", "int8", "int16", "int32", "int64", "uint8", "no_grad", "enable_grad",
+    "is_grad_enabled", "half", "float", "double", "long", "int", "bool", "UntypedStorage",
+    "tensor", "from_numpy", "zeros", "ones", "empty", "full", "randn", "rand", "randint", "arange",
+    "zeros_like", "ones_like", "is_tensor", "stack", "cat",
+)
+# Submodules: loaded on first use too. (`mpviz.nn` then stays a plain attribute.)
+_SUBMODULES = ("multiprocessing", "nn", "optim", "autograd", "cuda", "trace", "viz", "widgets",
+               "scenarios", "examples", "sharing", "random", "storage", "errors")
 
-
-def _dtype(dtype, default):
-    return check_dtype(default if dtype is None else dtype)
-
-
-def _shape(size):
-    if len(size) == 1 and isinstance(size[0], (tuple, list)):
-        size = tuple(size[0])
-    for n in size:
-        if not isinstance(n, (type(1), np.integer)) or n < 0:
-            raise ValueError(f"sizes must be non-negative ints, got {size!r}")
-    return tuple(size)
-
-
-def tensor(data, dtype=None, device="cpu", requires_grad=False):
-    """A new tensor holding a copy of `data` (nested lists, numbers, arrays or a tensor)."""
-    if isinstance(data, Tensor):
-        data = data.__array__()
-    array = np.array(data, dtype=None if dtype is None else check_dtype(dtype))
-    if dtype is None and array.dtype.kind == "f":
-        array = array.astype(float32)  # torch's default float type
-    elif dtype is None and array.dtype.kind in "OUS":
-        check_dtype(array.dtype, "mpviz.tensor(data)")
-    return Tensor._wrap(array, device, requires_grad)
-
-
-def from_numpy(array):
-    """A tensor that shares `array`'s memory (no copy), as torch.from_numpy."""
-    if not isinstance(array, np.ndarray):
-        raise TypeError(f"from_numpy expects a numpy.ndarray, not {type(array).__name__}")
-    dt = check_dtype(array.dtype, "from_numpy(array)")
-    base = array
-    while isinstance(base.base, np.ndarray):
-        base = base.base
-    if not base.flags.c_contiguous:
-        base = array
-    flat = base.reshape(-1).view(np.uint8) if base.flags.c_contiguous else None
-    if flat is None or not array.flags.writeable:
-        return Tensor._wrap(array.copy())
-    storage = Storage(_data=flat)
-    t = Tensor(storage, 0, (), (), dt)
-    view = t._as_view(array)
-    return view if view is not None else Tensor._wrap(array.copy())
-
-
-def zeros(*size, dtype=None, device="cpu", requires_grad=False):
-    return Tensor._wrap(np.zeros(_shape(size), _dtype(dtype, float32)), device, requires_grad)
-
-
-def ones(*size, dtype=None, device="cpu", requires_grad=False):
-    return Tensor._wrap(np.ones(_shape(size), _dtype(dtype, float32)), device, requires_grad)
-
-
-def empty(*size, dtype=None, device="cpu", requires_grad=False):
-    return Tensor._wrap(np.empty(_shape(size), _dtype(dtype, float32)), device, requires_grad)
-
-
-def full(size, fill_value, dtype=None, device="cpu", requires_grad=False):
-    return Tensor._wrap(np.full(_shape((size,)), fill_value, _dtype(dtype, float32)), device, requires_grad)
-
-
-def randn(*size, dtype=None, device="cpu", requires_grad=False):
-    values = _random.generator().standard_normal(_shape(size))
-    return Tensor._wrap(values.astype(_dtype(dtype, float32)), device, requires_grad)
-
-
-def rand(*size, dtype=None, device="cpu", requires_grad=False):
-    values = _random.generator().random(_shape(size))
-    return Tensor._wrap(values.astype(_dtype(dtype, float32)), device, requires_grad)
-
-
-def randint(low, high=None, size=(), dtype=None, device="cpu"):
-    if high is None:
-        low, high = 0, low
-    values = _random.generator().integers(low, high, size=_shape((size,)))
-    return Tensor._wrap(values.astype(_dtype(dtype, int64)), device)
-
-
-def arange(start, end=None, step=1, dtype=None, device="cpu", requires_grad=False):
-    if end is None:
-        start, end = 0, start
-    values = np.arange(start, end, step)
-    if dtype is None:
-        dtype = float32 if values.dtype.kind == "f" else int64
-    return Tensor._wrap(values.astype(check_dtype(dtype)), device, requires_grad)
-
-
-def zeros_like(t, dtype=None):
-    return zeros(*t.shape, dtype=dtype or t.dtype, device=t.device)
-
-
-def ones_like(t, dtype=None):
-    return ones(*t.shape, dtype=dtype or t.dtype, device=t.device)
-
-
-def is_tensor(obj):
-    return isinstance(obj, Tensor)
-
-
-def stack(tensors, dim=0):
-    return Tensor._wrap(np.stack([t.__array__() for t in tensors], axis=dim), tensors[0].device)
-
-
-def cat(tensors, dim=0):
-    return Tensor._wrap(np.concatenate([t.__array__() for t in tensors], axis=dim), tensors[0].device)
+__all__ = list(_FUNCTIONS)      # what `from mpviz import *` gives: torch's top-level names
 
 
 def step(function, *args, **kwargs):
@@ -136,21 +39,45 @@ def step(function, *args, **kwargs):
 
 
 def __getattr__(name):
-    # Submodules that pull in more than NumPy load on first use: `mpviz.nn`, `mpviz.viz`, ...
-    # Python calls this only for a missing name; binding the module here makes every later
-    # `mpviz.nn` a plain attribute hit, even where the submodule was imported before.
+    # Python calls this only for a name the module does not have yet; binding what it loads makes
+    # every later use a plain attribute hit (no import per call).
     import importlib
-    if name in ("multiprocessing", "nn", "optim", "autograd", "cuda", "trace", "viz", "widgets",
-                "scenarios", "examples", "sharing"):
+    if name in _FUNCTIONS:
+        functions = importlib.import_module(".functions", __name__)
+        for each in _FUNCTIONS:
+            globals()[each] = getattr(functions, each)
+        return globals()[name]
+    if name in _SUBMODULES:
         module = importlib.import_module(f".{name}", __name__)
         globals()[name] = module
         return module
     raise AttributeError(f"module 'mpviz' has no attribute {name!r}")
 
 
-def _register_reductions():
-    from .multiprocessing import reductions
-    reductions.init_reductions()
+def __dir__():
+    # Tab completion in Jupyter lists the names that are not loaded yet too.
+    return sorted(set(globals()) | set(_FUNCTIONS) | set(_SUBMODULES))
 
 
-_register_reductions()
+class _Package(types.ModuleType):
+    """mpviz's module type: keeps ``mpviz.tensor`` torch's function.
+
+    When a submodule is first imported, Python binds it on its package: importing mpviz/tensor.py
+    (``from mpviz.tensor import Tensor``, as mpviz.nn does) would set ``mpviz.tensor`` to that
+    module, and ``mpviz.tensor([1, 2])`` would then fail with "'module' object is not callable".
+    The module stays in sys.modules, where imports find it; the package's name stays the function.
+    """
+
+    def __setattr__(self, name, value):
+        if name == "tensor" and isinstance(value, types.ModuleType):
+            return
+        super().__setattr__(name, value)
+
+
+sys.modules[__name__].__class__ = _Package
+
+# A bad MPVIZ_* setting should fail here, at `import mpviz`, not at the first tensor sent. The
+# sharing package checks them when it loads (and needs NumPy), so load it now only if one is set.
+if any(os.environ.get(name) for name in ("MPVIZ_SHARING_STRATEGY", "MPVIZ_SHM_CACHE_BYTES",
+                                         "MPVIZ_SHM_TAG")):
+    from . import sharing  # noqa: E402,F401

@@ -20,6 +20,7 @@ StorageImpl, so ``_cdata`` stays and ``data_ptr()`` changes). Left out: typed st
 resizable-after-sharing bug (torch segfaults on ``resize_`` of a shared storage; mpviz refuses).
 """
 import threading
+from multiprocessing.reduction import ForkingPickler
 
 import numpy as np
 
@@ -146,3 +147,14 @@ class Storage:
 
 def _storage_from_bytes(data):
     return Storage(_data=np.frombuffer(bytearray(data), dtype=np.uint8))
+
+
+def _reduce_storage(storage):
+    # Until mpviz.multiprocessing.reductions is imported (its import registers the real reducer
+    # in this one's place), this one imports it: a storage sent by the stdlib's multiprocessing
+    # from a program that never imported mpviz.multiprocessing still travels as a handle.
+    from .multiprocessing import reductions
+    return reductions.reduce_storage(storage)
+
+
+ForkingPickler.register(Storage, _reduce_storage)

@@ -14,6 +14,8 @@ Basic slicing gives views that share the storage; advanced indexing (lists, mask
 NumPy and torch. Arithmetic lives in :mod:`mpviz.autograd`, which also records how to take
 gradients; this module is only about bytes, views and devices.
 """
+from multiprocessing.reduction import ForkingPickler
+
 import numpy as np
 
 from .storage import Storage
@@ -600,3 +602,13 @@ def _shape_args(shape):
     if len(shape) == 1 and isinstance(shape[0], (tuple, list, Size)):
         shape = tuple(shape[0])
     return tuple(int(s) for s in shape)
+
+
+def _reduce_tensor(tensor):
+    # As storage._reduce_storage: the real reducer is in mpviz.multiprocessing.reductions, loaded
+    # by the first tensor sent (importing it registers it in this one's place).
+    from .multiprocessing import reductions
+    return reductions.reduce_tensor(tensor)
+
+
+ForkingPickler.register(Tensor, _reduce_tensor)

@@ -16,7 +16,6 @@ from multiprocessing import *  # noqa: F401,F403 - the drop-in promise
 
 from ..sharing import get_all_sharing_strategies, get_sharing_strategy, set_sharing_strategy
 from ..sharing.shm_manager import enable as set_shm_manager
-from . import reductions
 from .checks import MissingMainGuardError, UnpicklableFunctionError
 from .context import DefaultContext, PendingTasksWarning, Process, default_context as _default
 from .spawn import (ProcessContext, ProcessException, ProcessExitedException, ProcessRaisedException,
@@ -37,5 +36,6 @@ get_context = _default.get_context
 get_start_method = _default.get_start_method
 set_start_method = _default.set_start_method
 
-# Tensors and storages are already registered with multiprocessing's pickler: `import mpviz`
-# (which runs before any of its submodules) does it, once.
+# Tensors and storages travel as handles through multiprocessing's pickler: mpviz/tensor.py and
+# storage.py register stand-ins that import .reductions (NumPy and all) when the first one is sent,
+# so that spawned children which never send a tensor start without NumPy.

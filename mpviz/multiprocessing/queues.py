@@ -78,7 +78,16 @@ from multiprocessing.reduction import ForkingPickler
 from queue import Empty, Full
 
 from ..trace import messages, recorder
-from . import reductions
+
+# reductions.py (how a tensor travels) needs NumPy; it is imported by the first message, so that a
+# spawned child that only passes numbers, or nothing, starts without it.
+reductions = None
+
+
+def _reductions():
+    global reductions
+    from . import reductions
+    return reductions
 
 _F_GETPIPE_SZ = getattr(fcntl, "F_GETPIPE_SZ", None)  # Linux only: elsewhere, always the feeder
 _SLACK = 2 * 4096            # see point 3 above
@@ -151,16 +160,17 @@ def _encode(obj, channel=None):
     """The bytes that carry `obj`: a plain tensor's handle, marshalled (see
     ``reductions.pack_tensor``), or the pickle of anything else — which, if it fails half-way,
     gives back the handles it made. `channel`: the inode of the pipe they will travel in."""
-    handle = reductions.pack_tensor(obj, channel)
+    red = reductions or _reductions()
+    handle = red.pack_tensor(obj, channel)
     if handle is not None:
         return _TENSOR + marshal.dumps(handle, _MARSHAL_VERSION)
-    return reductions.dumps_or_give_back(_dumps, obj, channel)
+    return red.dumps_or_give_back(_dumps, obj, channel)
 
 
 def _decode(data):
     """The object that :func:`_encode` made `data` of."""
     if data[:1] == _TENSOR:
-        return reductions.unpack_tensor(marshal.loads(data[1:]))
+        return (reductions or _reductions()).unpack_tensor(marshal.loads(data[1:]))
     return ForkingPickler.loads(data)
 
 

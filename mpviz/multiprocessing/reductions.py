@@ -269,7 +269,8 @@ _REBUILD = {"tensor": rebuild_tensor, "storage_fd": rebuild_storage_fd,
 
 
 def init_reductions():
-    """Teach multiprocessing's pickler to send tensors and storages as handles (done on import)."""
+    """Teach multiprocessing's pickler to send tensors and storages as handles (done on import;
+    until then, the stand-ins that storage.py and tensor.py register import this module)."""
     ForkingPickler.register(Storage, reduce_storage)
     ForkingPickler.register(Tensor, reduce_tensor)
 
@@ -277,3 +278,6 @@ def init_reductions():
 def register_tensor_class(cls):
     """Send instances of a Tensor subclass (e.g. nn.Parameter) as handles too."""
     ForkingPickler.register(cls, reduce_tensor)
+
+
+init_reductions()

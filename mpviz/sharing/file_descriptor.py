@@ -41,8 +41,6 @@ import secrets
 import struct
 import weakref
 
-import numpy as np
-
 from ..errors import SharedMemoryFullError, TooManyFdsError
 from ..trace import recorder
 from .mapping import map_shared
@@ -162,6 +160,7 @@ class FdSegment:
         self.key = key
         _choose_atomic_add()
         self._buf = buf if buf is not None else map_shared(fd, HEADER + max(nbytes, 1))
+        import numpy as np  # here, not at the top: a spawned child that sends no tensor never needs it
         self.array = np.frombuffer(self._buf, dtype=np.uint8, count=nbytes, offset=HEADER)
         token = next(_ids)
         self._finalizer = weakref.finalize(self.array, _let_go, token, fd, name, nbytes, self._buf, key,

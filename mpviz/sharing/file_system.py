@@ -51,8 +51,6 @@ import threading
 import time
 import weakref
 
-import numpy as np
-
 from ..errors import SegmentGoneError, TooManyFdsError
 from ..trace import recorder
 from . import allocator, shm_manager
@@ -100,6 +98,7 @@ class FsSegment:
         self.created = created         # made here (not received): the allocator may park it
         file_descriptor._choose_atomic_add()  # before any fork: see there
         self._buf = buf
+        import numpy as np  # here, not at the top: a spawned child that sends no tensor never needs it
         self.array = np.frombuffer(buf, dtype=np.uint8, count=nbytes, offset=HEADER)
         self._roads = set()            # roads this mapping has seen written in the header
         token = next(_ids)

@@ -17,7 +17,7 @@ import os
 import shutil
 import tempfile
 
-from . import hooks, messages, recorder
+from . import messages, recorder
 from .events import Event, Flow, Hold, LockInfo, ProcessInfo, Segment
 from .events import order as _order
 from .reader import LogReader
@@ -241,6 +241,7 @@ def record(path=None, *, threading_locks=False, hang_after=None):
                          f"{hang_after!r}")
     temporary = path is None
     directory = tempfile.mkdtemp(prefix="mpviz-trace-") if temporary else os.fspath(path)
+    from . import hooks      # (here: reading a trace, as `mpviz trace` does, patches nothing)
     previous = recorder.current_directory()
     trace = Trace(directory)
     ok = recorder.start(directory, "record")
