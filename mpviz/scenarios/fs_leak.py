@@ -82,10 +82,14 @@ def verdict(t, details):
     if left:
         return "leak", (
             f"The victim created {len(details['segments'])} file_system segment(s) and was "
-            f"killed with SIGKILL, so it never dropped its references. With the shm manager "
-            f"off, {len(left)} file(s) were still in /dev/shm {prm['watch_s']} s later (the memory "
-            f"map shows them with no live holder): nobody would ever remove them before a "
-            f"reboot. The scenario's cleanup removed {len(removed)} by hand. Fix: keep the shm "
+            f"killed with SIGKILL, so it never dropped its references. "
+            + (f"With the shm manager off, {len(left)} file(s) were still in /dev/shm "
+               f"{prm['watch_s']} s later (the memory map shows them with no live holder): "
+               f"nobody would ever remove them before a reboot. " if not prm.get("manager") else
+               f"The shm manager was on, yet {len(left)} file(s) were still in /dev/shm "
+               f"{prm['watch_s']} s later: it did not remove them in time (a manager that "
+               f"cannot see this /dev/shm, or a machine too loaded to answer). ")
+            + f"The scenario's cleanup removed {len(removed)} by hand. Fix: keep the shm "
             f"manager on (the default), prefer the file_descriptor strategy, drain queues.")
     return "ok", (
         f"The victim was SIGKILLed holding {len(details['segments'])} file_system segment(s). "

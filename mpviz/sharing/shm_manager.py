@@ -95,10 +95,17 @@ PROTOCOL = 3  # in the address: a manager that speaks older lines never serves n
 
 
 def address():
-    """One manager per user and per ``MPVIZ_SHM_TAG`` (a test run's tag gets its own)."""
+    """One manager per user, per ``MPVIZ_SHM_TAG`` (a test run's tag gets its own) and per
+    /dev/shm: an abstract socket belongs to the network namespace, not the mount namespace, so
+    a container with its own /dev/shm on the host's network would otherwise reach a manager
+    that cannot see (nor unlink) its names. The device number of /dev/shm tells them apart."""
     tag = os.environ.get("MPVIZ_SHM_TAG", "")
     tag = "-" + hashlib.sha1(tag.encode()).hexdigest()[:12] if tag else ""
-    return f"\0mpviz-shm-manager-{os.getuid()}{tag}-v{PROTOCOL}"
+    try:
+        dev = f"-d{os.stat('/dev/shm').st_dev:x}"
+    except OSError:
+        dev = ""
+    return f"\0mpviz-shm-manager-{os.getuid()}{tag}{dev}-v{PROTOCOL}"
 
 
 _enabled = os.environ.get(_ENV, "1") != "0"   # read once: a put asks for every tensor it sends
