@@ -62,3 +62,17 @@ def test_torch_queue_segments_and_fds(strategy, fds):
     assert len(segments) == 4 and {s.nbytes for s in segments} == {256 * 1024}
     assert {s.strategy for s in segments} == {strategy}
     assert sum(e.kind == "fd.send" for e in run.trace.events) == fds
+
+
+@pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="torch is not installed")
+def test_the_memory_map_does_not_claim_torch_still_maps_a_segment():
+    """torch unmaps a storage in C++ (a consumer's `del t`), which no hook sees: the map must
+    not say "maps it" of a torch segment, only that it was mapped and the unmap is unseen."""
+    import mpviz.viz as viz
+    run = trace_program("torch_queue.py", "file_descriptor", hang_after=0)
+    last_attach = max(e.ts_ns for e in run.trace.events if e.kind == "shm.attach")
+    fig = viz.memory_map(run.trace, at=last_attach)
+    texts = [t.get_text() for t in fig.axes[0].texts]
+    assert not any("maps it" in t for t in texts), texts
+    assert sum("mapped it\n(unmap not seen)" in t for t in texts) == 8, texts  # 4 × 2 processes
+    assert texts.count("in use, unless torch\nhas let go (unseen)") == 4, texts

@@ -19,8 +19,10 @@ N, ELEMENTS = 4, 64 * 1024              # 4 tensors of 64 Ki float32 = 256 KiB e
 
 
 def produce(q, done):
+    sent = []                            # keep what was sent: each stays mapped here too
     for i in range(N):
-        q.put(torch.full((ELEMENTS,), float(i)))
+        sent.append(torch.full((ELEMENTS,), float(i)))
+        q.put(sent[-1])
     done.wait()                          # stay alive until the consumer has them all
 
 
@@ -30,11 +32,8 @@ def main():
     q, done = mp.Queue(), mp.Event()
     producer = mp.Process(target=produce, args=(q, done))
     producer.start()
-    total = 0.0
-    for _ in range(N):
-        t = q.get()
-        total += t.sum().item()
-        del t
+    got = [q.get() for _ in range(N)]    # each maps the producer's memory: no bytes copied
+    total = sum(t.sum().item() for t in got)
     done.set()
     producer.join()
     print(f"{strategy}: got {N} tensors of {ELEMENTS * 4 // 1024} KiB, sum {total:.0f}")
