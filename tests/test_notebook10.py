@@ -20,8 +20,9 @@ from mpviz.examples.your_program import HANG_STATUS, trace_program
      "Process-1's main thread must call task_done()"),
     ("hang_task_done.py", ("--fix",), 0, None, None),
 ])
-def test_programs_hang_or_end_as_the_notebook_says(script, args, status, own_line, must_act):
-    run = trace_program(script, *args, hang_after=2)
+def test_programs_hang_or_end_as_the_notebook_says(script, args, status, own_line, must_act,
+                                                   tmp_path):
+    run = trace_program(script, *args, hang_after=2, directory=str(tmp_path))
     assert run.status == status, run.messages
     assert run.hung == (status == HANG_STATUS), run.messages
     if own_line:
@@ -31,8 +32,8 @@ def test_programs_hang_or_end_as_the_notebook_says(script, args, status, own_lin
         assert must_act in run.messages
 
 
-def test_the_join_hang_in_words_names_every_wait_of_the_chain():
-    run = trace_program("hang_join.py", hang_after=2)
+def test_the_join_hang_in_words_names_every_wait_of_the_chain(tmp_path):
+    run = trace_program("hang_join.py", hang_after=2, directory=str(tmp_path))
     words = run.messages
     assert "hang_join.py's main thread waits: join Process-1" in words
     assert ("Process-1's QueueFeederThread waits: write 4 MiB into the full pipe of Queue 1 -- "
@@ -46,8 +47,8 @@ def test_the_join_hang_in_words_names_every_wait_of_the_chain():
     assert not any("sem-" in t for t in texts), texts
 
 
-def test_the_joinable_queue_is_named_as_on_the_timeline():
-    run = trace_program("hang_task_done.py", hang_after=2)
+def test_the_joinable_queue_is_named_as_on_the_timeline(tmp_path):
+    run = trace_program("hang_task_done.py", hang_after=2, directory=str(tmp_path))
     import mpviz.viz as viz
     texts = [t.get_text() for t in viz.wait_for(run.trace).axes[0].texts]
     assert any(t.startswith("Queue 1 (a JoinableQueue)") for t in texts), texts
@@ -55,8 +56,8 @@ def test_the_joinable_queue_is_named_as_on_the_timeline():
 
 @pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="torch is not installed")
 @pytest.mark.parametrize("strategy, fds", [("file_descriptor", 4), ("file_system", 0)])
-def test_torch_queue_segments_and_fds(strategy, fds):
-    run = trace_program("torch_queue.py", strategy, hang_after=0)
+def test_torch_queue_segments_and_fds(strategy, fds, tmp_path):
+    run = trace_program("torch_queue.py", strategy, hang_after=0, directory=str(tmp_path))
     assert run.status == 0, run.messages
     segments = [s for s in run.trace.segments() if s.name.startswith("/torch_")]
     assert len(segments) == 4 and {s.nbytes for s in segments} == {256 * 1024}
@@ -65,11 +66,12 @@ def test_torch_queue_segments_and_fds(strategy, fds):
 
 
 @pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="torch is not installed")
-def test_the_memory_map_does_not_claim_torch_still_maps_a_segment():
+def test_the_memory_map_does_not_claim_torch_still_maps_a_segment(tmp_path):
     """torch unmaps a storage in C++ (a consumer's `del t`), which no hook sees: the map must
     not say "maps it" of a torch segment, only that it was mapped and the unmap is unseen."""
     import mpviz.viz as viz
-    run = trace_program("torch_queue.py", "file_descriptor", hang_after=0)
+    run = trace_program("torch_queue.py", "file_descriptor", hang_after=0,
+                        directory=str(tmp_path))
     last_attach = max(e.ts_ns for e in run.trace.events if e.kind == "shm.attach")
     fig = viz.memory_map(run.trace, at=last_attach)
     texts = [t.get_text() for t in fig.axes[0].texts]
