@@ -78,3 +78,18 @@ def test_the_memory_map_does_not_claim_torch_still_maps_a_segment(tmp_path):
     assert not any("maps it" in t for t in texts), texts
     assert sum("mapped it\n(unmap not seen)" in t for t in texts) == 8, texts  # 4 × 2 processes
     assert texts.count("in use, unless torch\nhas let go (unseen)") == 4, texts
+
+
+@pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="torch is not installed")
+def test_an_event_is_named_event_1_not_by_its_internal_id(tmp_path):
+    """torch_queue.py's producer waits on an Event: the timeline's label and the state's words
+    call it "Event 1", as a queue is "Queue 1", never "event sem-7f…"."""
+    import mpviz.viz as viz
+    run = trace_program("torch_queue.py", "file_descriptor", hang_after=0,
+                        directory=str(tmp_path))
+    texts = [t.get_text() for t in viz.timeline(run.trace).axes[0].texts]
+    assert "waited: Event 1.wait()" in texts, texts
+    assert not any("sem-" in t for t in texts), texts
+    begin = next(e for e in run.trace.events if e.kind == "wait.begin" and e.args["on"] == "event")
+    state = viz.state_at(run.trace, begin.ts_ns + 1)
+    assert [b.what for b in state.blocked if b.on == "event"] == ["Event 1.wait()"]

@@ -170,9 +170,9 @@ MUST = {"process": "must exit", "thread": "must finish", "pipe.write": "must rea
 _OBJECT = {"pipe.write": "{id}\npipe full: {who}",
            "queue.join": "{id} (a JoinableQueue)\nnot every item is task_done(): {who}",
            "pool.result": "Pool job {id}\n{who}",
-           "event": "Event {id}\nwho will set() it: not recorded",
-           "condition": "Condition {id}\nwho will notify() it: not recorded",
-           "barrier": "Barrier {id}\nwho else must arrive: not recorded",
+           "event": "{id}\nwho will set() it: not recorded",
+           "condition": "{id}\nwho will notify() it: not recorded",
+           "barrier": "{id}\nwho else must arrive: not recorded",
            "future": "{id}\nthe executor's worker: not recorded"}
 
 
@@ -199,6 +199,8 @@ def _add_blocked(state, nodes, edges):
         okey = ("lock", f"{b.on}:{b.target}", None)  # drawn as a rounded node, like a lock
         if okey not in nodes:
             name = state.channel_names.get(b.target, b.target)   # "Queue 1", as the timeline
+            if b.on in ("event", "condition", "barrier"):          # "Event 1", as the timeline
+                name = b.what.removesuffix(".wait()")
             text = template.format(id=name, who=who if not actors else "")
             nodes[okey] = ("lock", text.rstrip(": \n"))
         edges.extend((a, okey, MUST.get(b.on, "must act"), "blocked") for a in actors
