@@ -12,7 +12,9 @@ and draws it inline. ``--no-plot``: the notebook draws, the launcher need not (~
     run.show()                                 what the program and the launcher printed
     check_no_hang(run)                         exercise check: exit status 0, no verdict?
     check_handovers(run, guess)                exercise check: how many fds did torch hand over?
+    need_torch()                               True if torch is installed, else says how to get it
 """
+import importlib.util
 import os
 import subprocess
 import sys
@@ -23,7 +25,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 PROGRAMS = os.path.join(ROOT, "notebooks", "programs")
 HANG_STATUS = 124          # the launcher's exit status after a hang verdict (as `timeout`'s)
 
-__all__ = ["trace_program", "TracedRun", "check_no_hang", "check_handovers", "PROGRAMS"]
+__all__ = ["trace_program", "TracedRun", "check_no_hang", "check_handovers", "need_torch",
+           "PROGRAMS"]
 
 
 @dataclass
@@ -70,6 +73,19 @@ def trace_program(script, *args, hang_after=2, directory=None, timeout=60):
     from mpviz.trace import load
     return TracedRun(command, done.returncode, done.stdout, done.stderr, directory,
                      load(directory))
+
+
+def need_torch():
+    """True if torch can be imported here; else print why the torch cells do nothing, and the fix.
+    (``./run workshop`` does not install torch, a download of several hundred MB; ``./run test``
+    does.)"""
+    if importlib.util.find_spec("torch") is not None:
+        return True
+    print("torch is not installed in this environment, so this cell traces nothing. Fix: "
+          "install torch 2.13.0, the version mpviz's hooks were tested with (./run test "
+          "installs it into .venv: the extra 'torch' of pyproject.toml), then restart the "
+          "kernel.")
+    return False
 
 
 def check_no_hang(run):
