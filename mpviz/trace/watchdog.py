@@ -223,6 +223,9 @@ def waits_in_words(trace):
             who = f"{state.labels.get(pid, pid)}'s {state.thread_names.get((pid, tid), tid)}"
             lines.append(f"  {who} waits for {lk.type or 'lock'} {lk.id}"
                          + (f", held by {owners}" if owners else ", which nobody holds"))
+    for b in state.blocked:       # joins, q.join, a full pipe, Events ... (waits.py)
+        lines.append(f"  {_thread_words(state, b.pid, b.tid)} waits: {b.what} -- "
+                     f"{_who_must_act(state, b)}")
     for d in state.deadlocks:
         if d.cycle or "watchdog" not in d.reason:
             lines.append(f"  STUCK FOR GOOD: {d.reason}")
@@ -230,6 +233,22 @@ def waits_in_words(trace):
         return ["Who waits for whom: the trace recorded no wait that was still open (read the "
                 "stacks above: the innermost call is where each thread waits)."]
     return ["Who waits for whom (recorded waits still open when it stopped):"] + lines
+
+
+def _thread_words(state, pid, tid):
+    return f"{state.labels.get(pid, pid)}'s {state.thread_names.get((pid, tid), f'thread {tid}')}"
+
+
+def _who_must_act(state, blocked):
+    """The end of a wait's line: who must act, as the wait-for graph's arrows say it."""
+    from mpviz.viz.wait_for import MUST
+    if blocked.waits_for:
+        who = " or ".join(_thread_words(state, pid, tid) for pid, tid in blocked.waits_for)
+        return f"{who} {MUST.get(blocked.on, 'must act')}"
+    if blocked.on == "pipe.write":
+        name = state.channel_names.get(blocked.target, blocked.target)
+        return f"someone must read {name}, and nobody has read it yet"
+    return "who must act is not recorded"
 
 
 def labels(trace):

@@ -14,6 +14,9 @@ The last column is the segment's fate, worked out by ``state.segment_states``:
   until reboot (unless mpviz's shm manager removes it: pass ``check_os=True`` to look).
 * ``file_descriptor`` segments have no name (the fd is all there is): the kernel frees them when
   the last process unmaps and closes them, so they cannot leak past their processes.
+* Real torch's segments: their creation and mapping are seen (torch_hooks.py), their unmap
+  is not (torch frees a storage in C++). A cell says "mapped it (unmap not seen)", never
+  "maps it", and the fate "in use, unless torch has let go".
 * Nobody maps it is not always lost: a handle to it may still be **in flight** in a queue, and
   arrive later (a producer put a tensor and exited). From the trace alone, a ``file_system``
   segment nobody maps while a message put by one of its holders has not been got yet is drawn
@@ -62,7 +65,9 @@ def memory_map(trace, at=None, ax=None, check_os=False, max_segments=30, title=N
             if s.created_by == p.pid:
                 words.append("created")
             if p.pid in s.mapped_by:
-                words.append("maps it")
+                # torch unmaps in C++, where no hook sees it: mapped once, maybe not now
+                words.append("mapped it\n(unmap not seen)" if s.name in ix.torch_segments
+                             else "maps it")
                 face = COLORS["mapped"]
                 used.add("mapped")
             elif p.pid in s.died_holding:
@@ -84,6 +89,8 @@ def memory_map(trace, at=None, ax=None, check_os=False, max_segments=30, title=N
                 ax.text(c + 0.5, r + 0.5, "\n".join(words) if len(words) > 2 else
                         " · ".join(words), ha="center", va="center", fontsize=7.5)
         status, face, color = _fate(s, ix, t, check_os)
+        if status == "in use" and s.name in ix.torch_segments:
+            status = "in use, unless torch\nhas let go (unseen)"
         used.add({COLORS["leak"]: "leak", COLORS["freed"]: "freed", IN_FLIGHT: "in flight",
                   COLORS["mapped"]: "mapped"}.get(face))
         fates.append(status)

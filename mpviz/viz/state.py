@@ -366,6 +366,7 @@ class _Index:
         self.pool_tasks = [e for e in self.by_kind.get("pool.task", ())]
         self.labels = _make_labels(self.procs, self.watchdogs, self.scripts)
         self.channel_names = _number_channels(self.flows)
+        self.waitable_names = _number_waitables(self.blocked)
         self.failures = self._failures()
         for pid, worker_id in self.dataloader_workers.items():
             self.labels[pid] = f"DataLoader worker {worker_id}"
@@ -553,6 +554,8 @@ class _Index:
             return f"the result of Pool job {target}"
         if on == "future":
             return "a future's result" if str(target).startswith("future-") else f"{target}"
+        if (on, target) in self.waitable_names:          # "Event 1", never its internal id
+            return f"{self.waitable_names[on, target]}.wait()"
         return f"{on} {target}.wait()" if on else "a wait"
 
     def must_act(self, begin, t):
@@ -680,6 +683,18 @@ def _script(argv):
     if not argv or not argv[0]:
         return None
     return "python -c" if argv[0] == "-c" else str(argv[0]).replace("\\", "/").rsplit("/", 1)[-1]
+
+
+def _number_waitables(blocked):
+    """{(kind, id): "Event 1"} for the Events, Conditions and Barriers waited on, numbered per
+    kind in the order of their first wait (their ids are internal: a semaphore's address)."""
+    names = {}
+    for _, _, begin, _ in sorted(blocked, key=lambda b: b[2].ts_ns):
+        key = (begin.args.get("on"), begin.args.get("id"))
+        if key[0] in ("event", "condition", "barrier") and key not in names:
+            n = sum(k[0] == key[0] for k in names) + 1
+            names[key] = f"{key[0].capitalize()} {n}"
+    return names
 
 
 def _cycles(edges):

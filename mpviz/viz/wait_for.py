@@ -164,15 +164,15 @@ def wait_for(trace, at=None, ax=None, title=None):
 
 
 # What the one who must act has to do, per kind of wait (an arrow's word).
-_MUST = {"process": "must exit", "thread": "must finish", "pipe.write": "must read",
+MUST = {"process": "must exit", "thread": "must finish", "pipe.write": "must read",
          "queue.join": "must call task_done()", "pool.result": "must finish its task"}
 # The object in the middle, when there is one: (rounded node text, who must act in words).
-_OBJECT = {"pipe.write": "queue {id}\npipe full: {who}",
-           "queue.join": "JoinableQueue {id}\nnot every item is task_done(): {who}",
+_OBJECT = {"pipe.write": "{id}\npipe full: {who}",
+           "queue.join": "{id} (a JoinableQueue)\nnot every item is task_done(): {who}",
            "pool.result": "Pool job {id}\n{who}",
-           "event": "Event {id}\nwho will set() it: not recorded",
-           "condition": "Condition {id}\nwho will notify() it: not recorded",
-           "barrier": "Barrier {id}\nwho else must arrive: not recorded",
+           "event": "{id}\nwho will set() it: not recorded",
+           "condition": "{id}\nwho will notify() it: not recorded",
+           "barrier": "{id}\nwho else must arrive: not recorded",
            "future": "{id}\nthe executor's worker: not recorded"}
 
 
@@ -192,16 +192,19 @@ def _add_blocked(state, nodes, edges):
             actors.append(akey)
         template = _OBJECT.get(b.on)
         if template is None:                         # a join: straight from the one to the other
-            edges.extend((a, wkey, _MUST.get(b.on, "must act"), "blocked") for a in actors)
+            edges.extend((a, wkey, MUST.get(b.on, "must act"), "blocked") for a in actors)
             continue
         who = "nobody has read it yet" if b.on == "pipe.write" else \
             "no task of it is running" if b.on == "pool.result" else ""
         okey = ("lock", f"{b.on}:{b.target}", None)  # drawn as a rounded node, like a lock
         if okey not in nodes:
-            text = template.format(id=b.target, who=who if not actors else "")
+            name = state.channel_names.get(b.target, b.target)   # "Queue 1", as the timeline
+            if b.on in ("event", "condition", "barrier"):          # "Event 1", as the timeline
+                name = b.what.removesuffix(".wait()")
+            text = template.format(id=name, who=who if not actors else "")
             nodes[okey] = ("lock", text.rstrip(": \n"))
-        edges.extend((a, okey, _MUST.get(b.on, "must act"), "blocked") for a in actors
-                     if (a, okey, _MUST.get(b.on, "must act"), "blocked") not in edges)
+        edges.extend((a, okey, MUST.get(b.on, "must act"), "blocked") for a in actors
+                     if (a, okey, MUST.get(b.on, "must act"), "blocked") not in edges)
         edges.append((okey, wkey, "blocks", "blocked"))
 
 

@@ -1,0 +1,95 @@
+"""Notebook 10's programs behave as its text says, traced through the real CLI.
+
+The notebook runs these under nbval, which checks that its cells run, not what they print;
+these tests check the facts the text states: which programs hang, the exit status, the line
+the verdict names, who the words and the wait-for graph say must act, and how many fds torch
+hands over under each strategy.
+"""
+import importlib.util
+
+import pytest
+
+from mpviz.examples.your_program import HANG_STATUS, trace_program
+
+
+@pytest.mark.parametrize("script, args, status, own_line, must_act", [
+    ("hang_join.py", (), HANG_STATUS, "main (hang_join.py:28)",
+     "Process-1's main thread must exit"),
+    ("hang_join.py", ("--fix",), 0, None, None),
+    ("hang_task_done.py", (), HANG_STATUS, "main (hang_task_done.py:31)",
+     "Process-1's main thread must call task_done()"),
+    ("hang_task_done.py", ("--fix",), 0, None, None),
+])
+def test_programs_hang_or_end_as_the_notebook_says(script, args, status, own_line, must_act,
+                                                   tmp_path):
+    run = trace_program(script, *args, hang_after=2, directory=str(tmp_path))
+    assert run.status == status, run.messages
+    assert run.hung == (status == HANG_STATUS), run.messages
+    if own_line:
+        assert own_line in run.messages
+        # The waits were recorded (the timeline draws them): the words must say so.
+        assert "recorded no wait" not in run.messages
+        assert must_act in run.messages
+
+
+def test_the_join_hang_in_words_names_every_wait_of_the_chain(tmp_path):
+    run = trace_program("hang_join.py", hang_after=2, directory=str(tmp_path))
+    words = run.messages
+    assert "hang_join.py's main thread waits: join Process-1" in words
+    assert ("Process-1's QueueFeederThread waits: write 4 MiB into the full pipe of Queue 1 -- "
+            "someone must read Queue 1, and nobody has read it yet") in words
+    assert "Process-1's main thread waits: join thread QueueFeederThread" in words
+    import mpviz.viz as viz
+    fig = viz.wait_for(run.trace)
+    texts = [t.get_text() for t in fig.axes[0].texts]
+    # the queue is named as on the timeline ("Queue 1"), not by its internal id
+    assert any(t.startswith("Queue 1\npipe full") for t in texts), texts
+    assert not any("sem-" in t for t in texts), texts
+
+
+def test_the_joinable_queue_is_named_as_on_the_timeline(tmp_path):
+    run = trace_program("hang_task_done.py", hang_after=2, directory=str(tmp_path))
+    import mpviz.viz as viz
+    texts = [t.get_text() for t in viz.wait_for(run.trace).axes[0].texts]
+    assert any(t.startswith("Queue 1 (a JoinableQueue)") for t in texts), texts
+
+
+@pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="torch is not installed")
+@pytest.mark.parametrize("strategy, fds", [("file_descriptor", 4), ("file_system", 0)])
+def test_torch_queue_segments_and_fds(strategy, fds, tmp_path):
+    run = trace_program("torch_queue.py", strategy, hang_after=0, directory=str(tmp_path))
+    assert run.status == 0, run.messages
+    segments = [s for s in run.trace.segments() if s.name.startswith("/torch_")]
+    assert len(segments) == 4 and {s.nbytes for s in segments} == {256 * 1024}
+    assert {s.strategy for s in segments} == {strategy}
+    assert sum(e.kind == "fd.send" for e in run.trace.events) == fds
+
+
+@pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="torch is not installed")
+def test_the_memory_map_does_not_claim_torch_still_maps_a_segment(tmp_path):
+    """torch unmaps a storage in C++ (a consumer's `del t`), which no hook sees: the map must
+    not say "maps it" of a torch segment, only that it was mapped and the unmap is unseen."""
+    import mpviz.viz as viz
+    run = trace_program("torch_queue.py", "file_descriptor", hang_after=0,
+                        directory=str(tmp_path))
+    last_attach = max(e.ts_ns for e in run.trace.events if e.kind == "shm.attach")
+    fig = viz.memory_map(run.trace, at=last_attach)
+    texts = [t.get_text() for t in fig.axes[0].texts]
+    assert not any("maps it" in t for t in texts), texts
+    assert sum("mapped it\n(unmap not seen)" in t for t in texts) == 8, texts  # 4 × 2 processes
+    assert texts.count("in use, unless torch\nhas let go (unseen)") == 4, texts
+
+
+@pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="torch is not installed")
+def test_an_event_is_named_event_1_not_by_its_internal_id(tmp_path):
+    """torch_queue.py's producer waits on an Event: the timeline's label and the state's words
+    call it "Event 1", as a queue is "Queue 1", never "event sem-7f…"."""
+    import mpviz.viz as viz
+    run = trace_program("torch_queue.py", "file_descriptor", hang_after=0,
+                        directory=str(tmp_path))
+    texts = [t.get_text() for t in viz.timeline(run.trace).axes[0].texts]
+    assert "waited: Event 1.wait()" in texts, texts
+    assert not any("sem-" in t for t in texts), texts
+    begin = next(e for e in run.trace.events if e.kind == "wait.begin" and e.args["on"] == "event")
+    state = viz.state_at(run.trace, begin.ts_ns + 1)
+    assert [b.what for b in state.blocked if b.on == "event"] == ["Event 1.wait()"]
