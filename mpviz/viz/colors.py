@@ -12,7 +12,8 @@ memory map, the wait-for graph and the Live widget::
     purple   leaked: a segment left in /dev/shm that no live process maps
     crimson  stuck for good: a deadlock, a cycle, a lock nobody can release
     amber    a warning (▼): the producer exited while a consumer held its CUDA memory
-    magenta  ✗ an action that failed: a put or get that raised, a write blocked on a full pipe
+    magenta  ✗ an action that failed (a put or get that raised) or never finished (a write
+             blocked for good on a full pipe in a process the watchdog found stuck)
     black    killed by a signal;  brown: exited with an error code
 
 ``COLORS`` maps a meaning to a colour, ``WORDS`` says each meaning in plain words (used by every
@@ -54,7 +55,7 @@ WORDS = {
     "leak": "leaked: left in /dev/shm, no live process maps it",
     "deadlock": "stuck for good (deadlock)",
     "warning": "warning: the producer exited while a consumer held its CUDA memory",
-    "failed": "this action failed (what failed is written beside it)",
+    "failed": "this action failed, or blocked for good (what, written beside it)",
     "task": "a Pool task running (start → done)",
     "task_failed": "a Pool task whose function raised (start → error)",
     "exit0": "process ran and exited normally (exit 0)",
