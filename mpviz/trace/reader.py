@@ -1,9 +1,9 @@
 """Reading per-process logs back, incrementally, while their writers may still be running.
 
-The file format is described at the top of ``recorder.py``. A ``LogReader`` remembers, per file,
-the offset of the first record it has not yet returned; ``poll()`` lists the directory (new
-processes add new files), reads each file from its offset up to the first length word that is
-still 0, and returns the new events. A live widget can call it many times a second: each call
+The file format is described in ``recorder.py``, above ``encode``. A ``LogReader`` remembers,
+per file, the offset of the first record it has not yet returned; ``poll()`` lists the directory
+(new processes add new files), reads each file from its offset up to the first length word that
+is still 0, and returns the new events. A live widget can call it many times a second: each call
 costs only the new bytes plus one small read per file.
 
 A record counts only when its length fits its chunk, its body's Adler-32 matches the stored
