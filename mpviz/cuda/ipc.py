@@ -309,11 +309,6 @@ def _still_held(st):
 
 # -- what the pictures and the scenarios look at -------------------------------------------------
 
-def backend_of(storage):
-    from . import _backend_module
-    return _backend_module(storage._mem.backend)
-
-
 def stats():
     st = _state
     with st.lock:

@@ -206,9 +206,21 @@ def writer_class():
     """The C Writer if it can be built and loaded (see native.py), else the Python one."""
     if os.environ.get("MPVIZ_PURE_PYTHON", "") not in ("", "0"):
         return Writer
-    from . import native
+    from . import native         # (lazily: writer.c is built, once, when recording starts)
     module = native.load()
-    return module.Writer if module is not None else Writer
+    if module is None:
+        return Writer
+    _connect(module)
+    return module.Writer
+
+
+def _connect(module):
+    """writer.c's hooks keep a copy of ``writer`` (reading this module's global would cost them a
+    lookup per message): give them the current one, and from now on _set_writer tells them."""
+    global _tell_c
+    if _tell_c is None:
+        _tell_c = module.set_writer        # first: a change from now on is told
+        module.set_writer(writer)
 
 
 def writer_name():
@@ -433,16 +445,15 @@ def _shorten(text, most):
 
 
 def _set_writer(w):
-    """Every change of `writer` goes through here, and ``ENABLED`` follows it: writer.c's hooks
-    keep a copy of it (reading this module's global costs them a lookup per message), given by
-    native.load()."""
+    """Every change of `writer` goes through here, and ``ENABLED`` follows it; writer.c's hooks
+    are told too, once connected (see _connect)."""
     global writer, ENABLED
     writer, ENABLED = w, w is not None
     if _tell_c is not None:
         _tell_c(w)
 
 
-_tell_c = None           # writer.c's set_writer, once native.load() has loaded it
+_tell_c = None           # writer.c's set_writer, once _connect has connected it
 
 
 def _fail(message):
