@@ -51,7 +51,8 @@ KINDS = {
         "a stdlib Queue's feeder thread, as it writes the message (writer.c's Tap, in C)"),
     "queue.handles": Kind(
         "handles",
-        "writer.c's Pickler in the feeder thread, just before that write's queue.feed"),
+        "the feeder thread's pickler where writer.c records (messages._CountingPickler), "
+        "just before that write's queue.feed"),
     "queue.get": Kind(
         "queue, msg (a Queue's is the matching write's, set by Trace), nbytes, sig",
         "the getter, as it reads (Queue; writer.c's Tap) or unpickles (envelopes)"),
@@ -85,7 +86,8 @@ KINDS = {
     "shm.handle": Kind(
         "name, strategy, nbytes, via, token, torch",
         "torch_hooks.py, in the pickling thread: the message it pickles carries a handle"),
-    "copy": Kind("name, strategy, nbytes, via, torch", "mpviz.storage: bytes copied into shm"),
+    "copy": Kind("name, strategy, nbytes, via, torch",
+                 "mpviz.storage (and torch_hooks.py): bytes copied into shm"),
     "fd.send": Kind("name, token, peer, nbytes, via ('resource_sharer'), torch",
                     "the sender of an fd over SCM_RIGHTS (reductions.py; torch_hooks.py)"),
     "fd.recv": Kind("name, token, peer, nbytes, via, torch",
