@@ -1,11 +1,15 @@
 """``python -m mpviz``: the command line.
 
-Subcommands live in a registry, so adding one is three steps: write ``add_arguments(parser)`` and
-``run(args) -> exit status``, then call ``register("name", "one-line help", add_arguments, run)``
-at the bottom of this module (or from another module imported here)::
+Every subcommand is one row of ``COMMANDS``, the table at the bottom of this module: its name,
+a one-line help, ``add_arguments(parser)`` and ``run(args) -> exit status``. Adding one: write
+those two functions (here, or in the module of what it runs) and add a row. (``register()`` adds
+a row at run time, for an extension.)::
 
     python -m mpviz trace [-o DIR] [--hang-after S] [--plot | --no-plot] -- python script.py ...
                                           record an unmodified program (mpviz/trace/launcher.py)
+    python -m mpviz list [-v]             the teaching scenarios (mpviz/scenarios/cli.py)
+    python -m mpviz run NAME [--param value ...]
+                                          run one of them, print its verdict
 
 ``main(argv=None)`` parses `argv` (default ``sys.argv[1:]``) and returns the subcommand's status.
 """
@@ -13,7 +17,7 @@ import argparse
 import os
 import sys
 
-COMMANDS = {}     # name -> (help, add_arguments, run)
+from .scenarios import cli as scenarios_cli
 
 
 def register(name, help, add_arguments, run):
@@ -99,7 +103,13 @@ def _trace_run(args):
         return 2
 
 
-register("trace", "record an unmodified Python program, its child processes included",
-         _trace_arguments, _trace_run)
+# --- the subcommands: name -> (one-line help, add_arguments(parser), run(args)) -------------
 
-from mpviz.scenarios import cli as _scenarios_cli  # noqa: E402,F401 - registers list and run
+COMMANDS = {
+    "trace": ("record an unmodified Python program, its child processes included",
+              _trace_arguments, _trace_run),
+    "list": ("list the teaching scenarios and their parameters",
+             scenarios_cli.list_arguments, scenarios_cli.list_command),
+    "run": ("run one teaching scenario and print its verdict",
+            scenarios_cli.run_arguments, scenarios_cli.run_command),
+}

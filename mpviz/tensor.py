@@ -23,7 +23,6 @@ from .storage import Storage
 float16, float32, float64 = np.dtype("float16"), np.dtype("float32"), np.dtype("float64")
 int8, int16, int32, int64 = np.dtype("int8"), np.dtype("int16"), np.dtype("int32"), np.dtype("int64")
 uint8, bool_ = np.dtype("uint8"), np.dtype("bool")
-_DEFAULT_FLOAT = float32
 
 
 class Size(tuple):

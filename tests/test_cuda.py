@@ -16,6 +16,7 @@ import pytest
 
 import mpviz
 import mpviz.cuda as cuda
+from mpviz.cuda import backends
 import mpviz.multiprocessing as mp
 from mpviz.cuda import cupy_backend
 
@@ -59,7 +60,7 @@ def backend(request, driver_files):
         os.environ.pop(cuda._ENV_BACKEND, None)
     else:
         os.environ[cuda._ENV_BACKEND] = old
-    cuda._chosen = None
+    backends.forget()                    # choose again, from the environment
 
 
 @pytest.fixture

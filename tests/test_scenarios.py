@@ -1,9 +1,9 @@
 """The teaching scenarios: both sides of every flip, their time bound, and nothing left behind.
 
 Each case of the catalog runs twice, once on each side of the parameter that flips its outcome
-(the last column of DESIGN.md's table; for cases without a flip, two settings that both teach
-"ok"). After every run: the outcome is the expected one, the run took at most 30 s, no process
-of its session is alive, and none of the /dev/shm segments its trace created is still there
+(``FLIPS`` below; for cases without a flip, two settings that both teach "ok"). After every
+run: the outcome is the expected one, the run took at most 30 s, no process of its session is
+alive, and none of the /dev/shm segments its trace created is still there
 (the autouse leak check in conftest.py also checks /dev/shm, our fds and our children).
 """
 import os
@@ -24,7 +24,7 @@ DESIGN_NAMES = [
     "notebook-function", "pool-chunksize", "hogwild", "cuda-producer-exits", "cuda-repass",
     "cuda-same-queue", "cuda-release-late",
 ]
-# the pitfalls added after the table; their flips are run in tests/test_pitfalls.py
+# the pitfalls, catalogued after the cases above; their flips are run in tests/test_pitfalls.py
 PITFALL_NAMES = ["cuda-in-forked-child", "autograd-fork", "small-shm", "oom-killed",
                  "forkserver-default", "non-leaf-put"]
 

@@ -11,7 +11,7 @@ stderr. Both backends follow the same lifetime rules, enforced by the same code:
       ├── refcount.py   the counters: one shared file of int64 slots per producer
       ├── storage.py    CudaStorage: a Storage whose bytes are a device block or a mapping of one
       ├── errors.py     what is raised, and what to do instead
-      └── backends, chosen once:
+      └── backends.py   which backend, chosen once per process, looked up by name:
             cupy_backend.py   cudaMalloc / cudaIpcGetMemHandle / cudaIpcOpenMemHandle via CuPy
             simulator.py      the same on shared memory, with poison where a GPU would fault
 
@@ -39,7 +39,7 @@ from multiprocessing.reduction import ForkingPickler
 import numpy as np
 
 from ..tensor import Tensor, _contiguous_strides
-from . import ipc, simulator
+from . import backends, ipc, simulator
 from .errors import (CudaForkError, CudaHandleInvalidError, CudaResendError,  # noqa: F401
                      CudaSameProcessError)
 from .storage import CudaStorage
@@ -49,54 +49,10 @@ __all__ = ["is_available", "is_initialized", "backend", "device_count", "current
            "CudaStorage", "CudaResendError", "CudaSameProcessError", "CudaHandleInvalidError",
            "CudaForkError"]
 
-_ENV_BACKEND = "MPVIZ_CUDA_BACKEND"          # "cupy", "simulator", or unset: choose
+_ENV_BACKEND = backends.ENV                  # "cupy", "simulator", or unset: choose
 _ENV_NOTICE = "MPVIZ_CUDA_SIMULATOR_NOTICE"  # set once the simulator's notice was printed
-
-_chosen = None   # the backend module of this process
-_reason = None   # why the simulator was chosen
-
-
-# -- choosing the backend (once) --------------------------------------------------------------------
-
-def _backend_module(name):
-    if name == simulator.NAME:
-        return simulator
-    if name == "cupy":
-        from . import cupy_backend
-        return cupy_backend
-    raise ValueError(f"unknown CUDA backend {name!r}: expected 'cupy' or 'simulator'")
-
-
-def _choose():
-    global _chosen, _reason
-    if _chosen is not None:
-        return _chosen
-    from . import cupy_backend
-    wanted = os.environ.get(_ENV_BACKEND, "").strip().lower()
-    if wanted not in ("", "cupy", "simulator"):
-        raise ValueError(f"{_ENV_BACKEND}={wanted!r} is not a CUDA backend: set it to 'cupy', "
-                         f"'simulator', or leave it unset to use a GPU when there is one")
-    if wanted == "simulator":
-        _chosen, _reason = simulator, f"{_ENV_BACKEND}=simulator"
-        return _chosen
-    problem = cupy_backend.probe()
-    if problem is None:
-        _chosen = cupy_backend
-    elif wanted == "cupy":
-        raise RuntimeError(f"{_ENV_BACKEND}=cupy, but CuPy cannot use a GPU here: {problem}. "
-                           f"Fix: unset {_ENV_BACKEND} to use the simulator, or install CuPy "
-                           f"for your CUDA version (pip install cupy-cuda12x).")
-    else:
-        _chosen, _reason = simulator, problem
-    return _chosen
-
-
-def _select(name):
-    """Switch this process (and children started after) to backend `name`. For tests."""
-    global _chosen
-    os.environ[_ENV_BACKEND] = name
-    _chosen = None
-    _choose()
+_choose = backends.choose                    # the backend, chosen once (backends.py)
+_select = backends.select                    # for tests: switch this process's backend
 
 
 def backend():
@@ -112,7 +68,7 @@ def is_available():
 def why_simulator():
     """Why this process uses the simulator (None when it uses a GPU)."""
     _choose()
-    return _reason if _chosen is simulator else None
+    return backends.reason if backends.chosen is simulator else None
 
 
 def is_initialized():
@@ -161,7 +117,7 @@ def _device_index(device):
 def _notice(chosen):
     if chosen is simulator and not os.environ.get(_ENV_NOTICE):
         os.environ[_ENV_NOTICE] = "shown"  # children started from now on stay quiet too
-        print(f"[mpviz.cuda] no GPU here ({_reason}): .cuda() uses the CUDA IPC simulator - device "
+        print(f"[mpviz.cuda] no GPU here ({backends.reason}): .cuda() uses the CUDA IPC simulator - device "
               f"memory is shared memory in /dev/shm, with real IPC handles, reference counts and "
               f"CUDA's lifetime rules.", file=sys.stderr, flush=True)
 
@@ -191,7 +147,7 @@ def to_device(tensor, device="cuda"):
 
 def to_host(tensor):
     """A copy of CUDA `tensor` in host memory (``Tensor.cpu()``)."""
-    array = ipc.backend_of(tensor._storage).to_numpy(tensor._np)
+    array = backends.of(tensor._storage).to_numpy(tensor._np)
     return Tensor._wrap(np.asarray(array), requires_grad=tensor.requires_grad)
 
 
@@ -205,7 +161,7 @@ def reduce_tensor(tensor):
 
 
 def rebuild_cuda_tensor(cls, handle, offset, shape, strides, dtype, requires_grad, grad):
-    storage = ipc.rebuild(_backend_module(handle[0]), *handle[1:])
+    storage = ipc.rebuild(backends.by_name(handle[0]), *handle[1:])
     tensor = Tensor.__new__(cls)
     Tensor.__init__(tensor, storage, offset, shape, strides, dtype, requires_grad)
     tensor.grad = grad
@@ -236,7 +192,7 @@ def memory_stats():
     how many times sent), the blocks it holds from other processes (valid or poisoned), and totals.
     """
     stats = ipc.stats()
-    stats["backend"] = _chosen.NAME if _chosen is not None else None
+    stats["backend"] = backends.chosen.NAME if backends.chosen is not None else None
     return stats
 
 

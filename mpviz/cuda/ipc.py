@@ -23,13 +23,9 @@ Rules (torch's ``CudaIPCTypes.cpp`` and ``reductions.py``, enforced the same way
    ``Producer process has been terminated before all shared CUDA tensors released`` and frees
    everything anyway (a process's device memory dies with it); consumers still mapping a block
    now read poison. It does not wait: a consumer that is itself about to exit is still too late
-   (the seed's bad-practice example, where both sleep 2 s, warns here every time).
-   What torch 2.11 did on an H100 (the oracle tests in tests/test_cuda.py, and probe programs):
-   it warned every time the consumer held the tensor when the producer exited normally (7 of 7;
-   a producer leaving by ``os._exit`` prints nothing); in the seed's sleep-based race it warned
-   in 1 of 4 runs. It also warns when the *main* process exits still holding a tensor it once sent,
-   although every consumer has let go and exited (9 runs of 9, of three such programs), a false
-   alarm users report (e.g. Vox-Fusion#9). mpviz warns only while a consumer holds a block.
+   (the seed's bad-practice example, where both sleep 2 s, warns here every time). torch also
+   warns when no consumer holds the block any more (a false alarm users report; what torch did,
+   run by run: docs/PERFORMANCE.md); mpviz warns only while a consumer holds a block.
 4. **No re-sending.** A received CUDA tensor cannot be sent on (its producer could not count the
    third process): :class:`~mpviz.cuda.errors.CudaResendError`, "Consider cloning before sending".
 5. **Not to yourself.** Getting back one's own CUDA tensor from a queue raises
@@ -312,11 +308,6 @@ def _still_held(st):
 
 
 # -- what the pictures and the scenarios look at -------------------------------------------------
-
-def backend_of(storage):
-    from . import _backend_module
-    return _backend_module(storage._mem.backend)
-
 
 def stats():
     st = _state

@@ -25,9 +25,11 @@ its own mapping without a lock — nobody is left to race with.
 
 Adapted from torch's ``CudaIPCRefCountersFile`` (``torch/csrc/CudaIPCTypes.cpp``: files named
 ``/torch_<pid>_<rand>`` of ``CUDA_IPC_REF_COUNTER_FILE_SIZE`` = 10000 int64 slots, a new file when
-one is full). Simplified: 1024 slots; a lock per update instead of an atomic add, because Python
-has no atomics on shared memory; torch sets a slot to 1 per sent block and relies on the
-receive-side cache, mpviz counts each handle.
+one is full). Simplified: 1024 slots; an ``fcntl`` lock on the slot per update instead of
+torch's atomic add (mpviz's shm segments count with one, sharing/atomic.c; a slot changes
+only once per handle, and a lock on its 8 bytes is the plainest correct update to read);
+torch sets a slot to 1 per sent block and relies on the receive-side cache, mpviz counts each
+handle.
 """
 import errno
 import fcntl

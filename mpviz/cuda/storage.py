@@ -17,6 +17,7 @@ It answers the same questions as :class:`mpviz.storage.Storage` — views, offse
 import numpy as np
 
 from ..storage import Storage
+from . import backends
 
 
 class CudaStorage(Storage):
@@ -69,12 +70,12 @@ class CudaStorage(Storage):
             f"IPC handles to this exact block. Fix: make a new tensor of the size you need.")
 
     def clone(self):
+        # (lazily: mpviz.cuda imports this module; its to_device_bytes picks the device, allocates)
         from . import to_device_bytes
         return to_device_bytes(self._host_bytes(), self.device)
 
     def _host_bytes(self):
-        from . import ipc
-        return np.asarray(ipc.backend_of(self).to_numpy(self._mem.bytes), dtype=np.uint8)
+        return np.asarray(backends.of(self).to_numpy(self._mem.bytes), dtype=np.uint8)
 
     def tolist(self):
         return self._host_bytes().tolist()

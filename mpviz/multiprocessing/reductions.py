@@ -4,25 +4,28 @@
 Process arguments under spawn/forkserver) with its ``ForkingPickler``. ``init_reductions()``
 registers two functions with it, so every one of those roads carries handles::
 
-    reduce_tensor(t)   ->  rebuild, ("tensor", class, <storage>, offset, shape, strides, dtype, grad)
+    reduce_tensor(t)   ->  rebuild, ("tensor", class (None: Tensor), <storage>, offset, shape,
+                                     strides, dtype code, requires_grad, grad)
     reduce_storage(s)  ->  s.share_memory_()  (moves the bytes, in place, if they were private)
                            then by strategy:
-                             file_descriptor: rebuild, ("storage_fd", sender address, token, inode, …)
-                             file_system:     rebuild, ("storage_filename", "/mpviz_…", nbytes, …)
+                             file_descriptor: rebuild, ("storage_fd", sender's address, sender
+                                              pid, key (strategy, device, inode), token, nbytes,
+                                              name)
+                             file_system:     rebuild, ("storage_filename", "/mpviz_…", nbytes,
+                                              sender pid)
 
 **One function in every handle.** Each *different* function or class named in a pickle costs
 about 1.5 µs to write and as much to read, whatever it is: the pickler imports its module to check
 that the name finds the same object, the unpickler looks it up. The same one named twice costs
 nothing the second time (the pickle refers back to it). So all handles name one function,
 :func:`rebuild`, with the kind of thing to rebuild as its first argument, and a plain ``Tensor``
-sends ``None`` for its class. A tensor's handle names one function instead of three, which
-saves ~12 µs of a round trip's ~100 µs (measured with ``pickle.loads``/``dumps`` in issue #8).
+sends ``None`` for its class. A tensor's handle names one function instead of three (what that
+saves: docs/PERFORMANCE.md).
 
 **Shorter still: no pickle at all.** mpviz's own ``Queue`` sends a lone plain tensor as its
 *short handle* — the same facts as one flat tuple, ``marshal``-ed (:func:`pack_tensor`,
 :func:`unpack_tensor`): no reducer called from C, no function named. Pickle's share of the cost
-was most of it (~68,000 instructions to pickle and unpickle a tensor's handle, counted with
-valgrind; ~41,000 the short way, with the cache, counts and offer around it).
+was most of it (the counts: docs/PERFORMANCE.md).
 
 A tensor and its views name the *same* storage object, which pickle writes once per message: so
 views arrive as views of one storage. The ``rebuild_*`` functions look in the receive cache

@@ -32,7 +32,8 @@ import importlib
 
 from .base import OUTCOMES, Param, Result, ScenarioInfo, coerce
 
-# name -> module, in the order of the catalog table in DESIGN.md (names are stable)
+# name -> module, in the order catalog() lists them; names are stable (notebooks, tests and
+# the CLI call a case by its name)
 SCENARIOS = {
     "queue-sharing": "queue_sharing",
     "grad-sharing": "grad_sharing",

@@ -6,21 +6,20 @@
 
 ``run`` exits 0 when the case ran (whatever its lesson's outcome: an ``error`` or a
 ``deadlock`` *is* the lesson), 1 when mpviz itself failed to run it, 2 for bad usage.
+mpviz/cli.py's table of subcommands names these functions; this module does not import it.
 """
 import argparse
 import os
 import sys
 import textwrap
 
-from ..cli import register
 
-
-def _list_arguments(parser):
+def list_arguments(parser):
     parser.add_argument("-v", "--verbose", action="store_true",
                         help="also show each parameter's help")
 
 
-def _list_run(args):
+def list_command(args):
     from . import catalog
     for info in catalog():
         print(f"{info.name:22s} {info.summary}")
@@ -33,7 +32,7 @@ def _list_run(args):
     return 0
 
 
-def _run_arguments(parser):
+def run_arguments(parser):
     parser.add_argument("name", help="scenario name (see `python -m mpviz list`)")
     parser.add_argument("options", nargs=argparse.REMAINDER, metavar="--param value",
                         help="scenario parameters, e.g. --strategy file_system; also "
@@ -67,7 +66,7 @@ def parse_options(tokens):
     return params, plot, trace_dir
 
 
-def _run_run(args):
+def run_command(args):
     from . import start
     try:
         params, plot, trace_dir = parse_options(args.options)
@@ -146,7 +145,3 @@ def _plot(result, path):
         return False
     print(f"timeline: {os.path.abspath(path)}")
     return True
-
-
-register("list", "list the teaching scenarios and their parameters", _list_arguments, _list_run)
-register("run", "run one teaching scenario and print its verdict", _run_arguments, _run_run)

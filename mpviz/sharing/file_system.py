@@ -15,9 +15,9 @@ How it works::
 * Pickling a storage adds 1 for the handle in flight; the receiver that opens it by name takes
   that reference over. Each holder that lets go (its last NumPy view of the bytes is gone)
   subtracts 1; **whoever brings it to 0 unlinks the name**. Every holder maps the header, so
-  the count is changed with one atomic add on the mapped page (``lock xadd`` on x86, through
-  ``libatomic``): no system call, two processes never lose an update. Where there is no
-  ``libatomic``, an ``fcntl`` lock on the segment does the same job at ~15 µs per update.
+  the count is changed with one atomic add on the mapped page (``lock xadd`` on x86: atomic.c,
+  else ``libatomic`` through ctypes): no system call, two processes never lose an update. Where
+  neither is there, an ``fcntl`` lock on the segment does the same job at ~15 µs per update.
 * A process killed by SIGKILL never subtracts its 1: the name would stay in /dev/shm until the
   machine reboots. That is the leak the :mod:`~mpviz.sharing.shm_manager` exists for — every holder
   tells it what it holds, and it unlinks what no live process holds and no handle in flight

@@ -1,82 +1,10 @@
 """What a trace is made of: events, and the records derived from them.
 
 An ``Event`` is ``(ts_ns, pid, tid, kind, args)``: when (``time.monotonic_ns()``), which process and
-OS thread, what happened, and a dict of JSON-able details. The vocabulary, by who emits it:
-
-    kind                 args                                        emitted by
-    -------------------  ------------------------------------------  -------------------------------
-    process.start        how (record/fork/spawn/forkserver/exec),     the process itself, when it
-                         ppid, name, argv                             starts recording
-    process.launch       child, name, start_method                   the parent, in Process.start
-    process.bootstrap    name, target                                the child, entering _bootstrap
-    process.exit         exitcode                                    the child, leaving _bootstrap
-                                                                     (or atexit for a traced script)
-    process.reaped       child, exitcode, signal (e.g. "SIGKILL")    the parent, on join/is_alive:
-                                                                     also sees children that were
-                                                                     killed and wrote no exit
-    thread.start         name, ident, daemon                         the new thread
-    thread.exit          name, ident                                 the ending thread
-    queue.put            queue, msg, nbytes (SimpleQueue, mpviz      the putting thread
-                         Queue; a stdlib Queue pickles later: see
-                         queue.feed), sig (when put wrote the pipe)
-    (queue.put, queue.feed and pipe.send also carry ``handles``: how many shared-memory or
-     CUDA handles pickling the message made, when it made any -- what the message carried)
-    queue.handles        handles                                     writer.c's feeder, just
-                                                                     before that write's
-                                                                     queue.feed (see messages)
-    queue.put_failed     queue, msg, error (e.g. "Full")             the putting thread, when a
-                                                                     recorded put raised: the
-                                                                     message never entered
-                                                                     (mpviz's Queue: msg None,
-                                                                     no queue.put before it)
-    queue.get_failed     queue, error                                mpviz's Queue.get, when the
-                                                                     bytes it read could not be
-                                                                     rebuilt (sender exited ...)
-    queue.feed           queue, msg, nbytes, sig                     the queue's feeder thread,
-                                                                     as it writes the message
-    queue.get            queue, msg (Queue: nbytes, sig; msg is      the getter, as it reads (Queue)
-                         the matching write's, set by Trace)          or unpickles (envelopes)
-    pipe.send            pipe, msg, nbytes                           the sender (Connection.send)
-    pipe.recv            pipe, msg                                   the receiver, as it unpickles
-    shm.create           name, strategy, nbytes                      the core (mpviz.storage/sharing)
-    shm.attach/detach    name, strategy, nbytes                      the core
-    shm.unlink           name, strategy, nbytes                      the core
-    copy                 nbytes, name                                the core: bytes copied into shm
-    fd.send / fd.recv    name, peer                                  the core: SCM_RIGHTS transfers
-    lock.wait            lock, type, timeout, name (the waiter's     a thread that found it taken
-                         variable for it, when found)
-    lock.acquire         lock, type                                  the new owner (event's tid)
-    lock.timeout         lock, type                                  a waiter that gave up
-    lock.release         lock, type                                  the owner
-    wait.begin           on (process, queue.join, event, condition,   a thread about to block
-                         barrier, pool.result, future, pipe.write,    (waits.py); none when the
-                         thread), id (what is waited on: a pid, a     wait cannot block
-                         queue or lock id, a Pool job, an OS thread
-                         id), name/nbytes/timeout where known
-    wait.end             on, id, ok (False: timed out or raised),     the same thread, when the
-                         error                                        wait returns
-    pool.task            phase (submit/start/done), job, index,      submit: the Pool's task thread;
-                         chunk, func, ok (done only)                  start/done: the worker
-    cuda.alloc / cuda.free, cuda.ipc_open / cuda.ipc_close           the core's CUDA backends
-    watchdog.stuck       pid, stacks                                 a scenario's watchdog
-
-Real torch's sharing (``torch_hooks.py``; every such event has ``torch=True``; names are torch's,
-``/torch_<pid>_<rand>_<n>``): shm.create (``via``: reduce_storage / share_memory_ / _new_shared),
-copy, shm.attach (``how="fork"``: inherited), shm.cache (``hit``), fd.send / fd.recv (``token``,
-``via="resource_sharer"``), and
-
-    shm.handle           name, strategy, nbytes, via, token          the pickling thread: the
-                                                                     message it pickles carries a
-                                                                     handle (its next queue.feed,
-                                                                     pipe.send or queue.put)
-    torch.share_memory   module, tensors, nbytes                     Module.share_memory()
-    dataloader.worker    phase (start/exit), worker_id, num_workers  a DataLoader worker
-    torch.unsupported    version, supported, reason                  a torch these hooks do not
-                                                                     know: nothing of torch's
-                                                                     sharing is recorded
-    torch.hook_failed    error, reason                               a hook raised: torch's
-                                                                     sharing stops being recorded
-    mark                 name, anything else                         mpviz.trace.mark(...)
+OS thread, what happened, and a dict of JSON-able details. ``KINDS`` below is the vocabulary:
+every kind the code emits, the args it may carry, and who emits it -- one table, checked against
+the source by tests/test_events_table.py (a kind emitted but missing here, or listed here but
+never emitted, or an arg not named in its row, fails that test).
 
 ``msg`` ids are ``"<pid>.<n>"`` strings, unique in a trace: a put and its get carry the same one,
 which is how ``Trace.flows()`` links them across processes. A Queue's get learns its ``msg`` when
@@ -85,6 +13,145 @@ the trace is read: the n-th read of a pipe is its n-th write (:func:`messages.li
 its address under fork), so every process computes the same id for the same queue or lock.
 """
 from typing import NamedTuple, Optional
+
+
+class Kind(NamedTuple):
+    """One row of ``KINDS``: the args an event of this kind may carry, and who emits it."""
+    args: str          # the arg names, comma-separated, each with a note in brackets if needed
+    emitted_by: str
+
+
+KINDS = {
+    # -- processes and threads ------------------------------------------------------------
+    "process.start": Kind(
+        "how (record/fork/spawn/forkserver/exec, or an observer's name), ppid, name, argv",
+        "the process itself, when it starts recording (recorder.start; a SideLog too)"),
+    "process.launch": Kind(
+        "child, name, start_method, socket (torch_shm_manager's), torch",
+        "the parent, in Process.start (hooks.py); the trace launcher (start_method 'exec'); "
+        "torch_hooks.py for torch_shm_manager"),
+    "process.bootstrap": Kind("name, target", "the child, entering _bootstrap (hooks.py)"),
+    "process.exit": Kind(
+        "exitcode, how ('atexit': a traced script)",
+        "the child, leaving _bootstrap (hooks.py); atexit in a traced script (autostart)"),
+    "process.reaped": Kind(
+        "child, exitcode, signal (e.g. 'SIGKILL'), by ('watchdog')",
+        "the parent, on join/is_alive: also sees children killed before they wrote an exit; "
+        "the launcher; the launcher's watchdog for what it killed"),
+    "thread.start": Kind("name, ident, daemon", "the new thread (hooks.py)"),
+    "thread.exit": Kind("name, ident", "the ending thread (hooks.py)"),
+
+    # -- messages: queues and pipes (messages.py, and writer.c's hooks) ---------------------
+    "queue.put": Kind(
+        "queue, msg, nbytes, sig (when put wrote the pipe itself), handles",
+        "the putting thread (SimpleQueue, mpviz's Queue; a stdlib Queue pickles later: "
+        "see queue.feed); writer.c's Hook, in C"),
+    "queue.feed": Kind(
+        "queue, msg, nbytes, sig, handles",
+        "a stdlib Queue's feeder thread, as it writes the message (writer.c's Tap, in C)"),
+    "queue.handles": Kind(
+        "handles",
+        "the feeder thread's pickler where writer.c records (messages._CountingPickler), "
+        "just before that write's queue.feed"),
+    "queue.get": Kind(
+        "queue, msg (a Queue's is the matching write's, set by Trace), nbytes, sig",
+        "the getter, as it reads (Queue; writer.c's Tap) or unpickles (envelopes)"),
+    "queue.put_failed": Kind(
+        "queue, msg (None for mpviz's Queue), error (e.g. 'Full')",
+        "the putting thread, when a recorded put raised: the message never entered"),
+    "queue.get_failed": Kind(
+        "queue, error",
+        "mpviz's Queue.get, when the bytes it read could not be rebuilt (sender exited ...)"),
+    "pipe.send": Kind("pipe, msg, nbytes, handles", "the sender (Connection.send)"),
+    "pipe.recv": Kind("pipe, msg", "the receiver, as it unpickles"),
+    "pool.task": Kind(
+        "phase (submit/start/done), job, index, chunk, func, ok (done only)",
+        "submit: the Pool's task thread; start/done: the worker"),
+
+    # -- shared memory and fds (mpviz.storage, sharing, reductions; torch_hooks.py) -----------
+    "shm.create": Kind("name, strategy, nbytes, via (torch's), torch",
+                       "whoever makes a segment: sharing, cuda/refcount.py, torch_hooks.py"),
+    "shm.attach": Kind(
+        "name, strategy, nbytes, kept (revived from the cache), how ('fork': inherited), torch",
+        "a process that maps a segment it did not make"),
+    "shm.detach": Kind("name, strategy, nbytes", "a process that unmaps a segment"),
+    "shm.unlink": Kind(
+        "name, strategy, by (refcount / producer / shm manager)",
+        "whoever removes the name: the last count (file_system), the CUDA producer's counts, "
+        "a scenario that watched the shm manager do it"),
+    "shm.cache": Kind(
+        "hit, kept, received, name, strategy, nbytes, torch",
+        "the allocator's cache: a lookup (hit), a segment kept (kept) or a received one "
+        "reused (received); torch_hooks.py for torch's shared_cache"),
+    "shm.handle": Kind(
+        "name, strategy, nbytes, via, token, torch",
+        "torch_hooks.py, in the pickling thread: the message it pickles carries a handle"),
+    "copy": Kind("name, strategy, nbytes, via, torch",
+                 "mpviz.storage (and torch_hooks.py): bytes copied into shm"),
+    "fd.send": Kind("name, token, peer, nbytes, via ('resource_sharer'), torch",
+                    "the sender of an fd over SCM_RIGHTS (reductions.py; torch_hooks.py)"),
+    "fd.recv": Kind("name, token, peer, nbytes, via, torch",
+                    "the receiver of an fd (reductions.py; torch_hooks.py)"),
+
+    # -- locks and waits (locks.py, waits.py) --------------------------------------------------
+    "lock.wait": Kind("lock, type, timeout, name (the waiter's variable for it, when found)",
+                      "a thread that found the lock taken"),
+    "lock.acquire": Kind("lock, type", "the new owner (the event's tid)"),
+    "lock.timeout": Kind("lock, type", "a waiter that gave up"),
+    "lock.release": Kind("lock, type", "the owner"),
+    "wait.begin": Kind(
+        "on (process, queue.join, event, condition, barrier, pool.result, future, pipe.write, "
+        "thread), id (a pid, a queue or lock id, a Pool job, an OS thread id), name, nbytes, "
+        "timeout",
+        "a thread about to block (none when the wait cannot block)"),
+    "wait.end": Kind("on, id, ok (False: timed out or raised), error",
+                     "the same thread, when the wait returns"),
+
+    # -- CUDA (cuda/ipc.py: the backends' blocks and their IPC handles) -------------------------
+    "cuda.alloc": Kind("block, nbytes, device, backend", "the producer, allocating a block"),
+    "cuda.send": Kind("block, nbytes, count", "the producer, pickling a handle to a block"),
+    "cuda.limbo": Kind("block, nbytes, count",
+                       "the producer, letting go of a block that consumers still count"),
+    "cuda.free": Kind("block, nbytes, reason", "the producer, freeing a block"),
+    "cuda.ipc_open": Kind("block, nbytes, producer, count", "a consumer, opening a handle"),
+    "cuda.ipc_close": Kind("block, producer, count", "a consumer, closing a handle"),
+    "cuda.warning": Kind("message, blocks",
+                         "a producer exiting while consumers still hold its blocks"),
+
+    # -- real torch (torch_hooks.py; every such event also has torch=True) ------------------------
+    "torch.share_memory": Kind("module, tensors, nbytes, torch", "Module.share_memory()"),
+    "dataloader.worker": Kind("phase (start/exit), worker_id, num_workers, torch",
+                              "a DataLoader worker"),
+    "torch.unsupported": Kind("version, supported, reason, torch",
+                              "a torch these hooks do not know: nothing of its sharing is "
+                              "recorded"),
+    "torch.hook_failed": Kind("error, reason, torch",
+                              "a hook raised: torch's sharing stops being recorded"),
+
+    # -- the recorder, observers, users ------------------------------------------------------
+    "record.dropped": Kind("kind, error",
+                           "the recorder, in place of an event it could not encode"),
+    "watchdog.stuck": Kind("pid, name, stacks, reason, seconds",
+                           "a watchdog (the launcher's, a scenario's), in a log of its own"),
+    "watchdog.kill": Kind("pids, reason", "the same watchdog, after it killed them"),
+    "mem.rss": Kind("of, rank, rss", "the oom_killed scenario, sampling its workers"),
+    "mark": Kind("name, ... (anything else the caller gives)",
+                 "mpviz.trace.mark(...), in C by writer.c's mark"),
+}
+
+
+def arg_names(kind):
+    """The arg names of `kind`'s row, without their notes: ``["child", "exitcode", ...]``."""
+    names, depth, word = [], 0, ""
+    for ch in KINDS[kind].args + ",":
+        depth += ch == "("
+        depth -= ch == ")"
+        if ch == "," and depth == 0:
+            names.append(word.split()[0] if word.split() else "")
+            word = ""
+        elif depth == 0 and ch not in "()":
+            word += ch
+    return [n for n in names if n.isidentifier()]
 
 
 class Event(NamedTuple):

@@ -1,9 +1,9 @@
 """Reading per-process logs back, incrementally, while their writers may still be running.
 
-The file format is described at the top of ``recorder.py``. A ``LogReader`` remembers, per file,
-the offset of the first record it has not yet returned; ``poll()`` lists the directory (new
-processes add new files), reads each file from its offset up to the first length word that is
-still 0, and returns the new events. A live widget can call it many times a second: each call
+The file format is described in ``recorder.py``, above ``encode``. A ``LogReader`` remembers,
+per file, the offset of the first record it has not yet returned; ``poll()`` lists the directory
+(new processes add new files), reads each file from its offset up to the first length word that
+is still 0, and returns the new events. A live widget can call it many times a second: each call
 costs only the new bytes plus one small read per file.
 
 A record counts only when its length fits its chunk, its body's Adler-32 matches the stored
@@ -25,14 +25,6 @@ What can be wrong with a log, and what we do (never crash, always say what was s
       after it, at the final read)      it, the rest of the file is skipped with a warning if the
                                         writer is dead (final read), read again at the next poll
                                         if not
-
-Records are appended one at a time (under a lock, or the GIL in the C Writer), each complete
-before the next begins, and a record's length is written last: a record being written has
-length 0. So a record that fails its checks with a good record *after* it is damage (a flipped
-byte, a bad disk), never a write in progress, and one damaged record costs only itself.
-Resynchronising is possible because a record carries its own checksum: at each byte offset after
-the damage, read a length, and see whether the bytes it covers match the checksum and decode. A
-false match needs a random 32-bit checksum to match and the bytes to decode as an event.
 """
 import os
 import re
@@ -235,7 +227,16 @@ def _next_good_record(fd, start, size, chunk):
     """The offset of the first record at or after `start` that passes every check, or None.
 
     Searched chunk by chunk (a record never straddles two); in each, every byte offset whose
-    length word is not 0 is tried."""
+    length word is not 0 is tried.
+
+    Records are appended one at a time (under a lock, or the GIL in the C Writer), each complete
+    before the next begins, and a record's length is written last: a record being written has
+    length 0. So a record that fails its checks with a good record *after* it is damage (a flipped
+    byte, a bad disk), never a write in progress, and one damaged record costs only itself.
+    Resynchronising is possible because a record carries its own checksum: at each byte offset after
+    the damage, read a length, and see whether the bytes it covers match the checksum and decode. A
+    false match needs a random 32-bit checksum to match and the bytes to decode as an event.
+    """
     while start < size:
         chunk_end = min((start // chunk + 1) * chunk, size)
         data = os.pread(fd, chunk_end - start, start)

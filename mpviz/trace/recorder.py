@@ -1,7 +1,7 @@
 """The recorder's hot path: one append-only, crash-safe log per process.
 
 Call sites check ``recorder.ENABLED`` before building an event, so that recording off costs one
-attribute read (the observer pattern of trio's ``Instrument``)::
+attribute read (as trio checks that an instrument listens before it builds a hook's call)::
 
     if recorder.ENABLED:
         recorder.emit("shm.create", name=name, strategy="file_system", nbytes=n)
@@ -12,64 +12,27 @@ A hot call site can skip ``emit``'s own call and hand the args dict to the Write
     if w is not None:
         w.emit("queue.get", {"queue": qid, "nbytes": n})
 
-How an event reaches the disk
------------------------------
-Every process that records owns one log file ``<pid>-<n>.mpvlog`` in the trace directory. The file
-is *memory-mapped*: the log's ``Writer`` encodes the event and copies it into the mapping, with no
-system call. The pages belong to the kernel's page cache, so when the process dies -- even by
-SIGKILL, even by ``os._exit`` -- everything it had copied is already "in the file". Nothing to flush.
+``ENABLED`` is always ``writer is not None``: the two change together, in ``_set_writer`` only.
+Which kinds there are, and their args: ``mpviz.trace.events.KINDS``.
 
-File layout (format version 2)::
-
-    offset 0     header, 64 bytes: b"MPVZLOG\\0", u16 version, u16 header size, u32 chunk size,
-                 u32 pid, u32 parent pid, u64 monotonic_ns at open, (zero padding); the magic
-                 is written last, as a record's length word is
-    offset 64    record, record, record, ...                  (all numbers little endian)
-
-    record       u32 n | u32 check | u64 ts_ns | u64 tid | u8 k | kind | args
-                                   '------------- body: n bytes ----------------'
-                 check = zlib.adler32(body), kind = k bytes of UTF-8,
-                 args  = marshal.dumps(args_dict, 2)
-    n = 0        end of the data written so far (the file is pre-zeroed)
-    n = ~0       padding: the rest of this chunk is unused, continue at the next chunk
-
-The file grows in chunks of ``CHUNK`` bytes, and a chunk is reserved on disk as it fills: the file
-is extended to the chunk's end with ``ftruncate`` (a sparse file: a hole costs no disk), and the
-part records go into is reserved with ``posix_fallocate`` -- ``RESERVE`` bytes at first, twice as
-much each time it is full -- so a full disk is an error we can report here, never a SIGBUS while
-writing into the mapping. A log's disk usage (``st_blocks``) thus follows its events: 16 KiB for
-a process that recorded a few, not a whole chunk. A record never straddles two chunks. The checksum
-and body are copied first and the length word last, so a reader -- or a process killed in the
-middle of a copy -- finds either the whole record or none (n still 0). The checksum catches what
-is left: a file damaged afterwards, a reader whose read raced a copy (see ``reader.py``).
-Adapted from LevelDB's log format (a length and a checksum per record); left out: records split
-across blocks, and its CRC32C -- Adler-32 takes a few lines of C, and ``zlib.adler32`` in Python.
-
-The Writer: one mechanism, two implementations
-----------------------------------------------
-``Writer`` below is the reference, in Python: about 2 µs a ``mark()`` on a slow machine, most of
-it ``marshal.dumps``, a lock and a few Python calls. ``writer.c`` does the same steps and writes the
-same bytes in C, in about 0.3 µs: it writes str/int/float/bool/None in marshal's layout itself, and
-appends while holding the GIL instead of a lock. ``native.py`` builds it on first use; where it
-cannot be built (no compiler), or with ``MPVIZ_PURE_PYTHON=1``, the Python Writer is used::
+How an event reaches the disk: every process that records owns one log file ``<pid>-<n>.mpvlog``
+in the trace directory, *memory-mapped*. The log's ``Writer`` encodes the event and copies it into
+the mapping, with no system call. The pages belong to the kernel's page cache, so when the process
+dies -- even by SIGKILL, even by ``os._exit`` -- everything it had copied is already "in the
+file". Nothing to flush. The record's bytes: see "one record" below; the file's chunks: "the log
+file". The Writer comes twice, with the same steps and the same bytes: ``Writer`` here, the
+reference in Python, and ``writer.c``, which writes str/int/float/bool/None in marshal's layout
+itself and appends while holding the GIL instead of a lock (``native.py`` loads it where it can be
+built; else, or with ``MPVIZ_PURE_PYTHON=1``, the Python Writer records)::
 
     emit(kind, **args) --> writer.emit(kind, args)           (mark() calls writer.mark directly)
-                             |  encode: record header + body, as above
+                             |  encode: record header + body (see encode)
                              |  append: fits below `end`?   yes: copy, the length last
                              |                              no:  on_full() reserves more of the
                              |                              chunk, or (PAD first) maps the next
                              '  anything fails: on_error() -- the log failed (OSError): one
                                 warning, recording stops; this event failed (cannot encode,
                                 too large): a warning, a record.dropped event, recording goes on
-
-Ordering: events carry ``time.monotonic_ns()``, a single system-wide clock on Linux, so the logs of
-all processes merge by sorting. ``tid`` is the OS thread id (``threading.get_native_id``), cached
-per thread because asking the kernel costs a system call.
-
-Forks: a forked child must not append to its parent's file, so ``os.register_at_fork`` gives the
-child a fresh log in the same directory (and holds the log's lock across the fork, so the child
-never inherits a half-mapped chunk). Failures (disk full, directory gone) disable the recorder
-with one warning: the user's program keeps running, unrecorded.
 """
 import marshal
 import mmap
@@ -110,6 +73,31 @@ class RecorderWarning(UserWarning):
 
 
 # --- one record: encode (the writers), decode (the reader) --------------------------------
+#
+# File layout (format version 2)::
+#
+#     offset 0     header, 64 bytes: b"MPVZLOG\0", u16 version, u16 header size, u32 chunk size,
+#                  u32 pid, u32 parent pid, u64 monotonic_ns at open, (zero padding); the magic
+#                  is written last, as a record's length word is
+#     offset 64    record, record, record, ...                  (all numbers little endian)
+#
+#     record       u32 n | u32 check | u64 ts_ns | u64 tid | u8 k | kind | args
+#                                    '------------- body: n bytes ----------------'
+#                  check = zlib.adler32(body), kind = k bytes of UTF-8,
+#                  args  = marshal.dumps(args_dict, 2)
+#     n = 0        end of the data written so far (the file is pre-zeroed)
+#     n = ~0       padding: the rest of this chunk is unused, continue at the next chunk
+#
+# The checksum and body are copied first and the length word last, so a reader -- or a process
+# killed in the middle of a copy -- finds either the whole record or none (n still 0). The
+# checksum catches what is left: a file damaged afterwards, a reader whose read raced a copy (see
+# reader.py). Adapted from LevelDB's log format (a length and a checksum per record); left out:
+# records split across blocks, and its CRC32C -- Adler-32 takes a few lines of C, and
+# ``zlib.adler32`` in Python.
+#
+# Ordering: events carry ``time.monotonic_ns()``, a single system-wide clock on Linux, so the logs
+# of all processes merge by sorting. ``tid`` is the OS thread id (``threading.get_native_id``),
+# cached per thread because asking the kernel costs a system call.
 
 def encode(ts, tid, kind, args):
     """One event as a record: ``RECORD`` (n, checksum) + body. writer.c writes the same bytes."""
@@ -218,9 +206,21 @@ def writer_class():
     """The C Writer if it can be built and loaded (see native.py), else the Python one."""
     if os.environ.get("MPVIZ_PURE_PYTHON", "") not in ("", "0"):
         return Writer
-    from . import native
+    from . import native         # (lazily: writer.c is built, once, when recording starts)
     module = native.load()
-    return module.Writer if module is not None else Writer
+    if module is None:
+        return Writer
+    _connect(module)
+    return module.Writer
+
+
+def _connect(module):
+    """writer.c's hooks keep a copy of ``writer`` (reading this module's global would cost them a
+    lookup per message): give them the current one, and from now on _set_writer tells them."""
+    global _tell_c
+    if _tell_c is None:
+        _tell_c = module.set_writer        # first: a change from now on is told
+        module.set_writer(writer)
 
 
 def writer_name():
@@ -232,7 +232,16 @@ def writer_name():
 # --- the log file: header, chunks, and its Writer -----------------------------------------
 
 class _Log:
-    """One process's memory-mapped log file; its Writer appends, this class maps the chunks."""
+    """One process's memory-mapped log file; its Writer appends, this class maps the chunks.
+
+    The file grows in chunks of ``CHUNK`` bytes, and a chunk is reserved on disk as it fills:
+    the file is extended to the chunk's end with ``ftruncate`` (a sparse file: a hole costs no
+    disk), and the part records go into is reserved with ``posix_fallocate`` -- ``RESERVE``
+    bytes at first, twice as much each time it is full -- so a full disk is an error we can
+    report here, never a SIGBUS while writing into the mapping. A log's disk usage
+    (``st_blocks``) thus follows its events: 16 KiB for a process that recorded a few, not a
+    whole chunk. A record never straddles two chunks.
+    """
 
     def __init__(self, directory, ppid, on_error):
         self.lock = allocate_lock()     # taken to map a new chunk, to close, across a fork
@@ -436,16 +445,15 @@ def _shorten(text, most):
 
 
 def _set_writer(w):
-    """Every change of `writer` goes through here, and ``ENABLED`` follows it: writer.c's hooks
-    keep a copy of it (reading this module's global costs them a lookup per message), given by
-    native.load()."""
+    """Every change of `writer` goes through here, and ``ENABLED`` follows it; writer.c's hooks
+    are told too, once connected (see _connect)."""
     global writer, ENABLED
     writer, ENABLED = w, w is not None
     if _tell_c is not None:
         _tell_c(w)
 
 
-_tell_c = None           # writer.c's set_writer, once native.load() has loaded it
+_tell_c = None           # writer.c's set_writer, once _connect has connected it
 
 
 def _fail(message):
@@ -503,6 +511,11 @@ def current_directory():
     log = _log
     return log.directory if log is not None else None
 
+
+# Forks: a forked child must not append to its parent's file, so ``os.register_at_fork`` gives
+# the child a fresh log in the same directory (and holds the log's lock across the fork, so the
+# child never inherits a half-mapped chunk). Failures (disk full, directory gone) disable the
+# recorder with one warning: the user's program keeps running, unrecorded.
 
 def _install_fork_hooks():
     global _fork_hooks_installed

@@ -18,46 +18,9 @@ Names are for people: a lock is called by the variable the waiting code used for
 "Queue 1's lock", "Lock 2"), a queue "Queue 1", and a stuck process's reason points at the
 user's line in its stack (``user_line``), not at the stdlib's or mpviz's frame it sat in.
 
-How a lock's owner is found. A ``multiprocessing`` lock is one semaphore shared by every process:
-its owner is whoever acquired it last and has not released it. A ``threading`` lock (recorded with
-``record(threading_locks=True)``, ids ``t<pid>.<n>``) is private to a process -- but ``fork``
-copies the whole memory, so a forked child gets a *copy* of the lock, in the state it had at that
-moment. If another thread held it then, the child's copy stays held by a thread that ``fork``
-did not copy (only the forking thread survives in the child): a ghost owner. That is the classic
-"fork while a thread holds a lock" deadlock, and ``Owner.ghost`` says so in words.
-
-A deadlock is a thread waiting for a lock whose owner can never release it: the owner is a ghost,
-the owner's process or thread has ended, or the owners wait on each other in a cycle (found by a
-depth-first search over "waiter → owner" edges). A ``watchdog.stuck`` event also counts.
-
-Which messages carried shared-memory handles (drawn green, counted by ``summary``): the
-sender says so. Pickling a message counts the handles the reducers made (a tensor's storage, a
-CUDA block), and the message's put-side event carries that count (``handles=N`` on
-``queue.put``, ``queue.feed`` or ``pipe.send``; writer.c's feeder records it as a
-``queue.handles`` event just before its ``queue.feed``). A message is classified by what it
-carried, never by what happened around it: a receiver that maps memory while unpickling a
-tensor and then puts a small report sends a pickled report, not a handle.
-
-Who must act for a blocked thread to go on (``Blocked.waits_for``), from the ``wait.begin``
-event's ``on`` and ``id`` (mpviz.trace.waits):
-
-    process      join: the child's main thread must finish (and the child exit)
-    thread       a process at exit joins its queue's feeder thread: that thread must finish
-    pipe.write   the pipe is full: a reader of that queue must read (the threads that have
-                 got from it so far, even ended ones; none: nobody has read it yet)
-    queue.join   every item put must be marked task_done(): by the threads that got from it
-                 (even ended ones: a consumer that ended without task_done() is the story)
-    pool.result  the Pool workers running that job's tasks at the instant
-    event, condition, barrier, future: whoever will set / notify / arrive is not recorded
-
-Real torch (``mpviz.trace.torch_hooks``) counts its handles the same way: its reducer,
-wrapped, counts one per storage it shares, in the thread that pickles (a Queue's feeder), and
-records ``shm.handle`` (with resource_sharer's token for an fd) just before that message's
-put-side event; ``fd_messages`` links each fd hand-over to its message that way. A handle sent
-while a Process starts (spawn arguments) goes with no message.
-
-The watchdog (a scenario's side process, ``process.start how="watchdog"``) is not a lane of
-its own: its ``watchdog.stuck`` / ``watchdog.kill`` events are filed under the pids they name.
+How each answer is found is told where it is worked out: a lock's owner (and its ghost) at
+``Owner``, deadlocks at ``Deadlock``, who must act for a blocked thread at ``Blocked``, which
+messages carried handles above ``_Index``.
 """
 import re
 import weakref
@@ -136,6 +99,17 @@ class SegmentState:
 
 @dataclass(frozen=True)
 class Owner:
+    """One owner of a lock at the instant.
+
+    How a lock's owner is found. A ``multiprocessing`` lock is one semaphore shared by every
+    process: its owner is whoever acquired it last and has not released it. A ``threading`` lock
+    (recorded with ``record(threading_locks=True)``, ids ``t<pid>.<n>``) is private to a process
+    -- but ``fork`` copies the whole memory, so a forked child gets a *copy* of the lock, in the
+    state it had at that moment. If another thread held it then, the child's copy stays held by
+    a thread that ``fork`` did not copy (only the forking thread survives in the child): a ghost
+    owner. That is the classic "fork while a thread holds a lock" deadlock, and ``Owner.ghost``
+    says so in words.
+    """
     pid: int
     tid: int
     thread: str
@@ -164,7 +138,20 @@ class Failure:
 
 @dataclass(frozen=True)
 class Blocked:
-    """A thread inside a recorded wait at the instant (see mpviz.trace.waits)."""
+    """A thread inside a recorded wait at the instant (see mpviz.trace.waits).
+
+    Who must act for a blocked thread to go on (``Blocked.waits_for``), from the ``wait.begin``
+    event's ``on`` and ``id`` (mpviz.trace.waits):
+
+        process      join: the child's main thread must finish (and the child exit)
+        thread       a process at exit joins its queue's feeder thread: that thread must finish
+        pipe.write   the pipe is full: a reader of that queue must read (the threads that have
+                     got from it so far, even ended ones; none: nobody has read it yet)
+        queue.join   every item put must be marked task_done(): by the threads that got from it
+                     (even ended ones: a consumer that ended without task_done() is the story)
+        pool.result  the Pool workers running that job's tasks at the instant
+        event, condition, barrier, future: whoever will set / notify / arrive is not recorded
+    """
     pid: int
     tid: int
     on: str                            # process, thread, pipe.write, queue.join, event, ...
@@ -176,6 +163,13 @@ class Blocked:
 
 @dataclass(frozen=True)
 class Deadlock:
+    """A thread that can never go on, and why.
+
+    A deadlock is a thread waiting for a lock whose owner can never release it: the owner is a
+    ghost, the owner's process or thread has ended, or the owners wait on each other in a cycle
+    (found by a depth-first search over "waiter → owner" edges). A ``watchdog.stuck`` event also
+    counts.
+    """
     pid: int
     tid: int
     reason: str
@@ -240,6 +234,23 @@ class State:
 
 
 # --- the index: one pass over the events, cached per trace -----------------------------------
+#
+# Which messages carried shared-memory handles (drawn green, counted by ``summary``): the
+# sender says so. Pickling a message counts the handles the reducers made (a tensor's storage, a
+# CUDA block), and the message's put-side event carries that count (``handles=N`` on
+# ``queue.put``, ``queue.feed`` or ``pipe.send``; writer.c's feeder records it as a
+# ``queue.handles`` event just before its ``queue.feed``). A message is classified by what it
+# carried, never by what happened around it: a receiver that maps memory while unpickling a
+# tensor and then puts a small report sends a pickled report, not a handle.
+#
+# Real torch (``mpviz.trace.torch_hooks``) counts its handles the same way: its reducer,
+# wrapped, counts one per storage it shares, in the thread that pickles (a Queue's feeder), and
+# records ``shm.handle`` (with resource_sharer's token for an fd) just before that message's
+# put-side event; ``fd_messages`` links each fd hand-over to its message that way. A handle sent
+# while a Process starts (spawn arguments) goes with no message.
+#
+# The watchdog (a scenario's side process, ``process.start how="watchdog"``) is not a lane of
+# its own: its ``watchdog.stuck`` / ``watchdog.kill`` events are filed under the pids they name.
 
 _cache = weakref.WeakKeyDictionary()
 
