@@ -238,7 +238,7 @@ def create(nbytes):
         raise
     try:
         _reserve(fd, HEADER + max(nbytes, 1), STRATEGY)
-        buf = map_shared(fd, HEADER + max(nbytes, 1))
+        buf = map_shared(fd, HEADER + max(nbytes, 1), populate=True)  # its pages in, in one call
     except BaseException:
         os.close(fd)
         _posixshmem.shm_unlink(name)
