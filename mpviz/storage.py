@@ -105,7 +105,7 @@ class Storage:
             if self._segment is not None:  # another thread shared it meanwhile
                 return self
             segment = sharing.allocate(self.nbytes(), strategy)  # its pages already mapped
-            np.copyto(segment.array, self._data)  # one pass: the new pages are not zeroed by us first
+            np.copyto(segment.array, self._data)  # one pass over the bytes, nothing zeroed first
             if recorder.ENABLED:
                 recorder.emit("copy", nbytes=self.nbytes(), name=segment.name, strategy=strategy)
             self._segment = segment

@@ -11,19 +11,28 @@ library's ``mmap(2)`` itself (Python 3.13 added ``mmap(..., trackfd=False)`` for
 
 The caller may close `fd` straight away: a mapping does not need its descriptor.
 
-**A new segment is faulted in with one system call** (``populate=True``). ``mmap`` maps no page
-yet: the first write to each 4 KiB page traps into the kernel (a page fault), which finds the
-page, zeroes it and maps it, then returns — 16 384 round trips for 64 MiB, and on a virtual
-machine each costs microseconds. ``madvise(MADV_POPULATE_WRITE)`` (Linux 5.14+) does the same
-work for the whole range in one call, before the copy, so the copy then runs at memcpy speed::
+**A new segment's pages are mapped with one system call** (``populate=True``). ``mmap`` maps
+no page yet: the first write to each 4 KiB page traps into the kernel (a page fault), which
+zeroes the page, maps it and returns — 16 384 traps for 64 MiB. ``madvise(MADV_POPULATE_WRITE)``
+(Linux 5.14+) does the same work for the whole range in one call, before the copy::
 
     without: copy ─▶ fault ─▶ copy ─▶ fault ─▶ ...      (one trap per page)
     with:    madvise(POPULATE_WRITE) ─▶ copy            (one call, then a plain memcpy)
 
-Measured (bench/bench_fresh.py) against the other ways to do it: ``MAP_POPULATE`` maps the
-pages for *reading* on a shared mapping, so writes still trap; huge pages would need
+What it saves is the traps, not the work: the kernel still reserves every page
+(``posix_fallocate``) and zeroes and maps it (``madvise``), and that is most of a fresh
+segment's cost. On the 2-core virtual machine measured (``python -m bench.bench_fresh``),
+making and filling 64 MiB took ~105 ms faulting page by page, ~52 ms with this call, and the
+copy alone (``np.copyto`` into pages already mapped) ~10 ms. torch does the same system calls
+(``ftruncate``, ``fallocate``, ``mmap``) and lets its copy fault the pages.
+
+The other ways, measured in the same benchmark, were no faster: ``MAP_POPULATE`` maps a shared
+mapping's pages for *reading*, so each first write still traps; populating without
+``posix_fallocate`` (one pass instead of two) was slower, and would turn a full /dev/shm into
+a failed ``madvise`` instead of a clear ``ENOSPC``; two threads each populating and copying
+half gained nothing on a busy 2-core machine; huge pages need
 ``/sys/kernel/mm/transparent_hugepage/shmem_enabled`` or a ``huge=`` mount of /dev/shm, which
-most machines (and the one measured) do not have.
+that machine (like most) does not have.
 """
 import ctypes
 import errno
@@ -38,7 +47,7 @@ _libc.munmap.argtypes = (ctypes.c_void_p, ctypes.c_size_t)
 _libc.madvise.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
 _MAP_FAILED = ctypes.c_void_p(-1).value
 
-MADV_POPULATE_WRITE = 23  # <linux/mman.h>, Linux 5.14+; Python's mmap module names it from 3.13 on
+MADV_POPULATE_WRITE = 23  # from <linux/mman.h>, Linux 5.14 and later
 POPULATE_FROM = 64 << 10  # below this a segment is a few pages: faulting them costs less than a call
 PREFAULT = True           # False: let the copy fault pages one by one (the benchmark's "before" row)
 _populate_works = None    # None: not tried yet in this process; then True or False
