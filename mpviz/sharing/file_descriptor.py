@@ -5,7 +5,8 @@ How it works (torch's default on Linux)::
     shm_open("/mpviz_fd_…", O_CREAT|O_EXCL)  ->  fd          a new object in /dev/shm
     shm_unlink("/mpviz_fd_…")                                 ... and its name is gone at once
     ftruncate(fd, 64 + n); fallocate(fd, 64 + n)              reserve the pages now, not at first touch
-    mmap(fd)                                                  a 64-byte header, then the storage's bytes
+    mmap(fd); madvise(MADV_POPULATE_WRITE)                    a 64-byte header, then the storage's bytes,
+                                                              mapped in one call (see mapping.py)
 
     +-----------------+-----------------------+---------------+
     | count (8 B)     |  ... 56 B header ...  | the bytes     |
@@ -276,7 +277,8 @@ def create(nbytes):
     _posixshmem.shm_unlink(name)  # anonymous from now on: nothing can leak
     try:
         _reserve(fd, HEADER + max(nbytes, 1), STRATEGY)
-        segment = FdSegment(fd, nbytes, name, created=True)
+        buf = map_shared(fd, HEADER + max(nbytes, 1), populate=True)  # its pages in, in one call
+        segment = FdSegment(fd, nbytes, name, buf=buf, created=True)
     except BaseException:
         os.close(fd)
         raise

@@ -10,8 +10,9 @@ How it works::
                        how many roads its handles took; which ones (a queue
                        pipe's inode, or -1: a road mpviz cannot name)
 
-* ``create``: ``shm_open(O_CREAT|O_EXCL)``, size it, map it, **close the descriptor** (holders
-  keep no fds: that is this strategy's advantage), refcount = 1.
+* ``create``: ``shm_open(O_CREAT|O_EXCL)``, size it and reserve its pages, map it (every page at
+  once: see :mod:`~mpviz.sharing.mapping`), **close the descriptor** (holders keep no fds: that
+  is this strategy's advantage), refcount = 1.
 * Pickling a storage adds 1 for the handle in flight; the receiver that opens it by name takes
   that reference over. Each holder that lets go (its last NumPy view of the bytes is gone)
   subtracts 1; **whoever brings it to 0 unlinks the name**. Every holder maps the header, so
@@ -237,7 +238,7 @@ def create(nbytes):
         raise
     try:
         _reserve(fd, HEADER + max(nbytes, 1), STRATEGY)
-        buf = map_shared(fd, HEADER + max(nbytes, 1))
+        buf = map_shared(fd, HEADER + max(nbytes, 1), populate=True)  # its pages in, in one call
     except BaseException:
         os.close(fd)
         _posixshmem.shm_unlink(name)
