@@ -83,13 +83,13 @@ def _choose_atomic_add():
 def choose_atomic_add(which=None):
     """The fastest atomic add this machine has (or the one named by `which`, for tests):
 
-    1. "C": atomic.c, compiled on first use (~50 ns a call; see mpviz/trace/native.py);
+    1. "C": atomic.c, compiled on first use (~50 ns a call; see mpviz/_native.py);
     2. "ctypes": libatomic's ``__atomic_fetch_add_8`` through ctypes (~1.5 µs a call: ctypes
        converts its arguments at run time);
     3. none: a function that returns None, and the callers lock with ``fcntl``.
     """
     if which in (None, "C"):
-        from ..trace import native
+        from .. import _native as native
         module, problem = native.build(_ATOMIC_C, "mpviz.sharing._atomic")
         if module is not None:
             return module.add
