@@ -449,22 +449,8 @@ def _stack_summary(stacks, frames=4):
 
 def _parse_stacks(text):
     """faulthandler's text as [(thread label, ["fn (file.py:line)", ...innermost first])]."""
-    threads = []
-    for line in text.splitlines():
-        line = line.strip()
-        if line.startswith(("Thread 0x", "Current thread 0x")):
-            threads.append([])
-        elif line.startswith("File ") and threads:
-            try:
-                path, rest = line[6:].split('", line ', 1)
-                lineno, fn = rest.split(" in ", 1)
-                threads[-1].append(f"{fn} ({os.path.basename(path)}:{lineno})")
-            except ValueError:
-                threads[-1].append(line)
-    # faulthandler does not say which thread is the main one: the others began in threading's
-    # Thread._bootstrap
-    return [("thread" if calls and calls[-1].startswith("_bootstrap (threading.py") else
-             "main thread", calls) for calls in threads]
+    from ..trace.watchdog import parse_stacks   # one parser, shared with `mpviz trace`'s watchdog
+    return [(label, [call for call, _mine in calls]) for label, calls in parse_stacks(text)]
 
 
 @atexit.register
