@@ -95,6 +95,7 @@ def test_join_before_get_gets_a_verdict(tmp_path, method):
         assert (out / name).exists(), name
         assert str(out / name) in err
     trace = mt.load(out)
+    assert trace.verdict and trace.verdict.strip() in err   # kept with the trace, as printed
     program = [p for p in trace.processes() if p.how == "exec"]
     child = [p for p in trace.processes() if p.ppid in {q.pid for q in program}]
     assert len(program) == 1 and len(child) == 1

@@ -226,6 +226,9 @@ def _stop_hung(child, watchdog):
     return watchdog.verdict(stacks, killed)
 
 
+VERDICT_FILE = "verdict.txt"    # a hang's verdict, beside the logs (trace.load reads it)
+
+
 def _report(directory, child, code, watchdog, verdict, received, plot):
     """trace.json, the verdict, the pictures, and where they are. Never raises: whatever fails
     here is one line, and the program's exit status is kept."""
@@ -247,6 +250,12 @@ def _report(directory, child, code, watchdog, verdict, received, plot):
         return
     if verdict:
         print(verdict, file=sys.stderr, flush=True)
+        trace.verdict = verdict
+        try:                                   # kept with the trace: load(directory).verdict
+            with open(os.path.join(directory, VERDICT_FILE), "w") as f:
+                f.write(verdict)
+        except OSError as exc:
+            say(f"could not keep the verdict in {directory} ({exc})")
     elif received:
         say(f"passed {', '.join(received)} on to the program, which ended with status {code}")
     program = [p for p in trace.processes() if p.how not in ("launcher", "watchdog")]

@@ -35,7 +35,8 @@ class Trace:
         self._links.add(self.events)
         self._reader = LogReader(self.path) if self.path is not None else None
         self._problems = []
-        self.verdict = None     # a hang's verdict in words, set by record(hang_after=...)
+        self.verdict = None     # a hang's verdict in words: record(hang_after=...), or load()
+                                # of a directory where `mpviz trace` found a hang
 
     def snapshot(self):
         """A copy of the events as they are now, to draw in another thread while this trace is
@@ -218,6 +219,11 @@ def load(path):
     """
     trace = Trace(path)
     trace.refresh(final=True)
+    try:              # a hang's verdict, kept by ``python -m mpviz trace`` (launcher.py)
+        with open(os.path.join(trace.path, "verdict.txt")) as f:
+            trace.verdict = f.read()
+    except OSError:
+        pass
     return trace
 
 
