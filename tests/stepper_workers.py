@@ -50,3 +50,24 @@ def condition_and_pipe(start_method="fork"):
         cond.wait()
     assert receiver.recv() == "hello"
     p.join()
+
+
+def _send_tensor(q, done):
+    import mpviz
+    q.put(mpviz.ones(1024))
+    done.wait()          # file_descriptor: the receiver fetches the fd from us, so stay alive
+
+
+def mpviz_queue_tensor(start_method="fork", strategy="file_system"):
+    """A child puts a tensor on an mpviz Queue; main gets it (its shared memory is mapped)."""
+    import mpviz.multiprocessing as mp
+    mp.set_sharing_strategy(strategy)
+    ctx = mp.get_context(start_method)
+    q, done = name(ctx.Queue(), "Q"), name(ctx.Event(), "done")
+    p = ctx.Process(target=_send_tensor, args=(q, done), name="child")
+    p.start()
+    t = q.get()
+    done.set()
+    assert float(t.sum()) == 1024.0
+    del t
+    p.join()

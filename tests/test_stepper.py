@@ -200,6 +200,22 @@ def test_condition_and_pipe_are_stops(start_method):
         assert "child/main: acquire lock C.lock (free)" in seen     # main released it in wait
 
 
+@pytest.mark.parametrize("strategy", ["file_system", "file_descriptor"])
+def test_an_mpviz_queue_and_a_shared_memory_attach_are_stops(strategy):
+    with mpviz.step(w.mpviz_queue_tensor, "fork", strategy) as s:
+        seen = []
+        while s.choices():
+            c = s.choices()[0]
+            seen.append(c.label)
+            s.step(c)
+        assert s.outcome == "ok", s.explanation
+        assert any(x.startswith("child/main: put an item on queue Q (written into its pipe now")
+                   for x in seen), seen
+        assert "main/main: get an item from queue Q" in seen, seen
+        assert any(x.startswith("main/main: map the shared memory") and "4,096 bytes" in x
+                   for x in seen), seen
+
+
 # --- in the real browser: JupyterLab in headless Chromium (see tests/test_browser.py) ----------
 
 @pytest.mark.browser

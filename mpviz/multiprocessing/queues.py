@@ -77,6 +77,7 @@ import time
 from multiprocessing.reduction import ForkingPickler
 from queue import Empty, Full
 
+from ..sharing.file_descriptor import _stepped
 from ..trace import messages, recorder
 
 # reductions.py (how a tensor travels) needs NumPy; it is imported by the first message, so that a
@@ -208,6 +209,7 @@ class Queue(multiprocessing.queues.Queue):
             self._send_bytes = send
 
     def put(self, obj, block=True, timeout=None):
+        _stepped("queue.put", messages._queue_id(self), direct=True)
         data, msg = self._take_slot_and_encode(obj, block, timeout)
         with self._notempty:
             if not self._write_now(data, msg):
@@ -218,6 +220,7 @@ class Queue(multiprocessing.queues.Queue):
         hook put in first, while recording (the recorder patches the stdlib's ``Queue.get`` to
         do that, and this copy does not go through it), and :func:`_decode` in place of
         ``ForkingPickler.loads`` at the end (a lone tensor arrives as a short handle)."""
+        _stepped("queue.get", messages._queue_id(self))
         if recorder.ENABLED:
             messages.watch_reads(self)             # its events order the reads: see there
         if self._closed:
@@ -380,6 +383,7 @@ class JoinableQueue(multiprocessing.queues.JoinableQueue, Queue):
     messages straight into the pipe, like :class:`Queue`)."""
 
     def put(self, obj, block=True, timeout=None):
+        _stepped("queue.put", messages._queue_id(self), direct=True)
         data, msg = self._take_slot_and_encode(obj, block, timeout)
         with self._notempty, self._cond:
             # Count the task before the consumer can see it: its task_done() must find it.
