@@ -39,9 +39,10 @@ def fonts_loaded():
 
 # --- running a hanging program, bounded ---------------------------------------------------------
 
-def _group(pgid):
-    """Pids of the live processes in process group `pgid`, with their command lines."""
-    found = {}
+def _tree(root):
+    """{pid: command line} of `root` and every live process below it (the launcher, the
+    program it runs in a session of its own, and the program's children)."""
+    procs = {}
     for pid in os.listdir("/proc"):
         if not pid.isdigit():
             continue
@@ -52,26 +53,45 @@ def _group(pgid):
                 cmd = f.read().replace(b"\0", b" ").decode(errors="replace")
         except OSError:
             continue
-        if int(fields[2]) == pgid and fields[0] != "Z":
-            found[int(pid)] = cmd
+        if fields[0] != "Z":
+            procs[int(pid)] = (int(fields[1]), cmd)
+    found, grew = {root: procs[root][1]} if root in procs else {}, True
+    while grew:
+        grew = False
+        for pid, (ppid, cmd) in procs.items():
+            if ppid in found and pid not in found:
+                found[pid] = cmd
+                grew = True
     return found
+
+
+def _alive(pids):
+    out = []
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                if f.read().rsplit(")", 1)[1].split()[0] != "Z":
+                    out.append(pid)
+        except OSError:
+            pass
+    return out
 
 
 def _stop(launcher):
     """SIGKILL every process of the traced program, except multiprocessing's resource tracker:
     once the others are gone it sees its pipe close and removes their named semaphores (as it
     does after any crash), then exits by itself."""
-    pgid = launcher.pid                          # start_new_session: the group is the launcher's
-    for pid, cmd in _group(pgid).items():
+    tree = _tree(launcher.pid)
+    for pid, cmd in tree.items():
         if "resource_tracker" not in cmd:
             os.kill(pid, signal.SIGKILL)
     launcher.wait(timeout=10)
     deadline = time.monotonic() + 10
-    while _group(pgid) and time.monotonic() < deadline:
+    while _alive(tree) and time.monotonic() < deadline:
         time.sleep(0.05)                         # the tracker cleaning up: bounded
-    for pid in _group(pgid):
+    for pid in _alive(tree):
         os.kill(pid, signal.SIGKILL)
-    assert not _group(pgid), "the traced program left processes behind"
+    assert not _alive(tree), "the traced program left processes behind"
 
 
 def _trace_hang(tmp_path, program, until):
