@@ -10,6 +10,8 @@ a row at run time, for an extension.)::
     python -m mpviz list [-v]             the teaching scenarios (mpviz/scenarios/cli.py)
     python -m mpviz run NAME [--param value ...]
                                           run one of them, print its verdict
+    python -m mpviz shm                   mpviz's names in /dev/shm now, and what will become
+                                          of each (held, in flight in a queue, leaked ...)
 
 ``main(argv=None)`` parses `argv` (default ``sys.argv[1:]``) and returns the subcommand's status.
 """
@@ -103,6 +105,34 @@ def _trace_run(args):
         return 2
 
 
+# --- shm -------------------------------------------------------------------------------------
+
+def _shm_arguments(parser):
+    pass
+
+
+def _shm_run(args):
+    """Each file_system name of this user's runs in /dev/shm, its size, and its fate as the shm
+    manager sees it (sharing/shm_manager.fate): held, in flight in a queue a live process can
+    still read, unreachable (the manager removes it), or leaked. A name nobody holds is not
+    always lost: this tells the learner which it is."""
+    from mpviz.sharing import file_system, shm_manager
+    prefix = file_system.PREFIX.lstrip("/")
+    names = sorted(n for n in os.listdir("/dev/shm") if n.startswith(prefix)
+                   and not n.startswith("mpviz_fd"))
+    if not names:
+        print(f"no mpviz segments in /dev/shm (names {prefix}*)")
+        return 0
+    for name in names:
+        try:
+            size = os.stat(os.path.join("/dev/shm", name)).st_size
+        except OSError:
+            continue                                  # gone while we looked
+        kind, words = shm_manager.fate("/" + name)
+        print(f"/dev/shm/{name}  {size:,} bytes  {kind.upper()}: {words}")
+    return 0
+
+
 # --- the subcommands: name -> (one-line help, add_arguments(parser), run(args)) -------------
 
 COMMANDS = {
@@ -112,4 +142,6 @@ COMMANDS = {
              scenarios_cli.list_arguments, scenarios_cli.list_command),
     "run": ("run one teaching scenario and print its verdict",
             scenarios_cli.run_arguments, scenarios_cli.run_command),
+    "shm": ("mpviz's names in /dev/shm now, and what will become of each",
+            _shm_arguments, _shm_run),
 }

@@ -293,6 +293,10 @@ def fate_as_the_queue_goes(manager):
     p.join(60)
     (name,) = _names(os.environ["MPVIZ_SHM_TAG"])
     readable = shm_manager.fate("/" + name)
+    import subprocess
+    import sys
+    cli = subprocess.run([sys.executable, "-m", "mpviz", "shm"], capture_output=True, text=True,
+                         timeout=60).stdout       # what `python -m mpviz shm` tells the learner
     q.close()
     closed = shm_manager.fate("/" + name)
     if manager:
@@ -300,13 +304,15 @@ def fate_as_the_queue_goes(manager):
     else:
         os.unlink("/dev/shm/" + name)             # nobody else will: the manager is off
     return {"readable": readable, "closed": closed, "gone": shm_manager.fate("/" + name),
-            "me": os.getpid()}
+            "me": os.getpid(), "cli": cli, "name": name}
 
 
 @pytest.mark.parametrize("manager", [True, False], ids=["manager-on", "manager-off"])
 def test_fate_tells_a_handle_in_a_readable_queue_from_one_nobody_can_receive(manager):
     (r,) = _results([_run_scenario("fate_as_the_queue_goes", manager)])
     readable, closed = r["readable"], r["closed"]
+    line = next(x for x in r["cli"].splitlines() if r["name"] in x)   # python -m mpviz shm
+    assert line.endswith(f"{readable[0].upper()}: {readable[1]}"), r["cli"]
     if manager:
         assert readable[0] == "in flight" and f"pid {r['me']} can still get them" in readable[1], r
         assert closed[0] in ("unreachable", "gone"), r     # the manager may be quicker than us
