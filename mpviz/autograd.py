@@ -413,24 +413,27 @@ class AutogradForkError(RuntimeError):
 
 _device_threads_started = False    # this process's engine "started its device threads"
 _in_bad_fork = False                # this process was forked after that (set by the at-fork mark)
+_mark_registered = False
 
 
 def _mark_forked_child():
     global _in_bad_fork
-    _in_bad_fork = True
+    if _device_threads_started:     # (always, once set -- unless a test resets it: conftest.py)
+        _in_bad_fork = True
 
 
 def _start_device_threads():
     """On the first backward with a CUDA device in use: register the at-fork mark, once."""
-    global _device_threads_started
+    global _device_threads_started, _mark_registered
     if _device_threads_started:
         return
     cuda = sys.modules.get("mpviz.cuda")          # not imported: CUDA was never used here
     if cuda is None or not cuda.is_initialized():
         return
     _device_threads_started = True
-    if hasattr(os, "register_at_fork"):
+    if hasattr(os, "register_at_fork") and not _mark_registered:
         os.register_at_fork(after_in_child=_mark_forked_child)
+        _mark_registered = True
 
 
 # -- backward ---------------------------------------------------------------------------------------

@@ -103,6 +103,18 @@ def _expected_fds():
 
 
 @pytest.fixture(autouse=True)
+def fresh_autograd_engine():
+    """Each test starts with an autograd engine that has not "started its device threads": a
+    test that ran backward() with (simulated) CUDA in use would otherwise leave this process
+    marked, and every later test's forked child would refuse backward() (torch's rule, which
+    mpviz.autograd follows: right for one program, wrong across unrelated tests)."""
+    yield
+    autograd = sys.modules.get("mpviz.autograd")
+    if autograd is not None:
+        autograd._device_threads_started = False
+
+
+@pytest.fixture(autouse=True)
 def leak_check(request):
     if request.node.get_closest_marker("no_leak_check"):
         yield

@@ -120,7 +120,10 @@ def test_a_worker_past_the_memory_limit_is_sigkilled_and_less_memory_fixes_it():
         assert bad.details["oom_kills"] >= 1 and bad.details["cgroup_removed"]
         assert "real memory cgroup" in bad.explanation
     killed = [p for p in bad.trace.processes() if p.signal == "SIGKILL"]
-    assert len(killed) == 1
+    # one, or as many as the kernel's OOM killer took (it may take two), and the verdict says so
+    n = bad.details["oom_kills"] if bad.details["where"] == "cgroup" else 1
+    assert len(killed) == n
+    assert ("one was killed" if n == 1 else f"{n} were killed") in bad.explanation
     samples = [e for e in bad.trace.of_kind("mem.rss") if e.args["of"] == killed[0].pid]
     assert len(samples) >= 3 and samples[-1].args["rss"] > samples[0].args["rss"]  # it grew
     from mpviz.viz.rss import rss_lanes

@@ -72,12 +72,12 @@ import multiprocessing.queues
 import os
 import pickle
 import struct
+import sys
 import termios
 import time
 from multiprocessing.reduction import ForkingPickler
 from queue import Empty, Full
 
-from ..sharing.file_descriptor import _stepped
 from ..trace import messages, recorder
 
 # reductions.py (how a tensor travels) needs NumPy; it is imported by the first message, so that a
@@ -156,6 +156,13 @@ def _dumps(obj):
 _TENSOR = b"T"
 _MARSHAL_VERSION = 2  # 3 and up also mark repeated objects: a hash table per call, here for nothing
 
+
+def _stepped(op, obj, **info):
+    """A stepped run (mpviz.stepper): wait for the learner's "go" before `op`. A dict lookup
+    when nothing is stepped: the gate module is loaded only in a stepped process."""
+    gate = sys.modules.get("mpviz.stepper.gate")
+    if gate is not None and gate.pause:
+        gate.pause(op, obj, **info)
 
 def _encode(obj, channel=None):
     """The bytes that carry `obj`: a plain tensor's handle, marshalled (see

@@ -266,9 +266,11 @@ def verdict(t, details):
                f"MiB of Python and NumPy that it had before it joined and that the limit does "
                f"not count")
     if error:
+        n = (details.get("oom_kills") or 1) if details["where"] == "cgroup" else 1
+        who = "one was" if n == 1 else f"{n} were"      # the kernel may take more than one
         return "error", (
             f"Limit: {where}. The workers needed {need}; while their memory grew ({sampled}), "
-            f"one was killed with SIGKILL -- no exception, no traceback -- and spawn raised "
+            f"{who} killed with SIGKILL -- no exception, no traceback -- and spawn raised "
             f"{details['raised']}: \"{details['message']}\" (torch's words), then terminated "
             f"the others. {cause} Fix: less memory per worker (mb_per_worker=60; load in "
             f"pieces, or share one copy with share_memory_()), fewer workers (nprocs=2), or a "

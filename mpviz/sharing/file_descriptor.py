@@ -40,7 +40,6 @@ import itertools
 import os
 import secrets
 import struct
-import sys
 import weakref
 
 from ..errors import SharedMemoryFullError, TooManyFdsError
@@ -291,7 +290,6 @@ def create(nbytes):
 
 def from_received_fd(fd, nbytes, name, key=None):
     """Wrap a descriptor handed to us by another process (we now own `fd`, and the handle's count)."""
-    _stepped("shm.attach", name, nbytes=nbytes)
     segment = FdSegment(fd, nbytes, name, key=key)
     if recorder.ENABLED:
         recorder.emit("shm.attach", name=name, strategy=STRATEGY, nbytes=nbytes)
@@ -338,11 +336,3 @@ def release_all():
     """Count this process out of every segment it maps (a multiprocessing child, at exit)."""
     for finalizer in list(_live.values()):
         finalizer()
-
-
-def _stepped(op, obj, **info):
-    """A stepped run (mpviz.stepper): wait for the learner's "go" before `op`. A dict lookup
-    when nothing is stepped: the gate module is loaded only in a stepped process."""
-    gate = sys.modules.get("mpviz.stepper.gate")
-    if gate is not None and gate.pause:
-        gate.pause(op, obj, **info)

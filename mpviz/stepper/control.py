@@ -578,9 +578,6 @@ class Stepper:
                        f"now if it fits, else its feeder thread writes it)"
             return f"put an item on {self._name(obj, 'queue')} (into its buffer: the feeder " \
                    f"thread writes it)"
-        if op == "shm.attach":
-            return f"map the shared memory {obj} ({info.get('nbytes', 0):,} bytes) a tensor " \
-                   f"it received lives in"
         if op == "queue.get":
             return f"get an item from {self._name(obj, 'queue')}"
         if op == "queue.feed":
