@@ -158,32 +158,11 @@ def copy_ways(size):
 
 # -- the orchestrator ----------------------------------------------------------------------------
 
-class Driver:
-    def __init__(self, name):
-        self.name = name
-        self.proc = subprocess.Popen([sys.executable, "-m", "bench.bench_fresh", "--driver", name],
-                                     cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-        self.ready = self.read()
-
-    def read(self):
-        line = self.proc.stdout.readline()
-        return json.loads(line) if line else {"error": f"driver {self.name!r} exited"}
-
-    def ask(self, command):
-        if self.proc.poll() is not None:
-            return {"error": f"driver {self.name!r} is gone"}
-        self.proc.stdin.write(command + "\n")
-        self.proc.stdin.flush()
-        return self.read()
-
-    def close(self):
-        try:
-            self.proc.stdin.write("quit\n")
-            self.proc.stdin.close()
-            self.proc.wait(60)
-        except (OSError, subprocess.TimeoutExpired):
-            self.proc.kill()
-            self.proc.wait()
+def Driver(name):
+    """A contender's driver process (``python -m bench.bench_fresh --driver NAME``): the same
+    line-at-a-time JSON talk as bench/run.py's, so its class serves."""
+    from bench.run import DriverProcess
+    return DriverProcess(name, module="bench.bench_fresh", args=["--driver", name])
 
 
 def human(n):

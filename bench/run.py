@@ -81,11 +81,12 @@ def cell(s):
 # -- drivers --------------------------------------------------------------------------------------
 
 class DriverProcess:
-    """A contender's driver (``python -m bench.handoff NAME``), spoken to one JSON line at a time."""
+    """A contender's driver (``python -m bench.handoff NAME``, or the `module` given, run with
+    `args`), spoken to one JSON line at a time."""
 
-    def __init__(self, name, env=None):
+    def __init__(self, name, env=None, module="bench.handoff", args=None):
         self.name = name
-        self.proc = subprocess.Popen([sys.executable, "-m", "bench.handoff", name], cwd=ROOT,
+        self.proc = subprocess.Popen([sys.executable, "-m", module, *(args or [name])], cwd=ROOT,
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
                                      env=env)
         self.ready = self._read()
