@@ -24,10 +24,10 @@ is held by its name and keeps no fd open.
 import resource
 
 from .. import zeros
-from ..trace import os_view
 from ._common import (check_between, context, get, headline, start_method_param, step,
                       strategy_param)
 from .base import Param
+from .too_many_fds import _nfds   # this process's open fds, the same count
 
 SUMMARY = "the sender keeps what it sent: its own fds run out (Too many open files)"
 PARAMS = {
@@ -44,11 +44,6 @@ def check_params(p):
     check_between(p, "count", 1, 2000)
 
 
-def _nfds():
-    try:
-        return os_view().nfds
-    except OSError:          # reading /proc needs a descriptor too
-        return None
 
 
 def produce(q, acks, out, count, limit, keep):
