@@ -178,8 +178,18 @@ def test_timeline_lanes_arrows_and_copies(pc):
         assert WORDS[key] in words                              # the legend, in plain words
 
 
-def test_timeline_squeezes_spawn_startup(pc):
-    trace, _, _ = pc
+def test_timeline_squeezes_a_stretch_where_nothing_was_recorded():
+    # A spawned child sleeps 0.6 s before it ends while main sleeps too (a sleep is no recorded
+    # wait): for that long nothing at all is recorded, far over the 20 ms the squeeze needs. (This
+    # used to lean on spawn's start-up, which became too short to be sure of.)
+    import time
+    ctx = mp.get_context("spawn")
+    with mt.record() as trace:
+        child = ctx.Process(target=time.sleep, args=(0.6,), name="sleeper")
+        child.start()
+        time.sleep(0.9)
+        child.join()
+    assert child.exitcode == 0
     fig = viz.timeline(trace)
     assert "nothing recorded there, squeezed" in fig.axes[0].get_xlabel()   # not "idle"
     flat = viz.timeline(trace, compress_idle=False)
