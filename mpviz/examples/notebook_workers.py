@@ -96,17 +96,6 @@ def receive_and_fill(q, results, value):
     results.put((before, t.tolist()))
 
 
-def receive_many(q, results, n):
-    """Get `n` tensors from `q` and keep them all (a list of batches); report how many fds are open."""
-    kept = [q.get() for _ in range(n)]
-    results.put((len(kept), len(os.listdir(f"/proc/{os.getpid()}/fd"))))
-
-
-def fill_argument(t, value):
-    """A ``Process`` target that writes `value` into the tensor it was given as an argument."""
-    t.fill_(value)
-
-
 # --- notebook 04: a function for a spawn Pool -------------------------------------------------
 
 def square(x):
