@@ -1,0 +1,54 @@
+"""What the notebooks' text and the scenarios' verdicts claim, checked against what really runs.
+
+A student believes what we write: a table that renders wrong, a sum that does not add up, an
+exercise whose question does not match its picture, a claim about torch that torch does not
+keep -- each is a bug. Each test here pins one claim that was once false.
+"""
+import json
+import os
+import re
+
+import pytest
+
+import mpviz.scenarios as sc
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+NOTEBOOKS = os.path.join(ROOT, "notebooks")
+
+
+def markdown(notebook):
+    """The markdown cells of `notebook` (a file name in notebooks/), as strings."""
+    with open(os.path.join(NOTEBOOKS, notebook)) as f:
+        cells = json.load(f)["cells"]
+    return ["".join(c["source"]) for c in cells if c["cell_type"] == "markdown"]
+
+
+def table_blocks(text):
+    """Each run of consecutive '|' lines in `text`, as a list of lines."""
+    blocks, block = [], []
+    for line in text.splitlines() + [""]:
+        if line.startswith("|"):
+            block.append(line)
+        elif block:
+            blocks.append(block)
+            block = []
+    return blocks
+
+
+ALL_NOTEBOOKS = sorted(n for n in os.listdir(NOTEBOOKS) if n.endswith(".ipynb"))
+
+
+@pytest.mark.parametrize("notebook", ALL_NOTEBOOKS)
+def test_every_markdown_table_has_its_header(notebook):
+    # rows cut off from their table (under another heading) render as plain text with bars
+    for text in markdown(notebook):
+        for block in table_blocks(text):
+            assert len(block) >= 2 and re.match(r"^\|\s*:?-{3,}", block[1]), (
+                f"{notebook}: a table without a header and separator line: {block[0][:80]}")
+
+
+def test_notebook_11s_table_has_all_eight_pitfalls_in_one_table():
+    text = next(t for t in markdown("11_more_pitfalls.ipynb") if "in one table" in t)
+    [table] = table_blocks(text)
+    numbers = [row.split("|")[1].strip() for row in table[2:]]
+    assert sorted(numbers, key=int) == ["2", "3", "4", "7", "9", "10", "13", "14"]
