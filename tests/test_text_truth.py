@@ -52,3 +52,20 @@ def test_notebook_11s_table_has_all_eight_pitfalls_in_one_table():
     [table] = table_blocks(text)
     numbers = [row.split("|")[1].strip() for row in table[2:]]
     assert sorted(numbers, key=int) == ["2", "3", "4", "7", "9", "10", "13", "14"]
+
+
+def test_sender_fds_verdict_adds_up_to_the_limit_with_the_fds_it_really_opens():
+    # the verdict once said "18 fds at the start plus 28 kept tensors came to 48" (46)
+    bad = sc.run("sender-fds")
+    assert bad.outcome == "error", bad.explanation
+    m = re.search(r"(\d+) \+ (\d+) \+ (\d+) = (\d+)", bad.explanation)
+    assert m, bad.explanation
+    start, other, kept, limit = map(int, m.groups())
+    assert (start, kept, limit) == (bad.details["start_fds"], bad.details["sent"],
+                                    bad.params["limit"])
+    assert start + other + kept == limit
+    # the "other" fds are real: a run under a roomy limit keeps all 100 tensors, and its peak
+    # is start + 100 + exactly that many
+    roomy = sc.run("sender-fds", limit=200)
+    assert roomy.outcome == "ok", roomy.explanation
+    assert roomy.details["peak_fds"] - roomy.details["start_fds"] - 100 == other
