@@ -69,3 +69,18 @@ def test_sender_fds_verdict_adds_up_to_the_limit_with_the_fds_it_really_opens():
     roomy = sc.run("sender-fds", limit=200)
     assert roomy.outcome == "ok", roomy.explanation
     assert roomy.details["peak_fds"] - roomy.details["start_fds"] - 100 == other
+
+
+def test_autograd_fork_does_not_say_a_cpu_backward_is_safe_in_torch():
+    # torch's engine (engine.cpp, start_device_threads) counts the GPUs the machine has, not the
+    # ones the backward used: device='cpu' only plays a machine without a GPU. The texts once
+    # said the mark needs "a GPU in use", which a student would take as "CPU backward is safe".
+    cpu = sc.run("autograd-fork", device="cpu")
+    assert cpu.outcome == "ok", cpu.explanation
+    assert "machine without a GPU" in cpu.explanation
+    assert "would have marked the child" in cpu.explanation
+    assert "machine with a GPU" in sc.module("autograd-fork").SUMMARY
+    nb = "\n".join(markdown("11_more_pitfalls.ipynb"))
+    assert "with a GPU in use" not in nb
+    with open(os.path.join(NOTEBOOKS, "solutions", "11_more_pitfalls.md")) as f:
+        assert "is **not** safe" in f.read()
