@@ -84,3 +84,30 @@ def test_autograd_fork_does_not_say_a_cpu_backward_is_safe_in_torch():
     assert "with a GPU in use" not in nb
     with open(os.path.join(NOTEBOOKS, "solutions", "11_more_pitfalls.md")) as f:
         assert "is **not** safe" in f.read()
+
+
+def test_small_shm_picture_question_counts_what_the_picture_shows():
+    # the question once asked for "red 'copy 8 MiB' boxes", but the timeline labels copies that
+    # sit close together as one group ('2 copies, 16 MiB'): a student counting that label got
+    # it wrong. Counted as the question now says (each label names its number of copies), the
+    # picture gives the run's number of copies.
+    import matplotlib
+    matplotlib.use("Agg")
+    import mpviz.viz as viz
+    from mpviz.exercises import nb11
+
+    result = sc.run("small-shm")
+    fig = viz.timeline(result.trace)
+    labels = [t.get_text() for ax in fig.axes for t in ax.texts]
+    counted = 0
+    for label in labels:
+        m = re.fullmatch(r"(?:copy 8 MiB|(\d+) copies, (\d+) MiB)", label)
+        if m:
+            counted += int(m.group(1) or 1)
+    copies = len(result.trace.of_kind("copy"))
+    hidden = any("hidden" in t for t in labels)
+    assert counted == copies or (hidden and counted < copies), (labels, copies)
+    [question] = [e.question for e in nb11.EXERCISES if e.id == "11.picture-small-shm"]
+    assert "'copy 8 MiB' boxes" not in question and "2 copies, 16 MiB" in question
+    cell = next(t for t in markdown("11_more_pitfalls.ipynb") if "Exercise 2" in t)
+    assert "**copy 8 MiB** boxes" not in cell and "2 copies, 16 MiB" in cell

@@ -48,7 +48,8 @@ EXERCISES = [
         "forkserver-default", breaks_on="global-state", fix="explicit-context"),
     Exercise(
         "11.picture-small-shm", "picture",
-        "In the small-shm timeline (4 workers, prefetch 2, 8 MiB batches, 64 MiB), how many red "
-        "'copy 8 MiB' boxes are there on the workers' lanes?",
+        "In the small-shm timeline (4 workers, prefetch 2, 8 MiB batches, 64 MiB), how many "
+        "batches did the workers copy into shared memory? Count the red boxes on the workers' "
+        "lanes: one per copy ('2 copies, 16 MiB' labels two boxes side by side).",
         "a number of boxes", _judge_picture),
 ]
