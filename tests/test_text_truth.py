@@ -111,3 +111,10 @@ def test_small_shm_picture_question_counts_what_the_picture_shows():
     assert "'copy 8 MiB' boxes" not in question and "2 copies, 16 MiB" in question
     cell = next(t for t in markdown("11_more_pitfalls.ipynb") if "Exercise 2" in t)
     assert "**copy 8 MiB** boxes" not in cell and "2 copies, 16 MiB" in cell
+
+
+def test_notebook_text_does_not_name_the_kernels_python_version():
+    # "This kernel runs Python 3.11" is true on one machine; the project runs on 3.10 and later
+    for notebook in ALL_NOTEBOOKS:
+        for text in markdown(notebook):
+            assert not re.search(r"kernel runs Python 3\.\d+", text), notebook
