@@ -108,7 +108,7 @@ def test_small_shm_picture_question_counts_what_the_picture_shows():
     hidden = any("hidden" in t for t in labels)
     assert counted == copies or (hidden and counted < copies), (labels, copies)
     [question] = [e.question for e in nb11.EXERCISES if e.id == "11.picture-small-shm"]
-    assert "'copy 8 MiB' boxes" not in question and "2 copies, 16 MiB" in question
+    assert "'copy 8 MiB' boxes" not in question and "'2 copies, 16 MiB' is two" in question
     cell = next(t for t in markdown("11_more_pitfalls.ipynb") if "Exercise 2" in t)
     assert "**copy 8 MiB** boxes" not in cell and "2 copies, 16 MiB" in cell
 
