@@ -134,8 +134,12 @@ def verdict(t, details):
             f"copy of the parent, so on Linux this worked until 3.14. Fix: an explicit context, "
             f"mp.get_context('fork') (fix='explicit-context'), or pass what the worker needs "
             f"as arguments (fix='spawn-safe').")
-    how = {"explicit-context": "the script names its context, 'fork', so it no longer depends "
-                               "on the version's default",
+    copied = ("the function defined inside main() already exists" if
+              prm["breaks_on"] == "local-function" else
+              "main() had filled CONFIG in before the fork")
+    how = {"explicit-context": f"the script names its context, 'fork', so it no longer depends "
+                               f"on the version's default: the child is a copy of the parent, "
+                               f"in which {copied}",
            "spawn-safe": f"the worker is a module-level function given lr as an argument, so it "
                          f"works under '{method}' (and any start method)",
            "none": f"the default start method was '{method}'"}[prm["fix"]]
