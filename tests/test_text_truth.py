@@ -118,3 +118,29 @@ def test_notebook_text_does_not_name_the_kernels_python_version():
     for notebook in ALL_NOTEBOOKS:
         for text in markdown(notebook):
             assert not re.search(r"kernel runs Python 3\.\d+", text), notebook
+
+
+def _torch_grad_child(model, out):
+    model(__import__("torch").ones(1, 3)).sum().backward()
+    out.put(model.weight.grad.sum().item())
+
+
+def test_torch_fork_child_given_the_model_shares_the_parents_grad():
+    # notebook 02's solution once said that in PyTorch 2.x "the parent's p.grad never changes"
+    # when a worker runs backward(); that holds for a pickled model, not for a forked child
+    # given the model as an argument after model.share_memory() shared an existing grad
+    torch = pytest.importorskip("torch")
+    import torch.multiprocessing as tmp
+    ctx = tmp.get_context("fork")
+    model = torch.nn.Linear(3, 1, bias=False)
+    model(torch.ones(1, 3)).sum().backward()             # the parent's grad: 3
+    model.share_memory()                                 # shares the existing grad too
+    out = ctx.Queue()
+    child = ctx.Process(target=_torch_grad_child, args=(model, out))
+    child.start()
+    assert out.get(timeout=60) == 6.0                    # the child added into the same grad
+    child.join(60)
+    assert model.weight.grad.sum().item() == 6.0         # and the parent sees it
+    with open(os.path.join(NOTEBOOKS, "solutions", "02_sharing_tensors.md")) as f:
+        text = f.read()
+    assert "never changes. Under `fork`" in text or "Under `fork`, a\n   model" in text
