@@ -144,3 +144,34 @@ def test_torch_fork_child_given_the_model_shares_the_parents_grad():
     with open(os.path.join(NOTEBOOKS, "solutions", "02_sharing_tensors.md")) as f:
         text = f.read()
     assert "never changes. Under `fork`" in text or "Under `fork`, a\n   model" in text
+
+
+TORCH_SENDER_OVER_ITS_LIMIT = '''
+import resource, sys, time
+import torch, torch.multiprocessing as mp
+q = mp.get_context("fork").Queue()
+resource.setrlimit(resource.RLIMIT_NOFILE, (48, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
+kept = []
+for i in range(60):
+    t = torch.zeros(4)
+    q.put(t)                  # never raises: the feeder thread moves t into shared memory
+    kept.append(t)
+time.sleep(1.0)
+print("all 60 puts returned", flush=True)
+q.cancel_join_thread()
+'''
+
+
+def test_torch_queue_put_does_not_raise_when_the_sender_runs_out_of_fds():
+    # sender-fds and notebook 11 once let a student believe torch raises at the put, as mpviz
+    # does; torch's feeder thread prints the message and drops the tensor
+    pytest.importorskip("torch")
+    import subprocess
+    import sys
+    done = subprocess.run([sys.executable, "-c", TORCH_SENDER_OVER_ITS_LIMIT],
+                          capture_output=True, text=True, timeout=120)
+    assert "all 60 puts returned" in done.stdout, done.stderr[-2000:]
+    assert "in read-write mode: Too many open files (24)" in done.stderr
+    assert "queues.py" in done.stderr and "_feed" in done.stderr      # from the feeder thread
+    bad = sc.run("sender-fds")
+    assert "but not at the put: its Queue's feeder thread prints it" in bad.explanation

@@ -5,8 +5,10 @@ What happens: too-many-fds shows the consumer's side of pitfall #7. The sender p
 open in that process for as long as the storage lives. A producer that keeps the tensors it sent
 -- a DataLoader worker's prefetched batches, a replay buffer, a list "for later" -- holds one fd
 per tensor, and the next tensor it shares cannot be made. torch says
-``unable to open shared memory object </torch_…> in read-write mode: Too many open files (24)``;
-mpviz raises ``TooManyFdsError`` (an ``OSError`` 24) at the put that needed a new segment::
+``unable to open shared memory object </torch_…> in read-write mode: Too many open files (24)``
+-- raised by ``share_memory_()``, but printed by the feeder thread when the move happens inside
+``Queue.put``, which returns normally while the tensor is dropped (as in non-leaf-put). mpviz
+raises ``TooManyFdsError`` (an ``OSError`` 24) at the put that needed a new segment::
 
     producer (limit 48)   put(t1)   put(t2)   ...  put(t29)  ✗ EMFILE creating a shared storage
     open fds              21        22        ...  48            (it still holds t1 ... t28)
@@ -118,8 +120,10 @@ def verdict(t, details):
             f"{headline(details['error'])} The consumer dropped everything it got "
             f"({details['consumer_got']} tensors): the sender ran out on its own. torch says "
             f"'unable to open shared memory object </torch_…> in read-write mode: Too many open "
-            f"files (24)'. Fix: keep fewer sent tensors alive in the sender (keep=False, or a "
-            f"few reused buffers), raise `ulimit -n`, or use strategy='file_system'.")
+            f"files (24)', but not at the put: its Queue's feeder thread prints it and drops the "
+            f"tensor, and put returns normally (as in non-leaf-put). Fix: keep fewer sent "
+            f"tensors alive in the sender (keep=False, or a few reused buffers), raise "
+            f"`ulimit -n`, or use strategy='file_system'.")
     why = ("it dropped each tensor once sent, so its fds closed as it went"
            if not prm["keep"] else "under 'file_system' a segment is held by its name, "
            "with no fd kept open" if prm["strategy"] == "file_system" else
