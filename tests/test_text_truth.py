@@ -175,3 +175,12 @@ def test_torch_queue_put_does_not_raise_when_the_sender_runs_out_of_fds():
     assert "queues.py" in done.stderr and "_feed" in done.stderr      # from the feeder thread
     bad = sc.run("sender-fds")
     assert "but not at the put: its Queue's feeder thread prints it" in bad.explanation
+
+
+def test_non_leaf_put_is_not_called_silent():
+    # torch's feeder thread prints the refusal to stderr: the loss is not silent, only invisible
+    # to the code that called put (the scenario shows the printed line in its output)
+    assert "silent" not in sc.module("non-leaf-put").SUMMARY
+    assert not any("silently goes missing" in t for t in markdown("02_sharing_tensors.ipynb"))
+    theirs = sc.run("non-leaf-put", library="stdlib")
+    assert theirs.details["put"] == "returned" and "Cowardly refusing" in theirs.output
