@@ -184,3 +184,42 @@ def test_non_leaf_put_is_not_called_silent():
     assert not any("silently goes missing" in t for t in markdown("02_sharing_tensors.ipynb"))
     theirs = sc.run("non-leaf-put", library="stdlib")
     assert theirs.details["put"] == "returned" and "Cowardly refusing" in theirs.output
+
+
+TORCH_MANAGER_KEEPS_A_DEAD_CLIENTS_FILE = '''
+import os, signal, time
+import torch, torch.multiprocessing as mp
+mp.set_sharing_strategy("file_system")
+
+def child(q):
+    t = torch.zeros(1000).share_memory_()               # kept: the child dies holding it
+    q.put(t.untyped_storage()._share_filename_cpu_()[1])
+    time.sleep(60)
+
+if __name__ == "__main__":
+    mine = torch.zeros(10).share_memory_()              # the parent is a client too
+    q = mp.get_context("fork").Queue()
+    c = mp.get_context("fork").Process(target=child, args=(q,))
+    c.start()
+    name = q.get(timeout=60)
+    name = name.decode() if isinstance(name, bytes) else name
+    os.kill(c.pid, signal.SIGKILL)
+    c.join()
+    time.sleep(4)                                       # the manager's timeout is 2 s
+    print("left:", os.path.exists("/dev/shm" + name), flush=True)
+'''
+
+
+def test_torch_shm_manager_keeps_a_dead_clients_file_while_another_client_lives(tmp_path):
+    # notebook 03 once said torch's manager removes what no live process holds, as mpviz's
+    # does; torch's waits until all its clients have exited
+    pytest.importorskip("torch")
+    import subprocess
+    import sys
+    script = tmp_path / "manager.py"
+    script.write_text(TORCH_MANAGER_KEEPS_A_DEAD_CLIENTS_FILE)
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                          timeout=120)
+    assert "left: True" in done.stdout, done.stdout + done.stderr[-2000:]
+    text = "\n".join(markdown("03_sharing_strategies.ipynb"))
+    assert "cleans up when all its\nclients are gone" in text
