@@ -37,7 +37,8 @@ PARAMS = {
                  "given what it needs as arguments; none: the default start method"),
     "library": Param("stdlib", ["stdlib", "mpviz"],
                      "stdlib multiprocessing (torch.multiprocessing is the same objects) or "
-                     "mpviz.multiprocessing (which names the problem before starting)"),
+                     "mpviz.multiprocessing (which names an unpicklable target before starting; a "
+                     "global left empty still fails in the child)"),
 }
 STALL_SECONDS = 6.0
 
