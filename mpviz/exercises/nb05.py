@@ -73,6 +73,7 @@ EXERCISES = [
         "05.picture-red-boxes", "picture",
         "In the reuse=True timeline (3 producers, pool=2), how many copies does each "
         "producer's lane show? (Read the labels of the red boxes: copies close together are "
-        "drawn as one box, labelled with their number.)",
+        "drawn as boxes that may overlap into what looks like one, under one label that gives "
+        "their number.)",
         "a number of copies", _judge_picture),
 ]

@@ -13,7 +13,7 @@ def _small_shm():
 
 @judged
 def _judge_picture(answer):
-    count = as_number(answer, "a number of boxes")
+    count = as_number(answer, "a number of copies")
     result = _small_shm()
     copies = result.trace.of_kind("copy")
     sizes = " or ".join(str(mb) for mb in sorted({e.args.get("nbytes", 0) >> 20
@@ -48,7 +48,9 @@ EXERCISES = [
         "forkserver-default", breaks_on="global-state", fix="explicit-context"),
     Exercise(
         "11.picture-small-shm", "picture",
-        "In the small-shm timeline (4 workers, prefetch 2, 8 MiB batches, 64 MiB), how many red "
-        "'copy 8 MiB' boxes are there on the workers' lanes?",
-        "a number of boxes", _judge_picture),
+        "In the small-shm timeline (4 workers, prefetch 2, 8 MiB batches, 64 MiB), how many "
+        "batches did the workers copy into shared memory? Read the labels of the red boxes on "
+        "the workers' lanes: boxes close together may overlap, and one label names them all "
+        "('copy 8 MiB' is one, '2 copies, 16 MiB' is two).",
+        "a number of copies", _judge_picture),
 ]

@@ -1,4 +1,4 @@
-"""autograd-fork: the parent ran backward() with a GPU in use, then forked: the child's fails.
+"""autograd-fork: the parent ran backward() on a machine with a GPU, then forked: the child's fails.
 
 What happens: on its first ``backward()`` on a machine with a GPU, torch's autograd engine
 starts one worker thread per device. ``fork()`` copies the engine's state into the child, but
@@ -11,11 +11,13 @@ from then on, and ``backward()`` in a marked child raises (pitfall #9)::
                                          combination with fork-based multiprocessing
     child (spawn)     loss.backward()  ✓ a fresh interpreter, a fresh engine
 
-The child's own tensors may be on the CPU: the mark is on the process, not on a tensor. On a
-machine *without* a GPU torch starts no device threads, marks nothing, and the forked child's
-backward works (``device='cpu'`` here; torch 2.13 CPU does the same). mpviz's autograd keeps the
-rule (``mpviz/autograd.py``, "fork safety"), counting ``mpviz.cuda`` -- the simulator or a GPU --
-as the device once the process has used it.
+The child's own tensors may be on the CPU: the mark is on the process, not on a tensor. torch
+counts the GPUs the machine *has*: on a machine with a GPU, a parent whose backward used only CPU
+tensors marks its forked children too. On a machine *without* a GPU torch starts no device
+threads, marks nothing, and the forked child's backward works (torch 2.13 CPU, observed). mpviz's
+autograd keeps the rule (``mpviz/autograd.py``, "fork safety") but has no GPU to count: it counts
+``mpviz.cuda`` -- the simulator or a GPU -- as present once the process has used it, so
+``device='cpu'`` here plays a machine without a GPU.
 
 The fix: start the workers with ``spawn`` or ``forkserver``; or fork them before the parent's
 first ``backward()``.
@@ -23,14 +25,16 @@ first ``backward()``.
 from ._common import context, get, start_method_param, step
 from .base import Param
 
-SUMMARY = "backward() in a child forked after the parent ran backward() on a GPU"
+SUMMARY = "backward() in a child forked after the parent ran backward() on a machine with a GPU"
 PARAMS = {
     "start_method": start_method_param(
         "fork", "fork copies the engine without its threads (error); spawn and forkserver "
                 "give the child a fresh engine (ok)"),
     "device": Param("cuda", ["cuda", "cpu"],
                     "where the parent's backward runs: cuda (the engine starts device threads) "
-                    "or cpu (no device threads: a forked child's backward works, as in torch)"),
+                    "or cpu, which plays a machine without a GPU (no device threads: a forked "
+                    "child's backward works, as in CPU-only torch; torch on a GPU machine would "
+                    "mark it all the same)"),
 }
 STALL_SECONDS = 6.0
 
@@ -72,15 +76,18 @@ def verdict(t, details):
     if kind != "ok":
         return "error", (
             f"The parent ran backward() with a CUDA device in use: at that moment torch's autograd "
-            f"engine starts a thread per GPU and marks every child forked after that (mpviz "
-            f"keeps the same rule, with an at-fork mark). The worker, "
+            f"engine starts a thread per GPU and marks every child forked after that (torch does "
+            f"so on any machine with a GPU, even for a backward on CPU tensors; mpviz keeps the "
+            f"rule, with an at-fork mark, once the process has used mpviz.cuda). The worker, "
             f"started with '{prm['start_method']}', is such a child, and its backward() raised "
             f"{kind}: \"{said.split(' (mpviz:')[0]}\" (torch's RuntimeError, word for word), "
             f"although the child's own tensors were on the CPU. Fix: start workers with spawn "
             f"or forkserver (start_method='spawn'), or fork them before the first backward().")
     if prm["device"] == "cpu" and prm["start_method"] == "fork":
-        why = ("the parent's backward ran with no CUDA device in use, so nothing marked the child "
-               "(torch on a machine without a GPU starts no device threads and behaves the same)")
+        why = ("the parent's backward ran with no CUDA device in use, so nothing marked the child. "
+               "That plays a machine without a GPU, where torch starts no device threads and "
+               "behaves the same; on a machine with a GPU, torch's engine counts the GPUs "
+               "present, not the ones used, and would have marked the child all the same")
     elif prm["start_method"] == "spawn":
         why = "under 'spawn' the worker is a fresh interpreter with an engine of its own"
     else:

@@ -37,7 +37,8 @@ PARAMS = {
                  "given what it needs as arguments; none: the default start method"),
     "library": Param("stdlib", ["stdlib", "mpviz"],
                      "stdlib multiprocessing (torch.multiprocessing is the same objects) or "
-                     "mpviz.multiprocessing (which names the problem before starting)"),
+                     "mpviz.multiprocessing (which names an unpicklable target before starting; a "
+                     "global left empty still fails in the child)"),
 }
 STALL_SECONDS = 6.0
 
@@ -134,8 +135,12 @@ def verdict(t, details):
             f"copy of the parent, so on Linux this worked until 3.14. Fix: an explicit context, "
             f"mp.get_context('fork') (fix='explicit-context'), or pass what the worker needs "
             f"as arguments (fix='spawn-safe').")
-    how = {"explicit-context": "the script names its context, 'fork', so it no longer depends "
-                               "on the version's default",
+    copied = ("the function defined inside main() already exists" if
+              prm["breaks_on"] == "local-function" else
+              "main() had filled CONFIG in before the fork")
+    how = {"explicit-context": f"the script names its context, 'fork', so it no longer depends "
+                               f"on the version's default: the child is a copy of the parent, "
+                               f"in which {copied}",
            "spawn-safe": f"the worker is a module-level function given lr as an argument, so it "
                          f"works under '{method}' (and any start method)",
            "none": f"the default start method was '{method}'"}[prm["fix"]]

@@ -24,7 +24,7 @@ The fix: send the data, not the graph: ``q.put(y.detach())`` (``detach=True``).
 from ._common import get, headline, step
 from .base import Param
 
-SUMMARY = "a non-leaf tensor that requires grad, put on a Queue: torch drops it silently"
+SUMMARY = "a non-leaf tensor that requires grad, put on a Queue: torch drops it, put does not raise"
 PARAMS = {
     "library": Param("mpviz", ["mpviz", "torch", "stdlib"],
                      "mpviz (refuses at put); real torch, if installed (put returns; the feeder "

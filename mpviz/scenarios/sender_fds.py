@@ -5,12 +5,18 @@ What happens: too-many-fds shows the consumer's side of pitfall #7. The sender p
 open in that process for as long as the storage lives. A producer that keeps the tensors it sent
 -- a DataLoader worker's prefetched batches, a replay buffer, a list "for later" -- holds one fd
 per tensor, and the next tensor it shares cannot be made. torch says
-``unable to open shared memory object </torch_…> in read-write mode: Too many open files (24)``;
-mpviz raises ``TooManyFdsError`` (an ``OSError`` 24) at the put that needed a new segment::
+``unable to open shared memory object </torch_…> in read-write mode: Too many open files (24)``
+-- raised by ``share_memory_()``, but printed by the feeder thread when the move happens inside
+``Queue.put``, which returns normally while the tensor is dropped (as in non-leaf-put). mpviz
+raises ``TooManyFdsError`` (an ``OSError`` 24) at the put that needed a new segment::
 
-    producer (limit 48)   put(t1)   put(t2)   ...  put(tN)  ✗ EMFILE creating a shared storage
-    open fds              14        15        ...  48          (it still holds t1 ... tN-1)
-    consumer              get, ack  get, ack  ...           drops each tensor at once
+    producer (limit 48)   put(t1)   put(t2)   ...  put(t29)  ✗ EMFILE creating a shared storage
+    open fds              21        22        ...  48            (it still holds t1 ... t28)
+    consumer              get, ack  get, ack  ...            drops each tensor at once
+
+(The numbers of one run: 18 fds open at the start; the first put opens 2 more to hand
+descriptors over -- mpviz's listening socket and the consumer's connection to it --; then one
+more per kept tensor, until 18 + 2 + 28 = 48.)
 
 The consumer acknowledges each tensor before the producer sends the next, so only one is ever in
 flight: the fds are those of the tensors the producer *keeps*. (Tensors in flight count as well:
@@ -102,17 +108,22 @@ def drive(p, details):
 def verdict(t, details):
     prm = details["params"]
     if details.get("error"):
+        start = details["start_fds"]
+        other = prm["limit"] - start - details["sent"]     # at EMFILE, open fds == the limit
         return "error", (
             f"Under '{prm['strategy']}' the producer kept every tensor it sent, and each one "
-            f"kept an fd open in the producer: the {details['start_fds']} fds it had open at "
-            f"the start plus {details['sent']} kept tensors came to its limit of "
-            f"{prm['limit']}. Sharing tensor "
-            f"#{details['sent'] + 1} failed in the producer's put: "
+            f"kept an fd open in the producer: the {start} fds it had open at the start, "
+            f"{other} more that its first put opened to hand descriptors over (mpviz's "
+            f"listening socket and the consumer's connection) and {details['sent']} kept "
+            f"tensors came to its limit: {start} + {other} + {details['sent']} = "
+            f"{prm['limit']}. Sharing tensor #{details['sent'] + 1} failed in the producer's put: "
             f"{headline(details['error'])} The consumer dropped everything it got "
             f"({details['consumer_got']} tensors): the sender ran out on its own. torch says "
             f"'unable to open shared memory object </torch_…> in read-write mode: Too many open "
-            f"files (24)'. Fix: keep fewer sent tensors alive in the sender (keep=False, or a "
-            f"few reused buffers), raise `ulimit -n`, or use strategy='file_system'.")
+            f"files (24)', but not at the put: its Queue's feeder thread prints it and drops the "
+            f"tensor, and put returns normally (as in non-leaf-put). Fix: keep fewer sent "
+            f"tensors alive in the sender (keep=False, or a few reused buffers), raise "
+            f"`ulimit -n`, or use strategy='file_system'.")
     why = ("it dropped each tensor once sent, so its fds closed as it went"
            if not prm["keep"] else "under 'file_system' a segment is held by its name, "
            "with no fd kept open" if prm["strategy"] == "file_system" else
