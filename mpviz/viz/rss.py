@@ -7,8 +7,8 @@ like the timeline's axis but without squeezing idle stretches), and marks how ea
 process ended: a red cross for a process killed by a signal, with the signal's name::
 
     MiB
-    150 ┤        ╭──✗ SIGKILL      rank 1
-    100 ┤    ╭───╯  ✗ SIGTERM      rank 0
+    150 ┤        ╭──✗ SIGKILL (rank 1)
+    100 ┤    ╭───╯  ✗ SIGTERM (rank 0)
      50 ┤ ───╯
         └──────────────────────▶ s
 """
@@ -35,7 +35,7 @@ def rss_lanes(trace, ax=None, limit_mb=None, title=None):
                 va="center", transform=ax.transAxes)
         return fig
     t0 = trace.events[0].ts_ns
-    placed = []                             # (x, y) of the end labels so far: stack close ones
+    ends_drawn = []                         # (y, label, colour) of each process killed
     labels = process_labels(trace)
     ends = {p.pid: p for p in trace.processes()}
     for pid, points in sorted(samples.items()):
@@ -50,11 +50,10 @@ def rss_lanes(trace, ax=None, limit_mb=None, title=None):
         if p is not None and p.signal:
             color = COLORS["deadlock"] if p.signal == "SIGKILL" else "#555555"
             ax.plot([xs[-1]], [ys[-1]], marker="x", ms=9, mew=2.2, color=color)
-            near = [y for x, y in placed if abs(x - xs[-1]) < 0.1 and abs(y - ys[-1]) < 10]
-            dy = 0 if not near else (6 if ys[-1] >= near[0] else -6)   # away from its neighbour
-            placed.append((xs[-1], ys[-1]))
-            ax.annotate(f" {p.signal}", (xs[-1], ys[-1]), xytext=(4, dy),
-                        textcoords="offset points", fontsize=8, va="center", color=color)
+            who = f"rank {ranks[pid]}" if pid in ranks else name.split("\n")[0]
+            ends_drawn.append((ys[-1], f"{p.signal} ({who})", color, (xs[-1], ys[-1])))
+    top_mb = max(rss for pts in samples.values() for _, rss in pts) / (1 << 20)
+    _label_ends(ax, ends_drawn, top_mb)
     if limit_mb is not None:
         ax.axhline(limit_mb, color="#555555", ls="--", lw=1)
         ax.annotate(f"{limit_mb} MiB", (0, limit_mb), xytext=(2, 2), textcoords="offset points",
@@ -68,3 +67,20 @@ def rss_lanes(trace, ax=None, limit_mb=None, title=None):
     for side in ("top", "right"):
         ax.spines[side].set_visible(False)
     return fig
+
+
+def _label_ends(ax, ends, top_mb):
+    """Name each cross in a column right of the plot, highest first, never on top of each other.
+
+    The OOM killer's SIGKILL and the SIGTERM the others get come within milliseconds and at
+    nearly the same memory: labels placed beside their crosses would cover each other (and the
+    crosses). Each label gets a thin line to its cross instead.
+    """
+    gap = top_mb * 0.09                     # at least this far apart (MiB), about one text line
+    y_prev = None
+    for y, text, color, xy in sorted(ends, key=lambda e: -e[0]):
+        ty = y if y_prev is None else min(y, y_prev - gap)
+        y_prev = ty
+        ax.annotate(text, xy, xytext=(1.02, ty), textcoords=("axes fraction", "data"),
+                    fontsize=8, va="center", color=color, annotation_clip=False,
+                    arrowprops=dict(arrowstyle="-", color=color, lw=0.6, shrinkA=0, shrinkB=4))
