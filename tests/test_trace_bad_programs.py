@@ -1,0 +1,71 @@
+"""Programs that treat the recorder badly, traced with ``python -m mpviz trace``.
+
+Each case runs a real program (tests/badprog_workers.py) twice, untraced and traced, and checks
+that tracing changed nothing the program can see -- its output, its files, its exit status --
+and that what could not be recorded is said, on stderr and in the trace (``trace.notes``).
+"""
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+import mpviz.trace as mt
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PY = sys.executable
+WORKERS = os.path.join(ROOT, "tests", "badprog_workers.py")
+
+
+def env(**extra):
+    return dict(os.environ, PYTHONPATH=ROOT, **extra)
+
+
+def untraced(cwd, *args, timeout=60):
+    return subprocess.run([PY, WORKERS, *args], cwd=cwd, env=env(), capture_output=True,
+                          text=True, timeout=timeout)
+
+
+def traced(cwd, *args, options=("--no-plot",), out="out", timeout=90):
+    return subprocess.run([PY, "-m", "mpviz", "trace", *options, "-o", out, "--", PY, WORKERS,
+                           *args], cwd=cwd, env=env(), capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def both(tmp_path, *args, **kw):
+    """(untraced run, traced run, the files each left), each in a folder of its own."""
+    plain, rec = tmp_path / "plain", tmp_path / "traced"
+    plain.mkdir()
+    rec.mkdir()
+    a = untraced(plain, *args)
+    b = traced(rec, *args, **kw)
+    return a, b, _files(plain), _files(rec)
+
+
+def _files(folder):
+    return {p.name: p.read_text() for p in folder.iterdir() if p.is_file()}
+
+
+# --- the recorder's fds, closed or replaced by the program --------------------------------------
+
+def test_a_fork_after_closerange_keeps_the_programs_files(tmp_path):
+    # The program reuses the numbers of the recorder's fds; the forked child's recorder must not
+    # close "its parent's log" (now the program's file) and open its own log on that number.
+    a, b, plain, rec = both(tmp_path, "fork_after_closerange")
+    assert (b.returncode, b.stdout) == (a.returncode, a.stdout) == (0, "child status 0\n"), b.stderr
+    assert rec == plain == {"a.txt": "parent\n", "b.txt": "child\n", "c.txt": "child\n"}
+    trace = mt.load(tmp_path / "traced" / "out")
+    assert not trace.problems                          # no log overwritten by the program
+    assert [e.args["how"] for e in trace.of_kind("process.start")] == ["launcher", "exec", "fork"]
+
+
+def test_dup2_over_the_log_fd_stops_recording_not_the_program(tmp_path):
+    a, b, plain, rec = both(tmp_path, "dup2_over_every_fd")
+    assert (b.returncode, b.stdout) == (a.returncode, a.stdout) == (0, "wrote through fds 3..9\n"), \
+        b.stderr
+    assert rec["mine.txt"] == plain["mine.txt"] == "".join(f"{n}\n" for n in range(3, 10))
+    assert "recording stopped" in b.stderr and "recorder's log fd" in b.stderr
+    trace = mt.load(tmp_path / "traced" / "out")
+    assert not trace.problems and trace.of_kind("queue.put")     # kept up to there
