@@ -69,3 +69,13 @@ def test_dup2_over_the_log_fd_stops_recording_not_the_program(tmp_path):
     assert "recording stopped" in b.stderr and "recorder's log fd" in b.stderr
     trace = mt.load(tmp_path / "traced" / "out")
     assert not trace.problems and trace.of_kind("queue.put")     # kept up to there
+
+
+@pytest.mark.timeout(60)
+def test_a_hang_after_closerange_writes_no_stacks_into_the_programs_file(tmp_path):
+    # The hang watchdog asks for stacks with SIGUSR1; faulthandler writes them to the fd number it
+    # was given at start-up -- which the program has closed and reused for its own file.
+    run = traced(tmp_path, "hang_after_closerange", options=("--no-plot", "--hang-after", "1"))
+    assert run.returncode == 124 and run.stdout == "waiting\n", run.stderr
+    assert (tmp_path / "data.txt").read_text() == "data\n"
+    assert "closed the file its stacks go to" in run.stderr
