@@ -101,6 +101,23 @@ def os_exit(code):
     os._exit(code)
 
 
+def _put_bytes(q):
+    q.put(b"x" * 1000)
+
+
+def old_torch():
+    """Import whatever torch is on the path (the test's is 1.4.0), pass bytes to a forked child's
+    queue as a torch program would."""
+    import torch
+    import torch.multiprocessing as tmp
+    ctx = tmp.get_context("fork")
+    q = ctx.Queue()
+    p = ctx.Process(target=_put_bytes, args=(q,))
+    p.start()
+    print(torch.__version__, len(q.get()))
+    p.join()
+
+
 def sleeper(seconds):
     """Say our pid, then sleep (a program that outlives a killed launcher, or not)."""
     print(os.getpid(), flush=True)

@@ -13,6 +13,7 @@ import time
 import pytest
 
 import mpviz.trace as mt
+import mpviz.viz as viz
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PY = sys.executable
@@ -20,7 +21,7 @@ WORKERS = os.path.join(ROOT, "tests", "badprog_workers.py")
 
 
 def env(**extra):
-    return dict(os.environ, PYTHONPATH=ROOT, **extra)
+    return {**os.environ, "PYTHONPATH": ROOT, **extra}
 
 
 def untraced(cwd, *args, timeout=60):
@@ -69,6 +70,10 @@ def test_dup2_over_the_log_fd_stops_recording_not_the_program(tmp_path):
     assert "recording stopped" in b.stderr and "recorder's log fd" in b.stderr
     trace = mt.load(tmp_path / "traced" / "out")
     assert not trace.problems and trace.of_kind("queue.put")     # kept up to there
+    (line,) = trace.notes                                        # said in the trace ...
+    assert line.startswith("recording stopped in pid") and "os.dup2?" in line
+    assert f"NOT RECORDED: {line}" in b.stderr                  # ... at the end of the report
+    assert f"NOT RECORDED: {line}" in viz.summary(trace)        # ... and in the summary
 
 
 @pytest.mark.timeout(60)
@@ -79,3 +84,36 @@ def test_a_hang_after_closerange_writes_no_stacks_into_the_programs_file(tmp_pat
     assert run.returncode == 124 and run.stdout == "waiting\n", run.stderr
     assert (tmp_path / "data.txt").read_text() == "data\n"
     assert "closed the file its stacks go to" in run.stderr
+
+
+# --- a torch that mpviz cannot see inside ---------------------------------------------------------
+
+FAKE_TORCH = {            # the program's own import: a torch package of another version
+    "torch/__init__.py": '__version__ = "1.4.0"\nfrom . import multiprocessing\n',
+    "torch/multiprocessing/__init__.py": "from multiprocessing import *\n",
+}
+
+
+@pytest.mark.timeout(60)
+def test_an_unsupported_torch_is_said_never_counted_as_zero(tmp_path):
+    for name, text in FAKE_TORCH.items():
+        (tmp_path / "site" / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / "site" / name).write_text(text)
+    both_env = env(PYTHONPATH=os.pathsep.join([ROOT, str(tmp_path / "site")]))
+    command = [PY, WORKERS, "old_torch"]
+    a = subprocess.run(command, cwd=tmp_path, env=both_env, capture_output=True, text=True,
+                       timeout=50)
+    b = subprocess.run([PY, "-m", "mpviz", "trace", "--no-plot", "-o", "out", "--", *command],
+                       cwd=tmp_path, env=both_env, capture_output=True, text=True, timeout=50)
+    assert (b.returncode, b.stdout) == (a.returncode, a.stdout) == (0, "1.4.0 1000\n"), b.stderr
+    trace = mt.load(tmp_path / "out")
+    program = {p.pid for p in trace.processes() if p.how in ("exec", "fork")}
+    assert len(program) == 2
+    # every process that had torch says so: the forked child too, not only the importer
+    assert {e.pid for e in trace.of_kind("torch.unsupported")} == program
+    assert len(trace.notes) == 2 and all("torch 1.4.0" in n and "unknown, not zero" in n
+                                         for n in trace.notes)
+    assert "NOT RECORDED: pid" in b.stderr and "torch 1.4.0" in b.stderr
+    summary = viz.summary(trace)
+    assert "0 segments (torch's: unknown, NOT recorded)" in summary
+    assert "NOT recorded in 2 processes" in summary

@@ -263,6 +263,7 @@ def _report(directory, child, code, watchdog, verdict, received, plot):
     say(f"Chrome/Perfetto JSON: {chrome} (open it at https://ui.perfetto.dev)")
     for problem in trace.problems:
         say(f"could not read: {problem}")
+    _say_notes(trace)
     killed = {pid for e in trace.of_kind("watchdog.kill") for pid in e.args.get("pids", ())}
     for p in program:
         if p.exitcode is None and p.signal is None and p.exit_ns is None and \
@@ -277,6 +278,13 @@ def _report(directory, child, code, watchdog, verdict, received, plot):
         return
     for name, path in _draw(trace, directory, hang=verdict is not None):
         say(f"{name}: {path}")
+
+
+def _say_notes(trace):
+    """What could not be recorded (``Trace.notes``: a log the program took away, a torch version
+    mpviz cannot see inside), again at the end, where the learner reads the report."""
+    for line in trace.notes:
+        say(f"NOT RECORDED: {line}")
 
 
 def _draw(trace, directory, hang):

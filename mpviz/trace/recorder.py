@@ -245,7 +245,7 @@ class _Log:
 
     def __init__(self, directory, ppid, on_error):
         self.lock = allocate_lock()     # taken to map a new chunk, to close, across a fork
-        self.directory = directory
+        self.directory = os.path.abspath(directory)     # (the program may chdir)
         self.on_error = on_error
         pid = os.getpid()
         for n in range(1000):   # a reused pid, or a second record() in this process
@@ -521,10 +521,45 @@ def _fail(message):
     warnings.warn(RecorderWarning(f"mpviz.trace: {message}. The program goes on unrecorded."),
                   stacklevel=4)
     if log is not None:
+        note(log.directory, f"{message}; what it did afterwards is not in the trace")
         try:
             log.close()
         except OSError:
             pass
+
+
+# --- notes: what could not be recorded, in words, beside the logs ------------------------------
+#
+# A process whose log failed cannot say so in its log. It appends one line to NOTES in the trace
+# directory instead (opened by name, so a closed or replaced log fd does not matter); readers
+# show these lines with the trace (``Trace.notes``, the launcher's report, ``viz.summary``).
+
+NOTES = "notes.txt"
+
+
+def note(directory, text):
+    """Append the line `text` to the trace directory's NOTES file; never raises."""
+    line = " ".join(str(text).split()) + "\n"           # one line, whatever it held
+    try:
+        fd = os.open(os.path.join(directory, NOTES), os.O_WRONLY | os.O_APPEND | os.O_CREAT,
+                     0o644)
+    except OSError:
+        return
+    try:
+        os.write(fd, line.encode("utf-8", "replace"))    # O_APPEND: lines do not interleave
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def read_notes(directory):
+    """The lines of the trace directory's NOTES file ([] when there is none)."""
+    try:
+        with open(os.path.join(directory, NOTES), encoding="utf-8", errors="replace") as f:
+            return [line.rstrip("\n") for line in f if line.strip()]
+    except OSError:
+        return []
 
 
 def start(directory, how, ppid=None, **info):
