@@ -117,3 +117,44 @@ def test_an_unsupported_torch_is_said_never_counted_as_zero(tmp_path):
     summary = viz.summary(trace)
     assert "0 segments (torch's: unknown, NOT recorded)" in summary
     assert "NOT recorded in 2 processes" in summary
+
+
+# --- a launcher killed by SIGKILL --------------------------------------------------------------
+
+@pytest.mark.timeout(60)
+def test_a_killed_launchers_trace_is_finished_by_the_command_it_printed(tmp_path):
+    errfile = tmp_path / "stderr.txt"
+    with open(errfile, "w") as errs:
+        launcher = subprocess.Popen([PY, "-m", "mpviz", "trace", "-o", "out", "--", PY, WORKERS,
+                                     "sleeper", "1"], cwd=tmp_path, env=env(),
+                                    stdout=subprocess.PIPE, stderr=errs, text=True)
+        program = int(launcher.stdout.readline())     # it runs (and the launcher has spoken)
+        launcher.kill()
+        launcher.wait()
+        assert launcher.stdout.read() == "woke\n"     # the program went on to its end ...
+        launcher.stdout.close()
+    err = errfile.read_text()
+    assert f"the launcher (pid {launcher.pid}) is gone" in err      # ... and said so there
+    assert not (tmp_path / "out" / "trace.json").exists()
+    # the command the launcher printed at its start, run as printed:
+    (command,) = [line.split("then writes")[0].rsplit("; ", 1)[1].strip() for line in err.splitlines()
+                  if "--finish" in line and line.startswith("mpviz trace: recording into")]
+    assert command == f"python -m mpviz trace --finish {tmp_path / 'out'}"
+    done = subprocess.run([PY, *command.split()[1:]], cwd=tmp_path, env=env(),
+                          capture_output=True, text=True, timeout=50)
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "out" / "trace.json").exists()
+    trace = mt.load(tmp_path / "out")
+    assert any(p.pid == program and p.exit_ns for p in trace.processes())
+    (note,) = trace.notes
+    assert note.startswith(f"the launcher (pid {launcher.pid}) was killed before the program")
+    assert f"NOT RECORDED: {note}" in done.stderr
+    again = subprocess.run([PY, *command.split()[1:]], cwd=tmp_path, env=env(),
+                           capture_output=True, text=True, timeout=50)
+    assert again.returncode == 0 and mt.load(tmp_path / "out").notes == [note]   # said once
+
+
+def test_finish_refuses_a_directory_without_a_recording(tmp_path):
+    run = subprocess.run([PY, "-m", "mpviz", "trace", "--finish", str(tmp_path)], cwd=tmp_path,
+                         env=env(), capture_output=True, text=True, timeout=50)
+    assert run.returncode == 2 and "no recording there" in run.stderr and "Fix:" in run.stderr
