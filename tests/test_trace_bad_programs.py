@@ -158,3 +158,50 @@ def test_finish_refuses_a_directory_without_a_recording(tmp_path):
     run = subprocess.run([PY, "-m", "mpviz", "trace", "--finish", str(tmp_path)], cwd=tmp_path,
                          env=env(), capture_output=True, text=True, timeout=50)
     assert run.returncode == 2 and "no recording there" in run.stderr and "Fix:" in run.stderr
+
+
+# --- os._exit: no atexit, no flush -------------------------------------------------------------
+
+def test_os_exit_keeps_every_event_and_the_exit_codes(tmp_path):
+    from mpviz.viz import state as st
+    a, b, _, _ = both(tmp_path, "os_exit", "5")
+    assert (b.returncode, b.stdout) == (a.returncode, a.stdout) == (5, "child exitcode 6\n"), \
+        b.stderr
+    trace = mt.load(tmp_path / "traced" / "out")
+    assert not trace.problems and not trace.notes
+    procs = {p.how: p for p in trace.processes()}
+    assert (procs["exec"].exitcode, procs["fork"].exitcode) == (5, 6)
+    assert procs["exec"].exit_ns and procs["fork"].exit_ns
+    # everything the program recorded before os._exit is there: the child's start, its join
+    program = procs["exec"].pid
+    assert [e.kind for e in trace.events if e.pid == program and e.kind.startswith("process.")] \
+        [:2] == ["process.start", "process.launch"]
+    end = st.state_at(trace)
+    assert {p.pid for p in end.processes} & {program, procs["fork"].pid} == set()  # drawn ended
+
+
+# --- many processes --------------------------------------------------------------------------------
+
+@pytest.mark.timeout(120)
+def test_hundreds_of_forked_children_are_all_recorded_cheaply(tmp_path, monkeypatch):
+    # (300 here to keep the suite quick; 1000 were measured by hand, see the commit message)
+    n = 300
+    a, b, _, _ = both(tmp_path, "many", str(n), "fork", options=("--plot",), timeout=110)
+    assert (b.returncode, b.stdout) == (a.returncode, a.stdout), b.stderr
+    assert b.stdout == f"{n} children, exit codes summed {sum(i % 7 for i in range(n))}\n"
+    out = tmp_path / "traced" / "out"
+    logs = [p for p in out.iterdir() if p.suffix == ".mpvlog"]
+    assert len(logs) == n + 2                               # the launcher, the program, n children
+    assert max(p.stat().st_blocks * 512 for p in logs) <= 64 << 10    # sparse: ~16 KiB each
+    # one line for the children whose end no recorded parent saw (os.waitpid is not recorded)
+    assert sum("how each ended was not recorded" in line for line in b.stderr.splitlines()) == 1
+    assert "how it ended" not in b.stderr
+    assert f"no pictures drawn: {n + 1} processes are more lanes" in b.stderr
+    # reading it does not read every log's empty megabyte (it did: 1 MiB each, 18 s for 1000)
+    read = []
+    real = os.pread
+    monkeypatch.setattr(os, "pread", lambda fd, size, off: read.append(size) or real(fd, size, off))
+    trace = mt.load(out)
+    monkeypatch.undo()
+    assert len(trace.processes()) == n + 2 and not trace.problems
+    assert sum(read) < 128 * 1024 * len(logs), f"{sum(read) / 2**20:.0f} MiB read for {len(logs)} logs"
