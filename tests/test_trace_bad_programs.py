@@ -205,3 +205,28 @@ def test_hundreds_of_forked_children_are_all_recorded_cheaply(tmp_path, monkeypa
     monkeypatch.undo()
     assert len(trace.processes()) == n + 2 and not trace.problems
     assert sum(read) < 128 * 1024 * len(logs), f"{sum(read) / 2**20:.0f} MiB read for {len(logs)} logs"
+
+
+PICTURE_WITH_NOTES = """
+import sys
+import matplotlib
+matplotlib.use("Agg")
+import mpviz.trace as mt, mpviz.viz as viz
+from mpviz.trace import launcher
+trace = mt.Trace(events=[(1, 10, 10, "process.start", {"how": "exec", "name": "p"}),
+                         (2, 10, 10, "torch.unsupported", {"reason": "torch 1.4.0 is not "
+                                                           "supported", "torch": True})])
+fig = viz.timeline(trace)
+launcher._save_with_notes(fig, trace.notes, sys.argv[1])
+print([t.get_text() for t in fig.texts if "NOT RECORDED" in t.get_text()])
+"""
+
+
+def test_a_saved_picture_carries_the_notes(tmp_path):
+    # (in a child process: matplotlib keeps its font files open, which the leak check would see)
+    run = subprocess.run([PY, "-c", PICTURE_WITH_NOTES, str(tmp_path / "t.png")], env=env(),
+                         capture_output=True, text=True, timeout=60)
+    assert run.returncode == 0, run.stderr
+    assert (tmp_path / "t.png").stat().st_size > 0
+    (text,) = eval(run.stdout)
+    assert "torch 1.4.0" in text and "unknown, not zero" in text

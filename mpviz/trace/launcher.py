@@ -325,7 +325,7 @@ def _draw(trace, directory, hang):
     for what, name, draw in drawings:
         path = os.path.join(directory, name)
         try:
-            draw(trace).savefig(path)
+            _save_with_notes(draw(trace), trace.notes, path)
         except KeyboardInterrupt:
             say("drawing interrupted; the trace is complete")
             return
@@ -370,6 +370,20 @@ def _note_a_killed_launcher(directory, trace):
                 f"after its log's last event, may be missing")
         if line not in trace.notes:
             recorder.note(directory, line)
+
+
+def _save_with_notes(fig, notes, path):
+    """Save `fig`; under it, in red, what could not be recorded (a picture is believed: one that
+    is missing something says so on itself, not only on the terminal)."""
+    if not notes:
+        fig.savefig(path)
+        return
+    import textwrap
+    lines = [textwrap.shorten(f"NOT RECORDED: {n}", 220) for n in notes[:5]]
+    if len(notes) > 5:
+        lines.append(f"... and {len(notes) - 5} more (mpviz.trace.load(DIR).notes)")
+    fig.text(0.01, 0.0, "\n".join(lines), color="#b00000", fontsize=8, va="top", ha="left")
+    fig.savefig(path, bbox_inches="tight")
 
 
 def _remove_what_we_made(directory, created):
