@@ -86,6 +86,33 @@ def test_a_hang_after_closerange_writes_no_stacks_into_the_programs_file(tmp_pat
     assert "closed the file its stacks go to" in run.stderr
 
 
+RECORD_DUP2 = """
+import os, sys
+import mpviz.trace as mt
+fd = os.open("mine.txt", os.O_RDWR | os.O_CREAT | os.O_TRUNC)
+with mt.record() as trace:            # (a temporary directory: the notes outlive it)
+    for n in range(3, 12):
+        if n != fd:
+            os.dup2(fd, n)
+    for i in range(400):
+        mt.mark("work", pad="x" * 100)
+for n in range(3, 12):
+    os.write(n, b"%d " % n)
+print(open("mine.txt").read())
+print(trace.notes)
+"""
+
+
+def test_record_keeps_the_note_when_the_program_takes_its_fd(tmp_path):
+    run = subprocess.run([PY, "-W", "ignore", "-c", RECORD_DUP2], cwd=tmp_path, env=env(),
+                         capture_output=True, text=True, timeout=60)
+    assert run.returncode == 0, run.stderr
+    files, notes = run.stdout.splitlines()
+    assert files == " ".join(str(n) for n in range(3, 12)) + " "
+    (note,) = eval(notes)                      # said, even with the warning silenced
+    assert "recording stopped" in note and "os.dup2?" in note
+
+
 # --- a torch that mpviz cannot see inside ---------------------------------------------------------
 
 FAKE_TORCH = {            # the program's own import: a torch package of another version
@@ -136,6 +163,7 @@ def test_a_killed_launchers_trace_is_finished_by_the_command_it_printed(tmp_path
     err = errfile.read_text()
     assert f"the launcher (pid {launcher.pid}) is gone" in err      # ... and said so there
     assert not (tmp_path / "out" / "trace.json").exists()
+    assert (tmp_path / "out" / ".stacks").exists()              # (tidied by --finish)
     # the command the launcher printed at its start, run as printed:
     (command,) = [line.split("then writes")[0].rsplit("; ", 1)[1].strip() for line in err.splitlines()
                   if "--finish" in line and line.startswith("mpviz trace: recording into")]
@@ -144,6 +172,7 @@ def test_a_killed_launchers_trace_is_finished_by_the_command_it_printed(tmp_path
                           capture_output=True, text=True, timeout=50)
     assert done.returncode == 0, done.stderr
     assert (tmp_path / "out" / "trace.json").exists()
+    assert not (tmp_path / "out" / ".stacks").exists()
     trace = mt.load(tmp_path / "out")
     assert any(p.pid == program and p.exit_ns for p in trace.processes())
     (note,) = trace.notes

@@ -354,6 +354,7 @@ def finish(directory, plot=None):
     from .trace import load
     _note_a_killed_launcher(path, load(path))
     _report(path, None, 0, None, None, [], plot)
+    _tidy(path)
     return 0
 
 
