@@ -233,6 +233,16 @@ def test_hundreds_of_forked_children_are_all_recorded_cheaply(tmp_path, monkeypa
     trace = mt.load(out)
     monkeypatch.undo()
     assert len(trace.processes()) == n + 2 and not trace.problems
+    # a live view, or the hang watchdog (ten polls a second), reads a dead writer's log once
+    from mpviz.trace.reader import LogReader
+    live = LogReader(out)
+    assert len(live.poll()) == len(trace.events)
+    opened = []
+    real_open = os.open
+    monkeypatch.setattr(os, "open", lambda *a, **k: opened.append(a[0]) or real_open(*a, **k))
+    assert live.poll() == []
+    monkeypatch.undo()
+    assert opened == []
     assert sum(read) < 128 * 1024 * len(logs), f"{sum(read) / 2**20:.0f} MiB read for {len(logs)} logs"
 
 

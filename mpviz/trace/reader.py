@@ -47,7 +47,7 @@ class TraceFormatWarning(UserWarning):
 
 
 class _FileState:
-    __slots__ = ("path", "pid", "ppid", "chunk", "off", "bad", "torn_at", "skipped")
+    __slots__ = ("path", "pid", "ppid", "chunk", "off", "bad", "torn_at", "skipped", "done")
 
     def __init__(self, path):
         self.path, self.pid, self.ppid, self.chunk = path, None, None, None
@@ -55,6 +55,7 @@ class _FileState:
         self.bad = False       # unreadable header: skipped for good
         self.torn_at = None    # offset of a record that did not decode (may still be in flight)
         self.skipped = 0       # bytes of damaged records skipped over, to a good record
+        self.done = False      # read to its end after its writer died: nothing more will come
 
 
 class LogReader:
@@ -86,7 +87,7 @@ class LogReader:
             st = self.files.get(name)
             if st is None:
                 st = self.files[name] = _FileState(os.path.join(self.directory, name))
-            if not st.bad:
+            if not st.bad and (final or not st.done):
                 self._read_file(st, out, final)
         if final and not self.files:
             self._problem(f"trace directory {self.directory!r} holds no *{SUFFIX} logs: "
@@ -138,7 +139,12 @@ class LogReader:
         try:
             if st.pid is None and not self._read_header(st, fd, final):
                 return
+            # Whether the writer is gone is asked *before* reading: then all it wrote is read
+            # now, and later polls (a live view, the hang watchdog: ten a second) can skip this
+            # log -- a program that ran a thousand short children leaves a thousand such logs.
+            gone = not final and not _alive(st.pid)
             self._read_records(st, fd, out, final)
+            st.done = gone and st.torn_at is None and not st.bad
         finally:
             os.close(fd)
 
@@ -212,6 +218,18 @@ class LogReader:
             self._problem(f"{st.path}: {what} at offset {st.off} (a process killed while "
                           f"writing, or a damaged file) and no good record after it; the rest "
                           f"of this log is skipped")
+
+
+def _alive(pid):
+    """Might process `pid` still write? (A zombie, or a reused pid, says yes: reading once
+    more costs little; saying no too early would lose events.)"""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True                  # someone else's: it exists
+    return True
 
 
 def _check_and_decode(buf, rel, n):
