@@ -7,6 +7,7 @@ a row at run time, for an extension.)::
 
     python -m mpviz trace [-o DIR] [--hang-after S] [--plot | --no-plot] -- python script.py ...
                                           record an unmodified program (mpviz/trace/launcher.py)
+    python -m mpviz trace --finish DIR    write the trace a killed launcher left unwritten
     python -m mpviz list [-v]             the teaching scenarios (mpviz/scenarios/cli.py)
     python -m mpviz run NAME [--param value ...]
                                           run one of them, print its verdict
@@ -83,6 +84,10 @@ def _trace_arguments(parser):
                          help="never draw (trace.json is always written)")
     parser.add_argument("--threading-locks", action="store_true",
                         help="also record threading.Lock/RLock made by the program")
+    parser.add_argument("--finish", metavar="DIR",
+                        help="run nothing: write trace.json (and, with --plot, the pictures) "
+                             "from the logs in DIR, when the launcher that recorded them was "
+                             "killed before it could")
     parser.add_argument("program", nargs=argparse.REMAINDER,
                         help="the command to run, after --, e.g. -- python script.py")
 
@@ -93,6 +98,8 @@ def _trace_run(args):
     program = list(args.program)
     if program and program[0] == "--":
         program = program[1:]
+    if args.finish is not None:
+        return _trace_finish(args, program)
     if not program:
         print("mpviz trace: give the program to run after --, e.g.\n"
               "    python -m mpviz trace -o out -- python script.py", file=sys.stderr)
@@ -100,6 +107,18 @@ def _trace_run(args):
     try:
         return launcher.run(program, output=args.output, hang_after=args.hang_after,
                             plot=args.plot, threading_locks=args.threading_locks)
+    except launcher.Refused as exc:
+        launcher.say(str(exc))
+        return 2
+
+
+def _trace_finish(args, program):
+    from mpviz.trace import launcher
+    if program:
+        launcher.say("--finish runs nothing: give either --finish DIR or a program after --")
+        return 2
+    try:
+        return launcher.finish(args.finish, plot=args.plot)
     except launcher.Refused as exc:
         launcher.say(str(exc))
         return 2

@@ -133,11 +133,12 @@ def test_a_failing_log_disables_recording_and_says_so(tmp_path):
             mt.mark("before")
             log = recorder._log
             os.close(log.fd)
-            log.fd = os.open(os.devnull, os.O_RDONLY)          # fallocate on it: an OSError
+            null = log.fd = os.open(os.devnull, os.O_RDONLY)   # fallocate on it: an OSError
             for i in range(recorder.CHUNK // 1000 + 2):         # fill the first chunk
                 mt.mark("filler", i=i, pad="x" * 1000)
             assert recorder.ENABLED is False
             mt.mark("after")                                     # a no-op now, no error
+    os.close(null)               # (not the log: the recorder leaves it open, as it must)
     names = [e.args["name"] for e in trace.of_kind("mark")]
     assert names[0] == "before" and "after" not in names
 

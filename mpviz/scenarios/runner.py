@@ -272,14 +272,20 @@ def capture_stacks(pids, names, stacks_dir):
     """``{pid: {"name", "stacks"}}``: SIGUSR1 to each of `pids`, whose faulthandler (registered
     at start-up, see _site/sitecustomize.py) appends its threads' stacks to STACKS_DIR/PID.txt.
     Also used by the hang watchdog of ``python -m mpviz trace`` (mpviz/trace/watchdog.py)."""
-    sizes = {}
+    sizes, blind = {}, {}
     for pid in pids:
         path = os.path.join(stacks_dir, f"{pid}.txt")
         sizes[pid] = _size(path)
+        if not _holds_open(pid, path):
+            blind[pid] = (f"(no stacks captured: the process closed the file its stacks go to "
+                          f"-- os.closerange? -- and SIGUSR1 would write them into whatever "
+                          f"file now has that number, maybe one of its own; not sent)")
+            continue
         try:
             os.kill(pid, signal.SIGUSR1)
         except OSError:
             pass
+    pids = [pid for pid in pids if pid not in blind]
     deadline = time.monotonic() + 1.5
     last, stable_since = None, time.monotonic()
     while time.monotonic() < deadline:          # until every file has grown and settled
@@ -294,7 +300,26 @@ def capture_stacks(pids, names, stacks_dir):
     for pid in pids:
         text = _read_text(os.path.join(stacks_dir, f"{pid}.txt"))[sizes[pid]:]
         out[pid] = {"name": names.get(pid), "stacks": text.strip() or "(no stacks captured)"}
+    for pid, why in blind.items():
+        out[pid] = {"name": names.get(pid), "stacks": why}
     return out
+
+
+def _holds_open(pid, path):
+    """Does `pid` still have `path` open (faulthandler writes its stacks there)? True when
+    /proc cannot tell (not ours to read): then SIGUSR1 is sent as before."""
+    try:
+        fds = os.listdir(f"/proc/{pid}/fd")
+    except OSError:
+        return True
+    target = os.path.realpath(path)
+    for fd in fds:
+        try:
+            if os.readlink(f"/proc/{pid}/fd/{fd}") == target:
+                return True
+        except OSError:
+            continue
+    return False
 
 
 # --- processes of a session -----------------------------------------------------------------------

@@ -14,6 +14,11 @@
     5. always: DIR/trace.json; the pictures when they are worth their cost (below); where they
        went; the program's exit status (128+N if a signal N ended it)
 
+A launcher killed by SIGKILL does none of 3-5. Its program goes on (it does not depend on the
+launcher, and ending it would change what it does), says at its exit that the launcher is gone,
+and ``python -m mpviz trace --finish DIR`` -- said at the start, when it still can be -- writes
+trace.json from the logs afterwards (``finish``).
+
 Why a session of its own: every process the program starts inherits its session id, even one
 whose parent died and was re-parented to init, so "the program's processes" is "the session's
 processes" (the scenarios' runner finds its runs' processes the same way). A terminal's Ctrl-C
@@ -165,6 +170,7 @@ def run(program, output=None, hang_after=10.0, plot=None, threading_locks=False)
         recorder.emit("process.launch", child=child.pid, name=" ".join(program),
                       start_method="exec")
     forwarder.attach(child)
+    _say_how_to_finish(directory)
     watchdog, verdict = None, None
     try:
         if hang_after:
@@ -263,13 +269,13 @@ def _report(directory, child, code, watchdog, verdict, received, plot):
     say(f"Chrome/Perfetto JSON: {chrome} (open it at https://ui.perfetto.dev)")
     for problem in trace.problems:
         say(f"could not read: {problem}")
-    killed = {pid for e in trace.of_kind("watchdog.kill") for pid in e.args.get("pids", ())}
-    for p in program:
-        if p.exitcode is None and p.signal is None and p.exit_ns is None and \
-                p.how != "exec" and p.pid not in killed:
-            say(f"pid {p.pid} ({p.name}): how it ended was not recorded (os._exit, or killed, "
-                f"and no recorded parent waited for it); its events up to then are all there")
+    _say_notes(trace)
+    _say_unended(trace, program)
     worth = verdict is not None or code != 0
+    if plot is not False and len(program) > MAX_LANES:
+        say(f"no pictures drawn: {len(program)} processes are more lanes than one picture "
+            f"can show (at most {MAX_LANES}); open trace.json in Perfetto, which scrolls")
+        return
     if plot is False or (plot is None and not worth):
         say(f"no pictures drawn{' (--no-plot)' if plot is False else ''}: "
             f"python -m mpviz trace --plot ... draws them, or mpviz.trace.load({directory!r})"
@@ -277,6 +283,32 @@ def _report(directory, child, code, watchdog, verdict, received, plot):
         return
     for name, path in _draw(trace, directory, hang=verdict is not None):
         say(f"{name}: {path}")
+
+
+MAX_LANES = 200     # more processes than this: no timeline (it would be metres tall, minutes)
+
+
+def _say_unended(trace, program):
+    """Name the processes whose end was not recorded: one line each for a few, one line for
+    many (a program that forked a thousand children must not get a thousand lines)."""
+    killed = {pid for e in trace.of_kind("watchdog.kill") for pid in e.args.get("pids", ())}
+    unended = [p for p in program if p.exitcode is None and p.signal is None and
+               p.exit_ns is None and p.how != "exec" and p.pid not in killed]
+    why = ("how it ended was not recorded (os._exit, or killed, and no recorded parent waited "
+           "for it); its events up to then are all there")
+    if len(unended) <= 5:
+        for p in unended:
+            say(f"pid {p.pid} ({p.name}): {why}")
+        return
+    pids = ", ".join(str(p.pid) for p in unended[:5])
+    say(f"{len(unended)} processes (pids {pids}, ...): {why.replace('it ended', 'each ended')}")
+
+
+def _say_notes(trace):
+    """What could not be recorded (``Trace.notes``: a log the program took away, a torch version
+    mpviz cannot see inside), again at the end, where the learner reads the report."""
+    for line in trace.notes:
+        say(f"NOT RECORDED: {line}")
 
 
 def _draw(trace, directory, hang):
@@ -293,7 +325,7 @@ def _draw(trace, directory, hang):
     for what, name, draw in drawings:
         path = os.path.join(directory, name)
         try:
-            draw(trace).savefig(path)
+            _save_with_notes(draw(trace), trace.notes, path)
         except KeyboardInterrupt:
             say("drawing interrupted; the trace is complete")
             return
@@ -301,6 +333,58 @@ def _draw(trace, directory, hang):
             say(f"could not draw the {what} ({exc!r}); the trace is complete")
             continue
         yield what, path
+
+
+# --- a launcher that was killed: finishing its trace afterwards ------------------------------
+
+def _say_how_to_finish(directory):
+    """Said at the start, because a launcher killed by SIGKILL can say nothing at its end."""
+    say(f"recording into {directory} (if this launcher is killed, the program goes on; "
+        f"python -m mpviz trace --finish {directory} then writes the trace from its logs)")
+
+
+def finish(directory, plot=None):
+    """``python -m mpviz trace --finish DIR``: what a killed launcher did not do -- trace.json,
+    the pictures (when asked), the report -- from the logs in DIR. Returns 0; raises
+    ``Refused`` when DIR holds no recording."""
+    path = os.path.abspath(directory)
+    if not os.path.isdir(path) or not any(f.endswith(recorder.SUFFIX) for f in os.listdir(path)):
+        raise Refused(f"--finish {directory!r}: no recording there (no *{recorder.SUFFIX} "
+                      f"logs). Fix: give the directory that `mpviz trace -o DIR` recorded into")
+    from .trace import load
+    _note_a_killed_launcher(path, load(path))
+    _report(path, None, 0, None, None, [], plot)
+    _tidy(path)
+    return 0
+
+
+def _note_a_killed_launcher(directory, trace):
+    """A launcher's log with a program launched and never reaped: the launcher was killed
+    before the program ended. Kept as a note (once), so the trace says why its end is missing."""
+    for launch in trace.of_kind("process.launch"):
+        reaped = [e for e in trace.of_kind("process.reaped") if e.pid == launch.pid]
+        starts = [e for e in trace.of_kind("process.start") if e.pid == launch.pid]
+        if reaped or not starts or starts[0].args.get("how") != "launcher":
+            continue
+        line = (f"the launcher (pid {launch.pid}) was killed before the program (pid "
+                f"{launch.args['child']}) ended: how the program ended, and what it did "
+                f"after its log's last event, may be missing")
+        if line not in trace.notes:
+            recorder.note(directory, line)
+
+
+def _save_with_notes(fig, notes, path):
+    """Save `fig`; under it, in red, what could not be recorded (a picture is believed: one that
+    is missing something says so on itself, not only on the terminal)."""
+    if not notes:
+        fig.savefig(path)
+        return
+    import textwrap
+    lines = [textwrap.shorten(f"NOT RECORDED: {n}", 220) for n in notes[:5]]
+    if len(notes) > 5:
+        lines.append(f"... and {len(notes) - 5} more (mpviz.trace.load(DIR).notes)")
+    fig.text(0.01, 0.0, "\n".join(lines), color="#b00000", fontsize=8, va="top", ha="left")
+    fig.savefig(path, bbox_inches="tight")
 
 
 def _remove_what_we_made(directory, created):

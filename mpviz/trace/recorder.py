@@ -245,7 +245,7 @@ class _Log:
 
     def __init__(self, directory, ppid, on_error):
         self.lock = allocate_lock()     # taken to map a new chunk, to close, across a fork
-        self.directory = directory
+        self.directory = os.path.abspath(directory)     # (the program may chdir)
         self.on_error = on_error
         pid = os.getpid()
         for n in range(1000):   # a reused pid, or a second record() in this process
@@ -258,6 +258,7 @@ class _Log:
         else:
             raise FileExistsError(f"no free log name for pid {pid} in {directory}")
         self.mm, self.writer = None, None
+        self.mm_fd = None        # the fd number the mapping holds (see _close_mapping)
         self.base = 0            # file offset of the mapped chunk
         self.end = 0             # how much of it is reserved on disk (records go below)
         self.identity = None     # (st_dev, st_ino) of the log: is self.fd still it?
@@ -298,8 +299,50 @@ class _Log:
             self.identity = (st.st_dev, st.st_ino)
         self._check_fd()
         os.ftruncate(self.fd, base + CHUNK)            # a hole: no disk used yet
-        self.mm, self.base, self.end = mmap.mmap(self.fd, CHUNK, offset=base), base, 0
+        old_fd = self.mm_fd
+        self.mm, self.base, self.end = _map(self.fd, base), base, 0
+        self.mm_fd = self._find_mapping_fd(old_fd)
         self._reserve(RESERVE)
+
+    # Python's mmap keeps a dup() of the fd it maps (until 3.13's trackfd=False), and closes
+    # that number when the mapping is closed. A program that closed our fds may own that number
+    # by then: _close_mapping gives it back its file.
+
+    def _find_mapping_fd(self, old):
+        """The fd number the new mapping holds (a second fd on our log), or None if unknown."""
+        if _TRACKS_FD:
+            return None                                   # (3.13: the mapping holds none)
+        try:
+            fds = [int(n) for n in os.listdir("/proc/self/fd")]
+        except OSError:
+            return None                                   # not Linux: left unprotected
+        found = [fd for fd in fds if fd not in (self.fd, old) and self._is_log(fd)]
+        return found[0] if len(found) == 1 else None
+
+    def _is_log(self, fd):
+        try:
+            st = os.fstat(fd)
+        except OSError:
+            return False
+        return self.identity in (None, (st.st_dev, st.st_ino))   # (None: not looked at yet)
+
+    def _close_mapping(self, mm, mm_fd):
+        """``mm.close()``, but if the number of the fd it holds now names a file of the program
+        (it closed ours and opened one, or dup2'd one there), that file stays open there."""
+        if mm_fd is None or self._is_log(mm_fd):
+            mm.close()
+            return
+        try:
+            saved = os.dup(mm_fd)              # the program's file at that number, if any
+        except OSError:
+            mm.close()                         # nothing there: the close finds nothing
+            return
+        inheritable = os.get_inheritable(mm_fd)
+        try:
+            mm.close()
+        finally:
+            os.dup2(saved, mm_fd, inheritable=inheritable)
+            os.close(saved)
 
     def _reserve(self, end):
         """Reserve the chunk's bytes up to `end` on disk: ENOSPC here, not SIGBUS later."""
@@ -323,10 +366,10 @@ class _Log:
                     self._reserve(2 * self.end)
                     w.use(self.mm, pos, self.end)
                 else:
-                    full = self.mm
+                    full, full_fd = self.mm, self.mm_fd
                     self._map_chunk(self.base + CHUNK)
                     w.use(self.mm, 0, self.end)      # lets go of the full chunk ...
-                    full.close()                     # ... so that it can be unmapped
+                    self._close_mapping(full, full_fd)   # ... so that it can be unmapped
             return True
 
     def _write_failed(self, kind, exc):
@@ -344,11 +387,26 @@ class _Log:
         if self.mm is not None:
             if self.writer is not None:
                 self.writer.use(None, 0)
-            self.mm.close()
-            self.mm = None
+            self._close_mapping(self.mm, self.mm_fd)
+            self.mm = self.mm_fd = None
         if self.fd is not None:
-            os.close(self.fd)
+            # Still our log? A program that closed it (``os.closerange``) may have opened a
+            # file of its own that got the same number, or put one there (``os.dup2``):
+            # closing that would take the program's file from it (and the next log opened
+            # here would get its number, and the program would write into the trace).
+            if self._is_log(self.fd):
+                os.close(self.fd)
             self.fd = None
+
+
+def _map(fd, base):
+    """CHUNK bytes of the file `fd` from `base`, shared and writable."""
+    if _TRACKS_FD:
+        return mmap.mmap(fd, CHUNK, offset=base, trackfd=False)   # (3.13: no fd of its own)
+    return mmap.mmap(fd, CHUNK, offset=base)
+
+
+_TRACKS_FD = sys.version_info >= (3, 13)
 
 
 def _raise(log, kind, exc):
@@ -463,10 +521,45 @@ def _fail(message):
     warnings.warn(RecorderWarning(f"mpviz.trace: {message}. The program goes on unrecorded."),
                   stacklevel=4)
     if log is not None:
+        note(log.directory, f"{message}; what it did afterwards is not in the trace")
         try:
             log.close()
         except OSError:
             pass
+
+
+# --- notes: what could not be recorded, in words, beside the logs ------------------------------
+#
+# A process whose log failed cannot say so in its log. It appends one line to NOTES in the trace
+# directory instead (opened by name, so a closed or replaced log fd does not matter); readers
+# show these lines with the trace (``Trace.notes``, the launcher's report, ``viz.summary``).
+
+NOTES = "notes.txt"
+
+
+def note(directory, text):
+    """Append the line `text` to the trace directory's NOTES file; never raises."""
+    line = " ".join(str(text).split()) + "\n"           # one line, whatever it held
+    try:
+        fd = os.open(os.path.join(directory, NOTES), os.O_WRONLY | os.O_APPEND | os.O_CREAT,
+                     0o644)
+    except OSError:
+        return
+    try:
+        os.write(fd, line.encode("utf-8", "replace"))    # O_APPEND: lines do not interleave
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def read_notes(directory):
+    """The lines of the trace directory's NOTES file ([] when there is none)."""
+    try:
+        with open(os.path.join(directory, NOTES), encoding="utf-8", errors="replace") as f:
+            return [line.rstrip("\n") for line in f if line.strip()]
+    except OSError:
+        return []
 
 
 def start(directory, how, ppid=None, **info):

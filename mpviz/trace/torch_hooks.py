@@ -160,6 +160,12 @@ def _say(kind, **args):
     print(text, file=sys.stderr)
     if recorder.ENABLED:
         recorder.emit(kind, reason=_disabled, torch=True, **args)
+    # A forked child has this torch too and is just as blind: its log says so as well (the
+    # recorder's own at-fork hook, registered before this one, has opened that log by then).
+    # Its stderr stays quiet: the parent's line covers it.
+    if hasattr(os, "register_at_fork"):
+        os.register_at_fork(after_in_child=lambda: recorder.emit(kind, reason=_disabled,
+                                                                 torch=True, **args))
 
 
 def _wrap_method(cls, name, hook, classmethod_=False):

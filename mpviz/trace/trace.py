@@ -35,6 +35,7 @@ class Trace:
         self._links.add(self.events)
         self._reader = LogReader(self.path) if self.path is not None else None
         self._problems = []
+        self._notes = []        # notes.txt's lines, kept when the directory goes (_detach)
         self.verdict = None     # a hang's verdict in words: record(hang_after=...), or load()
                                 # of a directory where `mpviz trace` found a hang
 
@@ -44,6 +45,7 @@ class Trace:
         the copy shares them and links nothing again (a new Trace would, all of them)."""
         copy = Trace()
         copy.events = list(self.events)
+        copy._notes = self._file_notes()
         return copy
 
     @property
@@ -51,10 +53,26 @@ class Trace:
         """What could not be read (torn records, unreadable files), in words."""
         return list(self._reader.problems if self._reader else self._problems)
 
+    @property
+    def notes(self):
+        """What could not be recorded, in words (``[]``: nothing known to be missing).
+
+        Two sources: lines a process left in ``notes.txt`` beside the logs when its own log
+        failed (the program closed or replaced the log's fd, the disk was full: recording.py's
+        ``note``), and events that say something is missing (a torch version mpviz cannot see
+        inside, a torch hook that failed, an event too large to record)."""
+        lines = self._file_notes() + _event_notes(self.events)
+        return list(dict.fromkeys(lines))                  # each once, in order
+
+    def _file_notes(self):
+        return recorder.read_notes(self.path) if self.path is not None else list(self._notes)
+
     def _detach(self):
         """Stop reading (the directory is about to go away); keep the events."""
         if self._reader is not None:
             self._problems = list(self._reader.problems)
+        if self.path is not None:
+            self._notes = recorder.read_notes(self.path)
         self.path, self._reader = None, None
 
     def refresh(self, final=False):
@@ -209,6 +227,22 @@ class Trace:
         """Draw the timeline (needs matplotlib and mpviz.viz)."""
         from mpviz.viz import timeline
         return timeline(self, **kwargs)
+
+
+def _event_notes(events):
+    """The events that say what was not recorded, as lines (dropped events counted, not listed)."""
+    lines, dropped = [], {}
+    for e in events:
+        if e.kind in ("torch.unsupported", "torch.hook_failed"):
+            lines.append(f"pid {e.pid}: torch's shared memory is NOT recorded: "
+                         f"{e.args.get('reason')}; its segments, copies and handles are "
+                         f"unknown, not zero")
+        elif e.kind == "record.dropped":
+            key = (e.pid, e.args.get("kind"))
+            dropped[key] = (dropped.get(key, (0, None))[0] + 1, e.args.get("error"))
+    for (pid, kind), (n, error) in dropped.items():
+        lines.append(f"pid {pid}: {n} {kind!r} event{'s' * (n > 1)} not recorded ({error})")
+    return lines
 
 
 def load(path):

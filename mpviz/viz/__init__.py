@@ -106,6 +106,8 @@ def summary(trace):
                 f"{sum(s.status == 'in flight?' for s in segs)}"
                 if any(s.status == "in flight?" for s in segs) else "")]
     lines += _torch_lines(trace)
+    lines += [f"NOT RECORDED: {line}" for line in getattr(trace, "notes", ())
+              if "torch's shared memory" not in line]          # (torch's: said just above)
     lines += [f"STUCK: {d.reason}" for d in deadlocks(trace)]
     return "\n".join(lines)
 

@@ -100,8 +100,9 @@ def _record_exit(directory, launcher):
         recorder.emit("process.exit", exitcode=None, how="atexit")
     if launcher and os.getppid() != launcher:     # re-parented: the launcher has gone
         print(f"mpviz trace: the launcher (pid {launcher}) is gone (killed?), so no trace.json "
-              f"and no picture will be written; the logs are in {directory}: "
-              f"mpviz.trace.load({directory!r}) reads them", file=sys.stderr, flush=True)
+              f"and no picture were written; the logs are in {directory}: "
+              f"python -m mpviz trace --finish {directory} writes them", file=sys.stderr,
+              flush=True)
 
 
 def site_directory():
