@@ -9,6 +9,7 @@ import subprocess
 import sys
 import textwrap
 
+import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -132,6 +133,51 @@ def test_queue_fd_hand_over_is_linked_to_its_message(queue_run):
                    if f.put.pid == seen["producer"] and f.put.kind == "queue.put"}
     assert {st.fd_message(trace, e) for e in sent + received} == tensor_msgs
     assert len(tensor_msgs) == 12
+
+
+@pytest.mark.timeout(120)
+def test_queue_fd_hand_overs_are_drawn_as_dashed_arrows(queue_run):
+    strategy, trace, seen = queue_run
+    from matplotlib.colors import to_hex
+    from matplotlib.patches import FancyArrowPatch
+    from mpviz.viz.colors import COLORS, WORDS
+    fig = viz.timeline(trace)
+    ax = fig.axes[0]
+    drawn = [p for p in ax.patches if isinstance(p, FancyArrowPatch) and p.get_gid() == "fd"]
+    legend = [t.get_text() for t in ax.get_legend().get_texts()]
+    if strategy == "file_system":              # names, not fds: no fd arrow, no legend line
+        assert not drawn and WORDS["fd"] not in legend
+        return
+    passes = st.fd_passes(trace)
+    assert len(passes) == 12 and len(drawn) == 12 and WORDS["fd"] in legend
+    for arrow in drawn:                        # thin, dashed, in the fd colour
+        assert to_hex(arrow.get_edgecolor()) == COLORS["fd"]
+        assert arrow.get_linestyle() != "-" and arrow.get_linewidth() < 1.5
+    lanes = [t.get_text() for t in ax.get_yticklabels()]
+    starts = sorted(round(a._posA_posB[0][1]) for a in drawn)
+    ends = sorted(round(a._posA_posB[1][1]) for a in drawn)
+    # from the producer's resource_sharer thread to the consumer's lane
+    assert {lanes[r] for r in starts} == {"└ Thread-1 (_serve)"}
+    consumer = [i for i, lane in enumerate(lanes) if f"pid {seen['pid']}" in lane]
+    assert set(ends) == set(consumer)
+    # each starts when the fd was sent and ends when it was received
+    xs = sorted((a._posA_posB[0][0], a._posA_posB[1][0]) for a in drawn)
+    assert all(x0 <= x1 for x0, x1 in xs)
+    # linked to its message: a dotted line from the fd's end to that message's get, where
+    # the get is drawn apart from it (torch's get is recorded before it unpickles: earlier)
+    (links,) = [c for c in ax.collections if c.get_gid() == "fd link"]
+    assert 1 <= len(links.get_segments()) <= 12
+    fd_ends = {tuple(np.round(a._posA_posB[1], 9)) for a in drawn}
+    handle_gets = {tuple(np.round(a._posA_posB[1], 9)) for a in ax.patches
+                   if isinstance(a, FancyArrowPatch) and a.get_gid() != "fd" and
+                   to_hex(a.get_edgecolor()) == COLORS["handle"]}
+    for b, g in links.get_segments():
+        assert tuple(np.round(b, 9)) in fd_ends and tuple(np.round(g, 9)) in handle_gets
+    gets = {f.put.args["msg"]: f.get for f in trace.flows() if f.get is not None}
+    for send, recv in passes:
+        message = st.fd_message(trace, recv)
+        assert message is not None and gets[message].pid == recv.pid
+        assert gets[message].ts_ns <= recv.ts_ns
 
 
 @pytest.mark.timeout(120)
