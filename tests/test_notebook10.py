@@ -79,6 +79,17 @@ def test_the_join_hang_in_words_names_every_wait_of_the_chain(tmp_path):
     for text in ax.texts:
         if text.get_visible() and text.get_text().strip():
             assert text.get_window_extent(renderer).x0 > border, text.get_text()
+    # waits never satisfied end with their killed processes: a launcher that reaps them 10 s
+    # later (a slow machine) adds a stretch where nothing was recorded, squeezed, not 10 s of
+    # hatching that never happened
+    import mpviz.trace as mt
+    from mpviz.trace.events import Event
+    last = run.trace.events[-1]
+    late = Event(last.ts_ns + 10**10, last.pid, last.tid, "mark", {"name": "late"})
+    fig = viz.timeline(mt.Trace(events=list(run.trace.events) + [late]))
+    ticks = [t.get_text() for t in fig.axes[0].get_xticklabels()]
+    squeezed = [float(t.split("+")[1].split()[0]) for t in ticks if t.startswith("≈")]
+    assert squeezed and squeezed[-1] >= 10.0, ticks        # (with the reaping's own delay)
 
 
 def test_the_joinable_queue_is_named_as_on_the_timeline(tmp_path):
