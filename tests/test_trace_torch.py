@@ -223,6 +223,136 @@ def test_dataloader_batches_are_arrows_from_each_worker(dataloader_run):
     assert not trace.of_kind("copy")
 
 
+@pytest.mark.timeout(120)
+def test_dataloader_pin_memory_is_what_torch_did(dataloader_run):
+    trace, seen = dataloader_run
+    program = _program(trace).pid
+    pins = _torch(trace, "dataloader.pin_memory")
+    pinned = _torch(trace, "dataloader.pin")
+    threads = {st._index(trace).thread_name(e.pid, e.tid) for e in pins}
+    if not seen["accelerator"]:
+        # a CPU-only torch: it warned, started no pin-memory thread and pinned nothing; the
+        # trace says so (once, from the main process), and draws no such thread
+        assert any("pin_memory" in w and "no accelerator" in w for w in seen["warnings"])
+        (skipped,) = pins
+        assert skipped.pid == program and skipped.args["phase"] == "skipped"
+        assert "no pin-memory thread" in skipped.args["reason"] and not pinned
+        lanes = [t.get_text() for t in viz.timeline(trace).axes[0].get_yticklabels()]
+        assert not any("_pin_memory_loop" in lane for lane in lanes)
+        return
+    # with an accelerator (not on a CPU-only machine): the thread, and each batch pinned in it
+    assert sorted(e.args["phase"] for e in pins) == ["exit", "start"]
+    assert {e.pid for e in pins} == {program} and len({e.tid for e in pins}) == 1
+    assert [e.args["nbytes"] for e in pinned] == [8 * 1024 * 4] * 4
+    assert {e.tid for e in pinned} == {pins[0].tid} and threads
+
+
+HOOKED = textwrap.dedent("""
+    import json, torch
+    import mpviz.trace as mt
+    from multiprocessing.reduction import ForkingPickler
+    import torch.multiprocessing.reductions as R
+    from torch.utils.data import dataloader as D
+    from torch.utils.data._utils import pin_memory as P
+
+    def torchs(f):                       # the wrapper keeps torch's own function, and its name
+        inner = getattr(f, "__wrapped__", None)
+        return inner is not None and (f.__module__, f.__qualname__) == \
+            (inner.__module__, inner.__qualname__)
+
+    def outcome(call):                   # what a call returned or raised, as text
+        try:
+            return "returned " + type(call()).__name__
+        except Exception as exc:
+            return f"raised {type(exc).__name__}: {exc}"
+
+    # an empty CUDA storage on a CPU-only torch: torch's own error, unchanged
+    cuda_args = (torch.Tensor, (0,), (1,), 0, torch.storage.TypedStorage, torch.float32,
+                 0, None, 0, 0, False, None, 0, None, False)
+    with mt.record() as trace:
+        hooked = {name: torchs(f) for name, f in [
+            ("reduce_tensor", R.reduce_tensor), ("rebuild_cuda_tensor", R.rebuild_cuda_tensor),
+            ("_pin_memory_loop", P._pin_memory_loop), ("pin_memory", P.pin_memory),
+            ("_BaseDataLoaderIter.__init__", D._BaseDataLoaderIter.__init__)]}
+        table = ForkingPickler._extra_reducers
+        tensor_classes = [table[c] is R.reduce_tensor
+                          for c in list(torch._tensor_classes) + [torch.Tensor,
+                                                                  torch.nn.Parameter]]
+        t = torch.arange(6.0)
+        back = ForkingPickler.loads(bytes(ForkingPickler.dumps(t)))   # CPU: through it
+        cuda = [outcome(lambda: f(*cuda_args)) for f in (R.rebuild_cuda_tensor,
+                                                         R.rebuild_cuda_tensor.__wrapped__)]
+        pinned = [outcome(lambda: f(t)) for f in (P.pin_memory, P.pin_memory.__wrapped__)]
+    print(json.dumps({"hooked": hooked, "tensor_classes": tensor_classes,
+                      "back": back.tolist(), "cuda": cuda, "pinned": pinned,
+                      "kinds": sorted({e.kind for e in trace.events
+                                       if e.kind.startswith(("cuda.", "dataloader."))})}))
+""")
+
+
+@pytest.mark.timeout(60)
+def test_cuda_and_pin_memory_hooks_sit_on_torchs_own_functions(tmp_path):
+    """CUDA and pinning need a GPU; what a CPU-only machine can check: the hooks wrap torch's
+    real functions (by the names torch looks them up by), and a call goes through unchanged."""
+    run = subprocess.run([sys.executable, "-c", HOOKED], cwd=tmp_path, capture_output=True,
+                         text=True, timeout=50, env=dict(os.environ, PYTHONPATH=ROOT))
+    assert run.returncode == 0, run.stderr
+    assert "NOT recorded" not in run.stderr, run.stderr
+    seen = json.loads(run.stdout.splitlines()[-1])
+    assert all(seen["hooked"].values()), seen["hooked"]
+    assert all(seen["tensor_classes"])              # every tensor class pickles through it
+    assert seen["back"] == [0.0, 1.0, 2.0, 3.0, 4.0, 5.0]
+    hooked, plain = seen["cuda"]                    # the same result, or the same error
+    assert hooked == plain
+    hooked, plain = seen["pinned"]
+    assert hooked == plain
+    if not torch.cuda.is_available():               # nothing opened, nothing pinned: no event
+        assert seen["kinds"] == []
+
+
+CUDA_QUEUE = textwrap.dedent("""
+    import torch, torch.multiprocessing as mp
+    import mpviz.trace as mt
+
+    def consume(q, done):
+        t = q.get()
+        t2 = q.get()                     # the same storage again: torch's cache, no new open
+        assert float(t.sum()) == 1024.0 and t2.data_ptr() == t.data_ptr()
+        del t, t2
+        done.set()
+
+    if __name__ == "__main__":
+        ctx = mp.get_context("spawn")
+        with mt.record(path="trace") as trace:
+            q, done = ctx.Queue(), ctx.Event()
+            c = ctx.Process(target=consume, args=(q, done))
+            c.start()
+            x = torch.ones(1024, device="cuda")
+            q.put(x)
+            q.put(x)
+            done.wait()
+            c.join()
+        sends = trace.of_kind("cuda.send")
+        opens = trace.of_kind("cuda.ipc_open")
+        print(len(sends), len(opens), sends[0].args["nbytes"],
+              sends[0].args["block"] == opens[0].args["block"],
+              opens[0].pid == c.pid)
+""")
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.skipif(not torch.cuda.is_available(),
+                    reason="needs a CUDA GPU and a CUDA build of torch (torch.cuda.is_available() "
+                           "is False here): the IPC handle path cannot run")
+def test_a_cuda_tensor_on_a_queue_is_an_ipc_handle(tmp_path):
+    (tmp_path / "prog.py").write_text(CUDA_QUEUE)
+    run = subprocess.run([sys.executable, "prog.py"], cwd=tmp_path, capture_output=True,
+                         text=True, timeout=100, env=dict(os.environ, PYTHONPATH=ROOT))
+    assert run.returncode == 0, run.stderr
+    # two handles pickled (the tensor sent twice), one open (the second from torch's cache)
+    assert run.stdout.split() == ["2", "1", str(1024 * 4), "True", "True"], run.stdout
+
+
 UNSUPPORTED = textwrap.dedent("""
     import torch
     torch.__version__ = "2.12.1"          # as an older torch would say
