@@ -1,7 +1,10 @@
 """Real torch under ``python -m mpviz trace``: what torch shared is seen, and matches the OS.
 
-Each program in tests/torch_workers.py runs once per module (torch's import costs ~2 s a
-process) and writes what /proc/PID/maps and /dev/shm said; the tests hold the trace against it.
+Each program in tests/torch_workers.py runs once per module and writes what /proc/PID/maps and
+/dev/shm said; the tests hold the trace against it. torch's import costs ~2 s of CPU a process,
+and the programs mostly wait (on each other, on a queue), so every program this module runs --
+the traced ones and the small ``python -c`` ones -- is started at once, side by side, by the
+first test that needs one; several tests then look at each run.
 """
 import json
 import os
@@ -24,19 +27,8 @@ TENSOR_BYTES = 65536 * 4
 TWICE_BYTES = 1000 * 4
 pytestmark = pytest.mark.skipif(not torch.__version__.startswith("2.13"),
                                 reason="the torch hooks know torch 2.13 only")
-
-
-def _traced(tmp, name, *args):
-    """Run a torch_workers.py program under the CLI; (trace, what the OS said)."""
-    out, report = tmp / name, tmp / f"{name}.json"
-    env = dict(os.environ, PYTHONPATH=ROOT)
-    run = subprocess.run([sys.executable, "-m", "mpviz", "trace", "-o", str(out), "--",
-                          sys.executable, WORKERS, *args, str(report)], cwd=tmp, env=env,
-                         capture_output=True, text=True, timeout=100)
-    assert run.returncode == 0, run.stderr
-    assert "NOT recorded" not in run.stderr, run.stderr
-    with open(report) as f:
-        return mt.load(out), json.load(f)
+# The first test to need a run waits for all of them (its timeout counts that wait).
+SETUP_TIMEOUT = 300
 
 
 def _program(trace):
@@ -48,23 +40,79 @@ def _torch(trace, kind, pid=None):
     return [e for e in trace.of_kind(kind) if e.args.get("torch") and pid in (None, e.pid)]
 
 
+class _Run:
+    """One program started in the background: a torch_workers.py program under the CLI, or a
+    ``python -c`` script; ``done()`` waits for it and keeps its status and output."""
+
+    def __init__(self, tmp, argv):
+        self.tmp = tmp
+        self.proc = subprocess.Popen(argv, cwd=tmp, env=dict(os.environ, PYTHONPATH=ROOT),
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+    def done(self, timeout):
+        try:
+            self.stdout, self.stderr = self.proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.stdout, self.stderr = self.proc.communicate()
+        self.returncode = self.proc.returncode
+
+
+def _traced(tmp, *args):
+    """Start a torch_workers.py program under the CLI (trace in tmp/trace, report in tmp)."""
+    return _Run(tmp, [sys.executable, "-m", "mpviz", "trace", "-o", str(tmp / "trace"), "--",
+                      sys.executable, WORKERS, *args, str(tmp / "report.json")])
+
+
+def _script(tmp, source):
+    return _Run(tmp, [sys.executable, "-c", source])
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    """Every program of this module, started at once and all waited for here (so that no test
+    sees another's processes still running): {name: _Run}."""
+    def tmp(name):
+        return tmp_path_factory.mktemp(name)
+    started = {
+        "queue file_descriptor": _traced(tmp("q"), "queue", "file_descriptor"),
+        "queue file_system": _traced(tmp("q"), "queue", "file_system"),
+        "hogwild": _traced(tmp("hogwild"), "hogwild"),
+        "dataloader": _traced(tmp("dataloader"), "dataloader"),
+        "hooked": _script(tmp("hooked"), HOOKED),
+        "unsupported": _script(tmp("unsupported"), UNSUPPORTED),
+        "broken hook": _script(tmp("broken"), BROKEN_HOOK),
+    }
+    for run in started.values():
+        run.done(timeout=SETUP_TIMEOUT - 60)
+    return started
+
+
+def _result(run):
+    """A traced run's (trace, what the OS said), once it ended well."""
+    assert run.returncode == 0, run.stderr
+    assert "NOT recorded" not in run.stderr, run.stderr
+    with open(run.tmp / "report.json") as f:
+        return mt.load(run.tmp / "trace"), json.load(f)
+
+
 @pytest.fixture(scope="module", params=["file_descriptor", "file_system"])
-def queue_run(request, tmp_path_factory):
-    trace, seen = _traced(tmp_path_factory.mktemp("q"), "trace", "queue", request.param)
+def queue_run(request, runs):
+    trace, seen = _result(runs[f"queue {request.param}"])
     return request.param, trace, seen
 
 
 @pytest.fixture(scope="module")
-def hogwild_run(tmp_path_factory):
-    return _traced(tmp_path_factory.mktemp("hogwild"), "trace", "hogwild")
+def hogwild_run(runs):
+    return _result(runs["hogwild"])
 
 
 @pytest.fixture(scope="module")
-def dataloader_run(tmp_path_factory):
-    return _traced(tmp_path_factory.mktemp("dataloader"), "trace", "dataloader")
+def dataloader_run(runs):
+    return _result(runs["dataloader"])
 
 
-@pytest.mark.timeout(120)
+@pytest.mark.timeout(SETUP_TIMEOUT)
 def test_queue_segments_and_copies_are_torchs_own(queue_run):
     strategy, trace, seen = queue_run
     producer, consumer = seen["producer"], seen["pid"]
@@ -91,7 +139,7 @@ def test_queue_segments_and_copies_are_torchs_own(queue_run):
     assert "1 receive-cache hits" in summary
 
 
-@pytest.mark.timeout(120)
+@pytest.mark.timeout(SETUP_TIMEOUT)
 def test_queue_tensor_messages_are_drawn_as_handles(queue_run):
     strategy, trace, seen = queue_run
     handles = st._index(trace).handles
@@ -104,7 +152,7 @@ def test_queue_tensor_messages_are_drawn_as_handles(queue_run):
     assert "12 carried shared-memory handles" in viz.summary(trace)
 
 
-@pytest.mark.timeout(120)
+@pytest.mark.timeout(SETUP_TIMEOUT)
 def test_queue_fd_hand_over_is_linked_to_its_message(queue_run):
     strategy, trace, seen = queue_run
     handles = _torch(trace, "shm.handle", seen["producer"])
@@ -135,7 +183,7 @@ def test_queue_fd_hand_over_is_linked_to_its_message(queue_run):
     assert len(tensor_msgs) == 12
 
 
-@pytest.mark.timeout(120)
+@pytest.mark.timeout(SETUP_TIMEOUT)
 def test_queue_fd_hand_overs_are_drawn_as_dashed_arrows(queue_run):
     strategy, trace, seen = queue_run
     from matplotlib.colors import to_hex
@@ -180,7 +228,7 @@ def test_queue_fd_hand_overs_are_drawn_as_dashed_arrows(queue_run):
         assert gets[message].ts_ns <= recv.ts_ns
 
 
-@pytest.mark.timeout(120)
+@pytest.mark.timeout(SETUP_TIMEOUT)
 def test_hogwild_parameter_segments_are_mapped_by_every_worker(hogwild_run):
     trace, seen = hogwild_run
     program = _program(trace).pid
@@ -200,7 +248,7 @@ def test_hogwild_parameter_segments_are_mapped_by_every_worker(hogwild_run):
     assert {labels[p] for p in trainers} == {"trainer 0", "trainer 1"}
 
 
-@pytest.mark.timeout(120)
+@pytest.mark.timeout(SETUP_TIMEOUT)
 def test_dataloader_batches_are_arrows_from_each_worker(dataloader_run):
     trace, seen = dataloader_run
     assert seen["sums"] == [sum(range(k, k + 8)) * 1024.0 for k in (0, 8, 16, 24)]
@@ -223,7 +271,7 @@ def test_dataloader_batches_are_arrows_from_each_worker(dataloader_run):
     assert not trace.of_kind("copy")
 
 
-@pytest.mark.timeout(120)
+@pytest.mark.timeout(SETUP_TIMEOUT)
 def test_dataloader_pin_memory_is_what_torch_did(dataloader_run):
     trace, seen = dataloader_run
     program = _program(trace).pid
@@ -290,12 +338,11 @@ HOOKED = textwrap.dedent("""
 """)
 
 
-@pytest.mark.timeout(60)
-def test_cuda_and_pin_memory_hooks_sit_on_torchs_own_functions(tmp_path):
+@pytest.mark.timeout(SETUP_TIMEOUT)
+def test_cuda_and_pin_memory_hooks_sit_on_torchs_own_functions(runs):
     """CUDA and pinning need a GPU; what a CPU-only machine can check: the hooks wrap torch's
     real functions (by the names torch looks them up by), and a call goes through unchanged."""
-    run = subprocess.run([sys.executable, "-c", HOOKED], cwd=tmp_path, capture_output=True,
-                         text=True, timeout=50, env=dict(os.environ, PYTHONPATH=ROOT))
+    run = runs["hooked"]
     assert run.returncode == 0, run.stderr
     assert "NOT recorded" not in run.stderr, run.stderr
     seen = json.loads(run.stdout.splitlines()[-1])
@@ -363,10 +410,9 @@ UNSUPPORTED = textwrap.dedent("""
 """)
 
 
-@pytest.mark.timeout(60)
-def test_an_unsupported_torch_says_not_recorded(tmp_path):
-    run = subprocess.run([sys.executable, "-c", UNSUPPORTED], cwd=tmp_path, capture_output=True,
-                         text=True, timeout=50, env=dict(os.environ, PYTHONPATH=ROOT))
+@pytest.mark.timeout(SETUP_TIMEOUT)
+def test_an_unsupported_torch_says_not_recorded(runs):
+    run = runs["unsupported"]
     assert run.returncode == 0, run.stderr
     assert "torch's shared memory is NOT recorded" in run.stderr and "2.12.1" in run.stderr
     summary = run.stdout
@@ -391,10 +437,9 @@ BROKEN_HOOK = textwrap.dedent("""
 """)
 
 
-@pytest.mark.timeout(60)
-def test_a_hook_that_fails_turns_itself_off_and_says_so(tmp_path):
-    run = subprocess.run([sys.executable, "-c", BROKEN_HOOK], cwd=tmp_path, capture_output=True,
-                         text=True, timeout=50, env=dict(os.environ, PYTHONPATH=ROOT))
+@pytest.mark.timeout(SETUP_TIMEOUT)
+def test_a_hook_that_fails_turns_itself_off_and_says_so(runs):
+    run = runs["broken hook"]
     assert run.returncode == 0, run.stderr
     assert run.stdout.splitlines()[:2] == ["True True", "1"]
     assert "NOT recorded" in run.stderr and "TypeError" in run.stderr
