@@ -11,9 +11,9 @@ something: a Queue's feeder thread, say (``└ QueueFeederThread``), which write
 the pipe when ``put`` could not. An arrow starts where ``put`` was called; it is green when its
 sender pickled a handle into the message (``state.py``). A thin dashed arrow is a file
 descriptor passed over a Unix socket (SCM_RIGHTS) for such a handle, from the thread that sent
-it to the one that received it (torch's ``_serve`` thread answers the consumer). A magenta ✗ marks an action that failed,
-with what failed beside it (``state.failures``); ▸ a message put and never got. Colours are
-mpviz.viz.colors' vocabulary.
+it to the one that received it (torch's ``_serve`` thread answers the consumer). A magenta ✗
+marks an action that failed, with what failed beside it (``state.failures``); ▸ a message put
+and never got. Colours are mpviz.viz.colors' vocabulary.
 
 Large traces stay fast because nothing invisible is drawn: event ticks are binned to about one
 per pixel column, and above ``max_arrows`` messages the arrows are bundled per pair of rows and
