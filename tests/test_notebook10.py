@@ -8,8 +8,23 @@ hands over under each strategy.
 import importlib.util
 
 import pytest
+from matplotlib.colors import to_hex
 
 from mpviz.examples.your_program import HANG_STATUS, trace_program
+
+
+@pytest.fixture(scope="module", autouse=True)
+def fonts_loaded():
+    """matplotlib opens (and keeps open) a font file the first time it needs it, which the
+    per-test leak check would count: draw every kind of text these pictures use, once."""
+    import io
+
+    from mpviz.viz.figure import Figure
+    fig = Figure()
+    ax = fig.add_subplot()
+    ax.text(0, 0, "✗ ▸ ≈ → ← └ ▼ plain")
+    ax.text(0, 1, "✗ ▸ bold", fontweight="bold")
+    fig.savefig(io.BytesIO(), format="png")
 
 
 @pytest.mark.parametrize("script, args, status, own_line, must_act", [
@@ -45,6 +60,36 @@ def test_the_join_hang_in_words_names_every_wait_of_the_chain(tmp_path):
     # the queue is named as on the timeline ("Queue 1"), not by its internal id
     assert any(t.startswith("Queue 1\npipe full") for t in texts), texts
     assert not any("sem-" in t for t in texts), texts
+    # the timeline: the ✗ beside the blocked write is written whole, clear of the STUCK box's
+    # border (it was pushed flush against the axes' edge, its ✗ drawn on that border)
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.patches import Rectangle
+    from mpviz.viz.colors import COLORS
+    fig = viz.timeline(run.trace)
+    canvas = FigureCanvasAgg(fig)
+    canvas.draw()
+    renderer, ax = canvas.get_renderer(), fig.axes[0]
+    frames = [p for p in ax.patches if isinstance(p, Rectangle) and not p.get_fill() and
+              to_hex(p.get_edgecolor()) == COLORS["deadlock"]]
+    assert len(frames) == 2                              # both processes stuck for good
+    border = max(ax.transData.transform((p.get_x(), 0))[0] + p.get_linewidth() * renderer.dpi
+                 / 72 / 2 for p in frames)               # the right side of the left border
+    (cross,) = [t for t in ax.texts if t.get_text().startswith("✗ write blocked: pipe full")]
+    assert cross.get_visible()
+    for text in ax.texts:
+        if text.get_visible() and text.get_text().strip():
+            assert text.get_window_extent(renderer).x0 > border, text.get_text()
+    # waits never satisfied end with their killed processes: a launcher that reaps them 10 s
+    # later (a slow machine) adds a stretch where nothing was recorded, squeezed, not 10 s of
+    # hatching that never happened
+    import mpviz.trace as mt
+    from mpviz.trace.events import Event
+    last = run.trace.events[-1]
+    late = Event(last.ts_ns + 10**10, last.pid, last.tid, "mark", {"name": "late"})
+    fig = viz.timeline(mt.Trace(events=list(run.trace.events) + [late]))
+    ticks = [t.get_text() for t in fig.axes[0].get_xticklabels()]
+    squeezed = [float(t.split("+")[1].split()[0]) for t in ticks if t.startswith("≈")]
+    assert squeezed and squeezed[-1] >= 10.0, ticks        # (with the reaping's own delay)
 
 
 def test_the_joinable_queue_is_named_as_on_the_timeline(tmp_path):

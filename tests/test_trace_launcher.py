@@ -197,6 +197,25 @@ def test_exit_status_is_the_programs_and_no_plot_draws_nothing(tmp_path):
     assert (tmp_path / "out" / "trace.json").exists()
 
 
+@pytest.mark.timeout(60)
+def test_the_launcher_records_its_own_end(tmp_path):
+    from mpviz import viz
+    from mpviz.viz import WORDS
+    run = mpviz("trace", "--no-plot", "-o", "out", "--", PY, "-c", "raise SystemExit(3)",
+                cwd=tmp_path)
+    assert run.returncode == 3
+    trace = mt.load(tmp_path / "out")
+    (launcher,) = [p for p in trace.processes() if p.how == "launcher"]
+    (program,) = [p for p in trace.processes() if p.how == "exec"]
+    # it ended after the program, with the status it exits with (the program's)
+    assert launcher.exit_ns is not None and launcher.exit_ns >= program.exit_ns
+    assert launcher.exitcode == 3
+    # so no lane is drawn "still running when the trace ends"
+    fig = viz.timeline(trace)
+    shown = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
+    assert WORDS["running"] not in shown
+
+
 def test_run_refuses_an_unwritable_plot_before_running(tmp_path):
     t0 = time.monotonic()
     run = mpviz("run", "queue-sharing", "--plot", "/proc/nope/x.png", cwd=tmp_path)

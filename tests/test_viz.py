@@ -25,6 +25,7 @@ import mpviz.multiprocessing as mp  # noqa: E402
 import mpviz.trace as mt  # noqa: E402
 from mpviz import viz  # noqa: E402
 from mpviz.viz import COLORS, WORDS  # noqa: E402
+from mpviz.viz import state as st  # noqa: E402
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -143,8 +144,10 @@ def texts(fig):
     return out
 
 
-def arrows(fig):
-    return [p for ax in fig.axes for p in ax.patches if isinstance(p, FancyArrowPatch)]
+def arrows(fig, gid=None):
+    """The message arrows (put -> get); with gid="fd", the fd hand-overs' dashed arrows."""
+    return [p for ax in fig.axes for p in ax.patches
+            if isinstance(p, FancyArrowPatch) and p.get_gid() == gid]
 
 
 # --- timeline ----------------------------------------------------------------------------------
@@ -161,6 +164,9 @@ def test_timeline_lanes_arrows_and_copies(pc):
     done = [f for f in trace.flows() if f.get is not None]
     drawn = arrows(fig)
     assert len(drawn) == len(done) == 7        # 3 tensors, 1 re-sent, the array, None, total
+    fds = st.fd_passes(trace)                  # file_descriptor: each fd the consumer fetched
+    assert fds and len(arrows(fig, "fd")) == len(fds)
+    assert all(st.fd_message(trace, got) is not None for _, got in fds)
     colors = [to_hex(a.get_edgecolor()) for a in drawn]
     assert colors.count(COLORS["handle"]) == 4                  # tensors: handles
     assert colors.count(COLORS["copy"]) == 1                    # the NumPy array: 157 KiB pickled

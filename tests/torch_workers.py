@@ -7,7 +7,8 @@ each process maps (``/proc/self/maps``) and, under file_system, the ``/dev/shm/t
     python torch_workers.py queue STRATEGY OUT.json     ten 256 KiB tensors, producer -> consumer,
                                                         then one small tensor sent twice
     python torch_workers.py hogwild OUT.json            model.share_memory(), two forked trainers
-    python torch_workers.py dataloader OUT.json         DataLoader(num_workers=2), four batches
+    python torch_workers.py dataloader OUT.json         DataLoader(num_workers=2, pin_memory=True),
+                                                        four batches
 """
 import json
 import os
@@ -77,13 +78,17 @@ def queue_main(strategy, out):
 
 def train(rank, model, report):
     torch.manual_seed(rank)
-    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    # plain SGD by hand, in place on the shared parameters (Hogwild: no lock). torch.optim.SGD
+    # would do the same, but a process's first optimizer imports ~800 modules (torch._dynamo,
+    # sympy): seconds of each trainer's life for nothing this test looks at
     for _ in range(20):
         x = torch.randn(16, 8)
         loss = (model(x) - x.sum(1, keepdim=True)).pow(2).mean()
-        opt.zero_grad()
+        model.zero_grad()
         loss.backward()
-        opt.step()
+        with torch.no_grad():
+            for p in model.parameters():
+                p -= 0.01 * p.grad
     report.put({"pid": os.getpid(), "maps": torch_maps()})
 
 
@@ -115,10 +120,17 @@ class Squares(torch.utils.data.Dataset):
 
 
 def dataloader_main(out):
-    loader = torch.utils.data.DataLoader(Squares(), batch_size=8, num_workers=2)
-    sums = [float(b.sum()) for b in loader]
+    # pin_memory=True: with an accelerator, a pin-memory thread pins each batch; a CPU-only
+    # torch warns that it will not and runs as with pin_memory=False (what it said is kept)
+    import warnings
+    with warnings.catch_warnings(record=True) as said:
+        warnings.simplefilter("always")
+        loader = torch.utils.data.DataLoader(Squares(), batch_size=8, num_workers=2,
+                                             pin_memory=True)
+        sums = [float(b.sum()) for b in loader]
     with open(out, "w") as f:
-        json.dump({"sums": sums}, f)
+        json.dump({"sums": sums, "warnings": [str(w.message) for w in said],
+                   "accelerator": torch.accelerator.is_available()}, f)
 
 
 if __name__ == "__main__":

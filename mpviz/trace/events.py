@@ -109,11 +109,13 @@ KINDS = {
 
     # -- CUDA (cuda/ipc.py: the backends' blocks and their IPC handles) -------------------------
     "cuda.alloc": Kind("block, nbytes, device, backend", "the producer, allocating a block"),
-    "cuda.send": Kind("block, nbytes, count", "the producer, pickling a handle to a block"),
+    "cuda.send": Kind("block, nbytes, count, device (torch's), torch",
+                      "the producer, pickling a handle to a block (also torch_hooks.py)"),
     "cuda.limbo": Kind("block, nbytes, count",
                        "the producer, letting go of a block that consumers still count"),
     "cuda.free": Kind("block, nbytes, reason", "the producer, freeing a block"),
-    "cuda.ipc_open": Kind("block, nbytes, producer, count", "a consumer, opening a handle"),
+    "cuda.ipc_open": Kind("block, nbytes, producer, count, device (torch's), torch",
+                          "a consumer, opening a handle (also torch_hooks.py)"),
     "cuda.ipc_close": Kind("block, producer, count", "a consumer, closing a handle"),
     "cuda.warning": Kind("message, blocks",
                          "a producer exiting while consumers still hold its blocks"),
@@ -122,6 +124,11 @@ KINDS = {
     "torch.share_memory": Kind("module, tensors, nbytes, torch", "Module.share_memory()"),
     "dataloader.worker": Kind("phase (start/exit), worker_id, num_workers, torch",
                               "a DataLoader worker"),
+    "dataloader.pin_memory": Kind(
+        "phase (start/exit; skipped: pin_memory=True with no accelerator), device_id, reason, "
+        "torch", "DataLoader's pin-memory thread; skipped: the DataLoader's iterator"),
+    "dataloader.pin": Kind("tensors, nbytes, device, torch",
+                           "whoever pinned a batch (the pin-memory thread), after pinning it"),
     "torch.unsupported": Kind("version, supported, reason, torch",
                               "a torch these hooks do not know: nothing of its sharing is "
                               "recorded"),

@@ -188,6 +188,10 @@ def run(program, output=None, hang_after=10.0, plot=None, threading_locks=False)
         returncode = child.returncode
         sig = signal.Signals(-returncode).name if returncode < 0 else None
         recorder.emit("process.reaped", child=child.pid, exitcode=returncode, signal=sig)
+        # The launcher's own end, with the status it exits with (the program's): without it
+        # its lane would be drawn "still running when the trace ends". What it does after
+        # this (trace.json, the pictures) is not recorded.
+        recorder.emit("process.exit", exitcode=code, how="launcher")
         recorder.stop()
     _report(directory, child, code, watchdog, verdict, forwarder.received, plot)
     _tidy(directory)

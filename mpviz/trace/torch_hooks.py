@@ -16,11 +16,17 @@ process boundary goes through (torch/multiprocessing/reductions.py, torch/storag
       rebuild_storage_fd(cls, df, size)   df.detach(): fd.recv {token}; then shm.attach, or
       rebuild_storage_filename(...)       shm.cache {hit: True} when torch's shared_cache had it
     Tensor.share_memory_(), Module.share_memory()  ─► shm.create + copy (via="share_memory_")
+    a CUDA tensor: reduce_tensor's CUDA branch ─► cuda.send {block, nbytes} (an IPC handle)
+      rebuild_cuda_tensor, in the receiver   ─► cuda.ipc_open {block} (unless torch's cache has it)
     a DataLoader worker's collate             ─► shm.create, no copy (via="_new_shared": the batch
                                                  is built in shared memory)
     a forked child                            ─► shm.attach (how="fork") for every torch segment
                                                  it inherits (read from /proc/self/maps)
     DataLoader's _worker_loop                 ─► dataloader.worker {phase: start/exit, worker_id}
+    DataLoader's _pin_memory_loop (a thread)  ─► dataloader.pin_memory {phase: start/exit}, and
+      pin_memory(batch), in it                ─► dataloader.pin {tensors, nbytes} per batch
+    DataLoader(pin_memory=True) with no accelerator (a CPU-only torch: torch warns and pins
+                                                 nothing) ─► dataloader.pin_memory {phase: skipped}
 
 Every event says ``torch=True``. Names are torch's own: ``/torch_<pid>_<rand>_<n>``, the name
 /proc/PID/maps shows under /dev/shm (file_descriptor segments show it "(deleted)": torch unlinks
@@ -109,24 +115,34 @@ def install():
     from multiprocessing import reduction, resource_sharer
 
     import torch.multiprocessing.reductions as R
-    from torch.utils.data._utils import worker
+    from torch.utils.data import dataloader
+    from torch.utils.data._utils import pin_memory, worker
 
     recorder._install_fork_hooks()               # the recorder's child log opens before ours runs
     _wrap_method(torch.UntypedStorage, "_share_fd_cpu_", _share_fd)
     _wrap_method(torch.UntypedStorage, "_share_filename_cpu_", _share_filename)
     _wrap_method(torch.UntypedStorage, "_new_shared", _new_shared, classmethod_=True)
     _wrap_method(torch.nn.Module, "share_memory", _module_share_memory)
-    # The pickler's table holds the function object itself: replace it there too.
+    # The pickler's table holds the function objects themselves: replace them there too.
     _wrap_function(R, "reduce_storage", _reduce_storage)
+    _wrap_function(R, "reduce_tensor", _reduce_tensor)        # (for its CUDA branch)
     table = reduction.ForkingPickler._extra_reducers
     for cls, reducer in list(table.items()):
-        if reducer is _orig["reduce_storage"]:
-            table[cls] = R.reduce_storage
+        for name in ("reduce_storage", "reduce_tensor"):
+            if reducer is _orig[name]:
+                table[cls] = getattr(R, name)
     # The rebuild functions travel by name (module + qualname): the wrappers keep torch's, so a
     # receiver that is not recorded still finds torch's own.
     _wrap_function(R, "rebuild_storage_fd", _rebuild_storage_fd)
     _wrap_function(R, "rebuild_storage_filename", _rebuild_storage_filename)
+    _wrap_function(R, "rebuild_cuda_tensor", _rebuild_cuda_tensor)
     _wrap_function(worker, "_worker_loop", _worker_loop)
+    # DataLoader(pin_memory=True): the thread (looked up by DataLoader at each iter()), the
+    # function it pins each batch with (looked up by name, recursively: the outer call counts),
+    # and the iterator that decides whether there is anything to pin with at all
+    _wrap_function(pin_memory, "_pin_memory_loop", _pin_memory_loop)
+    _wrap_function(pin_memory, "pin_memory", _pin_batch)
+    _wrap_method(dataloader._BaseDataLoaderIter, "__init__", _loader_iter_init)
     sharer = resource_sharer._resource_sharer
     _orig["register"] = sharer.register
     sharer.register = _register
@@ -410,6 +426,69 @@ def _mapped(name, strategy, storage, hit):
         recorder.emit("shm.attach", name=name, strategy=strategy, nbytes=nbytes, torch=True)
 
 
+# --- CUDA tensors: an IPC handle to GPU memory travels, never the bytes ---------------------------
+#
+# reduce_tensor's CUDA branch asks the storage for its IPC handle (storage._share_cuda_(): the
+# cudaIpcMemHandle of the whole cudaMalloc block, the storage's offset in it, a reference counter
+# in a shared file, an event) and returns (rebuild_cuda_tensor, args). The receiver's
+# rebuild_cuda_tensor opens the handle (cudaIpcOpenMemHandle) unless torch's shared_cache has it
+# already. The same kinds as mpviz's CUDA simulator (mpviz.cuda.ipc): cuda.send when a handle is
+# pickled, cuda.ipc_open when a receiver opens one. The block is named by the handle's bytes
+# and the offset (what torch's cache keys it by). Not seen: torch's reference counts (kept in
+# C++), the close, and a cache hit (no new open: nothing is recorded).
+
+# rebuild_cuda_tensor's arguments, in order (reduce_tensor builds them; torch 2.13)
+_CUDA_ARGS = ("tensor_cls", "tensor_size", "tensor_stride", "tensor_offset", "storage_cls",
+              "dtype", "storage_device", "storage_handle", "storage_size_bytes",
+              "storage_offset_bytes", "requires_grad", "ref_counter_handle",
+              "ref_counter_offset", "event_handle", "event_sync_required")
+
+
+def _reduce_tensor(original, tensor):
+    result = original(tensor)
+    import torch.multiprocessing.reductions as R
+    if _on() and result[0] is R.rebuild_cuda_tensor:       # (the CPU branch: reduce_storage)
+        _guard(_cuda_sent, dict(zip(_CUDA_ARGS, result[1])))
+    return result
+
+
+def _cuda_block(args):
+    """One name for a CUDA storage, the same in sender and receiver: device, handle, offset."""
+    handle = args["storage_handle"]
+    handle = handle.hex() if isinstance(handle, (bytes, bytearray)) else str(handle)
+    return f"cuda:{args['storage_device']}/{handle[:16]}+{args['storage_offset_bytes']}"
+
+
+def _cuda_sent(args):
+    from multiprocessing import context
+    if args["storage_handle"] is None or not args["storage_size_bytes"]:
+        return                                   # an empty storage: no handle, nothing shared
+    if context.get_spawning_popen() is None:
+        recorder.count_handle()    # the message being pickled carries one more (state.py)
+    recorder.emit("cuda.send", block=_cuda_block(args), nbytes=args["storage_size_bytes"],
+                  device=args["storage_device"], torch=True)
+
+
+def _rebuild_cuda_tensor(original, *args, **kwargs):
+    named = dict(zip(_CUDA_ARGS, args), **kwargs)
+    opens = _on() and _guard(_cuda_opens, named)
+    tensor = original(*args, **kwargs)
+    if opens and _on():
+        recorder.emit("cuda.ipc_open", block=_cuda_block(named),
+                      nbytes=named["storage_size_bytes"], device=named["storage_device"],
+                      torch=True)
+    return tensor
+
+
+def _cuda_opens(args):
+    """Whether rebuild_cuda_tensor will open the handle (not empty, not in torch's cache)."""
+    import torch.multiprocessing.reductions as R
+    if args.get("storage_handle") is None or not args.get("storage_size_bytes"):
+        return False
+    key = (args["storage_handle"], args["storage_offset_bytes"])
+    return R.storage_from_cache(args["storage_cls"], key) is None
+
+
 # --- fork, and DataLoader workers -----------------------------------------------------------------
 
 def _inherited_by_fork():
@@ -447,6 +526,64 @@ def _worker_loop(original, *args, **kwargs):
     finally:
         if _on():
             recorder.emit("dataloader.worker", phase="exit", worker_id=worker_id, torch=True)
+
+
+def _pin_memory_loop(original, in_queue, out_queue, device_id, *args, **kwargs):
+    # _pin_memory_loop(in_queue, out_queue, device_id, done_event, device): a thread of the
+    # main process that takes each batch from the workers, pins it, passes it on
+    if _on():
+        recorder.emit("dataloader.pin_memory", phase="start", device_id=device_id, torch=True)
+    try:
+        return original(in_queue, out_queue, device_id, *args, **kwargs)
+    finally:
+        if _on():
+            recorder.emit("dataloader.pin_memory", phase="exit", device_id=device_id,
+                          torch=True)
+
+
+def _pin_batch(original, data, device=None):
+    """torch's pin_memory(data, device), which calls itself for each part of a batch: only the
+    outermost call (the whole batch) is recorded, after it has copied into pinned memory."""
+    if getattr(_here, "pinning", False) or not _on():
+        return original(data, device)
+    _here.pinning = True
+    try:
+        pinned = original(data, device)
+    finally:
+        _here.pinning = False
+    if _on():
+        _guard(_batch_pinned, pinned, device)
+    return pinned
+
+
+def _batch_pinned(batch, device):
+    tensors = list(_tensors_in(batch))
+    recorder.emit("dataloader.pin", tensors=len(tensors), device=device,
+                  nbytes=sum(t.nbytes for t in tensors), torch=True)
+
+
+def _tensors_in(data):
+    """The tensors of a batch (a tensor, or dicts, lists and tuples of them)."""
+    import torch
+    if isinstance(data, torch.Tensor):
+        yield data
+    elif isinstance(data, dict):
+        for value in data.values():
+            yield from _tensors_in(value)
+    elif isinstance(data, (list, tuple)):
+        for value in data:
+            yield from _tensors_in(value)
+
+
+def _loader_iter_init(original, it, loader, *args, **kwargs):
+    result = original(it, loader, *args, **kwargs)
+    # torch turns pin_memory=True off when there is no accelerator (a CPU-only torch): it warns
+    # "device pinned memory won't be used", starts no pin-memory thread, and pins nothing
+    if _on() and getattr(loader, "pin_memory", False) and not getattr(it, "_pin_memory", True):
+        recorder.emit("dataloader.pin_memory", phase="skipped", torch=True,
+                      reason="pin_memory=True but torch found no accelerator: no pin-memory "
+                             "thread, nothing pinned (torch warned so)")
+    return result
 
 
 def _worker_ids(args, kwargs):

@@ -38,6 +38,7 @@ COLORS = {
     "exitcode": "#8c564b",      # brown: exited with an error code
     "signal": "#252525",        # black: killed by a signal
     "running": "#9ecae1",       # light blue: still running when the trace ends
+    "fd": "#1b7837",            # dark green, dashed: an fd passed over a Unix socket
     "mark": "#17becf",          # teal: your own mark() events
     "event": "#555555",         # dark grey ticks: other events
     "ghost": "#bdbdbd",         # a thread that does not exist where it is needed
@@ -68,6 +69,8 @@ WORDS = {
     "mapped": "this process maps the segment",
     "freed": "freed / gone",
     "lost": "a message put and never got: no get was recorded before the trace ended",
+    "fd": "dashed: an fd sent over a Unix socket (SCM_RIGHTS) for a handle; dotted: to its "
+          "message",
 }
 
 BLOCKED_FILL = "#fdebd7"        # the pale fill under a blocked span's hatching
@@ -115,6 +118,10 @@ def legend(ax, keys, **kwargs):
             from matplotlib.lines import Line2D
             handles.append(Line2D([], [], marker="|", ls="none", ms=9, color=COLORS[key],
                                   markeredgewidth=1.0, label=WORDS[key]))
+        elif key == "fd":
+            from matplotlib.lines import Line2D
+            handles.append(Line2D([], [], ls=(0, (3, 2)), lw=1.2, color=COLORS[key],
+                                  label=WORDS[key]))
         elif key == "lost":
             from matplotlib.lines import Line2D
             handles.append(Line2D([], [], marker=">", ls="none", ms=6, color=COLORS["message"],

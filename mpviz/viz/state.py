@@ -293,8 +293,9 @@ class _Index:
         self.dataloader_workers = {}   # pid -> worker_id, from real torch's DataLoader
         self.torch_segments = set()    # names of real torch's segments (their unlink is unseen)
         self.torch_unseen = []         # (pid, why) where torch's sharing was NOT recorded
-        self.fd_messages = {}          # torch: resource_sharer token -> the message it serves
-        tokens = {}                    # (pid, tid) -> torch fd tokens waiting for their message
+        self.fd_messages = {}          # an fd hand-over (_fd_key) -> the message it serves
+        tokens = {}                    # (pid, tid) -> fd hand-overs waiting for their message
+        fds = {}                       # _fd_key -> {"fd.send": event, "fd.recv": event}
         for e in events:
             k = e.kind
             who = (e.pid, e.tid)
@@ -318,6 +319,10 @@ class _Index:
                 self._torch_event(e)
                 if k == "shm.handle" and e.args.get("token"):
                     tokens.setdefault(who, []).append(e.args["token"])
+            if k in _FD_KINDS and _fd_key(e) is not None:
+                fds.setdefault(_fd_key(e), {})[k] = e
+                if k == "fd.send" and not e.args.get("torch"):   # mpviz's: while pickling
+                    tokens.setdefault(who, []).append(_fd_key(e))
             # what a message carried, as its sender recorded it (see the module text)
             if k in _SENDS:
                 if k == "queue.feed":              # the write of a message put earlier
@@ -375,6 +380,7 @@ class _Index:
         for (pid, tid), begins in open_blocks.items():
             self.blocked.extend((pid, tid, b, None) for b in begins)
         self.pool_tasks = [e for e in self.by_kind.get("pool.task", ())]
+        self.fd_passes = [(d["fd.send"], d["fd.recv"]) for d in fds.values() if len(d) == 2]
         self.labels = _make_labels(self.procs, self.watchdogs, self.scripts)
         self.channel_names = _number_channels(self.flows)
         self.waitable_names = _number_waitables(self.blocked)
@@ -793,10 +799,31 @@ def user_line(stacks):
 # --- the public question ---------------------------------------------------------------------
 
 def fd_message(trace, event):
-    """The message id whose handle a torch ``fd.send``/``fd.recv`` `event` served (None if
-    unknown): resource_sharer hands the fd over later, in another thread, so the event names
-    the token of the handle, and the handle's message is known by the token."""
-    return _index(trace).fd_messages.get(event.args.get("token"))
+    """The message id whose handle an ``fd.send``/``fd.recv`` `event` served (None if
+    unknown): the fd is handed over later, often in another thread (torch: resource_sharer's
+    _serve), so the event names the token of the handle, and the handle's message is known by
+    the token."""
+    return _index(trace).fd_messages.get(_fd_key(event))
+
+
+def fd_passes(trace):
+    """Every fd handed over on a Unix socket (SCM_RIGHTS) whose both ends were recorded:
+    ``[(fd.send event, fd.recv event)]``, paired by the handle's token."""
+    return list(_index(trace).fd_passes)
+
+
+_FD_KINDS = ("fd.send", "fd.recv")
+
+
+def _fd_key(e):
+    """Which hand-over an fd.send/fd.recv event belongs to (None: not known). torch's token
+    names its sender's socket already; mpviz's counts per sending process (fd.recv's peer)."""
+    token = e.args.get("token")
+    if token is None:
+        return None
+    if e.args.get("torch"):
+        return token
+    return (e.pid if e.kind == "fd.send" else e.args.get("peer"), token)
 
 
 def torch_not_recorded(trace):

@@ -9,9 +9,11 @@
 One row per process (its main thread), and under it one sub-row per other thread that did
 something: a Queue's feeder thread, say (``└ QueueFeederThread``), which writes a large item into
 the pipe when ``put`` could not. An arrow starts where ``put`` was called; it is green when its
-sender pickled a handle into the message (``state.py``). A magenta ✗ marks an action that failed,
-with what failed beside it (``state.failures``); ▸ a message put and never got. Colours are
-mpviz.viz.colors' vocabulary.
+sender pickled a handle into the message (``state.py``). A thin dashed arrow is a file
+descriptor passed over a Unix socket (SCM_RIGHTS) for such a handle, from the thread that sent
+it to the one that received it (torch's ``_serve`` thread answers the consumer). A magenta ✗
+marks an action that failed, with what failed beside it (``state.failures``); ▸ a message put
+and never got. Colours are mpviz.viz.colors' vocabulary.
 
 Large traces stay fast because nothing invisible is drawn: event ticks are binned to about one
 per pixel column, and above ``max_arrows`` messages the arrows are bundled per pair of rows and
@@ -273,6 +275,7 @@ def timeline(trace, ax=None, at=None, title=None, max_arrows=300, max_labels=24,
                            rank[g[0][1][2]] + 0.5 / len(g), _ON_ARROW)
     else:
         _bundled_arrows(ax, flows, handles, axis, row, span, used)
+    _draw_fd_passes(ax, ix, x, row, span, max_arrows, used)
     for f in lost:
         ax.plot([x(f.put.ts_ns)], [row(f.put.pid, f.put.tid)], marker=">", ms=6,
                 color=COLORS["message"], zorder=6)
@@ -348,7 +351,7 @@ def timeline(trace, ax=None, at=None, title=None, max_arrows=300, max_labels=24,
     if not fast or title:
         ax.set_title(title or "What each process did, and what travelled between them",
                      loc="left", fontsize=10)
-    order = ["handle", "copy", "message", "lost", "failed", "blocked", "waiting", "holding",
+    order = ["handle", "fd", "copy", "message", "lost", "failed", "blocked", "waiting", "holding",
              "deadlock", "warning", "task", "task_failed", "exit0", "exitcode", "signal",
              "running", "mark", "event"]
     if not fast:
@@ -391,6 +394,10 @@ class _LabelLayout(Artist):
 
     def draw(self, renderer):
         frame = self.axes.get_window_extent(renderer)
+        # inside the axes by a few points: a label pushed flush against the left edge would
+        # sit on a STUCK box's border (drawn just inside it) and its first glyph be lost there
+        pad = 6 * renderer.dpi / 72
+        left, right = frame.x0 + pad, frame.x1 - pad
         taken = [t.get_window_extent(renderer) for t in self.fixed if t.get_visible()]
         taken = [b for b in taken if b.width > 0]
         hidden = 0
@@ -399,7 +406,7 @@ class _LabelLayout(Artist):
             for dx, dy in places:
                 text.xyann = (dx, dy)
                 box = text.get_window_extent(renderer)
-                shift = max(0.0, frame.x0 - box.x0) - max(0.0, box.x1 - frame.x1)
+                shift = max(0.0, left - box.x0) - max(0.0, box.x1 - right)
                 if shift:                      # keep it inside the axes, left to right
                     text.xyann = (dx + shift * 72 / renderer.dpi, dy)
                     box = text.get_window_extent(renderer)
@@ -469,7 +476,8 @@ class _TimeAxis:
     Event times are sorted; a gap of at least 20 ms in which nothing was recorded and which takes
     more than a quarter of the picture (judged again after each squeeze) is drawn narrow (6 % of
     the busy time). Never squeezed: lock waits and recorded blocking waits (a join, q.join, a
-    full pipe: how long a thread waited is the lesson; a wait never satisfied lasts to the end),
+    full pipe: how long a thread waited is the lesson; a wait never satisfied lasts to its
+    process's end),
     and Pool tasks from start to done (how long each task ran is the pool's lesson). A squeezed
     band is "nothing recorded", not "idle": a process may have computed all along. Between
     gaps, time is linear, with ticks at round real times.
@@ -484,9 +492,14 @@ class _TimeAxis:
             times = np.unique(np.fromiter((e[0] for e in trace.events), np.int64,
                                           len(trace.events)))
             ix = st._index(trace)                       # waits and Pool tasks are the story
-            spans = [(since, until or t1) for _, _, _, since, until in ix.waits]
+            # a wait never satisfied lasts as long as its process (as it is drawn), not to
+            # the trace's end: what comes after a killed program's end may be squeezed
+            def ended(pid, tid=None):
+                proc = ix.procs.get(pid)
+                return ix.thread_end.get((pid, tid)) or (proc and proc.exit_ns) or t1
+            spans = [(since, until or ended(pid)) for _, pid, _, since, until in ix.waits]
             spans += [(a, b) for _, _, a, b in ix.tasks]
-            spans += [(b.ts_ns, until or t1) for _, _, b, until in ix.blocked]
+            spans += [(b.ts_ns, until or ended(pid, tid)) for pid, tid, b, until in ix.blocked]
             w0 = np.array([a for a, _ in spans], dtype=float)
             w1 = np.array([b for _, b in spans], dtype=float)
             diffs = np.diff(times)
@@ -623,6 +636,43 @@ def _bundled_arrows(ax, flows, handles, axis, row, span, used):
                                      zorder=5))
     ax.text(0.0, -0.02, f"{len(flows)} messages drawn as {len(segs)} bundles (thicker = more)",
             transform=ax.transAxes, fontsize=7.5, va="top", ha="left", color="#555555")
+
+
+def _draw_fd_passes(ax, ix, x, row, span, max_arrows, used):
+    """Each fd handed over on a Unix socket (SCM_RIGHTS) as a thin dashed arrow from the thread
+    that sent it (torch: the producer's resource_sharer ``_serve`` thread, when the consumer
+    asked; mpviz: the thread that pickled the handle and offered the fd) to the thread that
+    received it while unpickling the handle's message. Where that message's get is drawn away
+    from the fd's end, a dotted line joins them: this fd is that message's memory."""
+    passes = ix.fd_passes
+    if not passes:
+        return
+    gets = {f.put.args.get("msg"): f.get for f in ix.flows if f.get is not None}
+    ends, links = [], []
+    for sent, got in passes:
+        a = (x(sent.ts_ns), row(sent.pid, sent.tid))
+        b = (x(got.ts_ns), row(got.pid, got.tid))
+        ends.append((a, b))
+        get = gets.get(ix.fd_messages.get(st._fd_key(got)))
+        if get is not None:
+            g = (x(get.ts_ns), row(get.pid, get.tid))
+            if g[1] != b[1] or abs(g[0] - b[0]) > span / 300:    # apart by more than a pixel
+                links.append((b, g))
+    style = dict(color=COLORS["fd"], linestyle=(0, (3, 2)), zorder=5.5)
+    if len(ends) <= max_arrows:
+        for a, b in ends:
+            # bowed towards later time, so that it never hides under the straight arrow of
+            # the request that asked for it (which goes the other way at the same moment)
+            bow = 0.25 if b[1] < a[1] else -0.25
+            ax.add_patch(FancyArrowPatch(a, b, arrowstyle="-|>", mutation_scale=7, lw=0.9,
+                                         connectionstyle=f"arc3,rad={bow}", shrinkA=0,
+                                         shrinkB=1, gid="fd", **style))
+    else:                                          # too many for heads: dashed lines only
+        ax.add_collection(LineCollection(ends, linewidths=0.7, alpha=0.6, gid="fd", **style))
+    if links:
+        ax.add_collection(LineCollection(links, colors=COLORS["fd"], linestyles=":",
+                                         linewidths=0.8, zorder=5.5, gid="fd link"))
+    used.add("fd")
 
 
 def _draw_blocked(ax, ix, x, row, t1, span, labels, max_labels, used):
