@@ -44,7 +44,7 @@ import weakref
 
 from ..errors import SharedMemoryFullError, TooManyFdsError
 from ..trace import recorder
-from .mapping import map_shared
+from .mapping import map_shared, write_into
 
 try:
     import _posixshmem
@@ -265,8 +265,9 @@ class _Kept:
         os.close(self.fd)
 
 
-def create(nbytes):
-    """Make a new anonymous segment of `nbytes` bytes (at least one page is used for 0)."""
+def create(nbytes, data=None):
+    """Make a new anonymous segment of `nbytes` bytes (at least one page is used for 0), filled
+    with `data` (a C-contiguous array of `nbytes` bytes) if given."""
     name = f"/mpviz_fd_{secrets.token_hex(8)}"
     try:
         fd = _posixshmem.shm_open(name, os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
@@ -277,7 +278,7 @@ def create(nbytes):
     _posixshmem.shm_unlink(name)  # anonymous from now on: nothing can leak
     try:
         _reserve(fd, HEADER + max(nbytes, 1), STRATEGY)
-        buf = map_shared(fd, HEADER + max(nbytes, 1), populate=True)  # its pages in, in one call
+        buf = _fill_and_map(fd, nbytes, data)
         segment = FdSegment(fd, nbytes, name, buf=buf, created=True)
     except BaseException:
         os.close(fd)
@@ -307,6 +308,15 @@ def _reserve(fd, size, strategy):
             raise SharedMemoryFullError(size, strategy) from None
         if e.errno not in (errno.EOPNOTSUPP, errno.EINVAL):  # some filesystems can't; ftruncate did
             raise
+
+
+def _fill_and_map(fd, nbytes, data):
+    """Map a new, reserved segment; with `data`, write its bytes in first (one pass: see
+    mapping.write_into). Without, map every page now, in one call, for the caller's copy."""
+    if data is None:
+        return map_shared(fd, HEADER + max(nbytes, 1), populate=True)
+    write_into(fd, data, HEADER)
+    return map_shared(fd, HEADER + max(nbytes, 1))
 
 
 def _limit():

@@ -56,7 +56,7 @@ from ..errors import SegmentGoneError, TooManyFdsError
 from ..trace import recorder
 from . import allocator, shm_manager
 from . import file_descriptor
-from .file_descriptor import _reserve, atomic_add
+from .file_descriptor import _fill_and_map, _reserve, atomic_add
 from .mapping import map_shared
 # The header after the count (see the picture above). The shm manager reads it too, and uses
 # only the standard library, so the layout is written down there.
@@ -226,8 +226,9 @@ class _Kept:
         """In a forked child: the parent's hold, not ours. Say nothing."""
 
 
-def create(nbytes):
-    """Make a new named segment of `nbytes` bytes, held once by this process."""
+def create(nbytes, data=None):
+    """Make a new named segment of `nbytes` bytes, held once by this process, filled with `data`
+    (a C-contiguous array of `nbytes` bytes) if given."""
     name = PREFIX + secrets.token_hex(10)
     manager = shm_manager.client()
     manager.change(name, counted=+1)  # first: if we die right after, it still knows
@@ -238,7 +239,7 @@ def create(nbytes):
         raise
     try:
         _reserve(fd, HEADER + max(nbytes, 1), STRATEGY)
-        buf = map_shared(fd, HEADER + max(nbytes, 1), populate=True)  # its pages in, in one call
+        buf = _fill_and_map(fd, nbytes, data)
     except BaseException:
         os.close(fd)
         _posixshmem.shm_unlink(name)

@@ -70,6 +70,24 @@ def map_shared(fd, size, populate=False):
     return buf
 
 
+def write_into(fd, data, offset):
+    """Write the bytes of `data` (a C-contiguous NumPy array) into the file `fd` at `offset`.
+
+    For a new tmpfs segment this is one pass over memory: the kernel copies each page of `data`
+    into a new page of the file, and does not zero a page the write fills (it zeroes only the
+    parts a write leaves, here the header's first 64 bytes). The alternative, map the file and
+    copy into the mapping, makes the kernel zero every page first, then copies: two passes.
+    """
+    view = memoryview(data).cast("B")
+    done = 0
+    while done < len(view):      # one write(2) moves at most ~2 GiB: go on where it stopped
+        n = os.pwrite(fd, view[done:], offset + done)
+        if n == 0:
+            raise OSError(errno.ENOSPC, f"write into shared memory stopped at {done} of "
+                                        f"{len(view)} bytes")
+        done += n
+
+
 def prefault(ptr, size):
     """Fault in the `size` bytes mapped at `ptr` for writing, in one call; True if it was done.
 
@@ -101,4 +119,4 @@ def populate_supported():
         m.close()
 
 
-__all__ = ["map_shared", "prefault", "populate_supported", "errno"]
+__all__ = ["map_shared", "write_into", "prefault", "populate_supported", "errno"]
