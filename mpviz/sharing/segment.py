@@ -133,10 +133,12 @@ def reserve(fd, size, strategy):
 
 def fill_and_map(fd, nbytes, data):
     """Map a new, reserved segment, its count 1; with `data`, write its bytes in first (one pass:
-    see mapping.write_into). Without, map every page now, in one call, for the caller's copy."""
+    see mapping.write_into). Without, map every page now, in one call, for the caller's copy.
+    With the cache on, map them now too: the segment may come back for a copy into it, and one
+    call maps pages that are there already for less than a fault each at that copy."""
     if data is not None:
         write_into(fd, data, HEADER)
-    buf = map_shared(fd, HEADER + max(nbytes, 1), populate=data is None)
+    buf = map_shared(fd, HEADER + max(nbytes, 1), populate=data is None or allocator.enabled())
     COUNT.pack_into(buf, 0, 1)  # nobody else can see it yet
     return buf
 
