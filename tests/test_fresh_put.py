@@ -193,3 +193,21 @@ def test_a_reused_segment_is_filled_by_a_copy(strategy):
         del u
     finally:
         allocator.enable(old)
+
+
+@needs_populate
+def test_with_the_cache_on_a_written_segment_is_mapped_whole(strategy):
+    # it may come back for a copy into it: its pages are mapped in one call after the write,
+    # so that copy does not fault them in one by one
+    from mpviz.sharing import allocator
+    old = allocator.stats()["budget"]
+    allocator.enable(8 << 20)
+    try:
+        values = np.random.default_rng(2).integers(0, 256, 1 << 20, dtype=np.uint8)
+        t = mpviz.from_numpy(values.copy()).share_memory_()
+        data = t.untyped_storage()._data
+        assert _rss_kib(data.ctypes.data - data.ctypes.data % 4096) * 1024 >= 1 << 20
+        assert np.array_equal(t.numpy(), values)
+        del t, data
+    finally:
+        allocator.enable(old)
