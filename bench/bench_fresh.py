@@ -3,23 +3,27 @@
 ``python -m bench.bench_fresh [--rounds N] [--sizes 4K,1M,64M,256M] [--json FILE]``
 
 What the default settings cost: the shared-memory cache is off, so every put of a brand-new
-tensor makes a new segment and copies the bytes into it. That copy writes pages the process has
-never touched, and how they get mapped decides the cost (see mpviz/sharing/mapping.py)::
+tensor makes a new segment and copies the bytes into it. How those bytes get in decides the cost
+(see mpviz/sharing/mapping.py)::
 
-    fault by copy:   mmap ─▶ copy ─▶ page fault ─▶ copy ─▶ page fault ...     (one trap a page)
-    populate:        mmap ─▶ madvise(MADV_POPULATE_WRITE) ─▶ copy              (one call, then memcpy)
+    fault by copy:   mmap ─▶ copy ─▶ fault (zero a page) ─▶ copy ─▶ fault ...   (torch)
+    populate + copy: mmap ─▶ madvise(MADV_POPULATE_WRITE): zero every page ─▶ copy   (two passes)
+    write:           pwrite(fd, bytes, 64) ─▶ mmap                     (one pass: a page a write
+                                                                         fills is not zeroed)
 
 Every contender is its own process with an echo child (bench/handoff.py's driver), timing the
 round trip parent ``put`` → child ``get`` → child ``put`` → parent ``get`` of a tensor made before
 the clock starts. The contenders take turns batch by batch, round after round, so that the load
 of this machine falls on all of them alike; the numbers are medians over every trip.
 
-* ``mpviz <strategy>``: today's code.
-* ``mpviz <strategy>, before``: the same code with the populate call switched off
-  (``mapping.PREFAULT = False``): the pages are faulted in by the copy, as before this change.
+* ``mpviz <strategy>``: today's code (write).
+* ``mpviz <strategy>, populate + copy``: the same code filling by map, populate, copy
+  (``mapping.WRITE_FILL = False``), as before write.
 * ``torch <strategy>``: ``torch.multiprocessing``'s Queue, the same round trip.
-* ``memcpy``: ``np.copyto`` of the same bytes into pages already mapped (the floor for any copy),
-  and the ways of getting a new shared segment's pages in, each followed by the copy.
+* ``ways``: in one process, the ways of making a new shared segment and getting the bytes in,
+  under both strategies (an unlinked ``shm_open`` object; a named ``/dev/shm/mpviz_bench_*``),
+  beside torch's ``share_memory_()`` of a fresh tensor and ``np.copyto`` into pages already
+  mapped (the floor for any copy), in turn, round after round.
 """
 import argparse
 import ctypes
@@ -36,13 +40,13 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 KiB, MiB = 1 << 10, 1 << 20
 
-# name: (library, sharing strategy, populate on)
+# name: (library, sharing strategy, fill by write)
 CONTENDERS = {
     "mpviz fd": ("mpviz", "file_descriptor", True),
-    "mpviz fd, before": ("mpviz", "file_descriptor", False),
+    "mpviz fd, populate + copy": ("mpviz", "file_descriptor", False),
     "torch fd": ("torch", "file_descriptor", None),
     "mpviz fs": ("mpviz", "file_system", True),
-    "mpviz fs, before": ("mpviz", "file_system", False),
+    "mpviz fs, populate + copy": ("mpviz", "file_system", False),
     "torch fs": ("torch", "file_system", None),
 }
 BATCH = {4 * KiB: 20, MiB: 10, 64 * MiB: 3, 256 * MiB: 1}
@@ -51,17 +55,17 @@ BATCH = {4 * KiB: 20, MiB: 10, 64 * MiB: 3, 256 * MiB: 1}
 # -- the driver side (a subprocess per contender) -------------------------------------------------
 
 def drive(name):
-    """Answer 'rt SIZE N' with N fresh round trips; 'memcpy SIZE' with the copy timings."""
-    if name == "memcpy":
+    """Answer 'rt SIZE N' with N fresh round trips; 'ways SIZE' with the one-process timings."""
+    if name == "ways":
         driver = None
     else:
         from bench import handoff
-        library, strategy, populate = CONTENDERS[name]
+        library, strategy, write_fill = CONTENDERS[name]
         handoff.CONTENDERS[name] = (library, "fork", strategy, 0)   # cache off: the default
         driver = handoff.Driver(name)
         if library == "mpviz":
             from mpviz.sharing import mapping
-            mapping.PREFAULT = populate
+            mapping.WRITE_FILL = write_fill
     print(json.dumps({"ready": True}), flush=True)
     for line in sys.stdin:
         words = line.split()
@@ -71,7 +75,7 @@ def drive(name):
             if words[0] == "rt":
                 reply = driver.rt("fresh", int(words[1]), int(words[2]))
             else:
-                reply = copy_ways(int(words[1]))
+                reply = ways(int(words[1]))
         except Exception as e:  # report, don't die: the table says what failed
             reply = {"error": f"{type(e).__name__}: {e}"}
         print(json.dumps(reply), flush=True)
@@ -79,69 +83,77 @@ def drive(name):
         driver.close()
 
 
-# -- memcpy, and the ways of faulting a new segment in ------------------------------------------
+# -- memcpy, torch, and the ways of filling a new segment ---------------------------------------
 
 _libc = ctypes.CDLL(None, use_errno=True)
 _libc.mmap.restype = ctypes.c_void_p
 _libc.mmap.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long)
 _libc.munmap.argtypes = (ctypes.c_void_p, ctypes.c_size_t)
 _libc.madvise.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
-MAP_POPULATE, MADV_POPULATE_WRITE, MADV_HUGEPAGE = 0x8000, 23, 14
+MADV_POPULATE_WRITE = 23
+HEADER = 64                      # mpviz's header: the bytes go in after it, as in mpviz
 _sources = {}
+_torch_warm = set()
+
+WAYS = {
+    # name: (posix_fallocate first, fill, mmap flags)
+    "fault by copy (torch's way)": (True, "copy", 0),
+    "populate + copy (mpviz before)": (True, "populate + copy", 0),
+    "write (mpviz now)": (True, "write", 0),
+    "write, no fallocate": (False, "write", 0),
+    "write + MAP_POPULATE": (True, "write", mmap.MAP_POPULATE),
+}
 
 
-def _new_segment(size, fallocate=True, flags=0):
+def _way(size, how, strategy):
+    """Seconds to make a new shared segment of `size` bytes (after a 64-byte header) the way
+    `how`, under `strategy`, with the bytes of the source in it."""
     import _posixshmem
-    name = f"/mpviz_bench_{os.getpid()}"
-    fd = _posixshmem.shm_open(name, os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
-    _posixshmem.shm_unlink(name)
-    try:
-        os.ftruncate(fd, size)
-        if fallocate:
-            os.posix_fallocate(fd, 0, size)
-        ptr = _libc.mmap(None, size, mmap.PROT_READ | mmap.PROT_WRITE, mmap.MAP_SHARED | flags, fd, 0)
-    finally:
-        os.close(fd)
-    if ptr in (None, ctypes.c_void_p(-1).value):
-        raise OSError(ctypes.get_errno(), "mmap failed")
-    return ptr
-
-
-def _way(size, how):
-    """Seconds to make a new shared segment of `size` bytes the way `how` and copy into it."""
     import numpy as np
-    src = _sources[size]
+    from mpviz.sharing.mapping import write_into
+    fallocate, fill, flags = WAYS[how]
+    src, total = _sources[size], HEADER + max(size, 1)
+    name = f"/mpviz_bench_{os.getpid()}"
     t0 = time.perf_counter()
-    ptr = _new_segment(size, fallocate=how != "populate, no fallocate",
-                       flags=MAP_POPULATE if how == "MAP_POPULATE" else 0)
-    if how in ("populate (mpviz now)", "populate, no fallocate"):
-        _libc.madvise(ptr, size, MADV_POPULATE_WRITE)
-    elif how == "MADV_HUGEPAGE + populate":
-        _libc.madvise(ptr, size, MADV_HUGEPAGE)
-        _libc.madvise(ptr, size, MADV_POPULATE_WRITE)
-    dst = np.frombuffer((ctypes.c_char * size).from_address(ptr), dtype=np.uint8)
-    if how == "populate + copy, 2 threads" and size >= 4 * MiB:
-        half = (size // 2) & ~4095
-        def part(a, b):
-            _libc.madvise(ptr + a, b - a, MADV_POPULATE_WRITE)
-            np.copyto(dst[a:b], src[a:b])
-        other = threading.Thread(target=part, args=(half, size))
-        other.start()
-        part(0, half)
-        other.join()
-    else:
+    fd = _posixshmem.shm_open(name, os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
+    if strategy == "file_descriptor":
+        _posixshmem.shm_unlink(name)            # anonymous at once; file_system keeps the name
+    os.ftruncate(fd, total)
+    if fallocate:
+        os.posix_fallocate(fd, 0, total)
+    if fill == "write":
+        write_into(fd, src, HEADER)
+    ptr = _libc.mmap(None, total, mmap.PROT_READ | mmap.PROT_WRITE, mmap.MAP_SHARED | flags, fd, 0)
+    if fill != "write":
+        if fill == "populate + copy":
+            _libc.madvise(ptr, total, MADV_POPULATE_WRITE)
+        dst = np.frombuffer((ctypes.c_char * total).from_address(ptr), np.uint8, count=size, offset=HEADER)
         np.copyto(dst, src)
+        del dst
+    if strategy == "file_system":
+        os.close(fd)                            # holders keep no descriptor
     elapsed = time.perf_counter() - t0
-    del dst
-    _libc.munmap(ptr, size)
+    if strategy == "file_system":
+        _posixshmem.shm_unlink(name)
+    else:
+        os.close(fd)
+    _libc.munmap(ptr, total)
     return elapsed
 
 
-WAYS = ("fault by copy (before)", "populate (mpviz now)", "populate, no fallocate", "MAP_POPULATE",
-        "MADV_HUGEPAGE + populate", "populate + copy, 2 threads")
+def _torch_share(size, strategy):
+    import torch
+    import torch.multiprocessing
+    torch.multiprocessing.set_sharing_strategy(strategy)
+    t = torch.from_numpy(_sources[size].copy())  # a fresh tensor, in private memory
+    t0 = time.perf_counter()
+    t.share_memory_()
+    elapsed = time.perf_counter() - t0
+    del t
+    return elapsed
 
 
-def copy_ways(size):
+def ways(size):
     import numpy as np
     if size not in _sources:
         _sources[size] = np.full(size, 7, dtype=np.uint8)
@@ -151,8 +163,13 @@ def copy_ways(size):
     np.copyto(dst, src)
     out = {"memcpy into mapped pages": time.perf_counter() - t0}
     del dst
-    for how in WAYS:
-        out[how] = _way(size, how)
+    for short, strategy in (("fd", "file_descriptor"), ("fs", "file_system")):
+        if strategy not in _torch_warm:   # torch's first share starts its shm manager: not timed
+            _torch_share(size, strategy)
+            _torch_warm.add(strategy)
+        out[f"torch share_memory_() {short}"] = _torch_share(size, strategy)
+        for how in WAYS:
+            out[f"{how} {short}"] = _way(size, how, strategy)
     return out
 
 
@@ -174,17 +191,17 @@ def fmt(s):
 
 
 def measure(sizes, rounds, log):
-    drivers = {name: Driver(name) for name in list(CONTENDERS) + ["memcpy"]}
+    drivers = {name: Driver(name) for name in list(CONTENDERS) + ["ways"]}
     times, errors = {}, {}
     try:
         for size in sizes:
             log(f"{human(size)}: {rounds} rounds, contenders in turn")
             for r in range(rounds):
                 for name, d in drivers.items():
-                    reply = d.ask(f"memcpy {size}" if name == "memcpy" else f"rt {size} {BATCH[size]}")
+                    reply = d.ask(f"ways {size}" if name == "ways" else f"rt {size} {BATCH[size]}")
                     if "error" in reply:
                         errors[f"{name} {human(size)}"] = reply["error"]
-                    elif name == "memcpy":
+                    elif name == "ways":
                         for how, t in reply.items():
                             times.setdefault(how, {}).setdefault(size, []).append(t)
                     else:
@@ -205,16 +222,21 @@ def table(med, sizes):
                                                  for s in sizes) + " |")
     lines += ["", "### mpviz ÷ torch, same run (goal at 64 MiB: ≤ 0.5×)", "", head.format("ratio"), rule]
     for short, strategy in (("fd", "file_descriptor"), ("fs", "file_system")):
-        for which in ("", ", before"):
+        for which in ("", ", populate + copy"):
             mine, theirs = med.get(f"mpviz {short}{which}", {}), med.get(f"torch {short}", {})
             cells = [f"{mine[s] / theirs[s]:.2f}×" if s in mine and s in theirs else "—" for s in sizes]
-            label = f"mpviz ÷ torch, {strategy}" + (" (before: pages faulted by the copy)" if which else "")
-            lines.append(f"| {label} | " + " | ".join(cells) + " |")
-    lines += ["", "### A new shared segment, made and filled in one process (median; memcpy = the floor)", "",
-              head.format("way"), rule]
-    for how in ("memcpy into mapped pages",) + WAYS:
-        lines.append(f"| {how} | " + " | ".join(fmt(med[how][s]) if s in med.get(how, {}) else "—"
-                                                for s in sizes) + " |")
+            lines.append(f"| mpviz{which or ' (write)'} ÷ torch, {strategy} | " + " | ".join(cells) + " |")
+    lines += ["", "### A new shared segment, made and filled in one process (median; ÷ torch's "
+              "share_memory_() under the same strategy)", "", head.format("way"), rule]
+    for short in ("fd", "fs"):
+        torch_row = med.get(f"torch share_memory_() {short}", {})
+        for how in ("memcpy into mapped pages", "torch share_memory_()") + tuple(WAYS):
+            key = how if how.startswith("memcpy") else f"{how} {short}"
+            if how.startswith("memcpy") and short == "fs":
+                continue
+            cells = [f"{fmt(med[key][s])} ({med[key][s] / torch_row[s]:.2f}×)"
+                     if s in med.get(key, {}) and s in torch_row else "—" for s in sizes]
+            lines.append(f"| {key} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
@@ -227,7 +249,7 @@ def parse_size(text):
 def main(argv=None):
     ap = argparse.ArgumentParser(prog="python -m bench.bench_fresh", description=__doc__.splitlines()[0])
     ap.add_argument("--driver", help=argparse.SUPPRESS)
-    ap.add_argument("--rounds", type=int, default=5, help="rounds per size (default 5)")
+    ap.add_argument("--rounds", type=int, default=7, help="rounds per size (default 7)")
     ap.add_argument("--sizes", default="4K,1M,64M,256M", help="comma-separated, e.g. 4K,1M (default: all four)")
     ap.add_argument("--json", help="also write the medians (seconds) to this file")
     args = ap.parse_args(argv)

@@ -105,8 +105,7 @@ class Storage:
         with _share_lock:
             if self._segment is not None:  # another thread shared it meanwhile
                 return self
-            segment = sharing.allocate(self.nbytes(), strategy)  # its pages already mapped
-            np.copyto(segment.array, self._data)  # one pass over the bytes, nothing zeroed first
+            segment = sharing.allocate(self.nbytes(), strategy, self._data)  # a copy of the bytes
             if recorder.ENABLED:
                 recorder.emit("copy", nbytes=self.nbytes(), name=segment.name, strategy=strategy)
             self._segment = segment

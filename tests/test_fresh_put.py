@@ -87,3 +87,127 @@ def test_a_fresh_tensor_arrives_intact(strategy, nbytes):
     assert t.is_shared() and t.untyped_storage().location == strategy
     assert np.array_equal(t.numpy().view(np.uint8), values)
     q.close(), out.close()
+
+
+# -- a new segment is filled by write(2): one pass over memory -----------------------------------
+
+def test_a_fresh_put_writes_the_bytes_in_without_mapping_them(strategy):
+    # The bytes go into the new file by write(2), and the mapping is made after: no page of it is
+    # mapped yet (the kernel's count of our pages there is the header's page at most), and yet
+    # it reads back every byte. (Mapping first and copying would map every page.)
+    values = (np.arange(1 << 20, dtype=np.uint32) * np.uint32(2654435761)).view(np.uint8)
+    t = mpviz.from_numpy(values.copy())
+    t.share_memory_()
+    data = t.untyped_storage()._data
+    start_of_map = data.ctypes.data - (data.ctypes.data % 4096)
+    assert _rss_kib(start_of_map) <= 8
+    assert np.array_equal(data, values)
+    assert t.untyped_storage().location == strategy
+
+
+def _header_and_bytes(storage):
+    """The segment's header (the 64 bytes before the data) and its bytes, as this process maps them."""
+    segment = storage._segment
+    return bytes(segment._buf[:64]), bytes(segment._buf[64:64 + segment.nbytes])
+
+
+def test_a_zero_byte_tensor_gets_a_segment_with_its_header(strategy):
+    t = mpviz.zeros(0)
+    t.share_memory_()
+    header, data = _header_and_bytes(t.untyped_storage())
+    assert t.is_shared() and data == b"" and t.numpy().shape == (0,)
+    assert header == (1).to_bytes(8, "little") + bytes(56)
+
+
+@pytest.mark.parametrize("nbytes", [1, 63, 4095, 4097, 65 * 1024 + 3, (1 << 20) + 13])
+def test_odd_sizes_land_after_the_header_with_the_count_of_one(strategy, nbytes):
+    values = np.random.default_rng(nbytes).integers(1, 256, nbytes, dtype=np.uint8)  # no zero byte
+    t = mpviz.from_numpy(values.copy())
+    t.share_memory_()
+    header, data = _header_and_bytes(t.untyped_storage())
+    assert data == values.tobytes()
+    assert header == (1).to_bytes(8, "little") + bytes(56)    # count 1; the rest (roads) zeroed
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64", "int8", "int16", "int64", "uint8", "bool",
+                                   "complex64"])
+def test_every_dtype_arrives_equal(strategy, dtype):
+    values = (np.arange(3 * 1000 + 1) % 7).astype(dtype)
+    t = mpviz.from_numpy(values.copy())
+    t.share_memory_()
+    assert t.is_shared()
+    assert np.array_equal(t.numpy(), values)
+
+
+def _echo_sum(q, out):
+    t = q.get()
+    out.put((tuple(t.shape), t.numpy().tolist()))
+    del t
+
+
+def test_a_view_of_a_fresh_tensor_arrives_as_that_view(strategy):
+    # a strided view shares its whole storage: the storage's bytes (one run) are written,
+    # the view's offset and strides travel in the handle
+    ctx = mp.get_context("fork")
+    base = np.arange(6 * 5, dtype=np.float32).reshape(6, 5)
+    t = mpviz.from_numpy(base.copy())
+    view = t[1::2, ::2]
+    q, out = ctx.Queue(), ctx.Queue()
+    p = start(ctx, _echo_sum, q, out)
+    q.put(view)
+    assert out.get(timeout=60) == ((3, 3), base[1::2, ::2].tolist())
+    finish(p)
+    assert t.is_shared() and np.array_equal(t.numpy(), base)
+    q.close(), out.close()
+
+
+def test_bytes_that_are_not_one_run_are_copied(strategy):
+    # write(2) needs one run of bytes; a storage over strided memory takes the copy path
+    from mpviz.storage import Storage
+    backing = np.arange(2 * 5000, dtype=np.uint8)
+    storage = Storage(_data=backing[::2])
+    assert not storage._data.flags.c_contiguous
+    storage.share_memory_(strategy)
+    assert storage.is_shared() and np.array_equal(storage._data, backing[::2])
+
+
+def test_allocate_refuses_data_of_another_size(strategy):
+    with pytest.raises(ValueError, match="must match. Fix:"):
+        sharing.allocate(10, strategy, np.zeros(11, np.uint8))
+
+
+def test_a_reused_segment_is_filled_by_a_copy(strategy):
+    # with the cache on, a segment parked earlier comes back instead of a new one: every one of
+    # its old bytes is overwritten by the new tensor's
+    from mpviz.sharing import allocator
+    old = allocator.stats()["budget"]
+    allocator.enable(8 << 20)
+    try:
+        t = mpviz.from_numpy(np.full(70_001, 0xAB, np.uint8)).share_memory_()
+        first = t.untyped_storage()._segment.key
+        del t
+        values = np.random.default_rng(1).integers(0, 256, 70_001, dtype=np.uint8)
+        u = mpviz.from_numpy(values.copy()).share_memory_()
+        assert u.untyped_storage()._segment.key == first
+        assert np.array_equal(u.numpy(), values)
+        del u
+    finally:
+        allocator.enable(old)
+
+
+@needs_populate
+def test_with_the_cache_on_a_written_segment_is_mapped_whole(strategy):
+    # it may come back for a copy into it: its pages are mapped in one call after the write,
+    # so that copy does not fault them in one by one
+    from mpviz.sharing import allocator
+    old = allocator.stats()["budget"]
+    allocator.enable(8 << 20)
+    try:
+        values = np.random.default_rng(2).integers(0, 256, 1 << 20, dtype=np.uint8)
+        t = mpviz.from_numpy(values.copy()).share_memory_()
+        data = t.untyped_storage()._data
+        assert _rss_kib(data.ctypes.data - data.ctypes.data % 4096) * 1024 >= 1 << 20
+        assert np.array_equal(t.numpy(), values)
+        del t, data
+    finally:
+        allocator.enable(old)

@@ -48,7 +48,7 @@ def _check_environment(env):
 _check_environment(os.environ)
 _strategy = os.environ.get(_ENV) or _ALL[0]
 
-from . import allocator, file_descriptor, file_system  # noqa: E402 (after the check above)
+from . import allocator, file_descriptor, file_system, mapping  # noqa: E402 (after the check above)
 
 _MODULES = {"file_descriptor": file_descriptor, "file_system": file_system}
 
@@ -94,22 +94,33 @@ def apply_settings(values):
         shm_manager.enable(values["shm_manager"])
 
 
-def allocate(nbytes, strategy):
+def allocate(nbytes, strategy, data=None):
     """A shared segment of `nbytes` bytes under `strategy`: the one place segments come from.
 
-    Its bytes are undefined (the caller, ``Storage.share_memory_``, overwrites them all): with the
-    caching allocator on (:mod:`~mpviz.sharing.allocator`), a segment freed earlier whose pages are
-    already in may come back instead of a new one.
+    With `data` (a 1-D uint8 NumPy array of `nbytes` bytes) the segment holds a copy of it;
+    without, its bytes are undefined and the caller fills them. A new segment is filled by ``write(2)`` (one
+    pass over memory; see mapping.write_into); with the caching allocator on
+    (:mod:`~mpviz.sharing.allocator`), a segment freed earlier whose pages are already in may come
+    back instead, and is filled by a copy.
     """
     try:
         module = _MODULES[strategy]
     except KeyError:
         raise ValueError(f"invalid sharing strategy {strategy!r}; expected one of {sorted(_ALL)}") from None
+    if data is not None and data.shape != (nbytes,):
+        raise ValueError(f"data holds {data.nbytes} bytes in shape {data.shape}, the segment "
+                         f"{nbytes}: they must match. Fix: pass the storage's own flat uint8 bytes.")
+    if data is not None and not (data.flags.c_contiguous and mapping.WRITE_FILL):
+        segment = allocate(nbytes, strategy)   # write(2) wants one run of bytes: copy instead
+        segment.array[...] = data
+        return segment
     if allocator.enabled():
         segment = allocator.take(strategy, nbytes)
         if segment is not None:
+            if data is not None:
+                segment.array[...] = data
             return segment
-        segment = module.create(nbytes)
+        segment = module.create(nbytes, data)
         allocator.arm_exit_hook()  # now, after weakref's own exit hook: see the allocator
         return segment
-    return module.create(nbytes)
+    return module.create(nbytes, data)

@@ -16,7 +16,7 @@ and give it out again::
 
 **When is reuse safe?** Only when no other process maps the segment and no handle to it is on its
 way — otherwise they would see the next tensor's bytes. Both strategies keep a count in the
-segment's header (:mod:`~mpviz.sharing.file_descriptor`, :mod:`~mpviz.sharing.file_system`):
+segment's header (:mod:`~mpviz.sharing.segment`):
 +1 per process that maps it (until its last NumPy view is gone) and +1 per handle pickled and not
 yet received. A parked segment still holds *our* 1, so "count == 1" proves nobody else is there,
 and nobody can come: only a holder can make a new handle, and we are the only holder. A segment

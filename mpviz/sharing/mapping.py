@@ -11,29 +11,18 @@ library's ``mmap(2)`` itself (Python 3.13 added ``mmap(..., trackfd=False)`` for
 
 The caller may close `fd` straight away: a mapping does not need its descriptor.
 
-**A new segment's pages are mapped with one system call** (``populate=True``). ``mmap`` maps
-no page yet: the first write to each 4 KiB page traps into the kernel (a page fault), which
-zeroes the page, maps it and returns — 16 384 traps for 64 MiB. ``madvise(MADV_POPULATE_WRITE)``
-(Linux 5.14+) does the same work for the whole range in one call, before the copy::
+**A new segment's bytes go in by write(2), in one pass** (:func:`write_into`). Mapping a new
+tmpfs file and copying into the mapping costs two passes: the first touch of each page makes
+the kernel zero it (a page fault per 4 KiB page, or one ``madvise(MADV_POPULATE_WRITE)`` for all
+of them), then the copy overwrites it. A page that ``write(2)`` fills whole is not zeroed::
 
-    without: copy ─▶ fault ─▶ copy ─▶ fault ─▶ ...      (one trap per page)
-    with:    madvise(POPULATE_WRITE) ─▶ copy            (one call, then a plain memcpy)
+    map, copy:   mmap ─▶ fault: zero a page ─▶ copy ─▶ fault ─▶ ...     (torch)
+    write, map:  pwrite(fd, bytes, 64) ─▶ mmap                      (pages filled, then mapped)
 
-What it saves is the traps, not the work: the kernel still reserves every page
-(``posix_fallocate``) and zeroes and maps it (``madvise``), and that is most of a fresh
-segment's cost. On the busy 2-core virtual machine measured (``python -m bench.bench_fresh``,
-five runs), making and filling 64 MiB took 15–50 % less time with this call than faulting page
-by page (e.g. 38 ms instead of 48 ms), while the copy alone (``np.copyto`` into pages already
-mapped) took 5 ms. torch makes the same system calls (``ftruncate``, ``fallocate``, ``mmap``)
-and lets its copy fault the pages.
-
-The other ways, measured in the same benchmark, were no faster: ``MAP_POPULATE`` maps a shared
-mapping's pages for *reading*, so each first write still traps; populating without
-``posix_fallocate`` (one pass instead of two) was slower, and would turn a full /dev/shm into
-a failed ``madvise`` instead of a clear ``ENOSPC``; two threads each populating and copying
-half gained nothing on a busy 2-core machine; huge pages need
-``/sys/kernel/mm/transparent_hugepage/shmem_enabled`` or a ``huge=`` mount of /dev/shm, which
-that machine (like most) does not have.
+This process maps the pages later, at its first touch of each (a minor fault: the page is
+there already, nothing is zeroed), as every receiver does. Where there are no bytes to write (a segment for the
+caller to fill), ``populate=True`` maps every page in one ``MADV_POPULATE_WRITE``. Measurements:
+docs/PERFORMANCE.md, "A fresh tensor's put".
 """
 import ctypes
 import errno
@@ -50,7 +39,8 @@ _MAP_FAILED = ctypes.c_void_p(-1).value
 
 MADV_POPULATE_WRITE = 23  # from <linux/mman.h>, Linux 5.14 and later
 POPULATE_FROM = 64 << 10  # below this a segment is a few pages: faulting them costs less than a call
-PREFAULT = True           # False: let the copy fault pages one by one (the benchmark's "before" row)
+PREFAULT = True           # False: let the copy fault pages one by one (a benchmark's row)
+WRITE_FILL = True         # False: fill a new segment by map, populate, copy (a benchmark's row)
 _populate_works = None    # None: not tried yet in this process; then True or False
 
 
@@ -68,6 +58,24 @@ def map_shared(fd, size, populate=False):
     if populate and PREFAULT and size >= POPULATE_FROM:
         prefault(ptr, size)
     return buf
+
+
+def write_into(fd, data, offset):
+    """Write the bytes of `data` (a C-contiguous NumPy array) into the file `fd` at `offset`.
+
+    For a new tmpfs segment this is one pass over memory: the kernel copies each page of `data`
+    into a new page of the file, and does not zero a page the write fills (it zeroes only the
+    parts a write leaves, here the header's first 64 bytes). The alternative, map the file and
+    copy into the mapping, makes the kernel zero every page first, then copies: two passes.
+    """
+    view = memoryview(data).cast("B")
+    done = 0
+    while done < len(view):      # one write(2) moves at most ~2 GiB: go on where it stopped
+        n = os.pwrite(fd, view[done:], offset + done)
+        if n == 0:
+            raise OSError(errno.ENOSPC, f"write into shared memory stopped at {done} of "
+                                        f"{len(view)} bytes")
+        done += n
 
 
 def prefault(ptr, size):
@@ -101,4 +109,4 @@ def populate_supported():
         m.close()
 
 
-__all__ = ["map_shared", "prefault", "populate_supported", "errno"]
+__all__ = ["map_shared", "write_into", "prefault", "populate_supported", "errno"]
