@@ -21,7 +21,7 @@ the same moment each finish their own file and the last rename wins, with identi
 build on first use rather than a setup.py extension: the same works after ``pip install -e .``,
 from a plain checkout on ``sys.path``, and in spawned children, with no step to forget and no
 stale binary in the source tree. This module knows nothing of what it builds: who loads what, and
-when, is said where the module is used (trace/native.py, sharing/file_descriptor.py).
+when, is said where the module is used (trace/native.py, sharing/segment.py).
 
 Adapted from torch.utils.cpp_extension.load (a just-in-time build into a cache keyed by the
 source); left out: ninja, file locks (the atomic rename does), Windows and macOS.

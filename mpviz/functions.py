@@ -54,8 +54,8 @@ def from_numpy(array):
     if not base.flags.c_contiguous:
         base = array
     flat = base.reshape(-1).view(np.uint8) if base.flags.c_contiguous else None
-    if flat is None or not array.flags.writeable:
-        return Tensor._wrap(array.copy())
+    if flat is None or not array.flags.writeable or flat.size == 0:
+        return Tensor._wrap(array.copy())   # (an empty array has no memory to share: a copy is it)
     storage = Storage(_data=flat)
     t = Tensor(storage, 0, (), (), dt)
     view = t._as_view(array)

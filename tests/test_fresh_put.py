@@ -211,3 +211,12 @@ def test_with_the_cache_on_a_written_segment_is_mapped_whole(strategy):
         del t, data
     finally:
         allocator.enable(old)
+
+
+@pytest.mark.parametrize("shape", [(0,), (3, 0), (0, 5)])
+def test_from_numpy_of_an_empty_array_is_an_empty_tensor_that_travels(shape):
+    # It raised "buffer is too small for requested array" (a scalar view of 0 bytes).
+    t = mpviz.from_numpy(np.zeros(shape, np.uint8))
+    assert tuple(t.shape) == shape and t.numel() == 0
+    t.share_memory_()
+    assert t.is_shared() and tuple(t.shape) == shape
