@@ -28,6 +28,7 @@ process that serves registered resources by id). What is different here, and why
 The rule this makes visible: **the sender must be alive when the receiver unpickles**. If it has
 exited, the connection is refused and the receiver gets :class:`mpviz.errors.ProducerExitedError`.
 """
+import errno
 import itertools
 import os
 import socket
@@ -124,7 +125,7 @@ def _accept_loop(st):
             conn, _ = st.listener.accept()
         except OSError:
             return
-        uid = struct.unpack("3i", conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12))[1]
+        _, uid, _ = peer_credentials(conn)
         if uid != os.getuid():  # only our own user's processes may take our memory
             conn.close()
             continue
@@ -177,8 +178,8 @@ def fetch(address, token, sender_pid, segment_name):
             msg, fds, flags, _ = socket.recv_fds(sock, 1, 1)
         except (ConnectionError, OSError) as e:
             _drop_connection(address)
-            if isinstance(e, OSError) and e.errno == 24:
-                raise TooManyFdsError("receiving a shared storage", _fd_limit()) from None
+            if isinstance(e, OSError) and e.errno == errno.EMFILE:
+                raise TooManyFdsError("receiving a shared storage", fd_limit()) from None
             raise ProducerExitedError(sender_pid, segment_name) from None
     if not msg:
         _drop_connection(address)
@@ -188,7 +189,7 @@ def fetch(address, token, sender_pid, segment_name):
     if not fds:
         # The kernel drops SCM_RIGHTS descriptors it cannot install (MSG_CTRUNC): we are at the
         # fd limit. stdlib says "received 0 items of ancdata"; say what that means.
-        raise TooManyFdsError("receiving a shared storage", _fd_limit())
+        raise TooManyFdsError("receiving a shared storage", fd_limit())
     return fds[0]
 
 
@@ -259,8 +260,8 @@ def _connection(address, sender_pid, segment_name):
         sock.connect(address)
     except OSError as e:
         sock.close()
-        if e.errno == 24:
-            raise TooManyFdsError("connecting to a sender", _fd_limit()) from None
+        if e.errno == errno.EMFILE:
+            raise TooManyFdsError("connecting to a sender", fd_limit()) from None
         raise ProducerExitedError(sender_pid, segment_name) from None
     with st.lock:
         entry = st.connections.setdefault(address, (sock, threading.Lock()))
@@ -298,13 +299,19 @@ def infrastructure_fds():
     return fds
 
 
+def peer_credentials(conn):
+    """``(pid, uid, gid)`` of the process at the other end of Unix socket `conn`, as the kernel
+    saw it when it connected (``SO_PEERCRED``): what lets a server serve only its own user."""
+    return struct.unpack("3i", conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12))
+
+
 def _drop_connection(address):
     entry = _state.connections.pop(address, None)
     if entry is not None:
         entry[0].close()
 
 
-def _fd_limit():
+def fd_limit():
     try:
         import resource
         return resource.getrlimit(resource.RLIMIT_NOFILE)[0]

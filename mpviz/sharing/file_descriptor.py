@@ -31,6 +31,7 @@ import secrets
 
 from ..errors import TooManyFdsError
 from ..trace import recorder
+from .fd_passing import fd_limit
 from .mapping import map_shared
 from .segment import HEADER, Hold, Segment, add_at, fill_and_map, release_all, reserve
 # older names, still imported from here by other modules and tests
@@ -92,7 +93,7 @@ def create(nbytes, data=None):
         fd = _posixshmem.shm_open(name, os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
     except OSError as e:
         if e.errno in (errno.EMFILE, errno.ENFILE):
-            raise TooManyFdsError("creating a shared storage", _limit()) from None
+            raise TooManyFdsError("creating a shared storage", fd_limit()) from None
         raise
     _posixshmem.shm_unlink(name)  # anonymous from now on: nothing can leak
     try:
@@ -112,11 +113,6 @@ def from_received_fd(fd, nbytes, name, key=None):
     if recorder.ENABLED:
         recorder.emit("shm.attach", name=name, strategy=STRATEGY, nbytes=nbytes)
     return segment
-
-
-def _limit():
-    import resource
-    return resource.getrlimit(resource.RLIMIT_NOFILE)[0]
 
 
 __all__ = ["FdSegment", "create", "from_received_fd", "release_all", "atomic_add", "HEADER"]

@@ -388,6 +388,8 @@ def serve():
                     conn, _ = listener.accept()
                 except OSError:
                     continue
+                # fd_passing.peer_credentials, written out: the daemon runs as a script and
+                # imports only the standard library (see the top of this file)
                 pid, uid, _ = struct.unpack("3i", conn.getsockopt(socket.SOL_SOCKET,
                                                                   socket.SO_PEERCRED, 12))
                 if uid != os.getuid():
