@@ -37,10 +37,9 @@ import os
 import secrets
 import struct
 
-import weakref
 
 from ..sharing import file_system, shm_manager
-from ..sharing.mapping import _libc
+from ..sharing.mapping import map_shared as _map_shared
 from ..trace import recorder
 
 try:
@@ -49,21 +48,9 @@ except ImportError:  # pragma: no cover
     _posixshmem = None
 
 def map_shared(fd, size):
-    """Like :func:`mpviz.sharing.mapping.map_shared`, but never unmapped by interpreter shutdown.
-
-    Python runs pending ``weakref.finalize`` callbacks at exit, and that would unmap blocks and
-    counters *before* the exit hook that frees blocks and gives counts back (which writes to
-    them). The kernel unmaps everything when the process ends anyway.
-    """
-    import ctypes
-    import mmap
-    ptr = _libc.mmap(None, size, mmap.PROT_READ | mmap.PROT_WRITE, mmap.MAP_SHARED, fd, 0)
-    if ptr is None or ptr == ctypes.c_void_p(-1).value:
-        err = ctypes.get_errno()
-        raise OSError(err, f"mmap of {size} bytes failed: {os.strerror(err)}")
-    buf = (ctypes.c_char * size).from_address(ptr)
-    weakref.finalize(buf, _libc.munmap, ptr, size).atexit = False
-    return buf
+    """:func:`mpviz.sharing.mapping.map_shared`, never unmapped by interpreter shutdown (the
+    exit hook that frees blocks and gives counts back still writes to it)."""
+    return _map_shared(fd, size, unmap_at_exit=False)
 
 
 SLOTS = 1024

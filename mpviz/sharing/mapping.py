@@ -44,17 +44,21 @@ WRITE_FILL = True         # False: fill a new segment by map, populate, copy (a 
 _populate_works = None    # None: not tried yet in this process; then True or False
 
 
-def map_shared(fd, size, populate=False):
+def map_shared(fd, size, populate=False, unmap_at_exit=True):
     """A writable buffer of `size` bytes mapping `fd` (MAP_SHARED); unmapped when collected.
 
     `populate`: map every page now, in one system call (for a new segment about to be filled).
+    `unmap_at_exit=False`: not unmapped by interpreter shutdown either. Python runs pending
+    ``weakref.finalize`` callbacks at exit, which would unmap the buffer *before* an exit hook
+    that still writes to it (the CUDA simulator's: it frees blocks and gives counts back). The
+    kernel unmaps everything when the process ends anyway.
     """
     ptr = _libc.mmap(None, size, mmap.PROT_READ | mmap.PROT_WRITE, mmap.MAP_SHARED, fd, 0)
     if ptr is None or ptr == _MAP_FAILED:
         err = ctypes.get_errno()
         raise OSError(err, f"mmap of {size} bytes failed: {os.strerror(err)}")
     buf = (ctypes.c_char * size).from_address(ptr)
-    weakref.finalize(buf, _libc.munmap, ptr, size)
+    weakref.finalize(buf, _libc.munmap, ptr, size).atexit = unmap_at_exit
     if populate and PREFAULT and size >= POPULATE_FROM:
         prefault(ptr, size)
     return buf
