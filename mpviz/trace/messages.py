@@ -59,6 +59,7 @@ and, for Queues, from the FIFO matching of sends and receives in MPI trace analy
 import bisect
 import itertools
 import os
+import select
 import sys
 import threading
 
@@ -214,7 +215,11 @@ def _tagging_put(stdlib_put):
         qid, msg = _queue_id(self), next_msg()
         w.emit("queue.put", {"queue": qid, "msg": msg})
         try:
-            return _orig[stdlib_put](self, for_feeder(self, obj, qid, msg), block, timeout)
+            item = for_feeder(self, obj, qid, msg)
+            if block and put_would_wait(self):      # a full bounded queue: a recorded wait
+                return waits.queue_wait("queue.put", _orig[stdlib_put], self,
+                                        (self, item, block, timeout), timeout)
+            return _orig[stdlib_put](self, item, block, timeout)
         except BaseException as exc:
             try:
                 put_failed(qid, msg, exc)
@@ -329,7 +334,62 @@ def _queue_get(self, block=True, timeout=None):
     if _gate.pause: _gate.pause("queue.get", _queue_id(self))  # a stepped run: see stepper/gate.py
     if recorder.ENABLED:
         watch_reads(self)
+        if block and get_would_wait(self):          # nothing to read yet: a recorded wait
+            return waits.queue_wait("queue.get", _orig["Queue.get"], self,
+                                    (self, block, timeout), timeout)
     return _orig["Queue.get"](self, block, timeout)
+
+
+# --- a get on an empty queue, a put on a full one: waits (see waits.py) ----------------------
+#
+# Asked before the get or put, without blocking: a get that finds a message at once, or a put
+# that finds a free place, costs one poll(2) or one look at a semaphore, and records no wait.
+# (A get that found a message which another reader then took first blocks unrecorded.)
+
+def readable(fd):
+    """Whether a read of `fd` would return at once (bytes, or end of file): poll(2), timeout 0.
+    (Where the C Writer records, messages.install_native puts writer.c's ``readable`` here.)"""
+    p = select.poll()
+    p.register(fd, select.POLLIN)
+    return bool(p.poll(0))
+
+
+def get_would_wait(q):
+    """Whether `q.get()` would wait now: nothing in its pipe (and not already inside a wait)."""
+    try:
+        fd = q._reader.fileno()
+    except (AttributeError, OSError, ValueError):   # closed: the get itself says so
+        return False
+    return not readable(fd) and waits.outermost()
+
+
+def put_would_wait(q):
+    """Whether `q.put(obj)` would wait now: a bounded queue with no free place."""
+    try:
+        return q._sem._semlock._is_zero() and waits.outermost()
+    except (AttributeError, OSError):
+        return False
+
+
+def take_slot(q, block, timeout):
+    """mpviz's Queue takes a place for its put (``q._sem.acquire``), recorded as a wait when
+    the queue is full (see above)."""
+    if block and put_would_wait(q):
+        return waits.queue_wait("queue.put", q._sem.acquire, q, (block, timeout), timeout,
+                                judge=bool)         # False: timed out
+    return q._sem.acquire(block, timeout)
+
+
+def waiting_get(get, q, block, timeout):
+    """mpviz's Queue.get, called as `get` inside a recorded wait (get_would_wait said so)."""
+    return waits.queue_wait("queue.get", get, q, (q, block, timeout), timeout)
+
+
+def _simple_get(self):
+    """SimpleQueue.get, while recording: a wait when there is nothing to read yet."""
+    if recorder.ENABLED and get_would_wait(self):
+        return waits.queue_wait("queue.get", _orig["SimpleQueue.get"], self, (self,), None)
+    return _orig["SimpleQueue.get"](self)
 
 
 def watch_reads(q):
@@ -540,9 +600,10 @@ def install_native():
     if recorder.writer_class() is recorder.Writer or "Queue.put" not in _orig:
         return
     from . import native
-    global _take_c_msg, _c_numbering
+    global _take_c_msg, _c_numbering, readable
     c = native.load()
     _TAG_TYPES.add(c.Tag)
+    readable = c.readable                    # poll(2) without the select.poll object
     _take_c_msg = c.take_feeding_msg
     if _c_numbering is None:
         _c_numbering = c.set_numbering
@@ -564,6 +625,10 @@ PATCHES = [
     (queues.JoinableQueue, "put", _joinable_put, "JoinableQueue.put"),
     (queues.Queue, "_start_thread", _queue_start_thread, "Queue._start_thread"),
     (queues.SimpleQueue, "put", _simple_put, "SimpleQueue.put"),
+    (queues.SimpleQueue, "get", _simple_get, "SimpleQueue.get"),
     (connection._ConnectionBase, "send", _conn_send, "Connection.send"),
     (pool.Pool, "_setup_queues", _pool_setup_queues, "Pool._setup_queues"),
 ]
+
+
+from . import waits  # noqa: E402  (waits imports this module: see queue_wait)

@@ -86,6 +86,9 @@ def _outermost():
     return recorder.writer is not None and getattr(_in_wait, "on", None) is None
 
 
+outermost = _outermost                   # (messages.py asks it too)
+
+
 def _lock_id(obj, lock):
     """`obj`'s id: that of the semaphore `lock` under it, computed once."""
     lid = getattr(obj, "_mpviz_wid", None)
@@ -110,6 +113,18 @@ def _joinable_join(self):
         return _stdlib["JoinableQueue.join"](self)
     return _recorded(_stdlib["JoinableQueue.join"], "queue.join", _queue_id(self), {},
                      (self,), {})
+
+
+def queue_wait(on, call, q, args, timeout, judge=_returned):
+    """A Queue's get with nothing to read yet (`on` "queue.get"), or its put into a full
+    bounded queue ("queue.put"): `call(*args)` as a recorded wait on the queue. messages.py
+    asks first, without blocking, whether it would wait (get_would_wait, put_would_wait): a
+    get or put that can go on at once never comes here. A timeout that runs out (``Empty``,
+    ``Full``, or False from the semaphore) ends the wait with ok False."""
+    more = {"timeout": timeout} if timeout is not None else {}
+    if on == "queue.put":
+        more["maxsize"] = getattr(q, "_maxsize", None)
+    return _recorded(call, on, _queue_id(q), more, args, {}, judge)
 
 
 def _finalize_join(twr):

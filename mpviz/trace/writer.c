@@ -58,6 +58,8 @@ Pythons without a GIL.
 #include <time.h>
 #include <errno.h>
 #include <unistd.h>
+#include <poll.h>
+#include <limits.h>
 
 #if !defined(__linux__)
 #error "the C writer is for Linux; elsewhere mpviz uses the pure-Python Writer"
@@ -1475,9 +1477,32 @@ hook_put(Hook *h, Writer *w, PyObject *const *args, size_t nargsf, PyObject *kwn
     return res;
 }
 
+/* Whether a read of fd would return at once (bytes, or end of file): poll(2) with timeout 0.
+   1: yes, 0: no (it would block), -1: poll failed (then we cannot tell). */
+static int
+fd_readable(int fd)
+{
+    struct pollfd p = {.fd = fd, .events = POLLIN};
+    int n;
+    do
+        n = poll(&p, 1, 0);
+    while (n < 0 && errno == EINTR);
+    return n < 0 ? -1 : n > 0;
+}
+
+/* The `block` argument of get(q, block, timeout) or put(q, obj, block, timeout), given by
+   position at `i` (absent: True). 1, 0, or -1 with an error set. */
+static int
+blocks(PyObject *const *args, Py_ssize_t nargs, Py_ssize_t i)
+{
+    return nargs > i ? PyObject_IsTrue(args[i]) : 1;
+}
+
 /* messages._queue_get: the stdlib's get, its read wrapped in a Tap first. A queue whose read is
-   a Tap already needs nothing more (the Tap itself sees whether we record); any other goes to
-   the Python hook while recording, which wraps it, and straight to the stdlib's get if not. */
+   a Tap already needs nothing more (the Tap itself sees whether we record) -- unless, while
+   recording, a blocking get finds nothing to read yet: then the Python hook records it as a
+   wait (messages.get_would_wait asks again). Any other queue goes to the Python hook while
+   recording, which wraps it, and straight to the stdlib's get if not. */
 static PyObject *
 hook_get(Hook *h, PyObject *const *args, size_t nargsf, PyObject *kwnames)
 {
@@ -1485,11 +1510,53 @@ hook_get(Hook *h, PyObject *const *args, size_t nargsf, PyObject *kwnames)
     if (optional_attr(args[0], RECV_BYTES, &read) < 0)
         return NULL;
     int tapped = read != NULL && Py_IS_TYPE(read, &TapType);
+    int recording = current_writer != NULL;    /* (recorder.ENABLED) */
+    if (tapped && recording) {
+        /* the usual get finds a message at once: one poll(2), and on to the stdlib's get */
+        int fd = kwnames == NULL ? tap_fd((Tap *)read) : -1;
+        int block = blocks(args, PyVectorcall_NARGS(nargsf), 1);
+        if (block < 0) {
+            Py_DECREF(read);
+            return NULL;
+        }
+        if (block && (fd < 0 || fd_readable(fd) == 0))   /* it may wait: the Python hook */
+            tapped = 0;
+    }
     Py_XDECREF(read);
     if (tapped)
         return PyObject_Vectorcall(h->call, args, nargsf, kwnames);
-    int recording = current_writer != NULL;    /* (recorder.ENABLED) */
     return PyObject_Vectorcall(recording ? h->slow : h->call, args, nargsf, kwnames);
+}
+
+static PyObject *MAXSIZE, *SEM, *SEMLOCK, *IS_ZERO;      /* interned strs */
+
+/* Whether put(q, ...) may wait now: a bounded queue (q._maxsize below the semaphore's limit)
+   whose semaphore is at zero (q._sem._semlock._is_zero()). 1, 0, or -1 with an error set. An
+   unbounded queue costs one attribute read. */
+static int
+put_may_wait(PyObject *q)
+{
+    PyObject *v = NULL;
+    if (optional_attr(q, MAXSIZE, &v) < 0)
+        return -1;
+    long maxsize = v != NULL && PyLong_Check(v) ? PyLong_AsLong(v) : LONG_MAX;
+    Py_XDECREF(v);
+    if (maxsize == -1 && PyErr_Occurred())
+        PyErr_Clear();
+    if (maxsize >= INT_MAX || maxsize <= 0)     /* SEM_VALUE_MAX (Linux): unbounded */
+        return 0;
+    PyObject *sem = PyObject_GetAttr(q, SEM);
+    PyObject *semlock = sem != NULL ? PyObject_GetAttr(sem, SEMLOCK) : NULL;
+    PyObject *zero = semlock != NULL ? PyObject_CallMethodNoArgs(semlock, IS_ZERO) : NULL;
+    Py_XDECREF(sem);
+    Py_XDECREF(semlock);
+    if (zero == NULL) {                          /* not a stdlib Queue's: the Python hook asks */
+        PyErr_Clear();
+        return 1;
+    }
+    int r = PyObject_IsTrue(zero);
+    Py_DECREF(zero);
+    return r;
 }
 
 static PyObject *
@@ -1507,10 +1574,21 @@ Hook_vectorcall(Hook *h, PyObject *const *args, size_t nargsf, PyObject *kwnames
     if (nargs > 4 || kwnames != NULL)   /* put(q, obj, block, timeout) by position only here */
         return PyObject_Vectorcall(h->slow, args, nargsf, kwnames);
     PyObject *w = recording_writer(), *res;
+    int slow = 0;
+    if (w != Py_None && Py_IS_TYPE(w, &WriterType) && nargs >= 2) {
+        /* a put into a full bounded queue waits: the Python hook records that wait */
+        slow = blocks(args, nargs, 2);
+        if (slow > 0)
+            slow = put_may_wait(args[0]);
+        if (slow < 0) {
+            Py_DECREF(w);
+            return NULL;
+        }
+    }
     if (w == Py_None)                               /* not recording: the stdlib's put */
         res = PyObject_Vectorcall(h->call, args, nargsf, kwnames);
-    else if (!Py_IS_TYPE(w, &WriterType) || nargs < 2)
-        res = PyObject_Vectorcall(h->slow, args, nargsf, kwnames);   /* Python Writer */
+    else if (!Py_IS_TYPE(w, &WriterType) || nargs < 2 || slow)
+        res = PyObject_Vectorcall(h->slow, args, nargsf, kwnames);   /* Python Writer, a wait */
     else
         res = hook_put(h, (Writer *)w, args, nargsf, kwnames);
     Py_DECREF(w);
@@ -1637,7 +1715,22 @@ take_feeding_function(PyObject *module, PyObject *unused)
     return msg != NULL ? msg : Py_NewRef(Py_None);
 }
 
+static PyObject *
+readable_function(PyObject *module, PyObject *arg)
+{
+    int fd = PyObject_AsFileDescriptor(arg);
+    if (fd < 0)
+        return NULL;
+    int r = fd_readable(fd);
+    if (r < 0)
+        return PyErr_SetFromErrno(PyExc_OSError);
+    return PyBool_FromLong(r);
+}
+
 static PyMethodDef module_functions[] = {
+    {"readable", readable_function, METH_O,
+     "readable(fd): whether a read of fd would return at once (poll, timeout 0): "
+     "messages.readable in C"},
     {"set_numbering", (PyCFunction)(void (*)(void))set_numbering_function, METH_FASTCALL,
      "set_numbering(counter, prefix): messages.py's message counter and id prefix, for the "
      "hooks; messages.py calls it whenever it makes new ones"},
@@ -1666,9 +1759,10 @@ PyInit__writer(void)
             return NULL;
     const char *words[] = {"queue", "msg", "nbytes", "sig", "emit_at", "name", "mark",
                            "_mpviz_qid", "_thread", "_mpviz_hooked_feeder", "_recv_bytes", "obj",
-                           "queue.put", "_handle"};
+                           "queue.put", "_handle", "_maxsize", "_sem", "_semlock", "_is_zero"};
     PyObject **interned[] = {&QUEUE, &MSG, &NBYTES, &SIG, &EMIT_AT, &NAME, &MARK, &QID, &THREAD,
-                             &HOOKED_FEEDER, &RECV_BYTES, &OBJ, &PUT_KIND, &HANDLE};
+                             &HOOKED_FEEDER, &RECV_BYTES, &OBJ, &PUT_KIND, &HANDLE, &MAXSIZE,
+                             &SEM, &SEMLOCK, &IS_ZERO};
     for (size_t i = 0; i < sizeof words / sizeof words[0]; i++)
         if (*interned[i] == NULL && (*interned[i] = PyUnicode_InternFromString(words[i])) == NULL)
             return NULL;
