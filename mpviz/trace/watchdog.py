@@ -245,9 +245,13 @@ def _who_must_act(state, blocked):
     if blocked.waits_for:
         who = " or ".join(_thread_words(state, pid, tid) for pid, tid in blocked.waits_for)
         return f"{who} {MUST.get(blocked.on, 'must act')}"
+    name = state.channel_names.get(blocked.target, blocked.target)
     if blocked.on == "pipe.write":
-        name = state.channel_names.get(blocked.target, blocked.target)
         return f"someone must read {name}, and nobody has read it yet"
+    if blocked.on == "queue.put":
+        return f"someone must get from {name}, and nobody has got from it yet"
+    if blocked.on == "queue.get":
+        return f"someone must put into {name}, and nobody has put into it yet"
     return "who must act is not recorded"
 
 
