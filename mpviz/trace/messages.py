@@ -355,12 +355,11 @@ def readable(fd):
 
 
 def get_would_wait(q):
-    """Whether `q.get()` would wait now: nothing in its pipe (and not already inside a wait)."""
-    try:
-        fd = q._reader.fileno()
-    except (AttributeError, OSError, ValueError):   # closed: the get itself says so
-        return False
-    return not readable(fd) and waits.outermost()
+    """Whether `q.get()` would wait now: nothing in its pipe (and not already inside a recorded
+    wait: mpviz's Queue.get calls itself inside one, see waiting_get). Called for every recorded
+    get of mpviz's Queue: the Connection's fd is read as an attribute, not by a call."""
+    fd = getattr(q._reader, "_handle", None)     # None: closed (the get itself says so)
+    return fd is not None and getattr(waits._in_wait, "on", None) is None and not readable(fd)
 
 
 def put_would_wait(q):
@@ -383,6 +382,12 @@ def take_slot(q, block, timeout):
 def waiting_get(get, q, block, timeout):
     """mpviz's Queue.get, called as `get` inside a recorded wait (get_would_wait said so)."""
     return waits.queue_wait("queue.get", get, q, (q, block, timeout), timeout)
+
+
+# The Python versions of the two that mpviz's Queue.get calls: install_native puts writer.c's in
+# their place while the C Writer records (the wait's two events without a Python call), and
+# these back when the Python Writer does.
+_py_get_would_wait, _py_waiting_get = get_would_wait, waiting_get
 
 
 def _simple_get(self):
@@ -597,13 +602,15 @@ def install_native():
     the Python ones that ``PATCHES`` installed (their originals are kept in ``_orig`` as ever,
     and ``hooks.uninstall`` puts those back). Each C hook does what its Python version here does
     and calls it for the cases it leaves out (see writer.c, "Tag, Pickler, Hook")."""
+    global _take_c_msg, _c_numbering, readable, get_would_wait, waiting_get
+    get_would_wait, waiting_get = _py_get_would_wait, _py_waiting_get
     if recorder.writer_class() is recorder.Writer or "Queue.put" not in _orig:
         return
     from . import native
-    global _take_c_msg, _c_numbering, readable
     c = native.load()
     _TAG_TYPES.add(c.Tag)
     readable = c.readable                    # poll(2) without the select.poll object
+    get_would_wait, waiting_get = c.get_would_wait, c.waiting_get
     _take_c_msg = c.take_feeding_msg
     if _c_numbering is None:
         _c_numbering = c.set_numbering

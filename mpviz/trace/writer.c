@@ -1498,6 +1498,8 @@ blocks(PyObject *const *args, Py_ssize_t nargs, Py_ssize_t i)
     return nargs > i ? PyObject_IsTrue(args[i]) : 1;
 }
 
+static PyObject *waited_get(Hook *h, Writer *w, PyObject *const *args, size_t nargsf);
+
 /* messages._queue_get: the stdlib's get, its read wrapped in a Tap first. A queue whose read is
    a Tap already needs nothing more (the Tap itself sees whether we record) -- unless, while
    recording, a blocking get finds nothing to read yet: then the Python hook records it as a
@@ -1519,8 +1521,14 @@ hook_get(Hook *h, PyObject *const *args, size_t nargsf, PyObject *kwnames)
             Py_DECREF(read);
             return NULL;
         }
-        if (block && (fd < 0 || fd_readable(fd) == 0))   /* it may wait: the Python hook */
-            tapped = 0;
+        if (block && (fd < 0 || fd_readable(fd) == 0)) {        /* it will wait */
+            Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+            PyObject *w = current_writer;
+            Py_DECREF(read);
+            if (Py_IS_TYPE(w, &WriterType) && fd >= 0 && (nargs < 3 || args[2] == Py_None))
+                return waited_get(h, (Writer *)w, args, nargsf);   /* get() or get(True) */
+            return PyObject_Vectorcall(h->slow, args, nargsf, kwnames);   /* a timeout */
+        }
     }
     Py_XDECREF(read);
     if (tapped)
@@ -1529,6 +1537,139 @@ hook_get(Hook *h, PyObject *const *args, size_t nargsf, PyObject *kwnames)
 }
 
 static PyObject *MAXSIZE, *SEM, *SEMLOCK, *IS_ZERO;      /* interned strs */
+static PyObject *WAIT_BEGIN, *WAIT_END, *GET_KIND, *ON, *ID, *OK, *ERROR, *TIMEOUT, *READER;
+
+/* wait.begin {on, id[, timeout]} (ok < 0), or wait.end {on, id, ok[, error]}: the events of
+   waits.py's _recorded, written straight into the record (as write_queue_event does: no dict). */
+static PyObject *
+write_wait_event(Writer *w, PyObject *kind, PyObject *on, PyObject *id, PyObject *timeout,
+                 int ok, PyObject *error)
+{
+    Buf b;
+    buf_init(&b);
+    int r = begin_record(&b, now_ns(), thread_id(), kind)
+            || put_char(&b, '{') || put_value(&b, ON) || put_value(&b, on)
+            || put_value(&b, ID) || put_value(&b, id);
+    if (r == 0 && timeout != NULL && timeout != Py_None)
+        r = put_value(&b, TIMEOUT) || put_value(&b, timeout);
+    if (r == 0 && ok >= 0)
+        r = put_value(&b, OK) || put_value(&b, ok ? Py_True : Py_False);
+    if (r == 0 && error != NULL)
+        r = put_value(&b, ERROR) || put_value(&b, error);
+    if (r == 0)
+        r = put_char(&b, '0') || end_record(&b);
+    if (r == 0)
+        r = append(w, &b);
+    buf_free(&b);
+    if (r != 0)
+        return report_error(w, kind);
+    Py_RETURN_NONE;
+}
+
+/* Set while this thread is inside a get recorded as a wait here: mpviz's Queue.get calls itself
+   inside its wait (messages.waiting_get), and that inner get must not ask again. */
+static __thread int in_get_wait;
+
+/* waits.queue_wait("queue.get", call, q, args, timeout) with the C Writer: wait.begin, the get,
+   wait.end {ok: True}, or {ok: False, error} should it raise (Empty: a timeout ran out). (Unlike
+   waits.py's _recorded, it does not mark the thread in waits._in_wait: a get waits for nothing
+   that waits.py records.) */
+static PyObject *
+record_get_wait(Writer *w, PyObject *qid, PyObject *timeout, PyObject *call,
+                PyObject *const *args, size_t nargsf)
+{
+    PyObject *r = write_wait_event(w, WAIT_BEGIN, GET_KIND, qid, timeout, -1, NULL);
+    if (r == NULL)                          /* on_error raised (a Ctrl-C): as from Python */
+        return NULL;
+    Py_DECREF(r);
+    in_get_wait = 1;
+    PyObject *res = PyObject_Vectorcall(call, args, nargsf, NULL);
+    in_get_wait = 0;
+    PyObject *now = recording_writer();     /* (recording may have stopped meanwhile) */
+    if (Py_IS_TYPE(now, &WriterType)) {
+        if (res != NULL) {
+            r = write_wait_event((Writer *)now, WAIT_END, GET_KIND, qid, NULL, 1, NULL);
+            if (r == NULL)
+                Py_CLEAR(res);
+        }
+        else {                              /* Empty, Ctrl-C, EOFError ...: ok False */
+            PyObject *type, *value, *tb;
+            PyErr_Fetch(&type, &value, &tb);
+            PyObject *name = type != NULL ? PyObject_GetAttrString(type, "__name__") : NULL;
+            r = name != NULL ? write_wait_event((Writer *)now, WAIT_END, GET_KIND, qid, NULL, 0,
+                                                name)
+                             : NULL;
+            if (r == NULL)
+                PyErr_WriteUnraisable(WAIT_END);    /* the get's own exception goes up */
+            Py_XDECREF(name);
+            PyErr_Restore(type, value, tb);
+        }
+        Py_XDECREF(r);
+    }
+    Py_DECREF(now);
+    return res;
+}
+
+/* A stdlib get(q[, block]) that found nothing to read, recorded as a wait (see above). */
+static PyObject *
+waited_get(Hook *h, Writer *w, PyObject *const *args, size_t nargsf)
+{
+    PyObject *qid = NULL;
+    if (optional_attr(args[0], QID, &qid) < 0)                  /* messages._queue_id(q) */
+        return NULL;
+    if (qid == NULL && (qid = PyObject_CallOneArg(h->queue_id, args[0])) == NULL)
+        return NULL;
+    PyObject *res = record_get_wait(w, qid, NULL, h->call, args, nargsf);
+    Py_DECREF(qid);
+    return res;
+}
+
+/* messages.get_would_wait in C (installed by messages.install_native): whether q.get() would
+   wait now -- nothing in q._reader's pipe, and not already inside a get recorded as a wait. */
+static PyObject *
+get_would_wait_function(PyObject *module, PyObject *q)
+{
+    PyObject *reader = NULL, *handle = NULL;
+    if (in_get_wait)
+        Py_RETURN_FALSE;
+    if (optional_attr(q, READER, &reader) < 0)
+        return NULL;
+    if (reader != NULL && optional_attr(reader, HANDLE, &handle) < 0) {
+        Py_DECREF(reader);
+        return NULL;
+    }
+    Py_XDECREF(reader);
+    long fd = handle != NULL && PyLong_Check(handle) ? PyLong_AsLong(handle) : -1;
+    Py_XDECREF(handle);
+    if (fd < 0 || fd > INT32_MAX) {         /* closed (None): the get itself says so */
+        PyErr_Clear();
+        Py_RETURN_FALSE;
+    }
+    return PyBool_FromLong(fd_readable((int)fd) == 0);
+}
+
+/* messages.waiting_get in C: get(q, block, timeout) recorded as a wait on q (whose id
+   messages.watch_reads has set already); unrecorded if the C Writer is not recording. */
+static PyObject *
+waiting_get_function(PyObject *module, PyObject *const *argv, Py_ssize_t argc)
+{
+    if (argc != 4) {
+        PyErr_SetString(PyExc_TypeError, "waiting_get(get, q, block, timeout) takes 4 arguments");
+        return NULL;
+    }
+    PyObject *w = recording_writer(), *qid = NULL, *res;
+    if (optional_attr(argv[1], QID, &qid) < 0) {
+        Py_DECREF(w);
+        return NULL;
+    }
+    if (Py_IS_TYPE(w, &WriterType) && qid != NULL)
+        res = record_get_wait((Writer *)w, qid, argv[3], argv[0], argv + 1, 3);
+    else
+        res = PyObject_Vectorcall(argv[0], argv + 1, 3, NULL);
+    Py_XDECREF(qid);
+    Py_DECREF(w);
+    return res;
+}
 
 /* Whether put(q, ...) may wait now: a bounded queue (q._maxsize below the semaphore's limit)
    whose semaphore is at zero (q._sem._semlock._is_zero()). 1, 0, or -1 with an error set. An
@@ -1728,6 +1869,11 @@ readable_function(PyObject *module, PyObject *arg)
 }
 
 static PyMethodDef module_functions[] = {
+    {"get_would_wait", get_would_wait_function, METH_O,
+     "get_would_wait(q): whether q.get() would wait now (messages.get_would_wait in C)"},
+    {"waiting_get", (PyCFunction)(void (*)(void))waiting_get_function, METH_FASTCALL,
+     "waiting_get(get, q, block, timeout): get(q, block, timeout) recorded as a wait "
+     "(messages.waiting_get in C)"},
     {"readable", readable_function, METH_O,
      "readable(fd): whether a read of fd would return at once (poll, timeout 0): "
      "messages.readable in C"},
@@ -1759,10 +1905,12 @@ PyInit__writer(void)
             return NULL;
     const char *words[] = {"queue", "msg", "nbytes", "sig", "emit_at", "name", "mark",
                            "_mpviz_qid", "_thread", "_mpviz_hooked_feeder", "_recv_bytes", "obj",
-                           "queue.put", "_handle", "_maxsize", "_sem", "_semlock", "_is_zero"};
+                           "queue.put", "_handle", "_maxsize", "_sem", "_semlock", "_is_zero", "wait.begin", "wait.end",
+                           "queue.get", "on", "id", "ok", "error", "timeout", "_reader"};
     PyObject **interned[] = {&QUEUE, &MSG, &NBYTES, &SIG, &EMIT_AT, &NAME, &MARK, &QID, &THREAD,
                              &HOOKED_FEEDER, &RECV_BYTES, &OBJ, &PUT_KIND, &HANDLE, &MAXSIZE,
-                             &SEM, &SEMLOCK, &IS_ZERO};
+                             &SEM, &SEMLOCK, &IS_ZERO, &WAIT_BEGIN, &WAIT_END, &GET_KIND, &ON, &ID,
+                             &OK, &ERROR, &TIMEOUT, &READER};
     for (size_t i = 0; i < sizeof words / sizeof words[0]; i++)
         if (*interned[i] == NULL && (*interned[i] = PyUnicode_InternFromString(words[i])) == NULL)
             return NULL;
