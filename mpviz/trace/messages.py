@@ -36,6 +36,10 @@ unrecorded; recorded, ~85,500 with the Python hooks, ~67,300 with C hooks that c
 stdlib's read and write, ~51,200 with the Tap's own: the three events of a message cost ~2,400
 instructions a trip, and the C read and write save more than that.
 
+A get with nothing to read yet, and a put into a full bounded queue, are also recorded as
+waits (``wait.begin {on: "queue.get"}`` ... ``wait.end``): asked first without blocking, so a
+get that finds its message costs one ``poll(2)`` more (see waits.py and ``get_would_wait``).
+
 mpviz's own ``Queue`` pickles in ``put`` and often writes the bytes itself (see
 :mod:`mpviz.multiprocessing.queues`): then one ``queue.put`` carries ``nbytes`` and ``sig``,
 emitted under the write lock. A Queue (the stdlib's or mpviz's) whose feeder thread started
