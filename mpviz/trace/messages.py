@@ -25,7 +25,8 @@ added to the bytes that travel: recording costs three small events per message a
 pickling (issue #4 asks a 10k-message ping-pong to stay within 1.1x of its unrecorded time;
 bench/bench_recorder.py measures it, bench/RESULTS.md has the figures). The hooks that
 run for every message are written twice: in Python below (the reference, used with the Python
-Writer) and in writer.c, which the C Writer comes with (``install_native``): put (``Hook``),
+Writer) and in C, in queue_hooks.c (part of writer.c's module: "writer.c's" below), which the
+C Writer comes with (``install_native``): put (``Hook``),
 the feeder's pickler (``Pickler``), its write and the reader's read (``Tap``), get (``Hook``).
 A Python call per message was most of what recording a small message cost. Where a queue's
 read or its feeder's write is exactly its pipe Connection's (``_plain_pipe``), the C ``Tap``
