@@ -643,4 +643,4 @@ PATCHES = [
 ]
 
 
-from . import waits  # noqa: E402  (waits imports this module: see queue_wait)
+from . import waits  # noqa: E402  (last: waits imports this module, for _queue_id)
