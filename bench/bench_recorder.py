@@ -13,6 +13,8 @@ Two measurements:
    ``multiprocessing.Queue``s, N round trips; recorded, every message costs a put, a feed and a
    get event, and no change to its bytes (linked by pipe order: see mpviz/trace/messages.py).
    The same with two mpviz Queues, whose put writes the pipe itself: two events a message.
+   A get that finds nothing to read yet is also a recorded wait (two more events: see
+   mpviz/trace/waits.py); in a ping-pong that is most gets.
 
 Prints a Markdown table and writes JSON to bench/results/. Run ``python bench/bench_recorder.py``
 (``--quick`` for a smoke run). Each timing is the best of several repetitions.
@@ -175,11 +177,13 @@ def main(argv=None):
                     writer = recorder.writer_name()        # what recording uses by default
                     pp_on.append(ping_pong(ctx, n_msgs))
             linked = sum(f.get is not None for f in trace.flows())
+            waits = len(trace.of_kind("wait.begin"))      # gets that found nothing yet
             mq_off.append(ping_pong(mpviz_ctx, n_msgs))
             with tempfile.TemporaryDirectory() as tmp:
                 with mt.record(os.path.join(tmp, "t")) as trace:
                     mq_on.append(ping_pong(mpviz_ctx, n_msgs))
             mq_linked = sum(f.get is not None for f in trace.flows())
+            mq_waits = len(trace.of_kind("wait.begin"))
     finally:
         if args.cpu is not None:
             os.sched_setaffinity(0, cpus)
@@ -202,6 +206,7 @@ def main(argv=None):
         pingpong_ratio=pp_on / pp_off, pingpong_paired_ratio_median=paired,
         pingpong_pairs=pairs, pingpong_cpu=args.cpu, pingpong_flows_linked=linked,
         mpviz_queue_pingpong_flows_linked=mq_linked,
+        pingpong_waits=waits, mpviz_queue_pingpong_waits=mq_waits,
         mpviz_queue_pingpong_off_us=mq_off * 1e6, mpviz_queue_pingpong_on_us=mq_on * 1e6,
         mpviz_queue_pingpong_ratio=mq_on / mq_off,
         mpviz_queue_pingpong_paired_ratio_median=mq_paired)
@@ -227,6 +232,9 @@ def main(argv=None):
     print(f"| the same through mpviz Queues (2 events a message) "
           f"| {mq_off * 1e6:.1f} µs | {mq_on * 1e6:.1f} µs | {mq_on / mq_off:.2f}× "
           f"(median of {pairs} pairs: {mq_paired:.2f}×) |")
+    print(f"\n(recorded waits in the last ping-pong of each: {waits} stdlib, {mq_waits} mpviz, "
+          f"of {2 * n_msgs} gets -- a get that finds nothing to read yet records wait.begin and "
+          f"wait.end: in a ping-pong most gets wait for the other side)")
     for name, n in [("stdlib", linked), ("mpviz", mq_linked)]:  # the last recorded run of each
         if n != 2 * n_msgs:
             print(f"\n(only {n} of the {2 * n_msgs} messages of a recorded {name} ping-pong "

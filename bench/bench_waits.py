@@ -3,7 +3,10 @@
 For waits that return at once (the worst case: the two events are all the work there is), the
 time per call three ways: the stdlib unpatched; the hooks installed but not recording (a booted
 child between recordings); recording. And the events one call adds. Then a feeder thread's
-write of a small message, plain and through the full-pipe check (one ioctl per write).
+write of a small message, plain and through the full-pipe check (one ioctl per write). Then a
+Queue's get, recorded (stdlib and mpviz Queues): one that finds its message at once (it asks
+with one poll(2) first, and records nothing more), and the same get recorded as a wait
+(``messages.waiting_get``: the wait's two events, without really blocking).
 
 Run ``python bench/bench_waits.py``. Each time is the best of several repetitions: on a shared
 machine the spread between runs is larger than the differences, so read them as a scale.
@@ -93,6 +96,38 @@ def main():
           f"full-pipe check (+{b - a:.2f} µs, no event when it fits)")
     r.close()
     w.close()
+    queue_gets()
+
+
+def queue_gets(n=2_000):
+    """µs per get of a message already in the pipe, recorded: plain, and as a recorded wait."""
+    import mpviz.multiprocessing as mpviz_mp
+    from mpviz.trace import messages
+    print("\n| recorded get of a message already there | get µs | as a recorded wait µs |"
+          "\n|---|---|---|")
+    for name, ctx in [("stdlib Queue", mp.get_context("fork")),
+                      ("mpviz Queue", mpviz_mp.get_context("fork"))]:
+        times = {"get": [], "wait": []}
+        with tempfile.TemporaryDirectory() as tmp:
+            with mt.record(os.path.join(tmp, "t")):
+                q = ctx.Queue()
+                get = type(q).get
+                for _ in range(3):
+                    for how in times:
+                        for i in range(n):
+                            q.put(i)
+                        while q.empty():          # the feeder has started writing
+                            time.sleep(0.01)
+                        time.sleep(0.2)           # ... and has written them all
+                        t = time.perf_counter()
+                        if how == "get":
+                            for _ in range(n):
+                                q.get()
+                        else:
+                            for _ in range(n):
+                                messages.waiting_get(get, q, True, None)
+                        times[how].append((time.perf_counter() - t) / n * 1e6)
+        print(f"| {name} | {min(times['get']):.2f} | {min(times['wait']):.2f} |")
 
 
 if __name__ == "__main__":

@@ -14,9 +14,10 @@ fail loudly. ``build(path, module)`` decides once per source file and Python::
            a compile error ......................................... (None, why), and <key>.failed
                                                                      keeps the compiler's output
 
-<key> is a hash of the C file and of this Python (version, include path, extension suffix), so an
-edited file or another Python never loads a stale build. The rename is atomic: processes compiling at
-the same moment each finish their own file and the last rename wins, with identical contents.
+<key> is a hash of the C file (and of the files it includes as ``#include "name"``) and of this
+Python (version, include path, extension suffix), so an edited file or another Python never loads
+a stale build. The rename is atomic: processes compiling at the same moment each finish their own
+file and the last rename wins, with identical contents.
 <cache> is ``$MPVIZ_CACHE_DIR``, else ``$XDG_CACHE_HOME/mpviz``, else ``~/.cache/mpviz``. Why a
 build on first use rather than a setup.py extension: the same works after ``pip install -e .``,
 from a plain checkout on ``sys.path``, and in spawned children, with no step to forget and no
@@ -30,6 +31,7 @@ import hashlib
 import importlib.machinery
 import importlib.util
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -60,6 +62,9 @@ def _build_and_import(path, module_name):
         return None, f"{what} is built for CPython on Linux only"
     with open(path, "rb") as f:
         source = f.read()
+    for name in re.findall(rb'^#include "([^"]+)"', source, re.M):   # its own files (writer.c's
+        with open(os.path.join(os.path.dirname(path), name.decode()), "rb") as f:  # hooks): an
+            source += b"\0" + f.read()                                # edit there is a new build
     include = sysconfig.get_paths()["include"]
     suffix = importlib.machinery.EXTENSION_SUFFIXES[0]
     key = hashlib.sha256(b"\0".join([source, sys.version.encode(), include.encode(),

@@ -143,8 +143,10 @@ def emitted_in_python():
 def emitted_in_c():
     """The kinds writer.c writes by itself: the interned strs it passes as a kind to
     write_event/write_queue_event (the kinds its Taps write come from Python: see above)."""
-    with open(os.path.join(PACKAGE, "trace", "writer.c")) as f:
-        c = f.read()
+    c = ""
+    for name in ("writer.c", "queue_hooks.c"):        # (writer.c includes queue_hooks.c)
+        with open(os.path.join(PACKAGE, "trace", name)) as f:
+            c += f.read()
     words = re.findall(r'"([^"]*)"', re.search(r"words\[\] = \{(.*?)\};", c, re.S).group(1))
     targets = re.findall(r"&(\w+)", re.search(r"interned\[\] = \{(.*?)\};", c, re.S).group(1))
     assert len(words) == len(targets), "writer.c's words[] and interned[] no longer pair up"

@@ -224,6 +224,49 @@ def test_missing_task_done_is_seen_as_a_queue_join_that_never_ends(tmp_path):
         graph.savefig(os.environ["MPVIZ_SAVE_PNG"].replace(".png", "_task_done.png"), dpi=90)
 
 
+def test_a_get_that_waits_for_ever_is_a_wait_on_the_producer(tmp_path):
+    """The producer ended without its sentinel: the consumer's get on the empty queue is an
+    open wait, drawn and named, and the producer (ended) is the one who had to put."""
+    def producer_done(t):
+        return _open_wait(t, "queue.get") and any(
+            p.name == "producer" and p.exit_ns for p in t.processes())
+    trace = _trace_hang(tmp_path, "missing_sentinel", producer_done)
+    (producer,) = [p for p in trace.processes() if p.name == "producer"]
+    program = producer.ppid
+    qid = {e.args["queue"] for e in trace.of_kind("queue.put")}.pop()
+
+    gets, ends = _waits(trace, "queue.get")
+    open_gets = [g for g in gets if len([e for e in ends if e.tid == g.tid]) <
+                 len([b for b in gets if b.tid == g.tid])]
+    assert {(g.pid, g.tid, g.args["id"]) for g in gets} == {(program, program, qid)}
+    assert len(gets) == len(ends) + 1 and open_gets       # the last get never returned
+    assert len(trace.of_kind("queue.get")) == 2           # both items were read
+
+    state = st.state_at(trace)
+    (b,) = [b for b in state.blocked if b.pid == program]
+    assert b.on == "queue.get" and b.target == qid
+    assert b.what == "get() on Queue 1: nothing in it yet"
+    assert b.waits_for == ((producer.pid, producer.pid),)     # the one that put into it
+
+    fig = timeline(trace)
+    boxes, texts = _drawn_blocked(fig)
+    assert any(t.startswith("waits: get() on Queue 1: nothing in it yet") for t in texts)
+    assert _never_squeezed(trace, gets[-1])
+
+    graph = wait_for(trace)          # the producer (ended) must put → Queue 1 (empty) → main
+    words = [t.get_text() for t in graph.axes[0].texts]
+    assert "must put" in words and "blocks" in words
+    assert any(t.startswith("Queue 1") and "empty" in t for t in words)
+    assert any(t.startswith("producer") and t.endswith("(ended)") for t in words)
+    from mpviz.trace import watchdog
+    said = "\n".join(watchdog.waits_in_words(trace))
+    assert "get() on Queue 1: nothing in it yet -- producer's main thread must put -- but it " \
+        "has ended" in said
+    if os.environ.get("MPVIZ_SAVE_PNG"):
+        fig.savefig(os.environ["MPVIZ_SAVE_PNG"].replace(".png", "_get.png"), dpi=90)
+        graph.savefig(os.environ["MPVIZ_SAVE_PNG"].replace(".png", "_get_wait_for.png"), dpi=90)
+
+
 # --- waits that end: both ends recorded, once each ----------------------------------------------
 
 def _pairs(trace, on):
@@ -333,6 +376,87 @@ def test_a_feeder_blocked_on_a_full_pipe_is_a_wait_on_the_reader(tmp_path):
     state = st.state_at(trace, (begin.ts_ns + end.ts_ns) // 2)
     (b,) = [b for b in state.blocked if b.on == "pipe.write"]
     assert b.pid == p.pid and "full pipe" in b.what
+
+
+@pytest.fixture(params=["C", "Python"])
+def writer(request, monkeypatch):
+    """Which Writer records (and so which hooks: writer.c's Hook, or messages.py's)."""
+    monkeypatch.setenv("MPVIZ_PURE_PYTHON", "1" if request.param == "Python" else "0")
+    return request.param
+
+
+def _queues():
+    import mpviz.multiprocessing as mmp
+    ctx, own = mp.get_context("fork"), mmp.get_context("fork")
+    return {"Queue": ctx.Queue, "JoinableQueue": ctx.JoinableQueue,
+            "SimpleQueue": ctx.SimpleQueue, "mpviz Queue": own.Queue,
+            "mpviz JoinableQueue": own.JoinableQueue}
+
+
+@pytest.mark.parametrize("kind", list(_queues()))
+def test_a_get_on_an_empty_queue_is_a_wait_and_a_get_with_data_is_not(tmp_path, writer, kind):
+    ctx = mp.get_context("fork")
+    with mt.record(tmp_path / "t") as trace:
+        q = _queues()[kind]()
+        p = ctx.Process(target=w.put_later, args=(q, (1, 2)))
+        p.start()
+        assert q.get() == 1                           # empty for ~0.2 s: a wait
+        time.sleep(0.2)                               # 2 is in the pipe by now
+        assert q.get() == 2                           # at once: no wait
+        p.join()
+        if kind != "SimpleQueue":                     # a timeout that runs out: ok False
+            with pytest.raises(Exception) as raised:
+                q.get(timeout=0.05)
+            assert type(raised.value).__name__ == "Empty"
+    qid = trace.of_kind("queue.put")[0].args["queue"]
+    pairs = _pairs(trace, "queue.get")
+    assert [(b.pid, b.tid, b.args["id"]) for b, _ in pairs] == \
+        [(os.getpid(), os.getpid(), qid)] * (1 if kind == "SimpleQueue" else 2)
+    (waited, _), ends = pairs[0], [e for _, e in pairs]
+    assert ends[0].args["ok"] is True and ends[0].ts_ns - waited.ts_ns > 100e6
+    if kind != "SimpleQueue":
+        assert pairs[1][0].args["timeout"] == 0.05
+        assert ends[1].args["ok"] is False and ends[1].args["error"] == "Empty"
+    # the second get found its message: no wait between the first get's end and the timeout
+    gets = sorted(e.ts_ns for e in trace.of_kind("queue.get") if e.pid == os.getpid())
+    assert len(gets) == 2 and not [b for b, _ in pairs if gets[0] < b.ts_ns <= gets[1]]
+    state = st.state_at(trace, (waited.ts_ns + ends[0].ts_ns) // 2)
+    (b,) = [b for b in state.blocked if b.pid == os.getpid()]
+    assert b.on == "queue.get" and b.what == "get() on Queue 1: nothing in it yet"
+
+
+@pytest.mark.parametrize("kind", ["Queue", "JoinableQueue", "mpviz Queue",
+                                  "mpviz JoinableQueue"])
+def test_a_put_on_a_full_queue_is_a_wait_and_a_put_with_room_is_not(tmp_path, writer, kind):
+    ctx = mp.get_context("fork")
+    with mt.record(tmp_path / "t") as trace:
+        q = _queues()[kind](2)
+        q.put(1)
+        q.put(2)                                      # room: no wait
+        p = ctx.Process(target=w.get_later, args=(q, 3))
+        p.start()
+        q.put(3)                                      # full for ~0.2 s: a wait
+        p.join()
+        q.put(4)
+        q.put(5)
+        with pytest.raises(Exception) as raised:      # full, and a timeout that runs out
+            q.put(6, timeout=0.05)
+        assert type(raised.value).__name__ == "Full"
+        assert (q.get(), q.get()) == (4, 5)           # (leave nothing in the pipe)
+    pairs = _pairs(trace, "queue.put")
+    qid = trace.of_kind("queue.get")[0].args["queue"]
+    assert [(b.pid, b.args["id"], b.args["maxsize"]) for b, _ in pairs] == \
+        [(os.getpid(), qid, 2)] * 2
+    (waited, end), (timed, gave_up) = pairs
+    assert end.args["ok"] is True and end.ts_ns - waited.ts_ns > 100e6
+    assert timed.args["timeout"] == 0.05 and gave_up.args["ok"] is False
+    state = st.state_at(trace, (waited.ts_ns + end.ts_ns) // 2)
+    (b,) = [b for b in state.blocked if b.pid == os.getpid()]
+    assert b.what == "put() on Queue 1: it is full (2 items)"
+    assert b.waits_for == () or all(pid == p.pid for pid, _ in b.waits_for)
+    graph = wait_for(trace, (waited.ts_ns + end.ts_ns) // 2)
+    words = [t.get_text() for t in graph.axes[0].texts]
+    assert any(t.startswith("Queue 1") and "full" in t for t in words)
 
 
 def test_waits_off_cost_nothing_and_leave_the_stdlib_as_it_was():

@@ -4,6 +4,7 @@ Run as a program, it plays one of the two classic hangs, for ``python -m mpviz t
 
     python tests/wait_workers.py join_before_get     # joins a child whose feeder cannot write
     python tests/wait_workers.py missing_task_done   # q.join() with one task_done() missing
+    python tests/wait_workers.py missing_sentinel    # a consumer's get waits for ever
 """
 import multiprocessing as mp
 import sys
@@ -52,6 +53,23 @@ def missing_task_done():
     p.join()
 
 
+def put_two(q):
+    """A producer that forgets its sentinel: two items, then it ends."""
+    q.put(1)
+    q.put(2)
+
+
+def missing_sentinel():
+    """The consumer reads until None, which never comes: its third get waits for ever."""
+    ctx = mp.get_context("fork")
+    q = ctx.Queue()
+    p = ctx.Process(target=put_two, args=(q,), name="producer")
+    p.start()
+    while q.get() is not None:                 # hangs here, in the third get
+        pass
+    p.join()
+
+
 # --- waits that end (test_waits_that_end_are_recorded_with_both_ends) ---------------------------
 
 def set_later(ev):
@@ -85,6 +103,18 @@ def barrier_pair():
     p.join()
 
 
+def put_later(q, items=(1,)):
+    time.sleep(0.2)
+    for x in items:
+        q.put(x)
+
+
+def get_later(q, n=1):
+    time.sleep(0.2)
+    for _ in range(n):
+        q.get()
+
+
 def slow_square(x):
     time.sleep(0.1)
     return x * x
@@ -98,4 +128,5 @@ def finish_tasks(q):
 
 
 if __name__ == "__main__":
-    {"join_before_get": join_before_get, "missing_task_done": missing_task_done}[sys.argv[1]]()
+    {"join_before_get": join_before_get, "missing_task_done": missing_task_done,
+     "missing_sentinel": missing_sentinel}[sys.argv[1]]()

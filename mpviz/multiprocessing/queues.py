@@ -230,6 +230,8 @@ class Queue(multiprocessing.queues.Queue):
         _stepped("queue.get", messages._queue_id(self))
         if recorder.ENABLED:
             messages.watch_reads(self)             # its events order the reads: see there
+            if block and messages.get_would_wait(self):    # nothing to read yet: a wait
+                return messages.waiting_get(Queue.get, self, block, timeout)
         if self._closed:
             raise QueueClosedError("get" if block else "get_nowait", repr(self))
         if block and timeout is None:
@@ -281,7 +283,8 @@ class Queue(multiprocessing.queues.Queue):
         object can't be encoded), and while recording a message id to link the get to the put."""
         if self._closed:
             raise QueueClosedError("put" if block else "put_nowait", repr(self))
-        if not self._sem.acquire(block, timeout):
+        if not (messages.take_slot(self, block, timeout) if recorder.ENABLED  # full: a wait
+                else self._sem.acquire(block, timeout)):
             if recorder.ENABLED:
                 messages.put_failed(messages._queue_id(self), None, Full())
             raise Full

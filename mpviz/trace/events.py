@@ -100,10 +100,11 @@ KINDS = {
     "lock.timeout": Kind("lock, type", "a waiter that gave up"),
     "lock.release": Kind("lock, type", "the owner"),
     "wait.begin": Kind(
-        "on (process, queue.join, event, condition, barrier, pool.result, future, pipe.write, "
-        "thread), id (a pid, a queue or lock id, a Pool job, an OS thread id), name, nbytes, "
-        "timeout",
-        "a thread about to block (none when the wait cannot block)"),
+        "on (process, queue.get, queue.put, queue.join, event, condition, barrier, "
+        "pool.result, future, pipe.write, thread), id (a pid, a queue or lock id, a Pool job, "
+        "an OS thread id), name, nbytes, timeout, maxsize (queue.put: the full queue's size)",
+        "a thread about to block (none when the wait cannot block: a get with a message to "
+        "read, a put with a free place)"),
     "wait.end": Kind("on, id, ok (False: timed out or raised), error",
                      "the same thread, when the wait returns"),
 

@@ -25,7 +25,8 @@ added to the bytes that travel: recording costs three small events per message a
 pickling (issue #4 asks a 10k-message ping-pong to stay within 1.1x of its unrecorded time;
 bench/bench_recorder.py measures it, bench/RESULTS.md has the figures). The hooks that
 run for every message are written twice: in Python below (the reference, used with the Python
-Writer) and in writer.c, which the C Writer comes with (``install_native``): put (``Hook``),
+Writer) and in C, in queue_hooks.c (part of writer.c's module: "writer.c's" below), which the
+C Writer comes with (``install_native``): put (``Hook``),
 the feeder's pickler (``Pickler``), its write and the reader's read (``Tap``), get (``Hook``).
 A Python call per message was most of what recording a small message cost. Where a queue's
 read or its feeder's write is exactly its pipe Connection's (``_plain_pipe``), the C ``Tap``
@@ -35,6 +36,10 @@ valgrind in a 1,000-message ping-pong, the echo child ran ~60,000 instructions p
 unrecorded; recorded, ~85,500 with the Python hooks, ~67,300 with C hooks that called the
 stdlib's read and write, ~51,200 with the Tap's own: the three events of a message cost ~2,400
 instructions a trip, and the C read and write save more than that.
+
+A get with nothing to read yet, and a put into a full bounded queue, are also recorded as
+waits (``wait.begin {on: "queue.get"}`` ... ``wait.end``): asked first without blocking, so a
+get that finds its message costs one ``poll(2)`` more (see waits.py and ``get_would_wait``).
 
 mpviz's own ``Queue`` pickles in ``put`` and often writes the bytes itself (see
 :mod:`mpviz.multiprocessing.queues`): then one ``queue.put`` carries ``nbytes`` and ``sig``,
@@ -59,6 +64,7 @@ and, for Queues, from the FIFO matching of sends and receives in MPI trace analy
 import bisect
 import itertools
 import os
+import select
 import sys
 import threading
 
@@ -214,7 +220,11 @@ def _tagging_put(stdlib_put):
         qid, msg = _queue_id(self), next_msg()
         w.emit("queue.put", {"queue": qid, "msg": msg})
         try:
-            return _orig[stdlib_put](self, for_feeder(self, obj, qid, msg), block, timeout)
+            item = for_feeder(self, obj, qid, msg)
+            if block and put_would_wait(self):      # a full bounded queue: a recorded wait
+                return waits.queue_wait("queue.put", _orig[stdlib_put], self,
+                                        (self, item, block, timeout), timeout)
+            return _orig[stdlib_put](self, item, block, timeout)
         except BaseException as exc:
             try:
                 put_failed(qid, msg, exc)
@@ -329,7 +339,67 @@ def _queue_get(self, block=True, timeout=None):
     if _gate.pause: _gate.pause("queue.get", _queue_id(self))  # a stepped run: see stepper/gate.py
     if recorder.ENABLED:
         watch_reads(self)
+        if block and get_would_wait(self):          # nothing to read yet: a recorded wait
+            return waits.queue_wait("queue.get", _orig["Queue.get"], self,
+                                    (self, block, timeout), timeout)
     return _orig["Queue.get"](self, block, timeout)
+
+
+# --- a get on an empty queue, a put on a full one: waits (see waits.py) ----------------------
+#
+# Asked before the get or put, without blocking: a get that finds a message at once, or a put
+# that finds a free place, costs one poll(2) or one look at a semaphore, and records no wait.
+# (A get that found a message which another reader then took first blocks unrecorded.)
+
+def readable(fd):
+    """Whether a read of `fd` would return at once (bytes, or end of file): poll(2), timeout 0.
+    (Where the C Writer records, messages.install_native puts writer.c's ``readable`` here.)"""
+    p = select.poll()
+    p.register(fd, select.POLLIN)
+    return bool(p.poll(0))
+
+
+def get_would_wait(q):
+    """Whether `q.get()` would wait now: nothing in its pipe (and not already inside a recorded
+    wait: mpviz's Queue.get calls itself inside one, see waiting_get). Called for every recorded
+    get of mpviz's Queue: the Connection's fd is read as an attribute, not by a call."""
+    fd = getattr(q._reader, "_handle", None)     # None: closed (the get itself says so)
+    return fd is not None and getattr(waits._in_wait, "on", None) is None and not readable(fd)
+
+
+def put_would_wait(q):
+    """Whether `q.put(obj)` would wait now: a bounded queue with no free place."""
+    try:
+        return q._sem._semlock._is_zero() and waits.outermost()
+    except (AttributeError, OSError):
+        return False
+
+
+def take_slot(q, block, timeout):
+    """mpviz's Queue takes a place for its put (``q._sem.acquire``), recorded as a wait when
+    the queue is full (see above)."""
+    if block and put_would_wait(q):
+        return waits.queue_wait("queue.put", q._sem.acquire, q, (block, timeout), timeout,
+                                judge=bool)         # False: timed out
+    return q._sem.acquire(block, timeout)
+
+
+def waiting_get(get, q, block, timeout):
+    """mpviz's Queue.get, called as `get` inside a recorded wait (get_would_wait said so)."""
+    return waits.queue_wait("queue.get", get, q, (q, block, timeout), timeout)
+
+
+# The Python versions of the two that mpviz's Queue.get calls: install_native puts writer.c's in
+# their place while the C Writer records (the wait's two events without a Python call), and
+# these back when the Python Writer does.
+_py_get_would_wait, _py_waiting_get = get_would_wait, waiting_get
+
+
+def _simple_get(self):
+    """SimpleQueue.get, while recording: a wait when there is nothing to read yet."""
+    if recorder.ENABLED and get_would_wait(self):
+        return waits.queue_wait("queue.get", _orig["SimpleQueue.get"], self, (self,), None)
+    return _orig["SimpleQueue.get"](self)
 
 
 def watch_reads(q):
@@ -537,12 +607,15 @@ def install_native():
     the Python ones that ``PATCHES`` installed (their originals are kept in ``_orig`` as ever,
     and ``hooks.uninstall`` puts those back). Each C hook does what its Python version here does
     and calls it for the cases it leaves out (see writer.c, "Tag, Pickler, Hook")."""
+    global _take_c_msg, _c_numbering, readable, get_would_wait, waiting_get
+    get_would_wait, waiting_get = _py_get_would_wait, _py_waiting_get
     if recorder.writer_class() is recorder.Writer or "Queue.put" not in _orig:
         return
     from . import native
-    global _take_c_msg, _c_numbering
     c = native.load()
     _TAG_TYPES.add(c.Tag)
+    readable = c.readable                    # poll(2) without the select.poll object
+    get_would_wait, waiting_get = c.get_would_wait, c.waiting_get
     _take_c_msg = c.take_feeding_msg
     if _c_numbering is None:
         _c_numbering = c.set_numbering
@@ -564,6 +637,10 @@ PATCHES = [
     (queues.JoinableQueue, "put", _joinable_put, "JoinableQueue.put"),
     (queues.Queue, "_start_thread", _queue_start_thread, "Queue._start_thread"),
     (queues.SimpleQueue, "put", _simple_put, "SimpleQueue.put"),
+    (queues.SimpleQueue, "get", _simple_get, "SimpleQueue.get"),
     (connection._ConnectionBase, "send", _conn_send, "Connection.send"),
     (pool.Pool, "_setup_queues", _pool_setup_queues, "Pool._setup_queues"),
 ]
+
+
+from . import waits  # noqa: E402  (last: waits imports this module, for _queue_id)

@@ -4,6 +4,8 @@ A program that hangs is a program in which some thread waits for something that 
 To see that in a trace, every wait that can hang records when it starts and when it ends::
 
     p.join()              wait.begin {on: "process", id: <child pid>, name}   ... wait.end {ok}
+    q.get(), nothing in q wait.begin {on: "queue.get", id: <queue id>, timeout}  ... wait.end {ok}
+    q.put(x), q full      wait.begin {on: "queue.put", id: <queue id>, maxsize, timeout} ... wait.end
     q.join()              wait.begin {on: "queue.join", id: <queue id>}       ... wait.end
     ev.wait()             wait.begin {on: "event", id: <its semaphore>}       ... wait.end {ok}
     cond.wait()           wait.begin {on: "condition", id: <its lock>}        ... wait.end {ok}
@@ -20,9 +22,18 @@ arrow from a waiter to whoever must act. A ``wait.begin`` with no ``wait.end`` i
 still waiting when the trace ended: in a hang, that is the picture.
 
 A multiprocessing ``Lock``/``Semaphore`` made by user code records its waits already, as
-``lock.wait`` ... ``lock.acquire`` (locks.py). A Queue's ``put`` that blocks on a full bounded
-queue, and a ``get`` on an empty one, are not recorded as waits (their per-message hooks are
-the recorder's hot path, see messages.py).
+``lock.wait`` ... ``lock.acquire`` (locks.py).
+
+A Queue's ``get`` and ``put`` (the stdlib's Queue, JoinableQueue and SimpleQueue, and mpviz's
+Queue) run once per message: the recorder's hot path (messages.py). So they ask first, without
+blocking, whether they would wait -- a get: is there anything to read in the pipe (one
+``poll(2)`` with timeout 0); a put: is the bounded queue's semaphore at zero (no system call) --
+and only a get or put that would wait records the pair (``queue_wait`` below; in C, writer.c's
+``record_get_wait``, while the C Writer records). A get that finds a message at once costs that
+one ``poll``, ~0.4 µs here; one that waits, the poll and two events. (A get that found a
+message which another reader then took first blocks unrecorded: rare, and the watchdog's
+stacks still show it.) In a ping-pong every get waits: bench/bench_recorder.py measures what
+that costs.
 
 Cheap: two events per wait, and nothing at all for a wait that cannot block (a join of a child
 already reaped, a result already there). Waits inside waits (``Event.wait`` calls
@@ -86,6 +97,9 @@ def _outermost():
     return recorder.writer is not None and getattr(_in_wait, "on", None) is None
 
 
+outermost = _outermost                   # (messages.py asks it too)
+
+
 def _lock_id(obj, lock):
     """`obj`'s id: that of the semaphore `lock` under it, computed once."""
     lid = getattr(obj, "_mpviz_wid", None)
@@ -110,6 +124,18 @@ def _joinable_join(self):
         return _stdlib["JoinableQueue.join"](self)
     return _recorded(_stdlib["JoinableQueue.join"], "queue.join", _queue_id(self), {},
                      (self,), {})
+
+
+def queue_wait(on, call, q, args, timeout, judge=_returned):
+    """A Queue's get with nothing to read yet (`on` "queue.get"), or its put into a full
+    bounded queue ("queue.put"): `call(*args)` as a recorded wait on the queue. messages.py
+    asks first, without blocking, whether it would wait (get_would_wait, put_would_wait): a
+    get or put that can go on at once never comes here. A timeout that runs out (``Empty``,
+    ``Full``, or False from the semaphore) ends the wait with ok False."""
+    more = {"timeout": timeout} if timeout is not None else {}
+    if on == "queue.put":
+        more["maxsize"] = getattr(q, "_maxsize", None)
+    return _recorded(call, on, _queue_id(q), more, args, {}, judge)
 
 
 def _finalize_join(twr):

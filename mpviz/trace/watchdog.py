@@ -244,10 +244,18 @@ def _who_must_act(state, blocked):
     from mpviz.viz.wait_for import MUST
     if blocked.waits_for:
         who = " or ".join(_thread_words(state, pid, tid) for pid, tid in blocked.waits_for)
-        return f"{who} {MUST.get(blocked.on, 'must act')}"
+        alive = {(p.pid, tid) for p in state.processes for tid, _ in p.threads}
+        ended = not any(w in alive for w in blocked.waits_for)   # (the graph says "(ended)")
+        return f"{who} {MUST.get(blocked.on, 'must act')}" + (
+            f" -- but {'it has' if len(blocked.waits_for) == 1 else 'they have'} ended"
+            if ended else "")
+    name = state.channel_names.get(blocked.target, blocked.target)
     if blocked.on == "pipe.write":
-        name = state.channel_names.get(blocked.target, blocked.target)
         return f"someone must read {name}, and nobody has read it yet"
+    if blocked.on == "queue.put":
+        return f"someone must get from {name}, and nobody has got from it yet"
+    if blocked.on == "queue.get":
+        return f"someone must put into {name}, and nobody has put into it yet"
     return "who must act is not recorded"
 
 

@@ -51,7 +51,8 @@ WORDS = {
     "copy": "you paid: bytes copied (into shared memory, or pickled through the pipe)",
     "message": "an ordinary small message (pickled)",
     "waiting": "waiting for a lock",
-    "blocked": "blocked in a wait (join, q.join, Event, a full pipe ...): the label says on what",
+    "blocked": "blocked in a wait (join, get() on an empty queue, Event, a full pipe ...): the "
+               "label says on what",
     "holding": "holding a lock",
     "leak": "leaked: left in /dev/shm, no live process maps it",
     "deadlock": "stuck for good (deadlock)",

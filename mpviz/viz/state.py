@@ -149,6 +149,9 @@ class Blocked:
                      got from it so far, even ended ones; none: nobody has read it yet)
         queue.join   every item put must be marked task_done(): by the threads that got from it
                      (even ended ones: a consumer that ended without task_done() is the story)
+        queue.get    the queue is empty: a thread that has put into it must put again (those
+                     that have put so far, even ended ones; none: nobody has put into it yet)
+        queue.put    the bounded queue is full: a thread that has got from it must get again
         pool.result  the Pool workers running that job's tasks at the instant
         event, condition, barrier, future: whoever will set / notify / arrive is not recorded
     """
@@ -283,6 +286,7 @@ class _Index:
         self.shm, self.waits, self.stuck = [], [], []
         self.blocked = []              # (pid, tid, begin event, end ts or None): recorded waits
         self.getters = {}              # queue id -> [(pid, tid, ts) of its first get per thread]
+        self.putters = {}              # queue id -> [(pid, tid, ts) of its first put per thread]
         open_waits, counted, open_blocks = {}, {}, {}
         self.busy, self.first_seen, self.by_kind, self.ticks = {}, {}, {}, {}
         self.handles = {}              # message id -> how many handles its sender pickled in it
@@ -358,8 +362,9 @@ class _Index:
                 begins = open_blocks.get(who)
                 if begins:
                     self.blocked.append((e.pid, e.tid, begins.pop(), e.ts_ns))
-            elif k == "queue.get":
-                seen = self.getters.setdefault(e.args.get("queue"), [])
+            elif k == "queue.get" or k == "queue.put":
+                seen = (self.getters if k == "queue.get" else
+                        self.putters).setdefault(e.args.get("queue"), [])
                 if all(g[:2] != who for g in seen):
                     seen.append((e.pid, e.tid, e.ts_ns))
             elif k == "pool.task":
@@ -567,6 +572,12 @@ class _Index:
             return f"write {human_bytes(a.get('nbytes'))} into the full pipe of {self.queue_name(target)}"
         if on == "queue.join":
             return f"q.join() on {self.queue_name(target)}: until every item is task_done()"
+        if on == "queue.get":
+            return f"get() on {self.queue_name(target)}: nothing in it yet"
+        if on == "queue.put":
+            size = a.get("maxsize")
+            return (f"put() on {self.queue_name(target)}: it is full"
+                    + (f" ({size} item{'s' if size != 1 else ''})" if size else ""))
         if on == "pool.result":
             return f"the result of Pool job {target}"
         if on == "future":
@@ -582,9 +593,12 @@ class _Index:
             return [(target, target)]
         if on == "thread":
             return [(begin.pid, target)] if self.thread_alive(begin.pid, target, t) else []
-        if on in ("pipe.write", "queue.join"):        # those that got from it, ended or not:
-            return [(p, d) for p, d, first in self.getters.get(target, ())   # a consumer that
-                    if first <= t]                     # ended without task_done() is the story
+        if on in ("pipe.write", "queue.join", "queue.put"):  # those that got from it, ended or
+            return [(p, d) for p, d, first in self.getters.get(target, ())   # not: a consumer
+                    if first <= t]                     # that ended without task_done() is the story
+        if on == "queue.get":                          # those that have put into it, ended or
+            return [(p, d) for p, d, first in self.putters.get(target, ())   # not (a producer
+                    if first <= t and (p, d) != (begin.pid, begin.tid)]       # that ended early)
         if on == "pool.result":
             return [(pid, tid) for pid, tid, a, b in self.tasks_of(target)
                     if a <= t and (b is None or t < b) and self.thread_alive(pid, tid, t)]

@@ -165,15 +165,23 @@ def wait_for(trace, at=None, ax=None, title=None):
 
 # What the one who must act has to do, per kind of wait (an arrow's word).
 MUST = {"process": "must exit", "thread": "must finish", "pipe.write": "must read",
-         "queue.join": "must call task_done()", "pool.result": "must finish its task"}
+         "queue.join": "must call task_done()", "pool.result": "must finish its task",
+         "queue.get": "must put", "queue.put": "must get"}
 # The object in the middle, when there is one: (rounded node text, who must act in words).
 _OBJECT = {"pipe.write": "{id}\npipe full: {who}",
            "queue.join": "{id} (a JoinableQueue)\nnot every item is task_done(): {who}",
+           "queue.get": "{id}\nempty: {who}",
+           "queue.put": "{id}\nfull: {who}",
            "pool.result": "Pool job {id}\n{who}",
            "event": "{id}\nwho will set() it: not recorded",
            "condition": "{id}\nwho will notify() it: not recorded",
            "barrier": "{id}\nwho else must arrive: not recorded",
            "future": "{id}\nthe executor's worker: not recorded"}
+
+
+# Who must act, when the trace shows nobody who could.
+_NOBODY = {"pipe.write": "nobody has read it yet", "queue.put": "nobody has got from it yet",
+           "queue.get": "nobody has put into it yet", "pool.result": "no task of it is running"}
 
 
 def _add_blocked(state, nodes, edges):
@@ -194,8 +202,7 @@ def _add_blocked(state, nodes, edges):
         if template is None:                         # a join: straight from the one to the other
             edges.extend((a, wkey, MUST.get(b.on, "must act"), "blocked") for a in actors)
             continue
-        who = "nobody has read it yet" if b.on == "pipe.write" else \
-            "no task of it is running" if b.on == "pool.result" else ""
+        who = _NOBODY.get(b.on, "")
         okey = ("lock", f"{b.on}:{b.target}", None)  # drawn as a rounded node, like a lock
         if okey not in nodes:
             name = state.channel_names.get(b.target, b.target)   # "Queue 1", as the timeline
