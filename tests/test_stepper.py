@@ -234,8 +234,8 @@ def test_widget_clicks_through_a_puzzle_to_its_goal_and_undoes(fonts_loaded):
     try:
         assert "Goal:" in wdg.goal.value
         assert [b.description for b in wdg.buttons.children] == ["main/main: start process child"]
-        for who in PUZZLES["lock-order"].goal_schedule[:-1]:
-            wdg.click(who)
+        for step in PUZZLES["lock-order"].goal_schedule[:-1]:
+            wdg.click(step)
         [last] = [b for b in wdg.buttons.children if b.description.startswith("child/main")]
         last.click()                                  # a real button click, as a learner's
         assert "outcome: deadlock" in wdg.outcome.value
@@ -303,8 +303,8 @@ def test_browser_clicks_a_puzzle_to_its_goal(tmp_path, flavour):
         nb.run_all()
         root = nb.page.locator(".mpviz-stepper").first
         root.wait_for(state="visible", timeout=60_000)
-        for n, who in enumerate(PUZZLES["lock-order"].goal_schedule, 1):
-            button = root.locator(".mpviz-choice", has_text=f"{who}:").first
+        for n, step in enumerate(PUZZLES["lock-order"].goal_schedule, 1):
+            button = root.locator(".mpviz-choice", has_text=step).first   # (a label's start)
             button.wait_for(state="visible", timeout=30_000)
             button.click()
             root.locator(".mpviz-state", has_text=f"{n} step(s) taken").wait_for(timeout=30_000)
