@@ -262,6 +262,9 @@ def test_condition_and_pipe_are_stops(start_method):
         assert "child/main: notify condition C" in seen
         assert "main/main: receive from a pipe (waits for a message)" in seen
         assert "child/main: acquire lock C.lock (free)" in seen     # main released it in wait
+        [attach] = [x for x in seen if " attach shared memory " in x]   # the tensor's memory
+        assert attach.startswith("main/main: attach shared memory mpviz_"), seen
+        assert attach.endswith(" (32 B, from a pipe)"), seen
 
 
 @pytest.mark.parametrize("strategy", ["file_system", "file_descriptor"])
