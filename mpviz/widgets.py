@@ -67,6 +67,10 @@ class Live(widgets.VBox):
     ``stop_button``, ``play``, ``slider``, ``picture`` (Output), ``which`` (the picture chooser),
     ``state_panel`` and ``verdict`` (HTML), ``frames`` (pictures drawn so far), ``result``,
     ``trace``; methods ``run()``, ``stop()``, ``wait(timeout)``, ``show(t_ns)``, ``state()``.
+
+    ``Live(target, stepped=True, **params)``: be the scheduler instead (see ``_init_stepped``):
+    ``stepping`` (the ``mpviz.widgets.Stepper`` whose parts it shows), ``stepper`` (the run),
+    ``click(choice)``, ``state()``, ``close()`` (ends the run's processes, then the widget).
     """
 
     def __init__(self, target, stepped=False, **controls):
@@ -162,7 +166,8 @@ class Live(widgets.VBox):
 
     def __repr__(self):
         if self.stepping is not None:
-            return f"<mpviz Live {self.name!r}, stepped: {self.stepper.outcome or 'running'}>"
+            # (the outcome as last judged: judging it now would wait for the run to settle)
+            return f"<mpviz Live {self.name!r}, stepped: {self.stepper._outcome or 'running'}>"
         state = "running" if self.running else ("finished" if self.result else "ready")
         return f"<mpviz Live {self.name!r}: {state}>"
 

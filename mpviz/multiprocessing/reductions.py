@@ -128,9 +128,11 @@ def _stop_before_attach(kind, args):
         return
     if kind == "storage_fd":
         _, _, key, _, nbytes, name = args
-    else:
+    elif kind == "storage_filename":
         name, nbytes, _ = args
         key = (file_system.STRATEGY, name)
+    else:
+        return
     if cache.get(key) is None:
         # a spawned child unpickles its Process (and so its arguments) while _inheriting is set
         arguments = getattr(multiprocessing.current_process(), "_inheriting", False)
