@@ -40,6 +40,8 @@ from ..viz.colors import human_bytes
 from . import gate
 
 QUIET_S = 0.02            # settled: nothing runnable and no message for this long
+STEP_QUIET_S = 0.1        # after a step, until the thread stops again: a thread just woken
+                          # may sleep a moment (a busy machine) before it runs on
 DEADLOCK_QUIET_S = 0.4    # no choice and nothing runnable for this long: a deadlock
 SETTLE_LIMIT_S = 20.0     # a spawned child may take seconds to import; never wait longer
 PIPE_BYTES = 65536        # a Linux pipe's default capacity
@@ -340,7 +342,9 @@ class Stepper:
             key = (picked.pid, picked.tid)
             self._stable = False
             m["conn"].sendall(b"go\n")
-        self._settle(until=lambda: key in self._waiting or not self._threads[key]["alive"])
+        # until that thread stops again or ends; or, if it blocks in the OS, the run is calm
+        self._settle(quiet=STEP_QUIET_S,
+                     until=lambda: key in self._waiting or not self._threads[key]["alive"])
         self._settle()
         return self.choices()
 
