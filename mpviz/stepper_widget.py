@@ -2,6 +2,7 @@
 
     from mpviz.widgets import Stepper
     Stepper("lock-order")                 # a puzzle (its goal on top); or Stepper(my_function)
+    Live("lock-order", stepped=True)      # the same, as a Live widget (itself an ipywidgets VBox)
 
     ┌ Goal: make main and child each hold one lock and wait for the other ─────────────┐
     │ [main/main: acquire lock A (free)]  [child/main: acquire lock B (free)]  ← choices  │
@@ -32,10 +33,11 @@ class Stepper:
     """An ipywidgets app around a ``mpviz.stepper.Stepper``; display it (last line of a cell).
 
     `target`: a puzzle name (``params`` are its parameters), a function (``params`` are its
-    keyword arguments), or a Stepper you made.
+    keyword arguments), or a Stepper you made. `box`: the VBox to build the parts into (a new
+    one if None; ``Live(..., stepped=True)`` passes itself).
     """
 
-    def __init__(self, target, picture=True, **params):
+    def __init__(self, target, picture=True, box=None, **params):
         from mpviz.stepper.control import Stepper as Core, step
         if isinstance(target, Core):
             self.stepper = target
@@ -61,10 +63,11 @@ class Stepper:
         self.status = widgets.HTML()
         self.picture = widgets.Output()
         self.outcome = widgets.HTML()
-        self.box = widgets.VBox([self.goal, self.buttons,
-                                 widgets.HBox([self.undo_button, self.restart_button,
-                                               self.close_button]),
-                                 self.status, self.picture, self.outcome])
+        self.box = box if box is not None else widgets.VBox()
+        self.box.children = (self.goal, self.buttons,
+                             widgets.HBox([self.undo_button, self.restart_button,
+                                           self.close_button]),
+                             self.status, self.picture, self.outcome)
         for w, css in [(self.box, "stepper"), (self.goal, "goal"), (self.undo_button, "undo"),
                        (self.restart_button, "restart"), (self.close_button, "close"),
                        (self.status, "state"), (self.outcome, "outcome")]:

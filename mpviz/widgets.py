@@ -3,6 +3,8 @@
     from mpviz.widgets import Live
     Live("fork-held-lock")                         # a scenario: its parameters become controls
     Live(my_function, start_method=["fork", "spawn"], n=3)   # your function: its arguments
+    Live("lock-order", stepped=True)               # be the scheduler: one button per choice
+                                                   # (the same parts as mpviz.widgets.Stepper)
 
     ┌ controls (start method, strategy, …) ─ [Run] [Stop] ──────────────────────────────┐
     │ picture: the timeline, redrawn from the recorder while the work runs (~8 per second) │
@@ -65,14 +67,22 @@ class Live(widgets.VBox):
     ``stop_button``, ``play``, ``slider``, ``picture`` (Output), ``which`` (the picture chooser),
     ``state_panel`` and ``verdict`` (HTML), ``frames`` (pictures drawn so far), ``result``,
     ``trace``; methods ``run()``, ``stop()``, ``wait(timeout)``, ``show(t_ns)``, ``state()``.
+
+    ``Live(target, stepped=True, **params)``: be the scheduler instead (see ``_init_stepped``):
+    ``stepping`` (the ``mpviz.widgets.Stepper`` whose parts it shows), ``stepper`` (the run),
+    ``click(choice)``, ``state()``, ``close()`` (ends the run's processes, then the widget).
     """
 
-    def __init__(self, target, **controls):
+    def __init__(self, target, stepped=False, **controls):
         if not (isinstance(target, str) or callable(target)):
             raise TypeError("Live(target): target is a scenario name (str) or a callable, not "
                             f"{type(target).__name__}")
         self.target = target
         self.name = target if isinstance(target, str) else getattr(target, "__name__", "work")
+        self.stepping = None
+        if stepped:
+            self._init_stepped(target, controls)
+            return
         self.controls = self._make_controls(target, controls)
         self.trace, self.result, self.frames, self.refreshes = None, None, 0, 0
         self.instants = []
@@ -117,15 +127,53 @@ class Live(widgets.VBox):
                           (self.slider, "mpviz-slider"), (self.play, "mpviz-play")]:
             part.add_class(css)
 
+    def _init_stepped(self, target, params):
+        """``stepped=True``: be the scheduler. The box holds the parts of a
+        ``mpviz.widgets.Stepper`` (one button per choice, Undo, the wait-for graph...), which is
+        ``self.stepping``; ``self.stepper`` is the run (``mpviz.stepper.Stepper``). `target`: a
+        puzzle name (``mpviz.scenarios.puzzles``) or an importable function; `params`: its
+        parameters."""
+        super().__init__()
+        self.stepping = Stepper(target, box=self, **params)
+        self.stepper = self.stepping.stepper
+        self.trace, self.result, self.controls = None, None, {}
+        self.box = self                     # as a Live that runs: the box is the Live itself
+
+    def click(self, choice):
+        """Stepped: step `choice` (a label, its start, a who, or an index), as its button does."""
+        self._needs_stepped("click")
+        return self.stepping.click(choice)
+
+    def close(self):
+        """Close the widget; stepped, first end every process of the run (paused or blocked)."""
+        if getattr(self, "stepping", None) is not None:
+            self.stepping.stepper.close()
+        super().close()
+
+    def _needs_stepped(self, what):
+        if self.stepping is None:
+            raise RuntimeError(f"Live({self.name!r}).{what}(): only a stepped Live has choices to "
+                               f"click. Fix: Live({self.name!r}, stepped=True).")
+
+    def _not_stepped(self, what):
+        if self.stepping is not None:
+            raise RuntimeError(
+                f"Live({self.name!r}, stepped=True).{what}(): a stepped run moves one choice at a "
+                f"time, by click(choice); it has no Run, Stop or slider. Fix: click(...) (or its "
+                f"buttons), or .stepper.run_freely() to let it run to the end.")
+
     # --- display: a VBox displays itself (the last line of a cell, or inside another box) ---
 
     def __repr__(self):
+        if self.stepping is not None:
+            # (the outcome as last judged: judging it now would wait for the run to settle)
+            return f"<mpviz Live {self.name!r}, stepped: {self.stepper._outcome or 'running'}>"
         state = "running" if self.running else ("finished" if self.result else "ready")
         return f"<mpviz Live {self.name!r}: {state}>"
 
     @property
     def running(self):
-        return self._poller is not None and self._poller.is_alive()
+        return getattr(self, "_poller", None) is not None and self._poller.is_alive()
 
     # --- controls ---
 
@@ -183,6 +231,7 @@ class Live(widgets.VBox):
 
     def run(self):
         """Start the work (what the Run button does); returns at once."""
+        self._not_stepped("run")
         if self.running:
             return
         self._stop.clear()
@@ -209,12 +258,14 @@ class Live(widgets.VBox):
 
     def stop(self):
         """Kill the running work (what the Stop button does)."""
+        self._not_stepped("stop")
         self._stop.set()
         if self._running is not None:
             self._running.stop()
 
     def wait(self, timeout=None):
         """Block until the run has finished and the scrubber is ready; True if it has."""
+        self._not_stepped("wait")
         return self._finished.wait(timeout)
 
     def _poll(self):
@@ -287,12 +338,16 @@ class Live(widgets.VBox):
 
     def show(self, t_ns):
         """Move the slider to the instant nearest `t_ns`."""
+        self._not_stepped("show")
         import bisect
         i = bisect.bisect_left(self.instants, t_ns)
         self.slider.value = min(max(i, 0), len(self.instants) - 1)
 
     def state(self):
-        """``mpviz.viz.state_at`` for the slider's instant (once a run has finished)."""
+        """``mpviz.viz.state_at`` for the slider's instant (once a run has finished); stepped:
+        the run's ``state()`` now (who is paused before what, who holds which lock...)."""
+        if self.stepping is not None:
+            return self.stepper.state()
         if not self.instants:
             why = ("it is still running" if self.running else
                    "its run recorded no events" if self.result is not None else

@@ -33,22 +33,31 @@ def child_crashes(start_method="fork"):
     p.join()
 
 
-def _notify(cond, pipe):
+def _notify(cond, pipe, done):
+    import mpviz
     with cond:
         cond.notify()
     pipe.send("hello")
+    pipe.send(mpviz.ones(8))
+    done.wait()          # file_descriptor: the receiver fetches the fd from us, so stay alive
 
 
 def condition_and_pipe(start_method="fork"):
-    """The child notifies a Condition main waits on, then sends on a pipe main receives from."""
+    """The child notifies a Condition main waits on, then sends on a pipe main receives from:
+    a word, then a tensor (main maps its shared memory)."""
+    import mpviz.multiprocessing  # noqa: F401  (tensors travel as handles)
     ctx = multiprocessing.get_context(start_method)
-    cond = name(ctx.Condition(), "C")
+    cond, done = name(ctx.Condition(), "C"), name(ctx.Event(), "done")
     receiver, sender = ctx.Pipe(duplex=False)
-    p = ctx.Process(target=_notify, args=(cond, sender), name="child")
+    p = ctx.Process(target=_notify, args=(cond, sender, done), name="child")
     with cond:
         p.start()
         cond.wait()
     assert receiver.recv() == "hello"
+    t = receiver.recv()
+    done.set()
+    assert float(t.sum()) == 8.0
+    del t
     p.join()
 
 

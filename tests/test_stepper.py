@@ -5,6 +5,7 @@ really pause in the recorder's hooks; the leak check (conftest.py) then finds no
 """
 import os
 import time
+from typing import NamedTuple
 
 import pytest
 
@@ -19,46 +20,107 @@ pytestmark = pytest.mark.timeout(180)
 
 GOALS = {"fork-held-lock": "deadlock", "queue-feeder-hang": "deadlock", "lock-order": "deadlock",
          "lost-wakeup": "deadlock", "torn-read": "race"}
+# every (puzzle, start method) whose goal is reachable: all of them, but fork-held-lock under
+# spawn and forkserver (a fresh interpreter makes a fresh lock: that is its fix)
+GOAL_CASES = [(n, m) for n, p in PUZZLES.items() for m in p.goal_schedules]
 
 
-def play(stepper, schedule):
-    """Step the who's of `schedule` in order (each must be a choice), then the first choice
-    until the end; return the outcome."""
-    for who in schedule:
-        offered = [c.who for c in stepper.choices()]
-        assert who in offered, f"{who} is not offered after {stepper.history}: {offered}"
-        stepper.step(who)
+def play(stepper, schedule, offered=None):
+    """Step the entries of `schedule` in order (each a who, or the start of a label, that must
+    be a choice), then the first choice until the end; return the outcome. `offered`: a list
+    that gets the labels offered before each step of the schedule."""
+    for entry in schedule:
+        labels = [c.label for c in stepper.choices()]
+        if offered is not None:
+            offered.append(labels)
+        assert any(label == entry or label.startswith(entry + ":") or
+                   ": " in entry and label.startswith(entry) for label in labels), \
+            f"{entry} is not offered after {stepper.history}: {labels}"
+        stepper.step(entry)
     return stepper.run_until(lambda s: False)
+
+
+class GoalRun(NamedTuple):
+    """What one run of a puzzle's goal schedule showed (the run itself is closed at once)."""
+    goal: str
+    outcome: str
+    explanation: str
+    threads: dict                # who -> status, at the end
+    offered: list                # the labels offered before each step of the schedule
+    history: list
+
+
+@pytest.fixture(scope="module")
+def goal_run():
+    """goal_run(name, start_method): play that puzzle's goal schedule once per module; several
+    tests read the same run (each run costs a second or more of real processes)."""
+    runs = {}
+
+    def get(name, start_method):
+        if (name, start_method) not in runs:
+            offered = []
+            with sc.step(name, start_method=start_method) as s:
+                outcome = play(s, PUZZLES[name].goal_schedule_for(start_method), offered)
+                runs[name, start_method] = GoalRun(s.goal, outcome, s.explanation,
+                                                   dict(s.state().threads), offered,
+                                                   list(s.history))
+        return runs[name, start_method]
+    return get
 
 
 def test_not_stepping_costs_a_none_check():
     assert gate.pause is None          # the hooks' gate, in a process that is not stepped
 
 
-def test_fork_held_lock_one_schedule_deadlocks_another_is_ok():
-    with sc.step("fork-held-lock") as s:
-        assert play(s, PUZZLES["fork-held-lock"].goal_schedule) == "deadlock"
-        state = s.state()
-        assert ("child/main", "blocked in: acquire lock L (held by main/library-worker: the copy "
-                "fork made of it, whose holder was not copied -- nobody here can release it)") \
-            in state.threads
+def test_fork_held_lock_one_schedule_deadlocks_another_is_ok(goal_run):
+    run = goal_run("fork-held-lock", "fork")
+    assert run.outcome == "deadlock"
+    assert run.threads["child/main"] == (
+        "blocked in: acquire lock L (held by main/library-worker: the copy fork made of it, "
+        "whose holder was not copied -- nobody here can release it)")
     with sc.step("fork-held-lock") as s:      # the same parameters: release before the fork
         assert play(s, ["main/library-worker", "main/library-worker", "main/main"]) == "ok"
 
 
-@pytest.mark.parametrize("name,start_method", [(n, "fork") for n in PUZZLES] + [
-    (n, "spawn") for n in PUZZLES if n != "fork-held-lock"])     # (spawn is that one's fix)
-def test_each_puzzle_goal_is_reachable(name, start_method):
-    with sc.step(name, start_method=start_method) as s:
-        assert s.goal
-        assert play(s, PUZZLES[name].goal_schedule) == GOALS[name], s.explanation
-        assert s.explanation.startswith("Goal reached")
+@pytest.mark.parametrize("name,start_method", GOAL_CASES)
+def test_each_puzzle_goal_is_reachable(goal_run, name, start_method):
+    run = goal_run(name, start_method)
+    assert run.goal
+    assert run.outcome == GOALS[name], run.explanation
+    assert run.explanation.startswith("Goal reached")
+
+
+def test_a_puzzle_fixed_by_its_start_method_has_no_goal_schedule_for_it():
+    with pytest.raises(ValueError, match="(?s)no schedule reaches its goal with start_method="
+                                         "'spawn'.*Fix: start_method one of 'fork'"):
+        PUZZLES["fork-held-lock"].goal_schedule_for("spawn")
+
+
+@pytest.mark.parametrize("start_method", ["spawn", "forkserver"])
+def test_a_spawned_child_attaches_the_tensors_it_is_given(goal_run, start_method):
+    # torn-read passes tensors as Process arguments: under spawn and forkserver each child maps
+    # their shared memory before its first line (a stop each); a forked child inherits them
+    run = goal_run("torn-read", start_method)
+    attach = [x for x in run.history if " attach shared memory " in x]
+    assert [x.split(":")[0] for x in attach] == ["producer/main", "consumer/main",
+                                                 "consumer/main"], run.history
+    assert all(x.endswith("(16 B, from its Process arguments)") for x in attach), attach
+    assert all("mpviz_" in x for x in attach), attach
+    forked = [label for labels in goal_run("torn-read", "fork").offered for label in labels]
+    assert not [x for x in forked if "attach" in x], forked
 
 
 @pytest.mark.parametrize("name", list(PUZZLES))
 def test_each_fix_survives_random_schedules(name):
     fix = PUZZLES[name].fix
     outcomes, examples = random_schedules(lambda: sc.step(name, **fix), n=4, seed=1)
+    assert outcomes == {"ok": 4}, examples
+
+
+def test_torn_reads_fix_survives_random_schedules_with_attach_stops():
+    # under spawn the children's attach stops add interleavings: the lock must still hold
+    outcomes, examples = random_schedules(
+        lambda: sc.step("torn-read", lock=True, start_method="spawn"), n=4, seed=2)
     assert outcomes == {"ok": 4}, examples
 
 
@@ -73,14 +135,11 @@ def test_fixed_puzzle_survives_the_goal_schedule_prefix():
 
 
 @pytest.mark.parametrize("start_method", ["fork", "spawn", "forkserver"])
-def test_opposite_lock_order_deadlocks_under_both_start_methods(start_method):
-    with mpviz.step(w.two_locks, start_method) as s:
-        assert play(s, ["main/main", "main/main", "child/main", "main/main", "child/main"]) \
-            == "deadlock"
-        threads = dict(s.state().threads)
-        assert threads["main/main"] == "blocked in: acquire lock B (held by child/main)"
-        assert threads["child/main"] == "blocked in: acquire lock A (held by main/main)"
-        assert s.choices() == []
+def test_opposite_lock_order_deadlocks_under_every_start_method(goal_run, start_method):
+    run = goal_run("lock-order", start_method)
+    assert run.outcome == "deadlock"
+    assert run.threads["main/main"] == "blocked in: acquire lock B (held by child/main)"
+    assert run.threads["child/main"] == "blocked in: acquire lock A (held by main/main)"
 
 
 def test_a_choice_not_offered_is_a_clear_error():
@@ -114,8 +173,13 @@ def test_undo_replays_all_but_the_last_step():
 
 
 def test_close_ends_paused_and_blocked_processes():
-    s = mpviz.step(w.two_locks)
-    play(s, ["main/main", "main/main", "child/main", "main/main", "child/main"])
+    s = mpviz.step(w.two_locks)               # your own function: the lock-order program
+    assert play(s, ["main/main", "main/main", "child/main", "main/main", "child/main"]) \
+        == "deadlock"
+    threads = dict(s.state().threads)
+    assert threads["main/main"] == "blocked in: acquire lock B (held by child/main)"
+    assert threads["child/main"] == "blocked in: acquire lock A (held by main/main)"
+    assert s.choices() == []
     sid = s._proc.pid
     s.close()
     assert runner._session_pids(sid) == []
@@ -170,8 +234,8 @@ def test_widget_clicks_through_a_puzzle_to_its_goal_and_undoes(fonts_loaded):
     try:
         assert "Goal:" in wdg.goal.value
         assert [b.description for b in wdg.buttons.children] == ["main/main: start process child"]
-        for who in PUZZLES["lock-order"].goal_schedule[:-1]:
-            wdg.click(who)
+        for step in PUZZLES["lock-order"].goal_schedule[:-1]:
+            wdg.click(step)
         [last] = [b for b in wdg.buttons.children if b.description.startswith("child/main")]
         last.click()                                  # a real button click, as a learner's
         assert "outcome: deadlock" in wdg.outcome.value
@@ -198,10 +262,13 @@ def test_condition_and_pipe_are_stops(start_method):
         assert "child/main: notify condition C" in seen
         assert "main/main: receive from a pipe (waits for a message)" in seen
         assert "child/main: acquire lock C.lock (free)" in seen     # main released it in wait
+        [attach] = [x for x in seen if " attach shared memory " in x]   # the tensor's memory
+        assert attach.startswith("main/main: attach shared memory mpviz_"), seen
+        assert attach.endswith(" (32 B, from a pipe)"), seen
 
 
 @pytest.mark.parametrize("strategy", ["file_system", "file_descriptor"])
-def test_an_mpviz_queues_put_and_get_are_stops(strategy):
+def test_an_mpviz_queues_put_and_get_and_the_attach_are_stops(strategy):
     with mpviz.step(w.mpviz_queue_tensor, "fork", strategy) as s:
         seen = []
         while s.choices():
@@ -212,6 +279,11 @@ def test_an_mpviz_queues_put_and_get_are_stops(strategy):
         assert any(x.startswith("child/main: put an item on queue Q (written into its pipe now")
                    for x in seen), seen
         assert "main/main: get an item from queue Q" in seen, seen
+        # then main maps the tensor's memory: a stop of its own, after the get
+        [attach] = [x for x in seen if " attach shared memory " in x]
+        assert attach.startswith("main/main: attach shared memory mpviz_"), seen
+        assert attach.endswith(" (4 KiB, from queue Q)"), seen
+        assert seen.index(attach) > seen.index("main/main: get an item from queue Q")
 
 
 # --- in the real browser: JupyterLab in headless Chromium (see tests/test_browser.py) ----------
@@ -234,8 +306,8 @@ def test_browser_clicks_a_puzzle_to_its_goal(tmp_path, flavour):
         nb.run_all()
         root = nb.page.locator(".mpviz-stepper").first
         root.wait_for(state="visible", timeout=60_000)
-        for n, who in enumerate(PUZZLES["lock-order"].goal_schedule, 1):
-            button = root.locator(".mpviz-choice", has_text=f"{who}:").first
+        for n, step in enumerate(PUZZLES["lock-order"].goal_schedule, 1):
+            button = root.locator(".mpviz-choice", has_text=step).first   # (a label's start)
             button.wait_for(state="visible", timeout=30_000)
             button.click()
             root.locator(".mpviz-state", has_text=f"{n} step(s) taken").wait_for(timeout=30_000)
@@ -252,25 +324,26 @@ def test_browser_clicks_a_puzzle_to_its_goal(tmp_path, flavour):
     assert not problems, problems
 
 
-def test_an_event_is_one_stop_not_its_inner_condition():
+def test_an_event_is_one_stop_not_its_inner_condition(goal_run):
     # Event.set calls its own Condition's notify_all: the learner sees one stop, "set event ready"
-    with sc.step("lost-wakeup") as s:
-        s.step("main/main")
-        s.step("main/main")
-        s.step("producer/main")
-        assert [c.text for c in s.choices() if c.who == "producer/main"] == ["set event ready"]
+    run = goal_run("lost-wakeup", "fork")
+    assert run.history[:3] == ["main/main: start process consumer",
+                               "main/main: start process producer",
+                               "producer/main: set event ready"]
+    assert [x for x in run.offered[3] if x.startswith("producer/main")] == \
+        ["producer/main: set event ready"]
 
 
-def test_a_thread_blocked_after_its_step_is_not_said_to_be_in_that_step():
+def test_a_thread_blocked_after_its_step_is_not_said_to_be_in_that_step(goal_run):
     # the child's put returned at once; the child is blocked at its exit, joining its feeder
-    with sc.step("queue-feeder-hang") as s:
-        assert play(s, PUZZLES["queue-feeder-hang"].goal_schedule) == "deadlock"
-        threads = dict(s.state().threads)
-        assert threads["child/main"] == ("blocked in futex: a lock, a semaphore or a thread's "
-                                         "end; its last step: put an item on queue Q (into its "
-                                         "buffer: the feeder thread writes it)")
-        assert threads["child/QueueFeederThread"].startswith("blocked in: write 1,048,585 bytes")
-        assert threads["main/main"] == "blocked in: join process child (wait until it has ended)"
+    run = goal_run("queue-feeder-hang", "fork")
+    assert run.outcome == "deadlock"
+    threads = run.threads
+    assert threads["child/main"] == ("blocked in futex: a lock, a semaphore or a thread's end; "
+                                     "its last step: put an item on queue Q (into its buffer: "
+                                     "the feeder thread writes it)")
+    assert threads["child/QueueFeederThread"].startswith("blocked in: write 1,048,585 bytes")
+    assert threads["main/main"] == "blocked in: join process child (wait until it has ended)"
 
 
 def test_run_until_and_run_freely():

@@ -160,3 +160,35 @@ def test_state_before_run_says_what_to_do():
     live.run()
     assert live.wait(120)
     assert live.state().t_s >= 0
+
+
+def test_live_stepped_is_the_stepping_widget_in_a_vbox():
+    """Live(..., stepped=True): the parts of mpviz.widgets.Stepper (one button per choice, Undo,
+    the wait-for graph), in the Live itself -- still an ipywidgets VBox; clicks step the run."""
+    import ipywidgets as widgets
+    from mpviz.scenarios import runner
+    from mpviz.scenarios.puzzles import PUZZLES
+    live = Live("lock-order", stepped=True)
+    try:
+        assert isinstance(live, widgets.VBox) and live.box is live
+        assert "mpviz-stepper" in live._dom_classes
+        assert live.stepping.box is live and live.stepping.buttons in live.children
+        assert [b.description for b in live.stepping.buttons.children] == \
+            ["main/main: start process child"]
+        for step in PUZZLES["lock-order"].goal_schedule:
+            live.click(step)
+        assert live.stepper.outcome == "deadlock"
+        assert "outcome: deadlock" in live.stepping.outcome.value
+        assert dict(live.state().threads)["child/main"] == \
+            "blocked in: acquire lock A (held by main/main)"
+        assert "stepped: deadlock" in repr(live)
+        with pytest.raises(RuntimeError, match=r"stepped=True\)\.run\(\).*Fix: click"):
+            live.run()
+        sid = live.stepper._proc.pid
+    finally:
+        live.close()                   # ends the run's processes, then closes the widget
+    assert runner._session_pids(sid) == []
+    with pytest.raises(RuntimeError, match="only a stepped Live.*Fix: Live"):
+        Live(w.producer_consumer).click(0)
+    with pytest.raises(ValueError, match="the puzzles are"):
+        Live("no-such-puzzle", stepped=True)

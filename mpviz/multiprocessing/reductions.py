@@ -63,7 +63,9 @@ names). Differences: ``.grad`` travels when set — what torch's note says, thou
 actually drops it (the receiver sees ``grad is None``); CUDA tensors go to :mod:`mpviz.cuda`.
 """
 import functools
+import multiprocessing
 import os
+import sys
 import threading
 from multiprocessing.reduction import ForkingPickler
 
@@ -111,7 +113,30 @@ def _dtype_code(dtype):
 
 def rebuild(kind, *args):
     """The one function every handle names: rebuild a thing of `kind` from `args`."""
+    if kind != "tensor":
+        _stop_before_attach(kind, args)   # a stepped run: mapping shared memory is a stop
     return _REBUILD[kind](*args)
+
+
+def _stop_before_attach(kind, args):
+    """In a stepped run (mpviz.stepper), wait for the learner's "go" before this process maps
+    the segment a handle names -- unless it maps that segment already (the receive cache), which
+    attaches nothing. Every road a storage arrives by (a queue, a pipe, a spawned child's
+    Process arguments) comes through here. Costs a dict lookup when nothing is stepped."""
+    gate = sys.modules.get("mpviz.stepper.gate")
+    if gate is None or gate.pause is None:
+        return
+    if kind == "storage_fd":
+        _, _, key, _, nbytes, name = args
+    elif kind == "storage_filename":
+        name, nbytes, _ = args
+        key = (file_system.STRATEGY, name)
+    else:
+        return
+    if cache.get(key) is None:
+        # a spawned child unpickles its Process (and so its arguments) while _inheriting is set
+        arguments = getattr(multiprocessing.current_process(), "_inheriting", False)
+        gate.pause("shm.attach", name, nbytes=nbytes, arguments=arguments)
 
 
 def rebuild_tensor(cls, storage, offset, shape, strides, dtype, requires_grad, grad):

@@ -2,8 +2,10 @@
 
 Each puzzle is a small program of real processes, run stepped (see mpviz/stepper): every lock
 acquire/release, Queue put/get, feeder write, process start/join and Event set/clear/wait waits
-for you to choose who goes next. Each has a goal (a schedule that breaks it), a known schedule
-that reaches the goal (``goal_schedule``, for tests and for an instructor in a hurry), and a fix
+for you to choose who goes next (and so does a shared-memory attach: a spawned child that is given
+a tensor maps its memory before its first line). Each has a goal (a schedule that breaks it), a
+known schedule that reaches the goal for each start method (``goal_schedule_for(start_method)``,
+for tests and for an instructor in a hurry: the start of each choice's label), and a fix
 (``fix``: the parameters that repair it) under which *no* schedule breaks it -- try as many as you
 like (``mpviz.stepper.random_schedules`` / ``all_schedules``)::
 
@@ -37,8 +39,26 @@ class Puzzle(NamedTuple):
     params: dict                 # name -> Param
     drive: Callable              # drive(p, details): the program (the run's first process)
     verdict: Callable            # verdict(outcome, explanation, details) -> (outcome, explanation)
-    goal_schedule: list          # who's to step, in order, that reach the goal (default params)
+    goal_schedules: dict         # start method -> the choices to step, in order, that reach
+                                 # the goal (each the start of a label; the other params default)
     fix: dict                    # the params under which no schedule reaches the goal
+
+    @property
+    def goal_schedule(self):
+        """The schedule that reaches the goal with the default parameters (fork)."""
+        return self.goal_schedules["fork"]
+
+    def goal_schedule_for(self, start_method):
+        """The schedule that reaches the goal when children start by `start_method`. They
+        differ: a spawned child unpickles its arguments, so a tensor among them is one more
+        stop ("attach shared memory ...") before the child's first line; a forked child
+        inherits the mapping and has no such stop."""
+        if start_method not in self.goal_schedules:
+            raise ValueError(
+                f"puzzle {self.name!r}: no schedule reaches its goal with start_method="
+                f"{start_method!r} (that is its fix: {self.fix}). Fix: start_method one of "
+                f"{', '.join(map(repr, self.goal_schedules))}.")
+        return self.goal_schedules[start_method]
 
 
 # --- fork-held-lock ------------------------------------------------------------------------
@@ -242,41 +262,67 @@ def torn_read_verdict(outcome, explanation, details):
     return outcome, explanation
 
 
+def _every_start_method(schedule):
+    return {"fork": schedule, "spawn": schedule, "forkserver": schedule}
+
+
+_TORN_READ = ["main/main: start process producer", "main/main: start process consumer",
+              "producer/main: write t[0] = 1", "producer/main: write t[1] = 1",
+              "consumer/main: read the whole tensor t"]
+# spawn and forkserver: each child unpickles the tensors it was given -- one attach each (the
+# producer: t; the consumer: t and seen) before its first line; a forked child inherits them
+_TORN_READ_UNPICKLED = (_TORN_READ[:2] + ["producer/main: attach shared memory"]
+                        + _TORN_READ[2:4] + ["consumer/main: attach shared memory"] * 2
+                        + _TORN_READ[4:])
+
 PUZZLES = {p.name: p for p in [
     Puzzle("fork-held-lock", "a thread holds a lock at fork; the child's copy is held forever",
            "Make the child wait forever for the library's lock L.",
            {"start_method": START}, fork_lock_drive, fork_lock_verdict,
-           ["main/library-worker", "main/main", "child/main", "main/main",
-            "main/library-worker"], {"start_method": "spawn"}),
+           {"fork": ["main/library-worker: acquire lock L", "main/main: start process child",
+                     "child/main: acquire lock L", "main/main: join process child",
+                     "main/library-worker: release lock L"]},     # (spawn, forkserver: the fix)
+           {"start_method": "spawn"}),
     Puzzle("queue-feeder-hang", "a child puts 1 MiB; main joins it before getting",
            "Make main wait forever in join().",
            {"start_method": START,
             "get_before_join": Param(False, [False, True], "get the item, then join (the fix)"),
             "nbytes": Param(1 << 20, None, "bytes the child puts (a pipe holds 64 KiB)")},
            feeder_drive, feeder_verdict,
-           ["main/main", "child/main", "main/main", "child/QueueFeederThread"],
+           _every_start_method(["main/main: start process child",
+                                "child/main: put an item on queue Q",
+                                "main/main: join process child",
+                                "child/QueueFeederThread: write"]),
            {"get_before_join": True}),
     Puzzle("lock-order", "two processes take locks A and B in opposite orders",
            "Make main and child each hold one lock and wait for the other.",
            {"start_method": START,
             "same_order": Param(False, [False, True], "both take A, then B (the fix)")},
            lock_order_drive, lock_order_verdict,
-           ["main/main", "main/main", "child/main", "main/main", "child/main"],
+           _every_start_method(["main/main: start process child", "main/main: acquire lock A",
+                                "child/main: acquire lock B", "main/main: acquire lock B",
+                                "child/main: acquire lock A"]),
            {"same_order": True}),
     Puzzle("lost-wakeup", "the consumer clears the Event after the producer's second set",
            "Make the consumer wait forever although both items were produced.",
            {"start_method": START,
             "clear_first": Param(False, [False, True], "clear, check, then wait (the fix)")},
            lost_wakeup_drive, lost_wakeup_verdict,
-           ["main/main", "main/main", "producer/main", "consumer/main", "producer/main",
-            "consumer/main", "consumer/main"],
+           _every_start_method(["main/main: start process consumer",
+                                "main/main: start process producer",
+                                "producer/main: set event ready",
+                                "consumer/main: wait for event ready",
+                                "producer/main: set event ready",
+                                "consumer/main: clear event ready",
+                                "consumer/main: wait for event ready"]),
            {"clear_first": True}),
     Puzzle("torn-read", "the consumer reads a shared tensor the producer is still writing",
            "Make the consumer read a tensor that is part old, part new.",
            {"start_method": START,
             "lock": Param(False, [False, True], "one lock around writes and read (the fix)")},
            torn_read_drive, torn_read_verdict,
-           ["main/main", "main/main", "producer/main", "producer/main", "consumer/main"],
+           {"fork": _TORN_READ, "spawn": _TORN_READ_UNPICKLED,
+            "forkserver": _TORN_READ_UNPICKLED},
            {"lock": True}),
 ]}
 

@@ -10,8 +10,9 @@
 How it works, in three modules:
 
     gate.py      the stepped process's side: a thread about to do something interesting
-                 (acquire, release, put, get, a feeder's write, start, join, Event wait/set/clear)
-                 asks the controller over a Unix socket and waits for "go"
+                 (acquire, release, put, get, a feeder's write, start, join, Event wait/set/clear,
+                 mapping the shared memory of a tensor it received) asks the controller over
+                 a Unix socket and waits for "go"
     control.py   the controller (``Stepper``): runs the program in a fresh process group,
                  collects the waiting threads as choices, wakes one per step, tells a thread
                  blocked in the OS from one that is paused, and judges the outcome

@@ -36,9 +36,12 @@ from typing import NamedTuple
 
 from ..scenarios import runner
 from ..trace import trace as mtrace
+from ..viz.colors import human_bytes
 from . import gate
 
 QUIET_S = 0.02            # settled: nothing runnable and no message for this long
+STEP_QUIET_S = 0.1        # after a step, until the thread stops again: a thread just woken
+                          # may sleep a moment (a busy machine) before it runs on
 DEADLOCK_QUIET_S = 0.4    # no choice and nothing runnable for this long: a deadlock
 SETTLE_LIMIT_S = 20.0     # a spawned child may take seconds to import; never wait longer
 PIPE_BYTES = 65536        # a Linux pipe's default capacity
@@ -326,7 +329,8 @@ class Stepper:
 
     def step(self, choice):
         """Let one paused thread do its next operation: `choice` is a Choice, its index, its
-        label, or its who ("child/main"). Returns the choices after the step."""
+        label (or the start of it: "child/main: acquire lock A"), or its who ("child/main").
+        Returns the choices after the step."""
         choices = self.choices()
         picked = _pick(choice, choices, self._outcome)
         with self._cv:
@@ -338,7 +342,9 @@ class Stepper:
             key = (picked.pid, picked.tid)
             self._stable = False
             m["conn"].sendall(b"go\n")
-        self._settle(until=lambda: key in self._waiting or not self._threads[key]["alive"])
+        # until that thread stops again or ends; or, if it blocks in the OS, the run is calm
+        self._settle(quiet=STEP_QUIET_S,
+                     until=lambda: key in self._waiting or not self._threads[key]["alive"])
         self._settle()
         return self.choices()
 
@@ -580,6 +586,9 @@ class Stepper:
                    f"thread writes it)"
         if op == "queue.get":
             return f"get an item from {self._name(obj, 'queue')}"
+        if op == "shm.attach":
+            return f"attach shared memory {obj.lstrip('/')} ({human_bytes(info.get('nbytes'))}" \
+                   f"{self._arrived_by(m)})"
         if op == "queue.feed":
             n = info.get("nbytes", 0)
             more = (f": more than a pipe holds ({PIPE_BYTES // 1024} KiB), so the write waits "
@@ -604,6 +613,19 @@ class Stepper:
         if op == "point":
             return info.get("text", "point")
         return op
+
+    def _arrived_by(self, m):
+        """How the handle of a shared-memory attach came: ", from queue Q" (the thread's last
+        step was a get from Q: it is unpickling what it got), ", from a pipe", or ", from its
+        Process arguments" (a spawned child unpickling its Process); else nothing."""
+        if (m.get("info") or {}).get("arguments"):
+            return ", from its Process arguments"
+        last = self._threads.get((m["pid"], m["tid"]), {}).get("last")
+        if last is not None and last["op"] == "queue.get":
+            return f", from {self._name(last.get('obj'), 'queue')}"
+        if last is not None and last["op"] == "pipe.recv":
+            return ", from a pipe"
+        return ""
 
     def __repr__(self):
         return f"<Stepper {self.title or self._what[1]!s}: {self._outcome or 'running'}>"
@@ -667,8 +689,10 @@ def _pick(choice, choices, outcome):
         if 0 <= choice < len(choices):
             return choices[choice]
     elif isinstance(choice, str):
+        # the whole label, the who ("child/main"), or the start of one label ("child/main:
+        # acquire lock A": the part after "(" may change with who holds what)
         for test in (lambda c: c.label == choice, lambda c: c.who == choice,
-                     lambda c: c.who == _who_of(choice)):
+                     lambda c: ": " in choice and c.label.startswith(choice)):
             found = [c for c in choices if test(c)]
             if len(found) == 1:
                 return found[0]

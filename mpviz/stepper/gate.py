@@ -4,6 +4,10 @@ The recorder's hooks (trace/hooks.py, locks.py, messages.py) each have one line:
 
     if gate.pause: gate.pause("lock.acquire", lid)
 
+and so does the receiving side of every tensor hand-over (multiprocessing/reductions.py's
+``rebuild``: "shm.attach", before a process maps a segment it does not map yet -- a tensor got from
+a queue or a pipe, or given to a spawned child as a Process argument).
+
 ``pause`` is None in a process that is not stepped, so that line costs one attribute read. In a
 stepped process it is ``_pause``: the calling thread tells the controller what it is about to do
 and blocks in ``recv`` until the controller answers ``go``::
