@@ -15,15 +15,16 @@ pickles it later and writes it to a pipe::
                            └─ t is in shared memory now; errors are raised to the caller.
 
 Follow one tensor through put → get in four files: this one (the queue), ``_codec.py`` (the
-bytes of a message: a tensor's short handle, or a pickle), ``reductions.py`` (what a tensor's
-handle holds, and rebuilding it) and ``mpviz/sharing/`` (the shared memory it names:
-``file_descriptor.py`` or ``file_system.py``). ``_pipe.py`` holds a speed-up you can skip on a
-first reading: writing the bytes into the pipe without the feeder thread, when that cannot block.
+bytes of a message: a tensor's short handle, or a pickle), ``reductions.py`` (what the handle
+holds, and the tensor rebuilt from it) and the sharing strategy whose memory it names
+(``mpviz/sharing/file_descriptor.py`` or ``file_system.py``, reached by ``share_memory_``).
+``_pipe.py`` holds a speed-up you can skip on a first reading: the pipe's framing, and writing
+a message in without the feeder thread when that cannot block.
 
 Also unlike the stdlib: ``close()`` closes this process's ends of the pipe at once where no
 feeder thread was ever started, and a call after ``close()`` raises :class:`QueueClosedError`.
 While recording, mpviz.trace wraps ``put``, ``_write``, ``_parcel``, ``get`` and ``_decode``
-(see mpviz/trace/messages.py, "mpviz's Queue"): nothing here knows of it.
+(see mpviz/trace/messages.py, "mpviz's own Queue"): nothing here knows of it.
 """
 import functools
 import multiprocessing.queues
@@ -100,13 +101,17 @@ class Queue(DirectWrite, multiprocessing.queues.Queue):
         the object can't be encoded: a re-sent CUDA tensor, say)."""
         if self._closed:
             raise QueueClosedError("put" if block else "put_nowait", repr(self))
-        if not self._sem.acquire(block, timeout):
+        if not self._take_slot(block, timeout):
             raise Full
         try:
             return encode(obj, self._channel)
         except BaseException:
             self._sem.release()
             raise
+
+    def _take_slot(self, block, timeout):
+        """A place in the queue (its semaphore counts the free ones); False: none came in time."""
+        return self._sem.acquire(block, timeout)
 
     def _feed(self, data):
         """Hand `data` to the feeder thread, as the stdlib's put does (the notempty lock held)."""

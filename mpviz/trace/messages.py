@@ -340,8 +340,9 @@ def watch_reads(q):
 
 def _plain_pipe(method, conn):
     """`conn`, if `method` does nothing but move one framed message through it — the
-    Connection's own recv_bytes or send_bytes, or mpviz's ``_pipe.read_message`` of its fd — so that
-    writer.c's Tap may move the bytes itself (see there); else None: the Tap calls `method`."""
+    Connection's own recv_bytes or send_bytes, or mpviz's ``_pipe.read_message`` of its fd —
+    so that writer.c's Tap may move the bytes itself (see there); else None: the Tap calls
+    `method`."""
     try:
         if method == conn.recv_bytes or method == conn.send_bytes:
             return conn
