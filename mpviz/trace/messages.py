@@ -566,7 +566,7 @@ def hook_mpviz_queues():
     mq = sys.modules.get(_MPVIZ)
     if mq is None or "mpviz Queue.put" in _orig:
         return
-    from .hooks import _patch                   # (hooks imports this module)
+    from .hooks import _patch     # lazily: hooks imports us; its _patch lets uninstall undo this
     _patch([(mq.Queue, "put", _mpviz_put("mpviz Queue.put"), "mpviz Queue.put"),
             (mq.JoinableQueue, "put", _mpviz_put("mpviz JoinableQueue.put"),
              "mpviz JoinableQueue.put"),
