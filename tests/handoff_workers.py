@@ -141,9 +141,9 @@ def echo_twice_and_compare(inbox, outbox, strategy):
 
 def reads_with_os_read(q, out):
     """Whether this process's copy of the mpviz Queue `q` reads with its own two-os.read framing
-    (queues._read_message, set by _reset after fork and unpickling), and what it then reads."""
-    from mpviz.multiprocessing import queues
-    ours = getattr(q._recv_bytes, "func", None) is queues._read_message
+    (_pipe.read_message, set by _reset after fork and unpickling), and what it then reads."""
+    from mpviz.multiprocessing import _pipe
+    ours = getattr(q._recv_bytes, "func", None) is _pipe.read_message
     out.put((ours, q.get(timeout=10)))
 
 

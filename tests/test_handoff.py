@@ -12,7 +12,7 @@ import pytest
 import mpviz
 import mpviz.multiprocessing as mp
 import mpviz.trace as mt
-from mpviz.multiprocessing import queues
+from mpviz.multiprocessing import _codec, _pipe
 from mpviz.sharing import allocator, cache, fd_passing, file_descriptor, file_system
 
 import handoff_workers as hw
@@ -35,10 +35,10 @@ def _count(tensor):
 def test_a_lone_tensor_travels_as_a_short_handle_and_arrives_as_the_same_view(strategy):
     base = mpviz.arange(24.0).reshape(4, 6)
     view = base[1:, ::2]                                  # an offset and strides of its own
-    data, pickled = queues._encode(view), queues._dumps(view)   # two handles in flight
-    assert data[:1] == queues._TENSOR and len(data) < len(pickled)
-    assert queues._decode(pickled).tolist() == view.tolist()
-    back = queues._decode(data)
+    data, pickled = _codec.encode(view), _codec.dumps(view)   # two handles in flight
+    assert data[:1] == _codec.TENSOR and len(data) < len(pickled)
+    assert _codec.decode(pickled).tolist() == view.tolist()
+    back = _codec.decode(data)
     assert back.untyped_storage() is base.untyped_storage()   # our own: the receive cache
     assert (back.shape, back.stride(), back.storage_offset()) == ((3, 3), (6, 2), 6)
     assert back.tolist() == view.tolist() and back.dtype == view.dtype
@@ -50,9 +50,9 @@ def test_a_lone_tensor_travels_as_a_short_handle_and_arrives_as_the_same_view(st
 def test_every_dtype_survives_the_short_handle(dtype):
     import numpy as np
     t = mpviz.from_numpy((np.arange(6) % 3).astype(dtype))
-    data = queues._encode(t)
-    assert data[:1] == queues._TENSOR
-    back = queues._decode(data)
+    data = _codec.encode(t)
+    assert data[:1] == _codec.TENSOR
+    back = _codec.decode(data)
     assert back.dtype == t.dtype and back.numpy().dtype == np.dtype(dtype)
     assert back.tolist() == t.tolist()
 
@@ -62,11 +62,11 @@ def test_what_the_short_handle_leaves_out_is_pickled():
     with_grad = mpviz.ones(3, requires_grad=True)
     with_grad.grad = mpviz.zeros(3)
     for obj in (nn.Parameter(mpviz.ones(2)), with_grad, [mpviz.ones(2)], (mpviz.ones(2), 5)):
-        data = queues._encode(obj)
+        data = _codec.encode(obj)
         assert data[:1] == b"\x80"                       # a pickle: protocol 2 and up
-        back = queues._decode(data)
+        back = _codec.decode(data)
         assert type(back) is type(obj)
-    assert queues._decode(queues._encode(with_grad)).grad.tolist() == [0.0, 0.0, 0.0]
+    assert _codec.decode(_codec.encode(with_grad)).grad.tolist() == [0.0, 0.0, 0.0]
 
 
 def test_a_non_leaf_that_requires_grad_is_refused_at_put():
@@ -107,7 +107,7 @@ def test_get_reads_with_two_os_reads_here_and_in_a_child(ctx):
     # The stdlib's get would work too (through Connection.recv_bytes), just slower: so check
     # the read is ours, in this process and in a child (forked, spawned: _reset sets it).
     q, out = ctx.Queue(), ctx.Queue()
-    assert q._recv_bytes.func is queues._read_message
+    assert q._recv_bytes.func is _pipe.read_message
     p = start(ctx, hw.reads_with_os_read, q, out)
     q.put("hello")
     assert out.get(timeout=30) == (True, "hello")
@@ -190,14 +190,14 @@ def test_an_offered_storage_is_kept_until_released(strategy):
     # The same in one process, under file_descriptor: the fd server's offer holds the Storage
     # until the handle comes back to us (a release to ourselves: the offer is dropped).
     t = mpviz.arange(4.0)
-    data = queues._dumps(t)                       # sent: the offer keeps the Storage
+    data = _codec.dumps(t)                       # sent: the offer keeps the Storage
     first = weakref.ref(t.untyped_storage())
     key = t.untyped_storage()._segment.key
     del t
     kept = cache.get(key)
     assert kept is not None and kept is first()
     fds_before = fd_passing.pending_offers()
-    back = queues._decode(data)
+    back = _codec.decode(data)
     assert back.untyped_storage() is kept and back.tolist() == [0.0, 1.0, 2.0, 3.0]
     assert fd_passing.pending_offers() == fds_before - 1   # our own offer, dropped
     assert _count(back) == 1                      # the handle's count was given back

@@ -498,7 +498,7 @@ def test_the_tap_leaves_a_read_it_does_not_know_to_its_owner():
     assert recv() == b"hello" and calls == ["wrapper"]
     reader.close()
     writer.close()
-    import mpviz.multiprocessing as mp                # mpviz's Queue reads with _read_message
+    import mpviz.multiprocessing as mp                # mpviz's Queue reads with _pipe.read_message
     q = mp.get_context("fork").Queue()
     assert messages._plain_pipe(q._recv_bytes, q._reader) is q._reader
     assert messages._plain_pipe(q._recv_bytes, q._writer) is None    # another fd

@@ -158,7 +158,7 @@ _dtype = functools.lru_cache(maxsize=None)(np.dtype)   # dtype code -> np.dtype,
 # than a whole round trip of a small message through a pipe. A lone plain tensor, the usual
 # thing to put on a queue, needs none of that: its handle is a flat tuple of numbers and
 # strings, which ``marshal`` (the format of .pyc files) writes and reads in well under a µs.
-# mpviz's Queue sends it that way (see ``queues._encode``); everything else is pickled.
+# mpviz's Queue sends it that way (see ``_codec.encode``); everything else is pickled.
 
 def pack_tensor(tensor, channel=None):
     """`tensor`'s whole handle, view and storage, as one flat tuple of plain data; None for

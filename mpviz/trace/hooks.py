@@ -195,6 +195,7 @@ def install(threading_locks=False):
     fresh = "start" not in _orig
     _patch(PATCHES + messages.PATCHES + locks.PATCHES + waits.PATCHES)
     messages.install_native()                # the per-message hooks in C, where they can be
+    messages.hook_mpviz_queues()             # mpviz's own Queue, if imported (see there)
     if threading_locks:
         _patch(locks.THREADING_PATCHES)
     if fresh and not _booted:

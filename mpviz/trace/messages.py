@@ -43,7 +43,7 @@ get that finds its message costs one ``poll(2)`` more (see waits.py and ``get_wo
 
 mpviz's own ``Queue`` pickles in ``put`` and often writes the bytes itself (see
 :mod:`mpviz.multiprocessing.queues`): then one ``queue.put`` carries ``nbytes`` and ``sig``,
-emitted under the write lock. A Queue (the stdlib's or mpviz's) whose feeder thread started
+emitted under the write lock (its hooks: "mpviz's own Queue", at the end of this module). A Queue (the stdlib's or mpviz's) whose feeder thread started
 *before* recording has no write hook: its messages get an envelope instead.
 
 **Envelopes** (``SimpleQueue``, ``Pipe``, and those early Queues) carry the id inside the
@@ -67,6 +67,7 @@ import os
 import select
 import sys
 import threading
+import time
 
 from multiprocessing import connection, pool, queues
 from multiprocessing.reduction import ForkingPickler
@@ -240,11 +241,6 @@ def put_failed(qid, msg, exc):
     recorder.emit("queue.put_failed", queue=qid, msg=msg, error=type(exc).__name__)
 
 
-def get_failed(q, exc):
-    """mpviz's Queue read a message but could not rebuild it (`exc`): the getter got no object."""
-    recorder.emit("queue.get_failed", queue=_queue_id(q), error=type(exc).__name__)
-
-
 _queue_put, _joinable_put = _tagging_put("Queue.put"), _tagging_put("JoinableQueue.put")
 
 
@@ -404,7 +400,7 @@ def _simple_get(self):
 
 def watch_reads(q):
     """Wrap `q`'s read (once): it runs under the read lock, so its event orders the reads.
-    (mpviz's Queue, which has its own get, calls this itself.)"""
+    (mpviz's Queue has its own get: its hook, at the end of this module, calls this too.)"""
     if not _hooked(q._recv_bytes):
         recv_bytes, qid, tap = q._recv_bytes, _queue_id(q), _tap()
         q._recv_bytes = (_read(recv_bytes, qid) if tap is None
@@ -414,43 +410,18 @@ def watch_reads(q):
 
 def _plain_pipe(method, conn):
     """`conn`, if `method` does nothing but move one framed message through it — the
-    Connection's own recv_bytes or send_bytes, or mpviz's ``_read_message`` of its fd — so that
-    writer.c's Tap may move the bytes itself (see there); else None: the Tap calls `method`."""
+    Connection's own recv_bytes or send_bytes, or mpviz's ``_pipe.read_message`` of its fd —
+    so that writer.c's Tap may move the bytes itself (see there); else None: the Tap calls
+    `method`."""
     try:
         if method == conn.recv_bytes or method == conn.send_bytes:
             return conn
-        func = getattr(method, "func", None)           # functools.partial(_read_message, fd)
+        func = getattr(method, "func", None)           # functools.partial(read_message, fd)
         if getattr(func, "reads_one_message", False) and method.args == (conn.fileno(),):
             return conn
     except (AttributeError, OSError):                  # no Connection, or a closed one
         pass
     return None
-
-
-def queue_put_direct(q, msg, data, ts):
-    """mpviz's Queue wrote `data` itself, under the write lock, starting at `ts` (taken before
-    the write: a reader may emit its get before we get here): one event, put and write."""
-    w = recorder.writer
-    if w is None:
-        return
-    handles = recorder.take_handles()  # what encoding `data` pickled (Queue._take_slot_and_encode)
-    if handles:
-        w.emit_at(ts, "queue.put", {"queue": _queue_id(q), "msg": msg, "nbytes": len(data),
-                                    "sig": sig(data), "handles": handles})
-    else:                              # {queue, msg, nbytes, sig}, as the feeder's write has
-        w.queue_event(ts, "queue.put", _queue_id(q), msg, data)
-
-
-def queue_put_buffered(q, msg, data, item):
-    """mpviz's Queue hands `item` (`data`, pickled and wrapped) to its feeder: the put now, the
-    write later (feed). Returns what to append to the feeder's buffer (see for_feeder)."""
-    qid = _queue_id(q)
-    args = {"queue": qid, "msg": msg, "nbytes": len(data)}
-    handles = recorder.take_handles()  # what encoding `data` pickled (Queue._take_slot_and_encode)
-    if handles:
-        args["handles"] = handles
-    recorder.emit("queue.put", **args)
-    return for_feeder(q, item, qid, msg)
 
 
 def link_by_order(events):
@@ -641,6 +612,127 @@ PATCHES = [
     (connection._ConnectionBase, "send", _conn_send, "Connection.send"),
     (pool.Pool, "_setup_queues", _pool_setup_queues, "Pool._setup_queues"),
 ]
+
+
+# --- mpviz's own Queue (mpviz/multiprocessing/queues.py) --------------------------------------
+#
+# It encodes in put and often writes its pipe itself, so the stdlib hooks above miss most of its
+# messages. Each of its steps is a plain method; while recording, these wrap them:
+#
+#     put (and JoinableQueue's)   count the message's handles from 0; a put that raises (Full, a
+#                                 closed queue, an object that cannot travel): queue.put_failed
+#     _write    the direct write, under the write lock: one queue.put {msg, nbytes, sig} for
+#               the put and the write, timed before the bytes can be read
+#     _parcel   the feeder's road: queue.put now, tagged (or in an envelope) for the feeder's
+#               write hook, which records the write (queue.feed)
+#     get       the read hook (watch_reads), as for the stdlib's get; a get with nothing to
+#               read yet is a wait (get_would_wait, waiting_get)
+#     _take_slot   a put into a full bounded queue is a wait (take_slot)
+#     _decode   a message read but not rebuilt (its sender exited, say): queue.get_failed
+#
+# The classes may be imported after recording started (a spawned child unpickling its first
+# mpviz Queue): so they are wrapped by hooks.install if already imported, else by the first
+# Queue set up afterwards (every Queue runs the stdlib's _reset before its first use).
+
+_MPVIZ = "mpviz.multiprocessing.queues"
+
+
+def hook_mpviz_queues():
+    """Wrap mpviz's Queue methods (see above), if its module is imported and not yet wrapped."""
+    mq = sys.modules.get(_MPVIZ)
+    if mq is None or "mpviz Queue.put" in _orig:
+        return
+    from .hooks import _patch     # lazily: hooks imports us; its _patch lets uninstall undo this
+    _patch([(mq.Queue, "put", _mpviz_put("mpviz Queue.put"), "mpviz Queue.put"),
+            (mq.JoinableQueue, "put", _mpviz_put("mpviz JoinableQueue.put"),
+             "mpviz JoinableQueue.put"),
+            (mq.DirectWrite, "_write", _mpviz_write, "mpviz Queue._write"),
+            (mq.Queue, "_parcel", _mpviz_parcel, "mpviz Queue._parcel"),
+            (mq.Queue, "get", _mpviz_get, "mpviz Queue.get"),
+            (mq.Queue, "_take_slot", _mpviz_take_slot, "mpviz Queue._take_slot"),
+            (mq.Queue, "_decode", _mpviz_decode, "mpviz Queue._decode")])
+
+
+def _queue_reset(self, after_fork=False):
+    _orig["Queue._reset"](self, after_fork)
+    if "mpviz Queue.put" not in _orig:
+        hook_mpviz_queues()
+
+
+def _mpviz_put(key):
+    def put(self, obj, block=True, timeout=None):
+        if not recorder.ENABLED:
+            return _orig[key](self, obj, block, timeout)
+        recorder.take_handles()                 # count this message's handles from 0
+        try:
+            return _orig[key](self, obj, block, timeout)
+        except BaseException as exc:
+            try:
+                put_failed(_queue_id(self), None, exc)
+            except Exception as failed:
+                _unrecorded("queue.put_failed", failed)
+            raise                               # the put's exception, not ours
+    return put
+
+
+def _mpviz_write(self, fd, data):
+    if recorder.writer is None:
+        return _orig["mpviz Queue._write"](self, fd, data)
+    ts = time.monotonic_ns()                    # before the bytes can be read
+    _orig["mpviz Queue._write"](self, fd, data)
+    w = recorder.writer
+    if w is None:
+        return
+    msg, handles = next_msg(), recorder.take_handles()    # what encoding `data` pickled
+    try:
+        if handles:
+            w.emit_at(ts, "queue.put", {"queue": _queue_id(self), "msg": msg,
+                                        "nbytes": len(data), "sig": sig(data),
+                                        "handles": handles})
+        else:                          # {queue, msg, nbytes, sig}, as the feeder's write has
+            w.queue_event(ts, "queue.put", _queue_id(self), msg, data)
+    except Exception as exc:
+        _unrecorded("queue.put", exc)
+
+
+def _mpviz_parcel(self, data):
+    item = _orig["mpviz Queue._parcel"](self, data)
+    if not recorder.ENABLED:
+        return item
+    qid, msg = _queue_id(self), next_msg()
+    args = {"queue": qid, "msg": msg, "nbytes": len(data)}
+    handles = recorder.take_handles()           # what encoding `data` pickled
+    if handles:
+        args["handles"] = handles
+    recorder.emit("queue.put", **args)
+    return for_feeder(self, item, qid, msg)
+
+
+def _mpviz_get(self, block=True, timeout=None):
+    get = _orig["mpviz Queue.get"]
+    if recorder.ENABLED:
+        watch_reads(self)                       # its events order the reads: see there
+        if block and get_would_wait(self):      # nothing to read yet: a wait (see above)
+            return waiting_get(get, self, block, timeout)
+    return get(self, block, timeout)
+
+
+def _mpviz_take_slot(self, block, timeout):
+    if recorder.ENABLED:                        # a full bounded queue: a wait (take_slot)
+        return take_slot(self, block, timeout)
+    return _orig["mpviz Queue._take_slot"](self, block, timeout)
+
+
+def _mpviz_decode(self, data):
+    try:
+        return _orig["mpviz Queue._decode"](self, data)
+    except BaseException as exc:                # read, but not rebuilt
+        if recorder.ENABLED:
+            recorder.emit("queue.get_failed", queue=_queue_id(self), error=type(exc).__name__)
+        raise
+
+
+PATCHES.append((queues.Queue, "_reset", _queue_reset, "Queue._reset"))
 
 
 from . import waits  # noqa: E402  (last: waits imports this module, for _queue_id)

@@ -31,7 +31,7 @@ a recorded wait (``record_get_wait``; waits.py). messages.py's Python versions a
        raised in its place -- but for a Ctrl-C (see the top of this file).
 
    `conn` (optional): the queue's pipe end that `call` reads or writes through, when `call` is
-   exactly that Connection's recv_bytes/send_bytes (or mpviz's _read_message of its fd). Then
+   exactly that Connection's recv_bytes/send_bytes (or mpviz's _pipe.read_message of its fd). Then
    the Tap moves the bytes itself, with read(2)/write(2) and the same framing (a 4-byte
    big-endian length, or -1 and an 8-byte one), instead of calling back into Python: the
    stdlib's Connection reads through a BytesIO in a Python loop, and a Python function called
@@ -118,7 +118,8 @@ write_all(int fd, const char *p, size_t n)
     return 0;
 }
 
-/* One framed message: what Connection.recv_bytes() returns. */
+/* One framed message: what Connection.recv_bytes() returns. read_message and write_message are
+   the C copy, for speed, of mpviz/multiprocessing/_pipe.py's (the reference: read it there). */
 static PyObject *
 read_message(int fd)
 {
