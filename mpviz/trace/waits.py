@@ -121,8 +121,8 @@ def process_join(join, self, timeout=None):
 
 def _joinable_join(self):
     if not _outermost():
-        return _stdlib["JoinableQueue.join"](self)
-    return _recorded(_stdlib["JoinableQueue.join"], "queue.join", _queue_id(self), {},
+        return _inner("JoinableQueue.join")(self)
+    return _recorded(_inner("JoinableQueue.join"), "queue.join", _queue_id(self), {},
                      (self,), {})
 
 
@@ -143,8 +143,8 @@ def _finalize_join(twr):
     pipe is full and nobody reads it, this is where a child hangs (the join-before-get lesson)."""
     thread = twr()
     if thread is None or not _outermost():
-        return _stdlib["Queue._finalize_join"](twr)
-    return _recorded(_stdlib["Queue._finalize_join"], "thread", thread.native_id,
+        return _inner("Queue._finalize_join")(twr)
+    return _recorded(_inner("Queue._finalize_join"), "thread", thread.native_id,
                      {"name": thread.name}, (twr,), {})
 
 
@@ -152,22 +152,22 @@ def _finalize_join(twr):
 
 def _event_wait(self, timeout=None):
     if not _outermost():
-        return _stdlib["Event.wait"](self, timeout)
-    return _recorded(_stdlib["Event.wait"], "event", _lock_id(self, self._flag),
+        return _inner("Event.wait")(self, timeout)
+    return _recorded(_inner("Event.wait"), "event", _lock_id(self, self._flag),
                      _timeout(timeout), (self, timeout), {}, bool)        # False: timed out
 
 
 def _condition_wait(self, timeout=None):
     if not _outermost():
-        return _stdlib["Condition.wait"](self, timeout)
-    return _recorded(_stdlib["Condition.wait"], "condition", _lock_id(self, self._lock),
+        return _inner("Condition.wait")(self, timeout)
+    return _recorded(_inner("Condition.wait"), "condition", _lock_id(self, self._lock),
                      _timeout(timeout), (self, timeout), {}, bool)
 
 
 def _barrier_wait(self, timeout=None):
     if not _outermost():
-        return _stdlib["Barrier.wait"](self, timeout)
-    return _recorded(_stdlib["Barrier.wait"], "barrier", _lock_id(self, self._cond._lock),
+        return _inner("Barrier.wait")(self, timeout)
+    return _recorded(_inner("Barrier.wait"), "barrier", _lock_id(self, self._cond._lock),
                      {"parties": self._parties, "timeout": timeout}, (self, timeout), {})
 
 
@@ -186,16 +186,16 @@ def _result_wait(key):
 
 def _future_result(self, timeout=None):
     if not _outermost() or self._state in (_base.FINISHED, _base.CANCELLED_AND_NOTIFIED):
-        return _stdlib["Future.result"](self, timeout)
-    return _recorded(_stdlib["Future.result"], "future", f"future-{id(self):x}",
+        return _inner("Future.result")(self, timeout)
+    return _recorded(_inner("Future.result"), "future", f"future-{id(self):x}",
                      _timeout(timeout), (self, timeout), {})
 
 
 def _futures_wait(fs, timeout=None, return_when=futures.ALL_COMPLETED):
     if not _outermost():
-        return _stdlib["futures.wait"](fs, timeout, return_when)
+        return _inner("futures.wait")(fs, timeout, return_when)
     fs = list(fs)
-    return _recorded(_stdlib["futures.wait"], "future", f"{len(fs)} futures",
+    return _recorded(_inner("futures.wait"), "future", f"{len(fs)} futures",
                      {"how": return_when, "timeout": timeout}, (fs, timeout, return_when), {},
                      lambda done_and_not: not done_and_not.not_done or
                      return_when != futures.ALL_COMPLETED)
@@ -203,7 +203,7 @@ def _futures_wait(fs, timeout=None, return_when=futures.ALL_COMPLETED):
 
 def _as_completed(fs, timeout=None):
     """as_completed is a generator: each step that blocks is a wait (one pair per step)."""
-    gen = _stdlib["futures.as_completed"](fs, timeout)
+    gen = _inner("futures.as_completed")(fs, timeout)
     if not recorder.ENABLED:
         yield from gen
         return
@@ -255,8 +255,14 @@ def feeder_writes(send_bytes, qid, fd):
     return send
 
 
-# The wrappers call these, not what ``_orig`` holds: a wrapper can outlive the recording (a
-# queue's finaliser, registered while recording, runs at exit), and ``uninstall`` empties _orig.
+def _inner(key):
+    """What a wrapper calls: the method it replaced (``_orig``), which may be another wrapper --
+    a stepped process pauses in its own ``Event.wait`` first (stepper/patches.py) -- else, once
+    ``uninstall`` has emptied ``_orig``, the stdlib's own (a wrapper can outlive the recording:
+    a queue's finaliser registered while recording runs at exit)."""
+    return _orig.get(key) or _stdlib[key]
+
+
 _stdlib = {
     "JoinableQueue.join": queues.JoinableQueue.join,
     "Queue._finalize_join": queues.Queue._finalize_join,
