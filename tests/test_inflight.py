@@ -121,13 +121,21 @@ def _run_scenario(name, *args, new_group=False):
 
 
 def _results(runs, timeout=90):
+    return [_result(_finish(proc, timeout)) for proc, tag in runs]
+
+
+def _finish(proc, timeout=90):
+    """Wait for a scenario's interpreter: (exit code, stdout, stderr)."""
+    stdout, stderr = proc.communicate(timeout=timeout)
+    return proc.returncode, stdout, stderr
+
+
+def _result(finished):
+    """The JSON line a finished scenario printed, or a failure with its stderr."""
     import json
-    out = []
-    for proc, tag in runs:
-        stdout, stderr = proc.communicate(timeout=timeout)
-        assert proc.returncode == 0, f"scenario failed ({proc.returncode}):\n{stderr[-3000:]}"
-        out.append(json.loads(stdout.strip().splitlines()[-1]))
-    return out
+    returncode, stdout, stderr = finished
+    assert returncode == 0, f"scenario failed ({returncode}):\n{stderr[-3000:]}"
+    return json.loads(stdout.strip().splitlines()[-1])
 
 
 def _names(tag):
@@ -170,11 +178,28 @@ def get_and_check(q, out):
         out.put(f"{type(e).__name__}: {e}")
 
 
+# Every late_consumer run of this module: (how the producer ends, the delay, the queue's kind).
+# Each scenario is its own interpreter with its own shm tag and manager, and most of each one's
+# time is the delay under test, a sleep: the `late_runs` fixture starts them all at once and
+# each test below looks at its own.
+LIVE_QUEUE_DELAYS = (0.5, 1.5, 3.0, 10.0)
+LATE_RUNS = [(how, delay, "Queue") for how in ("exit", "kill") for delay in LIVE_QUEUE_DELAYS] + \
+            [(how, 3.0, "SimpleQueue") for how in ("exit", "kill")]
+
+
+@pytest.fixture(scope="module")
+def late_runs():
+    """{(how, delay, kind): (exit code, stdout, stderr)} of every run in LATE_RUNS, started
+    together, all finished (no process of theirs is left) before the first test looks."""
+    started = {run: _run_scenario("late_consumer", *run)[0] for run in LATE_RUNS}
+    return {run: _finish(proc) for run, proc in started.items()}
+
+
 @pytest.mark.parametrize("how", ["exit", "kill"])
-def test_a_handle_on_a_road_the_manager_cannot_see_is_kept_while_its_program_lives(how):
+def test_a_handle_on_a_road_the_manager_cannot_see_is_kept_while_its_program_lives(how, late_runs):
     # A SimpleQueue writes its pipe itself (no mpviz put): the segment's header says "a road
     # mpviz cannot name", and the manager keeps the name while its sender's process group lives.
-    (r,) = _results([_run_scenario("late_consumer", how, 3.0, "SimpleQueue")])
+    r = _result(late_runs[how, 3.0, "SimpleQueue"])
     assert r["result"] == "intact" and r["gone_after"] is not None, r
 
 
@@ -226,10 +251,9 @@ def late_consumer(how, delay, kind="Queue"):
 
 
 @pytest.mark.parametrize("how", ["exit", "kill"])
-def test_a_handle_in_a_live_queue_arrives_however_late_its_sender_ended(how):
-    delays = (0.5, 1.5, 3.0, 10.0)
-    results = _results([_run_scenario("late_consumer", how, d) for d in delays])
-    for delay, r in zip(delays, results):
+def test_a_handle_in_a_live_queue_arrives_however_late_its_sender_ended(how, late_runs):
+    for delay in LIVE_QUEUE_DELAYS:
+        r = _result(late_runs[how, delay, "Queue"])
         assert r["exitcode"] == (-9 if how == "kill" else 0), r
         assert r["in_shm"] == 1, r
         assert r["result"] == "intact", f"got {delay} s after the producer's {how}: {r}"
