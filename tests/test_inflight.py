@@ -187,12 +187,17 @@ LATE_RUNS = [(how, delay, "Queue") for how in ("exit", "kill") for delay in LIVE
             [(how, 3.0, "SimpleQueue") for how in ("exit", "kill")]
 
 
+def _run_together(name, runs):
+    """Start scenario `name` once per argument tuple in `runs`, all at once; wait for all of
+    them: {args: (exit code, stdout, stderr)}. None of their processes is left afterwards."""
+    started = {args: _run_scenario(name, *args)[0] for args in runs}
+    return {args: _finish(proc) for args, proc in started.items()}
+
+
 @pytest.fixture(scope="module")
 def late_runs():
-    """{(how, delay, kind): (exit code, stdout, stderr)} of every run in LATE_RUNS, started
-    together, all finished (no process of theirs is left) before the first test looks."""
-    started = {run: _run_scenario("late_consumer", *run)[0] for run in LATE_RUNS}
-    return {run: _finish(proc) for run, proc in started.items()}
+    """{(how, delay, kind): (exit code, stdout, stderr)} of every run in LATE_RUNS."""
+    return _run_together("late_consumer", LATE_RUNS)
 
 
 @pytest.mark.parametrize("how", ["exit", "kill"])
@@ -295,9 +300,15 @@ def storm_then_drop_queue(how_gone, rounds=8, per_round=3):
             "gone_after": gone, "model_kept": model_kept}
 
 
+@pytest.fixture(scope="module")
+def storm_runs():
+    """Both storm_then_drop_queue runs (each waits 2.5 s on purpose), side by side."""
+    return _run_together("storm_then_drop_queue", [("close",), ("collect",)])
+
+
 @pytest.mark.parametrize("how_gone", ["close", "collect"])
-def test_undelivered_names_go_once_their_queue_is_gone_everywhere(how_gone):
-    (r,) = _results([_run_scenario("storm_then_drop_queue", how_gone)])
+def test_undelivered_names_go_once_their_queue_is_gone_everywhere(how_gone, storm_runs):
+    r = _result(storm_runs[how_gone,])
     assert r["undelivered"] == 24 and r["after_wait"] == 24, r   # readable: all kept
     assert r["late"] == "intact" and r["left"] == 23, r
     assert r["gone_after"] is not None and r["gone_after"] <= 3.0, \
@@ -331,9 +342,15 @@ def fate_as_the_queue_goes(manager):
             "me": os.getpid(), "cli": cli, "name": name}
 
 
+@pytest.fixture(scope="module")
+def fate_runs():
+    """Both fate_as_the_queue_goes runs (manager on, off), side by side."""
+    return _run_together("fate_as_the_queue_goes", [(True,), (False,)])
+
+
 @pytest.mark.parametrize("manager", [True, False], ids=["manager-on", "manager-off"])
-def test_fate_tells_a_handle_in_a_readable_queue_from_one_nobody_can_receive(manager):
-    (r,) = _results([_run_scenario("fate_as_the_queue_goes", manager)])
+def test_fate_tells_a_handle_in_a_readable_queue_from_one_nobody_can_receive(manager, fate_runs):
+    r = _result(fate_runs[manager,])
     readable, closed = r["readable"], r["closed"]
     line = next(x for x in r["cli"].splitlines() if r["name"] in x)   # python -m mpviz shm
     assert line.endswith(f"{readable[0].upper()}: {readable[1]}"), r["cli"]
