@@ -98,6 +98,13 @@ def _stdlib_helpers():
     return pids, fds
 
 
+# Processes that a module-scoped fixture keeps running across its tests on purpose (the browser
+# tests' one JupyterLab server and Playwright driver per module). The leak check after each test
+# does not count them as that test's children; the fixture that started them adds them here,
+# removes them when it stops them, and checks itself that they (and what they started) are gone.
+KEPT_ALIVE = set()
+
+
 def _expected_fds():
     return fd_passing.infrastructure_fds() | shm_manager.infrastructure_fds() | _stdlib_helpers()[1]
 
@@ -141,7 +148,7 @@ def leak_check(request):
         fd_passing.sweep()
         leaked_fds = open_fds() - before - _expected_fds()
         leaked_shm = sorted(set(shm_entries()) - shm_before)
-        live = [pid for pid in children() if pid not in _stdlib_helpers()[0]]
+        live = [pid for pid in children() if pid not in _stdlib_helpers()[0] | KEPT_ALIVE]
         if not (leaked_fds or leaked_shm or live) or time.monotonic() > deadline:
             break
         time.sleep(0.05)  # polling for asynchronous cleanup, bounded; not synchronisation
