@@ -71,12 +71,14 @@ def shared_lab(tmp_path_factory):
     and every test would start the same): a SharedLab. At the end both are stopped, and nothing
     they started may still be running."""
     skip_if_asked()
+    before = set(conftest.children())
     lab = SharedLab(os.path.join(ARTIFACTS, "test_browser-server"),
                     tmp_path_factory.mktemp("lab")).start()
-    conftest.KEPT_ALIVE.update(lab.pids)      # the leak check after each test lets these live
+    kept = set(conftest.children()) - before   # the server and Playwright's driver
+    conftest.KEPT_ALIVE.update(kept)           # the leak check after each test lets these live
     yield lab
     problems = lab.close()
-    conftest.KEPT_ALIVE.difference_update(lab.pids)
+    conftest.KEPT_ALIVE.difference_update(kept)
     if problems:
         pytest.fail("the shared JupyterLab server and browser did not stop cleanly:\n  " +
                     "\n  ".join(problems), pytrace=False)

@@ -216,21 +216,6 @@ def leftovers(find, what="the stop"):
             for pid, cmd in left.items()]
 
 
-def child_pids():
-    """The pids of this process's live children (a tiny /proc scan)."""
-    me, found = str(os.getpid()), set()
-    for pid in os.listdir("/proc"):
-        if pid.isdigit():
-            try:
-                with open(f"/proc/{pid}/stat") as f:
-                    fields = f.read().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
-            if fields[1] == me and fields[0] != "Z":
-                found.add(int(pid))
-    return found
-
-
 class SharedLab:
     """One JupyterLab server and one headless Chromium, shared by the tests of a module; see the
     module docstring. Chromium carries a tag of its own (``<tag>-browser``), so that what is left
@@ -246,7 +231,6 @@ class SharedLab:
         self.server = None
         self.playwright = None
         self.browser = None
-        self.pids = set()          # our children that stay up across tests: server, driver
         self._tests = 0
         shutil.rmtree(self.artifacts_dir, ignore_errors=True)
         os.makedirs(self.artifacts_dir)
@@ -254,7 +238,6 @@ class SharedLab:
 
     def start(self):
         exe = chromium_path()
-        before = child_pids()
         self.server = LabServer(self.root, os.path.join(self.artifacts_dir, "jupyter.log"),
                                 self.tag, os.path.join(self.tmp_dir, "jupyter")).start()
         from playwright.sync_api import sync_playwright
@@ -262,7 +245,6 @@ class SharedLab:
         self.browser = self.playwright.chromium.launch(
             executable_path=exe, headless=True, args=CHROMIUM_ARGS, timeout=60_000,
             env={**os.environ, TAG_VAR: self.browser_tag})
-        self.pids = child_pids() - before
         return self
 
     def test(self, artifacts_dir):
