@@ -1,9 +1,10 @@
 """The workshop as a person sees it: JupyterLab in headless Chromium, Run All, click Live's Run.
 
-Each test starts its own JupyterLab server (127.0.0.1, a random port and token, private Jupyter
-config/runtime/data dirs, serving a temp copy of the notebook's directory with outputs cleared) in
-the project's environment, opens the notebook in Debian's Chromium through Playwright, runs all
-cells from the Run menu, and then works the Live widget: Run → wait for the verdict → drag the
+The tests share one JupyterLab server (127.0.0.1, a random port and token, private Jupyter
+config/runtime/data dirs; its log in ``artifacts/browser/test_browser-server/``) in the project's
+environment, and one Debian Chromium driven through Playwright. Each test serves a temp copy of
+its notebook's directory with outputs cleared, opens it in a browser context of its own (in Lab,
+a workspace of its own) with a kernel of its own, runs all cells from the Run menu, and then works the Live widget: Run → wait for the verdict → drag the
 time slider → Play. It asserts that the widget rendered (a picture, a verdict, a state panel whose
 text changes with the slider) and that no cell shows an error. Screenshots of each moment go to
 ``artifacts/browser/<test>/NN-<moment>.png`` (with the server's log and the browser console);
@@ -31,11 +32,13 @@ The CSS class contract with ``mpviz.widgets.Live`` (ipywidgets 8 ``add_class``):
     ``.widget-output img``    the picture: a matplotlib figure shown in an Output widget
     ========================  =========================================================
 
-Cleanup: the server and browser fixture is function-scoped, so conftest's leak check runs after
-each test as usual (no /dev/shm/mpviz_* left, no new fds, no live children); on top of it, every
-process the test started carries ``MPVIZ_BROWSER_TAG`` in its environment (server, kernel, what the
-kernel starts, Chromium), and the fixture fails the test if any of them is still running 15 s after
-the server got SIGTERM and the browser was closed (and kills it).
+Cleanup: after each test its browser context is closed and its kernel shut down through the
+server's API; every process the test started carries ``MPVIZ_BROWSER_TAG`` in its environment
+(the kernel, what the kernel starts), and the fixture fails the test if any of them is still
+running 15 s later (and kills it). conftest's leak check runs after each test as usual (no
+/dev/shm/mpviz_* left, no new fds, no live children but the shared server and Playwright driver).
+At the module's end the server gets SIGTERM and the browser is closed, and the same 15 s check
+covers them and everything they started (Chromium carries a tag of its own).
 """
 import contextlib
 import os
@@ -44,12 +47,13 @@ import sys
 
 import pytest
 
-from browser.harness import BrowserRun, skip_if_asked
+import conftest
+from browser.harness import SharedLab, skip_if_asked
 from browser.live import LiveWidget
 
 try:
     from playwright.sync_api import TimeoutError as PlaywrightTimeout
-except ImportError:  # the tests then fail in BrowserRun.open_notebook, saying how to install it
+except ImportError:  # the tests then fail in SharedLab.start, saying how to install it
     PlaywrightTimeout = TimeoutError
 
 TESTS = os.path.dirname(os.path.abspath(__file__))
@@ -61,14 +65,33 @@ FIXTURE = os.path.join(TESTS, "browser", "fixture.ipynb")
 pytestmark = [pytest.mark.browser, pytest.mark.timeout(300)]
 
 
-@pytest.fixture
-def lab(request, tmp_path):
-    """A BrowserRun: nothing starts until ``lab.open_notebook(path)``; all of it stops after."""
+@pytest.fixture(scope="module")
+def shared_lab(tmp_path_factory):
+    """One JupyterLab server and one Chromium for this module's tests (each starts in seconds,
+    and every test would start the same): a SharedLab. At the end both are stopped, and nothing
+    they started may still be running."""
     skip_if_asked()
+    before = set(conftest.children())
+    lab = SharedLab(os.path.join(ARTIFACTS, "test_browser-server"),
+                    tmp_path_factory.mktemp("lab")).start()
+    kept = set(conftest.children()) - before   # the server and Playwright's driver
+    conftest.KEPT_ALIVE.update(kept)           # the leak check after each test lets these live
+    yield lab
+    problems = lab.close()
+    conftest.KEPT_ALIVE.difference_update(kept)
+    if problems:
+        pytest.fail("the shared JupyterLab server and browser did not stop cleanly:\n  " +
+                    "\n  ".join(problems), pytrace=False)
+
+
+@pytest.fixture
+def lab(request, shared_lab):
+    """A LabTest on the shared server and browser: nothing of it starts until
+    ``lab.open_notebook(path)``; after the test its kernel is shut down and must be gone."""
     name = request.node.name.replace("[", "-").replace("]", "")   # test_x[a] -> test_x-a
-    run = BrowserRun(os.path.join(ARTIFACTS, name), tmp_path)
-    yield run
-    problems = run.close()
+    test = shared_lab.test(os.path.join(ARTIFACTS, name))
+    yield test
+    problems = test.close()
     if problems:
         pytest.fail("the browser test did not stop cleanly:\n  " + "\n  ".join(problems),
                     pytrace=False)

@@ -299,28 +299,55 @@ def test_forked_child_of_a_cuda_process_cannot_use_cuda(backend):
 
 def run_seed(name, timeout=50, **env):
     """Run seed example `name` (or the script at path `name`) as a program; its CompletedProcess."""
+    return _finish_seed(_start_seed(name, **env), timeout)
+
+
+def _start_seed(name, **env):
     env = dict(os.environ, PYTHONPATH=ROOT, **env)
-    return subprocess.run([sys.executable, os.path.join(SEEDS, name)], env=env, cwd=ROOT,
-                          capture_output=True, text=True, timeout=timeout)
+    return subprocess.Popen([sys.executable, os.path.join(SEEDS, name)], env=env, cwd=ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
-def test_seed_bad_practice_prints_the_warning(backend):
-    r = run_seed("cuda_bad_practice.py")
+def _finish_seed(proc, timeout=50):
+    stdout, stderr = proc.communicate(timeout=timeout)
+    return subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr)
+
+
+SEED_PROGRAMS = ["cuda_bad_practice.py", "cuda_good_practices.py", "cuda_dont_pass_received.py"]
+
+
+@pytest.fixture(scope="module")
+def seed_runs():
+    """``seed_runs(backend)[name]``: the CompletedProcess of each of SEED_PROGRAMS run on that
+    backend. The three programs (mostly the seed's own sleeps) run side by side, once per
+    backend, and have all exited before the first test looks at one."""
+    done = {}
+
+    def runs(backend):
+        if backend not in done:
+            started = {name: _start_seed(name, MPVIZ_CUDA_BACKEND=backend) for name in SEED_PROGRAMS}
+            done[backend] = {name: _finish_seed(proc) for name, proc in started.items()}
+        return done[backend]
+    return runs
+
+
+def test_seed_bad_practice_prints_the_warning(backend, seed_runs):
+    r = seed_runs(backend)["cuda_bad_practice.py"]
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() == "Received mpviz.Size([20, 20])"
     assert "Producer process has been terminated before all shared CUDA tensors released. " \
            "See Note [Sharing CUDA tensors]" in r.stderr
 
 
-def test_seed_good_practices_print_no_warning(backend):
-    r = run_seed("cuda_good_practices.py")
+def test_seed_good_practices_print_no_warning(backend, seed_runs):
+    r = seed_runs(backend)["cuda_good_practices.py"]
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() == "Received mpviz.Size([20, 20]), all finite: True"
     assert WARNING not in r.stderr
 
 
-def test_seed_dont_pass_received_tensors(backend):
-    r = run_seed("cuda_dont_pass_received.py")
+def test_seed_dont_pass_received_tensors(backend, seed_runs):
+    r = seed_runs(backend)["cuda_dont_pass_received.py"]
     assert r.returncode == 0, r.stderr
     lines = r.stdout.splitlines()
     assert lines[0].startswith("refused: Attempted to send CUDA tensor received from another "

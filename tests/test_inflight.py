@@ -121,13 +121,21 @@ def _run_scenario(name, *args, new_group=False):
 
 
 def _results(runs, timeout=90):
+    return [_result(_finish(proc, timeout)) for proc, tag in runs]
+
+
+def _finish(proc, timeout=90):
+    """Wait for a scenario's interpreter: (exit code, stdout, stderr)."""
+    stdout, stderr = proc.communicate(timeout=timeout)
+    return proc.returncode, stdout, stderr
+
+
+def _result(finished):
+    """The JSON line a finished scenario printed, or a failure with its stderr."""
     import json
-    out = []
-    for proc, tag in runs:
-        stdout, stderr = proc.communicate(timeout=timeout)
-        assert proc.returncode == 0, f"scenario failed ({proc.returncode}):\n{stderr[-3000:]}"
-        out.append(json.loads(stdout.strip().splitlines()[-1]))
-    return out
+    returncode, stdout, stderr = finished
+    assert returncode == 0, f"scenario failed ({returncode}):\n{stderr[-3000:]}"
+    return json.loads(stdout.strip().splitlines()[-1])
 
 
 def _names(tag):
@@ -170,11 +178,33 @@ def get_and_check(q, out):
         out.put(f"{type(e).__name__}: {e}")
 
 
+# Every late_consumer run of this module: (how the producer ends, the delay, the queue's kind).
+# Each scenario is its own interpreter with its own shm tag and manager, and most of each one's
+# time is the delay under test, a sleep: the `late_runs` fixture starts them all at once and
+# each test below looks at its own.
+LIVE_QUEUE_DELAYS = (0.5, 1.5, 3.0, 10.0)
+LATE_RUNS = [(how, delay, "Queue") for how in ("exit", "kill") for delay in LIVE_QUEUE_DELAYS] + \
+            [(how, 3.0, "SimpleQueue") for how in ("exit", "kill")]
+
+
+def _run_together(name, runs):
+    """Start scenario `name` once per argument tuple in `runs`, all at once; wait for all of
+    them: {args: (exit code, stdout, stderr)}. None of their processes is left afterwards."""
+    started = {args: _run_scenario(name, *args)[0] for args in runs}
+    return {args: _finish(proc) for args, proc in started.items()}
+
+
+@pytest.fixture(scope="module")
+def late_runs():
+    """{(how, delay, kind): (exit code, stdout, stderr)} of every run in LATE_RUNS."""
+    return _run_together("late_consumer", LATE_RUNS)
+
+
 @pytest.mark.parametrize("how", ["exit", "kill"])
-def test_a_handle_on_a_road_the_manager_cannot_see_is_kept_while_its_program_lives(how):
+def test_a_handle_on_a_road_the_manager_cannot_see_is_kept_while_its_program_lives(how, late_runs):
     # A SimpleQueue writes its pipe itself (no mpviz put): the segment's header says "a road
     # mpviz cannot name", and the manager keeps the name while its sender's process group lives.
-    (r,) = _results([_run_scenario("late_consumer", how, 3.0, "SimpleQueue")])
+    r = _result(late_runs[how, 3.0, "SimpleQueue"])
     assert r["result"] == "intact" and r["gone_after"] is not None, r
 
 
@@ -226,10 +256,9 @@ def late_consumer(how, delay, kind="Queue"):
 
 
 @pytest.mark.parametrize("how", ["exit", "kill"])
-def test_a_handle_in_a_live_queue_arrives_however_late_its_sender_ended(how):
-    delays = (0.5, 1.5, 3.0, 10.0)
-    results = _results([_run_scenario("late_consumer", how, d) for d in delays])
-    for delay, r in zip(delays, results):
+def test_a_handle_in_a_live_queue_arrives_however_late_its_sender_ended(how, late_runs):
+    for delay in LIVE_QUEUE_DELAYS:
+        r = _result(late_runs[how, delay, "Queue"])
         assert r["exitcode"] == (-9 if how == "kill" else 0), r
         assert r["in_shm"] == 1, r
         assert r["result"] == "intact", f"got {delay} s after the producer's {how}: {r}"
@@ -271,9 +300,15 @@ def storm_then_drop_queue(how_gone, rounds=8, per_round=3):
             "gone_after": gone, "model_kept": model_kept}
 
 
+@pytest.fixture(scope="module")
+def storm_runs():
+    """Both storm_then_drop_queue runs (each waits 2.5 s on purpose), side by side."""
+    return _run_together("storm_then_drop_queue", [("close",), ("collect",)])
+
+
 @pytest.mark.parametrize("how_gone", ["close", "collect"])
-def test_undelivered_names_go_once_their_queue_is_gone_everywhere(how_gone):
-    (r,) = _results([_run_scenario("storm_then_drop_queue", how_gone)])
+def test_undelivered_names_go_once_their_queue_is_gone_everywhere(how_gone, storm_runs):
+    r = _result(storm_runs[how_gone,])
     assert r["undelivered"] == 24 and r["after_wait"] == 24, r   # readable: all kept
     assert r["late"] == "intact" and r["left"] == 23, r
     assert r["gone_after"] is not None and r["gone_after"] <= 3.0, \
@@ -307,9 +342,15 @@ def fate_as_the_queue_goes(manager):
             "me": os.getpid(), "cli": cli, "name": name}
 
 
+@pytest.fixture(scope="module")
+def fate_runs():
+    """Both fate_as_the_queue_goes runs (manager on, off), side by side."""
+    return _run_together("fate_as_the_queue_goes", [(True,), (False,)])
+
+
 @pytest.mark.parametrize("manager", [True, False], ids=["manager-on", "manager-off"])
-def test_fate_tells_a_handle_in_a_readable_queue_from_one_nobody_can_receive(manager):
-    (r,) = _results([_run_scenario("fate_as_the_queue_goes", manager)])
+def test_fate_tells_a_handle_in_a_readable_queue_from_one_nobody_can_receive(manager, fate_runs):
+    r = _result(fate_runs[manager,])
     readable, closed = r["readable"], r["closed"]
     line = next(x for x in r["cli"].splitlines() if r["name"] in x)   # python -m mpviz shm
     assert line.endswith(f"{readable[0].upper()}: {readable[1]}"), r["cli"]

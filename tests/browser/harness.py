@@ -12,6 +12,18 @@ Lifetime (each arrow is a process start; every one of them carries MPVIZ_BROWSER
     pytest ──► jupyter lab (SIGTERM on close) ──► ipykernel ──► whatever the notebook starts
        └─────► playwright driver (node) ──► chromium + its helpers   (browser.close, playwright.stop)
 
+A test module with several browser tests shares one server and one browser among them
+(:class:`SharedLab`, a module fixture): each test then gets a :class:`LabTest` -- its own copy of
+the notebook, its own browser context, its own kernel, and at its end a check that its kernel and
+whatever that kernel started are gone (the server and the browser keep running for the next
+test; :meth:`SharedLab.close` stops them and checks the same of them at the module's end)::
+
+    lab = SharedLab(artifacts_dir, tmp_dir).start()        # server + browser, once
+    test = lab.test(artifacts_dir_of_the_test)              # per test; same use as a BrowserRun
+    nb = test.open_notebook("notebooks/00_overview.ipynb")
+    problems = test.close()                                 # its kernel is shut down and gone
+    problems = lab.close()                                  # server and browser stopped and gone
+
 The notebook is never opened where it is committed: its directory is copied into a temp dir and
 the copy's outputs are cleared (so a run can only show what this run produced, and a test never
 modifies a committed notebook). After closing, :meth:`close` waits a bounded time for every tagged
@@ -21,10 +33,12 @@ Chromium is Debian's (``/usr/bin/chromium``, or ``MPVIZ_CHROMIUM``): Playwright'
 download cannot work on these machines and is never used.
 """
 import importlib.util
+import json
 import os
 import shutil
 import signal
 import time
+import urllib.request
 import uuid
 
 import pytest
@@ -90,7 +104,24 @@ def copy_for_test(notebook, root, copy_dir=True):
     return name
 
 
-class BrowserRun:
+class Moments:
+    """Screenshots and timings of one test's moments, in its artifacts dir (BrowserRun, LabTest)."""
+
+    def screenshot(self, what, locator=None):
+        """Save the page (or one element of it) as NN-what.png in the artifacts dir; the path."""
+        self._shots += 1
+        path = os.path.join(self.artifacts_dir, f"{self._shots:02d}-{what}.png")
+        self.mark(what)
+        (locator or self.page).screenshot(path=path, **({} if locator else {"full_page": False}))
+        return path
+
+    def mark(self, what):
+        """Note the time of a moment (seconds since open_notebook) in timings.txt."""
+        if self._started is not None:
+            self.timings.append(f"{time.monotonic() - self._started:7.2f} s  {what}")
+
+
+class BrowserRun(Moments):
     """See the module docstring. Nothing starts until :meth:`open_notebook`."""
 
     def __init__(self, artifacts_dir, tmp_dir):
@@ -134,19 +165,6 @@ class BrowserRun:
         self.mark("notebook open, kernel ready")
         return nb
 
-    def screenshot(self, what, locator=None):
-        """Save the page (or one element of it) as NN-what.png in the artifacts dir; the path."""
-        self._shots += 1
-        path = os.path.join(self.artifacts_dir, f"{self._shots:02d}-{what}.png")
-        self.mark(what)
-        (locator or self.page).screenshot(path=path, **({} if locator else {"full_page": False}))
-        return path
-
-    def mark(self, what):
-        """Note the time of a moment (seconds since open_notebook) in timings.txt."""
-        if self._started is not None:
-            self.timings.append(f"{time.monotonic() - self._started:7.2f} s  {what}")
-
     def close(self):
         """Stop everything, in order; return what did not go cleanly (empty when all did)."""
         problems = []
@@ -179,15 +197,157 @@ class BrowserRun:
 
     def _leftovers(self):
         """Wait (bounded) for every process this run started to be gone; kill and name the rest."""
-        deadline = time.monotonic() + CLEANUP_TIMEOUT
+        return leftovers(lambda: tagged_processes(self.tag))
+
+
+def leftovers(find, what="the stop"):
+    """Wait (bounded) until `find()` ({pid: command line}) is empty; kill and name what is left."""
+    deadline = time.monotonic() + CLEANUP_TIMEOUT
+    left = find()
+    while left and time.monotonic() < deadline:
+        time.sleep(0.1)  # bounded poll: processes exit asynchronously after their parent
+        left = find()
+    for pid in left:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+    return [f"still running {CLEANUP_TIMEOUT} s after {what} (now killed): pid {pid}: {cmd}"
+            for pid, cmd in left.items()]
+
+
+class SharedLab:
+    """One JupyterLab server and one headless Chromium, shared by the tests of a module; see the
+    module docstring. Chromium carries a tag of its own (``<tag>-browser``), so that what is left
+    of one test -- its kernel and what the kernel started, which carry the server's tag -- can be
+    told from the browser, which stays."""
+
+    def __init__(self, artifacts_dir, tmp_dir):
+        self.artifacts_dir = str(artifacts_dir)
+        self.tmp_dir = str(tmp_dir)
+        self.root = os.path.join(self.tmp_dir, "root")
+        self.tag = uuid.uuid4().hex
+        self.browser_tag = self.tag + "-browser"
+        self.server = None
+        self.playwright = None
+        self.browser = None
+        self._tests = 0
+        shutil.rmtree(self.artifacts_dir, ignore_errors=True)
+        os.makedirs(self.artifacts_dir)
+        os.makedirs(self.root)
+
+    def start(self):
+        exe = chromium_path()
+        self.server = LabServer(self.root, os.path.join(self.artifacts_dir, "jupyter.log"),
+                                self.tag, os.path.join(self.tmp_dir, "jupyter")).start()
+        from playwright.sync_api import sync_playwright
+        self.playwright = sync_playwright().start()
+        self.browser = self.playwright.chromium.launch(
+            executable_path=exe, headless=True, args=CHROMIUM_ARGS, timeout=60_000,
+            env={**os.environ, TAG_VAR: self.browser_tag})
+        return self
+
+    def test(self, artifacts_dir):
+        """A LabTest: one test's notebook copy, browser context and kernel."""
+        self._tests += 1
+        return LabTest(self, artifacts_dir, f"t{self._tests}")
+
+    def test_processes(self):
+        """{pid: command line} of what a test left: the server's tagged processes but the server."""
         left = tagged_processes(self.tag)
-        while left and time.monotonic() < deadline:
-            time.sleep(0.1)  # bounded poll: processes exit asynchronously after their parent
-            left = tagged_processes(self.tag)
-        for pid in left:
+        left.pop(self.server.proc.pid, None)
+        return left
+
+    def shut_down_kernels(self):
+        """Ask the server to shut down every session and kernel it runs (a test's, at its end):
+        as Lab's "Shut Down All Kernels" does. Returns a problem in words, or None."""
+        try:
+            for kind in ("sessions", "kernels"):
+                for item in self._api("GET", f"api/{kind}"):
+                    self._api("DELETE", f"api/{kind}/{item['id']}")
+        except Exception as e:  # noqa: BLE001 -- reported, and the leftovers are killed anyway
+            return f"shutting the test's kernels down: {type(e).__name__}: {e}"
+        return None
+
+    def _api(self, method, path):
+        request = urllib.request.Request(self.server.url(path), method=method)
+        with urllib.request.urlopen(request, timeout=30) as r:
+            body = r.read()
+        return json.loads(body) if body else None
+
+    def close(self):
+        """Stop browser, Playwright and server; return what did not go cleanly ([] when all did)."""
+        problems = []
+        for what, fn in [("closing the browser", self.browser and self.browser.close),
+                         ("stopping playwright", self.playwright and self.playwright.stop)]:
+            if fn:
+                try:
+                    fn()
+                except Exception as e:  # noqa: BLE001 -- keep stopping the rest, report at the end
+                    problems.append(f"{what}: {type(e).__name__}: {e}")
+        if self.server is not None:
+            problem = self.server.stop()
+            if problem:
+                problems.append(problem)
+        problems += leftovers(lambda: {**tagged_processes(self.tag),
+                                       **tagged_processes(self.browser_tag)})
+        return problems
+
+
+class LabTest(Moments):
+    """One test on a SharedLab: used as a BrowserRun is (open_notebook, screenshot, page, close).
+    Its notebook's copy is served from a directory of its own, and opened in a Lab workspace of
+    its own (a fresh layout: no tab of an earlier test reopens)."""
+
+    def __init__(self, lab, artifacts_dir, key):
+        self.lab = lab
+        self.key = key
+        self.artifacts_dir = str(artifacts_dir)
+        self.context = None
+        self.page = None
+        self.console = []
+        self.timings = []
+        self._started = None
+        self._shots = 0
+        shutil.rmtree(self.artifacts_dir, ignore_errors=True)
+        os.makedirs(self.artifacts_dir)
+
+    def open_notebook(self, notebook, copy_dir=True, flavour="lab"):
+        """As BrowserRun.open_notebook, on the shared server and browser."""
+        self._started = time.monotonic()
+        name = copy_for_test(notebook, os.path.join(self.lab.root, self.key), copy_dir)
+        self.context = self.lab.browser.new_context(viewport=VIEWPORT)
+        self.page = self.context.new_page()
+        self.page.set_default_timeout(30_000)
+        self.page.on("console", lambda m: self.console.append(f"{m.type}: {m.text}"))
+        self.page.on("pageerror", lambda e: self.console.append(f"pageerror: {e}"))
+        self.mark("browser context open")
+        nb = NotebookPage(self.page, self.lab.server, f"{self.key}/{name}", flavour,
+                          workspace=f"test-{self.key}").open()
+        self.mark("notebook open, kernel ready")
+        return nb
+
+    def close(self):
+        """Close this test's browser context, shut its kernel down, and check that nothing it
+        started is still running; return what did not go cleanly ([] when all did)."""
+        problems = []
+        if self.page is not None:
             try:
-                os.kill(pid, signal.SIGKILL)
-            except OSError:
-                pass
-        return [f"still running {CLEANUP_TIMEOUT} s after the stop (now killed): pid {pid}: {cmd}"
-                for pid, cmd in left.items()]
+                self.screenshot("final")
+            except Exception as e:  # noqa: BLE001 -- keep stopping the rest, report at the end
+                problems.append(f"final screenshot: {type(e).__name__}: {e}")
+        with open(os.path.join(self.artifacts_dir, "console.log"), "w") as f:
+            f.write("\n".join(self.console))
+        if self.context is not None:
+            try:
+                self.context.close()
+            except Exception as e:  # noqa: BLE001
+                problems.append(f"closing the browser context: {type(e).__name__}: {e}")
+        problem = self.lab.shut_down_kernels()
+        if problem:
+            problems.append(problem)
+        problems += leftovers(self.lab.test_processes, "the test's kernels were shut down")
+        self.mark("everything of the test stopped")
+        with open(os.path.join(self.artifacts_dir, "timings.txt"), "w") as f:
+            f.write("\n".join(self.timings) + "\n")
+        return problems

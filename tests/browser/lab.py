@@ -2,6 +2,7 @@
 
     nb = NotebookPage(page, server, "00_overview.ipynb").open()   # waits for the kernel
     nb = NotebookPage(page, server, "00_overview.ipynb", flavour="notebook").open()   # Notebook 7
+    nb = NotebookPage(page, server, "t1/00_overview.ipynb", workspace="t1").open()   # a fresh Lab layout
     nb.run_all()                      # Run menu → "Run All Cells"; waits until every cell ran
     nb.errors()                       # what went wrong, in words ([] when nothing)
 
@@ -94,17 +95,20 @@ class NotebookPage:
     """One notebook open in `page` (a Playwright Page): in JupyterLab (`flavour` "lab") or in
     Notebook 7 ("notebook")."""
 
-    def __init__(self, page, server, name, flavour="lab"):
+    def __init__(self, page, server, name, flavour="lab", workspace=None):
         if flavour not in FLAVOURS:
             raise ValueError(f"flavour must be one of {sorted(FLAVOURS)}, not {flavour!r}")
         self.page = page
         self.server = server
         self.name = name
         self.flavour = flavour
+        self.workspace = workspace   # Lab only: a named workspace starts with a layout of its own
 
     def open(self):
-        self.page.goto(self.server.url(FLAVOURS[self.flavour] + self.name),
-                       wait_until="domcontentloaded")
+        path = FLAVOURS[self.flavour]
+        if self.workspace and self.flavour == "lab":
+            path = f"lab/workspaces/{self.workspace}/tree/"
+        self.page.goto(self.server.url(path + self.name), wait_until="domcontentloaded")
         self.page.wait_for_selector(".jp-Notebook", timeout=KERNEL_READY_TIMEOUT)
         self.page.wait_for_function(KERNEL_READY_JS, timeout=KERNEL_READY_TIMEOUT, polling=100)
         self.page.wait_for_function("() => window.jupyterapp !== undefined", timeout=10_000)
