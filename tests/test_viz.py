@@ -375,3 +375,29 @@ def test_import_mpviz_pulls_in_no_drawing_library():
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           timeout=60, cwd=os.path.dirname(os.path.dirname(__file__)))
     assert done.returncode == 0, done.stderr or done.stdout
+
+
+def test_a_program_with_many_processes_gets_the_telling_lanes_and_says_what_it_left_out():
+    # 50 forked children, one of which exits 3: the picture keeps it (and main), draws at most
+    # MAX_PROCESS_LANES processes, and its title says how many were left out and how they ended.
+    import sys as _sys
+    import importlib
+    tl = importlib.import_module("mpviz.viz.timeline")
+    ctx = mp.get_context("fork")
+    with mt.record() as trace:
+        kids = [ctx.Process(target=_sys.exit, args=(3 if i == 37 else 0,), name=f"kid{i}")
+                for i in range(50)]
+        for k in kids:
+            k.start()
+        for k in kids:
+            k.join()
+    assert [k.exitcode for k in kids].count(3) == 1
+    fig = viz.timeline(trace)
+    ax = fig.axes[0]
+    lanes = [t.get_text() for t in ax.get_yticklabels() if "pid" in t.get_text()]
+    assert len(lanes) == tl.MAX_PROCESS_LANES
+    assert any(f"pid {kids[37].pid}" in t for t in lanes)           # the one that failed
+    assert any(f"pid {os.getpid()}" in t for t in lanes)            # the program's own
+    title = ax.get_title(loc="left").replace("\n", " ")
+    assert "51 processes: 40 drawn" in title and "11 more left out" in title
+    assert "all ended normally" in title

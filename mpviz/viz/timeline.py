@@ -33,6 +33,7 @@ from matplotlib.patches import FancyArrowPatch, Rectangle
 from . import state as st
 from .colors import BIG_MESSAGE, BLOCKED_FILL, COLORS, human_bytes, legend
 from .figure import Figure
+from ..trace.trace import Trace
 
 _MIN_SQUEEZE_NS = 20_000_000  # only stretches of 20 ms or more are squeezed
 _BINS = 700                   # about one tick per pixel column of a 12-inch figure
@@ -50,6 +51,7 @@ def timeline(trace, ax=None, at=None, title=None, max_arrows=300, max_labels=24,
     fixed margins (about 3× quicker; the Live widget redraws this way and shows the legend once).
     """
     ix = st._index(trace)
+    trace, ix, left_out = _fewer_lanes(trace, ix)
     fig = ax.figure if ax is not None else None
     if not trace.events:
         fig, ax = _new(fig, ax, 1, fast)
@@ -348,9 +350,10 @@ def timeline(trace, ax=None, at=None, title=None, max_arrows=300, max_labels=24,
     ax.tick_params(axis="y", length=0)
     if at is not None:
         ax.axvline(x(at), color="#000000", lw=1.2, ls="--", zorder=9)
-    if not fast or title:
-        ax.set_title(title or "What each process did, and what travelled between them",
-                     loc="left", fontsize=10)
+    if not fast or title or left_out:
+        ax.set_title("\n".join(filter(None, [
+            title or "What each process did, and what travelled between them", left_out])),
+            loc="left", fontsize=10)
     order = ["handle", "fd", "copy", "message", "lost", "failed", "blocked", "waiting", "holding",
              "deadlock", "warning", "task", "task_failed", "exit0", "exitcode", "signal",
              "running", "mark", "event"]
@@ -433,6 +436,41 @@ class _LabelLayout(Artist):
 
 
 # --- helpers --------------------------------------------------------------------------------
+
+MAX_PROCESS_LANES = 40   # more processes than this: the telling ones and the first to start
+
+
+def _fewer_lanes(trace, ix):
+    """`trace` with at most MAX_PROCESS_LANES processes, its index, and in words what was left
+    out (None: nothing). A program that starts a thousand workers would get a picture metres tall
+    that takes minutes to draw, in which nobody finds the one that failed. So every process that
+    tells something is kept -- stuck, killed, failed, still running, or started by nobody
+    recorded (the program's own) -- and then the first to start, up to the limit; the others'
+    events (their messages too) are left out of the picture, and the title says how many."""
+    procs = [p for p in ix.procs.values() if p.pid not in ix.watchdogs]
+    if len(procs) <= MAX_PROCESS_LANES:
+        return trace, ix, None
+    stuck = {d.pid for d in st.deadlocks(trace)}
+
+    def telling(p):
+        return (p.pid in stuck or p.signal or p.exitcode not in (0, None) or p.exit_ns is None
+                or p.ppid not in ix.procs)
+
+    first = sorted(procs, key=lambda p: (not telling(p), p.start_ns))[:MAX_PROCESS_LANES]
+    keep = {p.pid for p in first} | set(ix.watchdogs)
+    hidden = [p for p in procs if p.pid not in keep]
+    shown = Trace()
+    shown.events = [e for e in trace.events if e.pid in keep and not (
+        e.kind in ("process.launch", "process.reaped") and e.args.get("child") not in keep)]
+    shown._notes, shown.verdict = trace._file_notes(), trace.verdict
+    odd = sum(1 for p in hidden if telling(p))
+    how = (f"{odd} of them did not end normally" if odd else "all ended normally")
+    words = (f"{len(procs)} processes: {len(first)} drawn (every one stuck, killed, failed or "
+             f"unended, and the program's own; then the first to start); {len(hidden)} more "
+             f"left out with their messages ({how}). All are in the trace: viz.summary, or "
+             f"Perfetto (trace.to_chrome(path))")
+    return shown, st._index(shown), _wrap(words, 110)
+
 
 def _new(fig, ax, nrows, fast=False):
     if ax is None:
