@@ -225,7 +225,8 @@ def test_hundreds_of_forked_children_are_all_recorded_cheaply(tmp_path, monkeypa
     # one line for the children whose end no recorded parent saw (os.waitpid is not recorded)
     assert sum("how each ended was not recorded" in line for line in b.stderr.splitlines()) == 1
     assert "how it ended" not in b.stderr
-    assert f"no pictures drawn: {n + 1} processes are more lanes" in b.stderr
+    # the timeline keeps 40 lanes and says in its title what it left out (viz/timeline.py)
+    assert "timeline picture:" in b.stderr and (out / "timeline.png").stat().st_size > 0
     # reading it does not read every log's empty megabyte (it did: 1 MiB each, 18 s for 1000)
     read = []
     real = os.pread

@@ -276,10 +276,6 @@ def _report(directory, child, code, watchdog, verdict, received, plot):
     _say_notes(trace)
     _say_unended(trace, program)
     worth = verdict is not None or code != 0
-    if plot is not False and len(program) > MAX_LANES:
-        say(f"no pictures drawn: {len(program)} processes are more lanes than one picture "
-            f"can show (at most {MAX_LANES}); open trace.json in Perfetto, which scrolls")
-        return
     if plot is False or (plot is None and not worth):
         say(f"no pictures drawn{' (--no-plot)' if plot is False else ''}: "
             f"python -m mpviz trace --plot ... draws them, or mpviz.trace.load({directory!r})"
@@ -289,7 +285,6 @@ def _report(directory, child, code, watchdog, verdict, received, plot):
         say(f"{name}: {path}")
 
 
-MAX_LANES = 200     # more processes than this: no timeline (it would be metres tall, minutes)
 
 
 def _say_unended(trace, program):

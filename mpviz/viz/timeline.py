@@ -51,14 +51,15 @@ def timeline(trace, ax=None, at=None, title=None, max_arrows=300, max_labels=24,
     fixed margins (about 3× quicker; the Live widget redraws this way and shows the legend once).
     """
     ix = st._index(trace)
+    whole, whole_ix = trace, ix       # time is judged on every process, drawn or not
     trace, ix, left_out = _fewer_lanes(trace, ix)
     fig = ax.figure if ax is not None else None
     if not trace.events:
         fig, ax = _new(fig, ax, 1, fast)
         ax.text(0.5, 0.5, "no events recorded", ha="center", va="center", transform=ax.transAxes)
         return fig
-    t0, t1 = ix.t0, max(ix.t1, ix.t0 + 1)
-    axis = _TimeAxis(trace, t0, t1, compress_idle)
+    t0, t1 = whole_ix.t0, max(whole_ix.t1, whole_ix.t0 + 1)
+    axis = _TimeAxis(whole, t0, t1, compress_idle)   # squeezed: where nothing at all was recorded
     x = axis.x
 
     # --- rows: one per process, then one per busy thread ---
