@@ -15,7 +15,7 @@ shows what older code drew. Each run is the one the text beside the picture desc
     your_own_hang                README: mpviz trace --hang-after 2 ... hang_join.py
     your_own_torch               README: mpviz trace --plot ... torch_queue.py
     live_widget                  not drawn here: a screenshot of JupyterLab, taken by the browser
-                                 test (MPVIZ_README_SHOT=1 pytest tests/test_browser.py)
+                                 test (see ELSEWHERE below for the command)
 
 Pictures are saved at 100 dpi (small files: the README shows them at page width anyway).
 """
@@ -127,8 +127,9 @@ PICTURES = {
     "your_own_torch": your_own_torch,
 }
 # made elsewhere, by a test that drives a real browser: listed so that every PNG here has a maker
-ELSEWHERE = {"live_widget": "MPVIZ_README_SHOT=1 pytest tests/test_browser.py "
-                            "(a screenshot of the Live widget in JupyterLab)"}
+ELSEWHERE = {"live_widget": "a screenshot of 00_overview's Live widget in JupyterLab (Chromium), "
+                            "taken by `MPVIZ_README_SHOT=1 PYTHONPATH=. python -m pytest "
+                            "'tests/test_browser.py::test_workshop_notebook_live[00_overview]'`"}
 
 
 def main(names):
