@@ -352,3 +352,21 @@ def test_run_until_and_run_freely():
         assert any("held by" in c.text for c in s.choices())
         assert s.outcome is None
         assert s.run_freely() == "ok"            # same order: no timing can deadlock it
+
+
+def test_the_wait_for_graph_of_opposite_lock_orders_names_two_locks_as_the_choices_do():
+    # take_both(first, second) runs with (A, B) in main and (B, A) in the child, so both locks
+    # are waited for under one variable name, `second`: that name tells them apart no more. The
+    # graph must show two locks, called as the choices call them (the README shows this one).
+    import matplotlib.text
+    from mpviz import viz
+    with sc.step("lock-order") as s:
+        for who in ("main/main", "main/main", "child/main", "main/main", "child/main"):
+            s.step(who)
+        trace = s.trace.snapshot()
+        waited = {e.args["lock"] for e in trace.events if e.kind == "lock.wait"}
+        assert len({viz.lock_name(trace, lock) for lock in waited}) == 2
+        words = " ".join(t.get_text() for t in s.wait_for().findobj(matplotlib.text.Text))
+    words = " ".join(words.split())
+    assert "main's main thread waits for lock B, which child's main thread holds" in words
+    assert "child's main thread waits for lock A, which main's main thread holds" in words

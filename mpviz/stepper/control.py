@@ -484,13 +484,16 @@ class Stepper:
         """mpviz.viz.wait_for of the run now, its locks called as the choices call them
         ("lock A", not the semaphore's name); returns the Figure."""
         import matplotlib.text
-        from ..viz import wait_for
+        from ..viz import lock_name, wait_for
         trace = self.trace.snapshot()
         fig = wait_for(trace)
         names = {}
         for e in trace.events:
             if e.kind.startswith("lock.") and e.args.get("lock"):
-                names[e.args["lock"]] = self._name(e.args["lock"], "lock").split(" ", 1)[1]
+                lid = e.args["lock"]
+                names[lid] = self._name(lid, "lock").split(" ", 1)[1]
+                # the picture may call it as viz does ("Lock 2", "lock 'second'"): say "lock B"
+                names[lock_name(trace, lid)] = "lock " + names[lid]
         for text in fig.findobj(matplotlib.text.Text):
             words = text.get_text()
             for lid in sorted(names, key=len, reverse=True):

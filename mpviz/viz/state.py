@@ -402,14 +402,24 @@ class _Index:
         elif e.kind in ("torch.unsupported", "torch.hook_failed"):
             self.torch_unseen.append((e.pid, e.args.get("reason")))
 
+    def _variable_name(self, lid):
+        """The variable name a waiter called lock `lid` by, if no other lock was waited for under
+        that name: ``take_both(first, second)`` called with (a, b) in one process and (b, a) in
+        another waits for both locks as ``second``, and two nodes both called 'second' would
+        read as one lock."""
+        name = self.lock_names.get(lid)
+        if name is not None and list(self.lock_names.values()).count(name) == 1:
+            return name
+        return None
+
     def lock_name(self, lid):
-        if lid in self.lock_names:
-            return f"lock '{self.lock_names[lid]}'"
+        if self._variable_name(lid) is not None:
+            return f"lock '{self._variable_name(lid)}'"
         if lid in self.channel_names:
             return f"{self.channel_names[lid]}'s lock"
         info = self.lock_infos.get(lid)
         typ = info.type if info and info.type else "lock"
-        same = [i for i in self.lock_infos if i not in self.lock_names and
+        same = [i for i in self.lock_infos if self._variable_name(i) is None and
                 i not in self.channel_names and (self.lock_infos[i].type or "lock") == typ]
         kind = "threading." if is_thread_lock(lid) else ""
         return f"{kind}{typ} {same.index(lid) + 1}" if lid in same else f"{kind}{typ}"
