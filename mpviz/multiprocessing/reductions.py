@@ -207,7 +207,8 @@ def storage_handle(storage, channel=None):
             raise
         _note_taken(segment, token)
         if recorder.ENABLED:
-            recorder.emit("fd.send", name=segment.name, token=token, nbytes=segment.nbytes)
+            # only promised here: the fd goes when the receiver asks (fd.send, fd_passing.py)
+            recorder.emit("fd.offer", name=segment.name, token=token, nbytes=segment.nbytes)
         return ("storage_fd", address, os.getpid(), segment.key, token, segment.nbytes,
                 segment.name)
     # file_system: say which road the handle takes (before it is counted: killed in between, the

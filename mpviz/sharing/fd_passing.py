@@ -37,6 +37,7 @@ import threading
 import time
 
 from ..errors import ProducerExitedError, TooManyFdsError
+from ..trace import recorder
 
 _REQUEST = struct.Struct("=cQ")  # op (b"G" get, b"R" release), token
 _GET, _RELEASE = b"G", b"R"
@@ -133,6 +134,7 @@ def _accept_loop(st):
 
 
 def _serve(st, conn):
+    peer = None
     with conn:
         while True:
             request = _recv_exactly(conn, _REQUEST.size)
@@ -146,6 +148,10 @@ def _serve(st, conn):
                     conn.sendall(_MISSING)
                 else:
                     socket.send_fds(conn, [_FOUND], [offered._segment.fd])
+                    if recorder.ENABLED:     # the fd has gone now (its offer was fd.offer)
+                        peer = peer or peer_credentials(conn)[0]
+                        recorder.emit("fd.send", name=offered._segment.name, token=token,
+                                      peer=peer, nbytes=offered._segment.nbytes)
             # Let go now, not at the next request: a segment kept alive here would still count
             # this process as a holder (see file_descriptor's header count).
             offered = None

@@ -88,8 +88,11 @@ KINDS = {
         "torch_hooks.py, in the pickling thread: the message it pickles carries a handle"),
     "copy": Kind("name, strategy, nbytes, via, torch",
                  "mpviz.storage (and torch_hooks.py): bytes copied into shm"),
+    "fd.offer": Kind("name, token, nbytes",
+                     "reductions.py, while pickling: an fd promised to whoever unpickles the handle"),
     "fd.send": Kind("name, token, peer, nbytes, via ('resource_sharer'), torch",
-                    "the sender of an fd over SCM_RIGHTS (reductions.py; torch_hooks.py)"),
+                    "the sender of an fd over SCM_RIGHTS, as it sends it (fd_passing.py's server "
+                    "thread; torch_hooks.py)"),
     "fd.recv": Kind("name, token, peer, nbytes, via, torch",
                     "the receiver of an fd (reductions.py; torch_hooks.py)"),
 

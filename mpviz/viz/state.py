@@ -285,6 +285,7 @@ class _Index:
         self.threads, self.thread_end, self.forker = {}, {}, {}
         self.shm, self.waits, self.stuck = [], [], []
         self.blocked = []              # (pid, tid, begin event, end ts or None): recorded waits
+        self.gave_up = set()           # id() of the wait.begin of each wait that timed out
         self.getters = {}              # queue id -> [(pid, tid, ts) of its first get per thread]
         self.putters = {}              # queue id -> [(pid, tid, ts) of its first put per thread]
         open_waits, counted, open_blocks = {}, {}, {}
@@ -325,8 +326,8 @@ class _Index:
                     tokens.setdefault(who, []).append(e.args["token"])
             if k in _FD_KINDS and _fd_key(e) is not None:
                 fds.setdefault(_fd_key(e), {})[k] = e
-                if k == "fd.send" and not e.args.get("torch"):   # mpviz's: while pickling
-                    tokens.setdefault(who, []).append(_fd_key(e))
+            elif k == "fd.offer" and e.args.get("token") is not None:   # mpviz's, as it
+                tokens.setdefault(who, []).append((e.pid, e.args["token"]))  # pickles: which message
             # what a message carried, as its sender recorded it (see the module text)
             if k in _SENDS:
                 if k == "queue.feed":              # the write of a message put earlier
@@ -361,7 +362,10 @@ class _Index:
             elif k == "wait.end":
                 begins = open_blocks.get(who)
                 if begins:
-                    self.blocked.append((e.pid, e.tid, begins.pop(), e.ts_ns))
+                    begin = begins.pop()
+                    self.blocked.append((e.pid, e.tid, begin, e.ts_ns))
+                    if e.args.get("ok") is False:      # it gave up (a timeout ran out)
+                        self.gave_up.add(id(begin))
             elif k == "queue.get" or k == "queue.put":
                 seen = (self.getters if k == "queue.get" else
                         self.putters).setdefault(e.args.get("queue"), [])

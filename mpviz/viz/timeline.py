@@ -714,18 +714,41 @@ def _draw_fd_passes(ax, ix, x, row, span, max_arrows, used):
     used.add("fd")
 
 
+_RETRY_GAP_NS = 5_000_000     # a wait that starts again this soon after giving up: the same wait
+
+
+def _runs_of_waits(ix, t1):
+    """The recorded waits as (pid, tid, since, end, finished, words, n): a thread that waits on
+    the same thing again as soon as its wait gave up -- ``get(timeout=0.2)`` in a loop -- is
+    one run of n waits, not n boxes each with its own label. An unfinished wait lasts as long
+    as its thread (or its process, or the trace)."""
+    runs = []
+    for pid, tid, begin, until in sorted(ix.blocked, key=lambda w: (w[0], w[1], w[2].ts_ns)):
+        proc = ix.procs.get(pid)
+        end = until or ix.thread_end.get((pid, tid)) or (proc.exit_ns if proc else None) or t1
+        words = ix.wait_words(begin)
+        last = runs[-1] if runs else None
+        if (last and last[:2] == (pid, tid) and last[4] and last[5] == words and last[7]
+                and begin.ts_ns - last[3] <= _RETRY_GAP_NS):
+            runs[-1] = (pid, tid, last[2], end, until is not None, words, last[6] + 1,
+                        id(begin) in ix.gave_up)
+        else:
+            runs.append((pid, tid, begin.ts_ns, end, until is not None, words, 1,
+                         id(begin) in ix.gave_up))
+    return [r[:7] for r in runs]
+
+
 def _draw_blocked(ax, ix, x, row, t1, span, labels, max_labels, used):
     """Each recorded wait as a cross-hatched box on its thread's lane, labelled with what it
     waits on ("join producer (pid 12)"); a wait with no end lasts to its process's end."""
     boxes, texts = [], []
-    for pid, tid, begin, until in ix.blocked:
-        proc = ix.procs.get(pid)
-        end = until or ix.thread_end.get((pid, tid)) or (proc.exit_ns if proc else None) or t1
-        a, b, r = x(begin.ts_ns), x(end), row(pid, tid)
+    for pid, tid, since, end, finished, words, n in _runs_of_waits(ix, t1):
+        a, b, r = x(since), x(end), row(pid, tid)
         boxes.append(Rectangle((a, r - 0.26), max(b - a, 1e-9), 0.52))
-        if until is None or b - a > 0.02 * span:   # an unfinished wait is the story: always
-            texts.append((a, b, r, ("waits: " if until is None else "waited: ") +
-                          ix.wait_words(begin)))
+        if n > 1:                 # a get(timeout=...) in a loop: one box, said how many
+            words += f" ({n} waits in a row: it timed out and asked again {n - 1}×)"
+        if not finished or b - a > 0.02 * span:   # an unfinished wait is the story: always
+            texts.append((a, b, r, ("waited: " if finished else "waits: ") + words))
     if not boxes:
         return
     ax.add_collection(PatchCollection(boxes, facecolors=BLOCKED_FILL, edgecolors=COLORS["blocked"],
