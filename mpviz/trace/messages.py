@@ -2,7 +2,7 @@
 
 A queue moves *bytes*; nothing in them says which put they came from. But a ``Queue``'s pipe is
 first in, first out, and every write into it happens under the queue's write lock, every read
-under its read lock. So the n-th message written is the n-th message read — the events only have
+under its read lock. So the n-th message written is the n-th message read -- the events only have
 to say *when* each write and each read happened, inside those locks::
 
     producer (pid 7)                                     consumer (pid 9)
@@ -10,56 +10,22 @@ to say *when* each write and each read happened, inside those locks::
                   buffer ◄─ _Tag(obj, "7.3")                 read the bytes (read lock held)
     feeder thread:                                           emit queue.get(nbytes, sig)
       pickle(obj) — just obj: the tag is not sent            unpickle, return obj
-      (write lock held:)                                          ▲
-        emit queue.feed(msg=7.3, nbytes, sig)                     │
+      (write lock held:) emit queue.feed(msg=7.3, nbytes, sig)    ▲
         write  ──────────────────────────────► pipe ──────────────┘
-
     Trace: per queue, writes (feeds) and reads (gets) in time order, zipped: get.msg = "7.3"
 
-``sig`` is an Adler-32 of the message's last 32 bytes: with ``nbytes`` it checks each pair, so a
-message read that no recorded write explains (written before recording started, or by an
-unrecorded process) is left unlinked instead of shifting every later pair by one -- as long
-as its bytes differ from the next recorded write's: identical messages (a run of ``None``
-sentinels, say) cannot be told apart, and such a read takes the next write's id. Nothing is
-added to the bytes that travel: recording costs three small events per message and no
-pickling (issue #4 asks a 10k-message ping-pong to stay within 1.1x of its unrecorded time;
-bench/bench_recorder.py measures it, bench/RESULTS.md has the figures). The hooks that
-run for every message are written twice: in Python below (the reference, used with the Python
-Writer) and in C, in queue_hooks.c (part of writer.c's module: "writer.c's" below), which the
-C Writer comes with (``install_native``): put (``Hook``),
-the feeder's pickler (``Pickler``), its write and the reader's read (``Tap``), get (``Hook``).
-A Python call per message was most of what recording a small message cost. Where a queue's
-read or its feeder's write is exactly its pipe Connection's (``_plain_pipe``), the C ``Tap``
-also moves the bytes itself, with read(2)/write(2) and the same framing, instead of calling the
-stdlib's ``recv_bytes``/``send_bytes`` (Python, through a BytesIO) back from C. Counted with
-valgrind in a 1,000-message ping-pong, the echo child ran ~60,000 instructions per round trip
-unrecorded; recorded, ~85,500 with the Python hooks, ~67,300 with C hooks that called the
-stdlib's read and write, ~51,200 with the Tap's own: the three events of a message cost ~2,400
-instructions a trip, and the C read and write save more than that.
-
-A get with nothing to read yet, and a put into a full bounded queue, are also recorded as
-waits (``wait.begin {on: "queue.get"}`` ... ``wait.end``): asked first without blocking, so a
-get that finds its message costs one ``poll(2)`` more (see waits.py and ``get_would_wait``).
-
-mpviz's own ``Queue`` pickles in ``put`` and often writes the bytes itself (see
-:mod:`mpviz.multiprocessing.queues`): then one ``queue.put`` carries ``nbytes`` and ``sig``,
-emitted under the write lock (its hooks: "mpviz's own Queue", at the end of this module). A Queue (the stdlib's or mpviz's) whose feeder thread started
-*before* recording has no write hook: its messages get an envelope instead.
-
-**Envelopes** (``SimpleQueue``, ``Pipe``, and those early Queues) carry the id inside the
-message::
-
-    put: pickle(_Envelope(obj, "7.3")) = the bytes of _open("queue", q, "7.3", obj)
-    get: unpickling calls _open(...): emit queue.get(msg=7.3), return obj
-
-The receiver needs no hook: unpickling the envelope *is* the hook, and it returns exactly the
-object the stdlib would have returned.
-
-Pool tasks ride the same way: ``Pool._quick_put`` (the task thread's send) wraps each task's
-function in a ``_TaskProbe``, whose call in the worker records ``pool.task`` start and done.
-
-Adapted from the idea of context propagation in distributed tracing (a trace id in the message)
-and, for Queues, from the FIFO matching of sends and receives in MPI trace analysis.
+``sig`` (Adler-32 of a message's last 32 bytes) and ``nbytes`` check each pair, so a read that
+no recorded write explains is left unlinked instead of shifting every later pair (identical
+messages, a run of ``None`` sentinels, cannot be told apart: such a read takes the next write's
+id). Nothing is added to the bytes that travel. mpviz's own
+``Queue`` often writes its bytes in ``put``: then one ``queue.put`` carries nbytes and sig ("mpviz's
+own Queue", below). A get that must wait, a put into a full queue: ``wait.*`` events (waits.py).
+**Envelopes** (``SimpleQueue``, ``Pipe``, Queues whose feeder started before recording) carry the
+id in the message: unpickling ``_Envelope(obj, "7.3")`` calls ``_open``, which emits queue.get and
+returns obj. Pool tasks: ``_TaskProbe`` records ``pool.task``. The per-message hooks are written
+twice: here (the reference) and in C in queue_hooks.c (``install_native``). Next on an event's
+road: recorder.py. Adapted from context propagation in distributed tracing, and, for Queues,
+the FIFO matching of sends and receives in MPI trace analysis.
 """
 import bisect
 import itertools
