@@ -5,7 +5,8 @@ reading both. The scan reads the source (every ``import``, at the top or inside 
 fails when the knot comes back, naming the line. Beyond those pairs: no module of mpviz is in a
 cycle of top-level imports (the imports that run when the module is imported) unless
 ALLOWED_CYCLES names the cycle with its reason, and every module imports alone in a fresh
-interpreter (a cycle that works only when entered from one side fails there).
+interpreter (a cycle that works only when entered from one side fails there). An import inside a function
+that closes a cycle is named in LAZY_BACK_EDGES with its one-line reason.
 """
 import ast
 import os
@@ -206,3 +207,68 @@ def test_every_module_imports_alone_in_a_fresh_interpreter():
                             capture_output=True, text=True, timeout=110)
     assert result.returncode == 0 and result.stdout.strip() == "[]", (
         f"modules that do not import alone: {result.stdout.strip()}\n{result.stderr[-3000:]}")
+
+
+# --- lazy imports that close a cycle ----------------------------------------------------------
+
+# {(importer, imported): why the import waits inside a function}. Each of these imports a module
+# that itself imports the importer at its top, so at the importer's top it would be a cycle.
+LAZY_BACK_EDGES = {
+    ("mpviz.stepper.gate", "mpviz.stepper.patches"):
+        "patches imports trace.messages, which imports gate; gate installs patches when stepped",
+    ("mpviz.storage", "mpviz.multiprocessing.reductions"):
+        "reductions builds on storage; a storage pickled by the stdlib asks it for its handle",
+    ("mpviz.tensor", "mpviz.autograd"): "autograd builds Tensors itself",
+    ("mpviz.tensor", "mpviz.multiprocessing.reductions"):
+        "reductions rebuilds Tensors; a Tensor subclass registers its reducer when defined",
+    ("mpviz.tensor", "mpviz.cuda"): "cuda wraps Tensors; only a device other than cpu needs it",
+    ("mpviz.trace.messages", "mpviz.trace.hooks"):
+        "hooks installs messages' wrappers; messages borrows hooks' _patch for mpviz's Queue",
+    ("mpviz.trace.messages", "mpviz.trace.waits"):
+        "the allowed top-level cycle above, named again where the feeder's hook needs waits",
+    ("mpviz.trace.trace", "mpviz.viz"): "viz's timeline draws a Trace; Trace.plot is the way back",
+    ("mpviz.trace.trace", "mpviz.trace.watchdog"):
+        "the watchdog reads Traces; record(hang_after=...) starts it only when asked",
+}
+
+
+def lazy_back_edges():
+    """{(importer, imported): first line} for each import inside a function whose module runs the
+    importer again through top-level imports."""
+    modules = all_modules()
+    graph = top_level_graph(modules)
+    known = set(modules)
+
+    def reaches(start, goal):
+        seen, todo = set(), [start]
+        while todo:
+            for nxt in graph[todo.pop()]:
+                if nxt == goal:
+                    return True
+                if nxt not in seen:
+                    seen.add(nxt)
+                    todo.append(nxt)
+        return False
+
+    found = {}
+    for module in modules:
+        at_top = {name for name, _ in imports_of(module, top_level_only=True)}
+        for name, line in imports_of(module):
+            parts = name.split(".")
+            for i in range(1, len(parts) + 1):
+                target = ".".join(parts[:i])
+                if (name not in at_top and target in known and target != module
+                        and not module.startswith(target + ".") and reaches(target, module)):
+                    found.setdefault((module, target), line)
+                    break
+    return found
+
+
+def test_every_lazy_import_that_closes_a_cycle_says_why():
+    found = lazy_back_edges()
+    unlisted = {pair: line for pair, line in found.items() if pair not in LAZY_BACK_EDGES}
+    assert not unlisted, (f"lazy imports that close a cycle, with no reason given: {unlisted} "
+                          f"((importer, imported): line). Fix: add each to LAZY_BACK_EDGES with "
+                          f"one line of why, or move what both need into a module of its own")
+    stale = [pair for pair in LAZY_BACK_EDGES if pair not in found]
+    assert not stale, f"LAZY_BACK_EDGES names lazy imports that are gone: {stale}. Fix: remove them"
