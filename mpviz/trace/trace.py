@@ -61,7 +61,7 @@ class Trace:
         """What could not be recorded, in words (``[]``: nothing known to be missing).
 
         Two sources: lines a process left in ``notes.txt`` beside the logs when its own log
-        failed (the program closed or replaced the log's fd, the disk was full: recording.py's
+        failed (the program closed or replaced the log's fd, the disk was full: recorder.py's
         ``note``), and events that say something is missing (a torch version mpviz cannot see
         inside, a torch hook that failed, an event too large to record)."""
         lines = self._file_notes() + _event_notes(self.events)
