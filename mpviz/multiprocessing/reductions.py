@@ -14,18 +14,13 @@ registers two functions with it, so every one of those roads carries handles::
                              file_system:     rebuild, ("storage_filename", "/mpviz_…", nbytes,
                                               sender pid)
 
-**One function in every handle.** Each *different* function or class named in a pickle costs
-about 1.5 µs to write and as much to read, whatever it is: the pickler imports its module to check
-that the name finds the same object, the unpickler looks it up. The same one named twice costs
-nothing the second time (the pickle refers back to it). So all handles name one function,
-:func:`rebuild`, with the kind of thing to rebuild as its first argument, and a plain ``Tensor``
-sends ``None`` for its class. A tensor's handle names one function instead of three (what that
-saves: docs/PERFORMANCE.md).
-
-**Shorter still: no pickle at all.** mpviz's own ``Queue`` sends a lone plain tensor as its
-*short handle* — the same facts as one flat tuple, ``marshal``-ed (:func:`pack_tensor`,
-:func:`unpack_tensor`): no reducer called from C, no function named. Pickle's share of the cost
-was most of it (the counts: docs/PERFORMANCE.md).
+**One function in every handle.** Each *different* function or class named in a pickle costs an
+import to write (the pickler checks that the name finds the same object) and a lookup to read;
+named again, it costs nothing (the pickle refers back). So all handles name one function,
+:func:`rebuild`, with the kind of thing to rebuild first, and a plain ``Tensor`` sends ``None``
+for its class. mpviz's own ``Queue`` goes further for a lone plain tensor: its *short handle*,
+the same facts as one flat tuple, ``marshal``-ed (:func:`pack_tensor`, :func:`unpack_tensor`;
+see _codec.py). What each saves: docs/PERFORMANCE.md.
 
 A tensor and its views name the *same* storage object, which pickle writes once per message: so
 views arrive as views of one storage. The ``rebuild_*`` functions look in the receive cache
@@ -154,10 +149,9 @@ _dtype = functools.lru_cache(maxsize=None)(np.dtype)   # dtype code -> np.dtype,
 # Most of a pickled handle's cost is pickle's, not the handle's: a reducer called from C for the
 # tensor and again for its storage, a pickler made and its memo filled, and the one function
 # every handle names — written as a module and a name, looked up again (an import) on arrival.
-# Counted with valgrind: ~68,000 instructions to pickle and unpickle one tensor's handle, more
-# than a whole round trip of a small message through a pipe. A lone plain tensor, the usual
-# thing to put on a queue, needs none of that: its handle is a flat tuple of numbers and
-# strings, which ``marshal`` (the format of .pyc files) writes and reads in well under a µs.
+# A lone plain tensor, the usual thing to put on a queue, needs none of that: its handle is a
+# flat tuple of numbers and strings, which ``marshal`` (the format of .pyc files) writes and
+# reads with no Python call (the counts: docs/PERFORMANCE.md).
 # mpviz's Queue sends it that way (see ``_codec.encode``); everything else is pickled.
 
 def pack_tensor(tensor, channel=None):
