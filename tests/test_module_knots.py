@@ -5,8 +5,8 @@ reading both. The scan reads the source (every ``import``, at the top or inside 
 fails when the knot comes back, naming the line. Beyond those pairs: no module of mpviz is in a
 cycle of top-level imports (the imports that run when the module is imported) unless
 ALLOWED_CYCLES names the cycle with its reason, and every module imports alone in a fresh
-interpreter (a cycle that works only when entered from one side fails there). An import inside a function
-that closes a cycle is named in LAZY_BACK_EDGES with its one-line reason.
+interpreter (a cycle that works only when entered from one side fails there). An import inside a
+function that closes a cycle is named in LAZY_BACK_EDGES with its one-line reason.
 """
 import ast
 import os
@@ -175,8 +175,8 @@ def test_no_cycle_of_top_level_imports_but_the_allowed():
     assert not new, (f"top-level imports go round in a cycle: {new} "
                      f"({[(a, sorted(graph[a] & set(c))) for c in new for a in c]}). Importing one "
                      f"of them runs the others before it is complete. Fix: move what both need "
-                     f"into a module of its own, or import lazily inside the function that needs it "
-                     f"(and say why in a line)")
+                     f"into a module of its own, or import lazily inside the function that "
+                     f"needs it (and say why in a line)")
     stale = [sorted(c) for c in set(ALLOWED_CYCLES) - found]
     assert not stale, f"ALLOWED_CYCLES names cycles that are gone: {stale}. Fix: remove them"
 

@@ -35,7 +35,8 @@ back: it no longer counts as a holder, so the producer may reuse the segment at 
 same memory arrives again (a consumer that drops each tensor it gets, then receives the next one
 in the same buffer), the handle finds the mapping here (:func:`take_received`): no descriptor to
 fetch, no ``shm_open``, no ``mmap``: such a round trip costs about what the queue costs
-(docs/PERFORMANCE.md). A kept mapping nobody else counts any more (count 0) is let go at the next visit.
+(docs/PERFORMANCE.md). A kept mapping nobody else counts any more (count 0) is let go at the
+next visit.
 
     received storage's last view gone ──▶ keep_received: count ourselves out, keep the mapping
     the same key arrives again        ──▶ take_received: it is ours again (the handle's count)

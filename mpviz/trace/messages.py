@@ -46,11 +46,11 @@ from .events import order as _order
 def _start_numbering():
     global _counter, _prefix
     _counter, _prefix = itertools.count(1), f"{os.getpid()}."
-    if _c_numbering is not None:             # writer.c's put keeps them too
+    if _c_numbering is not None:             # queue_hooks.c's put keeps them too
         _c_numbering(_counter, _prefix)
 
 
-_c_numbering = None                          # writer.c's set_numbering, once in use
+_c_numbering = None                          # queue_hooks.c's set_numbering, once in use
 
 
 _start_numbering()
@@ -122,8 +122,8 @@ def _identity(obj):
     return obj
 
 
-_TAG_TYPES = {_Tag}          # and writer.c's Tag, once the C hooks are used (install_native)
-_take_c_msg = None           # then: writer.c's take_feeding_msg (see _fed)
+_TAG_TYPES = {_Tag}          # and queue_hooks.c's Tag, once the C hooks are used (install_native)
+_take_c_msg = None           # then: queue_hooks.c's take_feeding_msg (see _fed)
 
 
 class _TagPickler(ForkingPickler):
@@ -143,7 +143,7 @@ class _TagPickler(ForkingPickler):
 
 
 class _CountingPickler(ForkingPickler):
-    """What writer.c's Pickler pickles with: ForkingPickler, and where the message carried
+    """What queue_hooks.c's Pickler pickles with: ForkingPickler, and where the message carried
     handles, a ``queue.handles`` event in the feeder thread, just before the Tap records the
     write (``queue.feed``) of those bytes -- the C Tap has no place for the count. Trace
     readers give it to the next ``queue.feed`` of the same thread (the feeder pickles one
@@ -195,7 +195,7 @@ def _tagging_put(stdlib_put):
         except BaseException as exc:
             try:
                 put_failed(qid, msg, exc)
-            except Exception as failed:         # (writer.c: sys.unraisablehook)
+            except Exception as failed:         # (queue_hooks.c: sys.unraisablehook)
                 _unrecorded("queue.put_failed", failed)
             raise                               # the stdlib's exception, not ours
     return put
@@ -227,7 +227,7 @@ def _hooked(method):
 
 
 def _tap():
-    """writer.c's ``Tap`` where the C Writer records: the two hooks below, in C; else None."""
+    """queue_hooks.c's ``Tap`` where the C Writer records: the two hooks below, in C; else None."""
     if recorder.writer_name() != "C":
         return None
     from . import native
@@ -236,7 +236,7 @@ def _tap():
 
 def _unrecorded(kind, exc):
     """An event the Writer could not take (its on_error raised): say so; the message goes on.
-    (writer.c's Tap does the same through sys.unraisablehook.)"""
+    (queue_hooks.c's Tap does the same through sys.unraisablehook.)"""
     print(f"mpviz: {kind} not recorded ({type(exc).__name__}: {exc}); the message went through",
           file=sys.stderr)
 
@@ -251,7 +251,7 @@ def _fed(send_bytes, qid):
         if w is not None:
             msg, _feeding.msg = getattr(_feeding, "msg", None), None
             if msg is None and _take_c_msg is not None:
-                msg = _take_c_msg()             # pickled by writer.c's Pickler instead
+                msg = _take_c_msg()             # pickled by queue_hooks.c's Pickler instead
             args = {"queue": qid, "msg": msg, "nbytes": len(buf), "sig": sig(buf)}
             if getattr(_feeding, "handles", 0):
                 args["handles"], _feeding.handles = _feeding.handles, 0
@@ -315,7 +315,7 @@ def _queue_get(self, block=True, timeout=None):
 
 def readable(fd):
     """Whether a read of `fd` would return at once (bytes, or end of file): poll(2), timeout 0.
-    (Where the C Writer records, messages.install_native puts writer.c's ``readable`` here.)"""
+    (Where the C Writer records, messages.install_native puts queue_hooks.c's ``readable`` here.)"""
     p = select.poll()
     p.register(fd, select.POLLIN)
     return bool(p.poll(0))
@@ -351,7 +351,7 @@ def waiting_get(get, q, block, timeout):
     return waits.queue_wait("queue.get", get, q, (q, block, timeout), timeout)
 
 
-# The Python versions of the two that mpviz's Queue.get calls: install_native puts writer.c's in
+# The Python versions of the two that mpviz's Queue.get calls: install_native puts the C ones in
 # their place while the C Writer records (the wait's two events without a Python call), and
 # these back when the Python Writer does.
 _py_get_would_wait, _py_waiting_get = get_would_wait, waiting_get
@@ -377,7 +377,7 @@ def watch_reads(q):
 def _plain_pipe(method, conn):
     """`conn`, if `method` does nothing but move one framed message through it — the
     Connection's own recv_bytes or send_bytes, or mpviz's ``_pipe.read_message`` of its fd —
-    so that writer.c's Tap may move the bytes itself (see there); else None: the Tap calls
+    so that queue_hooks.c's Tap may move the bytes itself (see there); else None: the Tap calls
     `method`."""
     try:
         if method == conn.recv_bytes or method == conn.send_bytes:
@@ -540,10 +540,10 @@ def _pool_setup_queues(self):
 
 
 def install_native():
-    """Where the C Writer records, put writer.c's versions of the per-message hooks in place of
+    """Where the C Writer records, put queue_hooks.c's versions of the per-message hooks in place of
     the Python ones that ``PATCHES`` installed (their originals are kept in ``_orig`` as ever,
     and ``hooks.uninstall`` puts those back). Each C hook does what its Python version here does
-    and calls it for the cases it leaves out (see writer.c, "Tag, Pickler, Hook")."""
+    and calls it for the cases it leaves out (see queue_hooks.c, "Tag, Pickler, Hook")."""
     global _take_c_msg, _c_numbering, readable, get_would_wait, waiting_get
     get_would_wait, waiting_get = _py_get_would_wait, _py_waiting_get
     if recorder.writer_class() is recorder.Writer or "Queue.put" not in _orig:

@@ -28,7 +28,7 @@ A Queue's ``get`` and ``put`` (the stdlib's Queue, JoinableQueue and SimpleQueue
 Queue) run once per message: the recorder's hot path (messages.py). So they ask first, without
 blocking, whether they would wait -- a get: is there anything to read in the pipe (one
 ``poll(2)`` with timeout 0); a put: is the bounded queue's semaphore at zero (no system call) --
-and only a get or put that would wait records the pair (``queue_wait`` below; in C, writer.c's
+and only a get or put that would wait records the pair (``queue_wait`` below; in C, queue_hooks.c's
 ``record_get_wait``, while the C Writer records). A get that finds a message at once costs that
 one ``poll``; one that waits, the poll and two events. (A get that found a message which
 another reader then took first blocks unrecorded: rare, and the watchdog's stacks show it.)
