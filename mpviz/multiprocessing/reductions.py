@@ -24,32 +24,17 @@ see _codec.py). What each saves: docs/PERFORMANCE.md.
 
 A tensor and its views name the *same* storage object, which pickle writes once per message: so
 views arrive as views of one storage. The ``rebuild_*`` functions look in the receive cache
-(:mod:`mpviz.sharing.cache`) first: a storage this process already maps comes back as the same
-object, and costs no descriptor and no mapping. That includes a storage this process has just
-*sent* and dropped: the sender keeps it a moment (file_descriptor: until the receiver's release
-arrives; file_system: ``file_system.LINGER_SECONDS``, for storages it received), so a tensor
-that comes straight back (``q_out.put(q_in.get())`` in a consumer) finds it. With the
-shared-memory cache on (:mod:`mpviz.sharing.allocator`), a mapping this process let go of but
-kept is found next.
+(:mod:`mpviz.sharing.cache`) first: a storage this process already maps -- or has just sent and
+dropped, which the sender keeps a moment -- comes back as the same object, with no descriptor
+and no mapping; then, with the shared-memory cache on, in :mod:`mpviz.sharing.allocator`.
 
-Both strategies count each handle in flight in the segment's header (``segment.incref()``, one
-atomic add): the receiver that maps the segment takes that count over, one that maps it already
-gives it back (``decref``). So a count of 1 always means "one process maps it, and no message
-names it" — the fact the caching allocator (:mod:`mpviz.sharing.allocator`) needs before it
-reuses a segment, the one that lets ``file_system`` unlink a name at the right moment, and the
-one the shm manager reads to keep a name whose sender was killed with a handle on its way.
-
-**A message that fails gives back what it took.** Pickling a message can fail half-way: in
-``q.put((t, lambda: 0))`` the tensor's handle is made (a count in its header, and under
-``file_descriptor`` an fd offer that keeps the segment open) before the lambda refuses. Nothing
-will ever take those over, so :func:`dumps_or_give_back` notes every handle made while it
-pickles, and on an error gives each count back and withdraws each offer before it re-raises.
-
-**Which road a handle takes.** Under ``file_system`` a handle also says, in the segment's header,
-which queue pipe carries it (``channel``: the pipe's inode; ``None`` for a road mpviz cannot
-name: a ``Pipe``, a ``SimpleQueue``, a ``Pool``, a Process argument). The shm manager reads
-that to keep the name while some live process can still read that pipe — see
-:mod:`mpviz.sharing.shm_manager`.
+**Counts.** Each handle in flight is counted in the segment's header (``segment.incref()``, one
+atomic add); the receiver that maps the segment takes the count over, one that maps it already
+gives it back. So 1 means "one process maps it, no message names it": what the allocator needs
+to reuse a segment, ``file_system`` to unlink a name, the shm manager to keep one. A message
+that fails half-way (``q.put((t, lambda: 0))``) gives back what it took: :func:`dumps_or_give_back`.
+Under ``file_system`` a handle also writes which queue pipe carries it (``channel``; ``None``
+for a ``Pipe``, ``SimpleQueue``, ``Pool``, a Process argument), for the shm manager.
 
 Plain ``pickle.dumps`` does not use these reducers and copies the bytes, as in torch.
 
