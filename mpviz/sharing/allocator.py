@@ -1,8 +1,8 @@
 """A caching allocator for shared memory: keep segments whose pages are in, hand them out again.
 
 Why: the expensive part of sharing a *fresh* tensor is not the copy, it is the kernel handing
-out brand-new pages (a page fault and a zeroed page per 4 KiB: ~1.3 GB/s here, against ~10 GB/s
-for a copy into pages that are already in). A loop that sends a new 64 MiB tensor each step pays
+out brand-new pages (a page fault and a zeroed page per 4 KiB: several times slower than a copy
+into pages that are already in; the figures: docs/PERFORMANCE.md). A loop that sends a new 64 MiB tensor each step pays
 that every step. So, like torch's CUDA caching allocator does for GPU memory, keep what was freed
 and give it out again::
 
