@@ -2,8 +2,8 @@
 
 Why: the expensive part of sharing a *fresh* tensor is not the copy, it is the kernel handing
 out brand-new pages (a page fault and a zeroed page per 4 KiB: several times slower than a copy
-into pages that are already in; the figures: docs/PERFORMANCE.md). A loop that sends a new 64 MiB tensor each step pays
-that every step. So, like torch's CUDA caching allocator does for GPU memory, keep what was freed
+into pages that are already in; the figures: docs/PERFORMANCE.md). A loop that sends a new
+64 MiB tensor each step pays that every step. So, like torch's CUDA caching allocator does for GPU memory, keep what was freed
 and give it out again::
 
     share_memory_(64 MiB) ──▶ allocate() ──▶ cache has a 64 MiB segment whose count is 1? ──yes──▶ reuse it
