@@ -17,15 +17,18 @@ to say *when* each write and each read happened, inside those locks::
 ``sig`` (Adler-32 of a message's last 32 bytes) and ``nbytes`` check each pair, so a read that
 no recorded write explains is left unlinked instead of shifting every later pair (identical
 messages, a run of ``None`` sentinels, cannot be told apart: such a read takes the next write's
-id). Nothing is added to the bytes that travel. mpviz's own
-``Queue`` often writes its bytes in ``put``: then one ``queue.put`` carries nbytes and sig ("mpviz's
-own Queue", below). A get that must wait, a put into a full queue: ``wait.*`` events (waits.py).
+id). Nothing is added to the bytes that travel. mpviz's own ``Queue`` often writes its bytes in
+``put``: then one ``queue.put`` carries nbytes and sig ("mpviz's own Queue", below). A get that
+must wait, a put into a full queue: ``wait.*`` events (waits.py).
+
 **Envelopes** (``SimpleQueue``, ``Pipe``, Queues whose feeder started before recording) carry the
 id in the message: unpickling ``_Envelope(obj, "7.3")`` calls ``_open``, which emits queue.get and
-returns obj. Pool tasks: ``_TaskProbe`` records ``pool.task``. The per-message hooks are written
-twice: here (the reference) and in C in queue_hooks.c (``install_native``). Next on an event's
-road: recorder.py. Adapted from context propagation in distributed tracing, and, for Queues,
-the FIFO matching of sends and receives in MPI trace analysis.
+returns obj -- unpickling *is* the receiver's hook. Pool tasks: ``_TaskProbe`` records
+``pool.task``. The per-message hooks are written twice: here (the reference) and in C, in
+queue_hooks.c (``install_native``). Next on an event's road: recorder.py.
+
+Adapted from context propagation in distributed tracing, and, for Queues, the FIFO matching of
+sends and receives in MPI trace analysis.
 """
 import bisect
 import itertools
