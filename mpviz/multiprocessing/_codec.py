@@ -11,7 +11,7 @@ Two kinds of message, told apart by their first byte::
 
 ``encode`` runs in ``put`` (so a tensor is in shared memory before ``put`` returns, and a
 pickling error reaches the caller); ``decode`` runs in ``get``. Why two kinds: ``marshal``
-writes and reads a flat tuple in well under a µs, while pickling a handle means reducers
+writes and reads a flat tuple with no Python call, while pickling a handle means reducers
 called from C, a pickler and its memo, and an import on arrival (see ``reductions.py``).
 
 Adapted from ``multiprocessing.reduction.ForkingPickler.dumps``/``loads``; left out: nothing

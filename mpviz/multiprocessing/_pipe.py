@@ -7,7 +7,7 @@ by writing each one's length first::
 
 :func:`write_message` and :func:`read_message` do what ``Connection.send_bytes`` and
 ``recv_bytes`` do, with plain ``os.write``/``os.read`` (the stdlib reads through an
-``io.BytesIO`` in a Python loop: a few µs a message). writer.c's ``Tap`` has a C copy of them.
+``io.BytesIO`` in a Python loop). queue_hooks.c's ``Tap`` has a C copy of them.
 
 **Writing straight in** (:class:`DirectWrite`, mixed into mpviz's Queue). Handing a message to
 the feeder thread costs two thread switches (wake the feeder, which then competes for the GIL):
@@ -58,7 +58,7 @@ def read_message(fd):
     return _read_exactly(fd, size)
 
 
-read_message.reads_one_message = True   # writer.c's Tap may do this read itself (see its Tap)
+read_message.reads_one_message = True   # queue_hooks.c's Tap may do this read itself (see its Tap)
 
 
 def _read_exactly(fd, n):

@@ -14,47 +14,27 @@ registers two functions with it, so every one of those roads carries handles::
                              file_system:     rebuild, ("storage_filename", "/mpviz_…", nbytes,
                                               sender pid)
 
-**One function in every handle.** Each *different* function or class named in a pickle costs
-about 1.5 µs to write and as much to read, whatever it is: the pickler imports its module to check
-that the name finds the same object, the unpickler looks it up. The same one named twice costs
-nothing the second time (the pickle refers back to it). So all handles name one function,
-:func:`rebuild`, with the kind of thing to rebuild as its first argument, and a plain ``Tensor``
-sends ``None`` for its class. A tensor's handle names one function instead of three (what that
-saves: docs/PERFORMANCE.md).
-
-**Shorter still: no pickle at all.** mpviz's own ``Queue`` sends a lone plain tensor as its
-*short handle* — the same facts as one flat tuple, ``marshal``-ed (:func:`pack_tensor`,
-:func:`unpack_tensor`): no reducer called from C, no function named. Pickle's share of the cost
-was most of it (the counts: docs/PERFORMANCE.md).
+**One function in every handle.** Each *different* function or class named in a pickle costs an
+import to write (the pickler checks that the name finds the same object) and a lookup to read;
+named again, it costs nothing (the pickle refers back). So all handles name one function,
+:func:`rebuild`, with the kind of thing to rebuild first, and a plain ``Tensor`` sends ``None``
+for its class. mpviz's own ``Queue`` goes further for a lone plain tensor: its *short handle*,
+the same facts as one flat tuple, ``marshal``-ed (:func:`pack_tensor`, :func:`unpack_tensor`;
+see _codec.py). What each saves: docs/PERFORMANCE.md.
 
 A tensor and its views name the *same* storage object, which pickle writes once per message: so
 views arrive as views of one storage. The ``rebuild_*`` functions look in the receive cache
-(:mod:`mpviz.sharing.cache`) first: a storage this process already maps comes back as the same
-object, and costs no descriptor and no mapping. That includes a storage this process has just
-*sent* and dropped: the sender keeps it a moment (file_descriptor: until the receiver's release
-arrives; file_system: ``file_system.LINGER_SECONDS``, for storages it received), so a tensor
-that comes straight back (``q_out.put(q_in.get())`` in a consumer) finds it. With the
-shared-memory cache on (:mod:`mpviz.sharing.allocator`), a mapping this process let go of but
-kept is found next.
+(:mod:`mpviz.sharing.cache`) first: a storage this process already maps -- or has just sent and
+dropped, which the sender keeps a moment -- comes back as the same object, with no descriptor
+and no mapping; then, with the shared-memory cache on, in :mod:`mpviz.sharing.allocator`.
 
-Both strategies count each handle in flight in the segment's header (``segment.incref()``, one
-atomic add): the receiver that maps the segment takes that count over, one that maps it already
-gives it back (``decref``). So a count of 1 always means "one process maps it, and no message
-names it" — the fact the caching allocator (:mod:`mpviz.sharing.allocator`) needs before it
-reuses a segment, the one that lets ``file_system`` unlink a name at the right moment, and the
-one the shm manager reads to keep a name whose sender was killed with a handle on its way.
-
-**A message that fails gives back what it took.** Pickling a message can fail half-way: in
-``q.put((t, lambda: 0))`` the tensor's handle is made (a count in its header, and under
-``file_descriptor`` an fd offer that keeps the segment open) before the lambda refuses. Nothing
-will ever take those over, so :func:`dumps_or_give_back` notes every handle made while it
-pickles, and on an error gives each count back and withdraws each offer before it re-raises.
-
-**Which road a handle takes.** Under ``file_system`` a handle also says, in the segment's header,
-which queue pipe carries it (``channel``: the pipe's inode; ``None`` for a road mpviz cannot
-name: a ``Pipe``, a ``SimpleQueue``, a ``Pool``, a Process argument). The shm manager reads
-that to keep the name while some live process can still read that pipe — see
-:mod:`mpviz.sharing.shm_manager`.
+**Counts.** Each handle in flight is counted in the segment's header (``segment.incref()``, one
+atomic add); the receiver that maps the segment takes the count over, one that maps it already
+gives it back. So 1 means "one process maps it, no message names it": what the allocator needs
+to reuse a segment, ``file_system`` to unlink a name, the shm manager to keep one. A message
+that fails half-way (``q.put((t, lambda: 0))``) gives back what it took: :func:`dumps_or_give_back`.
+Under ``file_system`` a handle also writes which queue pipe carries it (``channel``; ``None``
+for a ``Pipe``, ``SimpleQueue``, ``Pool``, a Process argument), for the shm manager.
 
 Plain ``pickle.dumps`` does not use these reducers and copies the bytes, as in torch.
 
@@ -154,10 +134,9 @@ _dtype = functools.lru_cache(maxsize=None)(np.dtype)   # dtype code -> np.dtype,
 # Most of a pickled handle's cost is pickle's, not the handle's: a reducer called from C for the
 # tensor and again for its storage, a pickler made and its memo filled, and the one function
 # every handle names — written as a module and a name, looked up again (an import) on arrival.
-# Counted with valgrind: ~68,000 instructions to pickle and unpickle one tensor's handle, more
-# than a whole round trip of a small message through a pipe. A lone plain tensor, the usual
-# thing to put on a queue, needs none of that: its handle is a flat tuple of numbers and
-# strings, which ``marshal`` (the format of .pyc files) writes and reads in well under a µs.
+# A lone plain tensor, the usual thing to put on a queue, needs none of that: its handle is a
+# flat tuple of numbers and strings, which ``marshal`` (the format of .pyc files) writes and
+# reads with no Python call (the counts: docs/PERFORMANCE.md).
 # mpviz's Queue sends it that way (see ``_codec.encode``); everything else is pickled.
 
 def pack_tensor(tensor, channel=None):

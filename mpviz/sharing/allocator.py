@@ -1,9 +1,9 @@
 """A caching allocator for shared memory: keep segments whose pages are in, hand them out again.
 
 Why: the expensive part of sharing a *fresh* tensor is not the copy, it is the kernel handing
-out brand-new pages (a page fault and a zeroed page per 4 KiB: ~1.3 GB/s here, against ~10 GB/s
-for a copy into pages that are already in). A loop that sends a new 64 MiB tensor each step pays
-that every step. So, like torch's CUDA caching allocator does for GPU memory, keep what was freed
+out brand-new pages (a page fault and a zeroed page per 4 KiB: several times slower than a copy
+into pages that are already in; the figures: docs/PERFORMANCE.md). A loop that sends a new
+64 MiB tensor each step pays that every step. So, like torch's CUDA caching allocator does for GPU memory, keep what was freed
 and give it out again::
 
     share_memory_(64 MiB) ──▶ allocate() ──▶ cache has a 64 MiB segment whose count is 1? ──yes──▶ reuse it
@@ -34,8 +34,9 @@ keeps it mapped as well (:func:`keep_received`) — but, unlike its own, with it
 back: it no longer counts as a holder, so the producer may reuse the segment at once. When the
 same memory arrives again (a consumer that drops each tensor it gets, then receives the next one
 in the same buffer), the handle finds the mapping here (:func:`take_received`): no descriptor to
-fetch, no ``shm_open``, no ``mmap`` — the round trip of issue #8's benchmark drops to the cost of
-the queue. A kept mapping nobody else counts any more (count 0) is let go at the next visit.
+fetch, no ``shm_open``, no ``mmap``: such a round trip costs about what the queue costs
+(docs/PERFORMANCE.md). A kept mapping nobody else counts any more (count 0) is let go at the
+next visit.
 
     received storage's last view gone ──▶ keep_received: count ourselves out, keep the mapping
     the same key arrives again        ──▶ take_received: it is ours again (the handle's count)

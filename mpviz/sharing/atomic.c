@@ -1,7 +1,7 @@
-/* atomic.c -- one atomic add on a shared count, as a Python function that costs ~50 ns.
+/* atomic.c -- one atomic add on a shared count, as one cheap compiled Python function.
 
-file_descriptor.py's ``choose_atomic_add`` has the reference (the ctypes add) and says which
-add a process uses: read it first. Both strategies keep a
+segment.py's ``choose_atomic_add`` has the reference (the ctypes add) and says which add a
+process uses: read it first. Both strategies keep a
 count in the first 8 bytes of every shared segment (how many processes map it, plus the handles
 on their way), and every handle that travels changes it twice: +1 when it is pickled, -1 when it
 arrives where the segment is mapped already. Those adds must be atomic *across processes*: two
@@ -9,17 +9,17 @@ processes adding at the same moment must both be counted. One CPU instruction on
 does that (``lock xadd`` on x86), the instruction torch's ``RefcountedMapAllocator`` uses.
 
 Python has no such instruction. ``ctypes`` can call libatomic's ``__atomic_fetch_add_8``, but a
-ctypes call costs ~1.5 µs (it converts every argument and builds a C call frame at run time):
-four of them per round trip are ~6 µs of a ~100 µs hand-off. This function does the same in one
-compiled call:
+ctypes call converts every argument and builds a C call frame at run time, four times per
+round trip (what that costs: docs/PERFORMANCE.md). This function does the same in one compiled
+call:
 
     add(buffer, delta) -> the new count
         buffer  anything writable with the buffer protocol, at least 8 bytes, aligned to 8
                 (a segment's mapping: its start is page-aligned)
         delta   added atomically; 0 reads the count
 
-native.py builds it on first use, as it builds the recorder's C Writer; without a compiler,
-``atomic_add`` keeps using ctypes.
+mpviz/_native.py builds it on first use, as it builds the recorder's C Writer; without a
+compiler, ``atomic_add`` keeps using ctypes.
 */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>

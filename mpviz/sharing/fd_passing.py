@@ -16,8 +16,8 @@ Adapted from the idea of CPython's ``multiprocessing/resource_sharer.py`` (one l
 process that serves registered resources by id). What is different here, and why:
 
 * The connection is **persistent**: a receiver connects to a sender once and reuses the socket for
-  every later descriptor, instead of connect + authenticate + close per descriptor (~0.4 ms each
-  in stdlib). Peers are checked with ``SO_PEERCRED`` (same user only) instead of an HMAC handshake.
+  every later descriptor, instead of connect + authenticate + close per descriptor, as in the
+  stdlib. Peers are checked with ``SO_PEERCRED`` (same user only) instead of an HMAC handshake.
 * A receiver that already maps the storage asks for nothing: it sends a one-way ``R`` (release)
   so the sender can drop its offer. Releases wait up to ``RELEASE_DELAY`` (5 ms) to travel
   together — one message wakes the sender's server thread once for many of them, instead of once

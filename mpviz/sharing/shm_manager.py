@@ -1,6 +1,6 @@
 """The shm manager: a small daemon that removes ``file_system`` segments nobody alive holds.
 
-Why it exists: a ``file_system`` segment is freed by whoever drops its reference count to 0 (see
+Why: a ``file_system`` segment is freed by whoever drops its count to 0 (see
 :mod:`mpviz.sharing.file_system`). A process killed by SIGKILL drops nothing, so its segments
 would stay in /dev/shm, using RAM, until reboot. The manager watches instead::
 
@@ -9,66 +9,32 @@ would stay in /dev/shm, using RAM, until reboot. The manager watches instead::
     process A ──"DROP /mpviz_2"────▶ │ (own session)│   connected process holds, and that no
                                      └──────────────┘   handle in flight names, is unlinked.
 
-* One manager per user (and per ``MPVIZ_SHM_TAG``, so that test runs that tag their segments
-  each get their own), at an abstract Unix socket address; it serves only peers of its own uid
-  (``SO_PEERCRED``). The first process that needs it starts it; it double-forks and calls
-  ``setsid()`` so it outlives its starter and is nobody's child, and points stdin/stdout/stderr at
-  /dev/null so a test runner waiting on those pipes is never held open.
-* Every message is a line, sent without waiting for an answer: ``HOLD``/``DROP`` (this process
-  maps / no longer maps a name), ``UNLINKED``. A process that dies mid-message loses nothing
-  that was already written. Messages go when a process maps or unmaps a segment, not for each
-  tensor sent: a tensor that comes back to a process that still maps it costs none. (With the
-  shared-memory cache on, a kept mapping that is used again, or let go, says so: two a trip.)
-* **Handles in flight are read from the segment, not reported.** A ``file_system`` segment's
-  header counts its holders *and* the handles in flight (see :mod:`~mpviz.sharing.file_system`).
-  Its holders say how many of those counts are theirs: ``HOLD name 1`` (one mapping, counted),
-  ``HOLD name 0`` (we still map it, but counted ourselves out: a mapping the shared-memory cache
-  keeps, or one about to be let go). A holder says it *before* it gives a count back, so that
-  if it is killed in between the manager errs towards keeping the name, never towards removing
-  it early. The manager adds up the counts of processes that died; then, for a name nobody holds::
+* One per user (and ``MPVIZ_SHM_TAG``), at an abstract Unix socket, serving only its own uid
+  (``SO_PEERCRED``); started by the first process that needs it, double-forked and ``setsid()``
+  so it is nobody's child, its stdin/stdout/stderr on /dev/null. A line per message, unanswered:
+  ``HOLD name 1`` (I map it, counted), ``HOLD name 0`` (I map it, counted out: a kept mapping),
+  ``HOLD name`` (a simulated CUDA block), ``DROP``, ``UNLINKED`` -- sent when a process maps or
+  unmaps, not per tensor; a holder says it before it gives its count back (a kill in between
+  errs towards keeping).
+* **Handles in flight are read from the segment.** For a name nobody holds: in flight = the
+  header's count - the counts of dead holders. 0: unlinked at once. Else, every
+  ``CHECK_SECONDS``, can one still arrive? The sender wrote its road in the header (the queue
+  pipe's inode; -1 for a ``Pipe``, ``SimpleQueue``, ``Pool``)::
 
-      handles in flight = the count in the header - the counts of dead holders
+      the pipe is named, and a live process has its reading end open      -> keep it
+        (/proc/PID/fd/N -> "pipe:[inode]", /proc/PID/fdinfo/N)
+      no road named, and a process of a holder's process group lives      -> keep it
+      otherwise: no live process can ever receive a handle to it          -> unlink it
 
-  If that is 0, nobody can ever map the name again: it is unlinked at once. (This used to be
-  two more messages, one per handle put and one per handle taken — a system call and a wake-up
-  of this daemon for every tensor that crossed, about a quarter of a round trip on a busy
-  2-core machine.) A plain ``HOLD name`` (no count: a simulated CUDA block) is removed once
-  nobody holds it.
-* **Can a handle in flight still arrive?** Only if a live process can still read the road it
-  travels on. The sender writes that road in the segment's header before it counts the handle
-  (the inode of the queue's pipe; -1 for a road mpviz cannot name: a ``Pipe``, a
-  ``SimpleQueue``, a ``Pool``). A name nobody holds with handles in flight is *in flight*; every
-  ``CHECK_SECONDS`` the manager looks again at those (once they have waited ``CHECK_SECONDS``)::
+  So a tensor put on a queue arrives however long after its sender died, while anyone can still
+  ``get`` from that queue (a forked child that inherited the pipe counts too). :func:`fate`
+  asks the manager that story for one name (``FATE name``: the one message it answers).
+* Idle (no client, nothing in flight) for ``IDLE_SECONDS``: it unlinks what it knows and exits.
+  Off with ``enable(False)`` or ``MPVIZ_SHM_MANAGER=0`` (children inherit it), to *see* the leak.
 
-      a queue pipe is named, and some live process has it open for reading   -> keep it
-      (/proc/PID/fd/N links to "pipe:[inode]", /proc/PID/fdinfo/N says read)
-      no road named, or one it cannot name, and a process of the process     -> keep it
-      group of one of its holders is alive (/proc/PID/stat)
-      otherwise: no live process can ever receive a handle to it             -> unlink it
-
-  So a tensor put on a queue arrives however long after its sender exited or was killed, while
-  anyone can still ``get`` from that queue; once the queue is closed or collected in every live
-  process, its undelivered names go within ~2 ``CHECK_SECONDS``. Where the road is unknown the
-  manager keeps the name as long as a process of its sender's *process group* lives: the
-  program that sent it (a script and the children it started, a notebook kernel and its
-  workers, which inherit its group) — as torch keeps names while any of its clients lives. :func:`fate` asks the manager that story for one name (a ``FATE name`` line,
-  the one message it answers), for pictures and the learner.
-
-  What "can still read" means here is "has the pipe's reading end open": a forked child
-  inherits every queue its parent had, and keeps such names too while it lives, though it may
-  never call ``get``. The cost is one scan of /proc (~20 ms with ~120 processes) per
-  ``CHECK_SECONDS`` while some name has waited in flight that long — never in a run where
-  every handle is received within a second.
-* When no client has been connected, and no name has been in flight, for ``IDLE_SECONDS``, it
-  unlinks every name it still knows and exits.
-* It can be switched off (``enable(False)``, or ``MPVIZ_SHM_MANAGER=0`` in the environment, which
-  spawned children inherit) to *see* the leak.
-
-Adapted from torch's ``libshm`` (``torch_shm_manager``), which tracks allocations per client and
-cleans up when all clients are gone. Different: mpviz also cleans up after each dead client.
-
-This file runs both as a module (the client) and as a script (the daemon), and uses only the
-standard library so the daemon starts fast.
+Adapted from torch's ``libshm`` (``torch_shm_manager``), which cleans up when all clients are
+gone; mpviz also cleans up after each dead client. This file is the client (as a module) and the
+daemon (as a script), standard library only so the daemon starts fast.
 """
 import hashlib
 import os

@@ -1,18 +1,27 @@
-"""Recording what every process does, and reading it back (issue #4).
+"""Recording what every process does, and reading it back.
 
     with mpviz.trace.record() as trace:      # this process + every process started inside
         ...                                   # (fork, spawn, forkserver, Pool workers)
     trace.events / processes() / flows() / segments() / locks() / to_chrome("t.json")
-
     trace = mpviz.trace.load("some/dir")      # afterwards, or from a killed run
     mpviz.trace.mark("epoch", n=3)            # your own event
     mpviz.trace.os_view(pid)                  # what the OS says: mapped /dev/shm names, fds
 
-How it works, one module each: recorder.py (the per-process crash-safe log; writer.c is its
-Writer in C, which native.py builds on first use), reader.py (reading logs back, incrementally),
-hooks.py + messages.py + locks.py + waits.py (what is patched in the stdlib, and how children start
-recording), autostart/ (a fresh interpreter joining a recording), trace.py (merging and the
-views), chrome.py (Chrome/Perfetto JSON), osview.py (/proc cross-checks).
+One event's road, in three files (each one's header says where it goes next):
+
+    mark("x")           trace.py     hands ("x", args) to this process's Writer, if recording
+     -> Writer.mark     recorder.py  one record: [length|checksum|time|thread|kind|args], copied
+                                     into the memory-mapped log <pid>-<n>.mpvlog (writer.c: the
+                                     same Writer in C, the same bytes), in the kernel's page cache
+     -> LogReader.poll  reader.py    reads each log's new records, checks and decodes them
+     -> Trace.events    trace.py     Events of every process, merged by time; the views
+    q.put(x)            messages.py  the hook that trace/ installed on the Queue (queues.py knows
+                                     nothing of it) emits queue.put; then recorder.py and
+                                     reader.py as above; Trace.flows() pairs it with its get
+
+The rest: hooks.py (what is patched, how children start recording), locks.py, waits.py,
+autostart/ (a fresh interpreter joining), events.py (every kind and its args: KINDS),
+chrome.py (Chrome/Perfetto JSON), osview.py (/proc cross-checks), native.py (loads writer.c).
 """
 from .events import Event, Flow, Hold, LockInfo, ProcessInfo, Segment
 from .osview import OSView, os_view
@@ -26,7 +35,7 @@ def __getattr__(name):
     # trace.py pulls in the stdlib patches (hooks.py, inspect, ...): load it on first use, so that
     # the core's `from ..trace import recorder` keeps `import mpviz` cheap. Python calls this only
     # when a name is missing, so the names are then bound here: every later `mpviz.trace.mark` is
-    # a plain attribute hit (~0.03 µs), not a call that runs an import (~1-3 µs, per event).
+    # a plain attribute hit, not a call that runs an import on every event.
     if name in _LAZY:
         from . import trace
         for lazy in _LAZY:

@@ -2,7 +2,7 @@
 
 A queue moves *bytes*; nothing in them says which put they came from. But a ``Queue``'s pipe is
 first in, first out, and every write into it happens under the queue's write lock, every read
-under its read lock. So the n-th message written is the n-th message read — the events only have
+under its read lock. So the n-th message written is the n-th message read -- the events only have
 to say *when* each write and each read happened, inside those locks::
 
     producer (pid 7)                                     consumer (pid 9)
@@ -10,56 +10,25 @@ to say *when* each write and each read happened, inside those locks::
                   buffer ◄─ _Tag(obj, "7.3")                 read the bytes (read lock held)
     feeder thread:                                           emit queue.get(nbytes, sig)
       pickle(obj) — just obj: the tag is not sent            unpickle, return obj
-      (write lock held:)                                          ▲
-        emit queue.feed(msg=7.3, nbytes, sig)                     │
+      (write lock held:) emit queue.feed(msg=7.3, nbytes, sig)    ▲
         write  ──────────────────────────────► pipe ──────────────┘
-
     Trace: per queue, writes (feeds) and reads (gets) in time order, zipped: get.msg = "7.3"
 
-``sig`` is an Adler-32 of the message's last 32 bytes: with ``nbytes`` it checks each pair, so a
-message read that no recorded write explains (written before recording started, or by an
-unrecorded process) is left unlinked instead of shifting every later pair by one -- as long
-as its bytes differ from the next recorded write's: identical messages (a run of ``None``
-sentinels, say) cannot be told apart, and such a read takes the next write's id. Nothing is
-added to the bytes that travel: recording costs three small events per message and no
-pickling (issue #4 asks a 10k-message ping-pong to stay within 1.1x of its unrecorded time;
-bench/bench_recorder.py measures it, bench/RESULTS.md has the figures). The hooks that
-run for every message are written twice: in Python below (the reference, used with the Python
-Writer) and in C, in queue_hooks.c (part of writer.c's module: "writer.c's" below), which the
-C Writer comes with (``install_native``): put (``Hook``),
-the feeder's pickler (``Pickler``), its write and the reader's read (``Tap``), get (``Hook``).
-A Python call per message was most of what recording a small message cost. Where a queue's
-read or its feeder's write is exactly its pipe Connection's (``_plain_pipe``), the C ``Tap``
-also moves the bytes itself, with read(2)/write(2) and the same framing, instead of calling the
-stdlib's ``recv_bytes``/``send_bytes`` (Python, through a BytesIO) back from C. Counted with
-valgrind in a 1,000-message ping-pong, the echo child ran ~60,000 instructions per round trip
-unrecorded; recorded, ~85,500 with the Python hooks, ~67,300 with C hooks that called the
-stdlib's read and write, ~51,200 with the Tap's own: the three events of a message cost ~2,400
-instructions a trip, and the C read and write save more than that.
+``sig`` (Adler-32 of a message's last 32 bytes) and ``nbytes`` check each pair, so a read that
+no recorded write explains is left unlinked instead of shifting every later pair (identical
+messages, a run of ``None`` sentinels, cannot be told apart: such a read takes the next write's
+id). Nothing is added to the bytes that travel. mpviz's own ``Queue`` often writes its bytes in
+``put``: then one ``queue.put`` carries nbytes and sig ("mpviz's own Queue", below). A get that
+must wait, a put into a full queue: ``wait.*`` events (waits.py).
 
-A get with nothing to read yet, and a put into a full bounded queue, are also recorded as
-waits (``wait.begin {on: "queue.get"}`` ... ``wait.end``): asked first without blocking, so a
-get that finds its message costs one ``poll(2)`` more (see waits.py and ``get_would_wait``).
+**Envelopes** (``SimpleQueue``, ``Pipe``, Queues whose feeder started before recording) carry the
+id in the message: unpickling ``_Envelope(obj, "7.3")`` calls ``_open``, which emits queue.get and
+returns obj -- unpickling *is* the receiver's hook. Pool tasks: ``_TaskProbe`` records
+``pool.task``. The per-message hooks are written twice: here (the reference) and in C, in
+queue_hooks.c (``install_native``). Next on an event's road: recorder.py.
 
-mpviz's own ``Queue`` pickles in ``put`` and often writes the bytes itself (see
-:mod:`mpviz.multiprocessing.queues`): then one ``queue.put`` carries ``nbytes`` and ``sig``,
-emitted under the write lock (its hooks: "mpviz's own Queue", at the end of this module). A Queue (the stdlib's or mpviz's) whose feeder thread started
-*before* recording has no write hook: its messages get an envelope instead.
-
-**Envelopes** (``SimpleQueue``, ``Pipe``, and those early Queues) carry the id inside the
-message::
-
-    put: pickle(_Envelope(obj, "7.3")) = the bytes of _open("queue", q, "7.3", obj)
-    get: unpickling calls _open(...): emit queue.get(msg=7.3), return obj
-
-The receiver needs no hook: unpickling the envelope *is* the hook, and it returns exactly the
-object the stdlib would have returned.
-
-Pool tasks ride the same way: ``Pool._quick_put`` (the task thread's send) wraps each task's
-function in a ``_TaskProbe``, whose call in the worker records ``pool.task`` start and done.
-
-Adapted from the idea of context propagation in distributed tracing (a trace id in the message)
-and, for Queues, from the FIFO matching of sends and receives in MPI trace analysis.
+Adapted from context propagation in distributed tracing, and, for Queues, the FIFO matching of
+sends and receives in MPI trace analysis.
 """
 import bisect
 import itertools
@@ -80,11 +49,11 @@ from .events import order as _order
 def _start_numbering():
     global _counter, _prefix
     _counter, _prefix = itertools.count(1), f"{os.getpid()}."
-    if _c_numbering is not None:             # writer.c's put keeps them too
+    if _c_numbering is not None:             # queue_hooks.c's put keeps them too
         _c_numbering(_counter, _prefix)
 
 
-_c_numbering = None                          # writer.c's set_numbering, once in use
+_c_numbering = None                          # queue_hooks.c's set_numbering, once in use
 
 
 _start_numbering()
@@ -156,8 +125,8 @@ def _identity(obj):
     return obj
 
 
-_TAG_TYPES = {_Tag}          # and writer.c's Tag, once the C hooks are used (install_native)
-_take_c_msg = None           # then: writer.c's take_feeding_msg (see _fed)
+_TAG_TYPES = {_Tag}          # and queue_hooks.c's Tag, once the C hooks are used (install_native)
+_take_c_msg = None           # then: queue_hooks.c's take_feeding_msg (see _fed)
 
 
 class _TagPickler(ForkingPickler):
@@ -177,7 +146,7 @@ class _TagPickler(ForkingPickler):
 
 
 class _CountingPickler(ForkingPickler):
-    """What writer.c's Pickler pickles with: ForkingPickler, and where the message carried
+    """What queue_hooks.c's Pickler pickles with: ForkingPickler, and where the message carried
     handles, a ``queue.handles`` event in the feeder thread, just before the Tap records the
     write (``queue.feed``) of those bytes -- the C Tap has no place for the count. Trace
     readers give it to the next ``queue.feed`` of the same thread (the feeder pickles one
@@ -229,7 +198,7 @@ def _tagging_put(stdlib_put):
         except BaseException as exc:
             try:
                 put_failed(qid, msg, exc)
-            except Exception as failed:         # (writer.c: sys.unraisablehook)
+            except Exception as failed:         # (queue_hooks.c: sys.unraisablehook)
                 _unrecorded("queue.put_failed", failed)
             raise                               # the stdlib's exception, not ours
     return put
@@ -261,7 +230,7 @@ def _hooked(method):
 
 
 def _tap():
-    """writer.c's ``Tap`` where the C Writer records: the two hooks below, in C; else None."""
+    """queue_hooks.c's ``Tap`` where the C Writer records: the two hooks below, in C; else None."""
     if recorder.writer_name() != "C":
         return None
     from . import native
@@ -270,7 +239,7 @@ def _tap():
 
 def _unrecorded(kind, exc):
     """An event the Writer could not take (its on_error raised): say so; the message goes on.
-    (writer.c's Tap does the same through sys.unraisablehook.)"""
+    (queue_hooks.c's Tap does the same through sys.unraisablehook.)"""
     print(f"mpviz: {kind} not recorded ({type(exc).__name__}: {exc}); the message went through",
           file=sys.stderr)
 
@@ -285,7 +254,7 @@ def _fed(send_bytes, qid):
         if w is not None:
             msg, _feeding.msg = getattr(_feeding, "msg", None), None
             if msg is None and _take_c_msg is not None:
-                msg = _take_c_msg()             # pickled by writer.c's Pickler instead
+                msg = _take_c_msg()             # pickled by queue_hooks.c's Pickler instead
             args = {"queue": qid, "msg": msg, "nbytes": len(buf), "sig": sig(buf)}
             if getattr(_feeding, "handles", 0):
                 args["handles"], _feeding.handles = _feeding.handles, 0
@@ -349,7 +318,7 @@ def _queue_get(self, block=True, timeout=None):
 
 def readable(fd):
     """Whether a read of `fd` would return at once (bytes, or end of file): poll(2), timeout 0.
-    (Where the C Writer records, messages.install_native puts writer.c's ``readable`` here.)"""
+    (Where the C Writer records, messages.install_native puts queue_hooks.c's ``readable`` here.)"""
     p = select.poll()
     p.register(fd, select.POLLIN)
     return bool(p.poll(0))
@@ -385,7 +354,7 @@ def waiting_get(get, q, block, timeout):
     return waits.queue_wait("queue.get", get, q, (q, block, timeout), timeout)
 
 
-# The Python versions of the two that mpviz's Queue.get calls: install_native puts writer.c's in
+# The Python versions of the two that mpviz's Queue.get calls: install_native puts the C ones in
 # their place while the C Writer records (the wait's two events without a Python call), and
 # these back when the Python Writer does.
 _py_get_would_wait, _py_waiting_get = get_would_wait, waiting_get
@@ -411,7 +380,7 @@ def watch_reads(q):
 def _plain_pipe(method, conn):
     """`conn`, if `method` does nothing but move one framed message through it — the
     Connection's own recv_bytes or send_bytes, or mpviz's ``_pipe.read_message`` of its fd —
-    so that writer.c's Tap may move the bytes itself (see there); else None: the Tap calls
+    so that queue_hooks.c's Tap may move the bytes itself (see there); else None: the Tap calls
     `method`."""
     try:
         if method == conn.recv_bytes or method == conn.send_bytes:
@@ -574,10 +543,10 @@ def _pool_setup_queues(self):
 
 
 def install_native():
-    """Where the C Writer records, put writer.c's versions of the per-message hooks in place of
+    """Where the C Writer records, put queue_hooks.c's versions of the per-message hooks in place of
     the Python ones that ``PATCHES`` installed (their originals are kept in ``_orig`` as ever,
     and ``hooks.uninstall`` puts those back). Each C hook does what its Python version here does
-    and calls it for the cases it leaves out (see writer.c, "Tag, Pickler, Hook")."""
+    and calls it for the cases it leaves out (see queue_hooks.c, "Tag, Pickler, Hook")."""
     global _take_c_msg, _c_numbering, readable, get_would_wait, waiting_get
     get_would_wait, waiting_get = _py_get_would_wait, _py_waiting_get
     if recorder.writer_class() is recorder.Writer or "Queue.put" not in _orig:

@@ -1,9 +1,11 @@
 """Reading per-process logs back, incrementally, while their writers may still be running.
 
-The file format is described in ``recorder.py``, above ``encode``. A ``LogReader`` remembers,
-per file, the offset of the first record it has not yet returned; ``poll()`` lists the directory
-(new processes add new files), reads each file from its offset up to the first length word that
-is still 0, and returns the new events. A live widget can call it many times a second: each call
+On an event's road this comes after recorder.py (the file format: there, above ``encode``) and
+before trace.py (whose ``Trace`` makes Events of what ``poll`` returns, and merges them by time).
+
+A ``LogReader`` remembers, per file, the offset of the first record it has not yet returned;
+``poll()`` lists the directory (new processes add new files), reads each file from its offset up
+to the first length word that is still 0, and returns the new events. A live widget can call it many times a second: each call
 costs only the new bytes plus one small read per file.
 
 A record counts only when its length fits its chunk, its body's Adler-32 matches the stored

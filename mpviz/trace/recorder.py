@@ -1,38 +1,27 @@
 """The recorder's hot path: one append-only, crash-safe log per process.
 
-Call sites check ``recorder.ENABLED`` before building an event, so that recording off costs one
-attribute read (as trio checks that an instrument listens before it builds a hook's call)::
+Call sites check ``recorder.ENABLED`` (always ``writer is not None``; both change in
+``_set_writer`` only) before building an event, so recording off costs one attribute read::
 
     if recorder.ENABLED:
         recorder.emit("shm.create", name=name, strategy="file_system", nbytes=n)
-
-A hot call site can skip ``emit``'s own call and hand the args dict to the Writer itself::
-
-    w = recorder.writer                     # None when not recording
+    w = recorder.writer                     # a hot call site: straight to the Writer
     if w is not None:
         w.emit("queue.get", {"queue": qid, "nbytes": n})
 
-``ENABLED`` is always ``writer is not None``: the two change together, in ``_set_writer`` only.
-Which kinds there are, and their args: ``mpviz.trace.events.KINDS``.
+Every recording process owns one log file ``<pid>-<n>.mpvlog``, *memory-mapped*: the Writer
+encodes an event (``encode``: the bytes of one record) and copies it into the mapping, no system
+call. The pages are the kernel's page cache, so what was copied is "in the file" even if the
+process dies by SIGKILL. ``Writer`` below is the reference; ``writer.c`` writes the same bytes in C
+(native.py loads it where it builds; else, or with ``MPVIZ_PURE_PYTHON=1``, this one records)::
 
-How an event reaches the disk: every process that records owns one log file ``<pid>-<n>.mpvlog``
-in the trace directory, *memory-mapped*. The log's ``Writer`` encodes the event and copies it into
-the mapping, with no system call. The pages belong to the kernel's page cache, so when the process
-dies -- even by SIGKILL, even by ``os._exit`` -- everything it had copied is already "in the
-file". Nothing to flush. The record's bytes: see "one record" below; the file's chunks: "the log
-file". The Writer comes twice, with the same steps and the same bytes: ``Writer`` here, the
-reference in Python, and ``writer.c``, which writes str/int/float/bool/None in marshal's layout
-itself and appends while holding the GIL instead of a lock (``native.py`` loads it where it can be
-built; else, or with ``MPVIZ_PURE_PYTHON=1``, the Python Writer records)::
+    emit(kind, **args) -> writer.emit(kind, args)      (mark() calls writer.mark directly)
+        encode -> append: fits below `end`? copy, the length word last; else on_full() maps more
+        anything fails: on_error() -- a warning and a record.dropped event, or, if the log
+        itself failed (OSError), a warning and recording stops
 
-    emit(kind, **args) --> writer.emit(kind, args)           (mark() calls writer.mark directly)
-                             |  encode: record header + body (see encode)
-                             |  append: fits below `end`?   yes: copy, the length last
-                             |                              no:  on_full() reserves more of the
-                             |                              chunk, or (PAD first) maps the next
-                             '  anything fails: on_error() -- the log failed (OSError): one
-                                warning, recording stops; this event failed (cannot encode,
-                                too large): a warning, a record.dropped event, recording goes on
+Which kinds there are, and their args: ``events.KINDS``. Next on an event's road: reader.py reads
+the records back (``decode``), and trace.py merges every process's into a ``Trace``.
 """
 import marshal
 import mmap

@@ -11,6 +11,9 @@ sorted by ``ts_ns`` (one clock for all processes, see recorder.py)::
                  Queue's reads get theirs from the order of its writes: see messages.py)
     segments()   shm.create/attach/detach/unlink, by segment name
     locks()      lock.wait/acquire/release, paired per lock and thread into holds
+
+An event's road starts and ends here: ``mark()`` (at the end) hands it to recorder.py's Writer;
+reader.py reads it back; ``Trace.refresh`` merges it in.
 """
 import contextlib
 import os
@@ -58,7 +61,7 @@ class Trace:
         """What could not be recorded, in words (``[]``: nothing known to be missing).
 
         Two sources: lines a process left in ``notes.txt`` beside the logs when its own log
-        failed (the program closed or replaced the log's fd, the disk was full: recording.py's
+        failed (the program closed or replaced the log's fd, the disk was full: recorder.py's
         ``note``), and events that say something is missing (a torch version mpviz cannot see
         inside, a torch hook that failed, an event too large to record)."""
         lines = self._file_notes() + _event_notes(self.events)

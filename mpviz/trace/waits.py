@@ -28,21 +28,15 @@ A Queue's ``get`` and ``put`` (the stdlib's Queue, JoinableQueue and SimpleQueue
 Queue) run once per message: the recorder's hot path (messages.py). So they ask first, without
 blocking, whether they would wait -- a get: is there anything to read in the pipe (one
 ``poll(2)`` with timeout 0); a put: is the bounded queue's semaphore at zero (no system call) --
-and only a get or put that would wait records the pair (``queue_wait`` below; in C, writer.c's
+and only a get or put that would wait records the pair (``queue_wait`` below; in C, queue_hooks.c's
 ``record_get_wait``, while the C Writer records). A get that finds a message at once costs that
-one ``poll``, ~0.4 µs here; one that waits, the poll and two events. (A get that found a
-message which another reader then took first blocks unrecorded: rare, and the watchdog's
-stacks still show it.) In a ping-pong every get waits: bench/bench_recorder.py measures what
-that costs.
+one ``poll``; one that waits, the poll and two events. (A get that found a message which
+another reader then took first blocks unrecorded: rare, and the watchdog's stacks show it.)
 
-Cheap: two events per wait, and nothing at all for a wait that cannot block (a join of a child
-already reaped, a result already there). Waits inside waits (``Event.wait`` calls
-``Condition.wait``; ``pool.map`` calls ``get``) are recorded once, the outermost: a
-thread-local flag says "already waiting". Counted with valgrind (bench/bench_waits.py times
-the same), an ``Event.wait`` that returns at once runs ~8,000 instructions unrecorded and
-~20,000 recorded: ~12,000 for the two events and the bookkeeping, small beside a wait that
-blocks (a futex, a thread switch). The feeder's full-pipe check adds ~1,000 instructions and
-one ``ioctl`` per message written: ~2 % of a recorded Queue ping-pong's round trip.
+Two events per wait, nothing for a wait that cannot block (a join of a child already reaped).
+Waits inside waits (``Event.wait`` calls ``Condition.wait``; ``pool.map`` calls ``get``) are
+recorded once, the outermost: a thread-local flag says "already waiting". What it costs
+(bench/bench_waits.py, bench/bench_recorder.py): docs/PERFORMANCE.md.
 """
 import sys
 import threading

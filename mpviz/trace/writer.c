@@ -1,4 +1,4 @@
-/* writer.c -- the recorder's Writer in C: the same records as recorder.py's Writer, ~7x faster.
+/* writer.c -- the recorder's Writer in C: the same records as recorder.py's Writer, faster.
 
 recorder.py's ``Writer`` is the reference: read it first. This file does the same steps, in the
 same order, and writes the same bytes (tests/test_trace_writer.py compares the two):
@@ -16,14 +16,14 @@ same order, and writes the same bytes (tests/test_trace_writer.py compares the t
          hands it back with use(mm, pos, end), or maps the next chunk (use(mm, 0, end)); then
          go back to 3.
 
-Where the Python Writer's time goes (~2 µs a mark on a slow machine), and what this file does:
+Where the Python Writer's time goes (the figures: docs/PERFORMANCE.md), and what this file does:
 
-    marshal.dumps(args, 2)   a general serializer: ~250 ns    str/int/float/bool/None are written
+    marshal.dumps(args, 2)   a general serializer             str/int/float/bool/None are written
                                                               here in marshal's own layout (the
                                                               reader's marshal.loads reads them);
                                                               anything else is handed to marshal
-    a Python lock            ~60 ns                           no lock: see below
-    clock, thread id, the    ~100 ns each call                C calls; the thread id cached
+    a Python lock                                             no lock: see below
+    clock, thread id, the    a Python call each               C calls; the thread id cached
     checksum, struct.pack
 
 The GIL is the lock. Step 3 is plain C: it calls no Python code, so no other thread can run
