@@ -39,7 +39,7 @@ import ipywidgets as widgets
 
 import mpviz.trace as mt
 from mpviz import viz
-from mpviz.viz.colors import COLORS, WORDS, human_bytes
+from mpviz.viz.colors import BLOCKED_FILL, COLORS, WORDS, human_bytes
 
 REFRESH_HZ = 8
 _RENDERER = None                     # one long-lived drawing thread (see _render_in_background)
@@ -450,9 +450,13 @@ class _CallableRun:
 
 def _legend_html():
     items = []
-    for key in ("handle", "copy", "message", "waiting", "holding", "leak", "deadlock"):
-        style = (f"border:2px dashed {COLORS[key]}" if key == "waiting" else
-                 f"background:{COLORS[key]}")
+    hatched = (f"background:repeating-linear-gradient(45deg,{BLOCKED_FILL} 0 3px,"
+               f"{COLORS['blocked']} 3px 4px);border:1px solid {COLORS['blocked']}")
+    for key in ("handle", "copy", "message", "fd", "blocked", "waiting", "holding", "leak",
+                "deadlock"):
+        style = {"waiting": f"border:2px dashed {COLORS[key]}",
+                 "fd": f"border-top:2px dashed {COLORS[key]};height:0;margin-top:6px",
+                 "blocked": hatched}.get(key, f"background:{COLORS[key]}")
         # swatch and words in one unbreakable box, so a line never separates them
         items.append(f"<span style='display:inline-block;white-space:nowrap;margin:0 12px 2px 0'>"
                      f"<span style='display:inline-block;width:12px;height:12px;{style};"

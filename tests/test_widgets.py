@@ -192,3 +192,13 @@ def test_live_stepped_is_the_stepping_widget_in_a_vbox():
         Live(w.producer_consumer).click(0)
     with pytest.raises(ValueError, match="the puzzles are"):
         Live("no-such-puzzle", stepped=True)
+
+
+def test_the_widgets_colour_key_names_what_the_timeline_draws_today():
+    # the hatched waits and the dashed fd arrows were drawn but missing from the widget's key
+    from mpviz.viz.colors import WORDS
+    from mpviz.widgets import _legend_html
+    import html
+    key = _legend_html()
+    for what in ("blocked", "fd", "handle", "copy", "waiting", "holding", "leak", "deadlock"):
+        assert html.escape(WORDS[what]) in key, what
