@@ -109,6 +109,20 @@ def _expected_fds():
     return fd_passing.infrastructure_fds() | shm_manager.infrastructure_fds() | _stdlib_helpers()[1]
 
 
+@pytest.fixture(scope="session")
+def fonts_loaded():
+    """matplotlib opens (and keeps open) a font file the first time it needs it, which the
+    per-test leak check would count: draw every kind of text these pictures use, once."""
+    import io
+
+    from mpviz.viz.figure import Figure
+    fig = Figure()
+    ax = fig.add_subplot()
+    ax.text(0, 0, "✗ ▸ ≈ → ← └ ▼ plain")
+    ax.text(0, 1, "✗ ▸ bold", fontweight="bold")
+    fig.savefig(io.BytesIO(), format="png")
+
+
 @pytest.fixture(autouse=True)
 def fresh_autograd_engine():
     """Each test starts with an autograd engine that has not "started its device threads": a

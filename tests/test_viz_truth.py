@@ -31,17 +31,8 @@ pytestmark = pytest.mark.timeout(120)
 
 
 @pytest.fixture(scope="module", autouse=True)
-def fonts_loaded():
-    """matplotlib opens (and keeps open) a font file the first time it needs it, which the
-    per-test leak check would count: draw every kind of text these pictures use, once."""
-    import io
-
-    from mpviz.viz.figure import Figure
-    fig = Figure()
-    ax = fig.add_subplot()
-    ax.text(0, 0, "✗ ▸ ≈ → ← └ ▼ plain")
-    ax.text(0, 1, "✗ ▸ bold", fontweight="bold")
-    fig.savefig(io.BytesIO(), format="png")
+def _fonts(fonts_loaded):
+    """(see conftest.fonts_loaded)"""
 
 
 def arrow_colors(fig):
