@@ -33,7 +33,7 @@ from ..errors import TooManyFdsError
 from ..trace import recorder
 from .fd_passing import fd_limit
 from .mapping import map_shared
-from .segment import HEADER, Hold, Segment, add_at, fill_and_map, release_all, reserve
+from .segment import HEADER, Hold, Segment, add_at, fill_and_map, fills_every_page, release_all, reserve
 # older names, still imported from here by other modules and tests
 from .segment import _choose_atomic_add, atomic_add, choose_atomic_add  # noqa: F401
 from .segment import reserve as _reserve  # noqa: F401
@@ -97,8 +97,8 @@ def create(nbytes, data=None):
         raise
     _posixshmem.shm_unlink(name)  # anonymous from now on: nothing can leak
     try:
-        reserve(fd, HEADER + max(nbytes, 1), STRATEGY)
-        segment = FdSegment(_hold(fd, nbytes, name, fill_and_map(fd, nbytes, data), created=True))
+        reserve(fd, HEADER + max(nbytes, 1), STRATEGY, written=fills_every_page(nbytes, data))
+        segment = FdSegment(_hold(fd, nbytes, name, fill_and_map(fd, nbytes, data, STRATEGY), created=True))
     except BaseException:
         os.close(fd)
         raise
