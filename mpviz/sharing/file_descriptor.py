@@ -4,9 +4,11 @@ How it works (torch's default on Linux)::
 
     shm_open("/mpviz_fd_…", O_CREAT|O_EXCL)  ->  fd          a new object in /dev/shm
     shm_unlink("/mpviz_fd_…")                                 ... and its name is gone at once
-    ftruncate(fd, 64 + n); fallocate(fd, 64 + n)              reserve the pages now, not at first touch
-    pwrite(fd, bytes, 64); mmap(fd)                           a 64-byte header, then the storage's bytes
-                                                              (see segment.py and mapping.py)
+    ftruncate(fd, 64 + n)                                     its size
+    pwrite(fd, bytes, 64); mmap(fd)                           a 64-byte header, then the storage's bytes:
+                                                              the write allocates every page now, not at
+                                                              first touch (nothing to write: fallocate
+                                                              does; see segment.py and mapping.py)
 
 The memory has no name any more, so nothing can leak into /dev/shm: the kernel frees it when the
 last process closes its descriptor and unmaps it. The price is that **every process that holds the
