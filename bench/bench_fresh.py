@@ -9,16 +9,19 @@ tensor makes a new segment and copies the bytes into it. How those bytes get in 
     fault by copy:   mmap ─▶ copy ─▶ fault (zero a page) ─▶ copy ─▶ fault ...   (torch)
     populate + copy: mmap ─▶ madvise(MADV_POPULATE_WRITE): zero every page ─▶ copy   (two passes)
     write:           pwrite(fd, bytes, 64) ─▶ mmap                     (one pass: a page a write
-                                                                         fills is not zeroed)
+                                                                         fills is not zeroed, and
+                                                                         the write allocates it)
 
 Every contender is its own process with an echo child (bench/handoff.py's driver), timing the
 round trip parent ``put`` → child ``get`` → child ``put`` → parent ``get`` of a tensor made before
 the clock starts. The contenders take turns batch by batch, round after round, so that the load
 of this machine falls on all of them alike; the numbers are medians over every trip.
 
-* ``mpviz <strategy>``: today's code (write).
+* ``mpviz <strategy>``: today's code (write, the write allocating the pages).
+* ``mpviz <strategy>, fallocate + write``: the same code with ``posix_fallocate`` before the
+  write (``segment.FALLOCATE_WRITTEN = True``), the way before.
 * ``mpviz <strategy>, populate + copy``: the same code filling by map, populate, copy
-  (``mapping.WRITE_FILL = False``), as before write.
+  (``mapping.WRITE_FILL = False``), the way before that.
 * ``torch <strategy>``: ``torch.multiprocessing``'s Queue, the same round trip.
 * ``ways``: in one process, the ways of making a new shared segment and getting the bytes in,
   under both strategies (an unlinked ``shm_open`` object; a named ``/dev/shm/mpviz_bench_*``),
@@ -40,13 +43,15 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 KiB, MiB = 1 << 10, 1 << 20
 
-# name: (library, sharing strategy, fill by write)
+# name: (library, sharing strategy, how mpviz fills a new segment)
 CONTENDERS = {
-    "mpviz fd": ("mpviz", "file_descriptor", True),
-    "mpviz fd, populate + copy": ("mpviz", "file_descriptor", False),
+    "mpviz fd": ("mpviz", "file_descriptor", "write"),
+    "mpviz fd, fallocate + write": ("mpviz", "file_descriptor", "fallocate + write"),
+    "mpviz fd, populate + copy": ("mpviz", "file_descriptor", "populate + copy"),
     "torch fd": ("torch", "file_descriptor", None),
-    "mpviz fs": ("mpviz", "file_system", True),
-    "mpviz fs, populate + copy": ("mpviz", "file_system", False),
+    "mpviz fs": ("mpviz", "file_system", "write"),
+    "mpviz fs, fallocate + write": ("mpviz", "file_system", "fallocate + write"),
+    "mpviz fs, populate + copy": ("mpviz", "file_system", "populate + copy"),
     "torch fs": ("torch", "file_system", None),
 }
 BATCH = {4 * KiB: 20, MiB: 10, 64 * MiB: 3, 256 * MiB: 1}
@@ -60,12 +65,13 @@ def drive(name):
         driver = None
     else:
         from bench import handoff
-        library, strategy, write_fill = CONTENDERS[name]
+        library, strategy, fill = CONTENDERS[name]
         handoff.CONTENDERS[name] = (library, "fork", strategy, 0)   # cache off: the default
         driver = handoff.Driver(name)
         if library == "mpviz":
-            from mpviz.sharing import mapping
-            mapping.WRITE_FILL = write_fill
+            from mpviz.sharing import mapping, segment
+            mapping.WRITE_FILL = fill != "populate + copy"
+            segment.FALLOCATE_WRITTEN = fill == "fallocate + write"
     print(json.dumps({"ready": True}), flush=True)
     for line in sys.stdin:
         words = line.split()
@@ -98,11 +104,31 @@ _torch_warm = set()
 WAYS = {
     # name: (posix_fallocate first, fill, mmap flags)
     "fault by copy (torch's way)": (True, "copy", 0),
-    "populate + copy (mpviz before)": (True, "populate + copy", 0),
-    "write (mpviz now)": (True, "write", 0),
-    "write, no fallocate": (False, "write", 0),
+    "populate + copy (mpviz, 2nd way)": (True, "populate + copy", 0),
+    "fallocate + write (mpviz, 3rd way)": (True, "write", 0),
+    "write, no fallocate (mpviz now)": (False, "write", 0),
     "write + MAP_POPULATE": (True, "write", mmap.MAP_POPULATE),
+    "2 threads write a half each": (False, "write halves", 0),
+    "2 threads populate + copy a half each": (False, "populate + copy halves", 0),
 }
+_pool = None
+
+
+def _halves(size):
+    """Two runs of bytes covering `size`, split at a page boundary of the file."""
+    cut = max(0, (HEADER + size // 2) // mmap.PAGESIZE * mmap.PAGESIZE - HEADER) or size // 2
+    return [(0, cut), (cut, size)]
+
+
+def _in_two_threads(job, size):
+    """Run job(start, end) for each half at once, on two threads (os.pwrite, madvise through
+    ctypes and np.copyto all let go of the GIL)."""
+    global _pool
+    if _pool is None:
+        from concurrent.futures import ThreadPoolExecutor
+        _pool = ThreadPoolExecutor(2)
+    for f in [_pool.submit(job, a, b) for a, b in _halves(size)]:
+        f.result()
 
 
 def _way(size, how, strategy):
@@ -123,8 +149,19 @@ def _way(size, how, strategy):
         os.posix_fallocate(fd, 0, total)
     if fill == "write":
         write_into(fd, src, HEADER)
+    elif fill == "write halves":      # tmpfs takes the file's lock for each write: they take turns
+        _in_two_threads(lambda a, b: write_into(fd, src[a:b], HEADER + a), size)
     ptr = _libc.mmap(None, total, mmap.PROT_READ | mmap.PROT_WRITE, mmap.MAP_SHARED | flags, fd, 0)
-    if fill != "write":
+    if fill == "populate + copy halves":   # page faults take no file lock: really at once
+        dst = np.frombuffer((ctypes.c_char * total).from_address(ptr), np.uint8, count=size, offset=HEADER)
+
+        def half(a, b):
+            first = (ptr + HEADER + a) // mmap.PAGESIZE * mmap.PAGESIZE
+            _libc.madvise(first, ptr + HEADER + b - first, MADV_POPULATE_WRITE)
+            np.copyto(dst[a:b], src[a:b])
+        _in_two_threads(half, size)
+        del dst
+    elif fill in ("copy", "populate + copy"):
         if fill == "populate + copy":
             _libc.madvise(ptr, total, MADV_POPULATE_WRITE)
         dst = np.frombuffer((ctypes.c_char * total).from_address(ptr), np.uint8, count=size, offset=HEADER)
@@ -222,7 +259,7 @@ def table(med, sizes):
                                                  for s in sizes) + " |")
     lines += ["", "### mpviz ÷ torch, same run (goal at 64 MiB: ≤ 0.5×)", "", head.format("ratio"), rule]
     for short, strategy in (("fd", "file_descriptor"), ("fs", "file_system")):
-        for which in ("", ", populate + copy"):
+        for which in ("", ", fallocate + write", ", populate + copy"):
             mine, theirs = med.get(f"mpviz {short}{which}", {}), med.get(f"torch {short}", {})
             cells = [f"{mine[s] / theirs[s]:.2f}×" if s in mine and s in theirs else "—" for s in sizes]
             lines.append(f"| mpviz{which or ' (write)'} ÷ torch, {strategy} | " + " | ".join(cells) + " |")

@@ -1,6 +1,10 @@
 """A fresh tensor's put: its new segment's pages are mapped in one call before the copy, and the
 bytes arrive intact at every size, under both strategies."""
 import hashlib
+import json
+import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -220,3 +224,87 @@ def test_from_numpy_of_an_empty_array_is_an_empty_tensor_that_travels(shape):
     assert tuple(t.shape) == shape and t.numel() == 0
     t.share_memory_()
     assert t.is_shared() and tuple(t.shape) == shape
+
+
+# -- a written segment is not fallocated first: the write reserves its pages --------------------
+
+def _count_fallocates(monkeypatch):
+    """A list that gets the length of every ``posix_fallocate`` call (the real one still runs)."""
+    import os
+    calls, real = [], os.posix_fallocate
+
+    def counted(fd, offset, length):
+        calls.append(length)
+        return real(fd, offset, length)
+    monkeypatch.setattr(os, "posix_fallocate", counted)
+    return calls
+
+
+@pytest.mark.parametrize("nbytes", [1, 4096 - 64, 4096 - 63, (1 << 20) + 13])
+def test_a_written_segment_is_not_fallocated_first(strategy, monkeypatch, nbytes):
+    # fallocate would walk every page once, the write a second time: the write alone allocates
+    # each page it fills, and nbytes >= 1 after the 64-byte header puts a byte on every page
+    calls = _count_fallocates(monkeypatch)
+    values = np.random.default_rng(nbytes).integers(1, 256, nbytes, dtype=np.uint8)
+    t = mpviz.from_numpy(values.copy()).share_memory_()
+    assert calls == []
+    header, data = _header_and_bytes(t.untyped_storage())
+    assert data == values.tobytes() and header == (1).to_bytes(8, "little") + bytes(56)
+
+
+def test_a_segment_with_nothing_written_is_still_fallocated(strategy, monkeypatch):
+    # no bytes to write (a segment for the caller to fill; a 0-byte tensor): fallocate reserves
+    # the pages, so a full /dev/shm is an error now rather than a SIGBUS at the first touch
+    calls = _count_fallocates(monkeypatch)
+    segment = sharing.allocate(1 << 20, strategy)
+    empty = mpviz.zeros(0).share_memory_()
+    assert calls == [64 + (1 << 20), 64 + 1]
+    del segment, empty
+
+
+_FULL_SHM_CHILD = r"""
+import json, os, sys
+import numpy as np
+import mpviz, mpviz.multiprocessing as mp
+from mpviz.errors import SharedMemoryFullError
+
+def used():
+    st = os.statvfs("/dev/shm")
+    return (st.f_blocks - st.f_bfree) * st.f_frsize
+
+out = {}
+for strategy in ("file_descriptor", "file_system"):
+    mp.set_sharing_strategy(strategy)
+    before = used()
+    big = mpviz.from_numpy(np.full(6 << 20, 5, np.uint8))       # 6 MiB into a 4 MiB /dev/shm
+    try:
+        big.share_memory_()
+        seen = "no error"
+    except SharedMemoryFullError as e:
+        seen = [e.errno, e.strategy, "Fix:" in str(e), "/dev/shm is full" in str(e)]
+    after_error = used() - before                                # the half-written file is gone
+    small = np.arange(1 << 20, dtype=np.uint8)                   # and a tensor that fits still goes
+    t = mpviz.from_numpy(small.copy()).share_memory_()
+    out[strategy] = [seen, after_error, bool(np.array_equal(t.numpy(), small)), t.is_shared()]
+    del t
+print(json.dumps(out))
+"""
+
+
+@pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() != 0, reason="needs root (mount)")
+def test_a_write_that_fills_dev_shm_raises_shared_memory_full(tmp_path):
+    # a real 4 MiB tmpfs on /dev/shm in a private mount namespace: the write stops at ENOSPC
+    # part way through a 6 MiB tensor, and that is the same clear error as fallocate's was
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    out = subprocess.run(["unshare", "--mount", "--propagation", "private", "--", "sh", "-c",
+                          'mount -t tmpfs -o size=4m tmpfs /dev/shm && exec "$@"', "sh",
+                          sys.executable, "-c", _FULL_SHM_CHILD], capture_output=True, text=True,
+                         env=dict(os.environ, PYTHONPATH=root), timeout=90)
+    if out.returncode != 0 and "mount" in out.stderr:
+        pytest.skip(f"no private tmpfs here: {out.stderr.strip()}")
+    assert out.returncode == 0, out.stderr
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    for strategy in ("file_descriptor", "file_system"):
+        seen, left_behind, intact, shared = result[strategy]
+        assert seen == [28, strategy, True, True]
+        assert left_behind == 0 and intact and shared

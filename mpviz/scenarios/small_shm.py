@@ -16,7 +16,8 @@ What torch says: 2.13 reserves the pages when it creates the segment and fails t
 device (28)``, which DataLoader re-raises in the main process ("Caught RuntimeError in
 DataLoader worker process 3"). Older versions failed later, at the first write to a page that
 was not there: ``DataLoader worker (pid N) is killed by signal: Bus error``. mpviz reserves the
-pages too (``posix_fallocate``) and raises ``SharedMemoryFullError``.
+pages too (the write of the tensor's bytes allocates every page; with nothing to write,
+``posix_fallocate`` does) and raises ``SharedMemoryFullError``.
 
 Where the 64 MiB comes from (``shm`` parameter): as root, the case runs its loader in a private
 mount namespace (``unshare --mount``) with a real 64 MiB tmpfs mounted on ``/dev/shm`` -- the

@@ -4,9 +4,11 @@ How it works (torch's default on Linux)::
 
     shm_open("/mpviz_fd_…", O_CREAT|O_EXCL)  ->  fd          a new object in /dev/shm
     shm_unlink("/mpviz_fd_…")                                 ... and its name is gone at once
-    ftruncate(fd, 64 + n); fallocate(fd, 64 + n)              reserve the pages now, not at first touch
-    pwrite(fd, bytes, 64); mmap(fd)                           a 64-byte header, then the storage's bytes
-                                                              (see segment.py and mapping.py)
+    ftruncate(fd, 64 + n)                                     its size
+    pwrite(fd, bytes, 64); mmap(fd)                           a 64-byte header, then the storage's bytes:
+                                                              the write allocates every page now, not at
+                                                              first touch (nothing to write: fallocate
+                                                              does; see segment.py and mapping.py)
 
 The memory has no name any more, so nothing can leak into /dev/shm: the kernel frees it when the
 last process closes its descriptor and unmaps it. The price is that **every process that holds the
@@ -33,7 +35,7 @@ from ..errors import TooManyFdsError
 from ..trace import recorder
 from .fd_passing import fd_limit
 from .mapping import map_shared
-from .segment import HEADER, Hold, Segment, add_at, fill_and_map, release_all, reserve
+from .segment import HEADER, Hold, Segment, add_at, fill_and_map, fills_every_page, release_all, reserve
 # older names, still imported from here by other modules and tests
 from .segment import _choose_atomic_add, atomic_add, choose_atomic_add  # noqa: F401
 from .segment import reserve as _reserve  # noqa: F401
@@ -97,8 +99,8 @@ def create(nbytes, data=None):
         raise
     _posixshmem.shm_unlink(name)  # anonymous from now on: nothing can leak
     try:
-        reserve(fd, HEADER + max(nbytes, 1), STRATEGY)
-        segment = FdSegment(_hold(fd, nbytes, name, fill_and_map(fd, nbytes, data), created=True))
+        reserve(fd, HEADER + max(nbytes, 1), STRATEGY, written=fills_every_page(nbytes, data))
+        segment = FdSegment(_hold(fd, nbytes, name, fill_and_map(fd, nbytes, data, STRATEGY), created=True))
     except BaseException:
         os.close(fd)
         raise

@@ -49,7 +49,7 @@ from ..errors import SegmentGoneError, TooManyFdsError
 from ..trace import recorder
 from . import allocator, shm_manager
 from .mapping import map_shared
-from .segment import HEADER, Hold, Segment, add_at, atomic_add, fill_and_map, reserve
+from .segment import HEADER, Hold, Segment, add_at, atomic_add, fill_and_map, fills_every_page, reserve
 # The header after the count (see the picture above). The shm manager reads it too, and uses
 # only the standard library, so the layout is written down there.
 from .shm_manager import ROADS_AT, SLOTS_AT, SLOTS, UNKNOWN_ROAD, roads  # noqa: F401
@@ -149,8 +149,8 @@ def create(nbytes, data=None):
         manager.change(name, counted=-1)
         raise
     try:
-        reserve(fd, HEADER + max(nbytes, 1), STRATEGY)
-        buf = fill_and_map(fd, nbytes, data)
+        reserve(fd, HEADER + max(nbytes, 1), STRATEGY, written=fills_every_page(nbytes, data))
+        buf = fill_and_map(fd, nbytes, data, STRATEGY)
     except BaseException:
         os.close(fd)
         _posixshmem.shm_unlink(name)

@@ -71,6 +71,8 @@ def write_into(fd, data, offset):
     into a new page of the file, and does not zero a page the write fills (it zeroes only the
     parts a write leaves, here the header's first 64 bytes). The alternative, map the file and
     copy into the mapping, makes the kernel zero every page first, then copies: two passes.
+    The write also allocates each page it fills (nothing reserved them before): where /dev/shm
+    is full it stops short, and this raises ``OSError`` ENOSPC (the caller says what to do).
     """
     view = memoryview(data).cast("B")
     done = 0
@@ -85,8 +87,9 @@ def write_into(fd, data, offset):
 def prefault(ptr, size):
     """Fault in the `size` bytes mapped at `ptr` for writing, in one call; True if it was done.
 
-    Only a speed-up: the caller has already reserved the pages (``posix_fallocate``), so where
-    this is not available the copy simply faults the pages in one by one, as before.
+    Only a speed-up: the caller has already reserved the pages (``posix_fallocate``, or the
+    write that filled them), so where this is not available the copy simply faults the pages
+    in one by one, as before.
     """
     global _populate_works
     if _populate_works is False:

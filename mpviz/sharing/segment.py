@@ -31,6 +31,7 @@ from . import allocator
 from .mapping import map_shared, write_into
 
 HEADER = 64  # bytes before the data: the count, padded to a cache line
+FALLOCATE_WRITTEN = False  # True: fallocate a segment before writing it too (the way before; a benchmark's row)
 COUNT = struct.Struct("=q")
 
 
@@ -118,10 +119,17 @@ def add_at(buf, fd, delta, at=0):
 
 # -- a new segment: its pages reserved, its bytes in --------------------------------------------
 
-def reserve(fd, size, strategy):
-    """Size the object and allocate its pages now, so a full /dev/shm is an error here, not a
-    SIGBUS at first touch (torch learnt this the hard way: PR #161910)."""
+def reserve(fd, size, strategy, written=False):
+    """Size the object, and allocate its pages now, so that a full /dev/shm is an error here, not
+    a SIGBUS at first touch (torch learnt this the hard way: PR #161910).
+
+    `written`: the caller's bytes are about to be written over every page (see
+    :func:`fill_and_map`). Then the write allocates each page as it fills it, and a full
+    /dev/shm makes the write fail with the same ENOSPC: allocating them first would walk all
+    the pages twice (fallocate, then the write looking each one up again)."""
     os.ftruncate(fd, size)
+    if written and not FALLOCATE_WRITTEN:
+        return
     try:
         os.posix_fallocate(fd, 0, size)
     except OSError as e:
@@ -131,13 +139,28 @@ def reserve(fd, size, strategy):
             raise
 
 
-def fill_and_map(fd, nbytes, data):
+def fills_every_page(nbytes, data):
+    """True when writing `data` after the header puts a byte on every page of the segment: then
+    the write reserves the pages (:func:`reserve` with ``written=True``). A 0-byte tensor writes
+    nothing, and its one page must be reserved the ordinary way."""
+    return data is not None and nbytes > 0
+
+
+def fill_and_map(fd, nbytes, data, strategy=None):
     """Map a new, reserved segment, its count 1; with `data`, write its bytes in first (one pass:
     see mapping.write_into). Without, map every page now, in one call, for the caller's copy.
     With the cache on, map them now too: the segment may come back for a copy into it, and one
-    call maps pages that are there already for less than a fault each at that copy."""
+    call maps pages that are there already for less than a fault each at that copy.
+
+    A write that finds /dev/shm full raises :class:`SharedMemoryFullError` (for `strategy`),
+    as fallocate does: the pages it did fill go when the caller closes (and unlinks) the file."""
     if data is not None:
-        write_into(fd, data, HEADER)
+        try:
+            write_into(fd, data, HEADER)
+        except OSError as e:
+            if e.errno == errno.ENOSPC:
+                raise SharedMemoryFullError(HEADER + max(nbytes, 1), strategy) from None
+            raise
     buf = map_shared(fd, HEADER + max(nbytes, 1), populate=data is None or allocator.enabled())
     COUNT.pack_into(buf, 0, 1)  # nobody else can see it yet
     return buf
