@@ -91,9 +91,6 @@ def test_the_scan_sees_lazy_and_relative_imports():
 # {the modules of a cycle: why it stays}. A cycle not named here fails the test, and so does a
 # name here that is no longer a cycle (the list cannot go stale).
 ALLOWED_CYCLES = {
-    frozenset({"mpviz.trace.messages", "mpviz.trace.waits"}):
-        "waits reads messages' queue ids; messages calls waits.queue_wait per message, so it "
-        "imports waits at its very end, once _queue_id exists",
 }
 
 
@@ -214,8 +211,6 @@ def test_every_module_imports_alone_in_a_fresh_interpreter():
 # {(importer, imported): why the import waits inside a function}. Each of these imports a module
 # that itself imports the importer at its top, so at the importer's top it would be a cycle.
 LAZY_BACK_EDGES = {
-    ("mpviz.stepper.gate", "mpviz.stepper.patches"):
-        "patches imports trace.messages, which imports gate; gate installs patches when stepped",
     ("mpviz.storage", "mpviz.multiprocessing.reductions"):
         "reductions builds on storage; a storage pickled by the stdlib asks it for its handle",
     ("mpviz.tensor", "mpviz.autograd"): "autograd builds Tensors itself",
@@ -224,8 +219,6 @@ LAZY_BACK_EDGES = {
     ("mpviz.tensor", "mpviz.cuda"): "cuda wraps Tensors; only a device other than cpu needs it",
     ("mpviz.trace.messages", "mpviz.trace.hooks"):
         "hooks installs messages' wrappers; messages borrows hooks' _patch for mpviz's Queue",
-    ("mpviz.trace.messages", "mpviz.trace.waits"):
-        "the allowed top-level cycle above, named again where the feeder's hook needs waits",
     ("mpviz.trace.trace", "mpviz.viz"): "viz's timeline draws a Trace; Trace.plot is the way back",
     ("mpviz.trace.trace", "mpviz.trace.watchdog"):
         "the watchdog reads Traces; record(hang_after=...) starts it only when asked",

@@ -11,7 +11,7 @@ the way every process computes it, so that a name given in one process shows in 
 import threading
 from multiprocessing import connection, queues, synchronize
 
-from ..trace.messages import semlock_id
+from ..trace.events import semlock_id
 
 _orig = {}
 

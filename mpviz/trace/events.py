@@ -236,3 +236,20 @@ class LockInfo(NamedTuple):
     type: str
     holds: tuple
     waiting: tuple                     # (pid, tid, since_ns) still waiting at the end
+
+
+def semlock_id(lock):
+    """A name for a multiprocessing lock (or anything built on a SemLock) that every process
+    computes the same way: its semaphore's name (spawn, forkserver), else its address (fork)."""
+    sl = lock._semlock
+    return sl.name.lstrip("/") if sl.name else f"sem-{sl.handle:x}"
+
+
+def queue_id(q):
+    """A queue's id in events: the id of its read lock, computed once per queue object."""
+    # (getattr, not q.__dict__: reading an instance's __dict__ makes Python 3.11+ build it, and
+    # from then on every attribute of that queue is read the slow way, in the stdlib's code too)
+    qid = getattr(q, "_mpviz_qid", None)
+    if qid is None:
+        qid = q._mpviz_qid = semlock_id(q._rlock)
+    return qid

@@ -32,7 +32,7 @@ from multiprocessing import synchronize
 
 from . import recorder
 from ..stepper import gate as _gate
-from .messages import semlock_id
+from .events import semlock_id
 
 user_lock_ids = set()           # ids of instrumented multiprocessing locks (sent to children)
 _orig = {}

@@ -41,9 +41,11 @@ import time
 from multiprocessing import connection, pool, queues
 from multiprocessing.reduction import ForkingPickler
 
-from . import recorder
+from . import recorder, waits
 from ..stepper import gate as _gate
 from .events import order as _order
+from .events import queue_id as _queue_id  # noqa: F401  (writer.c's hooks look it up here)
+from .events import semlock_id  # noqa: F401  (here too, for the modules that always took it here)
 
 
 def _start_numbering():
@@ -65,12 +67,6 @@ def next_msg():
     """A new message id, ``"<pid>.<n>"``: unique in a trace. (Once per recorded message: one
     string concatenation, no check of the pid.)"""
     return _prefix + str(next(_counter))
-
-
-def semlock_id(lock):
-    """A name for a multiprocessing lock that every process computes the same way."""
-    sl = lock._semlock
-    return sl.name.lstrip("/") if sl.name else f"sem-{sl.handle:x}"
 
 
 # --- the envelope ----------------------------------------------------------------------------
@@ -160,15 +156,6 @@ class _CountingPickler(ForkingPickler):
         if n:
             recorder.emit("queue.handles", handles=n)
         return data
-
-
-def _queue_id(q):
-    # (getattr, not q.__dict__: reading an instance's __dict__ makes Python 3.11+ build it, and
-    # from then on every attribute of that queue is read the slow way, in the stdlib's code too)
-    qid = getattr(q, "_mpviz_qid", None)
-    if qid is None:
-        qid = q._mpviz_qid = semlock_id(q._rlock)
-    return qid
 
 
 # The hooks below run once per message, in the threads that move it: whatever they do delays
@@ -289,8 +276,8 @@ def _queue_start_thread(self):
         self._send_bytes = (_fed(send_bytes, qid) if tap is None
                             else tap(send_bytes, "queue.feed", qid, _feeding, None,
                                      _plain_pipe(send_bytes, self._writer)))
-        from .waits import feeder_writes         # a write into a full pipe is a wait
-        self._send_bytes = feeder_writes(self._send_bytes, qid, self._writer.fileno())
+        # a write into a full pipe is a wait
+        self._send_bytes = waits.feeder_writes(self._send_bytes, qid, self._writer.fileno())
     started = _orig["Queue._start_thread"](self)
     if _hooked(self._send_bytes):
         # Remember *which* feeder thread writes through our hook: a later one (after a fork, or
@@ -703,5 +690,3 @@ def _mpviz_decode(self, data):
 
 PATCHES.append((queues.Queue, "_reset", _queue_reset, "Queue._reset"))
 
-
-from . import waits  # noqa: E402  (last: waits imports this module, for _queue_id)

@@ -45,7 +45,8 @@ from concurrent.futures import _base
 from multiprocessing import pool, process, queues, synchronize
 
 from . import recorder
-from .messages import _queue_id, semlock_id
+from .events import queue_id as _queue_id
+from .events import semlock_id
 
 _orig = {}                            # what hooks.install replaced, to put back
 _in_wait = threading.local()          # .on: set while this thread is inside a recorded wait
