@@ -333,3 +333,26 @@ def test_plot_drops_an_empty_wait_for_panel_and_the_memory_map_is_not_blank():
     stuck = sc.run("fork-held-lock")             # a lock, a deadlock, no shared memory:
     titles = [ax.get_title(loc="left") for ax in viz.plot(stuck).axes]
     assert len(titles) == 2 and titles[1].startswith("Who waits for whom")   # no empty map
+
+
+def test_a_forked_childs_stuck_reason_names_the_parents_line_it_inherited():
+    # A forked child stuck at exit (joining its queue's feeder) has no line of its own on its
+    # stack; below the fork, its dump shows the parent's frames ending in the user's
+    # `child.start()`. The reason said "no line of yours on its stack", which the dump printed
+    # in the terminal contradicted.
+    import sysconfig
+
+    from mpviz.viz.state import user_line
+    lib = sysconfig.get_paths()["stdlib"] + "/multiprocessing"
+    dump = (
+        'Current thread 0x00007f (most recent call first):\n'
+        f'  File "{lib}/threading.py", line 1112 in _wait_for_tstate_lock\n'
+        f'  File "{lib}/queues.py", line 199 in _finalize_join\n'
+        f'  File "{lib}/util.py", line 360 in _exit_function\n'
+        f'  File "{lib}/process.py", line 317 in _bootstrap\n'
+        f'  File "{lib}/popen_fork.py", line 71 in _launch\n'
+        f'  File "{lib}/popen_fork.py", line 19 in __init__\n'
+        '  File "/home/me/hang_join.py", line 23 in main\n')
+    words = user_line(dump)
+    assert "no line of yours in its own frames: while exiting" in words
+    assert "parent's frames, which end in your line hang_join.py:23 in main()" in words

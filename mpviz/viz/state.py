@@ -808,19 +808,26 @@ def user_line(stacks):
             break
     cut = next((i for i, f in enumerate(frames) if f["file"].endswith("popen_fork.py")
                 and f["func"] == "_launch"), len(frames))
-    frames = frames[:cut]
+    frames, inherited = frames[:cut], frames[cut:]
+
+    def line_of(f):
+        code = linecache.getline(f["file"], int(f["line"])).split("  #")[0].strip()
+        return (f"{os.path.basename(f['file'])}:{f['line']} in {f['func']}()" +
+                (f": `{code}`" if code else ""))
+
     mine = next((f for f in frames if not _is_machinery(f["file"])), None)
     if mine is not None:
-        code = linecache.getline(mine["file"], int(mine["line"])).split("  #")[0].strip()
-        return (f" (at your line {os.path.basename(mine['file'])}:{mine['line']} in "
-                f"{mine['func']}()" + (f": `{code}`" if code else "") + ")")
+        return f" (at your line {line_of(mine)})"
     if not frames:
         return ""
     where = " ← ".join(f"{f['func']}() ({os.path.basename(f['file'])}:{f['line']})"
                        for f in frames[:3])
     exiting = any(f["func"] == "_exit_function" for f in frames)
-    return (f" (no line of yours on its stack: {'while exiting, ' if exiting else ''}"
-            f"it was in {where})")
+    parents = next((f for f in inherited if not _is_machinery(f["file"])), None)
+    below = (f"; below the fork its stack still shows the parent's frames, which end in your "
+             f"line {line_of(parents)}, where the parent started it" if parents else "")
+    return (f" (no line of yours in its own frames: {'while exiting, ' if exiting else ''}"
+            f"it was in {where}{below})")
 
 
 
