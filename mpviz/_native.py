@@ -14,11 +14,8 @@ fail loudly. ``build(path, module)`` decides once per source file and Python::
            a compile error ......................................... (None, why), and <key>.failed
                                                                      keeps the compiler's output
 
-<key> is a hash of the C file (and of the files it includes as ``#include "name"``) and of this
-Python (version, include path, extension suffix), so an edited file or another Python never loads
-a stale build. The rename is atomic: processes compiling at the same moment each finish their own
-file and the last rename wins, with identical contents.
-<cache> is ``$MPVIZ_CACHE_DIR``, else ``$XDG_CACHE_HOME/mpviz``, else ``~/.cache/mpviz``. Why a
+<key> is a hash of the C file and of this Python, so an edited file or another Python never loads
+a stale build (see :func:`build`). <cache>: :func:`cache_dir`. Why a
 build on first use rather than a setup.py extension: the same works after ``pip install -e .``,
 from a plain checkout on ``sys.path``, and in spawned children, with no step to forget and no
 stale binary in the source tree. This module knows nothing of what it builds: who loads what, and
@@ -39,7 +36,8 @@ import sysconfig
 
 
 def cache_dir():
-    """Where builds are kept (see the module docstring)."""
+    """Where builds are kept: ``$MPVIZ_CACHE_DIR``, else ``$XDG_CACHE_HOME/mpviz``, else
+    ``~/.cache/mpviz``."""
     if os.environ.get("MPVIZ_CACHE_DIR"):
         return os.environ["MPVIZ_CACHE_DIR"]
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
@@ -49,7 +47,13 @@ def cache_dir():
 def build(path, module_name):
     """Build the C file `path` into the cache (once) and import it as `module_name`.
 
-    Returns ``(module, None)``, or ``(None, why)``: never raises."""
+    Returns ``(module, None)``, or ``(None, why)``: never raises.
+
+    The build's <key> is a hash of the C file (and of the files it includes as
+    ``#include "name"``) and of this Python (version, include path, extension suffix), so an
+    edited file or another Python never loads a stale build. The rename is atomic: processes
+    compiling at the same moment each finish their own file and the last rename wins, with
+    identical contents."""
     try:
         return _build_and_import(path, module_name)
     except Exception as exc:          # an optional accelerator: never an error

@@ -15,8 +15,6 @@ The same five operations as the simulator (:mod:`mpviz.cuda.simulator`), done by
 * The producer records an interprocess event after its writes and sends the event's handle with
   the memory's; the consumer's stream waits on it, so it never reads half-written data (torch does
   the same, and falls back to synchronising the stream beyond 1000 events).
-* ``free`` fills the block with 0xFF before ``cudaFree``, so a consumer that broke the rules reads
-  NaN rather than plausible numbers — as in the simulator.
 
 Adapted from torch's ``StorageSharing.cpp`` (``_share_cuda_`` / ``_new_shared_cuda``) and CuPy's
 documented runtime API (``cupy.cuda.runtime.ipcGetMemHandle``, ``ipcOpenMemHandle``,
@@ -113,6 +111,8 @@ class Block(_Memory):
         return bytes(_cupy().cuda.runtime.ipcGetMemHandle(self._ptr))
 
     def free(self):
+        """Fill the block with 0xFF before ``cudaFree``, so a consumer that broke the rules reads
+        NaN rather than plausible numbers — as in the simulator."""
         cupy = _cupy()
         with cupy.cuda.Device(self.device_index):
             cupy.cuda.runtime.memset(self._ptr, 0xFF, max(self.nbytes, 1))  # poison, as the simulator

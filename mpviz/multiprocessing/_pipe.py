@@ -22,9 +22,6 @@ and otherwise hands them to the feeder exactly as the stdlib does:
    (``ioctl(FIONREAD)``) plus ours fit in its capacity (``fcntl(F_GETPIPE_SZ)``, 64 KiB) with
    two pages to spare (a pipe stores data in page-sized slots; the one being read is not
    fully reusable).
-
-A message bigger than the pipe still goes through the feeder thread (and still teaches the
-"queue-join-deadlock": a process waits at exit until its feeder has written it all).
 """
 import array
 import fcntl
@@ -84,7 +81,10 @@ _SLACK = 2 * 4096            # two pages to spare: see point 3 above
 
 
 class DirectWrite:
-    """What mpviz's Queue adds to the stdlib's to write a message itself (see the top)."""
+    """What mpviz's Queue adds to the stdlib's to write a message itself (see the top).
+
+    A message bigger than the pipe still goes through the feeder thread (and still teaches the
+    "queue-join-deadlock": a process waits at exit until its feeder has written it all)."""
 
     def _reset(self, after_fork=False):
         super()._reset(after_fork=after_fork)

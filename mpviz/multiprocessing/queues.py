@@ -21,10 +21,9 @@ holds, and the tensor rebuilt from it) and the sharing strategy whose memory it 
 ``_pipe.py`` holds a speed-up you can skip on a first reading: the pipe's framing, and writing
 a message in without the feeder thread when that cannot block.
 
-Also unlike the stdlib: ``close()`` closes this process's ends of the pipe at once where no
-feeder thread was ever started, and a call after ``close()`` raises :class:`QueueClosedError`.
-While recording, mpviz.trace wraps ``put``, ``_write``, ``_parcel``, ``get`` and ``_decode``
-(see mpviz/trace/messages.py, "mpviz's own Queue"): nothing here knows of it.
+Also unlike the stdlib: a call after ``close()`` raises :class:`QueueClosedError` (and see
+``close``). While recording, mpviz.trace wraps ``put``, ``_write``, ``_parcel``, ``get`` and
+``_decode`` (see mpviz/trace/messages.py, "mpviz's own Queue"): nothing here knows of it.
 """
 import functools
 import multiprocessing.queues
