@@ -22,8 +22,7 @@ holds, and the tensor rebuilt from it) and the sharing strategy whose memory it 
 a message in without the feeder thread when that cannot block.
 
 Also unlike the stdlib: a call after ``close()`` raises :class:`QueueClosedError` (and see
-``close``). While recording, mpviz.trace wraps ``put``, ``_write``, ``_parcel``, ``get`` and
-``_decode`` (see mpviz/trace/messages.py, "mpviz's own Queue"): nothing here knows of it.
+``close``). Recording wraps some methods from outside (see :class:`Queue`).
 """
 import functools
 import multiprocessing.queues
@@ -77,7 +76,10 @@ def _stepped(op, queue, **info):
 
 class Queue(DirectWrite, multiprocessing.queues.Queue):
     """``multiprocessing.Queue`` whose ``put`` encodes (and so shares tensors) synchronously,
-    and writes small messages straight into the pipe when that cannot block (``_pipe.py``)."""
+    and writes small messages straight into the pipe when that cannot block (``_pipe.py``).
+
+    While recording, mpviz.trace wraps ``put``, ``_write``, ``_parcel``, ``get`` and ``_decode``
+    (see mpviz/trace/messages.py, "mpviz's own Queue"): nothing here knows of it."""
 
     def _reset(self, after_fork=False):
         super()._reset(after_fork=after_fork)

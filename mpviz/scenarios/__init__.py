@@ -6,10 +6,6 @@
     r.outcome, print(r.explanation)               # 'deadlock', what happened / why / the fix
     r = sc.run("fork-held-lock", start_method="spawn")    # the other side of the lesson: 'ok'
 
-    running = sc.start("hogwild", share=False)    # does not block: for live pictures
-    running.trace()                               # the events so far (a live mpviz.trace.Trace)
-    running.result(timeout=30)                    # wait for the verdict; running.stop() kills it
-
 How a run works (one mechanism per module)::
 
     caller (your kernel, a test, the CLI)           a fresh driver process (python -m ..._driver)
@@ -118,6 +114,11 @@ def start(name, trace_dir=None, **params):
 
     `trace_dir`: where to record (default: a new temporary directory, removed when this
     process exits). Unknown names, parameters or values raise ValueError listing valid ones.
+
+        import mpviz.scenarios as sc
+        running = sc.start("hogwild", share=False)  # does not block: for live pictures
+        running.trace()                             # the events so far (a live mpviz.trace.Trace)
+        running.result(timeout=30)                  # wait for the verdict; running.stop() kills it
     """
     from .runner import Running
     resolved = resolve(name, params)

@@ -17,12 +17,6 @@ torch's ``spawn`` raises exactly that; the only trace of the cause is in the ker
 worker's resident memory (VmRSS in ``/proc/PID/status``) as it grows and records it as
 ``mem.rss`` events; :func:`mpviz.viz.rss.rss_lanes` draws them.
 
-Where the limit comes from (``limit`` parameter): as root, with a memory cgroup controller
-mounted (v1 or v2), the case makes a real memory cgroup of ``limit_mb`` and each worker moves
-itself into it, so it is the kernel's OOM killer that acts. Where that cannot be done, the
-driver plays the OOM killer: when the workers' memory grown since they joined (the part a
-cgroup would have charged) passes ``limit_mb``, it SIGKILLs the largest. The verdict says which.
-
 The fix: use less memory per worker (``mb_per_worker=60``: load less, in smaller pieces, or
 share one copy: ``share_memory_()``), fewer workers (``nprocs=2``), or a bigger limit; check
 ``dmesg`` when a worker dies of SIGKILL.
@@ -188,6 +182,11 @@ def _rss(pid):
 
 
 def drive(p, details):
+    """Where the limit comes from (``limit`` parameter): as root, with a memory cgroup controller
+    mounted (v1 or v2), the case makes a real memory cgroup of ``limit_mb`` and each worker moves
+    itself into it, so it is the kernel's OOM killer that acts. Where that cannot be done, the
+    driver plays the OOM killer: when the workers' memory grown since they joined (the part a
+    cgroup would have charged) passes ``limit_mb``, it SIGKILLs the largest. The verdict says which."""
     import mpviz.multiprocessing as mp
     from ..trace import recorder
     limit = p["limit_mb"] << 20

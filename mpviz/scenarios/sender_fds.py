@@ -14,10 +14,6 @@ raises ``TooManyFdsError`` (an ``OSError`` 24) at the put that needed a new segm
     open fds              21        22        ...  48            (it still holds t1 ... t28)
     consumer              get, ack  get, ack  ...            drops each tensor at once
 
-(The numbers of one run: 18 fds open at the start; the first put opens 2 more to hand
-descriptors over -- mpviz's listening socket and the consumer's connection to it --; then one
-more per kept tensor, until 18 + 2 + 28 = 48.)
-
 The consumer acknowledges each tensor before the producer sends the next, so only one is ever in
 flight: the fds are those of the tensors the producer *keeps*. (Tensors in flight count as well:
 the sender keeps an fd for each handle until the receiver has fetched its own copy, so a producer
@@ -53,7 +49,11 @@ def check_params(p):
 
 
 def produce(q, acks, out, count, limit, keep):
-    """Lower our own fd limit, then share and send `count` new tensors, keeping them if `keep`."""
+    """Lower our own fd limit, then share and send `count` new tensors, keeping them if `keep`.
+
+    The fd counts in the module's picture are the numbers of one run: 18 fds open at the start;
+    the first put opens 2 more to hand descriptors over -- mpviz's listening socket and the
+    consumer's connection to it --; then one more per kept tensor, until 18 + 2 + 28 = 48."""
     resource.setrlimit(resource.RLIMIT_NOFILE,
                        (limit, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
     start_fds = peak = _nfds()

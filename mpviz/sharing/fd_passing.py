@@ -18,11 +18,6 @@ process that serves registered resources by id). What is different here, and why
 * The connection is **persistent**: a receiver connects to a sender once and reuses the socket for
   every later descriptor, instead of connect + authenticate + close per descriptor, as in the
   stdlib. Peers are checked with ``SO_PEERCRED`` (same user only) instead of an HMAC handshake.
-* A receiver that already maps the storage asks for nothing: it sends a one-way ``R`` (release)
-  so the sender can drop its offer. Releases wait up to ``RELEASE_DELAY`` (5 ms) to travel
-  together — one message wakes the sender's server thread once for many of them, instead of once
-  per tensor (a wake-up in another process is most of what a release costs) — and go at once
-  with the next request to the same sender, or when this process exits.
 * The address is in Linux's abstract socket namespace (no file to clean up).
 
 The rule this makes visible: **the sender must be alive when the receiver unpickles**. If it has
@@ -201,7 +196,13 @@ def fetch(address, token, sender_pid, segment_name):
 
 def release(address, token, sender_pid, segment_name):
     """Tell the sender we won't fetch `token` (we already map that storage). One-way, and sent
-    within ``RELEASE_DELAY`` together with the other releases to the same sender."""
+    within ``RELEASE_DELAY`` together with the other releases to the same sender.
+
+    A receiver that already maps the storage asks for nothing: it sends a one-way ``R`` (release)
+    so the sender can drop its offer. Releases wait up to ``RELEASE_DELAY`` (5 ms) to travel
+    together — one message wakes the sender's server thread once for many of them, instead of
+    once per tensor (a wake-up in another process is most of what a release costs) — and go at
+    once with the next request to the same sender, or when this process exits."""
     st = _state
     with st.lock:
         if address == st.address:  # a round trip back to ourselves: just drop our own offer

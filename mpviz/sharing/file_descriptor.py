@@ -16,12 +16,6 @@ storage keeps one descriptor open** (a thousand small tensors = a thousand fds),
 receiver can only get the memory by being *handed* a descriptor by a live holder
 (see :mod:`mpviz.sharing.fd_passing`).
 
-**The count in the header** (see :mod:`~mpviz.sharing.segment`, which both strategies share)
-says how many processes map the segment, plus the handles still in flight. The kernel does not
-need it to free the memory; mpviz needs it to know when it may *reuse* a segment: a segment whose
-count is 1, held by us, is mapped by nobody else and named by no message on its way, so the
-caching allocator (:mod:`~mpviz.sharing.allocator`) may hand it out again.
-
 Adapted from the ``file_descriptor`` branch of torch's ``reduce_storage`` and ATen's
 ``MapAllocator`` (``ALLOCATOR_MAPPED_KEEPFD | ALLOCATOR_MAPPED_UNLINK``). Different: torch keeps
 no count for these segments (it never reuses them). Left out: the per-process fd cache torch keeps
@@ -68,7 +62,13 @@ class FdHold(Hold):
 
 
 class FdSegment(Segment):
-    """A block of anonymous shared memory that this process holds through an open descriptor."""
+    """A block of anonymous shared memory that this process holds through an open descriptor.
+
+    **The count in the header** (see :mod:`~mpviz.sharing.segment`, which both strategies share)
+    says how many processes map the segment, plus the handles still in flight. The kernel does not
+    need it to free the memory; mpviz needs it to know when it may *reuse* a segment: a segment whose
+    count is 1, held by us, is mapped by nobody else and named by no message on its way, so the
+    caching allocator (:mod:`~mpviz.sharing.allocator`) may hand it out again."""
 
     def __init__(self, hold):
         super().__init__(hold)

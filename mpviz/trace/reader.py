@@ -8,11 +8,6 @@ A ``LogReader`` remembers, per file, the offset of the first record it has not y
 to the first length word that is still 0, and returns the new events. A live widget can call it many times a second: each call
 costs only the new bytes plus one small read per file.
 
-A record counts only when its length fits its chunk, its body's Adler-32 matches the stored
-checksum, and the body decodes. A writer copies the length word last, so a record that is not
-complete has length 0 and is simply "not there yet"; the checksum catches the rest -- a file
-damaged afterwards, or a read that raced a copy (then the record is read again at the next poll).
-
 What can be wrong with a log, and what we do (never crash, always say what was skipped):
 
     the directory is missing            FileNotFoundError with the path (a clear error)
@@ -61,7 +56,12 @@ class _FileState:
 
 
 class LogReader:
-    """Incremental reader of all the logs in one trace directory."""
+    """Incremental reader of all the logs in one trace directory.
+
+    A record counts only when its length fits its chunk, its body's Adler-32 matches the stored
+    checksum, and the body decodes. A writer copies the length word last, so a record that is not
+    complete has length 0 and is simply "not there yet"; the checksum catches the rest -- a file
+    damaged afterwards, or a read that raced a copy (then the record is read again at the next poll)."""
 
     def __init__(self, directory):
         self.directory = os.fspath(directory)

@@ -14,13 +14,6 @@ The last column is the segment's fate, worked out by ``state.segment_states``:
   until reboot (unless mpviz's shm manager removes it: pass ``check_os=True`` to look).
 * ``file_descriptor`` segments have no name (the fd is all there is): the kernel frees them when
   the last process unmaps and closes them, so they cannot leak past their processes.
-* Real torch's segments: their creation and mapping are seen (torch_hooks.py), their unmap
-  is not (torch frees a storage in C++). A cell says "mapped it (unmap not seen)", never
-  "maps it", and the fate "in use, unless torch has let go".
-* Nobody maps it is not always lost: a handle to it may still be **in flight** in a queue, and
-  arrive later (a producer put a tensor and exited). From the trace alone, a ``file_system``
-  segment nobody maps while a message put by one of its holders has not been got yet is drawn
-  "in flight?": that message may carry it (the trace does not say which memory a message names).
 
 ``check_os=True`` compares with what Linux says now: ``/proc/PID/maps`` of the processes still
 alive (a ✓ where it agrees, ✗ where it does not) and whether the name is still in /dev/shm —
@@ -42,7 +35,15 @@ IN_FLIGHT = "#fde9b6"   # pale amber: nobody maps it, but a handle to it is on i
 
 
 def memory_map(trace, at=None, ax=None, check_os=False, max_segments=30, title=None):
-    """Draw processes × shared-memory segments at instant `at` (None: the end); return the Figure."""
+    """Draw processes × shared-memory segments at instant `at` (None: the end); return the Figure.
+
+    * Real torch's segments: their creation and mapping are seen (torch_hooks.py), their unmap
+      is not (torch frees a storage in C++). A cell says "mapped it (unmap not seen)", never
+      "maps it", and the fate "in use, unless torch has let go".
+    * Nobody maps it is not always lost: a handle to it may still be **in flight** in a queue, and
+      arrive later (a producer put a tensor and exited). From the trace alone, a ``file_system``
+      segment nobody maps while a message put by one of its holders has not been got yet is drawn
+      "in flight?": that message may carry it (the trace does not say which memory a message names)."""
     ix = st._index(trace)
     t = ix.t1 if at is None else int(at)
     segs = ix.segment_states(t)
