@@ -18,14 +18,6 @@ breaks what other processes see — the effect that makes CUDA IPC's lifetime ru
 
     block layout:  [ 64-byte header: b"MPVZCUDA", state, producer pid, nbytes ][ the bytes ... ]
 
-Why poison: on a real GPU a consumer's mapping of freed memory is undefined behaviour — torch's
-caching allocator hands the block to the producer's next tensor, so the consumer silently reads
-someone else's numbers, or the driver faults. The simulator makes that visible instead of silent.
-
-Each block is also reported to the :mod:`~mpviz.sharing.shm_manager`, so that a producer killed
-by SIGKILL (which frees nothing) leaves nothing in /dev/shm for long. Such a block is unlinked
-but not poisoned: a consumer's mapping keeps the last values (the one thing a GPU would not do).
-
 Adapted from the CUDA runtime's IPC API (``cudaIpcGetMemHandle`` / ``cudaIpcOpenMemHandle`` /
 ``cudaIpcCloseMemHandle``). Simplified: one simulated device unless ``MPVIZ_SIM_DEVICES`` says
 more; no streams, so no interprocess events are needed (``record_event`` returns None).
@@ -97,7 +89,11 @@ class _Memory:
 
 
 class Block(_Memory):
-    """A block this process allocated (``cudaMalloc``). Its `name` is its IPC handle."""
+    """A block this process allocated (``cudaMalloc``). Its `name` is its IPC handle.
+
+    Each block is also reported to the :mod:`~mpviz.sharing.shm_manager`, so that a producer killed
+    by SIGKILL (which frees nothing) leaves nothing in /dev/shm for long. Such a block is unlinked
+    but not poisoned: a consumer's mapping keeps the last values (the one thing a GPU would not do)."""
 
     def __init__(self, nbytes, device_index):
         self.nbytes = nbytes
@@ -131,7 +127,11 @@ class Block(_Memory):
         return self.name
 
     def free(self):
-        """``cudaFree``: poison the bytes, mark the block freed, remove its name."""
+        """``cudaFree``: poison the bytes, mark the block freed, remove its name.
+
+        Why poison: on a real GPU a consumer's mapping of freed memory is undefined behaviour — torch's
+        caching allocator hands the block to the producer's next tensor, so the consumer silently reads
+        someone else's numbers, or the driver faults. The simulator makes that visible instead of silent."""
         self.bytes.fill(POISON)
         HEADER.pack_into(self._buf, 0, MAGIC, FREED, os.getpid(), self.nbytes)
         try:

@@ -20,12 +20,6 @@ A ``Module`` keeps two small dictionaries, filled by ordinary attribute assignme
   its own private copy and the parent's model never changes;
 * ``load_state_dict()`` copies values *into* the existing tensors, so a shared model stays shared.
 
-A ``Parameter`` is a Tensor subclass whose only difference is ``requires_grad=True`` by default
-and being recognised by ``Module.__setattr__``. It holds no extra state on purpose: when a
-Parameter crosses a process, mpviz's unpickler rebuilds it with ``Tensor.__new__(cls)`` and
-``Tensor.__init__(...)`` (:mod:`mpviz.multiprocessing.reductions`), so it comes back as a
-Parameter on the same shared storage.
-
 Adapted from torch's ``torch/nn/modules/module.py`` and ``torch/nn/parameter.py``. Left out:
 buffers, hooks, ``apply``/``to``/``cuda``, and ``register_*`` beyond plain assignment.
 """
@@ -42,6 +36,12 @@ class Parameter(Tensor):
     """A tensor that is a model's parameter: ``requires_grad=True`` unless told otherwise.
 
     ``Parameter(t)`` shares `t`'s storage (no copy), as torch's does.
+
+    A ``Parameter`` is a Tensor subclass whose only difference is ``requires_grad=True`` by default
+    and being recognised by ``Module.__setattr__``. It holds no extra state on purpose: when a
+    Parameter crosses a process, mpviz's unpickler rebuilds it with ``Tensor.__new__(cls)`` and
+    ``Tensor.__init__(...)`` (:mod:`mpviz.multiprocessing.reductions`), so it comes back as a
+    Parameter on the same shared storage.
     """
 
     def __init__(self, data=None, requires_grad=True, *rest):

@@ -21,12 +21,6 @@ How each kind of child starts recording, with no change to user code::
     exec'd       ``python -m mpviz trace``: a sitecustomize on PYTHONPATH calls boot() in every
     programs     Python process, which records when MPVIZ_TRACE_DIR is set (autostart/).
 
-Blocking waits (a join, q.join, Event/Condition/Barrier waits, Pool results, futures, a feeder
-writing into a full pipe) are recorded by the wrappers in waits.py, installed with these.
-
-Exits are seen twice: the child records ``process.exit`` when ``_bootstrap`` returns, and the parent
-records ``process.reaped`` (exit code, signal name) when ``join``/``is_alive`` notices the end --
-so a child killed by SIGKILL, which cannot write anything, still gets an end in the trace.
 Adapted from VizTracer's patch.py (spawnv_passfds rewriting); left out: Windows.
 """
 import os
@@ -60,6 +54,10 @@ def _process_start(self):
 
 
 def _observe_exit(self):
+    """Exits are seen twice: the child records ``process.exit`` when ``_bootstrap`` returns, and
+    the parent records ``process.reaped`` (exit code, signal name) here, when ``join``/``is_alive``
+    notices the end -- so a child killed by SIGKILL, which cannot write anything, still gets an
+    end in the trace."""
     if not recorder.ENABLED or self._popen is None or self.__dict__.get("_mpviz_reaped"):
         return
     code = self._popen.returncode
@@ -191,7 +189,10 @@ def threading_locks_on():
 
 
 def install(threading_locks=False):
-    """Patch the stdlib for recording (idempotent). Stops a fork server that lacks the hooks."""
+    """Patch the stdlib for recording (idempotent). Stops a fork server that lacks the hooks.
+
+    Blocking waits (a join, q.join, Event/Condition/Barrier waits, Pool results, futures, a feeder
+    writing into a full pipe) are recorded by the wrappers in waits.py, installed with these."""
     fresh = "start" not in _orig
     _patch(PATCHES + messages.PATCHES + locks.PATCHES + waits.PATCHES)
     messages.install_native()                # the per-message hooks in C, where they can be

@@ -14,20 +14,11 @@
     5. always: DIR/trace.json; the pictures when they are worth their cost (below); where they
        went; the program's exit status (128+N if a signal N ended it)
 
-A launcher killed by SIGKILL does none of 3-5. Its program goes on (it does not depend on the
-launcher, and ending it would change what it does), says at its exit that the launcher is gone,
-and ``python -m mpviz trace --finish DIR`` -- said at the start, when it still can be -- writes
-trace.json from the logs afterwards (``finish``).
-
 Why a session of its own: every process the program starts inherits its session id, even one
 whose parent died and was re-parented to init, so "the program's processes" is "the session's
 processes" (the scenarios' runner finds its runs' processes the same way). A terminal's Ctrl-C
 then reaches only the launcher, which passes it on to the program's process group -- as the
 terminal would have.
-
-Pictures cost ~1.5 s (importing matplotlib), more than many programs take. They are drawn when
-asked (``--plot``) or when the run ended in a way worth looking at: a hang verdict, a signal,
-a non-zero exit status. ``--no-plot`` never draws; ``mpviz.trace.load(DIR).plot()`` draws later.
 """
 import os
 import shutil
@@ -143,7 +134,11 @@ class Forwarder:
 def run(program, output=None, hang_after=10.0, plot=None, threading_locks=False):
     """Run `program` (argv list) recorded; return the exit status (see the module's text).
 
-    `plot`: True draws, False never draws, None draws when worth it. Raises ``Refused``."""
+    `plot`: True draws, False never draws, None draws when worth it. Raises ``Refused``.
+
+    Pictures cost ~1.5 s (importing matplotlib), more than many programs take. They are drawn when
+    asked (``--plot``) or when the run ended in a way worth looking at: a hang verdict, a signal,
+    a non-zero exit status. ``--no-plot`` never draws; ``mpviz.trace.load(DIR).plot()`` draws later."""
     from .watchdog import HANG_EXIT_STATUS, STACKS, Watchdog
     if hang_after < 0:
         raise Refused(f"--hang-after must be 0 (off) or a number of seconds, not {hang_after}")
@@ -345,7 +340,12 @@ def _say_how_to_finish(directory):
 def finish(directory, plot=None):
     """``python -m mpviz trace --finish DIR``: what a killed launcher did not do -- trace.json,
     the pictures (when asked), the report -- from the logs in DIR. Returns 0; raises
-    ``Refused`` when DIR holds no recording."""
+    ``Refused`` when DIR holds no recording.
+
+    A launcher killed by SIGKILL does none of steps 3-5 of the module's picture. Its program
+    goes on (it does not depend on the launcher, and ending it would change what it does), says
+    at its exit that the launcher is gone, and ``python -m mpviz trace --finish DIR`` -- said at
+    the start, when it still can be -- writes trace.json from the logs afterwards (this)."""
     path = os.path.abspath(directory)
     if not os.path.isdir(path) or not any(f.endswith(recorder.SUFFIX) for f in os.listdir(path)):
         raise Refused(f"--finish {directory!r}: no recording there (no *{recorder.SUFFIX} "

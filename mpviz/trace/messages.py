@@ -14,21 +14,15 @@ to say *when* each write and each read happened, inside those locks::
         write  ──────────────────────────────► pipe ──────────────┘
     Trace: per queue, writes (feeds) and reads (gets) in time order, zipped: get.msg = "7.3"
 
-``sig`` (Adler-32 of a message's last 32 bytes) and ``nbytes`` check each pair, so a read that
-no recorded write explains is left unlinked instead of shifting every later pair (identical
-messages, a run of ``None`` sentinels, cannot be told apart: such a read takes the next write's
-id). Nothing is added to the bytes that travel. mpviz's own ``Queue`` often writes its bytes in
-``put``: then one ``queue.put`` carries nbytes and sig ("mpviz's own Queue", below). A get that
-must wait, a put into a full queue: ``wait.*`` events (waits.py).
+``sig`` (Adler-32 of a message's last 32 bytes) and ``nbytes`` check each pair (link_by_order);
+nothing is added to the bytes that travel. mpviz's own Queue: "mpviz's own Queue", below.
 
 **Envelopes** (``SimpleQueue``, ``Pipe``, Queues whose feeder started before recording) carry the
 id in the message: unpickling ``_Envelope(obj, "7.3")`` calls ``_open``, which emits queue.get and
-returns obj -- unpickling *is* the receiver's hook. Pool tasks: ``_TaskProbe`` records
-``pool.task``. The per-message hooks are written twice: here (the reference) and in C, in
-queue_hooks.c (``install_native``). Next on an event's road: recorder.py.
+returns obj -- unpickling *is* the receiver's hook. The per-message hooks are written twice:
+here (the reference) and in C, in queue_hooks.c (``install_native``). Next: recorder.py.
 
-Adapted from context propagation in distributed tracing, and, for Queues, the FIFO matching of
-sends and receives in MPI trace analysis.
+Adapted from distributed tracing's context propagation; Queues: MPI traces' FIFO send/recv matching.
 """
 import bisect
 import itertools
@@ -337,7 +331,9 @@ def take_slot(q, block, timeout):
 
 
 def waiting_get(get, q, block, timeout):
-    """mpviz's Queue.get, called as `get` inside a recorded wait (get_would_wait said so)."""
+    """mpviz's Queue.get, called as `get` inside a recorded wait (get_would_wait said so).
+
+    A get that must wait, a put into a full queue (take_slot): ``wait.*`` events (waits.py)."""
     return waits.queue_wait("queue.get", get, q, (q, block, timeout), timeout)
 
 
@@ -386,7 +382,9 @@ def link_by_order(events):
     Per queue, the writes (``queue.feed`` and direct ``queue.put`` events, which carry ``sig``)
     and the reads, each in time order, are matched first to first: a pipe is FIFO, and both
     happen under the queue's locks. A read whose size and fingerprint differ from the next
-    write's was not written while recording: it stays unlinked (``msg`` None). A live trace
+    write's was not written while recording: it stays unlinked (``msg`` None), instead of
+    shifting every later pair (identical messages, a run of ``None`` sentinels, cannot be told
+    apart: such a read takes the next write's id). A live trace
     keeps an ``OrderLinks`` instead, which redoes only the pairs that new events can change."""
     OrderLinks().add(events)
 
@@ -484,7 +482,8 @@ def _carried(handles):
 # --- Pool tasks ----------------------------------------------------------------------------
 
 class _TaskProbe:
-    """Stands in for a Pool task's function; its call in the worker records start and done."""
+    """Stands in for a Pool task's function; its call in the worker records start and done
+    (``pool.task``)."""
 
     def __init__(self, func, job, index, chunk, name):
         self.func, self.job, self.index, self.chunk, self.name = func, job, index, chunk, name

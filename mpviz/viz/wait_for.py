@@ -14,9 +14,6 @@ the same way, from whoever must act to whoever waits::
     (queue Q: pipe full, nobody has read it) ──blocks──► [producer / QueueFeederThread]
     [consumer / main thread] ──must call task_done()──► (JoinableQueue Q) ──blocks──► [main]
 
-Where the trace cannot say who must act (who will set an Event, notify a Condition), the
-waiter hangs off a rounded node that says so.
-
 Two pictures mean "never":
 
 * a **cycle** (drawn in crimson): T1 holds L1 and waits for L2, T2 holds L2 and waits for L1.
@@ -25,10 +22,6 @@ Two pictures mean "never":
   the parent held it. ``fork`` copies memory, not threads: in the child that owner does not
   exist, so nobody will ever release the child's copy. (The same box marks an owner whose
   process or thread ended while holding a lock.)
-
-Everything here is computed by ``state.state_at``; this module only places and draws it.
-The instant defaults to the moment a stuck run is judged (``state.stuck_moment``), else the
-instant at which the most threads wait (``state.busiest_wait``), else the end.
 """
 import math
 import textwrap
@@ -45,6 +38,10 @@ def wait_for(trace, at=None, ax=None, title=None):
 
     `at=None`: the moment the run got stuck if it did (just before the stuck processes were
     killed), else the instant at which the most threads wait, else the end of the trace.
+
+    Everything here is computed by ``state.state_at``; this module only places and draws it.
+    The instant defaults to the moment a stuck run is judged (``state.stuck_moment``), else the
+    instant at which the most threads wait (``state.busiest_wait``), else the end.
     """
     if at is None:
         at = st.stuck_moment(trace)
@@ -185,7 +182,10 @@ _NOBODY = {"pipe.write": "nobody has read it yet", "queue.put": "nobody has got 
 
 
 def _add_blocked(state, nodes, edges):
-    """Nodes and edges for the threads blocked in recorded waits (see the module text)."""
+    """Nodes and edges for the threads blocked in recorded waits (see the module text).
+
+    Where the trace cannot say who must act (who will set an Event, notify a Condition), the
+    waiter hangs off a rounded node that says so."""
     labels, names = state.labels, state.thread_names
     alive = {(p.pid, tid) for p in state.processes for tid, _ in p.threads}
     for b in state.blocked:
