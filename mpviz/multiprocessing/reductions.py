@@ -14,29 +14,11 @@ registers two functions with it, so every one of those roads carries handles::
                              file_system:     rebuild, ("storage_filename", "/mpviz_…", nbytes,
                                               sender pid)
 
-**One function in every handle.** Each *different* function or class named in a pickle costs an
-import to write (the pickler checks that the name finds the same object) and a lookup to read;
-named again, it costs nothing (the pickle refers back). So all handles name one function,
-:func:`rebuild`, with the kind of thing to rebuild first, and a plain ``Tensor`` sends ``None``
-for its class. mpviz's own ``Queue`` goes further for a lone plain tensor: its *short handle*,
-the same facts as one flat tuple, ``marshal``-ed (:func:`pack_tensor`, :func:`unpack_tensor`;
-see _codec.py). What each saves: docs/PERFORMANCE.md.
-
 A tensor and its views name the *same* storage object, which pickle writes once per message: so
 views arrive as views of one storage. The ``rebuild_*`` functions look in the receive cache
 (:mod:`mpviz.sharing.cache`) first: a storage this process already maps -- or has just sent and
 dropped, which the sender keeps a moment -- comes back as the same object, with no descriptor
 and no mapping; then, with the shared-memory cache on, in :mod:`mpviz.sharing.allocator`.
-
-**Counts.** Each handle in flight is counted in the segment's header (``segment.incref()``, one
-atomic add); the receiver that maps the segment takes the count over, one that maps it already
-gives it back. So 1 means "one process maps it, no message names it": what the allocator needs
-to reuse a segment, ``file_system`` to unlink a name, the shm manager to keep one. A message
-that fails half-way (``q.put((t, lambda: 0))``) gives back what it took: :func:`dumps_or_give_back`.
-Under ``file_system`` a handle also writes which queue pipe carries it (``channel``; ``None``
-for a ``Pipe``, ``SimpleQueue``, ``Pool``, a Process argument), for the shm manager.
-
-Plain ``pickle.dumps`` does not use these reducers and copies the bytes, as in torch.
 
 Adapted from torch's ``torch/multiprocessing/reductions.py`` (the same ``reduce_X``/``rebuild_X``
 names). Differences: ``.grad`` travels when set — what torch's note says, though PyTorch 2.x
@@ -92,7 +74,15 @@ def _dtype_code(dtype):
 
 
 def rebuild(kind, *args):
-    """The one function every handle names: rebuild a thing of `kind` from `args`."""
+    """The one function every handle names: rebuild a thing of `kind` from `args`.
+
+    Each *different* function or class named in a pickle costs an
+    import to write (the pickler checks that the name finds the same object) and a lookup to read;
+    named again, it costs nothing (the pickle refers back). So all handles name one function,
+    :func:`rebuild`, with the kind of thing to rebuild first, and a plain ``Tensor`` sends ``None``
+    for its class. mpviz's own ``Queue`` goes further for a lone plain tensor: its *short handle*,
+    the same facts as one flat tuple, ``marshal``-ed (:func:`pack_tensor`, :func:`unpack_tensor`;
+    see _codec.py). What each saves: docs/PERFORMANCE.md."""
     if kind != "tensor":
         _stop_before_attach(kind, args)   # a stepped run: mapping shared memory is a stop
     return _REBUILD[kind](*args)
@@ -168,7 +158,15 @@ def reduce_storage(storage):
 def storage_handle(storage, channel=None):
     """Share `storage` (in place) if it is private; return its handle: plain data, starting with
     the kind of thing to rebuild (``rebuild(*handle)`` in the receiver gives the storage).
-    `channel`: the inode of the queue pipe the handle will travel in, or None (unknown)."""
+    `channel`: the inode of the queue pipe the handle will travel in, or None (unknown).
+
+    **Counts.** Each handle in flight is counted in the segment's header (``segment.incref()``, one
+    atomic add); the receiver that maps the segment takes the count over, one that maps it already
+    gives it back. So 1 means "one process maps it, no message names it": what the allocator needs
+    to reuse a segment, ``file_system`` to unlink a name, the shm manager to keep one. A message
+    that fails half-way (``q.put((t, lambda: 0))``) gives back what it took: :func:`dumps_or_give_back`.
+    Under ``file_system`` a handle also writes which queue pipe carries it (``channel``; ``None``
+    for a ``Pipe``, ``SimpleQueue``, ``Pool``, a Process argument), for the shm manager."""
     if storage.device != "cpu":
         raise RuntimeError("Cannot pickle CUDA storage; try pickling a CUDA tensor instead")
     segment = storage.share_memory_()._segment  # a private one moves into shared memory, in place
@@ -278,7 +276,9 @@ _REBUILD = {"tensor": rebuild_tensor, "storage_fd": rebuild_storage_fd,
 
 def init_reductions():
     """Teach multiprocessing's pickler to send tensors and storages as handles (done on import;
-    until then, the stand-ins that storage.py and tensor.py register import this module)."""
+    until then, the stand-ins that storage.py and tensor.py register import this module).
+
+    Plain ``pickle.dumps`` does not use these reducers and copies the bytes, as in torch."""
     ForkingPickler.register(Storage, reduce_storage)
     ForkingPickler.register(Tensor, reduce_tensor)
 

@@ -1,10 +1,9 @@
 """A caching allocator for shared memory: keep segments whose pages are in, hand them out again.
 
-Why: the expensive part of sharing a *fresh* tensor is not the copy, it is the kernel handing
-out brand-new pages (a page fault and a zeroed page per 4 KiB: several times slower than a copy
-into pages that are already in; the figures: docs/PERFORMANCE.md). A loop that sends a new
-64 MiB tensor each step pays that every step. So, like torch's CUDA caching allocator does for GPU memory, keep what was freed
-and give it out again::
+Why: the expensive part of sharing a *fresh* tensor is not the copy but the kernel handing out
+new pages (a page fault and a zeroed page per 4 KiB: several times slower than a copy into pages
+already in; the figures: docs/PERFORMANCE.md), every step for a loop that sends a new 64 MiB
+tensor. So, like torch's CUDA caching allocator for GPU memory, keep what was freed, reuse it::
 
     share_memory_(64 MiB) ──▶ allocate() ──▶ cache has a 64 MiB segment whose count is 1? ──yes──▶ reuse it
                                                     │ no                                          (pages already in)
@@ -16,34 +15,14 @@ and give it out again::
 
 **When is reuse safe?** Only when no other process maps the segment and no handle to it is on its
 way — otherwise they would see the next tensor's bytes. Both strategies keep a count in the
-segment's header (:mod:`~mpviz.sharing.segment`):
-+1 per process that maps it (until its last NumPy view is gone) and +1 per handle pickled and not
-yet received. A parked segment still holds *our* 1, so "count == 1" proves nobody else is there,
-and nobody can come: only a holder can make a new handle, and we are the only holder. A segment
-that a crashed process still counts is never reused (it is given back when evicted). Locally, a
-parked segment is reused only once no NumPy view of its old bytes is alive in this process.
+segment's header (:mod:`~mpviz.sharing.segment`): +1 per process that maps it (until its last
+NumPy view is gone) and +1 per handle pickled and not yet received. A parked segment still holds
+*our* 1, so "count == 1" proves nobody else is there, and nobody can come: only a holder can make
+a new handle, and we are the only holder. The rest of the rule: :func:`take`.
 
-Off by default: a cached ``file_system`` segment stays visible in /dev/shm, and a cached
-``file_descriptor`` segment keeps its descriptor open — both are exactly what the lessons
-teach not to expect after ``del t``. Switch it on with ``enable(max_bytes)`` or
-``MPVIZ_SHM_CACHE_BYTES=268435456`` (children inherit the variable). Hits and misses are
-recorded as ``shm.cache`` events and counted in :func:`stats`.
-
-**Received segments, too.** With the cache on, a process that let go of a segment it *received*
-keeps it mapped as well (:func:`keep_received`) — but, unlike its own, with its count given
-back: it no longer counts as a holder, so the producer may reuse the segment at once. When the
-same memory arrives again (a consumer that drops each tensor it gets, then receives the next one
-in the same buffer), the handle finds the mapping here (:func:`take_received`): no descriptor to
-fetch, no ``shm_open``, no ``mmap``: such a round trip costs about what the queue costs
-(docs/PERFORMANCE.md). A kept mapping nobody else counts any more (count 0) is let go at the
-next visit.
-
-    received storage's last view gone ──▶ keep_received: count ourselves out, keep the mapping
-    the same key arrives again        ──▶ take_received: it is ours again (the handle's count)
-
+Off by default (why, how to switch it on: :func:`enable`); received segments: :func:`keep_received`.
 Adapted from the idea of torch's ``CUDACachingAllocator`` (keep freed blocks, reuse by size).
-Simplified: exact sizes only, one list, oldest evicted first; CPU shared memory in torch is
-never cached.
+Simplified: exact sizes, one list, oldest evicted first; CPU shared memory in torch is never cached.
 """
 import atexit
 import os
@@ -83,7 +62,13 @@ _state = _State(_budget_from_env())
 def enable(max_bytes=DEFAULT_BYTES):
     """Cache up to `max_bytes` of freed shared segments (0 switches it off and frees the cache).
 
-    Children started afterwards inherit the setting (through ``MPVIZ_SHM_CACHE_BYTES``)."""
+    Children started afterwards inherit the setting (through ``MPVIZ_SHM_CACHE_BYTES``).
+
+    Off by default: a cached ``file_system`` segment stays visible in /dev/shm, and a cached
+    ``file_descriptor`` segment keeps its descriptor open — both are exactly what the lessons
+    teach not to expect after ``del t``. Switch it on with ``enable(max_bytes)`` or
+    ``MPVIZ_SHM_CACHE_BYTES=268435456`` (children inherit the variable). Hits and misses are
+    recorded as ``shm.cache`` events and counted in :func:`stats`."""
     if not isinstance(max_bytes, int) or isinstance(max_bytes, bool) or max_bytes < 0:
         raise ValueError(f"max_bytes must be a non-negative int (0 = off), not {max_bytes!r}")
     os.environ[_ENV] = str(max_bytes)
@@ -105,7 +90,11 @@ def stats():
 
 
 def take(strategy, nbytes):
-    """A parked segment of exactly `nbytes` under `strategy` that only we hold, revived; or None."""
+    """A parked segment of exactly `nbytes` under `strategy` that only we hold, revived; or None.
+
+    A segment that a crashed process still counts is never reused (it is given back when
+    evicted). Locally, a parked segment is reused only once no NumPy view of its old bytes is
+    alive in this process."""
     st = _state
     found = None
     with st.lock:
@@ -158,7 +147,19 @@ def park(parked):
 
 def keep_received(kept):
     """Keep `kept` (a received segment nobody here uses, its count already given back) mapped,
-    in case the same memory arrives again. False: not kept (cache off, or too big)."""
+    in case the same memory arrives again. False: not kept (cache off, or too big).
+
+    With the cache on, a process that let go of a segment it *received* keeps it mapped as well
+    — but, unlike its own, with its count given back: it no longer counts as a holder, so the
+    producer may reuse the segment at once. When the same memory arrives again (a consumer that
+    drops each tensor it gets, then receives the next one in the same buffer), the handle finds
+    the mapping here (:func:`take_received`): no descriptor to fetch, no ``shm_open``, no
+    ``mmap``: such a round trip costs about what the queue costs (docs/PERFORMANCE.md). A kept
+    mapping nobody else counts any more (count 0) is let go at the next visit::
+
+        received storage's last view gone ──▶ keep_received: count ourselves out, keep the mapping
+        the same key arrives again        ──▶ take_received: it is ours again (the handle's count)
+    """
     st = _state
     if not _may_keep(kept.nbytes):
         return False

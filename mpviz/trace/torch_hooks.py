@@ -15,31 +15,13 @@ process boundary goes through (torch/multiprocessing/reductions.py, torch/storag
     receiver (while it unpickles)
       rebuild_storage_fd(cls, df, size)   df.detach(): fd.recv {token}; then shm.attach, or
       rebuild_storage_filename(...)       shm.cache {hit: True} when torch's shared_cache had it
-    Tensor.share_memory_(), Module.share_memory()  ─► shm.create + copy (via="share_memory_")
-    a CUDA tensor: reduce_tensor's CUDA branch ─► cuda.send {block, nbytes} (an IPC handle)
-      rebuild_cuda_tensor, in the receiver   ─► cuda.ipc_open {block} (unless torch's cache has it)
-    a DataLoader worker's collate             ─► shm.create, no copy (via="_new_shared": the batch
-                                                 is built in shared memory)
-    a forked child                            ─► shm.attach (how="fork") for every torch segment
-                                                 it inherits (read from /proc/self/maps)
-    DataLoader's _worker_loop                 ─► dataloader.worker {phase: start/exit, worker_id}
-    DataLoader's _pin_memory_loop (a thread)  ─► dataloader.pin_memory {phase: start/exit}, and
-      pin_memory(batch), in it                ─► dataloader.pin {tensors, nbytes} per batch
-    DataLoader(pin_memory=True) with no accelerator (a CPU-only torch: torch warns and pins
-                                                 nothing) ─► dataloader.pin_memory {phase: skipped}
+    ... and the rest of what is hooked: install()
 
 Every event says ``torch=True``. Names are torch's own: ``/torch_<pid>_<rand>_<n>``, the name
 /proc/PID/maps shows under /dev/shm (file_descriptor segments show it "(deleted)": torch unlinks
 the name at once and keeps the fd). What is *not* seen: when torch unmaps a segment or the
 manager unlinks it (C++ with no Python on the way), so a torch segment is never drawn as leaked
 or freed by us; the pictures say "unlink not seen (torch)".
-
-Only torch 2.13 is hooked: these are private functions that change between versions. Another
-version gets a ``torch.unsupported`` event and a line on stderr saying torch's sharing is NOT
-recorded -- so that the summary can say "unknown", never "0 segments". A hook that raises turns
-itself off the same way (``torch.hook_failed``); the user's call always runs, exactly once.
-The hooks stay in place after ``record()`` ends (torch's pickler table holds them): while nothing
-records, each is one check and then torch's own function.
 """
 import functools
 import importlib.abc
@@ -101,7 +83,30 @@ def _install_safely():
 
 
 def install():
-    """Check the version, then wrap torch's sharing functions (once per process)."""
+    """Check the version, then wrap torch's sharing functions (once per process).
+
+    Besides the sender and receiver of the module's picture, these are hooked::
+
+        Tensor.share_memory_(), Module.share_memory()  ─► shm.create + copy (via="share_memory_")
+        a CUDA tensor: reduce_tensor's CUDA branch ─► cuda.send {block, nbytes} (an IPC handle)
+          rebuild_cuda_tensor, in the receiver   ─► cuda.ipc_open {block} (unless torch's cache has it)
+        a DataLoader worker's collate             ─► shm.create, no copy (via="_new_shared": the batch
+                                                     is built in shared memory)
+        a forked child                            ─► shm.attach (how="fork") for every torch segment
+                                                     it inherits (read from /proc/self/maps)
+        DataLoader's _worker_loop                 ─► dataloader.worker {phase: start/exit, worker_id}
+        DataLoader's _pin_memory_loop (a thread)  ─► dataloader.pin_memory {phase: start/exit}, and
+          pin_memory(batch), in it                ─► dataloader.pin {tensors, nbytes} per batch
+        DataLoader(pin_memory=True) with no accelerator (a CPU-only torch: torch warns and pins
+                                                     nothing) ─► dataloader.pin_memory {phase: skipped}
+
+    Only torch 2.13 is hooked: these are private functions that change between versions. Another
+    version gets a ``torch.unsupported`` event and a line on stderr saying torch's sharing is NOT
+    recorded -- so that the summary can say "unknown", never "0 segments". A hook that raises turns
+    itself off the same way (``torch.hook_failed``); the user's call always runs, exactly once.
+    The hooks stay in place after ``record()`` ends (torch's pickler table holds them): while nothing
+    records, each is one check and then torch's own function.
+    """
     global _installed
     if _installed:
         return

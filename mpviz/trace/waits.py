@@ -21,22 +21,8 @@ in ``queue.put``, a lock id as in ``lock.wait``), so that a wait-for graph can f
 arrow from a waiter to whoever must act. A ``wait.begin`` with no ``wait.end`` is a thread
 still waiting when the trace ended: in a hang, that is the picture.
 
-A multiprocessing ``Lock``/``Semaphore`` made by user code records its waits already, as
-``lock.wait`` ... ``lock.acquire`` (locks.py).
-
-A Queue's ``get`` and ``put`` (the stdlib's Queue, JoinableQueue and SimpleQueue, and mpviz's
-Queue) run once per message: the recorder's hot path (messages.py). So they ask first, without
-blocking, whether they would wait -- a get: is there anything to read in the pipe (one
-``poll(2)`` with timeout 0); a put: is the bounded queue's semaphore at zero (no system call) --
-and only a get or put that would wait records the pair (``queue_wait`` below; in C, queue_hooks.c's
-``record_get_wait``, while the C Writer records). A get that finds a message at once costs that
-one ``poll``; one that waits, the poll and two events. (A get that found a message which
-another reader then took first blocks unrecorded: rare, and the watchdog's stacks show it.)
-
-Two events per wait, nothing for a wait that cannot block (a join of a child already reaped).
-Waits inside waits (``Event.wait`` calls ``Condition.wait``; ``pool.map`` calls ``get``) are
-recorded once, the outermost: a thread-local flag says "already waiting". What it costs
-(bench/bench_waits.py, bench/bench_recorder.py): docs/PERFORMANCE.md.
+Two events per wait; waits inside waits are recorded once (:func:`_outermost`). A multiprocessing
+``Lock``/``Semaphore`` made by user code records its waits already (``lock.wait``; locks.py).
 """
 import sys
 import threading
@@ -88,7 +74,12 @@ def _timeout(timeout):
 
 
 def _outermost():
-    """True if recording and this thread is not already inside a recorded wait."""
+    """True if recording and this thread is not already inside a recorded wait.
+
+    Two events per wait, nothing for a wait that cannot block (a join of a child already reaped).
+    Waits inside waits (``Event.wait`` calls ``Condition.wait``; ``pool.map`` calls ``get``) are
+    recorded once, the outermost: a thread-local flag says "already waiting". What it costs
+    (bench/bench_waits.py, bench/bench_recorder.py): docs/PERFORMANCE.md."""
     return recorder.writer is not None and getattr(_in_wait, "on", None) is None
 
 
@@ -126,7 +117,17 @@ def queue_wait(on, call, q, args, timeout, judge=_returned):
     bounded queue ("queue.put"): `call(*args)` as a recorded wait on the queue. messages.py
     asks first, without blocking, whether it would wait (get_would_wait, put_would_wait): a
     get or put that can go on at once never comes here. A timeout that runs out (``Empty``,
-    ``Full``, or False from the semaphore) ends the wait with ok False."""
+    ``Full``, or False from the semaphore) ends the wait with ok False.
+
+    A Queue's ``get`` and ``put`` (the stdlib's Queue, JoinableQueue and SimpleQueue, and mpviz's
+    Queue) run once per message: the recorder's hot path (messages.py). So they ask first, without
+    blocking, whether they would wait -- a get: is there anything to read in the pipe (one
+    ``poll(2)`` with timeout 0); a put: is the bounded queue's semaphore at zero (no system call) --
+    and only a get or put that would wait records the pair (here; in C, queue_hooks.c's
+    ``record_get_wait``, while the C Writer records). A get that finds a message at once costs that
+    one ``poll``; one that waits, the poll and two events. (A get that found a message which
+    another reader then took first blocks unrecorded: rare, and the watchdog's stacks show it.)
+    """
     more = {"timeout": timeout} if timeout is not None else {}
     if on == "queue.put":
         more["maxsize"] = getattr(q, "_maxsize", None)
