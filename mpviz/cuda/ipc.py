@@ -13,30 +13,15 @@ stays the producer's: it must not be freed while a consumer can still read it. S
 
 Rules (torch's ``CudaIPCTypes.cpp`` and ``reductions.py``, enforced the same way here):
 
-1. **Counting.** Every handle the producer pickles adds 1 to the block's slot in its counter
-   file (:mod:`mpviz.cuda.refcount`); a consumer keeps that 1 while it holds the block and
-   subtracts it when its storage dies (or at once on a receive-cache hit) or when it exits.
-2. **Limbo.** When the producer's own code lets go of a block whose count is above 0, the block
-   is not freed: it waits in limbo. Limbo is collected on every allocation and deletion, and by
-   :func:`ipc_collect` — a block whose count reached 0 is freed then.
-3. **Producer exit.** At exit, a producer whose blocks are still counted prints (stderr, once)
-   ``Producer process has been terminated before all shared CUDA tensors released`` and frees
-   everything anyway (a process's device memory dies with it); consumers still mapping a block
-   now read poison. It does not wait: a consumer that is itself about to exit is still too late
-   (the seed's bad-practice example, where both sleep 2 s, warns here every time). torch also
-   warns when no consumer holds the block any more (a false alarm users report; what torch did,
-   run by run: docs/PERFORMANCE.md); mpviz warns only while a consumer holds a block.
-4. **No re-sending.** A received CUDA tensor cannot be sent on (its producer could not count the
-   third process): :class:`~mpviz.cuda.errors.CudaResendError`, "Consider cloning before sending".
-5. **Not to yourself.** Getting back one's own CUDA tensor from a queue raises
-   :class:`~mpviz.cuda.errors.CudaSameProcessError` (torch: "will likely end up with segfault").
-6. **Not after fork.** A forked child of a process that used CUDA cannot use it
-   (:class:`~mpviz.cuda.errors.CudaForkError`): use spawn.
+1. **Counting.** Each handle counts 1 in the producer's counter file till let go (:func:`rebuild`).
+2. **Limbo.** A block its producer lets go while counted is freed later, at 0 (:func:`collect`).
+3. **Producer exit** with blocks still counted: a warning, and all is freed (:func:`_at_exit`).
+4. **No re-sending** a received CUDA tensor (:func:`share`): ``CudaResendError``.
+5. **Not to yourself:** getting back one's own CUDA tensor raises ``CudaSameProcessError``.
+6. **Not after fork:** a forked child of a process that used CUDA cannot use it (``CudaForkError``).
 
 Adapted from torch's ``CudaIPCSentData`` / ``CudaIPCSentDataLimbo`` / ``ipc_collect`` and
-``rebuild_cuda_tensor``. Simplified: one block per storage (torch shares the allocator's base
-block plus an offset); limbo is collected on allocation, deletion, ``ipc_collect`` and exit, not
-on out-of-memory.
+``rebuild_cuda_tensor``. Simplified: one block per storage; no collection on OOM (:func:`collect`).
 """
 import os
 import sys
@@ -99,6 +84,10 @@ _forked_from_user = False
 
 
 def _after_fork_in_child():
+    """Rule 6 of the module's list (this notes that the parent had used CUDA):
+
+    6. **Not after fork.** A forked child of a process that used CUDA cannot use it
+       (:class:`~mpviz.cuda.errors.CudaForkError`): use spawn."""
     global _state, _forked_from_user
     _forked_from_user = _forked_from_user or _state.used
     _state = _State()           # the parent's blocks are not ours; never free them from here
@@ -147,7 +136,10 @@ def allocate(backend, nbytes, device_index):
 
 
 def share(storage):
-    """Count one more handle to `storage`'s block and return what the consumer needs to open it."""
+    """Count one more handle to `storage`'s block and return what the consumer needs to open it.
+
+    4. **No re-sending.** A received CUDA tensor cannot be sent on (its producer could not count the
+       third process): :class:`~mpviz.cuda.errors.CudaResendError`, "Consider cloning before sending"."""
     if storage._received:
         raise CudaResendError(storage._sent_from, storage.block)
     st = _begin(None)
@@ -210,7 +202,17 @@ def _free(st, rec, reason="released"):
 
 
 def collect():
-    """Free every limbo block that no consumer holds any more; return how many were freed."""
+    """Free every limbo block that no consumer holds any more; return how many were freed.
+
+    The rule ("Limbo", rule 2 of the module's list):
+
+    2. **Limbo.** When the producer's own code lets go of a block whose count is above 0, the block
+       is not freed: it waits in limbo. Limbo is collected on every allocation and deletion, and by
+       :func:`ipc_collect` — a block whose count reached 0 is freed then.
+
+    Simplified from torch: one block per storage (torch shares the allocator's base block plus
+    an offset); limbo is collected on allocation, deletion, ``ipc_collect`` and exit, not on
+    out-of-memory."""
     st = _state
     freed = 0
     with st.lock:
@@ -224,7 +226,15 @@ def collect():
 # -- the consumer: open, hold, let go --------------------------------------------------------------
 
 def rebuild(backend, handle, name, nbytes, device_index, producer, counter, slot, event):
-    """Open a received handle (or find the block already open here) and return its storage."""
+    """Open a received handle (or find the block already open here) and return its storage.
+
+    Rules 1 and 5 of the module's list, in full:
+
+    1. **Counting.** Every handle the producer pickles adds 1 to the block's slot in its counter
+       file (:mod:`mpviz.cuda.refcount`); a consumer keeps that 1 while it holds the block and
+       subtracts it when its storage dies (or at once on a receive-cache hit) or when it exits.
+    5. **Not to yourself.** Getting back one's own CUDA tensor from a queue raises
+       :class:`~mpviz.cuda.errors.CudaSameProcessError` (torch: "will likely end up with segfault")."""
     st = _begin(backend)
     if producer == os.getpid():
         refcount.add(counter, slot, -1)  # the handle's count: nobody will hold it
@@ -276,6 +286,15 @@ def _consumer_let_go(st, name):
 # -- exit -------------------------------------------------------------------------------------------
 
 def _at_exit():
+    """Rule 3 of the module's list, in full:
+
+    3. **Producer exit.** At exit, a producer whose blocks are still counted prints (stderr, once)
+       ``Producer process has been terminated before all shared CUDA tensors released`` and frees
+       everything anyway (a process's device memory dies with it); consumers still mapping a block
+       now read poison. It does not wait: a consumer that is itself about to exit is still too late
+       (the seed's bad-practice example, where both sleep 2 s, warns here every time). torch also
+       warns when no consumer holds the block any more (a false alarm users report; what torch did,
+       run by run: docs/PERFORMANCE.md); mpviz warns only while a consumer holds a block."""
     st = _state
     if st.exited or st.pid != os.getpid():
         return
