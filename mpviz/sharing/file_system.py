@@ -18,21 +18,8 @@ How it works::
   subtracts 1; **whoever brings it to 0 unlinks the name**. Every holder maps the header, so
   the count is changed with one atomic add on the mapped page (see segment.py).
 * A process killed by SIGKILL never subtracts its 1: the name would stay in /dev/shm until the
-  machine reboots. That is the leak the :mod:`~mpviz.sharing.shm_manager` exists for — every holder
-  tells it what it holds, and it unlinks what no live process holds and no handle in flight
-  names (it reads those from this count, less the counts of the holders it saw die).
-
-* **Which roads its handles took.** Before a handle is counted, its sender notes in the header
-  which queue pipe will carry it (:meth:`FsSegment.note_channel`): a slot claimed with one
-  atomic add on "roads", then the pipe's inode written in it — once per segment and pipe, so a
-  tensor sent again and again on one queue writes nothing more. The manager reads those slots
-  for a name no live process holds that still has handles in flight: it keeps the name while a
-  live process can still read one of those pipes. A road it cannot see (a ``Pipe``, a
-  ``SimpleQueue``, more than 6 roads) is marked -1, and then it keeps the name longer.
-
-* A segment whose count is 1 — ours — is mapped by no other process and named by no handle in
-  flight, so the caching allocator (:mod:`~mpviz.sharing.allocator`) may keep it and hand it
-  out again instead of unlinking it.
+  machine reboots. That is the leak the :mod:`~mpviz.sharing.shm_manager` exists for — every
+  holder tells it what it holds; it unlinks what no live process holds and no handle in flight names.
 
 Adapted from torch's ``RefcountedMapAllocator`` (ATen ``MapAllocator.cpp``: a 64-byte header with
 an atomic refcount in front of the data) and ``libshm``.
@@ -114,7 +101,12 @@ class FsHold(Hold):
 
 
 class FsSegment(Segment):
-    """A named segment that this process holds one reference to (no descriptor kept open)."""
+    """A named segment that this process holds one reference to (no descriptor kept open).
+
+    A segment whose count is 1 — ours — is mapped by no other process and named by no handle in
+    flight, so the caching allocator (:mod:`~mpviz.sharing.allocator`) may keep it and hand it
+    out again instead of unlinking it. The shm manager reads the handles in flight from this
+    count, less the counts of the holders it saw die."""
 
     def __init__(self, hold):
         super().__init__(hold)
@@ -122,7 +114,15 @@ class FsSegment(Segment):
 
     def note_channel(self, channel):
         """Note in the header that a handle travels in the queue pipe whose inode is `channel`
-        (None: a road mpviz cannot name). Costs a set lookup when this road is known already."""
+        (None: a road mpviz cannot name). Costs a set lookup when this road is known already.
+
+        This is how the shm manager knows which roads a name's handles took. Before a handle is counted, its sender notes in the header which queue pipe will carry
+        it: a slot claimed with one atomic add on "roads", then the pipe's inode written in it —
+        once per segment and pipe, so a tensor sent again and again on one queue writes nothing
+        more. The manager reads those slots for a name no live process holds that still has
+        handles in flight: it keeps the name while a live process can still read one of those
+        pipes. A road it cannot see (a ``Pipe``, a ``SimpleQueue``, more than 6 roads) is marked
+        -1, and then it keeps the name longer."""
         road = UNKNOWN_ROAD if channel is None else channel
         if road in self._roads:
             return

@@ -11,24 +11,12 @@ would stay in /dev/shm, using RAM, until reboot. The manager watches instead::
 
 * One per user (and ``MPVIZ_SHM_TAG``), at an abstract Unix socket, serving only its own uid
   (``SO_PEERCRED``); started by the first process that needs it, double-forked and ``setsid()``
-  so it is nobody's child, its stdin/stdout/stderr on /dev/null. A line per message, unanswered:
-  ``HOLD name 1`` (I map it, counted), ``HOLD name 0`` (I map it, counted out: a kept mapping),
-  ``HOLD name`` (a simulated CUDA block), ``DROP``, ``UNLINKED`` -- sent when a process maps or
-  unmaps, not per tensor; a holder says it before it gives its count back (a kill in between
-  errs towards keeping).
+  so it is nobody's child, its stdin/stdout/stderr on /dev/null. A line per message, unanswered
+  (:class:`_Client`), sent when a process maps or unmaps, not per tensor.
 * **Handles in flight are read from the segment.** For a name nobody holds: in flight = the
-  header's count - the counts of dead holders. 0: unlinked at once. Else, every
-  ``CHECK_SECONDS``, can one still arrive? The sender wrote its road in the header (the queue
-  pipe's inode; -1 for a ``Pipe``, ``SimpleQueue``, ``Pool``)::
-
-      the pipe is named, and a live process has its reading end open      -> keep it
-        (/proc/PID/fd/N -> "pipe:[inode]", /proc/PID/fdinfo/N)
-      no road named, and a process of a holder's process group lives      -> keep it
-      otherwise: no live process can ever receive a handle to it          -> unlink it
-
-  So a tensor put on a queue arrives however long after its sender died, while anyone can still
-  ``get`` from that queue (a forked child that inherited the pipe counts too). :func:`fate`
-  asks the manager that story for one name (``FATE name``: the one message it answers).
+  header's count - the counts of dead holders. 0: unlinked at once. Else, every ``CHECK_SECONDS``,
+  can one still arrive? (``check_in_flight`` in :func:`serve`: yes while anyone can still ``get``
+  from its queue.) :func:`fate` asks the manager that story for one name.
 * Idle (no client, nothing in flight) for ``IDLE_SECONDS``: it unlinks what it knows and exits.
   Off with ``enable(False)`` or ``MPVIZ_SHM_MANAGER=0`` (children inherit it), to *see* the leak.
 
@@ -101,6 +89,11 @@ class _Client:
     do not (one process can map a name twice: the receive cache forgets a Storage that died),
     and tells the manager the new number of counted ones at every change — ``HOLD name N`` — or
     ``DROP name`` once we map it no more. The manager adds that N to its dead counts if we die.
+
+    A line per message, unanswered: ``HOLD name 1`` (I map it, counted), ``HOLD name 0`` (I map
+    it, counted out: a kept mapping), ``HOLD name`` (a simulated CUDA block), ``DROP``,
+    ``UNLINKED`` -- sent when a process maps or unmaps, not per tensor; a holder says it before
+    it gives its count back (a kill in between errs towards keeping).
     """
 
     def __init__(self):
@@ -297,7 +290,18 @@ def serve():
         in_flight.setdefault(name, time.monotonic())
 
     def check_in_flight(now):
-        """Names in flight for a while: can a live process still receive one of their handles?"""
+        """Names in flight for a while: can a live process still receive one of their handles?
+
+        Every ``CHECK_SECONDS``: the sender wrote its road in the header (the queue pipe's
+        inode; -1 for a ``Pipe``, ``SimpleQueue``, ``Pool``)::
+
+            the pipe is named, and a live process has its reading end open      -> keep it
+              (/proc/PID/fd/N -> "pipe:[inode]", /proc/PID/fdinfo/N)
+            no road named, and a process of a holder's process group lives      -> keep it
+            otherwise: no live process can ever receive a handle to it          -> unlink it
+
+        So a tensor put on a queue arrives however long after its sender died, while anyone can
+        still ``get`` from that queue (a forked child that inherited the pipe counts too)."""
         waiting = {}
         for name, since in list(in_flight.items()):
             if held(name):
@@ -515,6 +519,7 @@ def fate(name):
     """What will become of the file_system segment `name`, as ``(kind, words)``, for pictures
     and the learner. The running manager is asked (it alone knows which counts belong to dead
     holders); without one, or for a name it was never told of, what /proc and the header show.
+    (``FATE name``: the one message the manager answers.)
 
     kind: "gone", "held", "in flight" (a live process can still receive a handle to it),
     "unreachable" (nobody can: the manager removes it), "leaked", "maybe in flight"."""

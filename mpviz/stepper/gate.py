@@ -1,12 +1,9 @@
 """The stepped process's side of stepping: stop before an interesting operation, wait for "go".
 
-The recorder's hooks (trace/hooks.py, locks.py, messages.py) each have one line::
+The recorder's hooks (trace/hooks.py, locks.py, messages.py) and reductions.py's ``rebuild``
+(see ``_stop_before_attach`` there) each have one line::
 
     if gate.pause: gate.pause("lock.acquire", lid)
-
-and so does the receiving side of every tensor hand-over (multiprocessing/reductions.py's
-``rebuild``: "shm.attach", before a process maps a segment it does not map yet -- a tensor got from
-a queue or a pipe, or given to a spawned child as a Process argument).
 
 ``pause`` is None in a process that is not stepped, so that line costs one attribute read. In a
 stepped process it is ``_pause``: the calling thread tells the controller what it is about to do
@@ -22,15 +19,7 @@ and blocks in ``recv`` until the controller answers ``go``::
     return: the real acquire runs (and is recorded, as always)
 
 Each thread has its own connection (a Unix socket), so the controller wakes exactly one thread.
-Each process also keeps one "hello" connection open for its whole life: the controller learns of
-the process at once (so it can wait for a child that is still starting), and sees it end (EOF).
-A small raw thread reads that connection: if the controller goes away (kernel interrupted or
-killed), the process ends itself at once -- no process is ever left paused with nobody to wake it.
-
-Which processes are stepped: every process started under a stepped run. The controller sets
-``MPVIZ_STEP_SOCKET`` in the run's environment; the run's first process calls ``activate``; a
-forked child carries the activation over (``os.register_at_fork``, with its own connections); a
-spawned child activates in ``autostart.boot``, which every spawned child of a recorded run calls.
+A process's "hello" connection: :func:`_hello`; which processes are stepped: :func:`activate`.
 Adapted from the idea of a deterministic scheduler for tests (CHESS, loom): threads ask a
 scheduler for permission at each synchronisation point. Left out: operations that are not
 synchronisation points run freely between two stops.
@@ -53,7 +42,13 @@ _fork_hook = False
 
 
 def activate(path=None):
-    """Make this process stepped: every instrumented operation waits for the controller."""
+    """Make this process stepped: every instrumented operation waits for the controller.
+
+    Which processes are stepped: every process started under a stepped run. The controller sets
+    ``MPVIZ_STEP_SOCKET`` in the run's environment; the run's first process calls ``activate``; a
+    forked child carries the activation over (``os.register_at_fork``, with its own
+    connections); a spawned child activates in ``autostart.boot``, which every spawned child of
+    a recorded run calls."""
     global pause, _path, _fork_hook
     _path = path or os.environ.get(ENV)
     if not _path:
@@ -138,6 +133,11 @@ _hello_conn = None
 
 
 def _hello(how):
+    """Each process keeps one "hello" connection open for its whole life: the controller learns
+    of the process at once (so it can wait for a child that is still starting), and sees it end
+    (EOF). A small raw thread reads that connection: if the controller goes away (kernel
+    interrupted or killed), the process ends itself at once -- no process is ever left paused
+    with nobody to wake it."""
     global _hello_conn
     _hello_conn = _connect()
     _send(_hello_conn, t="hello", pid=os.getpid(), ppid=os.getppid(), how=how,
