@@ -15,24 +15,14 @@ stored on the result as ``result._grad_fn``::
 result and adding what it returns to its inputs' gradients. When the walk reaches a *leaf* (a
 tensor made by the user, not by an op) that requires grad, the gradient is added into ``.grad``.
 
-Broadcasting: ``(3, 4) + (4,)`` uses the ``(4,)`` operand three times, so its gradient is the sum
-of the three — :func:`_unbroadcast` sums a gradient back down to its operand's shape.
-
 ``with no_grad():`` switches recording off (optimizers and evaluation loops use it). The switch is
 per thread, as in torch, and each process has its own.
 
 Adapted from Karpathy's micrograd (``engine.py``: scalars, a closure per op, topological sort),
 lifted to arrays. Left out, compared with torch: in-place ops on tensors that require grad
 (``add_`` and friends never record), ``retain_graph`` (the graph stays until it is garbage, so a
-second ``backward()`` on it simply adds again), higher-order gradients, and hooks. Ops keep
-their inputs' values as *views*, not copies, as torch keeps the tensors: change an input in place
-between forward and ``backward()`` and the gradient uses the new values (torch would raise; in
-Hogwild, other processes do exactly this to the shared parameters, in both).
-
-Fork: torch's engine refuses ``backward()`` in a child forked from a process whose engine had
-started its per-device threads ("Unable to handle autograd's threading in combination with
-fork-based multiprocessing"); mpviz keeps that rule, with a simpler trigger (see "fork safety"
-below).
+second ``backward()`` on it simply adds again), higher-order gradients, and hooks. What an op
+keeps of its inputs: :class:`Node`. Fork: :class:`AutogradForkError`.
 """
 import builtins
 import contextlib
@@ -95,6 +85,11 @@ class Node:
 
     `backward` takes the gradient of the result (a NumPy array of the result's shape) and returns
     one gradient per input, each of that input's shape (or None for "nothing to send").
+
+    Ops keep their inputs' values as *views*, not copies, as torch keeps the tensors: change an
+    input in place between forward and ``backward()`` and the gradient uses the new values
+    (torch would raise; in Hogwild, other processes do exactly this to the shared parameters, in
+    both).
     """
 
     __slots__ = ("name", "inputs", "backward")
@@ -135,7 +130,10 @@ def _value(x):
 
 
 def _unbroadcast(grad, shape):
-    """Sum `grad` down to `shape`: the gradient of an operand that broadcasting repeated."""
+    """Sum `grad` down to `shape`: the gradient of an operand that broadcasting repeated.
+
+    Broadcasting: ``(3, 4) + (4,)`` uses the ``(4,)`` operand three times, so its gradient is the sum
+    of the three — :func:`_unbroadcast` sums a gradient back down to its operand's shape."""
     grad = np.asarray(grad)
     while grad.ndim > len(shape):          # leading dimensions the operand did not have
         grad = grad.sum(axis=0)
@@ -397,7 +395,12 @@ FORK_TEXT = ("Unable to handle autograd's threading in combination with fork-bas
 
 class AutogradForkError(RuntimeError):
     """Raised when ``backward()`` runs in a child forked (``fork``) from a process whose autograd
-    engine had started its device threads (it ran backward with a CUDA device in use)."""
+    engine had started its device threads (it ran backward with a CUDA device in use).
+
+    Fork: torch's engine refuses ``backward()`` in a child forked from a process whose engine had
+    started its per-device threads ("Unable to handle autograd's threading in combination with
+    fork-based multiprocessing"); mpviz keeps that rule, with a simpler trigger (see "fork safety"
+    above)."""
 
     def __init__(self):
         super().__init__(

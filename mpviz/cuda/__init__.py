@@ -15,18 +15,10 @@ stderr. Both backends follow the same lifetime rules, enforced by the same code:
             cupy_backend.py   cudaMalloc / cudaIpcGetMemHandle / cudaIpcOpenMemHandle via CuPy
             simulator.py      the same on shared memory, with poison where a GPU would fault
 
-How a CUDA tensor travels (``q.put(x)`` in the producer, ``y = q.get()`` in a consumer)::
-
-    reduce_tensor(x)  ─▶ (rebuild_cuda_tensor, (class, handle, offset, shape, strides, dtype, …))
-                          handle = (backend, IPC handle, block name, nbytes, device,
-                                    producer pid, counter file, slot, event handle)
-    rebuild_cuda_tensor ─▶ opens the handle (or finds the block already open here), and holds
-                          one count in the producer's slot until the tensor dies
-
 What you can look at: :func:`memory_stats` (this process's blocks, their reference counts, what
-waits in limbo), :func:`ipc_info` (one tensor's block), and the recorder's ``cuda.alloc``,
-``cuda.send``, ``cuda.ipc_open``, ``cuda.ipc_close``, ``cuda.limbo``, ``cuda.free`` and
-``cuda.warning`` events.
+waits in limbo), :func:`ipc_info` (one tensor's block), the recorder's ``cuda.alloc``, ``cuda.send``,
+``cuda.ipc_open``, ``cuda.ipc_close``, ``cuda.limbo``, ``cuda.free`` and ``cuda.warning`` events,
+and how a tensor travels: :func:`reduce_tensor`.
 
 Adapted from ``torch.cuda`` (``is_available``, ``device_count``, ``ipc_collect``) and
 ``torch/multiprocessing/reductions.py`` (``reduce_tensor``'s CUDA branch, ``rebuild_cuda_tensor``).
@@ -154,7 +146,15 @@ def to_host(tensor):
 # -- sending (reduce directly above rebuild, as in torch's reductions.py) ---------------------------
 
 def reduce_tensor(tensor):
-    """Pickle a CUDA tensor as a handle to its producer's block, counted in the producer's slot."""
+    """Pickle a CUDA tensor as a handle to its producer's block, counted in the producer's slot.
+
+    How a CUDA tensor travels (``q.put(x)`` in the producer, ``y = q.get()`` in a consumer)::
+    
+        reduce_tensor(x)  ─▶ (rebuild_cuda_tensor, (class, handle, offset, shape, strides, dtype, …))
+                              handle = (backend, IPC handle, block name, nbytes, device,
+                                        producer pid, counter file, slot, event handle)
+        rebuild_cuda_tensor ─▶ opens the handle (or finds the block already open here), and holds
+                              one count in the producer's slot until the tensor dies"""
     handle = ipc.share(tensor._storage)  # raises CudaResendError for a received tensor
     return (rebuild_cuda_tensor, (type(tensor), handle, tensor._offset, tensor._shape,
                                   tensor._strides, tensor.dtype.str, tensor.requires_grad, tensor.grad))

@@ -19,17 +19,8 @@ A slot counts **handles in flight plus processes holding the block**:
 * the producer may free the block only when the slot reads 0. Until then a block the producer's
   own code let go of waits in *limbo* (:mod:`mpviz.cuda.ipc`).
 
-Every update opens the file by name, locks the slot, reads, writes and closes: no process keeps a
-descriptor. A consumer that finds the name gone (its producer has exited and unlinked it) updates
-its own mapping without a lock — nobody is left to race with.
-
-Adapted from torch's ``CudaIPCRefCountersFile`` (``torch/csrc/CudaIPCTypes.cpp``: files named
-``/torch_<pid>_<rand>`` of ``CUDA_IPC_REF_COUNTER_FILE_SIZE`` = 10000 int64 slots, a new file when
-one is full). Simplified: 1024 slots; an ``fcntl`` lock on the slot per update instead of
-torch's atomic add (mpviz's shm segments count with one, sharing/atomic.c; a slot changes
-only once per handle, and a lock on its 8 bytes is the plainest correct update to read);
-torch sets a slot to 1 per sent block and relies on the receive-side cache, mpviz counts each
-handle.
+Adapted from torch's ``CudaIPCRefCountersFile`` (``torch/csrc/CudaIPCTypes.cpp``). Simplified
+(details: :class:`CounterFile`, :func:`add`): 1024 slots, an ``fcntl`` lock, a count per handle.
 """
 import errno
 import fcntl
@@ -59,7 +50,12 @@ PREFIX = file_system.PREFIX + "cudarc_"
 
 
 class CounterFile:
-    """A producer's file of SLOTS counters. The producer hands out slots; anyone may update them."""
+    """A producer's file of SLOTS counters. The producer hands out slots; anyone may update them.
+
+    torch's ``CudaIPCRefCountersFile`` (``torch/csrc/CudaIPCTypes.cpp``): files named
+    ``/torch_<pid>_<rand>`` of ``CUDA_IPC_REF_COUNTER_FILE_SIZE`` = 10000 int64 slots, a new file
+    when one is full. Simplified here: 1024 slots. torch sets a slot to 1 per sent block and
+    relies on the receive-side cache, mpviz counts each handle."""
 
     def __init__(self):
         self.name = f"{PREFIX}{os.getpid()}_{secrets.token_hex(6)}"
@@ -134,7 +130,15 @@ def add(name, slot, delta):
     """Add `delta` to the slot under a lock on its 8 bytes; return the new count.
 
     Returns None if this process never mapped the file and its producer has removed it (then
-    there is nothing left to count)."""
+    there is nothing left to count).
+
+    Every update opens the file by name, locks the slot, reads, writes and closes: no process keeps a
+    descriptor. A consumer that finds the name gone (its producer has exited and unlinked it) updates
+    its own mapping without a lock — nobody is left to race with.
+
+    An ``fcntl`` lock on the slot per update instead of torch's atomic add (mpviz's shm segments
+    count with one, sharing/atomic.c; a slot changes only once per handle, and a lock on its 8
+    bytes is the plainest correct update to read)."""
     try:
         buf = mapping(name)
     except FileNotFoundError:
