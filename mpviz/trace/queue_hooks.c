@@ -28,7 +28,7 @@ a recorded wait (``record_get_wait``; waits.py). messages.py's Python versions a
        sig = adler32 of the last 32 bytes (recorder.sig); events go to the Writer recording
        at the time of the call (current_writer; none: nothing appended). The message always
        goes through: an event that cannot be recorded is reported (sys.unraisablehook), never
-       raised in its place -- but for a Ctrl-C (see the top of this file).
+       raised in its place -- but for a Ctrl-C (writer.c, above report_error).
 
    `conn` (optional): the queue's pipe end that `call` reads or writes through, when `call` is
    exactly that Connection's recv_bytes/send_bytes (or mpviz's _pipe.read_message of its fd). Then

@@ -16,34 +16,7 @@ same order, and writes the same bytes (tests/test_trace_writer.py compares the t
          hands it back with use(mm, pos, end), or maps the next chunk (use(mm, 0, end)); then
          go back to 3.
 
-Where the Python Writer's time goes (the figures: docs/PERFORMANCE.md), and what this file does:
-
-    marshal.dumps(args, 2)   a general serializer             str/int/float/bool/None are written
-                                                              here in marshal's own layout (the
-                                                              reader's marshal.loads reads them);
-                                                              anything else is handed to marshal
-    a Python lock                                             no lock: see below
-    clock, thread id, the    a Python call each               C calls; the thread id cached
-    checksum, struct.pack
-
-The GIL is the lock. Step 3 is plain C: it calls no Python code, so no other thread can run
-between finding room for a record and committing it. The one call out to Python, on_full() in
-step 4, happens with the chunk sealed: the threads that run meanwhile find no room either, and
-wait in on_full() for the one new chunk.
-
-Every failure of the Writer (an argument marshal cannot encode, a full disk while mapping a new
-chunk) is passed to on_error(kind, exception) instead of being raised: a recorder must never break
-the program it observes. (The recorder's own on_error warns and stops recording; a test's SideLog
-raises.) Tap goes further: whatever fails while it records, the message it carries goes through.
-The one exception to both: what is not an Exception (KeyboardInterrupt, SystemExit) goes up to
-the caller, as from the Python Writer and hooks -- a Ctrl-C stops the program, not only its
-recording (and a message a Tap had read then is lost with the get it belonged to).
-
-The per-message Queue hooks of messages.py in C are in queue_hooks.c, which this file includes
-(one module, two files: the Writer here, the hooks there), so that recording a message runs no
-Python function of ours: ``Tap`` (a Queue's pipe read and its feeder's write, each with its
-event), and ``Tag``, ``Pickler`` and ``Hook`` (put, the feeder's pickling, get), and a get or
-put that waits. messages.py's Python versions are the reference.
+The per-message Queue hooks are in queue_hooks.c, which this file includes (one module, two files).
 
 Built and loaded on first use by native.py; when it cannot be built, the Python Writer is used.
 Left out (the Python Writer covers them): platforms other than Linux, big-endian machines, and
@@ -157,6 +130,16 @@ put_bytes(Buf *b, const void *data, size_t n)
 }
 
 /* --- args in marshal's version-2 layout (Python/marshal.c, w_object) ------------------------ */
+
+/* Where the Python Writer's time goes (the figures: docs/PERFORMANCE.md), and what this file does:
+
+       marshal.dumps(args, 2)   a general serializer             str/int/float/bool/None are written
+                                                                 here in marshal's own layout (the
+                                                                 reader's marshal.loads reads them);
+                                                                 anything else is handed to marshal
+       a Python lock                                             no lock: see below
+       clock, thread id, the    a Python call each               C calls; the thread id cached
+       checksum, struct.pack */
 
 static int
 put_marshalled(Buf *b, PyObject *v)          /* anything else: ask marshal itself */
@@ -412,7 +395,12 @@ release_chunk(Writer *w)
     w->sealed = 1;
 }
 
-/* Steps 3 and 4. Returns 0 when written (or dropped because recording stopped), -1 on error. */
+/* Steps 3 and 4. Returns 0 when written (or dropped because recording stopped), -1 on error.
+
+   The GIL is the lock. Step 3 is plain C: it calls no Python code, so no other thread can run
+   between finding room for a record and committing it. The one call out to Python, on_full() in
+   step 4, happens with the chunk sealed: the threads that run meanwhile find no room either, and
+   wait in on_full() for the one new chunk. */
 static int
 append(Writer *w, const Buf *b)
 {
@@ -449,6 +437,15 @@ append(Writer *w, const Buf *b)
             return fresh;                    /* 0: recording stopped, the event is dropped */
     }
 }
+
+/* Every failure of the Writer (an argument marshal cannot encode, a full disk while mapping a
+   new chunk) is passed to on_error(kind, exception) instead of being raised: a recorder must
+   never break the program it observes. (The recorder's own on_error warns and stops recording;
+   a test's SideLog raises.) Tap goes further: whatever fails while it records, the message it
+   carries goes through. The one exception to both: what is not an Exception (KeyboardInterrupt,
+   SystemExit) goes up to the caller, as from the Python Writer and hooks -- a Ctrl-C stops the
+   program, not only its recording (and a message a Tap had read then is lost with the get it
+   belonged to). */
 
 /* The error now set goes to on_error(kind, exception) instead of up to the caller -- if it is
    an Exception. KeyboardInterrupt, SystemExit and the like go up, as from the Python Writer
