@@ -132,8 +132,8 @@ def _value(x):
 def _unbroadcast(grad, shape):
     """Sum `grad` down to `shape`: the gradient of an operand that broadcasting repeated.
 
-    Broadcasting: ``(3, 4) + (4,)`` uses the ``(4,)`` operand three times, so its gradient is the sum
-    of the three — :func:`_unbroadcast` sums a gradient back down to its operand's shape."""
+    Broadcasting: ``(3, 4) + (4,)`` uses the ``(4,)`` operand three times, so its gradient is the
+    sum of the three — :func:`_unbroadcast` sums a gradient back down to its operand's shape."""
     grad = np.asarray(grad)
     while grad.ndim > len(shape):          # leading dimensions the operand did not have
         grad = grad.sum(axis=0)

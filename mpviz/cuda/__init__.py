@@ -16,9 +16,9 @@ stderr. Both backends follow the same lifetime rules, enforced by the same code:
             simulator.py      the same on shared memory, with poison where a GPU would fault
 
 What you can look at: :func:`memory_stats` (this process's blocks, their reference counts, what
-waits in limbo), :func:`ipc_info` (one tensor's block), the recorder's ``cuda.alloc``, ``cuda.send``,
-``cuda.ipc_open``, ``cuda.ipc_close``, ``cuda.limbo``, ``cuda.free`` and ``cuda.warning`` events,
-and how a tensor travels: :func:`reduce_tensor`.
+waits in limbo), :func:`ipc_info` (one tensor's block), the recorder's ``cuda.alloc``,
+``cuda.send``, ``cuda.ipc_open``, ``cuda.ipc_close``, ``cuda.limbo``, ``cuda.free``,
+``cuda.warning`` events, and how a tensor travels: :func:`reduce_tensor`.
 
 Adapted from ``torch.cuda`` (``is_available``, ``device_count``, ``ipc_collect``) and
 ``torch/multiprocessing/reductions.py`` (``reduce_tensor``'s CUDA branch, ``rebuild_cuda_tensor``).

@@ -139,7 +139,8 @@ def share(storage):
     """Count one more handle to `storage`'s block and return what the consumer needs to open it.
 
     4. **No re-sending.** A received CUDA tensor cannot be sent on (its producer could not count the
-       third process): :class:`~mpviz.cuda.errors.CudaResendError`, "Consider cloning before sending"."""
+       third process): :class:`~mpviz.cuda.errors.CudaResendError`, "Consider cloning before
+       sending"."""
     if storage._received:
         raise CudaResendError(storage._sent_from, storage.block)
     st = _begin(None)
@@ -234,7 +235,8 @@ def rebuild(backend, handle, name, nbytes, device_index, producer, counter, slot
        file (:mod:`mpviz.cuda.refcount`); a consumer keeps that 1 while it holds the block and
        subtracts it when its storage dies (or at once on a receive-cache hit) or when it exits.
     5. **Not to yourself.** Getting back one's own CUDA tensor from a queue raises
-       :class:`~mpviz.cuda.errors.CudaSameProcessError` (torch: "will likely end up with segfault")."""
+       :class:`~mpviz.cuda.errors.CudaSameProcessError` (torch: "will likely end up with
+       segfault")."""
     st = _begin(backend)
     if producer == os.getpid():
         refcount.add(counter, slot, -1)  # the handle's count: nobody will hold it

@@ -132,9 +132,9 @@ def add(name, slot, delta):
     Returns None if this process never mapped the file and its producer has removed it (then
     there is nothing left to count).
 
-    Every update opens the file by name, locks the slot, reads, writes and closes: no process keeps a
-    descriptor. A consumer that finds the name gone (its producer has exited and unlinked it) updates
-    its own mapping without a lock — nobody is left to race with.
+    Every update opens the file by name, locks the slot, reads, writes and closes: no process keeps
+    a descriptor. A consumer that finds the name gone (its producer has exited and unlinked it)
+    updates its own mapping without a lock — nobody is left to race with.
 
     An ``fcntl`` lock on the slot per update instead of torch's atomic add (mpviz's shm segments
     count with one, sharing/atomic.c; a slot changes only once per handle, and a lock on its 8

@@ -93,7 +93,8 @@ class Block(_Memory):
 
     Each block is also reported to the :mod:`~mpviz.sharing.shm_manager`, so that a producer killed
     by SIGKILL (which frees nothing) leaves nothing in /dev/shm for long. Such a block is unlinked
-    but not poisoned: a consumer's mapping keeps the last values (the one thing a GPU would not do)."""
+    but not poisoned: a consumer's mapping keeps the last values (the one thing a GPU would not
+    do)."""
 
     def __init__(self, nbytes, device_index):
         self.nbytes = nbytes
@@ -129,9 +130,10 @@ class Block(_Memory):
     def free(self):
         """``cudaFree``: poison the bytes, mark the block freed, remove its name.
 
-        Why poison: on a real GPU a consumer's mapping of freed memory is undefined behaviour — torch's
-        caching allocator hands the block to the producer's next tensor, so the consumer silently reads
-        someone else's numbers, or the driver faults. The simulator makes that visible instead of silent."""
+        Why poison: on a real GPU a consumer's mapping of freed memory is undefined behaviour —
+        torch's caching allocator hands the block to the producer's next tensor, so the consumer
+        silently reads someone else's numbers, or the driver faults. The simulator makes that
+        visible instead of silent."""
         self.bytes.fill(POISON)
         HEADER.pack_into(self._buf, 0, MAGIC, FREED, os.getpid(), self.nbytes)
         try:

@@ -164,9 +164,10 @@ def storage_handle(storage, channel=None):
     atomic add); the receiver that maps the segment takes the count over, one that maps it already
     gives it back. So 1 means "one process maps it, no message names it": what the allocator needs
     to reuse a segment, ``file_system`` to unlink a name, the shm manager to keep one. A message
-    that fails half-way (``q.put((t, lambda: 0))``) gives back what it took: :func:`dumps_or_give_back`.
-    Under ``file_system`` a handle also writes which queue pipe carries it (``channel``; ``None``
-    for a ``Pipe``, ``SimpleQueue``, ``Pool``, a Process argument), for the shm manager."""
+    that fails half-way (``q.put((t, lambda: 0))``) gives back what it took:
+    :func:`dumps_or_give_back`. Under ``file_system`` a handle also writes which queue pipe carries
+    it (``channel``; ``None`` for a ``Pipe``, ``SimpleQueue``, ``Pool``, a Process argument), for
+    the shm manager."""
     if storage.device != "cpu":
         raise RuntimeError("Cannot pickle CUDA storage; try pickling a CUDA tensor instead")
     segment = storage.share_memory_()._segment  # a private one moves into shared memory, in place

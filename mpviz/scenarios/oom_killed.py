@@ -186,7 +186,8 @@ def drive(p, details):
     mounted (v1 or v2), the case makes a real memory cgroup of ``limit_mb`` and each worker moves
     itself into it, so it is the kernel's OOM killer that acts. Where that cannot be done, the
     driver plays the OOM killer: when the workers' memory grown since they joined (the part a
-    cgroup would have charged) passes ``limit_mb``, it SIGKILLs the largest. The verdict says which."""
+    cgroup would have charged) passes ``limit_mb``, it SIGKILLs the largest. The verdict says
+    which."""
     import mpviz.multiprocessing as mp
     from ..trace import recorder
     limit = p["limit_mb"] << 20

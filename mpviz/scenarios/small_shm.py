@@ -167,12 +167,12 @@ def _load_in_private_tmpfs(p):
 
 
 def drive(p, details):
-    """Where the 64 MiB comes from (``shm`` parameter): as root, the case runs its loader in a private
-    mount namespace (``unshare --mount``) with a real 64 MiB tmpfs mounted on ``/dev/shm`` -- the
-    real kernel says ENOSPC; nothing outside the namespace sees that mount, and it disappears with
-    its last process. Where that cannot be done (not root, no ``unshare``), the workers count the
-    bytes they share against a cap of the same size and raise the same error themselves; the
-    verdict says which one ran."""
+    """Where the 64 MiB comes from (``shm`` parameter): as root, the case runs its loader in a
+    private mount namespace (``unshare --mount``) with a real 64 MiB tmpfs mounted on ``/dev/shm``
+    -- the real kernel says ENOSPC; nothing outside the namespace sees that mount, and it
+    disappears with its last process. Where that cannot be done (not root, no ``unshare``), the
+    workers count the bytes they share against a cap of the same size and raise the same error
+    themselves; the verdict says which one ran."""
     possible, why_not = _can_make_tmpfs() if p["shm"] != "cap" else (False, "")
     if p["shm"] == "tmpfs" and not possible:
         raise RuntimeError(f"shm='tmpfs' cannot run here: {why_not}; use shm='cap' or 'auto'")

@@ -66,9 +66,9 @@ class FdSegment(Segment):
 
     **The count in the header** (see :mod:`~mpviz.sharing.segment`, which both strategies share)
     says how many processes map the segment, plus the handles still in flight. The kernel does not
-    need it to free the memory; mpviz needs it to know when it may *reuse* a segment: a segment whose
-    count is 1, held by us, is mapped by nobody else and named by no message on its way, so the
-    caching allocator (:mod:`~mpviz.sharing.allocator`) may hand it out again."""
+    need it to free the memory; mpviz needs it to know when it may *reuse* a segment: a segment
+    whose count is 1, held by us, is mapped by nobody else and named by no message on its way, so
+    the caching allocator (:mod:`~mpviz.sharing.allocator`) may hand it out again."""
 
     def __init__(self, hold):
         super().__init__(hold)

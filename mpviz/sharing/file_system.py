@@ -18,8 +18,8 @@ How it works::
   subtracts 1; **whoever brings it to 0 unlinks the name**. Every holder maps the header, so
   the count is changed with one atomic add on the mapped page (see segment.py).
 * A process killed by SIGKILL never subtracts its 1: the name would stay in /dev/shm until the
-  machine reboots. That is the leak the :mod:`~mpviz.sharing.shm_manager` exists for — every
-  holder tells it what it holds; it unlinks what no live process holds and no handle in flight names.
+  machine reboots: the leak the :mod:`~mpviz.sharing.shm_manager` exists for. Every holder tells
+  it what it holds; it unlinks what no live process holds and no handle in flight names.
 
 Adapted from torch's ``RefcountedMapAllocator`` (ATen ``MapAllocator.cpp``: a 64-byte header with
 an atomic refcount in front of the data) and ``libshm``.
@@ -116,13 +116,13 @@ class FsSegment(Segment):
         """Note in the header that a handle travels in the queue pipe whose inode is `channel`
         (None: a road mpviz cannot name). Costs a set lookup when this road is known already.
 
-        This is how the shm manager knows which roads a name's handles took. Before a handle is counted, its sender notes in the header which queue pipe will carry
-        it: a slot claimed with one atomic add on "roads", then the pipe's inode written in it —
-        once per segment and pipe, so a tensor sent again and again on one queue writes nothing
-        more. The manager reads those slots for a name no live process holds that still has
-        handles in flight: it keeps the name while a live process can still read one of those
-        pipes. A road it cannot see (a ``Pipe``, a ``SimpleQueue``, more than 6 roads) is marked
-        -1, and then it keeps the name longer."""
+        This is how the shm manager knows which roads a name's handles took. Before a handle is
+        counted, its sender notes in the header which queue pipe will carry it: a slot claimed with
+        one atomic add on "roads", then the pipe's inode written in it — once per segment and pipe,
+        so a tensor sent again and again on one queue writes nothing more. The manager reads those
+        slots for a name no live process holds that still has handles in flight: it keeps the name
+        while a live process can still read one of those pipes. A road it cannot see (a ``Pipe``, a
+        ``SimpleQueue``, more than 6 roads) is marked -1, and then it keeps the name longer."""
         road = UNKNOWN_ROAD if channel is None else channel
         if road in self._roads:
             return

@@ -61,7 +61,8 @@ class LogReader:
     A record counts only when its length fits its chunk, its body's Adler-32 matches the stored
     checksum, and the body decodes. A writer copies the length word last, so a record that is not
     complete has length 0 and is simply "not there yet"; the checksum catches the rest -- a file
-    damaged afterwards, or a read that raced a copy (then the record is read again at the next poll)."""
+    damaged afterwards, or a read that raced a copy (then the record is read again at the next
+    poll)."""
 
     def __init__(self, directory):
         self.directory = os.fspath(directory)

@@ -103,8 +103,8 @@ def install():
     Only torch 2.13 is hooked: these are private functions that change between versions. Another
     version gets a ``torch.unsupported`` event and a line on stderr saying torch's sharing is NOT
     recorded -- so that the summary can say "unknown", never "0 segments". A hook that raises turns
-    itself off the same way (``torch.hook_failed``); the user's call always runs, exactly once.
-    The hooks stay in place after ``record()`` ends (torch's pickler table holds them): while nothing
+    itself off the same way (``torch.hook_failed``); the user's call always runs, exactly once. The
+    hooks stay in place after ``record()`` ends (torch's pickler table holds them): while nothing
     records, each is one check and then torch's own function.
     """
     global _installed

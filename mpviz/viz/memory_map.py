@@ -43,7 +43,8 @@ def memory_map(trace, at=None, ax=None, check_os=False, max_segments=30, title=N
     * Nobody maps it is not always lost: a handle to it may still be **in flight** in a queue, and
       arrive later (a producer put a tensor and exited). From the trace alone, a ``file_system``
       segment nobody maps while a message put by one of its holders has not been got yet is drawn
-      "in flight?": that message may carry it (the trace does not say which memory a message names)."""
+      "in flight?": that message may carry it (the trace does not say which memory a message
+      names)."""
     ix = st._index(trace)
     t = ix.t1 if at is None else int(at)
     segs = ix.segment_states(t)
