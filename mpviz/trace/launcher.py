@@ -136,10 +136,10 @@ def run(program, output=None, hang_after=10.0, plot=None, threading_locks=False)
 
     `plot`: True draws, False never draws, None draws when worth it. Raises ``Refused``.
 
-    Pictures cost ~1.5 s (importing matplotlib), more than many programs take. They are drawn when
-    asked (``--plot``) or when the run ended in a way worth looking at: a hang verdict, a signal, a
-    non-zero exit status. ``--no-plot`` never draws; ``mpviz.trace.load(DIR).plot()`` draws
-    later."""
+    Pictures cost more than many programs take (importing matplotlib; the figure:
+    docs/PERFORMANCE.md). They are drawn when asked (``--plot``) or when the run ended in a way
+    worth looking at: a hang verdict, a signal, a non-zero exit status. ``--no-plot`` never draws;
+    ``mpviz.trace.load(DIR).plot()`` draws later."""
     from .watchdog import HANG_EXIT_STATUS, STACKS, Watchdog
     if hang_after < 0:
         raise Refused(f"--hang-after must be 0 (off) or a number of seconds, not {hang_after}")
