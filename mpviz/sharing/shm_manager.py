@@ -15,8 +15,8 @@ would stay in /dev/shm, using RAM, until reboot. The manager watches instead::
   (:class:`_Client`), sent when a process maps or unmaps, not per tensor.
 * **Handles in flight are read from the segment.** For a name nobody holds: in flight = the
   header's count - the counts of dead holders. 0: unlinked at once. Else, every ``CHECK_SECONDS``,
-  can one still arrive? (``check_in_flight`` in :func:`serve`: yes while anyone can still ``get``
-  from its queue.) :func:`fate` asks the manager that story for one name.
+  can one still arrive? (How it judges: ``check_in_flight``, in :func:`serve`.) :func:`fate` asks
+  the manager that story for one name.
 * Idle (no client, nothing in flight) for ``IDLE_SECONDS``: it unlinks what it knows and exits.
   Off with ``enable(False)`` or ``MPVIZ_SHM_MANAGER=0`` (children inherit it), to *see* the leak.
 

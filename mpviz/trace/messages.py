@@ -15,7 +15,7 @@ to say *when* each write and each read happened, inside those locks::
     Trace: per queue, writes (feeds) and reads (gets) in time order, zipped: get.msg = "7.3"
 
 ``sig`` (Adler-32 of a message's last 32 bytes) and ``nbytes`` check each pair (link_by_order);
-nothing is added to the bytes that travel. mpviz's own Queue: "mpviz's own Queue", below.
+nothing is added to the bytes that travel. mpviz's own Queue often writes in ``put`` (see below).
 
 **Envelopes** (``SimpleQueue``, ``Pipe``, Queues whose feeder started before recording) carry the
 id in the message: unpickling ``_Envelope(obj, "7.3")`` calls ``_open``, which emits queue.get and
