@@ -3,8 +3,6 @@ bytes arrive intact at every size, under both strategies."""
 import hashlib
 import json
 import os
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -14,7 +12,7 @@ import mpviz.multiprocessing as mp
 from mpviz import sharing
 from mpviz.sharing import mapping
 
-from proc_helpers import finish, start
+from proc_helpers import finish, run_with_small_dev_shm, start
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -295,13 +293,7 @@ print(json.dumps(out))
 def test_a_write_that_fills_dev_shm_raises_shared_memory_full(tmp_path):
     # a real 4 MiB tmpfs on /dev/shm in a private mount namespace: the write stops at ENOSPC
     # part way through a 6 MiB tensor, and that is the same clear error as fallocate's was
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    out = subprocess.run(["unshare", "--mount", "--propagation", "private", "--", "sh", "-c",
-                          'mount -t tmpfs -o size=4m tmpfs /dev/shm && exec "$@"', "sh",
-                          sys.executable, "-c", _FULL_SHM_CHILD], capture_output=True, text=True,
-                         env=dict(os.environ, PYTHONPATH=root), timeout=90)
-    if out.returncode != 0 and "mount" in out.stderr:
-        pytest.skip(f"no private tmpfs here: {out.stderr.strip()}")
+    out = run_with_small_dev_shm("4m", _FULL_SHM_CHILD, timeout=90)
     assert out.returncode == 0, out.stderr
     result = json.loads(out.stdout.strip().splitlines()[-1])
     for strategy in ("file_descriptor", "file_system"):

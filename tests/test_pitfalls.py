@@ -15,6 +15,7 @@ import pytest
 
 import mpviz.scenarios as sc
 from mpviz.scenarios import runner
+from proc_helpers import run_with_small_dev_shm
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 NEW = ["cuda-in-forked-child", "autograd-fork", "small-shm", "oom-killed", "forkserver-default",
@@ -185,12 +186,7 @@ def test_under_the_cap_a_real_small_dev_shm_that_fills_first_is_named_as_such():
     # the whole run inside a 32 MiB /dev/shm: the machine's own runs out before the 64 MiB cap
     code = ("import json, mpviz.scenarios as sc; r = sc.run('small-shm', shm='cap'); "
             "print(json.dumps([r.outcome, r.details['batches'], r.explanation]))")
-    out = subprocess.run(["unshare", "--mount", "--propagation", "private", "--", "sh", "-c",
-                          'mount -t tmpfs -o size=32m tmpfs /dev/shm && exec "$@"', "sh",
-                          sys.executable, "-c", code], capture_output=True, text=True,
-                         env=dict(os.environ, PYTHONPATH=ROOT), timeout=60)
-    if out.returncode != 0 and "mount" in out.stderr:
-        pytest.skip(f"no private tmpfs here: {out.stderr.strip()}")
+    out = run_with_small_dev_shm("32m", code, timeout=60)
     outcome, batches, explanation = json.loads(out.stdout.strip().splitlines()[-1])
     assert outcome == "error" and batches == 3        # 3 x (8 MiB + a page) fit in 32 MiB
     assert "this machine's own /dev/shm (32 MiB)" in explanation

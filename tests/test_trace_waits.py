@@ -127,6 +127,16 @@ def _open_wait(trace, on):
     return bool([e for e in _waits(trace, on)[0]])
 
 
+def _trace_hang_after(tmp_path, program, on, ended):
+    """Trace `program` until a wait `on` is open and the process named `ended` has ended: the
+    trace, and that process."""
+    def until(t):
+        return _open_wait(t, on) and any(p.name == ended and p.exit_ns for p in t.processes())
+    trace = _trace_hang(tmp_path, program, until)
+    (proc,) = [p for p in trace.processes() if p.name == ended]
+    return trace, proc
+
+
 def _drawn_blocked(fig):
     """(hatched boxes drawn for blocked waits, the texts of their labels)."""
     ax = fig.axes[0]
@@ -194,11 +204,7 @@ def test_join_before_get_is_seen_as_waits_that_never_end(tmp_path):
 
 
 def test_missing_task_done_is_seen_as_a_queue_join_that_never_ends(tmp_path):
-    def consumer_done(t):
-        return _open_wait(t, "queue.join") and any(
-            p.name == "consumer" and p.exit_ns for p in t.processes())
-    trace = _trace_hang(tmp_path, "missing_task_done", consumer_done)
-    (consumer,) = [p for p in trace.processes() if p.name == "consumer"]
+    trace, consumer = _trace_hang_after(tmp_path, "missing_task_done", "queue.join", "consumer")
     program = consumer.ppid
 
     joins, ends = _waits(trace, "queue.join")
@@ -227,11 +233,7 @@ def test_missing_task_done_is_seen_as_a_queue_join_that_never_ends(tmp_path):
 def test_a_get_that_waits_for_ever_is_a_wait_on_the_producer(tmp_path):
     """The producer ended without its sentinel: the consumer's get on the empty queue is an
     open wait, drawn and named, and the producer (ended) is the one who had to put."""
-    def producer_done(t):
-        return _open_wait(t, "queue.get") and any(
-            p.name == "producer" and p.exit_ns for p in t.processes())
-    trace = _trace_hang(tmp_path, "missing_sentinel", producer_done)
-    (producer,) = [p for p in trace.processes() if p.name == "producer"]
+    trace, producer = _trace_hang_after(tmp_path, "missing_sentinel", "queue.get", "producer")
     program = producer.ppid
     qid = {e.args["queue"] for e in trace.of_kind("queue.put")}.pop()
 

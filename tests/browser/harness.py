@@ -105,7 +105,27 @@ def copy_for_test(notebook, root, copy_dir=True):
 
 
 class Moments:
-    """Screenshots and timings of one test's moments, in its artifacts dir (BrowserRun, LabTest)."""
+    """Screenshots and timings of one test's moments, in its artifacts dir (BrowserRun, LabTest),
+    and the page they are taken of (with its console messages)."""
+
+    def __init__(self, artifacts_dir):
+        self.artifacts_dir = str(artifacts_dir)
+        self.context = None
+        self.page = None
+        self.console = []
+        self.timings = []
+        self._started = None
+        self._shots = 0
+        shutil.rmtree(self.artifacts_dir, ignore_errors=True)
+        os.makedirs(self.artifacts_dir)
+
+    def _new_page(self, browser):
+        """A fresh browser context and page, its console messages kept for console.log."""
+        self.context = browser.new_context(viewport=VIEWPORT)
+        self.page = self.context.new_page()
+        self.page.set_default_timeout(30_000)
+        self.page.on("console", lambda m: self.console.append(f"{m.type}: {m.text}"))
+        self.page.on("pageerror", lambda e: self.console.append(f"pageerror: {e}"))
 
     def screenshot(self, what, locator=None):
         """Save the page (or one element of it) as NN-what.png in the artifacts dir; the path."""
@@ -125,20 +145,12 @@ class BrowserRun(Moments):
     """See the module docstring. Nothing starts until :meth:`open_notebook`."""
 
     def __init__(self, artifacts_dir, tmp_dir):
-        self.artifacts_dir = str(artifacts_dir)
+        super().__init__(artifacts_dir)
         self.tmp_dir = str(tmp_dir)
         self.tag = uuid.uuid4().hex
         self.server = None
         self.playwright = None
         self.browser = None
-        self.context = None
-        self.page = None
-        self.console = []
-        self.timings = []
-        self._started = None
-        self._shots = 0
-        shutil.rmtree(self.artifacts_dir, ignore_errors=True)
-        os.makedirs(self.artifacts_dir)
 
     def open_notebook(self, notebook, copy_dir=True, flavour="lab"):
         """Serve a copy of `notebook` (with its directory unless `copy_dir` is False), open it in
@@ -155,11 +167,7 @@ class BrowserRun(Moments):
         self.browser = self.playwright.chromium.launch(
             executable_path=exe, headless=True, args=CHROMIUM_ARGS, timeout=60_000,
             env={**os.environ, TAG_VAR: self.tag})
-        self.context = self.browser.new_context(viewport=VIEWPORT)
-        self.page = self.context.new_page()
-        self.page.set_default_timeout(30_000)
-        self.page.on("console", lambda m: self.console.append(f"{m.type}: {m.text}"))
-        self.page.on("pageerror", lambda e: self.console.append(f"pageerror: {e}"))
+        self._new_page(self.browser)
         self.mark("server and browser started")
         nb = NotebookPage(self.page, self.server, name, flavour).open()
         self.mark("notebook open, kernel ready")
@@ -300,27 +308,15 @@ class LabTest(Moments):
     its own (a fresh layout: no tab of an earlier test reopens)."""
 
     def __init__(self, lab, artifacts_dir, key):
+        super().__init__(artifacts_dir)
         self.lab = lab
         self.key = key
-        self.artifacts_dir = str(artifacts_dir)
-        self.context = None
-        self.page = None
-        self.console = []
-        self.timings = []
-        self._started = None
-        self._shots = 0
-        shutil.rmtree(self.artifacts_dir, ignore_errors=True)
-        os.makedirs(self.artifacts_dir)
 
     def open_notebook(self, notebook, copy_dir=True, flavour="lab"):
         """As BrowserRun.open_notebook, on the shared server and browser."""
         self._started = time.monotonic()
         name = copy_for_test(notebook, os.path.join(self.lab.root, self.key), copy_dir)
-        self.context = self.lab.browser.new_context(viewport=VIEWPORT)
-        self.page = self.context.new_page()
-        self.page.set_default_timeout(30_000)
-        self.page.on("console", lambda m: self.console.append(f"{m.type}: {m.text}"))
-        self.page.on("pageerror", lambda e: self.console.append(f"pageerror: {e}"))
+        self._new_page(self.lab.browser)
         self.mark("browser context open")
         nb = NotebookPage(self.page, self.lab.server, f"{self.key}/{name}", flavour,
                           workspace=f"test-{self.key}").open()
