@@ -61,10 +61,10 @@ BATCH = {4 * KiB: 20, MiB: 10, 64 * MiB: 3, 256 * MiB: 1}
 
 def drive(name):
     """Answer 'rt SIZE N' with N fresh round trips; 'ways SIZE' with the one-process timings."""
+    from bench import handoff
     if name == "ways":
         driver = None
     else:
-        from bench import handoff
         library, strategy, fill = CONTENDERS[name]
         handoff.CONTENDERS[name] = (library, "fork", strategy, 0)   # cache off: the default
         driver = handoff.Driver(name)
@@ -72,21 +72,13 @@ def drive(name):
             from mpviz.sharing import mapping, segment
             mapping.WRITE_FILL = fill != "populate + copy"
             segment.FALLOCATE_WRITTEN = fill == "fallocate + write"
-    print(json.dumps({"ready": True}), flush=True)
-    for line in sys.stdin:
-        words = line.split()
-        if not words or words[0] == "quit":
-            break
-        try:
-            if words[0] == "rt":
-                reply = driver.rt("fresh", int(words[1]), int(words[2]))
-            else:
-                reply = ways(int(words[1]))
-        except Exception as e:  # report, don't die: the table says what failed
-            reply = {"error": f"{type(e).__name__}: {e}"}
-        print(json.dumps(reply), flush=True)
-    if driver is not None:
-        driver.close()
+
+    def answer(words):
+        if words[0] == "rt":
+            return driver.rt("fresh", int(words[1]), int(words[2]))
+        return ways(int(words[1]))
+
+    handoff.serve(driver, answer)
 
 
 # -- memcpy, torch, and the ways of filling a new segment ---------------------------------------

@@ -200,29 +200,39 @@ def startup(kind, n):
     return {"times": times, "note": note}
 
 
-def main(argv):
-    name = argv[0]
-    if name.startswith("startup:"):
-        driver = None
-    else:
-        driver = Driver(name)
+def serve(driver, answer):
+    """The driver's side of the pipe: say ready, then one JSON reply per command line until
+    'quit' or end of input. answer(words) makes one reply; an exception becomes {"error": ...}
+    (report, don't die: the orchestrator notes it in the table). Used by bench_fresh too."""
     print(json.dumps({"ready": True}), flush=True)
     for line in sys.stdin:
         words = line.split()
         if not words or words[0] == "quit":
             break
         try:
-            if words[0] == "rt":
-                reply = driver.rt(words[1], int(words[2]), int(words[3]))
-            elif words[0] == "startup":
-                reply = startup(name.split(":", 1)[1], int(words[1]))
-            else:
-                reply = {"error": f"unknown command {words[0]!r}"}
-        except Exception as e:  # report, don't die: the orchestrator notes it in the table
+            reply = answer(words)
+        except Exception as e:
             reply = {"error": f"{type(e).__name__}: {e}"}
         print(json.dumps(reply), flush=True)
     if driver is not None:
         driver.close()
+
+
+def main(argv):
+    name = argv[0]
+    if name.startswith("startup:"):
+        driver = None
+    else:
+        driver = Driver(name)
+
+    def answer(words):
+        if words[0] == "rt":
+            return driver.rt(words[1], int(words[2]), int(words[3]))
+        if words[0] == "startup":
+            return startup(name.split(":", 1)[1], int(words[1]))
+        return {"error": f"unknown command {words[0]!r}"}
+
+    serve(driver, answer)
 
 
 if __name__ == "__main__":

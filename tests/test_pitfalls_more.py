@@ -51,6 +51,19 @@ def test_a_cleanup_of_dev_shm_under_a_live_job_breaks_the_next_get():
     assert fd.details["in_dev_shm"] is False
 
 
+def _torch_child_reports(target, *args):
+    """Run target(out, *args) in a spawned child of its own; return the one report it puts."""
+    import torch.multiprocessing as tmp
+    ctx = tmp.get_context("spawn")
+    out = ctx.SimpleQueue()
+    child = ctx.Process(target=target, args=(out, *args))
+    child.start()
+    report = out.get()
+    child.join()
+    out.close()
+    return report
+
+
 def _torch_consume(q, out):
     try:
         t = q.get()
@@ -80,14 +93,7 @@ def _torch_wipe_oracle(report):
 
 def test_torch_says_no_such_file_after_a_cleanup():
     pytest.importorskip("torch")
-    import torch.multiprocessing as tmp
-    ctx = tmp.get_context("spawn")
-    report = ctx.SimpleQueue()
-    oracle = ctx.Process(target=_torch_wipe_oracle, args=(report,))
-    oracle.start()
-    kind, said = report.get()
-    oracle.join()
-    report.close()
+    kind, said = _torch_child_reports(_torch_wipe_oracle)
     assert kind == "error"
     assert "unable to open shared memory object </torch_" in said
     assert "in read-write mode: No such file or directory (2)" in said
@@ -108,14 +114,7 @@ def _torch_keep_sharing(out, limit):
 
 def test_torch_sender_runs_out_of_fds_as_the_verdict_says():
     pytest.importorskip("torch")
-    import torch.multiprocessing as tmp
-    ctx = tmp.get_context("spawn")
-    out = ctx.SimpleQueue()
-    child = ctx.Process(target=_torch_keep_sharing, args=(out, 48))
-    child.start()
-    kind, said = out.get()
-    child.join()
-    out.close()
+    kind, said = _torch_child_reports(_torch_keep_sharing, 48)
     assert kind == "error"
     assert "unable to open shared memory object </torch_" in said
     assert "in read-write mode: Too many open files (24)" in said

@@ -249,14 +249,20 @@ def test_widget_clicks_through_a_puzzle_to_its_goal_and_undoes(fonts_loaded):
         wdg.close()
 
 
+def _always_the_first_choice(s):
+    """Step s to its end, always taking the first choice; return the labels taken, in order."""
+    seen = []
+    while s.choices():
+        c = s.choices()[0]
+        seen.append(c.label)
+        s.step(c)
+    return seen
+
+
 @pytest.mark.parametrize("start_method", ["fork", "spawn"])
 def test_condition_and_pipe_are_stops(start_method):
     with mpviz.step(w.condition_and_pipe, start_method) as s:
-        seen = []
-        while s.choices():
-            c = s.choices()[0]
-            seen.append(c.label)
-            s.step(c)
+        seen = _always_the_first_choice(s)
         assert s.outcome == "ok", s.explanation
         assert "main/main: wait on condition C (releases its lock, sleeps until notified)" in seen
         assert "child/main: notify condition C" in seen
@@ -270,11 +276,7 @@ def test_condition_and_pipe_are_stops(start_method):
 @pytest.mark.parametrize("strategy", ["file_system", "file_descriptor"])
 def test_an_mpviz_queues_put_and_get_and_the_attach_are_stops(strategy):
     with mpviz.step(w.mpviz_queue_tensor, "fork", strategy) as s:
-        seen = []
-        while s.choices():
-            c = s.choices()[0]
-            seen.append(c.label)
-            s.step(c)
+        seen = _always_the_first_choice(s)
         assert s.outcome == "ok", s.explanation
         assert any(x.startswith("child/main: put an item on queue Q (written into its pipe now")
                    for x in seen), seen

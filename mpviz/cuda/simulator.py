@@ -30,7 +30,7 @@ import numpy as np
 
 from ..errors import SharedMemoryFullError
 from ..sharing import file_system, shm_manager
-from ..sharing.file_descriptor import _reserve
+from ..sharing.segment import reserve
 from .refcount import map_shared  # unmapped on collection, never by interpreter shutdown
 
 try:
@@ -105,7 +105,7 @@ class Block(_Memory):
         fd = _posixshmem.shm_open(self.name, os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
         try:
             try:
-                _reserve(fd, size, "cuda")
+                reserve(fd, size, "cuda")
             except SharedMemoryFullError:
                 raise MemoryError(
                     f"CUDA out of memory (simulated): cannot allocate {nbytes:,} bytes of "

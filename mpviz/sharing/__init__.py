@@ -98,8 +98,9 @@ def allocate(nbytes, strategy, data=None):
     """A shared segment of `nbytes` bytes under `strategy`: the one place segments come from.
 
     With `data` (a 1-D uint8 NumPy array of `nbytes` bytes) the segment holds a copy of it;
-    without, its bytes are undefined and the caller fills them. A new segment is filled by ``write(2)`` (one
-    pass over memory; see mapping.write_into); with the caching allocator on
+    without, its bytes are undefined and the caller fills them. With contiguous `data`, a new
+    segment is filled by ``write(2)`` (one pass over memory; see mapping.write_into), other
+    `data` by a copy after mapping; with the caching allocator on
     (:mod:`~mpviz.sharing.allocator`), a segment freed earlier whose pages are already in may come
     back instead, and is filled by a copy.
     """

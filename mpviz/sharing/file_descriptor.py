@@ -30,9 +30,8 @@ from ..trace import recorder
 from .fd_passing import fd_limit
 from .mapping import map_shared
 from .segment import HEADER, Hold, Segment, add_at, fill_and_map, fills_every_page, release_all, reserve
-# older names, still imported from here by other modules and tests
-from .segment import _choose_atomic_add, atomic_add, choose_atomic_add  # noqa: F401
-from .segment import reserve as _reserve  # noqa: F401
+# older names, still imported from here by tests (test_handoff, handoff_workers)
+from .segment import atomic_add, choose_atomic_add  # noqa: F401
 
 try:
     import _posixshmem
