@@ -376,7 +376,8 @@ class Stepper:
     @property
     def outcome(self):
         """None while running; "ok" (all ended), "deadlock" (nobody can ever move again),
-        "error" (a process failed), or a puzzle's own verdict. ``explanation`` says why."""
+        "error" (a process failed), "stopped" (closed before the run ended), or a puzzle's own
+        verdict. ``explanation`` says why."""
         if self._outcome is None and not self._closing:
             self._settle()
             self._judge_if_over()
