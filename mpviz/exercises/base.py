@@ -94,7 +94,7 @@ def as_number(answer, what="a number"):
 
 
 def as_number_pair(answer, shape, what):
-    """Two numbers, as a tuple or list; `shape` names them for the error, e.g. "(a, b), e.g. (0, 1)"."""
+    """Two numbers, as a tuple or list; `shape` names them for the error ("(a, b), e.g. (0, 1)")."""
     if not isinstance(answer, (tuple, list)) or len(answer) != 2:
         raise BadAnswer(f"the answer is a pair: {shape}, not {answer!r}")
     return tuple(as_number(a, what) for a in answer)
