@@ -6,7 +6,7 @@
 
     ┌ Goal: make main and child each hold one lock and wait for the other ─────────────┐
     │ [main/main: acquire lock A (free)]  [child/main: acquire lock B (free)]  ← choices  │
-    │ [Undo] [Restart]                                                                    │
+    │ [Undo] [Restart] [Close]                                                            │
     │ who is paused before what, who is blocked in what, who holds which lock            │
     │ the wait-for graph, redrawn after each step                                         │
     │ outcome: deadlock -- and why                                                        │

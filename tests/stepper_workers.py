@@ -80,3 +80,13 @@ def mpviz_queue_tensor(start_method="fork", strategy="file_system"):
     assert float(t.sum()) == 1024.0
     del t
     p.join()
+
+
+def main_killed():
+    """main takes a lock, then is killed by SIGKILL (as the OOM killer would): no exception."""
+    import os
+    import signal
+    lock = name(multiprocessing.Lock(), "L")
+    with lock:
+        pass
+    os.kill(os.getpid(), signal.SIGKILL)

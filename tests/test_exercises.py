@@ -158,3 +158,14 @@ def test_names_used_by_the_solutions_exist():
     # the solutions use these objects; keep them importable under the same names
     assert callable(nw.square) and callable(nw2.fail_on) and callable(mp.spawn)
     assert torch.ones(3, requires_grad=True).requires_grad
+
+
+def test_a_pair_answer_that_is_not_a_pair_of_numbers_says_which_pair():
+    from mpviz.exercises.base import BadAnswer, as_number_pair
+    shape = "(storage_offset, storage_bytes), e.g. (0, 16)"
+    assert as_number_pair([4, 32], shape, "a number") == (4, 32)
+    for bad in (16, (1, 2, 3), "0, 16"):
+        with pytest.raises(BadAnswer, match=re.escape(f"is a pair: {shape}, not")):
+            as_number_pair(bad, shape, "a number")
+    with pytest.raises(BadAnswer, match="is not a number of bytes"):
+        as_number_pair((1, "2"), shape, "a number of bytes")

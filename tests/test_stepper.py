@@ -372,3 +372,10 @@ def test_the_wait_for_graph_of_opposite_lock_orders_names_two_locks_as_the_choic
     words = " ".join(words.split())
     assert "main's main thread waits for lock B, which child's main thread holds" in words
     assert "child's main thread waits for lock A, which main's main thread holds" in words
+
+
+def test_a_program_killed_by_a_signal_is_not_said_to_have_raised():
+    with mpviz.step(w.main_killed) as s:
+        assert s.run_until(lambda s: False) == "error"
+        assert "raised an exception" not in s.explanation
+        assert "killed by SIGKILL" in s.explanation

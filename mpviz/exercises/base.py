@@ -93,6 +93,13 @@ def as_number(answer, what="a number"):
     return answer
 
 
+def as_number_pair(answer, shape, what):
+    """Two numbers, as a tuple or list; `shape` names them for the error ("(a, b), e.g. (0, 1)")."""
+    if not isinstance(answer, (tuple, list)) or len(answer) != 2:
+        raise BadAnswer(f"the answer is a pair: {shape}, not {answer!r}")
+    return tuple(as_number(a, what) for a in answer)
+
+
 def as_word(answer, choices):
     if not isinstance(answer, str) or answer.strip().lower() not in choices:
         raise BadAnswer(f"your answer {answer!r} is not one of {', '.join(map(repr, choices))}: "

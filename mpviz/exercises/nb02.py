@@ -2,7 +2,7 @@
 from .. import multiprocessing as mp
 from ..tensor import Tensor
 from ..examples import notebook_workers as nw
-from .base import BadAnswer, Exercise, Verdict, as_number, judged, measured, run
+from .base import BadAnswer, Exercise, Verdict, as_number, as_number_pair, judged, measured, run
 
 
 @measured
@@ -24,10 +24,8 @@ def _rows_1_and_2():
 
 @judged
 def _judge_predict(answer):
-    if not isinstance(answer, (tuple, list)) or len(answer) != 2:
-        raise BadAnswer(f"the answer is a pair: (storage_offset, storage_bytes), e.g. (0, 16), "
-                        f"not {answer!r}")
-    offset, nbytes = (as_number(a, "a number") for a in answer)
+    offset, nbytes = as_number_pair(answer, "(storage_offset, storage_bytes), e.g. (0, 16)",
+                                    "a number")
     arrived, rows = _rows_1_and_2()
     real = (arrived["storage_offset"], arrived["storage_bytes"])
     return Verdict((offset, nbytes) == real, (

@@ -1,7 +1,8 @@
 """Exercises of notebook 05 (buffer reuse): copies counted in real runs."""
 from collections import Counter
 
-from .base import BadAnswer, Exercise, Verdict, as_number, fix_scenario, judged, measured, run
+from .base import (Exercise, Verdict, as_number, as_number_pair, fix_scenario, judged, measured,
+                   run)
 
 _PREDICT = dict(producers=2, batches=10, pool=3)
 
@@ -14,10 +15,9 @@ def _copies_both_ways():
 
 @judged
 def _judge_predict(answer):
-    if not isinstance(answer, (tuple, list)) or len(answer) != 2:
-        raise BadAnswer(f"the answer is a pair: (copies with reuse=True, copies with "
-                        f"reuse=False), e.g. (1, 2), not {answer!r}")
-    with_reuse, without = (as_number(a, "a number of copies") for a in answer)
+    with_reuse, without = as_number_pair(
+        answer, "(copies with reuse=True, copies with reuse=False), e.g. (1, 2)",
+        "a number of copies")
     real = _copies_both_ways()
     why = (f"You said {with_reuse:g} and {without:g}; the runs made {real[True]} copies with "
            f"reuse=True and {real[False]} with reuse=False. With reuse, each producer copies "

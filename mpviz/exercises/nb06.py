@@ -1,6 +1,5 @@
 """Exercises of notebook 06 (CUDA lifetime), on the CUDA simulator (or a GPU)."""
-from .base import (BadAnswer, Exercise, Verdict, as_bool, as_number, fix_scenario, judged,
-                   measured, run)
+from .base import Exercise, Verdict, as_bool, as_number_pair, fix_scenario, judged, measured, run
 
 
 @measured
@@ -11,10 +10,9 @@ def _held():
 
 @judged
 def _judge_predict(answer):
-    if not isinstance(answer, (tuple, list)) or len(answer) != 2:
-        raise BadAnswer(f"the answer is a pair: (bytes with release_early=False, bytes with "
-                        f"release_early=True), not {answer!r}")
-    late, early = (as_number(a, "a number of bytes") for a in answer)
+    late, early = as_number_pair(
+        answer, "(bytes with release_early=False, bytes with release_early=True)",
+        "a number of bytes")
     real = _held()
     return Verdict((late, early) == (real[False], real[True]), (
         f"You said ({late:g}, {early:g}); the producer's memory_stats() showed "

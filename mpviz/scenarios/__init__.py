@@ -62,7 +62,7 @@ SCENARIOS = {
     "oversubscription": "oversubscription",
 }
 
-__all__ = ["catalog", "start", "run", "names", "Param", "ScenarioInfo", "Result", "Running",
+__all__ = ["catalog", "start", "run", "step", "names", "Param", "ScenarioInfo", "Result", "Running",
            "OUTCOMES", "SCENARIOS"]
 
 

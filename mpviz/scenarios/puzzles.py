@@ -61,6 +61,14 @@ class Puzzle(NamedTuple):
         return self.goal_schedules[start_method]
 
 
+def _on_deadlock(goal_reached):
+    """A verdict that says `goal_reached` when the run ended in a deadlock (the goal of every
+    puzzle but torn-read), and leaves any other outcome and its explanation as they are."""
+    def verdict(outcome, explanation, details):
+        return outcome, goal_reached if outcome == "deadlock" else explanation
+    return verdict
+
+
 # --- fork-held-lock ------------------------------------------------------------------------
 
 _library_lock = None
@@ -91,14 +99,11 @@ def fork_lock_drive(p, details):
     details["child_exitcode"] = child.exitcode
 
 
-def fork_lock_verdict(outcome, explanation, details):
-    if outcome == "deadlock":
-        return outcome, (
-            "Goal reached: the child waits forever for lock L. main forked while library-worker "
-            "held L; fork copied the lock, held, into the child, but not the thread that held "
-            "it, so nobody in the child can release it -- and main waits forever in join(). "
-            "Fix: start_method='spawn' (a fresh interpreter makes a fresh lock).")
-    return outcome, explanation
+fork_lock_verdict = _on_deadlock(
+    "Goal reached: the child waits forever for lock L. main forked while library-worker "
+    "held L; fork copied the lock, held, into the child, but not the thread that held "
+    "it, so nobody in the child can release it -- and main waits forever in join(). "
+    "Fix: start_method='spawn' (a fresh interpreter makes a fresh lock).")
 
 
 # --- queue-feeder-hang ---------------------------------------------------------------------
@@ -120,14 +125,11 @@ def feeder_drive(p, details):
         details["received"] = len(q.get())
 
 
-def feeder_verdict(outcome, explanation, details):
-    if outcome == "deadlock":
-        return outcome, (
-            "Goal reached: main waits forever in join(). The child's put only buffered the item; "
-            "its feeder thread writes it into the pipe, which holds 64 KiB, so the write waits "
-            "for a reader; the child, exiting, waits for its feeder; main waits for the child, "
-            "and its get() comes after the join. Fix: get_before_join=True.")
-    return outcome, explanation
+feeder_verdict = _on_deadlock(
+    "Goal reached: main waits forever in join(). The child's put only buffered the item; "
+    "its feeder thread writes it into the pipe, which holds 64 KiB, so the write waits "
+    "for a reader; the child, exiting, waits for its feeder; main waits for the child, "
+    "and its get() comes after the join. Fix: get_before_join=True.")
 
 
 # --- lock-order ----------------------------------------------------------------------------
@@ -148,13 +150,10 @@ def lock_order_drive(p, details):
     child.join()
 
 
-def lock_order_verdict(outcome, explanation, details):
-    if outcome == "deadlock":
-        return outcome, (
-            "Goal reached: main holds A and waits for B; child holds B and waits for A. A cycle "
-            "in the wait-for graph: neither can ever go on. Fix: same_order=True (every process "
-            "takes A before B: the one that gets A first also gets B).")
-    return outcome, explanation
+lock_order_verdict = _on_deadlock(
+    "Goal reached: main holds A and waits for B; child holds B and waits for A. A cycle "
+    "in the wait-for graph: neither can ever go on. Fix: same_order=True (every process "
+    "takes A before B: the one that gets A first also gets B).")
 
 
 # --- lost-wakeup ---------------------------------------------------------------------------
@@ -198,14 +197,11 @@ def lost_wakeup_drive(p, details):
     details["taken"] = taken.value
 
 
-def lost_wakeup_verdict(outcome, explanation, details):
-    if outcome == "deadlock":
-        return outcome, (
-            "Goal reached: the consumer waits forever for the event, although the producer made "
-            "both items. Its second set() came while the event was still set (nothing changed), "
-            "then the consumer's clear() erased it: a lost wake-up. Fix: clear_first=True -- "
-            "clear, then check for work, then wait: a set after the clear is never lost.")
-    return outcome, explanation
+lost_wakeup_verdict = _on_deadlock(
+    "Goal reached: the consumer waits forever for the event, although the producer made "
+    "both items. Its second set() came while the event was still set (nothing changed), "
+    "then the consumer's clear() erased it: a lost wake-up. Fix: clear_first=True -- "
+    "clear, then check for work, then wait: a set after the clear is never lost.")
 
 
 # --- torn-read -----------------------------------------------------------------------------

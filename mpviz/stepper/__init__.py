@@ -4,7 +4,8 @@
     s = mpviz.step(my_module.main)               # or mpviz.scenarios.step("fork-held-lock")
     s.choices()        # [<0 main/library-worker: acquire lock L>, <1 main/main: start process child>]
     s.step(1)          # let that thread do its next operation (by index, label or "who")
-    s.outcome          # None while it runs; "deadlock", "ok", or a puzzle's own verdict
+    s.outcome          # None while it runs; "deadlock", "ok", "error", "stopped" (closed early),
+                       # or a puzzle's own verdict
     s.close()          # ends every process of the run (also: `with mpviz.step(...) as s:`)
 
 How it works, in three modules:

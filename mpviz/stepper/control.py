@@ -26,6 +26,7 @@ import re
 import selectors
 import shutil
 import socket
+import signal
 import subprocess
 import sys
 import tempfile
@@ -376,7 +377,8 @@ class Stepper:
     @property
     def outcome(self):
         """None while running; "ok" (all ended), "deadlock" (nobody can ever move again),
-        "error" (a process failed), or a puzzle's own verdict. ``explanation`` says why."""
+        "error" (a process failed), "stopped" (closed before the run ended), or a puzzle's own
+        verdict. ``explanation`` says why."""
         if self._outcome is None and not self._closing:
             self._settle()
             self._judge_if_over()
@@ -413,7 +415,14 @@ class Stepper:
         details = self.details()
         failed = [f"{n} ({s})" for n, _, s in self.state_processes() if "exit code 0" not in s
                   and s != "alive"]
-        if self._proc.returncode != 0 or details.get("error"):
+        if self._proc.returncode < 0 and not details.get("error"):
+            # killed (SIGKILL from the OOM killer, a kill from outside): no exception to show
+            self._outcome = "error"
+            self.explanation = (f"The program's main process was killed by "
+                                f"{_signal_name(-self._proc.returncode)}: it raised "
+                                f"nothing, it was ended from outside (the OOM killer sends "
+                                f"SIGKILL).")
+        elif self._proc.returncode != 0 or details.get("error"):
             self._outcome = "error"
             self.explanation = ("The program raised an exception:\n"
                                 + (details.get("error") or self._read_output()[-2000:]))
@@ -676,6 +685,13 @@ def _is_helper(pid):
     except OSError:
         return True
     return b"resource_tracker" in cmd or b"forkserver" in cmd
+
+
+def _signal_name(number):
+    try:
+        return signal.Signals(number).name
+    except ValueError:                    # a number Python has no name for (a real-time one)
+        return f"signal {number}"
 
 
 def _who_of(label):
