@@ -39,7 +39,6 @@ from . import recorder, waits
 from ..stepper import gate as _gate
 from .events import order as _order
 from .events import queue_id as _queue_id  # noqa: F401  (writer.c's hooks look it up here)
-from .events import semlock_id  # noqa: F401  (here too, for the modules that always took it here)
 
 
 def _start_numbering():
