@@ -281,8 +281,6 @@ def _report(directory, child, code, watchdog, verdict, received, plot):
         say(f"{name}: {path}")
 
 
-
-
 def _say_unended(trace, program):
     """Name the processes whose end was not recorded: one line each for a few, one line for
     many (a program that forked a thousand children must not get a thousand lines)."""
@@ -317,10 +315,11 @@ def _draw(trace, directory, hang):
     drawings = [("timeline picture", "timeline.png", viz.timeline)]
     if hang:
         drawings.append(("wait-for graph", "wait_for.png", viz.wait_for))
+    notes = trace.notes                       # (reads notes.txt and every event: once)
     for what, name, draw in drawings:
         path = os.path.join(directory, name)
         try:
-            _save_with_notes(draw(trace), trace.notes, path)
+            _save_with_notes(draw(trace), notes, path)
         except KeyboardInterrupt:
             say("drawing interrupted; the trace is complete")
             return
