@@ -360,15 +360,16 @@ def finish(directory, plot=None):
 def _note_a_killed_launcher(directory, trace):
     """A launcher's log with a program launched and never reaped: the launcher was killed
     before the program ended. Kept as a note (once), so the trace says why its end is missing."""
+    reaped = {e.pid for e in trace.of_kind("process.reaped")}
+    launchers = {e.pid for e in trace.of_kind("process.start") if e.args.get("how") == "launcher"}
+    known = trace.notes                    # (a --finish run before this one may have noted it)
     for launch in trace.of_kind("process.launch"):
-        reaped = [e for e in trace.of_kind("process.reaped") if e.pid == launch.pid]
-        starts = [e for e in trace.of_kind("process.start") if e.pid == launch.pid]
-        if reaped or not starts or starts[0].args.get("how") != "launcher":
+        if launch.pid in reaped or launch.pid not in launchers:
             continue
         line = (f"the launcher (pid {launch.pid}) was killed before the program (pid "
                 f"{launch.args['child']}) ended: how the program ended, and what it did "
                 f"after its log's last event, may be missing")
-        if line not in trace.notes:
+        if line not in known:
             recorder.note(directory, line)
 
 
