@@ -232,13 +232,10 @@ def _stop_hung(child, watchdog):
     return watchdog.verdict(stacks, killed)
 
 
-VERDICT_FILE = "verdict.txt"    # a hang's verdict, beside the logs (trace.load reads it)
-
-
 def _report(directory, child, code, watchdog, verdict, received, plot):
     """trace.json, the verdict, the pictures, and where they are. Never raises: whatever fails
     here is one line, and the program's exit status is kept."""
-    from .trace import load
+    from .trace import VERDICT_FILE, load
     try:
         if watchdog is not None:
             trace = watchdog.trace
