@@ -41,21 +41,21 @@ KINDS = {
     "thread.start": Kind("name, ident, daemon", "the new thread (hooks.py)"),
     "thread.exit": Kind("name, ident", "the ending thread (hooks.py)"),
 
-    # -- messages: queues and pipes (messages.py, and writer.c's hooks) ---------------------
+    # -- messages: queues and pipes (messages.py, and queue_hooks.c) ---------------------
     "queue.put": Kind(
         "queue, msg, nbytes, sig (when put wrote the pipe itself), handles",
         "the putting thread (SimpleQueue, mpviz's Queue; a stdlib Queue pickles later: "
-        "see queue.feed); writer.c's Hook, in C"),
+        "see queue.feed); queue_hooks.c's Hook, in C"),
     "queue.feed": Kind(
         "queue, msg, nbytes, sig, handles",
-        "a stdlib Queue's feeder thread, as it writes the message (writer.c's Tap, in C)"),
+        "a stdlib Queue's feeder thread, as it writes the message (queue_hooks.c's Tap, in C)"),
     "queue.handles": Kind(
         "handles",
-        "the feeder thread's pickler where writer.c records (messages._CountingPickler), "
+        "the feeder thread's pickler where the C Writer records (messages._CountingPickler), "
         "just before that write's queue.feed"),
     "queue.get": Kind(
         "queue, msg (a Queue's is the matching write's, set by Trace), nbytes, sig",
-        "the getter, as it reads (Queue; writer.c's Tap) or unpickles (envelopes)"),
+        "the getter, as it reads (Queue; queue_hooks.c's Tap) or unpickles (envelopes)"),
     "queue.put_failed": Kind(
         "queue, msg (None for mpviz's Queue), error (e.g. 'Full')",
         "the putting thread, when a recorded put raised: the message never entered"),

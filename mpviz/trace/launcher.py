@@ -232,13 +232,10 @@ def _stop_hung(child, watchdog):
     return watchdog.verdict(stacks, killed)
 
 
-VERDICT_FILE = "verdict.txt"    # a hang's verdict, beside the logs (trace.load reads it)
-
-
 def _report(directory, child, code, watchdog, verdict, received, plot):
     """trace.json, the verdict, the pictures, and where they are. Never raises: whatever fails
     here is one line, and the program's exit status is kept."""
-    from .trace import load
+    from .trace import VERDICT_FILE, load
     try:
         if watchdog is not None:
             trace = watchdog.trace
@@ -281,8 +278,6 @@ def _report(directory, child, code, watchdog, verdict, received, plot):
         say(f"{name}: {path}")
 
 
-
-
 def _say_unended(trace, program):
     """Name the processes whose end was not recorded: one line each for a few, one line for
     many (a program that forked a thousand children must not get a thousand lines)."""
@@ -317,10 +312,11 @@ def _draw(trace, directory, hang):
     drawings = [("timeline picture", "timeline.png", viz.timeline)]
     if hang:
         drawings.append(("wait-for graph", "wait_for.png", viz.wait_for))
+    notes = trace.notes                       # (reads notes.txt and every event: once)
     for what, name, draw in drawings:
         path = os.path.join(directory, name)
         try:
-            _save_with_notes(draw(trace), trace.notes, path)
+            _save_with_notes(draw(trace), notes, path)
         except KeyboardInterrupt:
             say("drawing interrupted; the trace is complete")
             return
@@ -361,15 +357,16 @@ def finish(directory, plot=None):
 def _note_a_killed_launcher(directory, trace):
     """A launcher's log with a program launched and never reaped: the launcher was killed
     before the program ended. Kept as a note (once), so the trace says why its end is missing."""
+    reaped = {e.pid for e in trace.of_kind("process.reaped")}
+    launchers = {e.pid for e in trace.of_kind("process.start") if e.args.get("how") == "launcher"}
+    known = trace.notes                    # (a --finish run before this one may have noted it)
     for launch in trace.of_kind("process.launch"):
-        reaped = [e for e in trace.of_kind("process.reaped") if e.pid == launch.pid]
-        starts = [e for e in trace.of_kind("process.start") if e.pid == launch.pid]
-        if reaped or not starts or starts[0].args.get("how") != "launcher":
+        if launch.pid in reaped or launch.pid not in launchers:
             continue
         line = (f"the launcher (pid {launch.pid}) was killed before the program (pid "
                 f"{launch.args['child']}) ended: how the program ended, and what it did "
                 f"after its log's last event, may be missing")
-        if line not in trace.notes:
+        if line not in known:
             recorder.note(directory, line)
 
 

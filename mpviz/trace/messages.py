@@ -38,8 +38,7 @@ from multiprocessing.reduction import ForkingPickler
 from . import recorder, waits
 from ..stepper import gate as _gate
 from .events import order as _order
-from .events import queue_id as _queue_id  # noqa: F401  (writer.c's hooks look it up here)
-from .events import semlock_id  # noqa: F401  (here too, for the modules that always took it here)
+from .events import queue_id as _queue_id  # noqa: F401  (queue_hooks.c looks it up here)
 
 
 def _start_numbering():

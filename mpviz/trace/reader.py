@@ -5,8 +5,8 @@ before trace.py (whose ``Trace`` makes Events of what ``poll`` returns, and merg
 
 A ``LogReader`` remembers, per file, the offset of the first record it has not yet returned;
 ``poll()`` lists the directory (new processes add new files), reads each file from its offset up
-to the first length word that is still 0, and returns the new events. A live widget can call it many times a second: each call
-costs only the new bytes plus one small read per file.
+to the first length word that is still 0, and returns the new events. A live widget can call it
+many times a second: each costs the new bytes, plus a small read and ``kill(pid, 0)`` per live log.
 
 What can be wrong with a log, and what we do (never crash, always say what was skipped):
 

@@ -248,6 +248,9 @@ def _event_notes(events):
     return lines
 
 
+VERDICT_FILE = "verdict.txt"    # a hang's verdict, beside the logs: the launcher writes it
+
+
 def load(path):
     """Read a trace directory (also one whose processes were killed) into a ``Trace``.
 
@@ -257,7 +260,7 @@ def load(path):
     trace = Trace(path)
     trace.refresh(final=True)
     try:              # a hang's verdict, kept by ``python -m mpviz trace`` (launcher.py)
-        with open(os.path.join(trace.path, "verdict.txt")) as f:
+        with open(os.path.join(trace.path, VERDICT_FILE)) as f:
             trace.verdict = f.read()
     except OSError:
         pass

@@ -119,14 +119,10 @@ def queue_wait(on, call, q, args, timeout, judge=_returned):
     get or put that can go on at once never comes here. A timeout that runs out (``Empty``,
     ``Full``, or False from the semaphore) ends the wait with ok False.
 
-    A Queue's ``get`` and ``put`` (the stdlib's Queue, JoinableQueue and SimpleQueue, and mpviz's
-    Queue) run once per message: the recorder's hot path (messages.py). So they ask first, without
-    blocking, whether they would wait -- a get: is there anything to read in the pipe (one
-    ``poll(2)`` with timeout 0); a put: is the bounded queue's semaphore at zero (no system call) --
-    and only a get or put that would wait records the pair (here; in C, queue_hooks.c's
-    ``record_get_wait``, while the C Writer records). A get that finds a message at once costs that
-    one ``poll``; one that waits, the poll and two events. (A get that found a message which
-    another reader then took first blocks unrecorded: rare, and the watchdog's stacks show it.)
+    Why ask first: a Queue's get and put run once per message, the recorder's hot path. The
+    question costs a get one ``poll(2)`` and a put a look at its semaphore (messages.py, above
+    ``readable``); in C, queue_hooks.c's ``record_get_wait`` records the pair. (A get that found a
+    message which another reader then took first blocks unrecorded: the watchdog's stacks show it.)
     """
     more = {"timeout": timeout} if timeout is not None else {}
     if on == "queue.put":
