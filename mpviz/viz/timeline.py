@@ -533,12 +533,11 @@ class _TimeAxis:
             ix = st._index(trace)                       # waits and Pool tasks are the story
             # a wait never satisfied lasts as long as its process (as it is drawn), not to
             # the trace's end: what comes after a killed program's end may be squeezed
-            def ended(pid, tid=None):
-                proc = ix.procs.get(pid)
-                return ix.thread_end.get((pid, tid)) or (proc and proc.exit_ns) or t1
-            spans = [(since, until or ended(pid)) for _, pid, _, since, until in ix.waits]
+            spans = [(since, until or _end_of(ix, pid, None, t1))
+                     for _, pid, _, since, until in ix.waits]
             spans += [(a, b) for _, _, a, b in ix.tasks]
-            spans += [(b.ts_ns, until or ended(pid, tid)) for pid, tid, b, until in ix.blocked]
+            spans += [(b.ts_ns, until or _end_of(ix, pid, tid, t1))
+                      for pid, tid, b, until in ix.blocked]
             w0 = np.array([a for a, _ in spans], dtype=float)
             w1 = np.array([b for _, b in spans], dtype=float)
             diffs = np.diff(times)
@@ -714,6 +713,13 @@ def _draw_fd_passes(ax, ix, x, row, span, max_arrows, used):
     used.add("fd")
 
 
+def _end_of(ix, pid, tid, t1):
+    """When an unfinished wait ends on the picture: its thread's end, else its process's exit,
+    else the trace's end `t1` (the axis and the boxes must agree, so both ask this)."""
+    proc = ix.procs.get(pid)
+    return ix.thread_end.get((pid, tid)) or (proc.exit_ns if proc else None) or t1
+
+
 _RETRY_GAP_NS = 5_000_000     # a wait that starts again this soon after giving up: the same wait
 
 
@@ -724,8 +730,7 @@ def _runs_of_waits(ix, t1):
     as its thread (or its process, or the trace)."""
     runs = []
     for pid, tid, begin, until in sorted(ix.blocked, key=lambda w: (w[0], w[1], w[2].ts_ns)):
-        proc = ix.procs.get(pid)
-        end = until or ix.thread_end.get((pid, tid)) or (proc.exit_ns if proc else None) or t1
+        end = until or _end_of(ix, pid, tid, t1)
         words = ix.wait_words(begin)
         last = runs[-1] if runs else None
         if (last and last[:2] == (pid, tid) and last[4] and last[5] == words and last[7]
