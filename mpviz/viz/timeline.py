@@ -460,9 +460,14 @@ def _fewer_lanes(trace, ix):
     first = sorted(procs, key=lambda p: (not telling(p), p.start_ns))[:MAX_PROCESS_LANES]
     keep = {p.pid for p in first} | set(ix.watchdogs)
     hidden = [p for p in procs if p.pid not in keep]
+    # a message between a lane drawn and one left out goes too: its put alone would be drawn
+    # as "put and never got" (▸), and it was got
+    crossing = {f.put.args.get("msg") for f in ix.flows
+                if f.get is not None and (f.put.pid in keep) != (f.get.pid in keep)}
     shown = Trace()
     shown.events = [e for e in trace.events if e.pid in keep and not (
-        e.kind in ("process.launch", "process.reaped") and e.args.get("child") not in keep)]
+        e.kind in ("process.launch", "process.reaped") and e.args.get("child") not in keep)
+        and not (e.args.get("msg") in crossing and e.args.get("msg") is not None)]
     shown._notes, shown.verdict = trace._file_notes(), trace.verdict
     odd = sum(1 for p in hidden if telling(p))
     how = (f"{odd} of them did not end normally" if odd else "all ended normally")
