@@ -429,3 +429,13 @@ def test_a_message_got_by_a_process_left_out_is_not_drawn_as_never_got():
     texts = [t.get_text() for t in ax.texts] + [t.get_text() for t in fig.texts]
     assert not any("never got" in t for t in texts), texts
     assert not [ln for ln in ax.lines if ln.get_marker() == ">"]
+
+
+def test_a_lock_wait_drawn_stuck_is_not_in_the_legend_as_an_ordinary_wait():
+    # fork-held-lock's only lock wait is the child's, stuck for good (drawn crimson): the legend
+    # says "stuck for good" and must not list the orange "waiting for a lock", drawn nowhere.
+    import mpviz.scenarios as sc
+    from mpviz.viz.colors import WORDS as words
+    seen = texts(viz.timeline(sc.run("fork-held-lock").trace))
+    assert words["deadlock"] in seen
+    assert words["waiting"] not in seen

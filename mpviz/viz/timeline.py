@@ -144,7 +144,8 @@ def timeline(trace, ax=None, at=None, title=None, max_arrows=300, max_labels=24,
         else:                                     # too many to hatch: painted, pale
             paint(r, (1, 4), [m[0] for m in merged], [m[1] for m in merged],
                   to_rgba(color, 0.5))
-        used.add("waiting")
+        if not stuck:                             # (a stuck one is "stuck for good" in the key)
+            used.add("waiting")
     holds = defaultdict(list)
     for lk in ix.lock_infos.values():
         for h in lk.holds:
