@@ -131,8 +131,7 @@ def timeline(trace, ax=None, at=None, title=None, max_arrows=300, max_labels=24,
     # --- lock waits (hatched) and holds (thin blue), merged to pixel resolution ---
     waits = defaultdict(list)                     # (row, stuck) -> [(x0, x1)]
     for lid, pid, tid, since, until in ix.waits:
-        end = until or (ix.procs[pid].exit_ns if pid in ix.procs and ix.procs[pid].exit_ns
-                        else t1)
+        end = until or _end_of(ix, pid, None, t1)          # (as the time axis judges it)
         waits[(row(pid, tid), until is None and pid in dead)].append((x(since), x(end)))
     for (r, stuck), spans in waits.items():
         color = COLORS["deadlock"] if stuck else COLORS["waiting"]
@@ -149,8 +148,7 @@ def timeline(trace, ax=None, at=None, title=None, max_arrows=300, max_labels=24,
     holds = defaultdict(list)
     for lk in ix.lock_infos.values():
         for h in lk.holds:
-            end = h.release_ns or (ix.procs[h.pid].exit_ns if h.pid in ix.procs and
-                                   ix.procs[h.pid].exit_ns else t1)
+            end = h.release_ns or _end_of(ix, h.pid, None, t1)
             holds[row(h.pid, h.tid)].append((x(h.acquire_ns), x(end)))
     if holds:
         merged = {r: _merge(spans, span / _BINS) for r, spans in holds.items()}
