@@ -401,3 +401,41 @@ def test_a_program_with_many_processes_gets_the_telling_lanes_and_says_what_it_l
     title = ax.get_title(loc="left").replace("\n", " ")
     assert "51 processes: 40 drawn" in title and "11 more left out" in title
     assert "all ended normally" in title
+
+
+def _get_one(q):
+    q.get()
+
+
+def test_a_message_got_by_a_process_left_out_is_not_drawn_as_never_got():
+    # 50 forked children each get one item main put: the 11 children left out of the picture
+    # did get theirs, so no ▸ ("put and never got") may stand on main's lane for those items.
+    ctx = mp.get_context("fork")
+    with mt.record() as trace:
+        q = ctx.Queue()
+        kids = [ctx.Process(target=_get_one, args=(q,)) for _ in range(50)]
+        for k in kids:
+            k.start()
+        for i in range(50):
+            q.put(i)
+        for k in kids:
+            k.join()
+        q.close()
+        q.join_thread()
+    assert all(k.exitcode == 0 for k in kids)
+    assert not [f for f in trace.flows() if f.get is None]        # every item was got
+    fig = viz.timeline(trace)
+    ax = fig.axes[0]
+    texts = [t.get_text() for t in ax.texts] + [t.get_text() for t in fig.texts]
+    assert not any("never got" in t for t in texts), texts
+    assert not [ln for ln in ax.lines if ln.get_marker() == ">"]
+
+
+def test_a_lock_wait_drawn_stuck_is_not_in_the_legend_as_an_ordinary_wait():
+    # fork-held-lock's only lock wait is the child's, stuck for good (drawn crimson): the legend
+    # says "stuck for good" and must not list the orange "waiting for a lock", drawn nowhere.
+    import mpviz.scenarios as sc
+    from mpviz.viz.colors import WORDS as words
+    seen = texts(viz.timeline(sc.run("fork-held-lock").trace))
+    assert words["deadlock"] in seen
+    assert words["waiting"] not in seen

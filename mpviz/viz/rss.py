@@ -4,7 +4,8 @@ A scenario that watches memory (``oom-killed``) reads each worker's resident mem
 ``/proc/PID/status``) from its driver a few times a second and records it as a ``mem.rss``
 event: ``{of: pid, rss: bytes}``. This draws them at true time (seconds since the trace began,
 like the timeline's axis but without squeezing idle stretches), and marks how each sampled
-process ended: a red cross for a process killed by a signal, with the signal's name::
+process ended: a cross for a process killed by a signal (crimson for SIGKILL, the OOM killer's;
+grey for another, the SIGTERM the others get), named in a column right of the plot::
 
     MiB
     150 ┤        ╭──✗ SIGKILL (rank 1)
@@ -35,7 +36,7 @@ def rss_lanes(trace, ax=None, limit_mb=None, title=None):
                 va="center", transform=ax.transAxes)
         return fig
     t0 = trace.events[0].ts_ns
-    ends_drawn = []                         # (y, label, colour) of each process killed
+    ends_drawn = []                         # (y, label, colour, cross) of each process killed
     labels = process_labels(trace)
     ends = {p.pid: p for p in trace.processes()}
     for pid, points in sorted(samples.items()):

@@ -686,7 +686,6 @@ class _Index:
                                     mapped, tuple(s["ever"]), s["unlinked_by"], died, status))
         return out
 
-
     def _maybe_in_flight(self, holders, t):
         """A named segment nobody maps may still be on its way: a message put (by `t`) by one
         of its holders and not got by `t` may carry its handle (the trace does not say which

@@ -131,8 +131,7 @@ def timeline(trace, ax=None, at=None, title=None, max_arrows=300, max_labels=24,
     # --- lock waits (hatched) and holds (thin blue), merged to pixel resolution ---
     waits = defaultdict(list)                     # (row, stuck) -> [(x0, x1)]
     for lid, pid, tid, since, until in ix.waits:
-        end = until or (ix.procs[pid].exit_ns if pid in ix.procs and ix.procs[pid].exit_ns
-                        else t1)
+        end = until or _end_of(ix, pid, None, t1)          # (as the time axis judges it)
         waits[(row(pid, tid), until is None and pid in dead)].append((x(since), x(end)))
     for (r, stuck), spans in waits.items():
         color = COLORS["deadlock"] if stuck else COLORS["waiting"]
@@ -144,12 +143,12 @@ def timeline(trace, ax=None, at=None, title=None, max_arrows=300, max_labels=24,
         else:                                     # too many to hatch: painted, pale
             paint(r, (1, 4), [m[0] for m in merged], [m[1] for m in merged],
                   to_rgba(color, 0.5))
-        used.add("waiting")
+        if not stuck:                             # (a stuck one is "stuck for good" in the key)
+            used.add("waiting")
     holds = defaultdict(list)
     for lk in ix.lock_infos.values():
         for h in lk.holds:
-            end = h.release_ns or (ix.procs[h.pid].exit_ns if h.pid in ix.procs and
-                                   ix.procs[h.pid].exit_ns else t1)
+            end = h.release_ns or _end_of(ix, h.pid, None, t1)
             holds[row(h.pid, h.tid)].append((x(h.acquire_ns), x(end)))
     if holds:
         merged = {r: _merge(spans, span / _BINS) for r, spans in holds.items()}
@@ -460,9 +459,14 @@ def _fewer_lanes(trace, ix):
     first = sorted(procs, key=lambda p: (not telling(p), p.start_ns))[:MAX_PROCESS_LANES]
     keep = {p.pid for p in first} | set(ix.watchdogs)
     hidden = [p for p in procs if p.pid not in keep]
+    # a message between a lane drawn and one left out goes too: its put alone would be drawn
+    # as "put and never got" (▸), and it was got
+    crossing = {f.put.args.get("msg") for f in ix.flows
+                if f.get is not None and (f.put.pid in keep) != (f.get.pid in keep)}
     shown = Trace()
     shown.events = [e for e in trace.events if e.pid in keep and not (
-        e.kind in ("process.launch", "process.reaped") and e.args.get("child") not in keep)]
+        e.kind in ("process.launch", "process.reaped") and e.args.get("child") not in keep)
+        and not (e.args.get("msg") in crossing and e.args.get("msg") is not None)]
     shown._notes, shown.verdict = trace._file_notes(), trace.verdict
     odd = sum(1 for p in hidden if telling(p))
     how = (f"{odd} of them did not end normally" if odd else "all ended normally")
@@ -533,12 +537,11 @@ class _TimeAxis:
             ix = st._index(trace)                       # waits and Pool tasks are the story
             # a wait never satisfied lasts as long as its process (as it is drawn), not to
             # the trace's end: what comes after a killed program's end may be squeezed
-            def ended(pid, tid=None):
-                proc = ix.procs.get(pid)
-                return ix.thread_end.get((pid, tid)) or (proc and proc.exit_ns) or t1
-            spans = [(since, until or ended(pid)) for _, pid, _, since, until in ix.waits]
+            spans = [(since, until or _end_of(ix, pid, None, t1))
+                     for _, pid, _, since, until in ix.waits]
             spans += [(a, b) for _, _, a, b in ix.tasks]
-            spans += [(b.ts_ns, until or ended(pid, tid)) for pid, tid, b, until in ix.blocked]
+            spans += [(b.ts_ns, until or _end_of(ix, pid, tid, t1))
+                      for pid, tid, b, until in ix.blocked]
             w0 = np.array([a for a, _ in spans], dtype=float)
             w1 = np.array([b for _, b in spans], dtype=float)
             diffs = np.diff(times)
@@ -714,6 +717,13 @@ def _draw_fd_passes(ax, ix, x, row, span, max_arrows, used):
     used.add("fd")
 
 
+def _end_of(ix, pid, tid, t1):
+    """When an unfinished wait ends on the picture: its thread's end, else its process's exit,
+    else the trace's end `t1` (the axis and the boxes must agree, so both ask this)."""
+    proc = ix.procs.get(pid)
+    return ix.thread_end.get((pid, tid)) or (proc.exit_ns if proc else None) or t1
+
+
 _RETRY_GAP_NS = 5_000_000     # a wait that starts again this soon after giving up: the same wait
 
 
@@ -724,8 +734,7 @@ def _runs_of_waits(ix, t1):
     as its thread (or its process, or the trace)."""
     runs = []
     for pid, tid, begin, until in sorted(ix.blocked, key=lambda w: (w[0], w[1], w[2].ts_ns)):
-        proc = ix.procs.get(pid)
-        end = until or ix.thread_end.get((pid, tid)) or (proc.exit_ns if proc else None) or t1
+        end = until or _end_of(ix, pid, tid, t1)
         words = ix.wait_words(begin)
         last = runs[-1] if runs else None
         if (last and last[:2] == (pid, tid) and last[4] and last[5] == words and last[7]
