@@ -208,6 +208,56 @@ def test_a_handle_on_a_road_the_manager_cannot_see_is_kept_while_its_program_liv
     assert r["result"] == "intact" and r["gone_after"] is not None, r
 
 
+def _manager_pid(tag):
+    """The pid of the shm manager serving `tag` (its environment names the tag), or None."""
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                argv = f.read().split(b"\0")
+            if b"--serve" not in argv or not any(a.endswith(b"shm_manager.py") for a in argv):
+                continue
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                if f"MPVIZ_SHM_TAG={tag}".encode() in f.read().split(b"\0"):
+                    return int(pid)
+        except OSError:
+            continue
+    return None
+
+
+def killed_before_the_manager_looked(kind):
+    """The manager is paused (SIGSTOP) while a producer connects to it, puts a tensor on a
+    `kind` queue and is SIGKILLed; then it goes on. It never saw the producer alive, so it cannot
+    read its process group in /proc: the client says it in its first line. A fresh consumer, 2 s
+    later, must still get the tensor."""
+    import signal
+    import time
+    ctx = mp.get_context("spawn")
+    tag = os.environ["MPVIZ_SHM_TAG"]
+    mp.set_sharing_strategy("file_system")
+    mpviz.zeros(1).share_memory_()               # starts the manager (the name goes at once)
+    manager = _manager_pid(tag)
+    q = getattr(ctx, kind)()
+    os.kill(manager, signal.SIGSTOP)
+    try:
+        p = ctx.Process(target=put_then_end, args=(q, "kill"))
+        p.start()
+        p.join(60)
+    finally:
+        os.kill(manager, signal.SIGCONT)
+    time.sleep(2.0)                              # > CHECK_SECONDS: the manager has judged it
+    result = _fresh_get(ctx, q)
+    gone = _wait_for(lambda: not _names(tag), 5)
+    return {"exitcode": p.exitcode, "result": result, "gone_after": gone}
+
+
+@pytest.mark.parametrize("kind", ["SimpleQueue", "Queue"])
+def test_a_sender_killed_before_the_manager_saw_it_alive_still_delivers(kind):
+    proc, tag = _run_scenario("killed_before_the_manager_looked", kind)
+    (r,) = _results([(proc, tag)])
+    assert r["exitcode"] == -9 and r["result"] == "intact", r
+    assert r["gone_after"] is not None, r
+
+
 def pickle_a_handle_and_exit():
     """Make a handle by a road mpviz cannot see (ForkingPickler.dumps), deliver it nowhere, and
     exit: the count it added stays in the header."""

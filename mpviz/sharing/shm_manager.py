@@ -45,7 +45,7 @@ _HEADER = struct.Struct("=qq6q")    # count, roads claimed, 6 road slots
 ROADS_AT, SLOTS_AT, SLOTS = 8, 16, 6
 UNKNOWN_ROAD = -1                   # a slot's value for a road mpviz cannot name
 
-PROTOCOL = 3  # in the address: a manager that speaks older lines never serves newer clients
+PROTOCOL = 4  # in the address: a manager that speaks older lines never serves newer clients
 
 
 def address():
@@ -90,7 +90,7 @@ class _Client:
     and tells the manager the new number of counted ones at every change — ``HOLD name N`` — or
     ``DROP name`` once we map it no more. The manager adds that N to its dead counts if we die.
 
-    A line per message, unanswered: ``HOLD name 1`` (I map it, counted), ``HOLD name 0`` (I map
+    A line per message, unanswered: ``GROUP g`` (first: my process group), ``HOLD name 1`` (I map it, counted), ``HOLD name 0`` (I map
     it, counted out: a kept mapping), ``HOLD name`` (a simulated CUDA block), ``DROP``,
     ``UNLINKED`` -- sent when a process maps or unmaps, not per tensor; a holder says it before
     it gives its count back (a kill in between errs towards keeping).
@@ -142,6 +142,9 @@ class _Client:
         try:
             if self.fd is None:
                 self.fd = _connect_or_start().detach()
+                # Our process group first: the manager could read it from /proc only while we
+                # live, and a sender killed right after its put is gone before it is accepted.
+                line = f"GROUP {os.getpgrp()}\n" + line
             data = line.encode()
             while data:
                 data = data[os.write(self.fd, data):]
@@ -377,6 +380,9 @@ def serve():
             *lines, buffers[conn] = buffers[conn].split(b"\n")
             for line in lines:
                 op, _, rest = line.decode().partition(" ")
+                if op == "GROUP" and rest.isdigit():   # the client's process group, said first
+                    client[conn] = client[conn][0], int(rest)
+                    continue
                 name, _, n = rest.rpartition(" ")      # "HOLD name N": N of its counts ours
                 if not (name and n.isdigit()):
                     name, n = rest, None               # no count: "HOLD name", "DROP name"
