@@ -444,3 +444,16 @@ def test_a_hook_that_fails_turns_itself_off_and_says_so(runs):
     assert run.stdout.splitlines()[:2] == ["True True", "1"]
     assert "NOT recorded" in run.stderr and "TypeError" in run.stderr
     assert "NOT RECORDED: torch's shared memory was NOT recorded" in run.stdout
+
+
+def test_two_cuda_blocks_whose_handles_share_a_prefix_get_two_names():
+    # A cudaIpcMemHandle_t is 64 opaque bytes; blocks of one process may share a long prefix.
+    # The block's name (the same in sender and receiver) must tell them apart.
+    from mpviz.trace import torch_hooks
+    first = bytes(range(32)) + b"\x01" * 32
+    second = bytes(range(32)) + b"\x02" * 32
+    name = lambda handle, offset=0: torch_hooks._cuda_block(   # noqa: E731
+        {"storage_device": 0, "storage_handle": handle, "storage_offset_bytes": offset})
+    assert name(first) != name(second)
+    assert name(first) == name(bytearray(first))        # the receiver's copy names it alike
+    assert name(first, 512) != name(first) and name(first).startswith("cuda:0/")

@@ -24,6 +24,7 @@ manager unlinks it (C++ with no Python on the way), so a torch segment is never 
 or freed by us; the pictures say "unlink not seen (torch)".
 """
 import functools
+import hashlib
 import importlib.abc
 import os
 import sys
@@ -458,10 +459,13 @@ def _reduce_tensor(original, tensor):
 
 
 def _cuda_block(args):
-    """One name for a CUDA storage, the same in sender and receiver: device, handle, offset."""
+    """One name for a CUDA storage, the same in sender and receiver: device, handle, offset.
+    The IPC handle is 64 opaque bytes, and two blocks' handles may share a long prefix, so the
+    name takes a digest of all of them (12 hex digits: short enough to draw)."""
     handle = args["storage_handle"]
-    handle = handle.hex() if isinstance(handle, (bytes, bytearray)) else str(handle)
-    return f"cuda:{args['storage_device']}/{handle[:16]}+{args['storage_offset_bytes']}"
+    handle = bytes(handle) if isinstance(handle, (bytes, bytearray)) else str(handle).encode()
+    digest = hashlib.blake2b(handle, digest_size=6).hexdigest()
+    return f"cuda:{args['storage_device']}/{digest}+{args['storage_offset_bytes']}"
 
 
 def _cuda_sent(args):
