@@ -105,17 +105,19 @@ def _put_bytes(q):
     q.put(b"x" * 1000)
 
 
-def old_torch():
-    """Import whatever torch is on the path (the test's is 1.4.0), pass bytes to a forked child's
-    queue as a torch program would."""
+def old_torch(children="1"):
+    """Import whatever torch is on the path (the test's is 1.4.0); each of `children` forked
+    children puts bytes on a queue, as a torch program would."""
     import torch
     import torch.multiprocessing as tmp
     ctx = tmp.get_context("fork")
     q = ctx.Queue()
-    p = ctx.Process(target=_put_bytes, args=(q,))
-    p.start()
-    print(torch.__version__, len(q.get()))
-    p.join()
+    ps = [ctx.Process(target=_put_bytes, args=(q,)) for _ in range(int(children))]
+    for p in ps:
+        p.start()
+    print(torch.__version__, *{len(q.get()) for _ in ps})
+    for p in ps:
+        p.join()
 
 
 def sleeper(seconds):

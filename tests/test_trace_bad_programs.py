@@ -138,12 +138,30 @@ def test_an_unsupported_torch_is_said_never_counted_as_zero(tmp_path):
     assert len(program) == 2
     # every process that had torch says so: the forked child too, not only the importer
     assert {e.pid for e in trace.of_kind("torch.unsupported")} == program
-    assert len(trace.notes) == 2 and all("torch 1.4.0" in n and "unknown, not zero" in n
-                                         for n in trace.notes)
+    (note,) = trace.notes                     # one line for both: the same reason
+    assert "torch 1.4.0" in note and "unknown, not zero" in note
+    assert note.startswith("pids ") and all(str(pid) in note for pid in program), note
     assert "NOT RECORDED: pid" in b.stderr and "torch 1.4.0" in b.stderr
     summary = viz.summary(trace)
     assert "0 segments (torch's: unknown, NOT recorded)" in summary
     assert "NOT recorded in 2 processes" in summary
+
+
+@pytest.mark.timeout(60)
+def test_many_children_under_an_unsupported_torch_make_one_line_not_one_each(tmp_path):
+    for name, text in FAKE_TORCH.items():
+        (tmp_path / "site" / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / "site" / name).write_text(text)
+    both_env = env(PYTHONPATH=os.pathsep.join([ROOT, str(tmp_path / "site")]))
+    b = subprocess.run([PY, "-m", "mpviz", "trace", "--no-plot", "-o", "out", "--", PY, WORKERS,
+                        "old_torch", "12"], cwd=tmp_path, env=both_env, capture_output=True,
+                       text=True, timeout=50)
+    assert (b.returncode, b.stdout) == (0, "1.4.0 1000\n"), b.stderr
+    trace = mt.load(tmp_path / "out")
+    (note,) = trace.notes
+    assert note.startswith("13 processes (pids ") and ", ...)" in note, note
+    said = [line for line in b.stderr.splitlines() if "NOT RECORDED:" in line]
+    assert len(said) == 1 and "13 processes" in said[0], b.stderr
 
 
 # --- a launcher killed by SIGKILL --------------------------------------------------------------

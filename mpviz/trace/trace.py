@@ -234,18 +234,31 @@ class Trace:
 
 def _event_notes(events):
     """The events that say what was not recorded, as lines (dropped events counted, not listed)."""
-    lines, dropped = [], {}
+    blind, dropped = {}, {}     # torch's reason -> the pids it holds for; (pid, kind) -> count
     for e in events:
         if e.kind in ("torch.unsupported", "torch.hook_failed"):
-            lines.append(f"pid {e.pid}: torch's shared memory is NOT recorded: "
-                         f"{e.args.get('reason')}; its segments, copies and handles are "
-                         f"unknown, not zero")
+            blind.setdefault(e.args.get("reason"), []).append(e.pid)
         elif e.kind == "record.dropped":
             key = (e.pid, e.args.get("kind"))
             dropped[key] = (dropped.get(key, (0, None))[0] + 1, e.args.get("error"))
+    # One line per reason, whatever the number of processes (a program that forks a thousand
+    # children under an unsupported torch gets one line, not a thousand).
+    lines = [f"{_pids_in_words(pids)}: torch's shared memory is NOT recorded: {reason}; its "
+             f"segments, copies and handles are unknown, not zero"
+             for reason, pids in blind.items()]
     for (pid, kind), (n, error) in dropped.items():
         lines.append(f"pid {pid}: {n} {kind!r} event{'s' * (n > 1)} not recorded ({error})")
     return lines
+
+
+def _pids_in_words(pids, most=5):
+    """"pid 7", "pids 7, 9", "1000 processes (pids 7, 9, 11, 13, 15, ...)"."""
+    pids = list(dict.fromkeys(pids))
+    if len(pids) == 1:
+        return f"pid {pids[0]}"
+    if len(pids) <= most:
+        return "pids " + ", ".join(map(str, pids))
+    return f"{len(pids)} processes (pids {', '.join(map(str, pids[:most]))}, ...)"
 
 
 VERDICT_FILE = "verdict.txt"    # a hang's verdict, beside the logs: the launcher writes it
