@@ -448,6 +448,11 @@ class _CallableRun:
                           outcome, words, time.monotonic() - self._started)
 
 
+_FD_SWATCH = ("<svg width='18' height='12' style='margin-right:4px;vertical-align:middle'>"
+              "<line x1='0' y1='6' x2='18' y2='6' stroke='{color}' stroke-width='2' "
+              "stroke-dasharray='4,2'/></svg>")
+
+
 def _legend_html():
     items = []
     hatched = (f"background:repeating-linear-gradient(45deg,{BLOCKED_FILL} 0 3px,"
@@ -455,13 +460,14 @@ def _legend_html():
     for key in ("handle", "copy", "message", "fd", "blocked", "waiting", "holding", "leak",
                 "deadlock"):
         style = {"waiting": f"border:2px dashed {COLORS[key]}",
-                 "fd": f"border-top:2px dashed {COLORS[key]};height:0;margin-top:6px",
                  "blocked": hatched}.get(key, f"background:{COLORS[key]}")
+        swatch = (f"<span style='display:inline-block;width:12px;height:12px;{style};"
+                  f"margin-right:4px;vertical-align:middle'></span>")
+        if key == "fd":          # a line with the timeline's dashes (3 on, 2 off), long enough
+            swatch = _FD_SWATCH.format(color=COLORS[key])   # to show three of them
         # swatch and words in one unbreakable box, so a line never separates them
         items.append(f"<span style='display:inline-block;white-space:nowrap;margin:0 12px 2px 0'>"
-                     f"<span style='display:inline-block;width:12px;height:12px;{style};"
-                     f"margin-right:4px;vertical-align:middle'></span>"
-                     f"{html.escape(WORDS[key])}</span>")
+                     f"{swatch}{html.escape(WORDS[key])}</span>")
     return "<div style='font-size:85%;line-height:1.6'>" + "".join(items) + "</div>"
 
 

@@ -202,3 +202,11 @@ def test_the_widgets_colour_key_names_what_the_timeline_draws_today():
     key = _legend_html()
     for what in ("blocked", "fd", "handle", "copy", "waiting", "holding", "leak", "deadlock"):
         assert html.escape(WORDS[what]) in key, what
+    # the fd swatch is a dashed line wide enough to see its gaps (a 12 px border-top showed
+    # one dash and looked solid)
+    import re
+    fd = key[:key.index(html.escape(WORDS["fd"]))].rsplit("<span", 1)[-1]
+    assert re.search(r"<svg width='(\d+)'.*stroke-dasharray='(\d+),(\d+)'", fd), fd
+    width, on, off = map(int, re.search(r"<svg width='(\d+)'.*stroke-dasharray='(\d+),(\d+)'",
+                                        fd).groups())
+    assert width >= 2 * (on + off) + on, (width, on, off)     # at least three dashes show
