@@ -288,3 +288,27 @@ def test_notebook_00_legend_draws_every_colour_the_pictures_use():
     for words in ("blocked in a wait", "still running when the recording ended",
                   "killed by a signal", "an error exit"):
         assert words in text, words
+
+
+def test_notebook_02s_handle_is_as_small_as_its_text_says():
+    # notebook 02 once called the handle on the green arrow "a few hundred bytes" while the
+    # arrow's label said 173 B; the same cell's run, for a 64-byte and a 1 MiB tensor
+    import mpviz
+    import mpviz.multiprocessing as mp
+    import mpviz.trace
+    from mpviz.examples import notebook_workers as nw
+    for numel in (16, 2**18):
+        x = mpviz.zeros(numel)
+        with mpviz.trace.record() as trace:
+            q, results = mp.Queue(), mp.Queue()
+            child = mp.Process(target=nw.receive_and_fill, args=(q, results, 7.0))
+            child.start()
+            q.put(x)
+            results.get(timeout=60)
+            child.join(60)
+        q.close()
+        results.close()
+        [handle] = [f for f in trace.flows() if f.put.args.get("handles")]
+        assert handle.nbytes < 200, (numel, handle.nbytes)
+    [text] = [t for t in markdown("02_sharing_tensors.ipynb") if "The **green** arrow" in t]
+    assert "few hundred bytes" not in text and "under 200 bytes" in text
