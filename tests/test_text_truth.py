@@ -312,3 +312,18 @@ def test_notebook_02s_handle_is_as_small_as_its_text_says():
         assert handle.nbytes < 200, (numel, handle.nbytes)
     [text] = [t for t in markdown("02_sharing_tensors.ipynb") if "The **green** arrow" in t]
     assert "few hundred bytes" not in text and "under 200 bytes" in text
+
+
+def test_notebook_03_does_not_time_the_spawned_childrens_start():
+    # notebook 03 once said "the first second is the two spawned children starting" under a
+    # timeline whose put came at about 0.55 s; what holds on every machine: both children had
+    # started (bootstrapped) before the producer's first copy and put
+    result = sc.run("producer-exits")
+    events = result.trace.events
+    boots = [e.ts_ns for e in events if e.kind == "process.bootstrap"]
+    first_copy = min(e.ts_ns for e in events if e.kind == "copy")
+    assert len(boots) == 2 and max(boots) < first_copy
+    [text] = [t for t in markdown("03_sharing_strategies.ipynb") if "compress_idle=False" in t
+              and "What just happened" in t]
+    assert "The first second" not in text
+    assert "before the red box, is the two spawned children starting" in text
