@@ -357,3 +357,14 @@ def test_notebook_05_counts_copies_by_the_labels_not_by_boxes():
     text = "\n".join(markdown("05_buffer_reuse.ipynb"))
     assert "red boxes instead of 24" not in text and "one red\n  `copy` box per batch" not in text
     assert "6 copies instead of 24" in text and "the label above them counts them" in text
+
+
+def test_notebook_08_does_not_say_no_warning_under_a_warning_verdict():
+    # notebook 08 once said "No error, no warning." right under the line where the trap's run
+    # prints its verdict, WARNING; the warning is mpviz's, not torch's, and the text says so
+    trap = sc.run("hogwild", share=False)
+    assert trap.outcome == "warning", trap.explanation
+    assert trap.details["parent_params_changed"] is False
+    text = "\n".join(markdown("08_hogwild.ipynb"))
+    assert "No error, no warning." not in text
+    assert "the `WARNING` printed above is mpviz's verdict" in text
