@@ -368,3 +368,29 @@ def test_notebook_08_does_not_say_no_warning_under_a_warning_verdict():
     text = "\n".join(markdown("08_hogwild.ipynb"))
     assert "No error, no warning." not in text
     assert "the `WARNING` printed above is mpviz's verdict" in text
+
+
+NUMBER_WORDS = {"one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "eight": 8,
+                "ten": 10, "twenty": 20}
+
+
+def test_notebook_09_says_how_many_schedules_its_cells_try():
+    # notebook 09 once said "Try them all" above random_schedules(..., n=4): four random
+    # schedules, not all of them. A cell that samples may not claim all; one that says how many
+    # it tries at random must say its n
+    with open(os.path.join(NOTEBOOKS, "09_be_the_scheduler.ipynb")) as f:
+        cells = json.load(f)["cells"]
+    before, checked = "", 0
+    for cell in cells:
+        text = "".join(cell["source"])
+        if cell["cell_type"] == "markdown":
+            before = text
+            continue
+        m = re.search(r"random_schedules\(.*n=(\d+)", text)
+        if m:
+            assert not re.search(r"them all|every schedule", before, re.I), before
+            said = re.search(r"Try (\w+) schedules at random", before)
+            if said:
+                assert NUMBER_WORDS[said.group(1)] == int(m.group(1)), (said.group(0), m.group(0))
+                checked += 1
+    assert checked >= 1
