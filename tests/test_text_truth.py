@@ -394,3 +394,20 @@ def test_notebook_09_says_how_many_schedules_its_cells_try():
                 assert NUMBER_WORDS[said.group(1)] == int(m.group(1)), (said.group(0), m.group(0))
                 checked += 1
     assert checked >= 1
+
+
+def test_notebook_04_times_its_watchdog_runs_as_the_watchdog_does():
+    # notebook 04 once said the stdlib notebook-function run takes "about 8 s"; its watchdog
+    # calls a run stuck after STALL_SECONDS (3 s) without progress, and the run took about 5 s
+    from mpviz.scenarios import fork_held_lock, notebook_function
+    text = " ".join("\n".join(markdown("04_fork_deadlocks.ipynb")).split())
+    assert f"about {fork_held_lock.STALL_SECONDS:g} s without any new event" in text
+    stall = notebook_function.STALL_SECONDS
+    m = re.search(r"under the watchdog \(about (\d+) s: the spawned workers' start, then "
+                  r"(\d+) s without progress", text)
+    assert m, "the notebook-function run's time is no longer given as expected"
+    said, stall_said = int(m.group(1)), int(m.group(2))
+    assert stall_said == stall
+    hang = sc.run("notebook-function", library="stdlib")
+    assert hang.outcome == "deadlock", hang.explanation
+    assert stall < said < stall + 4 and hang.duration_s < said + 4, (said, hang.duration_s)
