@@ -411,3 +411,28 @@ def test_notebook_04_times_its_watchdog_runs_as_the_watchdog_does():
     hang = sc.run("notebook-function", library="stdlib")
     assert hang.outcome == "deadlock", hang.explanation
     assert stall < said < stall + 4 and hang.duration_s < said + 4, (said, hang.duration_s)
+
+
+def test_scenario_docstrings_match_their_runs():
+    # four scenario docstrings once said what their runs do not show: queue-sharing's handle
+    # "a few hundred bytes" (163 B), too-many-fds's consumer "limit 64" (its default is 48),
+    # hogwild's untrained parent "at chance" (41.5% with 4 classes, before and after), and
+    # fs-leak's manager "like torch's" (torch's waits for all its clients to exit)
+    shared = sc.run("queue-sharing")
+    handles = [f.nbytes for f in shared.trace.flows() if f.put.args.get("handles")]
+    assert handles and max(handles) < 200, handles
+    doc = sc.module("queue-sharing").__doc__
+    assert "few hundred bytes" not in doc and "under 200 bytes" in doc
+
+    fds = sc.module("too-many-fds")
+    [said] = re.findall(r"consumer \(limit (\d+)\)", fds.__doc__)
+    assert int(said) == fds.PARAMS["limit"].default
+
+    trap = sc.run("hogwild", share=False)
+    assert trap.details["accuracy_after"] == trap.details["accuracy_before"] > 0.3
+    doc = sc.module("hogwild").__doc__
+    assert "chance" not in doc and "stays where it was before training" in doc
+
+    doc = " ".join(sc.module("fs-leak").__doc__.split())
+    assert "like torch's" not in doc
+    assert "it waits until all its clients have exited" in doc
