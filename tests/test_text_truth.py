@@ -436,3 +436,20 @@ def test_scenario_docstrings_match_their_runs():
     doc = " ".join(sc.module("fs-leak").__doc__.split())
     assert "like torch's" not in doc
     assert "it waits until all its clients have exited" in doc
+
+
+def test_each_notebooks_exercises_come_in_its_solutions_order():
+    # notebook 00 once asked "2 · Read the picture, 3 · Fix it" while its solutions answered
+    # "2 · Fix it, 3 · Read the picture": a student reading answer 2 got the other exercise's
+    for solution in sorted(os.listdir(os.path.join(NOTEBOOKS, "solutions"))):
+        if not solution[:2].isdigit():
+            continue
+        notebook = solution.replace(".md", ".ipynb")
+        asked = [m for text in sources(notebook, "code")
+                 for m in re.findall(r'check\("([\w.-]+)"', text)]
+        numbers = [int(n) for text in markdown(notebook)
+                   for n in re.findall(r"^### (?:Exercise )?(\d) · ", text, re.M)]
+        with open(os.path.join(NOTEBOOKS, "solutions", solution)) as f:
+            answered = re.findall(r"^## (?:Exercise )?(\d) · .*\(`([\w.-]+)`\)", f.read(), re.M)
+        assert asked == [i for _, i in answered], (notebook, asked, answered)
+        assert numbers == [int(n) for n, _ in answered] == list(range(1, len(asked) + 1))
