@@ -357,6 +357,10 @@ def test_notebook_05_counts_copies_by_the_labels_not_by_boxes():
     text = "\n".join(markdown("05_buffer_reuse.ipynb"))
     assert "red boxes instead of 24" not in text and "one red\n  `copy` box per batch" not in text
     assert "6 copies instead of 24" in text and "the label above them counts them" in text
+    # and the green arrows of this file_descriptor run carry a handle, not "a name" (notebook
+    # 03's lesson: under file_descriptor the name is gone at once, a descriptor is handed over)
+    assert sc.run("buffer-reuse").params["strategy"] == "file_descriptor"
+    assert "only a name travelled" not in text
 
 
 def test_notebook_08_does_not_say_no_warning_under_a_warning_verdict():
