@@ -418,7 +418,8 @@ def test_notebook_04_times_its_watchdog_runs_as_the_watchdog_does():
     assert stall_said == stall
     hang = sc.run("notebook-function", library="stdlib")
     assert hang.outcome == "deadlock", hang.explanation
-    assert stall < said < stall + 4 and hang.duration_s < said + 4, (said, hang.duration_s)
+    assert stall < said < stall + 4, said              # the workers' start takes a second or two
+    assert hang.duration_s < 2 * said, (said, hang.duration_s)      # measured: 4.9 s and 5.2 s
 
 
 def test_scenario_docstrings_match_their_runs():
