@@ -10,11 +10,13 @@ using RAM, until reboot. /dev/shm fills up (pitfall #11; on Docker's 64 MiB defa
     manager  (on)  the victim's connection closed → it held mpviz_… → unlink: gone
              (off) nobody knows → the file stays in /dev/shm
 
-mpviz's shm manager (like torch's ``torch_shm_manager``) is a small daemon every holder tells
-what it holds; when a holder's connection closes, it unlinks what no live process holds. The
-fix is therefore: keep the manager on (the default), prefer ``file_descriptor`` (nothing has a
-name, nothing can leak), and never ``kill -9`` workers as a habit. ``manager=False`` switches it
-off to show the leak; the scenario's cleanup then removes the file, as you would by hand.
+mpviz's shm manager is a small daemon every holder tells what it holds; when a holder's
+connection closes, it unlinks what no live process holds. (torch's ``torch_shm_manager`` is
+the same kind of daemon, but it waits until all its clients have exited, then unlinks what they
+left: a killed worker's files stay while the rest of the job runs.) The fix is therefore: keep
+the manager on (the default), prefer ``file_descriptor`` (nothing has a name, nothing can leak),
+and never ``kill -9`` workers as a habit. ``manager=False`` switches it off to show the leak;
+the scenario's cleanup then removes the file, as you would by hand.
 """
 import os
 import signal

@@ -5,14 +5,14 @@ at once, each with its own data order and optimizer, all writing into the *same*
 shared memory, without locks. ``model.share_memory()`` is what puts the parameters there.
 Under ``fork`` a child starts as a copy of the parent: without ``share_memory()`` each worker
 trains its own copy-on-write copy of the parameters, the copies die with the workers, and the
-parent's model is exactly as untrained as before -- no error, just chance-level accuracy
-(pitfall #10)::
+parent's model is exactly as untrained as before -- no error, and its accuracy stays at an
+untrained model's (pitfall #10)::
 
     share=True    parent params ══ shared segment ══ worker 0 / worker 1 update them in place
                   → the parent's accuracy rises
     share=False   parent params    worker 0: private copy (trained, then gone)
     (fork)                         worker 1: private copy (trained, then gone)
-                  → the parent's accuracy stays at chance (~1 / classes)
+                  → the parent's accuracy stays where it was before training
 
 Under ``spawn``/``forkserver`` the model is pickled to each child, and pickling a tensor shares
 it (like torch), so it learns either way -- the trap is specific to fork, which was Linux's

@@ -4,7 +4,7 @@ What happens: a tensor is born in ordinary (private) memory. The first time it i
 queue, mpviz -- like torch -- moves its storage into shared memory *in place*: it allocates a
 segment, copies the bytes there once (a ``copy`` event, sized by the bytes), and from then on the
 tensor's data lives in the segment. What travels through the queue is only a handle (a name or
-a file descriptor), a few hundred bytes however big the tensor. The receiver maps the same
+a file descriptor), under 200 bytes however big the tensor. The receiver maps the same
 segment: its writes are the sender's writes. A second put of the same tensor copies nothing:
 it is already shared, and the receiver's cache hands back the storage it already maps::
 

@@ -8,8 +8,8 @@ batches, a cache -- runs out, and the next ``get`` fails: torch says ``received 
 ancdata`` or ``Too many open files``; mpviz raises ``TooManyFdsError`` (an ``OSError`` 24) that
 says which. This is pitfall #1 of torch.multiprocessing::
 
-    consumer (limit 64)   get() get() get() ...  get()   ✗ EMFILE: too many open files
-    open fds              13    14    15    ...  64
+    consumer (limit 48)   get() get() get() ...  get()   ✗ EMFILE: too many open files
+    open fds              14    15    16    ...  near 48 (a get needs a few spare fds)
 
 The fixes: hold fewer tensors at once (copy or ``del`` what you keep), raise the limit
 (``ulimit -n 65536``), or ``set_sharing_strategy('file_system')``, where holders keep no fds.
