@@ -205,11 +205,7 @@ def storage_handle(storage, channel=None):
 # *scope* (mpviz/sharing/handles.py): a pickling that fails gives back what its handles took.
 # mpviz's Queue pickles with a pickler of its own (_codec.py), and opens the scope here.
 
-def dumps_or_give_back(dumps, obj, channel=None):
-    """``dumps(obj)`` with ForkingPickler's reducers; if it raises, every handle it made is
-    given back (its count, and its fd offer) before the error goes up. `channel`: the queue
-    pipe the bytes will travel in (see ``storage_handle``)."""
-    return handles.pickle_or_give_back(channel, dumps, obj)
+dumps_or_give_back = handles.dumps_or_give_back   # (dumps, obj, channel): see there
 
 
 def rebuild_storage_fd(address, sender_pid, key, token, nbytes, name):

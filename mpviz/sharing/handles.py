@@ -14,7 +14,7 @@ the segment alive for ever (a name left in /dev/shm), the offer a descriptor ope
 
 So each pickling of a message is a *scope* (one per thread), in which every handle notes what it
 took (:func:`note_taken`); a pickling that raises gives all of it back before the error goes up
-(:func:`pickle_or_give_back`). A pickle made inside another one is a message of its own: its
+(:func:`dumps_or_give_back`). A pickle made inside another one is a message of its own: its
 scope gives back only what it took itself.
 
 One place opens the scope for every road that ``multiprocessing`` pickles on:
@@ -28,47 +28,52 @@ import pickle
 import threading
 from multiprocessing.reduction import ForkingPickler
 
-_scope = threading.local()   # while a message is pickled in this thread: .taken, .channel
+_scope = threading.local()
+# While a message is pickled in this thread, _scope.message is a list: first the queue pipe its
+# bytes will take (an inode; None: not a queue of mpviz's), then (segment, fd offer token) for
+# each handle made so far. One list, so that opening a scope costs one store (every pickling
+# that multiprocessing does opens one: see the bottom of this module).
 
 
 def note_taken(segment, token):
     """A handle to `segment` was just made in this thread: it took one count and, under
     ``file_descriptor``, the fd offer `token` (None under ``file_system``)."""
-    taken = _scope.__dict__.get("taken")
-    if taken is not None:
-        taken.append((segment, token))
+    message = _scope.__dict__.get("message")
+    if message is not None:
+        message.append((segment, token))
 
 
 def channel():
     """The inode of the queue pipe the message now being pickled will travel in; None where
     that is not known (any road but mpviz's Queue)."""
-    return _scope.__dict__.get("channel")
+    message = _scope.__dict__.get("message")
+    return None if message is None else message[0]
 
 
-def pickle_or_give_back(channel, dump, *args):
-    """``dump(*args)`` as one message's scope: if it raises, every handle made in it gives back
+def dumps_or_give_back(dumps, obj, channel=None):
+    """``dumps(obj)`` as one message's scope: if it raises, every handle made in it gives back
     what it took before the error goes up. `channel`: the queue pipe its bytes will take."""
     scope = _scope.__dict__
-    outer = scope.get("taken"), scope.get("channel")   # a pickle made inside another one
-    taken = scope["taken"] = []
-    scope["channel"] = channel
+    outer = scope.get("message")                 # a pickle made inside another one, or None
+    message = scope["message"] = [channel]
     try:
-        return dump(*args)
+        return dumps(obj)
     except BaseException:
-        give_back(taken)
+        give_back(message)
         raise
     finally:
-        scope["taken"], scope["channel"] = outer
+        scope["message"] = outer
 
 
-def give_back(taken):
-    """Undo handles that will never travel: withdraw each fd offer, give each count back."""
+def give_back(message):
+    """Undo the handles of a message that will never travel: withdraw each fd offer, give
+    each count back."""
     from . import fd_passing
-    for segment, token in reversed(taken):
+    for segment, token in reversed(message[1:]):
         if token is not None:
             fd_passing.withdraw(token)
         segment.decref()
-    taken.clear()
+    del message[1:]
 
 
 # -- the one place every multiprocessing road pickles through -------------------------------------
@@ -77,8 +82,18 @@ _pickler_dump = pickle.Pickler.dump   # what ForkingPickler.dump is without this
 
 
 def _forking_dump(self, obj):
-    """``ForkingPickler.dump``, as one message's scope (see the top of this module)."""
-    return pickle_or_give_back(None, _pickler_dump, self, obj)
+    """``ForkingPickler.dump``, as one message's scope: ``dumps_or_give_back`` written out for
+    a pickler (this runs for every message multiprocessing sends, so it costs one store)."""
+    scope = _scope.__dict__
+    outer = scope.get("message")
+    message = scope["message"] = [None]          # its road: not one of mpviz's queues
+    try:
+        return _pickler_dump(self, obj)
+    except BaseException:
+        give_back(message)
+        raise
+    finally:
+        scope["message"] = outer
 
 
 def install():
