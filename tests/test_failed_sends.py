@@ -119,7 +119,7 @@ def _settles(read, value, seconds=5):
         time.sleep(0.02)        # polling another thread's cleanup, bounded; not synchronisation
 
 
-# -- Pipe: Connection.send ---------------------------------------------------------------------------
+# -- Pipe: Connection.send ------------------------------------------------------------------------
 
 def test_a_failed_pipe_send_gives_back_what_it_took(strategy):
     ctx = mp.get_context("fork")

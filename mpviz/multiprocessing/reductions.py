@@ -165,9 +165,9 @@ def storage_handle(storage, channel=None):
     gives it back. So 1 means "one process maps it, no message names it": what the allocator needs
     to reuse a segment, ``file_system`` to unlink a name, the shm manager to keep one. A message
     that fails half-way (``q.put((t, lambda: 0))``, ``conn.send((t, lambda: 0))``, any road)
-    gives back what its handles took (:mod:`mpviz.sharing.handles`). Under ``file_system`` a handle also writes which queue pipe carries
-    it (``channel``; ``None`` for a ``Pipe``, ``SimpleQueue``, ``Pool``, a Process argument), for
-    the shm manager."""
+    gives back what its handles took (:mod:`mpviz.sharing.handles`). Under ``file_system`` a
+    handle also writes which queue pipe carries it (``channel``; ``None`` for a ``Pipe``,
+    ``SimpleQueue``, ``Pool``, a Process argument), for the shm manager."""
     if storage.device != "cpu":
         raise RuntimeError("Cannot pickle CUDA storage; try pickling a CUDA tensor instead")
     segment = storage.share_memory_()._segment  # a private one moves into shared memory, in place
@@ -203,7 +203,7 @@ def storage_handle(storage, channel=None):
 #
 # Every road multiprocessing pickles on does so in ForkingPickler.dump, which mpviz.storage made a
 # *scope* (mpviz/sharing/handles.py): a pickling that fails gives back what its handles took.
-# mpviz's Queue pickles with a pickler of its own (_codec.py), and opens the scope here.
+# mpviz's Queue pickles with a pickler of its own (_codec.py), and opens the scope with this:
 
 dumps_or_give_back = handles.dumps_or_give_back   # (dumps, obj, channel): see there
 

@@ -15,7 +15,8 @@ the segment alive for ever (a name left in /dev/shm), the offer a descriptor ope
 So each pickling of a message is a *scope* (one per thread), in which every handle notes what it
 took (:func:`note_taken`); a pickling that raises gives all of it back before the error goes up
 (:func:`dumps_or_give_back`). A pickle made inside another one is a message of its own: its
-scope gives back only what it took itself.
+scope gives back only what it took itself (once made, its bytes may travel on their own, and a
+handle that travels must keep what it took).
 
 One place opens the scope for every road that ``multiprocessing`` pickles on:
 ``ForkingPickler.dump`` (:func:`install`). Both ``ForkingPickler.dumps`` -- what
@@ -27,6 +28,8 @@ ForkingPickler and call its ``dump``. mpviz's own ``Queue`` pickles with a pickl
 import pickle
 import threading
 from multiprocessing.reduction import ForkingPickler
+
+from . import fd_passing
 
 _scope = threading.local()
 # While a message is pickled in this thread, _scope.message is a list: first the queue pipe its
@@ -68,7 +71,6 @@ def dumps_or_give_back(dumps, obj, channel=None):
 def give_back(message):
     """Undo the handles of a message that will never travel: withdraw each fd offer, give
     each count back."""
-    from . import fd_passing
     for segment, token in reversed(message[1:]):
         if token is not None:
             fd_passing.withdraw(token)
