@@ -11,7 +11,8 @@ strategies: ``Connection.send`` (a Pipe), ``SimpleQueue.put`` (mpviz's context's
 stdlib's), ``Pool`` task arguments (parent) and results (worker), and Process arguments under
 spawn and forkserver (fork pickles none). Each test makes 100 failed sends, checks that nothing
 is left (names, descriptors, offers, the tensor's count), then makes a good send of the same
-tensor and checks that a real child got it, in the very memory the parent has.
+tensor and checks that a real child got it, in the very memory the parent has. And the very first
+message of a fresh program gives back too (the scope is there before any handle is made).
 """
 import gc
 import multiprocessing
@@ -211,3 +212,31 @@ def test_a_process_that_cannot_start_gives_back_what_its_arguments_took(strategy
     p.join(60)
     assert p.exitcode == 0, "the tensor arrived changed"
     assert t[0].item() == MARK
+
+
+# -- the very first message of a program that never imported mpviz.multiprocessing ---------------
+
+FIRST_MESSAGE = """
+import multiprocessing, sys
+import mpviz                                   # mpviz.multiprocessing is not imported (yet)
+from mpviz.sharing import fd_passing, set_sharing_strategy
+set_sharing_strategy(sys.argv[1])
+t = mpviz.arange(4.0).share_memory_()
+a, b = multiprocessing.Pipe()
+try:
+    a.send((t, lambda: 0))                     # its first handle ever: the reducers load now
+except Exception as e:
+    print(type(e).__name__)
+print(t.untyped_storage()._segment.refcount(), fd_passing.pending_offers())
+"""
+
+
+def test_the_first_message_a_program_sends_gives_back_too(strategy):
+    """The scope is installed when mpviz.storage is imported, not when the first handle loads
+    the reducers: by then the first message would be half-pickled, with no scope to give back."""
+    import subprocess
+    import sys
+    out = subprocess.run([sys.executable, "-c", FIRST_MESSAGE, strategy], capture_output=True,
+                         text=True, timeout=60, check=True).stdout.split()
+    assert out[0] in {"PicklingError", "AttributeError"}, out
+    assert out[1:] == ["1", "0"], f"t's count {out[1]} (1: ours alone), fd offers {out[2]} (0)"
