@@ -102,6 +102,8 @@ def install():
     """Make every ``ForkingPickler`` pickling a scope that gives back what it took, if it fails.
 
     Done by mpviz.storage on import, before any storage of ours can be pickled (installing it
-    when the first handle is made would be too late for the message that makes it)."""
+    when the first handle is made would be too late for the message that makes it). The one
+    change mpviz makes to the stdlib's pickler besides registering its reducers: the same bytes,
+    the same errors, for one list and a ``try`` per message (a few tenths of a microsecond)."""
     if ForkingPickler.__dict__.get("dump") is not _forking_dump:
         ForkingPickler.dump = _forking_dump
