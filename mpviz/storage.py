@@ -157,3 +157,6 @@ def _reduce_storage(storage):
 
 
 ForkingPickler.register(Storage, _reduce_storage)
+# Every ForkingPickler pickling becomes a scope that gives back what its handles took if it fails
+# half-way (a Pipe's send((t, lambda: 0)), say): installed now, before any storage can be sent.
+sharing.handles.install()

@@ -15,7 +15,9 @@ registers two functions with it, so every one of those roads carries handles::
                                               sender pid)
 
 A tensor and its views name the *same* storage object, which pickle writes once per message: so
-views arrive as views of one storage. The ``rebuild_*`` functions look in the receive cache
+views arrive as views of one storage. Each handle takes a count (and under ``file_descriptor`` an
+fd offer) for its receiver; a message that fails to pickle half-way gives them back, on every
+road (:mod:`mpviz.sharing.handles`). The ``rebuild_*`` functions look in the receive cache
 (:mod:`mpviz.sharing.cache`) first: a storage this process already maps -- or has just sent and
 dropped, which the sender keeps a moment -- comes back as the same object, with no descriptor
 and no mapping; then, with the shared-memory cache on, in :mod:`mpviz.sharing.allocator`.
@@ -28,12 +30,11 @@ import functools
 import multiprocessing
 import os
 import sys
-import threading
 from multiprocessing.reduction import ForkingPickler
 
 import numpy as np
 
-from ..sharing import allocator, cache, fd_passing, file_descriptor, file_system
+from ..sharing import allocator, cache, fd_passing, file_descriptor, file_system, handles
 from ..storage import Storage
 from ..tensor import Tensor
 from ..trace import recorder
@@ -151,8 +152,7 @@ def unpack_tensor(handle):
 
 def reduce_storage(storage):
     """Share `storage` (in place) if it is private, then pickle a handle to it."""
-    pickling = _pickling.__dict__
-    return (rebuild, storage_handle(storage, pickling.get("channel")))
+    return (rebuild, storage_handle(storage, handles.channel()))
 
 
 def storage_handle(storage, channel=None):
@@ -164,10 +164,10 @@ def storage_handle(storage, channel=None):
     atomic add); the receiver that maps the segment takes the count over, one that maps it already
     gives it back. So 1 means "one process maps it, no message names it": what the allocator needs
     to reuse a segment, ``file_system`` to unlink a name, the shm manager to keep one. A message
-    that fails half-way (``q.put((t, lambda: 0))``) gives back what it took:
-    :func:`dumps_or_give_back`. Under ``file_system`` a handle also writes which queue pipe carries
-    it (``channel``; ``None`` for a ``Pipe``, ``SimpleQueue``, ``Pool``, a Process argument), for
-    the shm manager."""
+    that fails half-way (``q.put((t, lambda: 0))``, ``conn.send((t, lambda: 0))``, any road)
+    gives back what its handles took (:mod:`mpviz.sharing.handles`). Under ``file_system`` a
+    handle also writes which queue pipe carries it (``channel``; ``None`` for a ``Pipe``,
+    ``SimpleQueue``, ``Pool``, a Process argument), for the shm manager."""
     if storage.device != "cpu":
         raise RuntimeError("Cannot pickle CUDA storage; try pickling a CUDA tensor instead")
     segment = storage.share_memory_()._segment  # a private one moves into shared memory, in place
@@ -183,7 +183,7 @@ def storage_handle(storage, channel=None):
         except BaseException:
             segment.decref()
             raise
-        _note_taken(segment, token)
+        handles.note_taken(segment, token)
         if recorder.ENABLED:
             # only promised here: the fd goes when the receiver asks (fd.send, fd_passing.py)
             recorder.emit("fd.offer", name=segment.name, token=token, nbytes=segment.nbytes)
@@ -194,46 +194,18 @@ def storage_handle(storage, channel=None):
     # the name outlive us if we let go first, or die (the shm manager reads both).
     segment.note_channel(channel)
     segment.incref()
-    _note_taken(segment, None)
+    handles.note_taken(segment, None)
     file_system.keep_after_send(storage)  # if received: kept a moment, in case it comes back
     return ("storage_filename", segment.name, segment.nbytes, os.getpid())
 
 
 # -- a message that fails gives back what it took ----------------------------------------------
+#
+# Every road multiprocessing pickles on does so in ForkingPickler.dump, which mpviz.storage made a
+# *scope* (mpviz/sharing/handles.py): a pickling that fails gives back what its handles took.
+# mpviz's Queue pickles with a pickler of its own (_codec.py), and opens the scope with this:
 
-_pickling = threading.local()   # while dumps_or_give_back pickles: .channel, and .taken, a list
-
-
-def _note_taken(segment, token):
-    taken = _pickling.__dict__.get("taken")
-    if taken is not None:
-        taken.append((segment, token))
-
-
-def dumps_or_give_back(dumps, obj, channel=None):
-    """``dumps(obj)`` with ForkingPickler's reducers; if it raises, every handle it made is
-    given back (its count, and its fd offer) before the error goes up. `channel`: the queue
-    pipe the bytes will travel in (see ``storage_handle``)."""
-    pickling = _pickling.__dict__
-    outer = pickling.get("taken"), pickling.get("channel")   # (pickling within a pickle)
-    taken = pickling["taken"] = []
-    pickling["channel"] = channel
-    try:
-        return dumps(obj)
-    except BaseException:
-        give_back(taken)
-        raise
-    finally:
-        pickling["taken"], pickling["channel"] = outer
-
-
-def give_back(taken):
-    """Undo handles that will never travel: withdraw each fd offer, give each count back."""
-    for segment, token in reversed(taken):
-        if token is not None:
-            fd_passing.withdraw(token)
-        segment.decref()
-    taken.clear()
+dumps_or_give_back = handles.dumps_or_give_back   # (dumps, obj, channel): see there
 
 
 def rebuild_storage_fd(address, sender_pid, key, token, nbytes, name):

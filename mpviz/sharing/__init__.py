@@ -48,7 +48,7 @@ def _check_environment(env):
 _check_environment(os.environ)
 _strategy = os.environ.get(_ENV) or _ALL[0]
 
-from . import allocator, file_descriptor, file_system, mapping  # noqa: E402 (after the check above)
+from . import allocator, file_descriptor, file_system, handles, mapping  # noqa: E402 (after the check above)
 
 _MODULES = {"file_descriptor": file_descriptor, "file_system": file_system}
 
