@@ -14,17 +14,15 @@ registers two functions with it, so every one of those roads carries handles::
                              file_system:     rebuild, ("storage_filename", "/mpviz_…", nbytes,
                                               sender pid)
 
-A tensor and its views name the *same* storage object, which pickle writes once per message: so
-views arrive as views of one storage. Each handle takes a count (and under ``file_descriptor`` an
-fd offer) for its receiver; a message that fails to pickle half-way gives them back, on every
-road (:mod:`mpviz.sharing.handles`). The ``rebuild_*`` functions look in the receive cache
-(:mod:`mpviz.sharing.cache`) first: a storage this process already maps -- or has just sent and
-dropped, which the sender keeps a moment -- comes back as the same object, with no descriptor
-and no mapping; then, with the shared-memory cache on, in :mod:`mpviz.sharing.allocator`.
+Views share one storage object, which pickle writes once per message: they arrive as views of
+one storage. A handle takes a count (and an fd offer) for its receiver; a message that fails
+half-way gives them back (:mod:`mpviz.sharing.handles`). ``rebuild_*`` looks in the receive cache
+(:mod:`mpviz.sharing.cache`) first: a storage this process maps -- or just sent and dropped, kept
+a moment -- comes back as the same object, with no descriptor and no mapping; then, with the
+shared-memory cache on, in :mod:`mpviz.sharing.allocator`.
 
-Adapted from torch's ``torch/multiprocessing/reductions.py`` (the same ``reduce_X``/``rebuild_X``
-names). Differences: ``.grad`` travels when set — what torch's note says, though PyTorch 2.x
-actually drops it (the receiver sees ``grad is None``); CUDA tensors go to :mod:`mpviz.cuda`.
+Adapted from torch's ``torch/multiprocessing/reductions.py`` (same names). Differences: ``.grad``
+travels when set (torch 2.x drops it: its receiver sees None); CUDA tensors go to mpviz.cuda.
 """
 import functools
 import multiprocessing

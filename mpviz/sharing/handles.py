@@ -14,9 +14,8 @@ the segment alive for ever (a name left in /dev/shm), the offer a descriptor ope
 
 So each pickling of a message is a *scope* (one per thread), in which every handle notes what it
 took (:func:`note_taken`); a pickling that raises gives all of it back before the error goes up
-(:func:`dumps_or_give_back`). A pickle made inside another one is a message of its own: its
-scope gives back only what it took itself (once made, its bytes may travel on their own, and a
-handle that travels must keep what it took).
+(:func:`dumps_or_give_back`). A pickle made inside another is a message of its own: its scope
+gives back only what it took itself (once made, its bytes may travel on their own).
 
 One place opens the scope for every road that ``multiprocessing`` pickles on:
 ``ForkingPickler.dump`` (:func:`install`). Both ``ForkingPickler.dumps`` -- what
