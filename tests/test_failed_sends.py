@@ -240,3 +240,35 @@ def test_the_first_message_a_program_sends_gives_back_too(strategy):
                          text=True, timeout=60, check=True).stdout.split()
     assert out[0] in {"PicklingError", "AttributeError"}, out
     assert out[1:] == ["1", "0"], f"t's count {out[1]} (1: ours alone), fd offers {out[2]} (0)"
+
+
+# -- the trace: an offer taken back is not a later message's ---------------------------------------
+
+def test_a_withdrawn_fd_offer_is_recorded_and_linked_to_no_message():
+    # The failed send's fd.offer was recorded while pickling; the next message of the same
+    # thread once took its token as its own (an fd hand-over that never happened, put on a
+    # message that carried none). The withdraw is an event, and the offer goes with it.
+    import mpviz.trace as mt
+    from mpviz.viz.state import _index
+    old = mp.get_sharing_strategy()
+    mp.set_sharing_strategy("file_descriptor")
+    a, b = mp.get_context("fork").Pipe()
+    try:
+        with mt.record() as trace:
+            t = _shared_tensor()
+            with pytest.raises(Exception):
+                a.send((t, lambda: 0))
+            a.send("plain")
+            assert b.recv() == "plain"
+            a.send(t)
+            assert b.recv().tolist() == EXPECTED
+    finally:
+        a.close()
+        b.close()
+        mp.set_sharing_strategy(old)
+    (offer_failed, offer_sent) = trace.of_kind("fd.offer")
+    (withdrawn,) = trace.of_kind("fd.withdraw")
+    assert withdrawn.args["token"] == offer_failed.args["token"]
+    links = _index(trace).fd_messages
+    assert (os.getpid(), offer_failed.args["token"]) not in links, links
+    assert list(links) == [(os.getpid(), offer_sent.args["token"])], links

@@ -98,7 +98,9 @@ def withdraw(token):
     pickle). The Storage it kept alive, and so its descriptor, may go now."""
     st = _state
     with st.lock:
-        st.offers.pop(token, None)
+        offered = st.offers.pop(token, None)
+    if offered is not None and recorder.ENABLED:   # (its fd.offer was recorded: it ends here)
+        recorder.emit("fd.withdraw", name=offered._segment.name, token=token)
 
 
 def pending_offers():

@@ -95,6 +95,9 @@ KINDS = {
                     "thread; torch_hooks.py)"),
     "fd.recv": Kind("name, token, peer, nbytes, via, torch",
                     "the receiver of an fd (reductions.py; torch_hooks.py)"),
+    "fd.withdraw": Kind("name, token",
+                        "the sender, taking an offer back: its message failed to pickle, so "
+                        "no receiver will ask (fd_passing.py)"),
 
     # -- locks and waits (locks.py, waits.py) --------------------------------------------------
     "lock.wait": Kind("lock, type, timeout, name (the waiter's variable for it, when found)",

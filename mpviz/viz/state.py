@@ -328,6 +328,8 @@ class _Index:
                 fds.setdefault(_fd_key(e), {})[k] = e
             elif k == "fd.offer" and e.args.get("token") is not None:   # mpviz's, as it
                 tokens.setdefault(who, []).append((e.pid, e.args["token"]))  # pickles: which message
+            elif k == "fd.withdraw" and (e.pid, e.args.get("token")) in tokens.get(who, ()):
+                tokens[who].remove((e.pid, e.args["token"]))   # its message failed: no message
             # what a message carried, as its sender recorded it (see the module text)
             if k in _SENDS:
                 if k == "queue.feed":              # the write of a message put earlier
