@@ -191,6 +191,25 @@ def test_sent_block_waits_in_limbo_until_the_consumer_releases_it(backend, spawn
                      ("cuda.limbo", me), ("cuda.ipc_close", p.pid), ("cuda.free", me)], kinds
 
 
+def test_a_failed_send_of_a_cuda_tensor_counts_no_consumer(backend):
+    """A message that fails to pickle half-way (``(x, lambda: 0)``) made a handle and counted a
+    consumer that will never come: it gives the count back, so ``del x`` frees the block at once
+    (no limbo, no warning at exit)."""
+    a, b = mp.get_context("fork").Pipe()
+    try:
+        x = mpviz.full((4,), 3.0).cuda()
+        name = x.untyped_storage().block
+        for _ in range(10):
+            with pytest.raises(Exception):
+                a.send((x, lambda: 0))
+        assert (blocks()[name]["refcount"], blocks()[name]["sends"]) == (0, 0)
+        del x
+        assert name not in blocks()                     # freed, not parked in limbo
+    finally:
+        a.close()
+        b.close()
+
+
 def test_release_late_keeps_producer_memory_until_the_consumer_exits(backend, spawn):
     q, out, exit_now = spawn.Queue(), spawn.Queue(), spawn.Event()
     x = mpviz.ones(8).cuda()

@@ -29,6 +29,7 @@ import threading
 import time
 import weakref
 
+from ..sharing import handles
 from ..trace import recorder
 from . import refcount
 from .errors import CudaForkError, CudaHandleInvalidError, CudaResendError, CudaSameProcessError
@@ -152,11 +153,27 @@ def share(storage):
         rec.sends += 1
         handle = rec.mem.export()
         event = rec.backend.record_event(rec.mem)
+    handles.note_taken(_Taken(st, rec), None)    # a message that fails half-way gives it back
     if recorder.ENABLED:
         recorder.count_handle()  # the message being pickled carries one more handle
         recorder.emit("cuda.send", block=storage.block, nbytes=rec.mem.nbytes, count=count)
     return (rec.backend.NAME, handle, rec.mem.name, rec.mem.nbytes, rec.mem.device_index,
             os.getpid(), rec.counter.name, rec.slot, event)
+
+
+class _Taken:
+    """What one handle to a block took (a count in its slot, a send), for a message that fails
+    to pickle half-way: ``handles.give_back`` calls ``decref()``, and no consumer is left
+    counted that will never come (the producer would keep the block in limbo and warn at exit
+    that consumers still hold it)."""
+
+    def __init__(self, st, rec):
+        self.st, self.rec = st, rec
+
+    def decref(self):
+        with self.st.lock:
+            refcount.add(self.rec.counter.name, self.rec.slot, -1)
+            self.rec.sends -= 1
 
 
 def _take_slot(st):
