@@ -91,7 +91,7 @@ def timeline(trace, ax=None, at=None, title=None, max_arrows=300, max_labels=24,
     labels = _LabelLayout(ax)        # every label is placed at draw time, none over another
 
     # --- lanes: background bands, life bars, thread lines ---
-    bars, bar_colors = [], []
+    bars, bar_colors, threads = [], [], []
     for r, (kind, obj) in enumerate(rows):
         if kind == "process":
             p = obj
@@ -109,10 +109,14 @@ def timeline(trace, ax=None, at=None, title=None, max_arrows=300, max_labels=24,
             p, tid = obj
             start = first_seen.get((p.pid, tid), p.start_ns)
             end = ix.thread_end.get((p.pid, tid)) or p.exit_ns or t1
-            ax.plot([x(start), x(end)], [r, r], color="#999999", lw=1.0, zorder=1)
+            threads.append((x(start), x(end), r, 0))
         if r and kind == "process":
             ax.axhline(r - 0.5, color="#dddddd", lw=0.8, zorder=0)
     ax.add_collection(PatchCollection(bars, facecolors=bar_colors, edgecolors="none", zorder=1))
+    if threads:              # a thread's line, from its first event to its end
+        labels.widen(ax.add_collection(LineCollection(
+            [((a, y), (b, y)) for a, b, y, _ in threads], colors="#999999", linewidths=1.0,
+            zorder=1, gid="threads")), threads)
 
     # Dense things (event ticks, many lock waits or holds) are painted into one raster image
     # at about one column per pixel; sparse ones are drawn as vector shapes.
@@ -385,9 +389,11 @@ def timeline(trace, ax=None, at=None, title=None, max_arrows=300, max_labels=24,
 # --- labels that never overlap -------------------------------------------------------------
 
 # Where a label may go, in points from its anchor, tried in order: its own place first, then
-# rows further out, then the other side of the lane (a lane is about 40 points high).
-_BELOW = ((0, -11), (0, -19), (0, 19), (0, 11))
-_ABOVE = ((0, 9), (0, 17), (0, -19), (0, -11))
+# rows further out, then the other side of the lane (a lane is about 40 points high). A third
+# item, +1 or -1, moves a centred label wholly to the right (left) of its anchor: where an
+# arrow starts at a mark, the mark's name beside it rather than across the arrow.
+_BELOW = ((0, -11), (0, -11, 1), (0, -11, -1), (0, -19), (0, 19), (0, 11))
+_ABOVE = ((0, 9), (0, 9, 1), (0, 9, -1), (0, 17), (0, -19), (0, -11))
 _ON_ARROW = ((0, 0), (0, 8), (0, -8), (0, 15), (0, -15))
 _ON_SPAN = ((3, 0), (3, 10), (3, -10), (3, 18), (3, -18))
 _LEFT_OF_SPAN = ((-3, 0), (-3, 10), (-3, -10), (-3, 18), (-3, -18))
@@ -461,9 +467,14 @@ class _LabelLayout(Artist):
                 continue
             text.set_visible(True)
             best = None
-            for dx, dy in places:
+            for dx, dy, *side in places:
                 text.xyann = (dx, dy)
                 box = text.get_window_extent(renderer)
+                if side:                       # beside its anchor, 3 points off
+                    at = ax.transData.transform(text.xy)[0] + side[0] * 4 * renderer.dpi / 72
+                    move = at - box.x0 if side[0] > 0 else at - box.x1
+                    text.xyann = (dx + move * 72 / renderer.dpi, dy)
+                    box = text.get_window_extent(renderer)
                 shift = max(0.0, left - box.x0) - max(0.0, box.x1 - right)
                 if shift:                      # keep it inside the axes, left to right
                     text.xyann = (dx + shift * 72 / renderer.dpi, dy)
@@ -804,11 +815,11 @@ class _TimeAxis:
 
 
 def _duration(ns):
-    """A length of time the way people say it: 350 µs, 12 ms, 1.4 s."""
+    """A length of time the way people say it: 350 µs, 2.4 ms, 12 ms, 1.4 s."""
     if ns < 1e6:
         return f"{ns / 1e3:.0f} µs"
     if ns < 1e9:
-        return f"{ns / 1e6:.0f} ms"
+        return f"{ns / 1e6:.1f} ms" if ns < 1e7 else f"{ns / 1e6:.0f} ms"
     return f"{ns / 1e9:.1f} s"
 
 
