@@ -609,15 +609,15 @@ def _legend_rows(keys):
 
 def _legend_below(ax, keys, gaps):
     """The legend in two columns under the time axis: the lanes get the figure's width (a
-    notebook is about 1000 pixels wide), and long meanings are wrapped in their column."""
-    import textwrap
-    from matplotlib.transforms import offset_copy
+    notebook is about 1000 pixels wide)."""
+    from matplotlib.transforms import blended_transform_factory, offset_copy
     below = 44 if gaps else 36              # points: past the tick labels and the axis' name
-    where = offset_copy(ax.transAxes, fig=ax.figure, y=-below, units="points")
+    # from the figure's left edge (under the lane names too), below the axes' bottom
+    where = blended_transform_factory(
+        offset_copy(ax.figure.transSubfigure, fig=ax.figure, x=4, units="points"),
+        offset_copy(ax.transAxes, fig=ax.figure, y=-below, units="points"))
     leg = legend(ax, keys, loc="upper left", bbox_to_anchor=(0.0, 0.0), bbox_transform=where,
                  ncols=2, fontsize=7.5, columnspacing=1.5, handlelength=1.6)
-    for text in leg.get_texts():
-        text.set_text(textwrap.fill(text.get_text(), 62))
     return leg
 
 
