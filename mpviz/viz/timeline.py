@@ -470,7 +470,7 @@ class _LabelLayout(Artist):
             for dx, dy, *side in places:
                 text.xyann = (dx, dy)
                 box = text.get_window_extent(renderer)
-                if side:                       # beside its anchor, 3 points off
+                if side:                       # beside its anchor, 4 points off
                     at = ax.transData.transform(text.xy)[0] + side[0] * 4 * renderer.dpi / 72
                     move = at - box.x0 if side[0] > 0 else at - box.x1
                     text.xyann = (dx + move * 72 / renderer.dpi, dy)
@@ -543,7 +543,7 @@ def _wrap_to(words, room, width):
 def _fit_in_box(text, words, box, renderer):
     """Wrap `text` to the inside of `box` (pixels), from where it starts; smaller type only if
     its lines would run out of the box's bottom."""
-    x0, y_top = text.get_window_extent(renderer).x0, text.get_window_extent(renderer).y1
+    x0 = text.get_window_extent(renderer).x0
     inset = 7 * renderer.dpi / 72
     room = box.x1 - inset - x0
     for size in (_STUCK_FONT, 7, 6.5, 6, 5.5):
