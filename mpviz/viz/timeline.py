@@ -152,6 +152,7 @@ def timeline(trace, ax=None, at=None, title=None, max_arrows=300, max_labels=24,
                   to_rgba(color, 0.5))
         if not stuck:                             # (a stuck one is "stuck for good" in the key)
             used.add("waiting")
+    _label_short_lock_waits(ax, ix, x, row, span, labels, max_labels)
     holds = defaultdict(list)
     for lk in ix.lock_infos.values():
         for h in lk.holds:
@@ -178,7 +179,7 @@ def timeline(trace, ax=None, at=None, title=None, max_arrows=300, max_labels=24,
     if tasks:
         labels.widen(ax.add_collection(PatchCollection(
             _rects(tasks), facecolors="white", edgecolors="#333333", linewidths=0.8, zorder=2,
-            gid="tasks")), tasks if len(tasks) <= 2000 else None)
+            gid="tasks")), tasks if len(tasks) <= 2000 else None, unlabelled="Pool tasks")
         used.add("task")
     # a task that raised: pink over its white box, at least a few pixels wide, and an ✕ at
     # its end (a task that fails at once would be a hairline)
@@ -438,19 +439,26 @@ class _LabelLayout(Artist):
         annotation.set_in_layout(False)       # kept inside the axes here, when drawn
         self.items.append((priority, len(self.items), annotation, places, short))
 
-    def widen(self, collection, spans):
+    def widen(self, collection, spans, unlabelled=None):
         """`spans` [(x0, x1, y, height)] drawn by `collection` (rectangles; lines when the
-        height is 0), to redraw at least MIN_PX pixels wide. None: too many, left as they are."""
+        height is 0), to redraw at least MIN_PX pixels wide. None: too many, left as they are.
+        `unlabelled`: what they are, when no label says their true length: a note then says
+        how many were drawn wider than they lasted."""
         if spans is not None:
-            self.spans.append((collection, spans))
+            self.spans.append((collection, spans, unlabelled))
 
     def draw(self, renderer):
         ax = self.axes
         frame = ax.get_window_extent(renderer)
         lo, hi = ax.get_xlim()
         least = MIN_PX * (hi - lo) / max(frame.width, 1.0)   # MIN_PX, in data units
-        for collection, spans in self.spans:
+        widened = []
+        for collection, spans, unlabelled in self.spans:
             _redraw_wider(collection, spans, least)
+            n = sum(1 for a, b, _, _ in spans if b - a < least / 2)
+            if n and unlabelled:
+                widened.append(f"{n} {unlabelled} shorter than {MIN_PX} px drawn {MIN_PX} px "
+                               f"wide")
         for text, words, box in self.stuck:
             _fit_in_box(text, words, box.get_window_extent(renderer), renderer)
         # inside the axes by a few points: a label pushed flush against the left edge would
@@ -495,7 +503,7 @@ class _LabelLayout(Artist):
             else:
                 text.xyann = best[1]
                 taken.append(best[2])
-        notes = [self.note] if self.note else []
+        notes = ([self.note] if self.note else []) + widened
         if hidden:
             notes.append(f"+{hidden} label{'s' * (hidden > 1)} hidden: no room to write "
                          f"{'them' if hidden > 1 else 'it'} without covering another")
@@ -601,6 +609,22 @@ def _label_short_holds(ax, ix, x, row, t1, span, labels, max_labels):
                                          alpha=0.85)),
                    0.5 if forks else 2.5, _HOLD,
                    short=None if forks else x(end) - x(h.acquire_ns))
+
+
+def _label_short_lock_waits(ax, ix, x, row, span, labels, max_labels):
+    """A lock wait too short to see, drawn MIN_PX wide, says how long it truly waited."""
+    short = [(pid, tid, since, until) for _, pid, tid, since, until in ix.waits
+             if until is not None and x(until) - x(since) < 0.02 * span]
+    if len(short) > max_labels:
+        labels.unsaid += len(short)
+        return
+    for pid, tid, since, until in short:
+        labels.add(ax.annotate(f"waited {_duration(until - since)}", (x(since), row(pid, tid)),
+                               xytext=_RIGHT_OF_SHORT[0], textcoords="offset points",
+                               fontsize=6.5, ha="left", va="center", color=COLORS["waiting"],
+                               zorder=7, bbox=dict(boxstyle="square,pad=0.1", fc="white",
+                                                   ec="none", alpha=0.8)),
+                   3.5, _RIGHT_OF_SHORT, short=x(until) - x(since))
 
 
 def _legend_rows(keys):
