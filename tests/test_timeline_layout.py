@@ -204,3 +204,46 @@ def test_the_short_lock_hold_over_the_fork_is_visible_and_says_how_long(fork_loc
     # written beside the bar, on the library-worker's lane
     y = ax.transData.inverted().transform(said[0].get_window_extent(renderer).get_points())
     assert row - 0.5 < y[:, 1].mean() < row + 0.5
+
+
+def test_a_short_lock_wait_is_drawn_wide_enough_and_says_how_long_it_waited():
+    # 2.5 s after the trace began, main waits about a millisecond for a lock a thread holds: on
+    # that axis the wait is under a pixel wide. (No squeezing: the sleep is the point.)
+    import threading
+    import time
+    with mt.record(threading_locks=True) as trace:
+        time.sleep(2.5)
+        lock, taken = threading.Lock(), threading.Event()
+
+        def hold():
+            with lock:
+                taken.set()
+                time.sleep(0.001)
+        helper = threading.Thread(target=hold, name="holder")
+        helper.start()
+        taken.wait()
+        with lock:                         # waits until the holder lets go
+            pass
+        helper.join()
+    ix = state._index(trace)
+    waits = [w for w in ix.waits if w[1] == os.getpid() and w[4] is not None]
+    assert len(waits) == 1, ix.waits
+    true_ms = (waits[0][4] - waits[0][3]) / 1e6
+    fig = viz.timeline(trace, compress_idle=False)
+    fig.set_dpi(100)
+    FigureCanvasAgg(fig)
+    fig.canvas.draw()
+    ax, renderer = fig.axes[0], fig.canvas.get_renderer()
+    boxes = [p for c in ax.collections if c.get_gid() == "lock waits" for p in c.get_paths()]
+    widths = [abs(a - b) for a, b in
+              (ax.transData.transform(p.vertices)[[0, 1], 0] for p in boxes)]
+    assert widths and max(widths) >= MIN_PX - 1e-6, widths
+    said = [t.get_text() for t in ax.texts if t.get_visible() and
+            t.get_text().startswith("waited ")]
+    lo, hi = ax.get_xlim()                                          # (in ms)
+    assert true_ms / (hi - lo) * ax.get_window_extent(renderer).width < MIN_PX / 2, \
+        f"the wait lasted {true_ms} ms: too long for this test's point (a loaded machine?)"
+    assert len(said) == 1, [t.get_text() for t in ax.texts if t.get_visible()]
+    value, unit = re.search(r"([\d.]+) (µs|ms|s)\b", said[0]).groups()
+    ms = float(value) * {"µs": 1e-3, "ms": 1.0, "s": 1e3}[unit]
+    assert abs(ms - true_ms) <= 0.05 * true_ms + 0.05, (said, true_ms)
