@@ -206,9 +206,9 @@ def test_the_short_lock_hold_over_the_fork_is_visible_and_says_how_long(fork_loc
     assert row - 0.5 < y[:, 1].mean() < row + 0.5
 
 
-def test_a_short_lock_wait_is_drawn_wide_enough_and_says_how_long_it_waited():
-    # 2.5 s after the trace began, main waits about a millisecond for a lock a thread holds: on
-    # that axis the wait is under a pixel wide. (No squeezing: the sleep is the point.)
+def _a_short_lock_wait():
+    """A trace in which, 2.5 s after it began, main waits about a millisecond for a lock a
+    thread holds; (trace, how long main waited in ms)."""
     import threading
     import time
     with mt.record(threading_locks=True) as trace:
@@ -225,10 +225,17 @@ def test_a_short_lock_wait_is_drawn_wide_enough_and_says_how_long_it_waited():
         with lock:                         # waits until the holder lets go
             pass
         helper.join()
-    ix = state._index(trace)
-    waits = [w for w in ix.waits if w[1] == os.getpid() and w[4] is not None]
-    assert len(waits) == 1, ix.waits
-    true_ms = (waits[0][4] - waits[0][3]) / 1e6
+    waits = [w for w in state._index(trace).waits if w[1] == os.getpid() and w[4] is not None]
+    assert len(waits) == 1, waits
+    return trace, (waits[0][4] - waits[0][3]) / 1e6
+
+
+def test_a_short_lock_wait_is_drawn_wide_enough_and_says_how_long_it_waited():
+    # on a 2.5 s axis a 1 ms wait is under a pixel wide. (No squeezing: the sleep is the point.)
+    for _ in range(3):                     # a loaded machine may stretch the wait: again
+        trace, true_ms = _a_short_lock_wait()
+        if true_ms < 3:
+            break
     fig = viz.timeline(trace, compress_idle=False)
     fig.set_dpi(100)
     FigureCanvasAgg(fig)
@@ -238,8 +245,9 @@ def test_a_short_lock_wait_is_drawn_wide_enough_and_says_how_long_it_waited():
     widths = [abs(a - b) for a, b in
               (ax.transData.transform(p.vertices)[[0, 1], 0] for p in boxes)]
     assert widths and max(widths) >= MIN_PX - 1e-6, widths
-    said = [t.get_text() for t in ax.texts if t.get_visible() and
-            t.get_text().startswith("waited ")]
+    said = [t.get_text() for t in ax.texts if t.get_visible() and      # (orange: a lock's;
+            t.get_text().startswith("waited ") and                         # a short join of the
+            to_hex(t.get_color()) == COLORS["waiting"]]                    # thread is brown)
     lo, hi = ax.get_xlim()                                          # (in ms)
     assert true_ms / (hi - lo) * ax.get_window_extent(renderer).width < MIN_PX / 2, \
         f"the wait lasted {true_ms} ms: too long for this test's point (a loaded machine?)"
