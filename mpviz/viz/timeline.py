@@ -78,19 +78,20 @@ def timeline(trace, ax=None, at=None, title=None, max_arrows=300, max_labels=24,
             if tid != p.pid and busy.get((p.pid, tid)):
                 row_of[(p.pid, tid)] = len(rows)
                 rows.append(("thread", (p, tid)))
-        if p.pid in dead:
-            rows.append(("reason", p))
+        if p.pid in dead:      # as many rows as its explanation needs, wrapped
+            rows += [("reason", p)] * _reason_rows(_stuck_words(dead[p.pid]), ax)
 
     def row(pid, tid):
         r = row_of.get((pid, tid))
         return r if r is not None else proc_row.get(pid, 0)
 
+    owned = ax is None
     fig, ax = _new(fig, ax, len(rows), fast)
     used = set()
     labels = _LabelLayout(ax)        # every label is placed at draw time, none over another
 
     # --- lanes: background bands, life bars, thread lines ---
-    bars, bar_colors = [], []
+    bars, bar_colors, threads = [], [], []
     for r, (kind, obj) in enumerate(rows):
         if kind == "process":
             p = obj
@@ -108,10 +109,14 @@ def timeline(trace, ax=None, at=None, title=None, max_arrows=300, max_labels=24,
             p, tid = obj
             start = first_seen.get((p.pid, tid), p.start_ns)
             end = ix.thread_end.get((p.pid, tid)) or p.exit_ns or t1
-            ax.plot([x(start), x(end)], [r, r], color="#999999", lw=1.0, zorder=1)
+            threads.append((x(start), x(end), r, 0))
         if r and kind == "process":
             ax.axhline(r - 0.5, color="#dddddd", lw=0.8, zorder=0)
     ax.add_collection(PatchCollection(bars, facecolors=bar_colors, edgecolors="none", zorder=1))
+    if threads:              # a thread's line, from its first event to its end
+        labels.widen(ax.add_collection(LineCollection(
+            [((a, y), (b, y)) for a, b, y, _ in threads], colors="#999999", linewidths=1.0,
+            zorder=1, gid="threads")), threads)
 
     # Dense things (event ticks, many lock waits or holds) are painted into one raster image
     # at about one column per pixel; sparse ones are drawn as vector shapes.
@@ -128,7 +133,8 @@ def timeline(trace, ax=None, at=None, title=None, max_arrows=300, max_labels=24,
         cols = np.cumsum(cover[:-1]) > 0
         raster[5 * r + subrows[0]:5 * r + subrows[1], cols] = to_rgba(color)
 
-    # --- lock waits (hatched) and holds (thin blue), merged to pixel resolution ---
+    # --- lock waits (hatched) and holds (thin blue), merged to pixel resolution; a short one
+    # is drawn at least MIN_PX pixels wide (at draw time, when the pixel size is known) ---
     waits = defaultdict(list)                     # (row, stuck) -> [(x0, x1)]
     for lid, pid, tid, since, until in ix.waits:
         end = until or _end_of(ix, pid, None, t1)          # (as the time axis judges it)
@@ -137,14 +143,16 @@ def timeline(trace, ax=None, at=None, title=None, max_arrows=300, max_labels=24,
         color = COLORS["deadlock"] if stuck else COLORS["waiting"]
         merged = _merge(spans, 2 * span / _BINS)
         if len(merged) <= 60:
-            boxes = [Rectangle((a, r - 0.3), max(b - a, 1e-9), 0.6) for a, b in merged]
-            ax.add_collection(PatchCollection(boxes, facecolors="white", edgecolors=color,
-                                              hatch="///", linewidths=1.0, zorder=3))
+            boxes = [(a, b, r - 0.3, 0.6) for a, b in merged]
+            labels.widen(ax.add_collection(PatchCollection(
+                _rects(boxes), facecolors="white", edgecolors=color, hatch="///",
+                linewidths=1.0, zorder=3, gid="lock waits")), boxes)
         else:                                     # too many to hatch: painted, pale
             paint(r, (1, 4), [m[0] for m in merged], [m[1] for m in merged],
                   to_rgba(color, 0.5))
         if not stuck:                             # (a stuck one is "stuck for good" in the key)
             used.add("waiting")
+    _label_short_lock_waits(ax, ix, x, row, span, labels, max_labels)
     holds = defaultdict(list)
     for lk in ix.lock_infos.values():
         for h in lk.holds:
@@ -153,9 +161,11 @@ def timeline(trace, ax=None, at=None, title=None, max_arrows=300, max_labels=24,
     if holds:
         merged = {r: _merge(spans, span / _BINS) for r, spans in holds.items()}
         if sum(map(len, merged.values())) <= 300:
-            segs = [((a, r + 0.3), (b, r + 0.3)) for r, m in merged.items() for a, b in m]
-            ax.add_collection(LineCollection(segs, colors=COLORS["holding"], linewidths=3,
-                                             zorder=3))
+            segs = [(a, b, r + 0.3, 0) for r, m in merged.items() for a, b in m]
+            labels.widen(ax.add_collection(LineCollection(
+                [((a, y), (b, y)) for a, b, y, _ in segs], colors=COLORS["holding"],
+                linewidths=3, zorder=3, gid="lock holds")), segs)
+            _label_short_holds(ax, ix, x, row, t1, span, labels, max_labels)
         else:
             for r, m in merged.items():
                 paint(r, (4, 5), [a for a, _ in m], [b for _, b in m], COLORS["holding"])
@@ -165,11 +175,11 @@ def timeline(trace, ax=None, at=None, title=None, max_arrows=300, max_labels=24,
     _draw_blocked(ax, ix, x, row, t1, span, labels, max_labels, used)
 
     # --- pool tasks: white boxes on the worker's lane ---
-    tasks = [Rectangle((x(a), row(pid, tid) - 0.18), max(x(b) - x(a), 1e-9), 0.36)
-             for pid, tid, a, b in ix.tasks]
+    tasks = [(x(a), x(b), row(pid, tid) - 0.18, 0.36) for pid, tid, a, b in ix.tasks]
     if tasks:
-        ax.add_collection(PatchCollection(tasks, facecolors="white", edgecolors="#333333",
-                                          linewidths=0.8, zorder=2))
+        labels.widen(ax.add_collection(PatchCollection(
+            _rects(tasks), facecolors="white", edgecolors="#333333", linewidths=0.8, zorder=2,
+            gid="tasks")), tasks if len(tasks) <= 2000 else None, unlabelled="Pool tasks")
         used.add("task")
     # a task that raised: pink over its white box, at least a few pixels wide, and an ✕ at
     # its end (a task that fails at once would be a hairline)
@@ -259,6 +269,7 @@ def timeline(trace, ax=None, at=None, title=None, max_arrows=300, max_labels=24,
             ax.add_patch(FancyArrowPatch(a, b, arrowstyle="-|>", mutation_scale=9, lw=lw,
                                          color=COLORS[key], alpha=0.85, zorder=5,
                                          shrinkA=0, shrinkB=2))
+            labels.lines.append((a, b))
             arrow_labels.append((a[0] + 0.35 * (b[0] - a[0]), (a[1], b[1], key),
                                  (a[1] + 0.35 * (b[1] - a[1]), n)))
         groups = _clusters(arrow_labels, span)
@@ -277,7 +288,7 @@ def timeline(trace, ax=None, at=None, title=None, max_arrows=300, max_labels=24,
                            rank[g[0][1][2]] + 0.5 / len(g), _ON_ARROW)
     else:
         _bundled_arrows(ax, flows, handles, axis, row, span, used)
-    _draw_fd_passes(ax, ix, x, row, span, max_arrows, used)
+    labels.lines += _draw_fd_passes(ax, ix, x, row, span, max_arrows, used)
     for f in lost:
         ax.plot([x(f.put.ts_ns)], [row(f.put.pid, f.put.tid)], marker=">", ms=6,
                 color=COLORS["message"], zorder=6)
@@ -290,10 +301,12 @@ def timeline(trace, ax=None, at=None, title=None, max_arrows=300, max_labels=24,
         where = (x(fail.ts_ns), row(fail.pid, fail.tid))
         ax.plot([where[0]], [where[1]], marker="X", ms=10, color=COLORS["failed"],
                 markeredgecolor="white", markeredgewidth=0.8, zorder=8)
-        labels.add(ax.annotate("✗ " + _wrap(fail.what, 60), where, xytext=(0, 9),
-                               textcoords="offset points", fontsize=7, ha="center",
-                               va="bottom", color=COLORS["failed"], fontweight="bold",
-                               zorder=8), -1, _ABOVE + _BELOW)
+        labels.add(ax.annotate("✗ " + fail.what, where, xytext=_BESIDE_MARK[0],
+                               textcoords="offset points", fontsize=7, ha="left",
+                               va="center", color=COLORS["failed"], fontweight="bold",
+                               zorder=8, bbox=dict(boxstyle="square,pad=0.1", fc="white",
+                                                   ec="none", alpha=0.85)),
+                   -1, _BESIDE_MARK)
         used.add("failed")
 
     # --- problems: deadlocks (red lanes with the reason), CUDA warnings ---
@@ -301,14 +314,23 @@ def timeline(trace, ax=None, at=None, title=None, max_arrows=300, max_labels=24,
         r = proc_row.get(pid)
         if r is None:
             continue
-        last = r + 1
-        while last < len(rows) and rows[last][0] != "reason":
+        first = r + 1
+        while first < len(rows) and rows[first][0] != "reason":
+            first += 1
+        last = first
+        while last + 1 < len(rows) and rows[last + 1] == ("reason", rows[first][1]):
             last += 1
-        ax.add_patch(Rectangle((-0.005 * span, r - 0.45), span * 1.01, last - r + 0.9,
-                               fill=False, edgecolor=COLORS["deadlock"], lw=2.0, zorder=7))
-        labels.fixed.append(ax.text(
-            0.005 * span, last, _wrap("STUCK FOR GOOD: " + d.reason, 140), fontsize=7.5,
-            color=COLORS["deadlock"], va="center", ha="left", zorder=8))
+        box = ax.add_patch(Rectangle((-0.005 * span, r - 0.45), span * 1.01, last - r + 0.9,
+                                     fill=False, edgecolor=COLORS["deadlock"], lw=2.0,
+                                     zorder=7, gid="stuck box"))
+        # from the top of its rows, wrapped to the box's width when drawn (labels.stuck)
+        text = ax.annotate(_stuck_words(d), (-0.005 * span, first - 0.5), xytext=(7, -2),
+                           textcoords="offset points", fontsize=_STUCK_FONT,
+                           color=COLORS["deadlock"], va="top", ha="left", zorder=8,
+                           gid="stuck text")
+        text.set_in_layout(False)             # (wrapped inside its box when drawn)
+        labels.stuck.append((text, _stuck_words(d), box))
+        labels.fixed.append(text)
         used.add("deadlock")
     for e in by_kind["cuda.warning"]:                 # a warning, not a deadlock: amber
         ax.plot([x(e.ts_ns)], [row(e.pid, e.tid)], marker="v", ms=10, color=COLORS["warning"],
@@ -358,81 +380,269 @@ def timeline(trace, ax=None, at=None, title=None, max_arrows=300, max_labels=24,
              "deadlock", "warning", "task", "task_failed", "exit0", "exitcode", "signal",
              "running", "mark", "event"]
     if not fast:
-        legend(ax, [k for k in order if k in used])
-        labels.under_legend()
+        keys = [k for k in order if k in used]
+        _legend_below(ax, keys, bool(axis.gaps))
+        if owned:                  # room for the legend's rows, the lanes keep their height
+            fig.set_figheight(fig.get_figheight() + 0.2 * _legend_rows(keys) + 0.2)
     return fig
 
 
 # --- labels that never overlap -------------------------------------------------------------
 
-# Where a label may go, in points from its anchor, tried in order: its own place first, then a
-# second row further out, then the other side of the lane.
-_BELOW = ((0, -11), (0, -19), (0, 19))
-_ABOVE = ((0, 9), (0, 17), (0, -19))
+# Where a label may go, in points from its anchor, tried in order: its own place first, then
+# rows further out, then the other side of the lane (a lane is about 40 points high). A third
+# item, +1 or -1, moves a centred label wholly to the right (left) of its anchor: where an
+# arrow starts at a mark, the mark's name beside it rather than across the arrow.
+_BELOW = ((0, -11), (0, -11, 1), (0, -11, -1), (0, -19), (0, 19), (0, 11))
+_ABOVE = ((0, 9), (0, 9, 1), (0, 9, -1), (0, 17), (0, -19), (0, -11))
 _ON_ARROW = ((0, 0), (0, 8), (0, -8), (0, 15), (0, -15))
-_ON_SPAN = ((3, 0), (3, 10), (3, -10))
-_LEFT_OF_SPAN = ((-3, 0), (-3, 10), (-3, -10))
+_ON_SPAN = ((3, 0), (3, 10), (3, -10), (14, 0), (14, 10), (14, -10), (3, 18), (3, -18))
+_LEFT_OF_SPAN = ((-3, 0), (-3, 10), (-3, -10), (-3, 18), (-3, -18))
+_BESIDE_MARK = ((8, 0), (-4, 13), (-4, -13), (-4, 20), (-4, -20))
+_RIGHT_OF_SHORT = ((6, 0), (6, 9), (6, -9), (6, 17), (6, -17))
+_HOLD = ((6, 0), (6, 8), (6, -8), (6, 15))
+
+MIN_PX = 3           # a wait, a hold, a task is never drawn narrower than this many pixels
+_STUCK_FONT = 7.5
 
 
 class _LabelLayout(Artist):
     """Places the timeline's labels when the figure is drawn, when their real sizes are known.
 
-    Labels are taken most important first (copies, then handles, then your marks, then plain
-    messages, then scenario.start/end); each goes to the first of its places (``_BELOW``...)
-    where its box, measured by the renderer, overlaps no label already placed and stays inside
-    the axes. A label with no free place is hidden, and "+N labels hidden" says how many.
-    The layout artist is drawn first (lowest zorder), so the labels drawn after it are placed.
+    Drawn first (lowest zorder), before the things it arranges, it does three jobs that need
+    the renderer's pixels:
+
+    * short spans (``widen``): a lock hold of 2 ms on a 3 s axis is narrower than a pixel and
+      would vanish; it is drawn MIN_PX pixels wide. Its label says its true length ("held 2 ms"),
+      shown only where the drawn width says more than the truth (``short=``).
+    * the "STUCK FOR GOOD" explanations (``stuck``): wrapped to their red box's real width,
+      measured word by word; a smaller font only if the box's rows cannot hold it.
+    * labels (``add``), most important first: each goes to the first of its places
+      (``_BELOW``...) whose box overlaps no label already placed and stays inside the axes;
+      among free places one that crosses fewer arrows wins. A label with no free place is
+      hidden, and "+N labels hidden" says how many.
     """
 
     def __init__(self, ax):
         super().__init__()
-        self.items, self.fixed, self.note, self.beside = [], [], "", False
+        self.items, self.fixed, self.note = [], [], ""
+        self.spans, self.stuck, self.lines = [], [], []
+        self.unsaid = 0                       # labels not even tried: too many of their kind
         self.set_zorder(-100)
         self.more = ax.text(1.0, 1.0, "", transform=ax.transAxes, ha="right", va="bottom",
                             fontsize=7.5)         # notes over the top right corner
         ax.add_artist(self)
 
-    def add(self, annotation, priority, places):
-        self.items.append((priority, len(self.items), annotation, places))
+    def add(self, annotation, priority, places, short=None):
+        """`short`: the true width (data units) of the span the label is for: the label is
+        written only where the span is drawn wider than that (MIN_PX)."""
+        annotation.set_in_layout(False)       # kept inside the axes here, when drawn
+        self.items.append((priority, len(self.items), annotation, places, short))
+
+    def widen(self, collection, spans, unlabelled=None):
+        """`spans` [(x0, x1, y, height)] drawn by `collection` (rectangles; lines when the
+        height is 0), to redraw at least MIN_PX pixels wide. None: too many, left as they are.
+        `unlabelled`: what they are, when no label says their true length: a note then says
+        how many were drawn wider than they lasted."""
+        if spans is not None:
+            self.spans.append((collection, spans, unlabelled))
 
     def draw(self, renderer):
-        frame = self.axes.get_window_extent(renderer)
+        ax = self.axes
+        frame = ax.get_window_extent(renderer)
+        lo, hi = ax.get_xlim()
+        least = MIN_PX * (hi - lo) / max(frame.width, 1.0)   # MIN_PX, in data units
+        widened = []
+        for collection, spans, unlabelled in self.spans:
+            _redraw_wider(collection, spans, least)
+            n = sum(1 for a, b, _, _ in spans if b - a < least / 2)
+            if n and unlabelled:
+                widened.append(f"{n} {unlabelled} shorter than {MIN_PX} px drawn {MIN_PX} px "
+                               f"wide")
+        for text, words, box in self.stuck:
+            _fit_in_box(text, words, box.get_window_extent(renderer), renderer)
         # inside the axes by a few points: a label pushed flush against the left edge would
         # sit on a STUCK box's border (drawn just inside it) and its first glyph be lost there
         pad = 6 * renderer.dpi / 72
         left, right = frame.x0 + pad, frame.x1 - pad
         taken = [t.get_window_extent(renderer) for t in self.fixed if t.get_visible()]
         taken = [b for b in taken if b.width > 0]
+        lines = [ax.transData.transform(seg) for seg in self.lines]
         hidden = 0
-        for _, _, text, places in sorted(self.items, key=lambda i: i[:2]):
+        for _, _, text, places, short in sorted(self.items, key=lambda i: i[:2]):
+            if short is not None and short >= least / 2:
+                text.set_visible(False)         # drawn about as wide as it was: no need
+                continue
             text.set_visible(True)
-            for dx, dy in places:
+            best = None
+            for dx, dy, *side in places:
                 text.xyann = (dx, dy)
                 box = text.get_window_extent(renderer)
+                if side:                       # beside its anchor, 4 points off
+                    at = ax.transData.transform(text.xy)[0] + side[0] * 4 * renderer.dpi / 72
+                    move = at - box.x0 if side[0] > 0 else at - box.x1
+                    text.xyann = (dx + move * 72 / renderer.dpi, dy)
+                    box = text.get_window_extent(renderer)
                 shift = max(0.0, left - box.x0) - max(0.0, box.x1 - right)
                 if shift:                      # keep it inside the axes, left to right
                     text.xyann = (dx + shift * 72 / renderer.dpi, dy)
                     box = text.get_window_extent(renderer)
+                if box.y0 < frame.y0 or box.y1 > frame.y1 or box.x0 < frame.x0 - 1:
+                    continue                   # out of the picture (or wider than it)
                 padded = box.padded(2)
-                if not any(padded.overlaps(b) for b in taken):
-                    taken.append(box)
+                if any(padded.overlaps(b) for b in taken):
+                    continue
+                crossed = sum(_crosses(seg, padded) for seg in lines)
+                if best is None or crossed < best[0]:
+                    best = (crossed, text.xyann, box)
+                if not crossed:
                     break
-            else:
+            if best is None:
                 text.set_visible(False)
                 hidden += 1
-        notes = [self.note] if self.note else []
+            else:
+                text.xyann = best[1]
+                taken.append(best[2])
+        notes = ([self.note] if self.note else []) + widened
         if hidden:
             notes.append(f"+{hidden} label{'s' * (hidden > 1)} hidden: no room to write "
                          f"{'them' if hidden > 1 else 'it'} without covering another")
-        self.more.set_text(("\n" if self.beside else "   ").join(notes))
+        if self.unsaid:
+            notes.append(f"{self.unsaid} more labels not written: too many of their kind")
+        self.more.set_text("\n".join(notes))
 
-    def under_legend(self):
-        """Write the notes in the legend's column, under it, where a reader looks for what a
-        mark means (the Live widget's fast drawing has no legend: there, top right)."""
-        self.beside = True
-        self.more.set_position((1.01, 0.0))
-        self.more.set_horizontalalignment("left")
-        self.more.set_wrap(True)
+
+def _rects(spans):
+    return [Rectangle((a, y), max(b - a, 1e-9), h) for a, b, y, h in spans]
+
+
+def _redraw_wider(collection, spans, least):
+    """Each span from its true start, at least `least` wide (its end is what gets widened)."""
+    if isinstance(collection, LineCollection):
+        collection.set_segments([((a, y), (max(b, a + least), y)) for a, b, y, _ in spans])
+    else:
+        collection.set_paths([Rectangle((a, y), max(b - a, least), h) for a, b, y, h in spans])
+
+
+def _crosses(seg, box):
+    """Whether the straight line seg ((x0, y0), (x1, y1)), in pixels, passes through box."""
+    from matplotlib.path import Path
+    return Path(seg).intersects_bbox(box, filled=False) or box.contains(*seg[0]) \
+        or box.contains(*seg[1])
+
+
+def _measure(renderer, fontprops):
+    def width(s):
+        return renderer.get_text_width_height_descent(s, fontprops, ismath=False)[0]
+    return width
+
+
+def _wrap_to(words, room, width):
+    """`words` wrapped greedily so that every line is at most `room` wide by `width`(line)."""
+    lines = []
+    for word in words.split():
+        if lines and width(lines[-1] + " " + word) <= room:
+            lines[-1] += " " + word
+        else:
+            lines.append(word)
+    return "\n".join(lines)
+
+
+def _fit_in_box(text, words, box, renderer):
+    """Wrap `text` to the inside of `box` (pixels), from where it starts; smaller type only if
+    its lines would run out of the box's bottom."""
+    x0 = text.get_window_extent(renderer).x0
+    inset = 7 * renderer.dpi / 72
+    room = box.x1 - inset - x0
+    for size in (_STUCK_FONT, 7, 6.5, 6, 5.5):
+        text.set_fontsize(size)
+        text.set_text(_wrap_to(words, room, _measure(renderer, text.get_fontproperties())))
+        if text.get_window_extent(renderer).y0 >= box.y0 + 2:
+            return
+
+
+def _stuck_words(dead):
+    return "STUCK FOR GOOD: " + dead.reason
+
+
+def _reason_rows(words, ax):
+    """How many lane rows a STUCK explanation needs (it is wrapped to the box's width when
+    drawn; here that width is judged, a little narrow, from the figure's width)."""
+    from matplotlib.backends.backend_agg import RendererAgg
+    from matplotlib.font_manager import FontProperties
+    if ax is None:
+        room = (WIDTH - 1.8) * 72                       # points: lane names take ~1.8 inch
+        row = 0.55 * 72
+    else:
+        extent = ax.get_window_extent()
+        room = 0.85 * extent.width * 72 / ax.figure.dpi
+        row = 0.55 * 72 * 0.7
+    measure = _measure(RendererAgg(1, 1, 72), FontProperties(size=_STUCK_FONT))
+    lines = _wrap_to(words, room, measure).count("\n") + 1
+    return max(1, math.ceil((lines * 1.2 * _STUCK_FONT + 6) / (0.95 * row)))
+
+
+def _label_short_holds(ax, ix, x, row, t1, span, labels, max_labels):
+    """Each lock hold too short to see says how long it was ("held lock 'L' 2.4 ms"), and,
+    when its process forked meanwhile, that too: a lock held by one thread while another
+    forks is copied locked into the child, which is the fork lesson."""
+    holds = [(lk.id, h) for lk in ix.lock_infos.values() for h in lk.holds]
+    short = []
+    for lid, h in holds:
+        end = h.release_ns or _end_of(ix, h.pid, None, t1)
+        forks = [c for c, (pid, _, ts) in ix.forker.items() if pid == h.pid and
+                 h.acquire_ns <= ts <= end and getattr(ix.procs.get(c), "how", None) == "fork"]
+        if x(end) - x(h.acquire_ns) < 0.02 * span or forks:
+            short.append((lid, h, end, forks))
+    if len(short) > max_labels:
+        labels.unsaid += len(short)
+        return
+    for lid, h, end, forks in short:
+        words = f"held {ix.lock_name(lid)} {_duration(end - h.acquire_ns)}"
+        if forks:
+            words += ", over the fork of " + ", ".join(
+                f"{ix.labels.get(c, 'a child')} (pid {c})" for c in forks)
+        labels.add(ax.annotate(words, (x(h.acquire_ns), row(h.pid, h.tid) + 0.3),
+                               xytext=_HOLD[0], textcoords="offset points", fontsize=7,
+                               ha="left", va="center", color=COLORS["holding"], zorder=7,
+                               bbox=dict(boxstyle="square,pad=0.1", fc="white", ec="none",
+                                         alpha=0.85)),
+                   0.5 if forks else 2.5, _HOLD,
+                   short=None if forks else x(end) - x(h.acquire_ns))
+
+
+def _label_short_lock_waits(ax, ix, x, row, span, labels, max_labels):
+    """A lock wait too short to see, drawn MIN_PX wide, says how long it truly waited."""
+    short = [(pid, tid, since, until) for _, pid, tid, since, until in ix.waits
+             if until is not None and x(until) - x(since) < 0.02 * span]
+    if len(short) > max_labels:
+        labels.unsaid += len(short)
+        return
+    for pid, tid, since, until in short:
+        labels.add(ax.annotate(f"waited {_duration(until - since)}", (x(since), row(pid, tid)),
+                               xytext=_RIGHT_OF_SHORT[0], textcoords="offset points",
+                               fontsize=6.5, ha="left", va="center", color=COLORS["waiting"],
+                               zorder=7, bbox=dict(boxstyle="square,pad=0.1", fc="white",
+                                                   ec="none", alpha=0.8)),
+                   3.5, _RIGHT_OF_SHORT, short=x(until) - x(since))
+
+
+def _legend_rows(keys):
+    return math.ceil(len(keys) / 2)
+
+
+def _legend_below(ax, keys, gaps):
+    """The legend in two columns under the time axis: the lanes get the figure's width (a
+    notebook is about 1000 pixels wide)."""
+    from matplotlib.transforms import blended_transform_factory, offset_copy
+    below = 44 if gaps else 36              # points: past the tick labels and the axis' name
+    # from the figure's left edge (under the lane names too), below the axes' bottom
+    where = blended_transform_factory(
+        offset_copy(ax.figure.transSubfigure, fig=ax.figure, x=4, units="points"),
+        offset_copy(ax.transAxes, fig=ax.figure, y=-below, units="points"))
+    leg = legend(ax, keys, loc="upper left", bbox_to_anchor=(0.0, 0.0), bbox_transform=where,
+                 ncols=2, fontsize=7.5, columnspacing=1.5, handlelength=1.6)
+    return leg
 
 
 # --- helpers --------------------------------------------------------------------------------
@@ -477,15 +687,18 @@ def _fewer_lanes(trace, ix):
     return shown, st._index(shown), _wrap(words, 110)
 
 
+WIDTH = 10     # inches: 1000 pixels at the notebook's 100 dpi, the legend under the lanes
+
+
 def _new(fig, ax, nrows, fast=False):
     if ax is None:
         height = max(2.4, 0.9 + 0.55 * nrows)
         if fast:
-            fig = Figure(figsize=(10, height))
+            fig = Figure(figsize=(WIDTH, height))
             fig.subplots_adjust(left=0.16, right=0.98, top=1 - 0.45 / height,
                                 bottom=0.75 / height)
         else:
-            fig = Figure(figsize=(12.5, height), layout="constrained")
+            fig = Figure(figsize=(WIDTH, height), layout="constrained")
         ax = fig.add_subplot()
     return fig, ax
 
@@ -626,11 +839,11 @@ class _TimeAxis:
 
 
 def _duration(ns):
-    """A length of time the way people say it: 350 µs, 12 ms, 1.4 s."""
+    """A length of time the way people say it: 350 µs, 2.4 ms, 12 ms, 1.4 s."""
     if ns < 1e6:
         return f"{ns / 1e3:.0f} µs"
     if ns < 1e9:
-        return f"{ns / 1e6:.0f} ms"
+        return f"{ns / 1e6:.1f} ms" if ns < 1e7 else f"{ns / 1e6:.0f} ms"
     return f"{ns / 1e9:.1f} s"
 
 
@@ -688,7 +901,7 @@ def _draw_fd_passes(ax, ix, x, row, span, max_arrows, used):
     from the fd's end, a dotted line joins them: this fd is that message's memory."""
     passes = ix.fd_passes
     if not passes:
-        return
+        return []
     gets = {f.put.args.get("msg"): f.get for f in ix.flows if f.get is not None}
     ends, links = [], []
     for sent, got in passes:
@@ -715,6 +928,7 @@ def _draw_fd_passes(ax, ix, x, row, span, max_arrows, used):
         ax.add_collection(LineCollection(links, colors=COLORS["fd"], linestyles=":",
                                          linewidths=0.8, zorder=5.5, gid="fd link"))
     used.add("fd")
+    return ends if len(ends) <= max_arrows else []     # (where labels had better not go)
 
 
 def _end_of(ix, pid, tid, t1):
@@ -749,20 +963,34 @@ def _runs_of_waits(ix, t1):
 
 def _draw_blocked(ax, ix, x, row, t1, span, labels, max_labels, used):
     """Each recorded wait as a cross-hatched box on its thread's lane, labelled with what it
-    waits on ("join producer (pid 12)"); a wait with no end lasts to its process's end."""
-    boxes, texts = [], []
+    waits on ("join producer (pid 12)"); a wait with no end lasts to its process's end.
+    A short wait is drawn at least MIN_PX pixels wide, and then says how long it truly was."""
+    boxes, texts, short = [], [], []
     for pid, tid, since, end, finished, words, n in _runs_of_waits(ix, t1):
         a, b, r = x(since), x(end), row(pid, tid)
-        boxes.append(Rectangle((a, r - 0.26), max(b - a, 1e-9), 0.52))
+        boxes.append((a, b, r - 0.26, 0.52))
         if n > 1:                 # a get(timeout=...) in a loop: one box, said how many
             words += f" ({n} waits in a row: it timed out and asked again {n - 1}×)"
         if not finished or b - a > 0.02 * span:   # an unfinished wait is the story: always
             texts.append((a, b, r, ("waited: " if finished else "waits: ") + words))
+        else:
+            short.append((a, b, r, f"waited {_duration(end - since)}"))
     if not boxes:
         return
-    ax.add_collection(PatchCollection(boxes, facecolors=BLOCKED_FILL, edgecolors=COLORS["blocked"],
-                                      hatch="xx", linewidths=0.8, zorder=2.5))
+    labels.widen(ax.add_collection(PatchCollection(
+        _rects(boxes), facecolors=BLOCKED_FILL, edgecolors=COLORS["blocked"], hatch="xx",
+        linewidths=0.8, zorder=2.5, gid="blocked")), boxes)
     used.add("blocked")
+    if len(short) <= max_labels:         # its true length, where the box is drawn wider
+        for a, b, r, text in short:
+            labels.add(ax.annotate(text, (a, r), xytext=_RIGHT_OF_SHORT[0],
+                                   textcoords="offset points", fontsize=6.5, ha="left",
+                                   va="center", color=COLORS["blocked"], zorder=7,
+                                   bbox=dict(boxstyle="square,pad=0.1", fc="white", ec="none",
+                                             alpha=0.8)),
+                       3.5, _RIGHT_OF_SHORT, short=b - a)
+    else:
+        labels.unsaid += len(short)
     if len(texts) <= max_labels:
         for a, b, r, text in texts:
             # on the box, from its start; a short box near the right edge: to its left, → it
@@ -775,6 +1003,8 @@ def _draw_blocked(ax, ix, x, row, t1, span, labels, max_labels, used):
                                    bbox=dict(boxstyle="square,pad=0.1", fc="white", ec="none",
                                              alpha=0.8)),
                        1, _LEFT_OF_SPAN if left else _ON_SPAN)
+    else:
+        labels.unsaid += len(texts)
 
 
 def _merge(spans, tolerance):
