@@ -36,12 +36,43 @@ def _rss_kib(address):
     raise AssertionError(f"no mapping starts at {address:#x}")
 
 
+# MADV_POPULATE_WRITE maps every page, but the kernel may take a page's mapping back at any time
+# afterwards (a later touch maps it again, a minor fault; nothing is lost). On this machine, under
+# load, 2 to 4 pages of a 64 MiB segment's 16 385 were unmapped again right after a call that
+# succeeded (about 1 segment in 500; no reclaim, migration or compaction was counted in
+# /proc/vmstat meanwhile), so an exact count of resident pages fails now and then. What is
+# guaranteed: the one call over the whole mapping succeeded, and nearly every page is mapped.
+TAKEN_BACK = 16   # pages the kernel may have unmapped again by the time we look (seen: up to 4)
+
+
+def _spy_on_prefault(monkeypatch):
+    """A list that gets (address, size, done) for every populate call (the real one still runs)."""
+    calls, real = [], mapping.prefault
+
+    def spied(ptr, size):
+        done = real(ptr, size)
+        calls.append((ptr, size, done))
+        return done
+    monkeypatch.setattr(mapping, "prefault", spied)
+    return calls
+
+
+def _assert_mapped_whole(start_of_map, nbytes):
+    """Every page of the segment at `start_of_map` (64-byte header + `nbytes`) is mapped in this
+    process, but for the few the kernel may have taken back already (TAKEN_BACK)."""
+    pages = -(-(64 + nbytes) // 4096)
+    resident = _rss_kib(start_of_map) // 4
+    assert pages - TAKEN_BACK <= resident <= pages, f"{resident} of {pages} pages mapped"
+
+
 @needs_populate
 @pytest.mark.parametrize("nbytes", [1 << 20, 64 << 20])
-def test_a_new_segment_is_mapped_before_the_copy(strategy, nbytes):
+def test_a_new_segment_is_mapped_before_the_copy(strategy, nbytes, monkeypatch):
+    calls = _spy_on_prefault(monkeypatch)
     segment = sharing.allocate(nbytes, strategy)
     start_of_map = segment.array.ctypes.data - (segment.array.ctypes.data % 4096)
-    assert _rss_kib(start_of_map) * 1024 >= nbytes   # every page in, nothing written yet
+    assert calls == [(start_of_map, 64 + nbytes, True)]   # one call, the whole mapping, done
+    _assert_mapped_whole(start_of_map, nbytes)            # every page in, nothing written yet
     del segment
 
 
@@ -53,7 +84,7 @@ def test_without_the_populate_call_the_pages_come_in_only_when_written(strategy,
     start_of_map = segment.array.ctypes.data - (segment.array.ctypes.data % 4096)
     assert _rss_kib(start_of_map) <= 8               # the 64-byte header's page, at most
     segment.array[:] = 1
-    assert _rss_kib(start_of_map) * 1024 >= 1 << 20
+    _assert_mapped_whole(start_of_map, 1 << 20)
     del segment
 
 
@@ -208,7 +239,7 @@ def test_with_the_cache_on_a_written_segment_is_mapped_whole(strategy):
         values = np.random.default_rng(2).integers(0, 256, 1 << 20, dtype=np.uint8)
         t = mpviz.from_numpy(values.copy()).share_memory_()
         data = t.untyped_storage()._data
-        assert _rss_kib(data.ctypes.data - data.ctypes.data % 4096) * 1024 >= 1 << 20
+        _assert_mapped_whole(data.ctypes.data - data.ctypes.data % 4096, 1 << 20)
         assert np.array_equal(t.numpy(), values)
         del t, data
     finally:
