@@ -38,8 +38,8 @@ def _rss_kib(address):
 
 # MADV_POPULATE_WRITE maps every page, but the kernel may take a page's mapping back at any time
 # afterwards (a later touch maps it again, a minor fault; nothing is lost). On this machine, under
-# load, 2 to 4 pages of a 64 MiB segment's 16 385 were unmapped again right after a call that
-# succeeded (about 1 segment in 500; no reclaim, migration or compaction was counted in
+# load, 1 to 4 pages of a 64 MiB segment's 16 385 were unmapped again right after a call that
+# succeeded (4 segments in about 4 500; no reclaim, migration or compaction was counted in
 # /proc/vmstat meanwhile), so an exact count of resident pages fails now and then. What is
 # guaranteed: the one call over the whole mapping succeeded, and nearly every page is mapped.
 TAKEN_BACK = 16   # pages the kernel may have unmapped again by the time we look (seen: up to 4)
