@@ -331,3 +331,64 @@ def test_a_write_that_fills_dev_shm_raises_shared_memory_full(tmp_path):
         seen, left_behind, intact, shared = result[strategy]
         assert seen == [28, strategy, True, True]
         assert left_behind == 0 and intact and shared
+
+
+# -- where /dev/shm allows 2 MiB pages (tmpfs huge=within_size) ---------------------------------
+
+_HUGE_SHM_CHILD = r"""
+import json
+import numpy as np
+import mpviz, mpviz.multiprocessing as mp
+from bench.bench_fresh import dev_shm_mount
+
+def pmd_mapped_kib(address):
+    with open("/proc/self/smaps") as f:
+        inside = False
+        for line in f:
+            head = line.split()[0]
+            if "-" in head and not head.endswith(":"):
+                inside = int(head.split("-")[0], 16) == address
+            elif inside and head in ("FilePmdMapped:", "ShmemPmdMapped:"):
+                return int(line.split()[1])
+    return -1
+
+out = {"mount": dev_shm_mount()}
+values = (np.arange(8 << 20, dtype=np.uint64) % 251).astype(np.uint8)
+for strategy in ("file_descriptor", "file_system"):
+    mp.set_sharing_strategy(strategy)
+    t = mpviz.from_numpy(values.copy()).share_memory_()
+    data = t.untyped_storage()._data
+    intact = bool(np.array_equal(t.numpy(), values))          # reads (maps) every page
+    out[strategy] = [pmd_mapped_kib(data.ctypes.data - data.ctypes.data % 4096), intact]
+    del t, data
+print(json.dumps(out))
+"""
+
+
+@pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() != 0, reason="needs root (mount)")
+def test_where_dev_shm_allows_huge_pages_a_fresh_segment_gets_them():
+    # mpviz's segments are files in /dev/shm (not memfds), so a /dev/shm mounted huge=within_size
+    # gives them 2 MiB pages, as it does torch's: written by write(2), mapped by 2 MiB at a time.
+    # A real tmpfs in a private mount namespace, as bench_fresh --huge makes.
+    import subprocess
+    import sys
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    mount = "mount -t tmpfs -o size=64m,huge=within_size tmpfs /dev/shm"
+    out = subprocess.run(["unshare", "--mount", "--propagation", "private", "--", "sh", "-c",
+                          f'{mount} && exec "$@"', "sh", sys.executable, "-c", _HUGE_SHM_CHILD],
+                         capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=root), timeout=90)
+    if out.returncode != 0 and "mount" in out.stderr:
+        pytest.skip(f"no private tmpfs with huge pages here: {out.stderr.strip()}")
+    assert out.returncode == 0, out.stderr
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    assert result["mount"] == "huge=within_size"
+    for strategy in ("file_descriptor", "file_system"):
+        pmd_kib, intact = result[strategy]
+        assert intact
+        assert pmd_kib >= 4 * 2048, f"{strategy}: {pmd_kib} KiB mapped by 2 MiB pages, of 8 MiB"
+
+
+def test_bench_fresh_runs_itself_again_without_its_huge_option():
+    from bench.bench_fresh import _without_huge
+    assert _without_huge(["--huge", "within_size", "--rounds", "3"]) == ["--rounds", "3"]
+    assert _without_huge(["--sizes", "4K", "--huge=always"]) == ["--sizes", "4K"]
