@@ -1,6 +1,11 @@
 """A fresh tensor's put, with the default settings, side by side with torch and with memcpy.
 
-``python -m bench.bench_fresh [--rounds N] [--sizes 4K,1M,64M,256M] [--json FILE]``
+``python -m bench.bench_fresh [--rounds N] [--sizes 4K,1M,64M,256M] [--json FILE] [--huge MODE]``
+
+``--huge within_size`` (or ``always``, ``advise``, ``never``) runs the whole bench in a private
+mount namespace whose /dev/shm is a fresh tmpfs mounted with ``huge=MODE`` (root only, and
+``unshare`` from util-linux): both libraries' segments then live there, and tmpfs may give them
+2 MiB pages. Nothing outside the namespace sees that mount; the machine's /dev/shm is untouched.
 
 What the default settings cost: the shared-memory cache is off, so every put of a brand-new
 tensor makes a new segment and copies the bytes into it. How those bytes get in decides the cost
@@ -275,16 +280,59 @@ def parse_size(text):
     return int(text.rstrip("KM")) * unit
 
 
+def in_huge_namespace(mode, argv):
+    """Run this bench again, with `argv`, in a private mount namespace whose /dev/shm is a new
+    tmpfs mounted ``huge=mode``; its exit status. Raises SystemExit with what to do where that
+    cannot be done (not root, no ``unshare``)."""
+    if os.geteuid() != 0:
+        raise SystemExit("--huge needs root: it mounts a tmpfs (in a private mount namespace). "
+                         "Fix: run as root, or leave --huge out to measure the machine's own /dev/shm.")
+    mount = f"mount -t tmpfs -o huge={mode} tmpfs /dev/shm"
+    cmd = ["unshare", "--mount", "--propagation", "private", "--", "sh", "-c", f'{mount} && exec "$@"',
+           "sh", sys.executable, "-m", "bench.bench_fresh", *argv]
+    try:
+        return subprocess.run(cmd, cwd=ROOT).returncode
+    except FileNotFoundError:
+        raise SystemExit("--huge needs the unshare command (util-linux). Fix: install util-linux, "
+                         "or leave --huge out.") from None
+
+
+def _without_huge(argv):
+    out, skip = [], False
+    for a in argv:
+        if skip or a.startswith("--huge="):
+            skip = False
+        elif a == "--huge":
+            skip = True
+        else:
+            out.append(a)
+    return out
+
+
+def dev_shm_mount():
+    """The options /dev/shm is mounted with here (the last mount of it wins), e.g. 'huge=within_size'."""
+    with open("/proc/self/mounts") as f:
+        options = [line.split()[3] for line in f if line.split()[1] == "/dev/shm"]
+    opts = options[-1].split(",") if options else []
+    return ",".join(o for o in opts if o.startswith("huge=")) or "no huge= option (huge=never)"
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(prog="python -m bench.bench_fresh", description=__doc__.splitlines()[0])
     ap.add_argument("--driver", help=argparse.SUPPRESS)
     ap.add_argument("--rounds", type=int, default=7, help="rounds per size (default 7)")
     ap.add_argument("--sizes", default="4K,1M,64M,256M", help="comma-separated, e.g. 4K,1M (default: all four)")
     ap.add_argument("--json", help="also write the medians (seconds) to this file")
+    ap.add_argument("--huge", choices=["never", "always", "within_size", "advise"],
+                    help="run in a private mount namespace whose /dev/shm is a tmpfs mounted huge=MODE "
+                         "(root only; the machine's /dev/shm is not changed)")
+    argv = sys.argv[1:] if argv is None else list(argv)
     args = ap.parse_args(argv)
     if args.driver:
         drive(args.driver)
         return 0
+    if args.huge:
+        return in_huge_namespace(args.huge, _without_huge(argv))   # the same arguments, inside
     sizes = [parse_size(s) for s in args.sizes.split(",")]
     bad = [human(s) for s in sizes if s not in BATCH]
     if bad:
@@ -295,8 +343,9 @@ def main(argv=None):
     load0 = os.getloadavg()
     med, errors = measure(sizes, args.rounds, log)
     load1 = os.getloadavg()
-    print(f"{os.cpu_count()} cores, kernel {os.uname().release}, load average {load0[0]:.1f} at start, "
-          f"{load1[0]:.1f} at end; {args.rounds} rounds, contenders in turn\n")
+    print(f"{os.cpu_count()} cores, kernel {os.uname().release}, /dev/shm: {dev_shm_mount()}, "
+          f"load average {load0[0]:.1f} at start, {load1[0]:.1f} at end; {args.rounds} rounds, "
+          f"contenders in turn\n")
     print(table(med, sizes))
     for what, err in errors.items():
         print(f"\n{what}: {err}")
