@@ -307,19 +307,33 @@ def readable(fd):
 
 
 def get_would_wait(q):
-    """Whether `q.get()` would wait now: nothing in its pipe (and not already inside a recorded
-    wait: mpviz's Queue.get calls itself inside one, see waiting_get). Called for every recorded
-    get of mpviz's Queue: the Connection's fd is read as an attribute, not by a call."""
+    """Whether `q.get()` would wait now, as a recorded wait (see below). Called for every
+    recorded get of mpviz's Queue: the Connection's fd is read as an attribute, not by a call."""
     fd = getattr(q._reader, "_handle", None)     # None: closed (the get itself says so)
-    return fd is not None and getattr(waits._in_wait, "on", None) is None and not readable(fd)
+    return fd is not None and _not_in_a_wait() and not readable(fd)
 
 
 def put_would_wait(q):
-    """Whether `q.put(obj)` would wait now: a bounded queue with no free place."""
+    """Whether `q.put(obj)` would wait now, as a recorded wait: a bounded queue with no free
+    place (see below)."""
     try:
-        return q._sem._semlock._is_zero() and waits.outermost()
+        return _not_in_a_wait() and q._sem._semlock._is_zero()
     except (AttributeError, OSError):
         return False
+
+
+# get_would_wait and put_would_wait ask the same two questions, in the same order:
+#   1. is this thread already inside a recorded wait? Then this one is not recorded: waits inside
+#      waits are recorded once, the outermost (waits.py). mpviz's Queue.get calls the stdlib's
+#      inside its own wait; a signal handler can get or put inside any wait, in the same thread.
+#      A thread-local read, no system call: asked first.
+#   2. would it block? A get: nothing in the pipe (poll(2)). A put: no free place (the
+#      semaphore's count is 0).
+# Neither asks whether recording is on: every caller has asked already (recorder.ENABLED, or the
+# Writer it holds). queue_hooks.c asks the same: get_would_wait and hook_get (``inside_wait``),
+# and for a put, put_may_wait, which sends a put that may wait here to ask again.
+def _not_in_a_wait():
+    return getattr(waits._in_wait, "on", None) is None
 
 
 def take_slot(q, block, timeout):
