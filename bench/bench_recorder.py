@@ -13,8 +13,8 @@ Two measurements:
    ``multiprocessing.Queue``s, N round trips; recorded, every message costs a put, a feed and a
    get event, and no change to its bytes (linked by pipe order: see mpviz/trace/messages.py).
    The same with two mpviz Queues, whose put writes the pipe itself: two events a message.
-   A get that finds nothing to read yet is also a recorded wait (two more events: see
-   mpviz/trace/waits.py); in a ping-pong that is most gets.
+   A get that finds nothing to read yet is also a recorded wait (one more event, ``wait.begin``:
+   the read's get event ends it; see mpviz/trace/waits.py); in a ping-pong that is most gets.
 
 Prints a Markdown table and writes JSON to bench/results/. Run ``python bench/bench_recorder.py``
 (``--quick`` for a smoke run). Each timing is the best of several repetitions.
@@ -233,8 +233,9 @@ def main(argv=None):
           f"| {mq_off * 1e6:.1f} µs | {mq_on * 1e6:.1f} µs | {mq_on / mq_off:.2f}× "
           f"(median of {pairs} pairs: {mq_paired:.2f}×) |")
     print(f"\n(recorded waits in the last ping-pong of each: {waits} stdlib, {mq_waits} mpviz, "
-          f"of {2 * n_msgs} gets -- a get that finds nothing to read yet records wait.begin and "
-          f"wait.end: in a ping-pong most gets wait for the other side)")
+          f"of {2 * n_msgs} gets -- a get that finds nothing to read yet records wait.begin, "
+          f"and its read's queue.get ends the wait: in a ping-pong most gets wait for the other "
+          f"side)")
     for name, n in [("stdlib", linked), ("mpviz", mq_linked)]:  # the last recorded run of each
         if n != 2 * n_msgs:
             print(f"\n(only {n} of the {2 * n_msgs} messages of a recorded {name} ping-pong "

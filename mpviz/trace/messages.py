@@ -331,9 +331,14 @@ def put_would_wait(q):
 #      semaphore's count is 0).
 # Neither asks whether recording is on: every caller has asked already (recorder.ENABLED, or the
 # Writer it holds). queue_hooks.c asks the same: get_would_wait and hook_get (``inside_wait``),
-# and for a put, put_may_wait, which sends a put that may wait here to ask again.
+# and for a put, put_may_wait, which sends a put that may wait here to ask again. (Where the C
+# Writer records, install_native puts queue_hooks.c's not_in_a_wait here: a get's wait recorded
+# in C marks a C thread-local, not waits._in_wait.)
 def _not_in_a_wait():
     return getattr(waits._in_wait, "on", None) is None
+
+
+_py_not_in_a_wait = _not_in_a_wait
 
 
 def take_slot(q, block, timeout):
@@ -554,8 +559,9 @@ def install_native():
     the Python ones that ``PATCHES`` installed (their originals are kept in ``_orig`` as ever,
     and ``hooks.uninstall`` puts those back). Each C hook does what its Python version here does
     and calls it for the cases it leaves out (see queue_hooks.c, "Tag, Pickler, Hook")."""
-    global _take_c_msg, _c_numbering, readable, get_would_wait, waiting_get, got
+    global _take_c_msg, _c_numbering, readable, get_would_wait, waiting_get, got, _not_in_a_wait
     get_would_wait, waiting_get, got = _py_get_would_wait, _py_waiting_get, _py_got
+    _not_in_a_wait, waits._outermost = _py_not_in_a_wait, waits._py_outermost
     if recorder.writer_class() is recorder.Writer or "Queue.put" not in _orig:
         return
     from . import native
@@ -563,7 +569,9 @@ def install_native():
     _TAG_TYPES.add(c.Tag)
     readable = c.readable                    # poll(2) without the select.poll object
     get_would_wait, waiting_get, got = c.get_would_wait, c.waiting_get, c.got
-    c.set_in_wait(waits._in_wait)            # so that C and Python see each other's waits
+    # one rule for "inside a recorded wait?", whichever records the wait (see _not_in_a_wait)
+    c.set_in_wait(waits._in_wait)
+    _not_in_a_wait, waits._outermost = c.not_in_a_wait, c.outermost
     _take_c_msg = c.take_feeding_msg
     if _c_numbering is None:
         _c_numbering = c.set_numbering

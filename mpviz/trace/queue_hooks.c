@@ -872,11 +872,14 @@ write_wait_event(Writer *w, PyObject *kind, PyObject *on, PyObject *id, PyObject
 static __thread int in_get_wait;
 
 /* waits._in_wait (messages.install_native passes it: set_in_wait): its .on, set while a thread
-   is inside a recorded wait, tells waits.py's hooks not to record a wait inside it. A get's wait
-   recorded here sets it too, and asks it before recording: one rule, whichever records. */
+   is inside a wait that waits.py records. A get's wait recorded here sets in_get_wait instead
+   (a C thread-local: setting a threading.local twice a get cost as much as the wait.end that
+   the queue.get now stands for), and the questions "inside a recorded wait?" ask both: here
+   (get_would_wait, hook_get) and in waits.py, whose _outermost is outermost_function below
+   while the C Writer records. One rule, whichever records: no wait inside a recorded wait. */
 static PyObject *in_wait_local;
 
-/* Whether this thread is inside a recorded wait already (then a get's wait is not recorded:
+/* Whether this thread is inside a recorded wait already (then a new wait is not recorded:
    waits inside waits are recorded once, the outermost). 1, 0, or -1 with an error set. */
 static int
 inside_wait(void)
@@ -893,21 +896,12 @@ inside_wait(void)
     return inside;
 }
 
-/* waits._in_wait.on = on, for this thread (on: GET_KIND or None). Cannot fail: a threading.local
-   that refuses is reported (sys.unraisablehook), and the wait is recorded all the same. */
-static void
-mark_wait(PyObject *on)
-{
-    if (in_wait_local != NULL && PyObject_SetAttr(in_wait_local, ON, on) < 0)
-        PyErr_WriteUnraisable(in_wait_local);
-}
-
 /* waits.get_wait with the C Writer: wait.begin, then the get, whose read records the queue.get
    that ends the wait (Tap_call, messages.got: end_get_wait). Should the get end without that
    event -- Empty (a timeout ran out), Ctrl-C, EOFError before the read, a message that came with
    no event -- wait.end {ok: True}, or {ok: False, error} if it raised, as waits.py's _recorded.
-   Like _recorded, it marks the thread in waits._in_wait meanwhile: a wait inside it (a signal
-   handler's Event.wait, p.join(), q.get()) is not recorded. */
+   Like _recorded, it marks the thread as inside a wait meanwhile (in_get_wait: see above): a
+   wait inside it (a signal handler's Event.wait, p.join(), q.get()) is not recorded. */
 static PyObject *
 record_get_wait(Writer *w, PyObject *qid, PyObject *timeout, PyObject *call,
                 PyObject *const *args, size_t nargsf)
@@ -918,12 +912,7 @@ record_get_wait(Writer *w, PyObject *qid, PyObject *timeout, PyObject *call,
     Py_DECREF(r);
     in_get_wait = 1;
     open_get_wait = qid;
-    mark_wait(GET_KIND);
     PyObject *res = PyObject_Vectorcall(call, args, nargsf, NULL);
-    PyObject *type, *value, *tb;
-    PyErr_Fetch(&type, &value, &tb);        /* (mark_wait runs Python code) */
-    mark_wait(Py_None);
-    PyErr_Restore(type, value, tb);
     in_get_wait = 0;
     int ended = open_get_wait == NULL;      /* by the queue.get of its read */
     open_get_wait = NULL;
@@ -937,6 +926,7 @@ record_get_wait(Writer *w, PyObject *qid, PyObject *timeout, PyObject *call,
                 Py_CLEAR(res);
         }
         else {                              /* Empty, Ctrl-C, EOFError ...: ok False */
+            PyObject *type, *value, *tb;
             PyErr_Fetch(&type, &value, &tb);
             PyObject *name = type != NULL ? PyObject_GetAttrString(type, "__name__") : NULL;
             r = name != NULL ? write_wait_event((Writer *)now, WAIT_END, GET_KIND, qid, NULL, 0,
@@ -1029,6 +1019,25 @@ got_function(PyObject *module, PyObject *qid)
     if (end_get_wait(qid) < 0)
         return NULL;
     Py_RETURN_NONE;
+}
+
+/* waits._outermost in C (messages.install_native puts it there while the C Writer records):
+   recording, and this thread not inside a recorded wait (inside_wait). */
+static PyObject *
+outermost_function(PyObject *module, PyObject *unused)
+{
+    if (current_writer == NULL)
+        Py_RETURN_FALSE;
+    int inside = inside_wait();
+    return inside < 0 ? NULL : PyBool_FromLong(!inside);
+}
+
+/* messages._not_in_a_wait in C (the same, without asking whether we record). */
+static PyObject *
+not_in_a_wait_function(PyObject *module, PyObject *unused)
+{
+    int inside = inside_wait();
+    return inside < 0 ? NULL : PyBool_FromLong(!inside);
 }
 
 static PyObject *

@@ -135,7 +135,9 @@ def _outermost():
     return recorder.writer is not None and getattr(_in_wait, "on", None) is None
 
 
-outermost = _outermost                   # (messages.py asks it too)
+_py_outermost = _outermost    # where the C Writer records, messages.install_native puts
+                              # queue_hooks.c's in its place: it also sees a get's wait recorded
+                              # there (which marks a C thread-local, not _in_wait)
 
 
 def _lock_id(obj, lock):

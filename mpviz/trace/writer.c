@@ -754,6 +754,10 @@ static PyMethodDef module_functions[] = {
     {"got", got_function, METH_O,
      "got(qid): this thread just recorded a queue.get on qid, which ends its get's wait on qid "
      "if one is open (waits.got in C)"},
+    {"outermost", outermost_function, METH_NOARGS,
+     "outermost(): recording, and this thread not inside a recorded wait (waits._outermost in C)"},
+    {"not_in_a_wait", not_in_a_wait_function, METH_NOARGS,
+     "not_in_a_wait(): this thread not inside a recorded wait (messages._not_in_a_wait in C)"},
     {"set_in_wait", set_in_wait_function, METH_O,
      "set_in_wait(local): waits._in_wait, the thread-local whose .on says 'inside a recorded "
      "wait' (messages.install_native passes it)"},
