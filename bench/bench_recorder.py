@@ -160,7 +160,7 @@ def side_by_side(before, rounds, n, cpu):
     trees = {"before": os.path.abspath(before), "now": here}
     runs = {t: {"stdlib": [], "mpviz": []} for t in trees}
     for r in range(rounds):
-        for t in (list(trees) if r % 2 == 0 else list(trees)[::-1]):   # each goes first half the time
+        for t in (list(trees) if r % 2 == 0 else list(trees)[::-1]):   # each first half the time
             done = subprocess.run(
                 [sys.executable, "-c", _ONE_ROUND, str(n), "-" if cpu is None else str(cpu)],
                 cwd=trees[t], env=dict(os.environ, PYTHONPATH=trees[t]),

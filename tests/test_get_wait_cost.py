@@ -121,7 +121,7 @@ def test_a_waiting_get_that_raises_or_times_out_still_ends_its_wait(tmp_path, wr
     assert [d[3] for d in drawn] == [e.ts_ns for e in ends]       # ended: not still waiting
 
 
-# --- killed inside the get: still waiting ----------------------------------------------------------
+# --- killed inside the get: still waiting ---------------------------------------------------------
 
 def _get_once(q):
     q.get()
@@ -151,7 +151,7 @@ def test_a_process_killed_inside_its_get_is_drawn_as_still_waiting(tmp_path, wri
     assert b.on == "queue.get" and b.what == "get() on Queue 1: nothing in it yet"
 
 
-# --- no wait inside a get's wait --------------------------------------------------------------------
+# --- no wait inside a get's wait ------------------------------------------------------------------
 
 def _put_later(q, delay):
     time.sleep(delay)

@@ -16,18 +16,12 @@ To see that in a trace, every wait that can hang records when it starts and when
     a process at exit, waiting for its queue's feeder to finish writing
                           wait.begin {on: "thread", id: <feeder's OS thread id>, name}
 
-A get's wait has no ``wait.end`` of its own when it ends as it should: the ``queue.get`` that its
-read records (messages.py) ends it, and the reader writes the ``wait.end`` back in at that time
-(reader.py, ``_Waits``) -- one event fewer for the get that waits, a ping-pong's every get. A get
-that gives up (a timeout: ``Empty``) or raises before its read records ``wait.end`` as any wait.
-
 ``id`` names what is waited on, in the words the rest of the trace uses (a pid, a queue id as
-in ``queue.put``, a lock id as in ``lock.wait``), so that a wait-for graph can follow the
-arrow from a waiter to whoever must act. A ``wait.begin`` with no ``wait.end`` is a thread
-still waiting when the trace ended: in a hang, that is the picture.
-
-Two events per wait; waits inside waits are recorded once (:func:`_outermost`). A multiprocessing
-``Lock``/``Semaphore`` made by user code records its waits already (``lock.wait``; locks.py).
+in ``queue.put``, a lock id as in ``lock.wait``), so that a wait-for graph can follow the arrow
+from a waiter to whoever must act. A ``wait.begin`` with no end is a thread still waiting when
+the trace ended: in a hang, that is the picture. Two events per wait (a get's ends at its read's
+``queue.get``: get_wait); waits inside waits are recorded once (:func:`_outermost`). A
+multiprocessing ``Lock``/``Semaphore`` made by user code records its waits already (locks.py).
 """
 import sys
 import threading
@@ -89,7 +83,7 @@ def get_wait(call, q, args, timeout):
     the ``queue.get`` of its read, which ends the wait (see top). Should the get end without
     that event -- a timeout ran out (``Empty``), it raised, or its message came with no event
     -- it records ``wait.end`` itself, as ``_recorded`` does. (messages.py asks first whether
-    the get would wait: ``get_would_wait``; queue_hooks.c's ``record_get_wait`` is the same in C.)"""
+    the get would wait: ``get_would_wait``; queue_hooks.c's ``record_get_wait`` is this in C.)"""
     w, qid = recorder.writer, _queue_id(q)
     begin = {"on": "queue.get", "id": qid}
     if timeout is not None:
