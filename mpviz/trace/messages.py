@@ -362,9 +362,9 @@ def waiting_get(timeout, get, q, *more):
 got = waits.got
 
 
-# The Python versions of the two that mpviz's Queue.get calls: install_native puts the C ones in
-# their place while the C Writer records (the wait's two events without a Python call), and
-# these back when the Python Writer does.
+# The Python versions of the three that a get's wait calls: install_native puts the C ones in
+# their place while the C Writer records (the wait's event without a Python call), and these
+# back when the Python Writer does.
 _py_get_would_wait, _py_waiting_get, _py_got = get_would_wait, waiting_get, got
 
 

@@ -80,9 +80,12 @@ def _recorded(call, on, target, more, args, kwargs, judge=_returned):
 
 def get_wait(call, q, args, timeout):
     """A Queue's get that has nothing to read yet: `call(*args)` between a ``wait.begin`` and
-    the ``queue.get`` of its read, which ends the wait (see top). Should the get end without
-    that event -- a timeout ran out (``Empty``), it raised, or its message came with no event
-    -- it records ``wait.end`` itself, as ``_recorded`` does. (messages.py asks first whether
+    the ``queue.get`` of its read, which ends the wait: that event is recorded anyway, so a get
+    that waits costs one event more, not two, and the reader writes the ``wait.end`` back in at
+    the queue.get's time (reader.py, ``_Waits``: the pictures get the events they always got).
+    Should the get end without that event -- a timeout ran out (``Empty``), it raised before its
+    read, or its message came with no event -- it records ``wait.end`` itself, as ``_recorded``
+    does; a process killed inside the get leaves its ``wait.begin`` open: drawn as waiting. (messages.py asks first whether
     the get would wait: ``get_would_wait``; queue_hooks.c's ``record_get_wait`` is this in C.)"""
     w, qid = recorder.writer, _queue_id(q)
     begin = {"on": "queue.get", "id": qid}
@@ -117,7 +120,7 @@ def _still_open(qid):
 
 def got(qid):
     """This thread has just recorded a ``queue.get`` on `qid`: if its get's wait on `qid` is
-    open, that event ended it (see top). (messages.py calls this after each queue.get it
+    open, that event ended it (see get_wait). (messages.py calls this after each queue.get it
     records while the Python Writer records; where the C Writer records, queue_hooks.c's Tap
     does the same in C, and messages.install_native puts its ``got`` here.)"""
     if getattr(_in_wait, "get", None) == qid:
@@ -183,9 +186,8 @@ def queue_wait(call, q, args, timeout, judge=_returned):
     found a message which another reader then took first blocks unrecorded: the watchdog's
     stacks show it.)
     """
-    more = {"maxsize": getattr(q, "_maxsize", None)}
-    if timeout is not None:
-        more["timeout"] = timeout
+    more = {"timeout": timeout} if timeout is not None else {}
+    more["maxsize"] = getattr(q, "_maxsize", None)
     return _recorded(call, "queue.put", _queue_id(q), more, args, {}, judge)
 
 
