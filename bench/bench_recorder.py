@@ -13,8 +13,8 @@ Two measurements:
    ``multiprocessing.Queue``s, N round trips; recorded, every message costs a put, a feed and a
    get event, and no change to its bytes (linked by pipe order: see mpviz/trace/messages.py).
    The same with two mpviz Queues, whose put writes the pipe itself: two events a message.
-   A get that finds nothing to read yet is also a recorded wait (two more events: see
-   mpviz/trace/waits.py); in a ping-pong that is most gets.
+   A get that finds nothing to read yet is also a recorded wait (one more event, ``wait.begin``:
+   the read's get event ends it; see mpviz/trace/waits.py); in a ping-pong that is most gets.
 
 Prints a Markdown table and writes JSON to bench/results/. Run ``python bench/bench_recorder.py``
 (``--quick`` for a smoke run). Each timing is the best of several repetitions.
@@ -24,8 +24,14 @@ wakes on changes a round trip by up to 2x from one run to the next. So recorded 
 runs alternate, and besides the ratio of the best runs the table gives the median of the ratios
 of each adjacent pair (``--reps`` pairs). ``--cpu N`` runs the ping-pong on CPU N alone: no
 cross-CPU wake-ups, so the ratio says what recording costs in CPU time, with far less noise.
+
+``--before OLD_CHECKOUT`` compares the recorder of another checkout with this one, side by side:
+only the two ping-pongs, each round in a fresh interpreter per checkout (unrecorded, then
+recorded; stdlib Queues, then mpviz's), the checkouts alternating (``--reps`` rounds; with
+``--cpu N`` pinned). Old code's C files are built into the cache like ours.
 """
 import argparse
+import json
 import multiprocessing as mp
 import os
 import platform
@@ -127,6 +133,57 @@ def side_by_side_with_viztracer(n, reps):
     return min(ours), min(theirs)
 
 
+_ONE_ROUND = r"""
+import json, os, sys, tempfile
+sys.path.insert(0, os.getcwd())
+if sys.argv[2] != "-":
+    os.sched_setaffinity(0, {int(sys.argv[2])})
+import multiprocessing as mp
+import mpviz.multiprocessing as mmp
+import mpviz.trace as mt
+from bench.bench_recorder import ping_pong
+n, out = int(sys.argv[1]), {}
+for name, ctx in [("stdlib", mp.get_context("fork")), ("mpviz", mmp.get_context("fork"))]:
+    off = ping_pong(ctx, n)
+    with tempfile.TemporaryDirectory() as tmp:
+        with mt.record(os.path.join(tmp, "t")):
+            on = ping_pong(ctx, n)
+    out[name] = (off, on)
+print(json.dumps(out))
+"""
+
+
+def side_by_side(before, rounds, n, cpu):
+    """The ping-pongs of checkout `before` and of this one, alternating (see the top)."""
+    import subprocess
+    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    trees = {"before": os.path.abspath(before), "now": here}
+    runs = {t: {"stdlib": [], "mpviz": []} for t in trees}
+    for r in range(rounds):
+        for t in (list(trees) if r % 2 == 0 else list(trees)[::-1]):   # each first half the time
+            done = subprocess.run(
+                [sys.executable, "-c", _ONE_ROUND, str(n), "-" if cpu is None else str(cpu)],
+                cwd=trees[t], env=dict(os.environ, PYTHONPATH=trees[t]),
+                capture_output=True, text=True)
+            if done.returncode:
+                sys.exit(f"the ping-pong in {trees[t]} failed:\n{done.stderr}")
+            for name, pair in json.loads(done.stdout.splitlines()[-1]).items():
+                runs[t][name].append(pair)
+    where = f", CPU {cpu} only" if cpu is not None else ""
+    print(f"| ping-pong ({n} msgs, fork{where}), medians of {rounds} rounds | not recording | "
+          f"recording | recorded ÷ not |")
+    print("|---|---|---|---|")
+    for name in ("stdlib", "mpviz"):
+        for t in trees:
+            pairs = runs[t][name]
+            off = statistics.median(p[0] for p in pairs) * 1e6
+            on = statistics.median(p[1] for p in pairs) * 1e6
+            ratio = statistics.median(p[1] / p[0] for p in pairs)
+            print(f"| {name} Queues, {t} ({trees[t]}) | {off:.1f} µs | {on:.1f} µs | "
+                  f"{ratio:.2f}× |")
+    return runs
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="small sizes, for a smoke run")
@@ -134,7 +191,16 @@ def main(argv=None):
     parser.add_argument("--reps", type=int,
                         help="ping-pong pairs (recorded, unrecorded); default 7 (--quick: 2)")
     parser.add_argument("--cpu", type=int, help="run the ping-pong on this CPU only")
+    parser.add_argument("--before", metavar="OLD_CHECKOUT",
+                        help="only the ping-pongs, that checkout's recorder against this one's, "
+                             "alternating (e.g. from `git worktree add /tmp/old <commit>`)")
     args = parser.parse_args(argv)
+    if args.before is not None:
+        if not os.path.isdir(os.path.join(args.before, "mpviz")):
+            parser.error(f"--before {args.before!r} holds no mpviz/ package: give the root of "
+                         f"another checkout (git worktree add /tmp/old <commit>)")
+        return side_by_side(args.before, args.reps or (2 if args.quick else 7),
+                            2_000 if args.quick else 5_000, args.cpu)
     # Seven ping-pong pairs by default: on this project's 2-core machine one pair's ratio ranged
     # from 0.92 to 1.24 within one run of nine (2026-11-22), too wide for a median of three.
     n_events, n_msgs, reps, pairs = (20_000, 2_000, 2, 2) if args.quick else (200_000, 10_000, 3, 7)
@@ -233,8 +299,9 @@ def main(argv=None):
           f"| {mq_off * 1e6:.1f} µs | {mq_on * 1e6:.1f} µs | {mq_on / mq_off:.2f}× "
           f"(median of {pairs} pairs: {mq_paired:.2f}×) |")
     print(f"\n(recorded waits in the last ping-pong of each: {waits} stdlib, {mq_waits} mpviz, "
-          f"of {2 * n_msgs} gets -- a get that finds nothing to read yet records wait.begin and "
-          f"wait.end: in a ping-pong most gets wait for the other side)")
+          f"of {2 * n_msgs} gets -- a get that finds nothing to read yet records wait.begin, "
+          f"and its read's queue.get ends the wait: in a ping-pong most gets wait for the other "
+          f"side)")
     for name, n in [("stdlib", linked), ("mpviz", mq_linked)]:  # the last recorded run of each
         if n != 2 * n_msgs:
             print(f"\n(only {n} of the {2 * n_msgs} messages of a recorded {name} ping-pong "

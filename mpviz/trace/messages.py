@@ -87,6 +87,8 @@ def _open(kind, channel, msg, obj):
     """Runs in the receiver, while it unpickles: record the get, return the user's object."""
     if recorder.ENABLED:
         recorder.emit(_RECEIVE[kind], **{kind: channel}, msg=msg)
+        if kind == "queue":
+            got(channel)                     # it ends this get's wait, if it waited (waits.py)
     return obj
 
 
@@ -172,8 +174,8 @@ def _tagging_put(stdlib_put):
         try:
             item = for_feeder(self, obj, qid, msg)
             if block and put_would_wait(self):      # a full bounded queue: a recorded wait
-                return waits.queue_wait("queue.put", _orig[stdlib_put], self,
-                                        (self, item, block, timeout), timeout)
+                return waits.queue_wait(_orig[stdlib_put], self, (self, item, block, timeout),
+                                        timeout)
             return _orig[stdlib_put](self, item, block, timeout)
         except BaseException as exc:
             try:
@@ -255,6 +257,7 @@ def _read(recv_bytes, qid):
         if w is not None and res.find(_ENVELOPE_MARK, 0, 64) < 0:  # envelopes: see _open
             try:
                 w.emit("queue.get", {"queue": qid, "nbytes": len(res), "sig": sig(res)})
+                got(qid)                        # it ends this get's wait, if it waited
             except Exception as exc:
                 _unrecorded("queue.get", exc)
         return res
@@ -285,8 +288,7 @@ def _queue_get(self, block=True, timeout=None):
     if recorder.ENABLED:
         watch_reads(self)
         if block and get_would_wait(self):          # nothing to read yet: a recorded wait
-            return waits.queue_wait("queue.get", _orig["Queue.get"], self,
-                                    (self, block, timeout), timeout)
+            return waiting_get(timeout, _orig["Queue.get"], self, block, timeout)
     return _orig["Queue.get"](self, block, timeout)
 
 
@@ -305,47 +307,72 @@ def readable(fd):
 
 
 def get_would_wait(q):
-    """Whether `q.get()` would wait now: nothing in its pipe (and not already inside a recorded
-    wait: mpviz's Queue.get calls itself inside one, see waiting_get). Called for every recorded
-    get of mpviz's Queue: the Connection's fd is read as an attribute, not by a call."""
+    """Whether `q.get()` would wait now, as a recorded wait (see below). Called for every
+    recorded get of mpviz's Queue: the Connection's fd is read as an attribute, not by a call."""
     fd = getattr(q._reader, "_handle", None)     # None: closed (the get itself says so)
-    return fd is not None and getattr(waits._in_wait, "on", None) is None and not readable(fd)
+    return fd is not None and _not_in_a_wait() and not readable(fd)
 
 
 def put_would_wait(q):
-    """Whether `q.put(obj)` would wait now: a bounded queue with no free place."""
+    """Whether `q.put(obj)` would wait now, as a recorded wait: a bounded queue with no free
+    place (see below)."""
     try:
-        return q._sem._semlock._is_zero() and waits.outermost()
+        return _not_in_a_wait() and q._sem._semlock._is_zero()
     except (AttributeError, OSError):
         return False
+
+
+# get_would_wait and put_would_wait ask the same two questions, in the same order:
+#   1. is this thread already inside a recorded wait? Then this one is not recorded: waits inside
+#      waits are recorded once, the outermost (waits.py). mpviz's Queue.get calls the stdlib's
+#      inside its own wait; a signal handler can get or put inside any wait, in the same thread.
+#      A thread-local read, no system call: asked first.
+#   2. would it block? A get: nothing in the pipe (poll(2)). A put: no free place (the
+#      semaphore's count is 0).
+# Neither asks whether recording is on: every caller has asked already (recorder.ENABLED, or the
+# Writer it holds). queue_hooks.c asks the same: get_would_wait and hook_get (``inside_wait``),
+# and for a put, put_may_wait, which sends a put that may wait here to ask again. (Where the C
+# Writer records, install_native puts queue_hooks.c's not_in_a_wait here: a get's wait recorded
+# in C marks a C thread-local, not waits._in_wait.)
+def _not_in_a_wait():
+    return getattr(waits._in_wait, "on", None) is None
+
+
+_py_not_in_a_wait = _not_in_a_wait
 
 
 def take_slot(q, block, timeout):
     """mpviz's Queue takes a place for its put (``q._sem.acquire``), recorded as a wait when
     the queue is full (see above)."""
     if block and put_would_wait(q):
-        return waits.queue_wait("queue.put", q._sem.acquire, q, (block, timeout), timeout,
+        return waits.queue_wait(q._sem.acquire, q, (block, timeout), timeout,
                                 judge=bool)         # False: timed out
     return q._sem.acquire(block, timeout)
 
 
-def waiting_get(get, q, block, timeout):
-    """mpviz's Queue.get, called as `get` inside a recorded wait (get_would_wait said so).
+def waiting_get(timeout, get, q, *more):
+    """`get(q, *more)` -- a Queue's get that get_would_wait said will wait -- recorded as a wait
+    on `q` (timeout: the get's, for the event): ``wait.begin``, ended by the ``queue.get`` of
+    its read (waits.get_wait). Where the C Writer records, queue_hooks.c's version is used."""
+    return waits.get_wait(get, q, (q,) + more, timeout)
 
-    A get that must wait, a put into a full queue (take_slot): ``wait.*`` events (waits.py)."""
-    return waits.queue_wait("queue.get", get, q, (q, block, timeout), timeout)
+
+# Called after each ``queue.get`` recorded here (_read, _open): it ends this thread's get's wait
+# on that queue, if one is open (waits.got; queue_hooks.c's ``got`` where the C Writer records).
+got = waits.got
 
 
-# The Python versions of the two that mpviz's Queue.get calls: install_native puts the C ones in
-# their place while the C Writer records (the wait's two events without a Python call), and
-# these back when the Python Writer does.
-_py_get_would_wait, _py_waiting_get = get_would_wait, waiting_get
+# The Python versions of the three that a get's wait calls: install_native puts the C ones in
+# their place while the C Writer records (the wait's event without a Python call), and these
+# back when the Python Writer does.
+_py_get_would_wait, _py_waiting_get, _py_got = get_would_wait, waiting_get, got
 
 
 def _simple_get(self):
     """SimpleQueue.get, while recording: a wait when there is nothing to read yet."""
     if recorder.ENABLED and get_would_wait(self):
-        return waits.queue_wait("queue.get", _orig["SimpleQueue.get"], self, (self,), None)
+        _queue_id(self)                  # (computed once: the C waiting_get reads it from self)
+        return waiting_get(None, _orig["SimpleQueue.get"], self)
     return _orig["SimpleQueue.get"](self)
 
 
@@ -532,15 +559,19 @@ def install_native():
     the Python ones that ``PATCHES`` installed (their originals are kept in ``_orig`` as ever,
     and ``hooks.uninstall`` puts those back). Each C hook does what its Python version here does
     and calls it for the cases it leaves out (see queue_hooks.c, "Tag, Pickler, Hook")."""
-    global _take_c_msg, _c_numbering, readable, get_would_wait, waiting_get
-    get_would_wait, waiting_get = _py_get_would_wait, _py_waiting_get
+    global _take_c_msg, _c_numbering, readable, get_would_wait, waiting_get, got, _not_in_a_wait
+    get_would_wait, waiting_get, got = _py_get_would_wait, _py_waiting_get, _py_got
+    _not_in_a_wait, waits._outermost = _py_not_in_a_wait, waits._py_outermost
     if recorder.writer_class() is recorder.Writer or "Queue.put" not in _orig:
         return
     from . import native
     c = native.load()
     _TAG_TYPES.add(c.Tag)
     readable = c.readable                    # poll(2) without the select.poll object
-    get_would_wait, waiting_get = c.get_would_wait, c.waiting_get
+    get_would_wait, waiting_get, got = c.get_would_wait, c.waiting_get, c.got
+    # one rule for "inside a recorded wait?", whichever records the wait (see _not_in_a_wait)
+    c.set_in_wait(waits._in_wait)
+    _not_in_a_wait, waits._outermost = c.not_in_a_wait, c.outermost
     _take_c_msg = c.take_feeding_msg
     if _c_numbering is None:
         _c_numbering = c.set_numbering
@@ -667,7 +698,7 @@ def _mpviz_get(self, block=True, timeout=None):
     if recorder.ENABLED:
         watch_reads(self)                       # its events order the reads: see there
         if block and get_would_wait(self):      # nothing to read yet: a wait (see above)
-            return waiting_get(get, self, block, timeout)
+            return waiting_get(timeout, get, self, block, timeout)
     return get(self, block, timeout)
 
 

@@ -220,6 +220,24 @@ tap_emit(Tap *t, uint64_t ts, PyObject *msg, const Py_buffer *data)
     return res == NULL ? -1 : 0;
 }
 
+/* The queue id of the get's wait this thread is in (record_get_wait, below), until a queue.get
+   on that queue is recorded in this thread: that event ends the wait (waits.py, top). NULL: none.
+   A borrowed reference: record_get_wait's caller holds the id until the wait is over. */
+static __thread PyObject *open_get_wait;
+
+/* A queue.get on `qid` was just recorded in this thread: if it is the queue of the get's wait
+   this thread is in, that event has ended the wait. 0, or -1 with an error set. */
+static int
+end_get_wait(PyObject *qid)
+{
+    if (open_get_wait == NULL)
+        return 0;
+    int same = qid == open_get_wait ? 1 : PyObject_RichCompareBool(qid, open_get_wait, Py_EQ);
+    if (same > 0)
+        open_get_wait = NULL;
+    return same < 0 ? -1 : 0;
+}
+
 static PyObject *
 Tap_call(Tap *t, PyObject *const *args, size_t nargsf, PyObject *kwnames)
 {
@@ -278,8 +296,11 @@ Tap_call(Tap *t, PyObject *const *args, size_t nargsf, PyObject *kwnames)
     int r = 0;
     const char *mark = PyBytes_Check(t->skip) ? PyBytes_AS_STRING(t->skip) : NULL;
     if (mark == NULL || memmem(data.buf, data.len < 64 ? (size_t)data.len : 64, mark,
-                               (size_t)PyBytes_GET_SIZE(t->skip)) == NULL)
+                               (size_t)PyBytes_GET_SIZE(t->skip)) == NULL) {
         r = tap_emit(t, now_ns(), NULL, &data);
+        if (r == 0 && open_get_wait != NULL)        /* recorded: it ends this get's wait */
+            r = end_get_wait(t->queue);
+    }
     PyBuffer_Release(&data);
     if (r < 0) {                            /* not recorded; the message is the caller's anyway */
         if (!PyErr_ExceptionMatches(PyExc_Exception)) {
@@ -772,6 +793,7 @@ blocks(PyObject *const *args, Py_ssize_t nargs, Py_ssize_t i)
 }
 
 static PyObject *waited_get(Hook *h, Writer *w, PyObject *const *args, size_t nargsf);
+static int inside_wait(void);
 
 /* messages._queue_get: the stdlib's get, its read wrapped in a Tap first. A queue whose read is
    a Tap already needs nothing more (the Tap itself sees whether we record) -- unless, while
@@ -794,13 +816,19 @@ hook_get(Hook *h, PyObject *const *args, size_t nargsf, PyObject *kwnames)
             Py_DECREF(read);
             return NULL;
         }
-        if (block && (fd < 0 || fd_readable(fd) == 0)) {        /* it will wait */
+        int inside = 0;
+        if (block && (fd < 0 || fd_readable(fd) == 0)              /* it will wait ... */
+                && (inside = inside_wait()) == 0) {     /* ... and not inside another wait */
             Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
             PyObject *w = current_writer;
             Py_DECREF(read);
             if (Py_IS_TYPE(w, &WriterType) && fd >= 0 && (nargs < 3 || args[2] == Py_None))
                 return waited_get(h, (Writer *)w, args, nargsf);   /* get() or get(True) */
             return PyObject_Vectorcall(h->slow, args, nargsf, kwnames);   /* a timeout */
+        }
+        if (inside < 0) {
+            Py_DECREF(read);
+            return NULL;
         }
     }
     Py_XDECREF(read);
@@ -843,10 +871,37 @@ write_wait_event(Writer *w, PyObject *kind, PyObject *on, PyObject *id, PyObject
    inside its wait (messages.waiting_get), and that inner get must not ask again. */
 static __thread int in_get_wait;
 
-/* waits.queue_wait("queue.get", call, q, args, timeout) with the C Writer: wait.begin, the get,
-   wait.end {ok: True}, or {ok: False, error} should it raise (Empty: a timeout ran out). (Unlike
-   waits.py's _recorded, it does not mark the thread in waits._in_wait: a get waits for nothing
-   that waits.py records.) */
+/* waits._in_wait (messages.install_native passes it: set_in_wait): its .on, set while a thread
+   is inside a wait that waits.py records. A get's wait recorded here sets in_get_wait instead
+   (a C thread-local: setting a threading.local twice a get cost as much as the wait.end that
+   the queue.get now stands for), and the questions "inside a recorded wait?" ask both: here
+   (get_would_wait, hook_get) and in waits.py, whose _outermost is outermost_function below
+   while the C Writer records. One rule, whichever records: no wait inside a recorded wait. */
+static PyObject *in_wait_local;
+
+/* Whether this thread is inside a recorded wait already (then a new wait is not recorded:
+   waits inside waits are recorded once, the outermost). 1, 0, or -1 with an error set. */
+static int
+inside_wait(void)
+{
+    if (in_get_wait)
+        return 1;
+    if (in_wait_local == NULL)
+        return 0;
+    PyObject *on = NULL;
+    if (optional_attr(in_wait_local, ON, &on) < 0)
+        return -1;
+    int inside = on != NULL && on != Py_None;
+    Py_XDECREF(on);
+    return inside;
+}
+
+/* waits.get_wait with the C Writer: wait.begin, then the get, whose read records the queue.get
+   that ends the wait (Tap_call, messages.got: end_get_wait). Should the get end without that
+   event -- Empty (a timeout ran out), Ctrl-C, EOFError before the read, a message that came with
+   no event -- wait.end {ok: True}, or {ok: False, error} if it raised, as waits.py's _recorded.
+   Like _recorded, it marks the thread as inside a wait meanwhile (in_get_wait: see above): a
+   wait inside it (a signal handler's Event.wait, p.join(), q.get()) is not recorded. */
 static PyObject *
 record_get_wait(Writer *w, PyObject *qid, PyObject *timeout, PyObject *call,
                 PyObject *const *args, size_t nargsf)
@@ -856,8 +911,13 @@ record_get_wait(Writer *w, PyObject *qid, PyObject *timeout, PyObject *call,
         return NULL;
     Py_DECREF(r);
     in_get_wait = 1;
+    open_get_wait = qid;
     PyObject *res = PyObject_Vectorcall(call, args, nargsf, NULL);
     in_get_wait = 0;
+    int ended = open_get_wait == NULL;      /* by the queue.get of its read */
+    open_get_wait = NULL;
+    if (ended)
+        return res;
     PyObject *now = recording_writer();     /* (recording may have stopped meanwhile) */
     if (Py_IS_TYPE(now, &WriterType)) {
         if (res != NULL) {
@@ -918,30 +978,73 @@ get_would_wait_function(PyObject *module, PyObject *q)
         PyErr_Clear();
         Py_RETURN_FALSE;
     }
-    return PyBool_FromLong(fd_readable((int)fd) == 0);
+    if (fd_readable((int)fd) != 0)          /* a message (or EOF) is there, or poll failed */
+        Py_RETURN_FALSE;
+    int inside = inside_wait();             /* inside another recorded wait: not recorded */
+    if (inside < 0)
+        return NULL;
+    return PyBool_FromLong(!inside);
 }
 
-/* messages.waiting_get in C: get(q, block, timeout) recorded as a wait on q (whose id
-   messages.watch_reads has set already); unrecorded if the C Writer is not recording. */
+/* messages.waiting_get in C: waiting_get(timeout, get, q, *more) -- get(q, *more) recorded as a
+   wait on q (whose id messages.watch_reads or _simple_get has set already), `timeout` the get's
+   for the event; unrecorded if the C Writer is not recording. */
 static PyObject *
 waiting_get_function(PyObject *module, PyObject *const *argv, Py_ssize_t argc)
 {
-    if (argc != 4) {
-        PyErr_SetString(PyExc_TypeError, "waiting_get(get, q, block, timeout) takes 4 arguments");
+    if (argc < 3) {
+        PyErr_SetString(PyExc_TypeError,
+                        "waiting_get(timeout, get, q, *more) takes at least 3 arguments");
         return NULL;
     }
     PyObject *w = recording_writer(), *qid = NULL, *res;
-    if (optional_attr(argv[1], QID, &qid) < 0) {
+    if (optional_attr(argv[2], QID, &qid) < 0) {
         Py_DECREF(w);
         return NULL;
     }
     if (Py_IS_TYPE(w, &WriterType) && qid != NULL)
-        res = record_get_wait((Writer *)w, qid, argv[3], argv[0], argv + 1, 3);
+        res = record_get_wait((Writer *)w, qid, argv[0], argv[1], argv + 2, (size_t)(argc - 2));
     else
-        res = PyObject_Vectorcall(argv[0], argv + 1, 3, NULL);
+        res = PyObject_Vectorcall(argv[1], argv + 2, (size_t)(argc - 2), NULL);
     Py_XDECREF(qid);
     Py_DECREF(w);
     return res;
+}
+
+/* messages.got in C (see end_get_wait): called after a queue.get recorded by Python code (an
+   envelope's _open) while the C Writer records. */
+static PyObject *
+got_function(PyObject *module, PyObject *qid)
+{
+    if (end_get_wait(qid) < 0)
+        return NULL;
+    Py_RETURN_NONE;
+}
+
+/* waits._outermost in C (messages.install_native puts it there while the C Writer records):
+   recording, and this thread not inside a recorded wait (inside_wait). */
+static PyObject *
+outermost_function(PyObject *module, PyObject *unused)
+{
+    if (current_writer == NULL)
+        Py_RETURN_FALSE;
+    int inside = inside_wait();
+    return inside < 0 ? NULL : PyBool_FromLong(!inside);
+}
+
+/* messages._not_in_a_wait in C (the same, without asking whether we record). */
+static PyObject *
+not_in_a_wait_function(PyObject *module, PyObject *unused)
+{
+    int inside = inside_wait();
+    return inside < 0 ? NULL : PyBool_FromLong(!inside);
+}
+
+static PyObject *
+set_in_wait_function(PyObject *module, PyObject *local)
+{
+    Py_XSETREF(in_wait_local, Py_NewRef(local));
+    Py_RETURN_NONE;
 }
 
 /* Whether put(q, ...) may wait now: a bounded queue (q._maxsize below the semaphore's limit)

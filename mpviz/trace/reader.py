@@ -44,7 +44,8 @@ class TraceFormatWarning(UserWarning):
 
 
 class _FileState:
-    __slots__ = ("path", "pid", "ppid", "chunk", "off", "bad", "torn_at", "skipped", "done")
+    __slots__ = ("path", "pid", "ppid", "chunk", "off", "bad", "torn_at", "skipped", "done",
+                 "waits")
 
     def __init__(self, path):
         self.path, self.pid, self.ppid, self.chunk = path, None, None, None
@@ -53,6 +54,7 @@ class _FileState:
         self.torn_at = None    # offset of a record that did not decode (may still be in flight)
         self.skipped = 0       # bytes of damaged records skipped over, to a good record
         self.done = False      # read to its end after its writer died: nothing more will come
+        self.waits = _Waits()  # its threads' open waits: a get's wait ends at its queue.get
 
 
 class LogReader:
@@ -191,7 +193,10 @@ class LogReader:
                     what = "a record whose checksum does not match, or that does not decode"
                 else:
                     ts, tid, kind, args = event
-                    out.append((ts, pid, tid, kind, args))
+                    if kind in _WAIT_KINDS:              # (see _Waits)
+                        st.waits.add(out, ts, pid, tid, kind, args)
+                    else:
+                        out.append((ts, pid, tid, kind, args))
                     st.off += RECORD.size + n
                     st.torn_at = None
                     continue
@@ -221,6 +226,65 @@ class LogReader:
             self._problem(f"{st.path}: {what} at offset {st.off} (a process killed while "
                           f"writing, or a damaged file) and no good record after it; the rest "
                           f"of this log is skipped")
+
+
+_WAIT_KINDS = frozenset(("wait.begin", "wait.end", "queue.get"))
+
+
+class _Waits:
+    """A get's wait ends at its own ``queue.get``: the reader writes the ``wait.end`` it stands for.
+
+    A Queue's get that finds nothing to read yet is recorded as a wait (waits.py). Such a wait
+    ends when the get has read its message -- and the read is recorded anyway, as ``queue.get``
+    (messages.py). So the recorder writes only ``wait.begin`` for it, and this class, per log,
+    turns the thread's next ``queue.get`` on the same queue into the wait's end too::
+
+        written by the recorder                          what poll() returns
+        wait.begin {on: "queue.get", id: Q}              wait.begin {on: "queue.get", id: Q}
+        queue.get {queue: Q, ...}    (same thread)       queue.get {queue: Q, ...}
+                                                         wait.end {on: "queue.get", id: Q, ok: True}
+                                                              (at the queue.get's time)
+
+    A get that ends without a read -- a timeout ran out (``Empty``), an exception, a message
+    that came with no event -- still gets its own ``wait.end`` from the recorder: it is passed
+    through. A process killed inside the wait wrote neither: its ``wait.begin`` stays open, and
+    the thread is drawn as still waiting, as a hang should be. And a ``wait.end`` for a wait this
+    class has already ended (a trace written before the recorder left it out, or a writer that
+    could not tell) is dropped, so that no wait ends twice.
+
+    It follows each thread's open waits as a stack, the innermost last: only a get's wait that
+    is the thread's innermost is ended by a ``queue.get`` (the recorder records no wait inside a
+    wait, so it always is)."""
+    __slots__ = ("open", "ended")
+
+    def __init__(self):
+        self.open = {}         # tid -> [(on, id) of each wait.begin not yet ended], innermost last
+        self.ended = {}        # tid -> Q: its get's wait on Q was ended by its queue.get (above)
+
+    def add(self, out, ts, pid, tid, kind, args):
+        out.append((ts, pid, tid, kind, args))
+        if kind == "queue.get":
+            stack = self.open.get(tid)
+            q = args.get("queue")
+            if stack and stack[-1] == ("queue.get", q):
+                stack.pop()
+                self.ended[tid] = q
+                out.append((ts, pid, tid, "wait.end", {"on": "queue.get", "id": q, "ok": True}))
+        elif kind == "wait.begin":
+            self.open.setdefault(tid, []).append((args.get("on"), args.get("id")))
+            self.ended.pop(tid, None)
+        else:                                           # wait.end
+            on, wid = args.get("on"), args.get("id")
+            if on == "queue.get" and self.ended.get(tid, _NONE) == wid:
+                del self.ended[tid]
+                out.pop()                               # ended already: see above
+                return
+            stack = self.open.get(tid)
+            if stack:
+                stack.pop()
+
+
+_NONE = object()
 
 
 def _alive(pid):

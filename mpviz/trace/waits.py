@@ -4,7 +4,7 @@ A program that hangs is a program in which some thread waits for something that 
 To see that in a trace, every wait that can hang records when it starts and when it ends::
 
     p.join()              wait.begin {on: "process", id: <child pid>, name}   ... wait.end {ok}
-    q.get(), nothing in q wait.begin {on: "queue.get", id: <queue id>, timeout}  ... wait.end {ok}
+    q.get(), nothing in q wait.begin {on: "queue.get", id: <queue id>, timeout}  ... its queue.get
     q.put(x), q full      wait.begin {on: "queue.put", id: <queue id>, maxsize, timeout} ... wait.end
     q.join()              wait.begin {on: "queue.join", id: <queue id>}       ... wait.end
     ev.wait()             wait.begin {on: "event", id: <its semaphore>}       ... wait.end {ok}
@@ -17,12 +17,11 @@ To see that in a trace, every wait that can hang records when it starts and when
                           wait.begin {on: "thread", id: <feeder's OS thread id>, name}
 
 ``id`` names what is waited on, in the words the rest of the trace uses (a pid, a queue id as
-in ``queue.put``, a lock id as in ``lock.wait``), so that a wait-for graph can follow the
-arrow from a waiter to whoever must act. A ``wait.begin`` with no ``wait.end`` is a thread
-still waiting when the trace ended: in a hang, that is the picture.
-
-Two events per wait; waits inside waits are recorded once (:func:`_outermost`). A multiprocessing
-``Lock``/``Semaphore`` made by user code records its waits already (``lock.wait``; locks.py).
+in ``queue.put``, a lock id as in ``lock.wait``), so that a wait-for graph can follow the arrow
+from a waiter to whoever must act. A ``wait.begin`` with no end is a thread still waiting when
+the trace ended: in a hang, that is the picture. Two events per wait (a get's ends at its read's
+``queue.get``: get_wait); waits inside waits are recorded once (:func:`_outermost`). A
+multiprocessing ``Lock``/``Semaphore`` made by user code records its waits already (locks.py).
 """
 import sys
 import threading
@@ -35,7 +34,18 @@ from .events import queue_id as _queue_id
 from .events import semlock_id
 
 _orig = {}                            # what hooks.install replaced, to put back
-_in_wait = threading.local()          # .on: set while this thread is inside a recorded wait
+
+
+class _InWait(threading.local):
+    """Per thread: whether it is inside a recorded wait. The defaults are class attributes, so
+    that asking a thread that never waited finds None at once: with a plain threading.local, that
+    getattr raises (and catches) an AttributeError inside -- ~1.7 µs a get in a ping-pong, where
+    queue_hooks.c asks at every get that waits."""
+    on = None       # set while this thread is inside a recorded wait: what it waits on
+    get = None      # the queue id of its get's wait, until that get's queue.get (get_wait)
+
+
+_in_wait = _InWait()
 
 
 def _returned(result):
@@ -68,6 +78,55 @@ def _recorded(call, on, target, more, args, kwargs, judge=_returned):
     return result
 
 
+def get_wait(call, q, args, timeout):
+    """A Queue's get that has nothing to read yet: `call(*args)` between a ``wait.begin`` and
+    the ``queue.get`` of its read, which ends the wait: that event is recorded anyway, so a get
+    that waits costs one event more, not two, and the reader writes the ``wait.end`` back in at
+    the queue.get's time (reader.py, ``_Waits``: the pictures get the events they always got).
+    Should the get end without that event -- a timeout ran out (``Empty``), it raised before its
+    read, or its message came with no event -- it records ``wait.end`` itself, as ``_recorded``
+    does; a process killed inside the get leaves its ``wait.begin`` open: drawn as waiting. (messages.py asks first whether
+    the get would wait: ``get_would_wait``; queue_hooks.c's ``record_get_wait`` is this in C.)"""
+    w, qid = recorder.writer, _queue_id(q)
+    begin = {"on": "queue.get", "id": qid}
+    if timeout is not None:
+        begin["timeout"] = timeout
+    w.emit("wait.begin", begin)
+    _in_wait.on, _in_wait.get = "queue.get", qid     # got() clears .get at the queue.get
+    try:
+        result = call(*args)
+    except BaseException as exc:
+        _in_wait.on = None
+        if _still_open(qid):
+            w = recorder.writer
+            if w is not None:
+                w.emit("wait.end", {"on": "queue.get", "id": qid, "ok": False,
+                                    "error": type(exc).__name__})
+        raise
+    _in_wait.on = None
+    if _still_open(qid):                             # no queue.get: end it here
+        w = recorder.writer
+        if w is not None:
+            w.emit("wait.end", {"on": "queue.get", "id": qid, "ok": True})
+    return result
+
+
+def _still_open(qid):
+    """Whether this thread's get's wait on `qid` is still open (no queue.get ended it); it is
+    closed now either way."""
+    still, _in_wait.get = getattr(_in_wait, "get", None) == qid, None
+    return still
+
+
+def got(qid):
+    """This thread has just recorded a ``queue.get`` on `qid`: if its get's wait on `qid` is
+    open, that event ended it (see get_wait). (messages.py calls this after each queue.get it
+    records while the Python Writer records; where the C Writer records, queue_hooks.c's Tap
+    does the same in C, and messages.install_native puts its ``got`` here.)"""
+    if getattr(_in_wait, "get", None) == qid:
+        _in_wait.get = None
+
+
 def _timeout(timeout):
     """The args a wait's timeout adds to its begin: none for the usual wait for ever."""
     return None if timeout is None else {"timeout": timeout}
@@ -83,7 +142,9 @@ def _outermost():
     return recorder.writer is not None and getattr(_in_wait, "on", None) is None
 
 
-outermost = _outermost                   # (messages.py asks it too)
+_py_outermost = _outermost    # where the C Writer records, messages.install_native puts
+                              # queue_hooks.c's in its place: it also sees a get's wait recorded
+                              # there (which marks a C thread-local, not _in_wait)
 
 
 def _lock_id(obj, lock):
@@ -112,22 +173,22 @@ def _joinable_join(self):
                      (self,), {})
 
 
-def queue_wait(on, call, q, args, timeout, judge=_returned):
-    """A Queue's get with nothing to read yet (`on` "queue.get"), or its put into a full
-    bounded queue ("queue.put"): `call(*args)` as a recorded wait on the queue. messages.py
-    asks first, without blocking, whether it would wait (get_would_wait, put_would_wait): a
-    get or put that can go on at once never comes here. A timeout that runs out (``Empty``,
-    ``Full``, or False from the semaphore) ends the wait with ok False.
+def queue_wait(call, q, args, timeout, judge=_returned):
+    """A Queue's put into a full bounded queue: `call(*args)` as a recorded wait on the queue
+    (``on: "queue.put"``; a get that must wait: ``get_wait`` above). messages.py asks first,
+    without blocking, whether it would wait (put_would_wait, get_would_wait): a put or get that
+    can go on at once never comes here. A timeout that runs out (``Full``, or False from the
+    semaphore: `judge`) ends the wait with ok False.
 
     Why ask first: a Queue's get and put run once per message, the recorder's hot path. The
     question costs a get one ``poll(2)`` and a put a look at its semaphore (messages.py, above
-    ``readable``); in C, queue_hooks.c's ``record_get_wait`` records the pair. (A get that found a
-    message which another reader then took first blocks unrecorded: the watchdog's stacks show it.)
+    ``readable``); in C, queue_hooks.c's ``record_get_wait`` records a get's wait. (A get that
+    found a message which another reader then took first blocks unrecorded: the watchdog's
+    stacks show it.)
     """
     more = {"timeout": timeout} if timeout is not None else {}
-    if on == "queue.put":
-        more["maxsize"] = getattr(q, "_maxsize", None)
-    return _recorded(call, on, _queue_id(q), more, args, {}, judge)
+    more["maxsize"] = getattr(q, "_maxsize", None)
+    return _recorded(call, "queue.put", _queue_id(q), more, args, {}, judge)
 
 
 def _finalize_join(twr):

@@ -749,8 +749,18 @@ static PyMethodDef module_functions[] = {
     {"get_would_wait", get_would_wait_function, METH_O,
      "get_would_wait(q): whether q.get() would wait now (messages.get_would_wait in C)"},
     {"waiting_get", (PyCFunction)(void (*)(void))waiting_get_function, METH_FASTCALL,
-     "waiting_get(get, q, block, timeout): get(q, block, timeout) recorded as a wait "
-     "(messages.waiting_get in C)"},
+     "waiting_get(timeout, get, q, *more): get(q, *more) recorded as a wait, ended by its "
+     "queue.get (messages.waiting_get in C)"},
+    {"got", got_function, METH_O,
+     "got(qid): this thread just recorded a queue.get on qid, which ends its get's wait on qid "
+     "if one is open (waits.got in C)"},
+    {"outermost", outermost_function, METH_NOARGS,
+     "outermost(): recording, and this thread not inside a recorded wait (waits._outermost in C)"},
+    {"not_in_a_wait", not_in_a_wait_function, METH_NOARGS,
+     "not_in_a_wait(): this thread not inside a recorded wait (messages._not_in_a_wait in C)"},
+    {"set_in_wait", set_in_wait_function, METH_O,
+     "set_in_wait(local): waits._in_wait, the thread-local whose .on says 'inside a recorded "
+     "wait' (messages.install_native passes it)"},
     {"readable", readable_function, METH_O,
      "readable(fd): whether a read of fd would return at once (poll, timeout 0): "
      "messages.readable in C"},
