@@ -19,12 +19,10 @@ of them), then the copy overwrites it. A page that ``write(2)`` fills whole is n
     map, copy:   mmap ─▶ fault: zero a page ─▶ copy ─▶ fault ─▶ ...     (torch)
     write, map:  pwrite(fd, bytes, 64) ─▶ mmap                      (pages filled, then mapped)
 
-This process maps the pages later, at its first touch of each (a minor fault: the page is
-there already, nothing is zeroed), as every receiver does. Where there are no bytes to write (a
-segment for the caller to fill), ``populate=True`` maps every page in one
-``MADV_POPULATE_WRITE``. Where /dev/shm is mounted with ``huge=within_size``, the same write
-fills 2 MiB pages instead of 4 KiB ones, and each process maps them 2 MiB at a time: nothing here
-needs to change for it. Measurements: docs/PERFORMANCE.md, "A fresh tensor's put".
+Each process maps the pages at its first touch (a minor fault: nothing is zeroed). With no bytes
+to write, ``populate=True`` maps every page in one ``MADV_POPULATE_WRITE``. A /dev/shm mounted
+``huge=within_size`` gets 2 MiB pages from the same write, with no change here. Measurements:
+docs/PERFORMANCE.md, "A fresh tensor's put".
 """
 import ctypes
 import errno
