@@ -267,13 +267,26 @@ NOTEBOOK_RUNS = {                              # scenario, its arguments (each r
 }
 
 
+def _two_async_pool_jobs():
+    """Notebook 01's apply_async run: a Pool of 4, two jobs; its workers' get() waits crowd
+    the lanes' starts and ends."""
+    import mpviz.multiprocessing as mp
+    from mpviz.examples import notebook_workers as nw
+    with mt.record() as trace:
+        with mp.Pool(processes=4) as pool:
+            first, second = pool.apply_async(nw.add, (1, 2)), pool.apply_async(nw.add, (3, 4))
+            assert (first.get(timeout=30), second.get(timeout=30)) == (3, 7)
+    return trace
+
+
 @pytest.fixture(scope="module")
 def notebook_runs():
     out = {}
     for name, (scenario, kwargs) in NOTEBOOK_RUNS.items():
-        trace = scenarios.run(scenario, **kwargs).trace
+        out[name] = scenarios.run(scenario, **kwargs).trace
+    out["pool-apply-async"] = _two_async_pool_jobs()
+    for trace in out.values():
         drawn(trace)                            # (fonts loaded before the leak check)
-        out[name] = trace
     return out
 
 
@@ -318,6 +331,10 @@ def test_a_label_covers_no_box_but_its_own(notebook_runs):
             own = [d for kind, d, _ in boxes if kind in ("blocked", "lock waits") and
                    ax_ is not None and abs(d[0] - ax_) < 1e-9 and d[2] <= ay <= d[3]]
             short = re.fullmatch(r"waited [\d.]+ (µs|ms|s)", words) is not None
+            if ax_ is not None and text.get_gid() is None and text.xycoords == "data":
+                at = ax.transData.transform(text.xy)[0]       # written at what it names
+                assert box.x0 - 20 <= at <= box.x1 + 20, \
+                    f"{name}: {words!r} ({box}) is written away from its mark at x={at:.0f}"
             for kind, d, px in boxes:
                 if d in own:
                     continue

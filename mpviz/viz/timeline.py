@@ -101,10 +101,11 @@ def timeline(trace, ax=None, at=None, title=None, max_arrows=300, max_labels=24,
             bars.append(Rectangle((x(p.start_ns), r - 0.22), max(x(end) - x(p.start_ns), 1e-9),
                                   0.44))
             bar_colors.append(COLORS[key])
+            # (never clipped: "SIGTERM" cut to "SIGTER" at the axes' edge would be a lie)
             if not fast:
                 labels.fixed.append(ax.text(
                     x(end), r, " " + _ending_words(p), va="center", ha="left", fontsize=7.5,
-                    color=COLORS[key] if key != "exit0" else "#555555", clip_on=True))
+                    color=COLORS[key] if key != "exit0" else "#555555", clip_on=False))
         elif kind == "thread":
             p, tid = obj
             start = first_seen.get((p.pid, tid), p.start_ns)
@@ -504,8 +505,10 @@ class _LabelLayout(Artist):
                     box = text.get_window_extent(renderer)
                 shift = max(0.0, left - box.x0) - max(0.0, box.x1 - right)
                 if shift:                      # keep it inside the axes, left to right
-                    text.xyann = (dx + shift * 72 / renderer.dpi, dy)
+                    text.xyann = (text.xyann[0] + shift * 72 / renderer.dpi, dy)
                     box = text.get_window_extent(renderer)
+                if not _near(box, ax.transData.transform(text.xy), renderer):
+                    continue                   # pushed away from what it names
                 if box.y0 < frame.y0 or box.y1 > frame.y1 or box.x0 < frame.x0 - 1:
                     continue                   # out of the picture (or wider than it)
                 padded = box.padded(2)
@@ -573,6 +576,13 @@ class _LabelLayout(Artist):
             rows.append((px - d, py - d, px + d, py + d))
             keys.append(None)
         return np.array(rows, dtype=float).reshape(-1, 4), keys
+
+
+def _near(box, anchor, renderer):
+    """Whether a label's box (pixels) still touches, or nearly, the point it names: a label
+    pushed along its row to stay in the picture must not end up beside something else."""
+    reach = 12 * renderer.dpi / 72
+    return box.x0 - reach <= anchor[0] <= box.x1 + reach
 
 
 def _rects(spans):
