@@ -101,10 +101,12 @@ def timeline(trace, ax=None, at=None, title=None, max_arrows=300, max_labels=24,
             bars.append(Rectangle((x(p.start_ns), r - 0.22), max(x(end) - x(p.start_ns), 1e-9),
                                   0.44))
             bar_colors.append(COLORS[key])
-            # (never clipped: "SIGTERM" cut to "SIGTER" at the axes' edge would be a lie)
+            # (never clipped: "SIGTERM" cut to "SIGTER" at the axes' edge would be a lie;
+            # MIN_PX right of the end: past a last wait drawn MIN_PX wide there)
             if not fast:
-                labels.fixed.append(ax.text(
-                    x(end), r, " " + _ending_words(p), va="center", ha="left", fontsize=7.5,
+                labels.fixed.append(ax.annotate(
+                    " " + _ending_words(p), (x(end), r), xytext=(MIN_PX * 0.75, 0),
+                    textcoords="offset points", va="center", ha="left", fontsize=7.5,
                     color=COLORS[key] if key != "exit0" else "#555555", clip_on=False))
         elif kind == "thread":
             p, tid = obj
@@ -113,7 +115,11 @@ def timeline(trace, ax=None, at=None, title=None, max_arrows=300, max_labels=24,
             threads.append((x(start), x(end), r, 0))
         if r and kind == "process":
             ax.axhline(r - 0.5, color="#dddddd", lw=0.8, zorder=0)
-    ax.add_collection(PatchCollection(bars, facecolors=bar_colors, edgecolors="none", zorder=1))
+    # (a process that lived 5 ms on a 3 s axis is still drawn, MIN_PX wide)
+    labels.widen(ax.add_collection(PatchCollection(bars, facecolors=bar_colors, edgecolors="none",
+                                                   zorder=1, gid="lives")),
+                 [(b.get_x(), b.get_x() + b.get_width(), b.get_y(), b.get_height())
+                  for b in bars])
     if threads:              # a thread's line, from its first event to its end
         labels.widen(ax.add_collection(LineCollection(
             [((a, y), (b, y)) for a, b, y, _ in threads], colors="#999999", linewidths=1.0,
@@ -217,7 +223,7 @@ def timeline(trace, ax=None, at=None, title=None, max_arrows=300, max_labels=24,
                 name = str(e.args.get("name", ""))
                 labels.add(ax.annotate(name, (x(e.ts_ns), row(e.pid, e.tid)),
                                        xytext=(0, -11), textcoords="offset points", fontsize=7,
-                                       ha="center", va="top", color=COLORS["mark"],
+                                       ha="center", va="top", color=COLORS["mark"], zorder=7,
                                        bbox=dict(boxstyle="square,pad=0.05", fc="white",
                                                  ec="none", alpha=0.7)),
                            4 if name.startswith("scenario.") else 2, _BELOW)
@@ -446,7 +452,8 @@ class _LabelLayout(Artist):
         (x0, x1, y, height), which the label may cover; a label on a long span may also cover
         what its span lies on (a Pool task the wait happened in), a short one's may not."""
         annotation.set_in_layout(False)       # kept inside the axes here, when drawn
-        self.items.append((priority, len(self.items), annotation, places, short, own))
+        self.items.append((priority, len(self.items), annotation, places, short, own,
+                           annotation.get_text()))
 
     def widen(self, collection, spans, unlabelled=None):
         """`spans` [(x0, x1, y, height)] drawn by `collection` (rectangles; lines when the
@@ -479,7 +486,7 @@ class _LabelLayout(Artist):
         taken = [b for b in taken if b.width > 0]
         lines = [ax.transData.transform(seg) for seg in self.lines]
         hidden = 0
-        for _, _, text, places, short, own in sorted(self.items, key=lambda i: i[:2]):
+        for _, _, text, places, short, own, words in sorted(self.items, key=lambda i: i[:2]):
             if short is not None and short >= least / 2:
                 text.set_visible(False)         # drawn about as wide as it was: no need
                 continue
@@ -496,6 +503,9 @@ class _LabelLayout(Artist):
             others = boxes[~mine]
             best = None
             for dx, dy, *side in places + self._off_span(own, places, renderer):
+                # a span's name written wholly before its start points at it
+                before = side and side[0] < 0 and own is not None and not words.endswith("→")
+                text.set_text(words + " →" if before else words)
                 text.xyann = (dx, dy)
                 box = text.get_window_extent(renderer)
                 if side:                       # beside its anchor, 4 points off
@@ -519,7 +529,7 @@ class _LabelLayout(Artist):
                     continue                   # over another box, a copy's square, a ✗
                 crossed = sum(_crosses(seg, padded) for seg in lines)
                 if best is None or crossed < best[0]:
-                    best = (crossed, text.xyann, box)
+                    best = (crossed, text.xyann, box, text.get_text())
                 if not crossed:
                     break
             if best is None:
@@ -527,6 +537,7 @@ class _LabelLayout(Artist):
                 hidden += 1
             else:
                 text.xyann = best[1]
+                text.set_text(best[3])
                 taken.append(best[2])
         notes = ([self.note] if self.note else []) + widened
         if hidden:
