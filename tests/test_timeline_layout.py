@@ -333,7 +333,7 @@ def test_a_label_covers_no_box_but_its_own(notebook_runs):
             short = re.fullmatch(r"waited [\d.]+ (µs|ms|s)", words) is not None
             if ax_ is not None and text.get_gid() is None and text.xycoords == "data":
                 at = ax.transData.transform(text.xy)[0]       # written at what it names
-                assert box.x0 - 20 <= at <= box.x1 + 20, \
+                assert box.x0 - 24 <= at <= box.x1 + 24, \
                     f"{name}: {words!r} ({box}) is written away from its mark at x={at:.0f}"
             for kind, d, px in boxes:
                 if d in own:

@@ -406,7 +406,7 @@ def timeline(trace, ax=None, at=None, title=None, max_arrows=300, max_labels=24,
 _BELOW = ((0, -11), (0, -11, 1), (0, -11, -1), (0, -19), (0, 19), (0, 11))
 _ABOVE = ((0, 9), (0, 9, 1), (0, 9, -1), (0, 17), (0, -19), (0, -11))
 _ON_ARROW = ((0, 0), (0, 8), (0, -8), (0, 15), (0, -15))
-_ON_SPAN = ((3, 0), (3, 10), (3, -10), (14, 0), (14, 10), (14, -10), (3, 18), (3, -18))
+_ON_SPAN = ((3, 0), (14, 0), (3, 10), (3, -10), (14, 10), (14, -10), (3, 18), (3, -18))
 _LEFT_OF_SPAN = ((-3, 0), (-3, 10), (-3, -10), (-3, 18), (-3, -18))
 _BESIDE_MARK = ((8, 0), (-4, 13), (-4, -13), (-4, 20), (-4, -20))
 _RIGHT_OF_SHORT = ((6, 0), (6, 9), (6, -9), (6, 17), (6, -17))
@@ -519,8 +519,8 @@ class _LabelLayout(Artist):
                     box = text.get_window_extent(renderer)
                 if not _near(box, ax.transData.transform(text.xy), renderer):
                     continue                   # pushed away from what it names
-                if box.y0 < frame.y0 or box.y1 > frame.y1 or box.x0 < frame.x0 - 1:
-                    continue                   # out of the picture (or wider than it)
+                if box.y0 < frame.y0 + 2 or box.y1 > frame.y1 - 2 or box.x0 < frame.x0 - 1:
+                    continue       # out of the picture (or wider than it; its white pad too)
                 padded = box.padded(2)
                 if any(padded.overlaps(b) for b in taken):
                     continue
@@ -592,7 +592,7 @@ class _LabelLayout(Artist):
 def _near(box, anchor, renderer):
     """Whether a label's box (pixels) still touches, or nearly, the point it names: a label
     pushed along its row to stay in the picture must not end up beside something else."""
-    reach = 12 * renderer.dpi / 72
+    reach = 16 * renderer.dpi / 72
     return box.x0 - reach <= anchor[0] <= box.x1 + reach
 
 
