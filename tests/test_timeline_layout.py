@@ -356,3 +356,32 @@ def test_a_label_covers_no_box_but_its_own(notebook_runs):
             for b, box_b in boxes[i + 1:]:
                 assert not box_a.overlaps(box_b), \
                     f"{name}: {a!r} ({box_a}) is drawn over {b!r} ({box_b})"
+
+
+def test_a_process_that_lived_a_few_ms_on_a_long_axis_is_drawn_wide_enough():
+    # notebook 10's worker lived ~5 ms of a 2.5 s picture: narrower than a pixel, only its
+    # "exit 0" was seen. (No squeezing: the sleep is the point.)
+    import time
+    import mpviz.multiprocessing as mp
+    from mpviz.examples import notebook_workers as nw
+    with mt.record() as trace:
+        child = mp.get_context("fork").Process(target=nw.square, args=(3,), name="brief")
+        child.start()
+        child.join()
+        time.sleep(5)
+        mt.mark("a while later")           # (the picture lasts as long as what was recorded)
+    fig = viz.timeline(trace, compress_idle=False)
+    fig.set_dpi(100)
+    FigureCanvasAgg(fig)
+    fig.canvas.draw()
+    ax = fig.axes[0]
+    row = [t.get_text().split("\n")[0] for t in ax.get_yticklabels()].index("brief")
+    proc = [p for p in state._index(trace).procs.values() if p.pid == child.pid][0]
+    lo, hi = ax.get_xlim()
+    true_px = (proc.exit_ns - proc.start_ns) / 1e6 / (hi - lo) * ax.get_window_extent().width
+    assert true_px < MIN_PX - 0.5, f"the child lived {true_px:.1f} px: too long for this test"
+    lives = [c for c in ax.collections if c.get_gid() == "lives"]
+    widths = [abs(v[:, 0].max() - v[:, 0].min()) for c in lives for p in c.get_paths()
+              for v in [ax.transData.transform(p.vertices)]
+              if row - 0.5 < p.vertices[:, 1].mean() < row + 0.5]
+    assert widths and max(widths) >= MIN_PX - 1e-6, widths
