@@ -258,7 +258,9 @@ def timeline(trace, ax=None, at=None, title=None, max_arrows=300, max_labels=24,
                 labels.add(ax.annotate(text, (sum(i[0] for i in g) / len(g), g[0][1]),
                                        xytext=(0, 9), textcoords="offset points", fontsize=7,
                                        ha="center", va="bottom", color=COLORS["copy"],
-                                       zorder=7), 0, _ABOVE)
+                                       zorder=7, bbox=dict(boxstyle="square,pad=0.05",
+                                                           fc="white", ec="none", alpha=0.8)),
+                           0, _ABOVE)
         used.add("copy")
 
     # --- messages: put → get ---
