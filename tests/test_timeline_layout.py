@@ -11,6 +11,10 @@ Three real runs, recorded once for the module (the README's pictures are drawn f
 * hang_join.py under ``mpviz trace --hang-after 2``: a child whose feeder thread is blocked on
   a full pipe; two long STUCK explanations.
 
+Four more runs from the notebooks (pool-chunksize, queue-sharing, producer-exits and a Pool's
+two apply_async jobs) check that a label covers no box but its own and is written at its mark;
+a forked child that lives a few ms of a 5 s picture checks that its life bar is still seen.
+
 Each picture is drawn with the Agg renderer and checked by its artists' window extents.
 """
 import os
