@@ -11,6 +11,10 @@ Three real runs, recorded once for the module (the README's pictures are drawn f
 * hang_join.py under ``mpviz trace --hang-after 2``: a child whose feeder thread is blocked on
   a full pipe; two long STUCK explanations.
 
+Four more runs from the notebooks (pool-chunksize, queue-sharing, producer-exits and a Pool's
+two apply_async jobs) check that a label covers no box but its own and is written at its mark;
+a forked child that lives a few ms of a 5 s picture checks that its life bar is still seen.
+
 Each picture is drawn with the Agg renderer and checked by its artists' window extents.
 """
 import os
@@ -19,6 +23,7 @@ import subprocess
 import sys
 
 import matplotlib
+import numpy as np
 
 matplotlib.use("Agg")
 
@@ -255,3 +260,132 @@ def test_a_short_lock_wait_is_drawn_wide_enough_and_says_how_long_it_waited():
     value, unit = re.search(r"([\d.]+) (µs|ms|s)\b", said[0]).groups()
     ms = float(value) * {"µs": 1e-3, "ms": 1.0, "s": 1e3}[unit]
     assert abs(ms - true_ms) <= 0.05 * true_ms + 0.05, (said, true_ms)
+
+
+# --- more real runs, from the notebooks: labels neither on each other nor on another box ----
+
+NOTEBOOK_RUNS = {                              # scenario, its arguments (each runs in ~1 s)
+    "pool-chunksize": ("pool-chunksize", {}),              # 01: Pool workers in their tasks
+    "queue-sharing": ("queue-sharing", {}),                # 00, 02: main's lane full of waits
+    "producer-exits": ("producer-exits", {"wait": True}),  # 01, 10: joins close together
+}
+
+
+def _two_async_pool_jobs():
+    """Notebook 01's apply_async run: a Pool of 4, two jobs; its workers' get() waits crowd
+    the lanes' starts and ends."""
+    import mpviz.multiprocessing as mp
+    from mpviz.examples import notebook_workers as nw
+    with mt.record() as trace:
+        with mp.Pool(processes=4) as pool:
+            first, second = pool.apply_async(nw.add, (1, 2)), pool.apply_async(nw.add, (3, 4))
+            assert (first.get(timeout=30), second.get(timeout=30)) == (3, 7)
+    return trace
+
+
+@pytest.fixture(scope="module")
+def notebook_runs():
+    out = {}
+    for name, (scenario, kwargs) in NOTEBOOK_RUNS.items():
+        out[name] = scenarios.run(scenario, **kwargs).trace
+    out["pool-apply-async"] = _two_async_pool_jobs()
+    for trace in out.values():
+        drawn(trace)                            # (fonts loaded before the leak check)
+    return out
+
+
+def drawn_boxes(ax):
+    """Every drawn box a label could hide or be mistaken for, in pixels: waits (hatched),
+    Pool tasks (white), copies' red squares; [(kind, data box (x0, x1, y0, y1), pixel Bbox)]."""
+    from matplotlib.transforms import Bbox
+    out = []
+    for c in ax.collections:
+        if c.get_gid() in ("blocked", "lock waits", "tasks"):
+            for path in c.get_paths():
+                v = path.vertices
+                data = (v[:, 0].min(), v[:, 0].max(), v[:, 1].min(), v[:, 1].max())
+                px = ax.transData.transform(v)
+                out.append((c.get_gid(), data, Bbox([px.min(axis=0), px.max(axis=0)])))
+        elif c.get_gid() is None and len(c.get_offsets()) and len(c.get_facecolors()) and \
+                to_hex(c.get_facecolors()[0]) == COLORS["copy"]:          # copies' squares
+            sizes = c.get_sizes()
+            for (cx, cy), s in zip(c.get_offsets(), np.resize(sizes, len(c.get_offsets()))):
+                px, py = ax.transData.transform((cx, cy))
+                half = np.sqrt(s) / 2 * ax.figure.dpi / 72
+                out.append(("copy", (cx, cx, cy, cy),
+                            Bbox([[px - half, py - half], [px + half, py + half]])))
+    return out
+
+
+def test_a_label_covers_no_box_but_its_own(notebook_runs):
+    # a wait's name over another wait box reads as that box's name; a short wait's "waited 2 ms"
+    # over a Pool task box reads as if the worker waited the whole task
+    for name, trace in notebook_runs.items():
+        fig, ax, renderer = drawn(trace)
+        boxes = drawn_boxes(ax)
+        assert boxes, name
+        for text in ax.texts:
+            if not (text.get_visible() and text.get_text().strip()) or text.get_gid():
+                continue
+            if text in [t for t in ax.texts if t.get_text().startswith("STUCK")]:
+                continue
+            words = text.get_text()
+            box = text.get_window_extent(renderer)
+            ax_, ay = getattr(text, "xy", (None, None))
+            own = [d for kind, d, _ in boxes if kind in ("blocked", "lock waits") and
+                   ax_ is not None and abs(d[0] - ax_) < 1e-9 and d[2] <= ay <= d[3]]
+            short = re.fullmatch(r"waited [\d.]+ (µs|ms|s)", words) is not None
+            if ax_ is not None and text.get_gid() is None and text.xycoords == "data":
+                at = ax.transData.transform(text.xy)[0]       # written at what it names
+                assert box.x0 - 24 <= at <= box.x1 + 24, \
+                    f"{name}: {words!r} ({box}) is written away from its mark at x={at:.0f}"
+            for kind, d, px in boxes:
+                if d in own:
+                    continue
+                if own and not short and kind == "tasks" and d[0] <= own[0][0] and \
+                        own[0][1] <= d[1] + 1e-9:
+                    continue            # a long wait's name may lie on the task it waited in
+                over = (min(box.x1, px.x1) - max(box.x0, px.x0),
+                        min(box.y1, px.y1) - max(box.y0, px.y0))
+                assert min(over) <= 2, \
+                    f"{name}: {words!r} ({box}) is drawn over a {kind} box ({px})"
+
+        # and, as in the three runs above, every text inside the figure, none over another
+        whole = fig.bbox
+        boxes = [(t.get_text(), extent(t, renderer)) for t in visible_texts(fig)]
+        for i, (a, box_a) in enumerate(boxes):
+            assert (box_a.x0 >= whole.x0 - 1 and box_a.x1 <= whole.x1 + 1 and
+                    box_a.y0 >= whole.y0 - 1 and box_a.y1 <= whole.y1 + 1), \
+                f"{name}: {a!r} is drawn at {box_a}, out of the figure {whole}"
+            for b, box_b in boxes[i + 1:]:
+                assert not box_a.overlaps(box_b), \
+                    f"{name}: {a!r} ({box_a}) is drawn over {b!r} ({box_b})"
+
+
+def test_a_process_that_lived_a_few_ms_on_a_long_axis_is_drawn_wide_enough():
+    # notebook 10's worker lived ~5 ms of a 2.5 s picture: narrower than a pixel, only its
+    # "exit 0" was seen. (No squeezing: the sleep is the point.)
+    import time
+    import mpviz.multiprocessing as mp
+    from mpviz.examples import notebook_workers as nw
+    with mt.record() as trace:
+        child = mp.get_context("fork").Process(target=nw.square, args=(3,), name="brief")
+        child.start()
+        child.join()
+        time.sleep(5)
+        mt.mark("a while later")           # (the picture lasts as long as what was recorded)
+    fig = viz.timeline(trace, compress_idle=False)
+    fig.set_dpi(100)
+    FigureCanvasAgg(fig)
+    fig.canvas.draw()
+    ax = fig.axes[0]
+    row = [t.get_text().split("\n")[0] for t in ax.get_yticklabels()].index("brief")
+    proc = [p for p in state._index(trace).procs.values() if p.pid == child.pid][0]
+    lo, hi = ax.get_xlim()
+    true_px = (proc.exit_ns - proc.start_ns) / 1e6 / (hi - lo) * ax.get_window_extent().width
+    assert true_px < MIN_PX - 0.5, f"the child lived {true_px:.1f} px: too long for this test"
+    lives = [c for c in ax.collections if c.get_gid() == "lives"]
+    widths = [abs(v[:, 0].max() - v[:, 0].min()) for c in lives for p in c.get_paths()
+              for v in [ax.transData.transform(p.vertices)]
+              if row - 0.5 < p.vertices[:, 1].mean() < row + 0.5]
+    assert widths and max(widths) >= MIN_PX - 1e-6, widths

@@ -101,10 +101,13 @@ def timeline(trace, ax=None, at=None, title=None, max_arrows=300, max_labels=24,
             bars.append(Rectangle((x(p.start_ns), r - 0.22), max(x(end) - x(p.start_ns), 1e-9),
                                   0.44))
             bar_colors.append(COLORS[key])
+            # (never clipped: "SIGTERM" cut to "SIGTER" at the axes' edge would be a lie;
+            # MIN_PX right of the end: past a last wait drawn MIN_PX wide there)
             if not fast:
-                labels.fixed.append(ax.text(
-                    x(end), r, " " + _ending_words(p), va="center", ha="left", fontsize=7.5,
-                    color=COLORS[key] if key != "exit0" else "#555555", clip_on=True))
+                labels.fixed.append(ax.annotate(
+                    " " + _ending_words(p), (x(end), r), xytext=(MIN_PX * 0.75, 0),
+                    textcoords="offset points", va="center", ha="left", fontsize=7.5,
+                    color=COLORS[key] if key != "exit0" else "#555555", clip_on=False))
         elif kind == "thread":
             p, tid = obj
             start = first_seen.get((p.pid, tid), p.start_ns)
@@ -112,7 +115,11 @@ def timeline(trace, ax=None, at=None, title=None, max_arrows=300, max_labels=24,
             threads.append((x(start), x(end), r, 0))
         if r and kind == "process":
             ax.axhline(r - 0.5, color="#dddddd", lw=0.8, zorder=0)
-    ax.add_collection(PatchCollection(bars, facecolors=bar_colors, edgecolors="none", zorder=1))
+    # (a process that lived 5 ms on a 3 s axis is still drawn, MIN_PX wide)
+    labels.widen(ax.add_collection(PatchCollection(bars, facecolors=bar_colors, edgecolors="none",
+                                                   zorder=1, gid="lives")),
+                 [(b.get_x(), b.get_x() + b.get_width(), b.get_y(), b.get_height())
+                  for b in bars])
     if threads:              # a thread's line, from its first event to its end
         labels.widen(ax.add_collection(LineCollection(
             [((a, y), (b, y)) for a, b, y, _ in threads], colors="#999999", linewidths=1.0,
@@ -216,7 +223,7 @@ def timeline(trace, ax=None, at=None, title=None, max_arrows=300, max_labels=24,
                 name = str(e.args.get("name", ""))
                 labels.add(ax.annotate(name, (x(e.ts_ns), row(e.pid, e.tid)),
                                        xytext=(0, -11), textcoords="offset points", fontsize=7,
-                                       ha="center", va="top", color=COLORS["mark"],
+                                       ha="center", va="top", color=COLORS["mark"], zorder=7,
                                        bbox=dict(boxstyle="square,pad=0.05", fc="white",
                                                  ec="none", alpha=0.7)),
                            4 if name.startswith("scenario.") else 2, _BELOW)
@@ -236,6 +243,7 @@ def timeline(trace, ax=None, at=None, title=None, max_arrows=300, max_labels=24,
             cx = ((keys % _BINS) + 0.5) * span / _BINS
             cy, sizes = keys // _BINS, total
         area = 20 + 180 * np.sqrt(sizes / max(sizes.max(), 1.0))
+        labels.marks += [(a, b, math.sqrt(s) / 2) for a, b, s in zip(cx, cy, area)]
         ax.scatter(cx, cy, s=area,
                    marker="s", color=COLORS["copy"], edgecolors="white", linewidths=0.5,
                    zorder=6)
@@ -250,7 +258,9 @@ def timeline(trace, ax=None, at=None, title=None, max_arrows=300, max_labels=24,
                 labels.add(ax.annotate(text, (sum(i[0] for i in g) / len(g), g[0][1]),
                                        xytext=(0, 9), textcoords="offset points", fontsize=7,
                                        ha="center", va="bottom", color=COLORS["copy"],
-                                       zorder=7), 0, _ABOVE)
+                                       zorder=7, bbox=dict(boxstyle="square,pad=0.05",
+                                                           fc="white", ec="none", alpha=0.8)),
+                           0, _ABOVE)
         used.add("copy")
 
     # --- messages: put → get ---
@@ -299,6 +309,7 @@ def timeline(trace, ax=None, at=None, title=None, max_arrows=300, max_labels=24,
     # --- actions that failed: a magenta ✗ on the lane, and what failed ---
     for fail in ix.failures:
         where = (x(fail.ts_ns), row(fail.pid, fail.tid))
+        labels.marks.append((where[0], where[1], 5))
         ax.plot([where[0]], [where[1]], marker="X", ms=10, color=COLORS["failed"],
                 markeredgecolor="white", markeredgewidth=0.8, zorder=8)
         labels.add(ax.annotate("✗ " + fail.what, where, xytext=_BESIDE_MARK[0],
@@ -333,6 +344,7 @@ def timeline(trace, ax=None, at=None, title=None, max_arrows=300, max_labels=24,
         labels.fixed.append(text)
         used.add("deadlock")
     for e in by_kind["cuda.warning"]:                 # a warning, not a deadlock: amber
+        labels.marks.append((x(e.ts_ns), row(e.pid, e.tid), 5))
         ax.plot([x(e.ts_ns)], [row(e.pid, e.tid)], marker="v", ms=10, color=COLORS["warning"],
                 markeredgecolor="#7a5200", markeredgewidth=0.8, zorder=8)
         labels.add(ax.annotate("warning", (x(e.ts_ns), row(e.pid, e.tid)), xytext=(0, 9),
@@ -396,7 +408,7 @@ def timeline(trace, ax=None, at=None, title=None, max_arrows=300, max_labels=24,
 _BELOW = ((0, -11), (0, -11, 1), (0, -11, -1), (0, -19), (0, 19), (0, 11))
 _ABOVE = ((0, 9), (0, 9, 1), (0, 9, -1), (0, 17), (0, -19), (0, -11))
 _ON_ARROW = ((0, 0), (0, 8), (0, -8), (0, 15), (0, -15))
-_ON_SPAN = ((3, 0), (3, 10), (3, -10), (14, 0), (14, 10), (14, -10), (3, 18), (3, -18))
+_ON_SPAN = ((3, 0), (14, 0), (3, 10), (3, -10), (14, 10), (14, -10), (3, 18), (3, -18))
 _LEFT_OF_SPAN = ((-3, 0), (-3, 10), (-3, -10), (-3, 18), (-3, -18))
 _BESIDE_MARK = ((8, 0), (-4, 13), (-4, -13), (-4, 20), (-4, -20))
 _RIGHT_OF_SHORT = ((6, 0), (6, 9), (6, -9), (6, 17), (6, -17))
@@ -418,8 +430,10 @@ class _LabelLayout(Artist):
     * the "STUCK FOR GOOD" explanations (``stuck``): wrapped to their red box's real width,
       measured word by word; a smaller font only if the box's rows cannot hold it.
     * labels (``add``), most important first: each goes to the first of its places
-      (``_BELOW``...) whose box overlaps no label already placed and stays inside the axes;
-      among free places one that crosses fewer arrows wins. A label with no free place is
+      (``_BELOW``...) whose box overlaps no label already placed, stays inside the axes and
+      covers no drawn box or square but its own span's (a label over another wait box reads
+      as that box's name; over a Pool task, as if the worker waited in it); among free places
+      one that crosses fewer arrows wins. A label with no free place is
       hidden, and "+N labels hidden" says how many.
     """
 
@@ -427,17 +441,21 @@ class _LabelLayout(Artist):
         super().__init__()
         self.items, self.fixed, self.note = [], [], ""
         self.spans, self.stuck, self.lines = [], [], []
+        self.marks = []                       # squares and ✗: (x, y, half size in points)
         self.unsaid = 0                       # labels not even tried: too many of their kind
         self.set_zorder(-100)
         self.more = ax.text(1.0, 1.0, "", transform=ax.transAxes, ha="right", va="bottom",
                             fontsize=7.5)         # notes over the top right corner
         ax.add_artist(self)
 
-    def add(self, annotation, priority, places, short=None):
+    def add(self, annotation, priority, places, short=None, own=None):
         """`short`: the true width (data units) of the span the label is for: the label is
-        written only where the span is drawn wider than that (MIN_PX)."""
+        written only where the span is drawn wider than that (MIN_PX). `own`: that span
+        (x0, x1, y, height), which the label may cover; a label on a long span may also cover
+        what its span lies on (a Pool task the wait happened in), a short one's may not."""
         annotation.set_in_layout(False)       # kept inside the axes here, when drawn
-        self.items.append((priority, len(self.items), annotation, places, short))
+        self.items.append((priority, len(self.items), annotation, places, short, own,
+                           annotation.get_text()))
 
     def widen(self, collection, spans, unlabelled=None):
         """`spans` [(x0, x1, y, height)] drawn by `collection` (rectangles; lines when the
@@ -461,6 +479,7 @@ class _LabelLayout(Artist):
                                f"wide")
         for text, words, box in self.stuck:
             _fit_in_box(text, words, box.get_window_extent(renderer), renderer)
+        boxes, keys = self._obstacles(renderer, least)
         # inside the axes by a few points: a label pushed flush against the left edge would
         # sit on a STUCK box's border (drawn just inside it) and its first glyph be lost there
         pad = 6 * renderer.dpi / 72
@@ -469,13 +488,26 @@ class _LabelLayout(Artist):
         taken = [b for b in taken if b.width > 0]
         lines = [ax.transData.transform(seg) for seg in self.lines]
         hidden = 0
-        for _, _, text, places, short in sorted(self.items, key=lambda i: i[:2]):
+        for _, _, text, places, short, own, words in sorted(self.items, key=lambda i: i[:2]):
             if short is not None and short >= least / 2:
                 text.set_visible(False)         # drawn about as wide as it was: no need
                 continue
             text.set_visible(True)
+            mine = np.zeros(len(boxes), dtype=bool)       # the boxes it may cover
+            if own is not None and len(boxes):
+                at = keys.index(own) if own in keys else None
+                if at is not None:
+                    mine[at] = True
+                    if short is None:                     # and what its span lies on
+                        o = boxes[at]
+                        mine |= ((boxes[:, 0] <= o[0] + 1) & (boxes[:, 2] >= o[2] - 1) &
+                                 (boxes[:, 1] <= o[1] + 1) & (boxes[:, 3] >= o[3] - 1))
+            others = boxes[~mine]
             best = None
-            for dx, dy, *side in places:
+            for dx, dy, *side in places + self._off_span(own, places, renderer):
+                # a span's name written wholly before its start points at it
+                before = side and side[0] < 0 and own is not None and not words.endswith("→")
+                text.set_text(words + " →" if before else words)
                 text.xyann = (dx, dy)
                 box = text.get_window_extent(renderer)
                 if side:                       # beside its anchor, 4 points off
@@ -485,16 +517,21 @@ class _LabelLayout(Artist):
                     box = text.get_window_extent(renderer)
                 shift = max(0.0, left - box.x0) - max(0.0, box.x1 - right)
                 if shift:                      # keep it inside the axes, left to right
-                    text.xyann = (dx + shift * 72 / renderer.dpi, dy)
+                    text.xyann = (text.xyann[0] + shift * 72 / renderer.dpi, dy)
                     box = text.get_window_extent(renderer)
-                if box.y0 < frame.y0 or box.y1 > frame.y1 or box.x0 < frame.x0 - 1:
-                    continue                   # out of the picture (or wider than it)
+                if not _near(box, ax.transData.transform(text.xy), renderer):
+                    continue                   # pushed away from what it names
+                if box.y0 < frame.y0 + 2 or box.y1 > frame.y1 - 2 or box.x0 < frame.x0 - 1:
+                    continue       # out of the picture (or wider than it; its white pad too)
                 padded = box.padded(2)
                 if any(padded.overlaps(b) for b in taken):
                     continue
+                if np.any((others[:, 0] < box.x1) & (others[:, 2] > box.x0) &
+                          (others[:, 1] < box.y1) & (others[:, 3] > box.y0)):
+                    continue                   # over another box, a copy's square, a ✗
                 crossed = sum(_crosses(seg, padded) for seg in lines)
                 if best is None or crossed < best[0]:
-                    best = (crossed, text.xyann, box)
+                    best = (crossed, text.xyann, box, text.get_text())
                 if not crossed:
                     break
             if best is None:
@@ -502,14 +539,63 @@ class _LabelLayout(Artist):
                 hidden += 1
             else:
                 text.xyann = best[1]
+                text.set_text(best[3])
                 taken.append(best[2])
         notes = ([self.note] if self.note else []) + widened
         if hidden:
-            notes.append(f"+{hidden} label{'s' * (hidden > 1)} hidden: no room to write "
-                         f"{'them' if hidden > 1 else 'it'} without covering another")
+            notes.append(f"+{hidden} label{'s' * (hidden > 1)} hidden (no free room)")
         if self.unsaid:
             notes.append(f"{self.unsaid} more labels not written: too many of their kind")
-        self.more.set_text("\n".join(notes))
+        self._write_notes(notes, renderer)
+
+    def _write_notes(self, notes, renderer):
+        """The notes over the top right corner, on one line where that fits beside the title
+        (the layout kept one line's room there: more lines would run out of the figure)."""
+        self.more.set_text(" · ".join(notes))
+        title = self.axes._left_title
+        room = self.axes.get_window_extent(renderer).x1 - (
+            title.get_window_extent(renderer).x1 + 12 if title.get_text() else 0)
+        if len(notes) > 1 and self.more.get_window_extent(renderer).width > room:
+            self.more.set_text("\n".join(notes))
+
+
+    def _off_span(self, own, places, renderer):
+        """More places for a span's label, when its own are taken: just over and just under
+        the span (however tall its lane is drawn), and wholly to the left of its start."""
+        if own is None:
+            return ()
+        ax = self.axes
+        a, _, y, h = own
+        (_, y0), (_, y1) = ax.transData.transform([(a, y), (a, y + h)])
+        half = abs(y1 - y0) / 2 * 72 / renderer.dpi + 6      # points, from the lane's middle
+        dx = places[0][0]
+        return ((dx, half), (dx, -half), (0, 0, -1), (0, half, -1), (0, -half, -1))
+
+    def _obstacles(self, renderer, least):
+        """The drawn boxes and squares no label may cover, in pixels: an array of rows
+        (x0, y0, x1, y1), and for each the span it was given as (None for a square)."""
+        ax, rows, keys = self.axes, [], []
+        for collection, spans, _ in self.spans:
+            if collection.get_gid() not in ("blocked", "lock waits", "tasks"):
+                continue
+            for a, b, y, h in spans:
+                (x0, y0), (x1, y1) = ax.transData.transform([(a, y), (max(b, a + least), y + h)])
+                rows.append((min(x0, x1), min(y0, y1), max(x0, x1), max(y0, y1)))
+                keys.append((a, b, y, h))
+        per_point = renderer.dpi / 72
+        for mx, my, half in self.marks:
+            px, py = ax.transData.transform((mx, my))
+            d = half * per_point
+            rows.append((px - d, py - d, px + d, py + d))
+            keys.append(None)
+        return np.array(rows, dtype=float).reshape(-1, 4), keys
+
+
+def _near(box, anchor, renderer):
+    """Whether a label's box (pixels) still touches, or nearly, the point it names: a label
+    pushed along its row to stay in the picture must not end up beside something else."""
+    reach = 16 * renderer.dpi / 72
+    return box.x0 - reach <= anchor[0] <= box.x1 + reach
 
 
 def _rects(spans):
@@ -624,7 +710,8 @@ def _label_short_lock_waits(ax, ix, x, row, span, labels, max_labels):
                                fontsize=6.5, ha="left", va="center", color=COLORS["waiting"],
                                zorder=7, bbox=dict(boxstyle="square,pad=0.1", fc="white",
                                                    ec="none", alpha=0.8)),
-                   3.5, _RIGHT_OF_SHORT, short=x(until) - x(since))
+                   3.5, _RIGHT_OF_SHORT, short=x(until) - x(since),
+                   own=(x(since), x(until), row(pid, tid) - 0.3, 0.6))
 
 
 def _legend_rows(keys):
@@ -975,6 +1062,7 @@ def _draw_blocked(ax, ix, x, row, t1, span, labels, max_labels, used):
             texts.append((a, b, r, ("waited: " if finished else "waits: ") + words))
         else:
             short.append((a, b, r, f"waited {_duration(end - since)}"))
+    own = {(a, r): (a, b, r - 0.26, 0.52) for a, b, r, _ in texts + short}
     if not boxes:
         return
     labels.widen(ax.add_collection(PatchCollection(
@@ -988,7 +1076,7 @@ def _draw_blocked(ax, ix, x, row, t1, span, labels, max_labels, used):
                                    va="center", color=COLORS["blocked"], zorder=7,
                                    bbox=dict(boxstyle="square,pad=0.1", fc="white", ec="none",
                                              alpha=0.8)),
-                       3.5, _RIGHT_OF_SHORT, short=b - a)
+                       3.5, _RIGHT_OF_SHORT, short=b - a, own=own[(a, r)])
     else:
         labels.unsaid += len(short)
     if len(texts) <= max_labels:
@@ -1002,7 +1090,7 @@ def _draw_blocked(ax, ix, x, row, t1, span, labels, max_labels, used):
                                    color=COLORS["blocked"], zorder=7,
                                    bbox=dict(boxstyle="square,pad=0.1", fc="white", ec="none",
                                              alpha=0.8)),
-                       1, _LEFT_OF_SPAN if left else _ON_SPAN)
+                       1, _LEFT_OF_SPAN if left else _ON_SPAN, own=own[(a, r)])
     else:
         labels.unsaid += len(texts)
 
