@@ -22,18 +22,28 @@ needs_populate = pytest.mark.skipif(not mapping.populate_supported(),
                                            "the copy faults the pages in one by one, as before")
 
 
-def _rss_kib(address):
-    """Resident KiB of the mapping that starts at `address`, from /proc/self/smaps (the kernel's
-    count of this process's mapped pages there: a page not yet faulted in is not counted)."""
+def _smaps_kib(address, fields=("Rss:",)):
+    """KiB of the first of `fields` that /proc/self/smaps gives for the mapping that starts at
+    `address` (0 if it has none of them). "Rss:": the kernel's count of this process's mapped
+    pages there (a page not yet faulted in is not counted); "FilePmdMapped:": of those, the KiB
+    mapped by 2 MiB pages."""
+    found = False
     with open("/proc/self/smaps") as f:
-        inside = False
         for line in f:
             head = line.split()[0]
             if "-" in head and not head.endswith(":"):
-                inside = int(head.split("-")[0], 16) == address
-            elif inside and head == "Rss:":
+                if found:
+                    break
+                found = int(head.split("-")[0], 16) == address
+            elif found and head in fields:
                 return int(line.split()[1])
-    raise AssertionError(f"no mapping starts at {address:#x}")
+    if not found:
+        raise AssertionError(f"no mapping starts at {address:#x}")
+    return 0
+
+
+def _rss_kib(address):
+    return _smaps_kib(address)
 
 
 # MADV_POPULATE_WRITE maps every page, but the kernel may take a page's mapping back at any time
@@ -340,17 +350,10 @@ import json
 import numpy as np
 import mpviz, mpviz.multiprocessing as mp
 from bench.bench_fresh import dev_shm_mount
+from test_fresh_put import _smaps_kib
 
 def pmd_mapped_kib(address):
-    with open("/proc/self/smaps") as f:
-        inside = False
-        for line in f:
-            head = line.split()[0]
-            if "-" in head and not head.endswith(":"):
-                inside = int(head.split("-")[0], 16) == address
-            elif inside and head in ("FilePmdMapped:", "ShmemPmdMapped:"):
-                return int(line.split()[1])
-    return -1
+    return _smaps_kib(address, ("FilePmdMapped:", "ShmemPmdMapped:"))
 
 out = {"mount": dev_shm_mount()}
 values = (np.arange(8 << 20, dtype=np.uint64) % 251).astype(np.uint8)
@@ -388,7 +391,7 @@ def test_where_dev_shm_allows_huge_pages_a_fresh_segment_gets_them():
     mount = "mount -t tmpfs -o size=64m,huge=within_size tmpfs /dev/shm"
     out = subprocess.run(["unshare", "--mount", "--propagation", "private", "--", "sh", "-c",
                           f'{mount} && exec "$@"', "sh", sys.executable, "-c", _HUGE_SHM_CHILD],
-                         capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=root), timeout=90)
+                         capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=os.pathsep.join([root, os.path.join(root, "tests")])), timeout=90)
     if out.returncode != 0 and "mount" in out.stderr:
         pytest.skip(f"no private tmpfs with huge pages here: {out.stderr.strip()}")
     assert out.returncode == 0, out.stderr

@@ -121,12 +121,17 @@ FAKE_TORCH = {            # the program's own import: a torch package of another
 }
 
 
-@pytest.mark.timeout(60)
-def test_an_unsupported_torch_is_said_never_counted_as_zero(tmp_path):
+def _with_fake_torch(tmp_path):
+    """Write the fake torch 1.4.0 under tmp_path/site; the environment that imports it."""
     for name, text in FAKE_TORCH.items():
         (tmp_path / "site" / name).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / "site" / name).write_text(text)
-    both_env = env(PYTHONPATH=os.pathsep.join([ROOT, str(tmp_path / "site")]))
+    return env(PYTHONPATH=os.pathsep.join([ROOT, str(tmp_path / "site")]))
+
+
+@pytest.mark.timeout(60)
+def test_an_unsupported_torch_is_said_never_counted_as_zero(tmp_path):
+    both_env = _with_fake_torch(tmp_path)
     command = [PY, WORKERS, "old_torch"]
     a = subprocess.run(command, cwd=tmp_path, env=both_env, capture_output=True, text=True,
                        timeout=50)
@@ -149,10 +154,7 @@ def test_an_unsupported_torch_is_said_never_counted_as_zero(tmp_path):
 
 @pytest.mark.timeout(60)
 def test_many_children_under_an_unsupported_torch_make_one_line_not_one_each(tmp_path):
-    for name, text in FAKE_TORCH.items():
-        (tmp_path / "site" / name).parent.mkdir(parents=True, exist_ok=True)
-        (tmp_path / "site" / name).write_text(text)
-    both_env = env(PYTHONPATH=os.pathsep.join([ROOT, str(tmp_path / "site")]))
+    both_env = _with_fake_torch(tmp_path)
     b = subprocess.run([PY, "-m", "mpviz", "trace", "--no-plot", "-o", "out", "--", PY, WORKERS,
                         "old_torch", "12"], cwd=tmp_path, env=both_env, capture_output=True,
                        text=True, timeout=50)
