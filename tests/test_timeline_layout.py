@@ -369,10 +369,15 @@ def test_a_process_that_lived_a_few_ms_on_a_long_axis_is_drawn_wide_enough():
     import mpviz.multiprocessing as mp
     from mpviz.examples import notebook_workers as nw
     with mt.record() as trace:
+        began = time.monotonic()
         child = mp.get_context("fork").Process(target=nw.square, args=(3,), name="brief")
         child.start()
         child.join()
-        time.sleep(5)
+        pid, lived = child.pid, time.monotonic() - began
+        child.close()
+        # long enough that its life is under 2 px of ~870 (5 s; more on a loaded machine,
+        # where the child takes longer), not past 15 s
+        time.sleep(min(15.0, max(5.0, lived * 600)))
         mt.mark("a while later")           # (the picture lasts as long as what was recorded)
     fig = viz.timeline(trace, compress_idle=False)
     fig.set_dpi(100)
@@ -380,10 +385,12 @@ def test_a_process_that_lived_a_few_ms_on_a_long_axis_is_drawn_wide_enough():
     fig.canvas.draw()
     ax = fig.axes[0]
     row = [t.get_text().split("\n")[0] for t in ax.get_yticklabels()].index("brief")
-    proc = [p for p in state._index(trace).procs.values() if p.pid == child.pid][0]
+    proc = [p for p in state._index(trace).procs.values() if p.pid == pid][0]
     lo, hi = ax.get_xlim()
     true_px = (proc.exit_ns - proc.start_ns) / 1e6 / (hi - lo) * ax.get_window_extent().width
-    assert true_px < MIN_PX - 0.5, f"the child lived {true_px:.1f} px: too long for this test"
+    if true_px >= MIN_PX - 0.5:
+        pytest.skip(f"the child lived {lived * 1e3:.0f} ms ({true_px:.1f} px of the picture): "
+                    f"this machine is too loaded to make a process that short")
     lives = [c for c in ax.collections if c.get_gid() == "lives"]
     widths = [abs(v[:, 0].max() - v[:, 0].min()) for c in lives for p in c.get_paths()
               for v in [ax.transData.transform(p.vertices)]
