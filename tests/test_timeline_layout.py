@@ -254,8 +254,9 @@ def test_a_short_lock_wait_is_drawn_wide_enough_and_says_how_long_it_waited():
             t.get_text().startswith("waited ") and                         # a short join of the
             to_hex(t.get_color()) == COLORS["waiting"]]                    # thread is brown)
     lo, hi = ax.get_xlim()                                          # (in ms)
-    assert true_ms / (hi - lo) * ax.get_window_extent(renderer).width < MIN_PX / 2, \
-        f"the wait lasted {true_ms} ms: too long for this test's point (a loaded machine?)"
+    if true_ms / (hi - lo) * ax.get_window_extent(renderer).width >= MIN_PX / 2:
+        pytest.skip(f"the wait lasted {true_ms} ms three times: this machine is too loaded to "
+                    f"make a wait short enough for the test's point")
     assert len(said) == 1, [t.get_text() for t in ax.texts if t.get_visible()]
     value, unit = re.search(r"([\d.]+) (µs|ms|s)\b", said[0]).groups()
     ms = float(value) * {"µs": 1e-3, "ms": 1.0, "s": 1e3}[unit]
