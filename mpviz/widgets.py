@@ -450,7 +450,7 @@ class _CallableRun:
 
 _FD_SWATCH = ("<svg width='18' height='12' style='margin-right:4px;vertical-align:middle'>"
               "<line x1='0' y1='6' x2='18' y2='6' stroke='{color}' stroke-width='2' "
-              "stroke-dasharray='4,2'/></svg>")
+              "stroke-dasharray='3,2'/></svg>")
 
 
 def _legend_html():
@@ -464,7 +464,7 @@ def _legend_html():
         swatch = (f"<span style='display:inline-block;width:12px;height:12px;{style};"
                   f"margin-right:4px;vertical-align:middle'></span>")
         if key == "fd":          # a line with the timeline's dashes (3 on, 2 off), long enough
-            swatch = _FD_SWATCH.format(color=COLORS[key])   # to show three of them
+            swatch = _FD_SWATCH.format(color=COLORS[key])   # to show more than three of them
         # swatch and words in one unbreakable box, so a line never separates them
         items.append(f"<span style='display:inline-block;white-space:nowrap;margin:0 12px 2px 0'>"
                      f"{swatch}{html.escape(WORDS[key])}</span>")

@@ -290,8 +290,8 @@ def _say_unended(trace, program):
         for p in unended:
             say(f"pid {p.pid} ({p.name}): {why}")
         return
-    pids = ", ".join(str(p.pid) for p in unended[:5])
-    say(f"{len(unended)} processes (pids {pids}, ...): {why.replace('it ended', 'each ended')}")
+    from .trace import _pids_in_words
+    say(f"{_pids_in_words([p.pid for p in unended])}: {why.replace('it ended', 'each ended')}")
 
 
 def _say_notes(trace):

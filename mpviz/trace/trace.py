@@ -252,7 +252,8 @@ def _event_notes(events):
 
 
 def _pids_in_words(pids, most=5):
-    """"pid 7", "pids 7, 9", "1000 processes (pids 7, 9, 11, 13, 15, ...)"."""
+    """"pid 7", "pids 7, 9", "1000 processes (pids 7, 9, 11, 13, 15, ...)" (also the launcher's
+    words for many processes whose end was not recorded)."""
     pids = list(dict.fromkeys(pids))
     if len(pids) == 1:
         return f"pid {pids[0]}"
