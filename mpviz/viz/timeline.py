@@ -1062,7 +1062,6 @@ def _draw_blocked(ax, ix, x, row, t1, span, labels, max_labels, used):
             texts.append((a, b, r, ("waited: " if finished else "waits: ") + words))
         else:
             short.append((a, b, r, f"waited {_duration(end - since)}"))
-    own = {(a, r): (a, b, r - 0.26, 0.52) for a, b, r, _ in texts + short}
     if not boxes:
         return
     labels.widen(ax.add_collection(PatchCollection(
@@ -1076,7 +1075,7 @@ def _draw_blocked(ax, ix, x, row, t1, span, labels, max_labels, used):
                                    va="center", color=COLORS["blocked"], zorder=7,
                                    bbox=dict(boxstyle="square,pad=0.1", fc="white", ec="none",
                                              alpha=0.8)),
-                       3.5, _RIGHT_OF_SHORT, short=b - a, own=own[(a, r)])
+                       3.5, _RIGHT_OF_SHORT, short=b - a, own=(a, b, r - 0.26, 0.52))
     else:
         labels.unsaid += len(short)
     if len(texts) <= max_labels:
@@ -1090,7 +1089,7 @@ def _draw_blocked(ax, ix, x, row, t1, span, labels, max_labels, used):
                                    color=COLORS["blocked"], zorder=7,
                                    bbox=dict(boxstyle="square,pad=0.1", fc="white", ec="none",
                                              alpha=0.8)),
-                       1, _LEFT_OF_SPAN if left else _ON_SPAN, own=own[(a, r)])
+                       1, _LEFT_OF_SPAN if left else _ON_SPAN, own=(a, b, r - 0.26, 0.52))
     else:
         labels.unsaid += len(texts)
 
