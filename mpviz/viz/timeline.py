@@ -29,6 +29,7 @@ from matplotlib.artist import Artist
 from matplotlib.collections import LineCollection, PatchCollection
 from matplotlib.colors import to_rgba
 from matplotlib.patches import FancyArrowPatch, Rectangle
+from matplotlib.path import Path
 
 from . import state as st
 from .colors import BIG_MESSAGE, BLOCKED_FILL, COLORS, human_bytes, legend
@@ -558,7 +559,6 @@ class _LabelLayout(Artist):
         if len(notes) > 1 and self.more.get_window_extent(renderer).width > room:
             self.more.set_text("\n".join(notes))
 
-
     def _off_span(self, own, places, renderer):
         """More places for a span's label, when its own are taken: just over and just under
         the span (however tall its lane is drawn), and wholly to the left of its start."""
@@ -612,7 +612,6 @@ def _redraw_wider(collection, spans, least):
 
 def _crosses(seg, box):
     """Whether the straight line seg ((x0, y0), (x1, y1)), in pixels, passes through box."""
-    from matplotlib.path import Path
     return Path(seg).intersects_bbox(box, filled=False) or box.contains(*seg[0]) \
         or box.contains(*seg[1])
 
@@ -727,9 +726,8 @@ def _legend_below(ax, keys, gaps):
     where = blended_transform_factory(
         offset_copy(ax.figure.transSubfigure, fig=ax.figure, x=4, units="points"),
         offset_copy(ax.transAxes, fig=ax.figure, y=-below, units="points"))
-    leg = legend(ax, keys, loc="upper left", bbox_to_anchor=(0.0, 0.0), bbox_transform=where,
-                 ncols=2, fontsize=7.5, columnspacing=1.5, handlelength=1.6)
-    return leg
+    legend(ax, keys, loc="upper left", bbox_to_anchor=(0.0, 0.0), bbox_transform=where,
+           ncols=2, fontsize=7.5, columnspacing=1.5, handlelength=1.6)
 
 
 # --- helpers --------------------------------------------------------------------------------
