@@ -426,8 +426,9 @@ class _LabelLayout(Artist):
     the renderer's pixels:
 
     * short spans (``widen``): a lock hold of 2 ms on a 3 s axis is narrower than a pixel and
-      would vanish; it is drawn MIN_PX pixels wide. Its label says its true length ("held 2 ms"),
-      shown only where the drawn width says more than the truth (``short=``).
+      would vanish; it is drawn MIN_PX pixels wide. Its label says its true length ("held lock
+      'L' 2.0 ms"), shown only where the drawn width says more than the truth (``short=``); a
+      hold over a fork is always labelled, since the fork is the lesson.
     * the "STUCK FOR GOOD" explanations (``stuck``): wrapped to their red box's real width,
       measured word by word; a smaller font only if the box's rows cannot hold it.
     * labels (``add``), most important first: each goes to the first of its places
