@@ -705,13 +705,19 @@ def _label_short_lock_waits(ax, ix, x, row, span, labels, max_labels):
         labels.unsaid += len(short)
         return
     for pid, tid, since, until in short:
-        labels.add(ax.annotate(f"waited {_duration(until - since)}", (x(since), row(pid, tid)),
-                               xytext=_RIGHT_OF_SHORT[0], textcoords="offset points",
-                               fontsize=6.5, ha="left", va="center", color=COLORS["waiting"],
-                               zorder=7, bbox=dict(boxstyle="square,pad=0.1", fc="white",
-                                                   ec="none", alpha=0.8)),
-                   3.5, _RIGHT_OF_SHORT, short=x(until) - x(since),
-                   own=(x(since), x(until), row(pid, tid) - 0.3, 0.6))
+        _label_true_length(ax, labels, f"waited {_duration(until - since)}", COLORS["waiting"],
+                           (x(since), x(until), row(pid, tid) - 0.3, 0.6))
+
+
+def _label_true_length(ax, labels, words, color, own):
+    """A short span's true length, right of its start; written only where the span (x0, x1,
+    y, height) is drawn wider than it lasted."""
+    a, b, y, h = own
+    labels.add(ax.annotate(words, (a, y + h / 2), xytext=_RIGHT_OF_SHORT[0],
+                           textcoords="offset points", fontsize=6.5, ha="left", va="center",
+                           color=color, zorder=7, bbox=dict(boxstyle="square,pad=0.1",
+                                                            fc="white", ec="none", alpha=0.8)),
+               3.5, _RIGHT_OF_SHORT, short=b - a, own=own)
 
 
 def _legend_rows(keys):
@@ -1069,12 +1075,7 @@ def _draw_blocked(ax, ix, x, row, t1, span, labels, max_labels, used):
     used.add("blocked")
     if len(short) <= max_labels:         # its true length, where the box is drawn wider
         for a, b, r, text in short:
-            labels.add(ax.annotate(text, (a, r), xytext=_RIGHT_OF_SHORT[0],
-                                   textcoords="offset points", fontsize=6.5, ha="left",
-                                   va="center", color=COLORS["blocked"], zorder=7,
-                                   bbox=dict(boxstyle="square,pad=0.1", fc="white", ec="none",
-                                             alpha=0.8)),
-                       3.5, _RIGHT_OF_SHORT, short=b - a, own=(a, b, r - 0.26, 0.52))
+            _label_true_length(ax, labels, text, COLORS["blocked"], (a, b, r - 0.26, 0.52))
     else:
         labels.unsaid += len(short)
     if len(texts) <= max_labels:
