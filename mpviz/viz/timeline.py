@@ -29,6 +29,7 @@ from matplotlib.artist import Artist
 from matplotlib.collections import LineCollection, PatchCollection
 from matplotlib.colors import to_rgba
 from matplotlib.patches import FancyArrowPatch, Rectangle
+from matplotlib.path import Path
 
 from . import state as st
 from .colors import BIG_MESSAGE, BLOCKED_FILL, COLORS, human_bytes, legend
@@ -425,8 +426,9 @@ class _LabelLayout(Artist):
     the renderer's pixels:
 
     * short spans (``widen``): a lock hold of 2 ms on a 3 s axis is narrower than a pixel and
-      would vanish; it is drawn MIN_PX pixels wide. Its label says its true length ("held 2 ms"),
-      shown only where the drawn width says more than the truth (``short=``).
+      would vanish; it is drawn MIN_PX pixels wide. Its label says its true length ("held lock
+      'L' 2.0 ms"), shown only where the drawn width says more than the truth (``short=``); a
+      hold over a fork is always labelled, since the fork is the lesson.
     * the "STUCK FOR GOOD" explanations (``stuck``): wrapped to their red box's real width,
       measured word by word; a smaller font only if the box's rows cannot hold it.
     * labels (``add``), most important first: each goes to the first of its places
@@ -558,7 +560,6 @@ class _LabelLayout(Artist):
         if len(notes) > 1 and self.more.get_window_extent(renderer).width > room:
             self.more.set_text("\n".join(notes))
 
-
     def _off_span(self, own, places, renderer):
         """More places for a span's label, when its own are taken: just over and just under
         the span (however tall its lane is drawn), and wholly to the left of its start."""
@@ -612,7 +613,6 @@ def _redraw_wider(collection, spans, least):
 
 def _crosses(seg, box):
     """Whether the straight line seg ((x0, y0), (x1, y1)), in pixels, passes through box."""
-    from matplotlib.path import Path
     return Path(seg).intersects_bbox(box, filled=False) or box.contains(*seg[0]) \
         or box.contains(*seg[1])
 
@@ -705,13 +705,19 @@ def _label_short_lock_waits(ax, ix, x, row, span, labels, max_labels):
         labels.unsaid += len(short)
         return
     for pid, tid, since, until in short:
-        labels.add(ax.annotate(f"waited {_duration(until - since)}", (x(since), row(pid, tid)),
-                               xytext=_RIGHT_OF_SHORT[0], textcoords="offset points",
-                               fontsize=6.5, ha="left", va="center", color=COLORS["waiting"],
-                               zorder=7, bbox=dict(boxstyle="square,pad=0.1", fc="white",
-                                                   ec="none", alpha=0.8)),
-                   3.5, _RIGHT_OF_SHORT, short=x(until) - x(since),
-                   own=(x(since), x(until), row(pid, tid) - 0.3, 0.6))
+        _label_true_length(ax, labels, f"waited {_duration(until - since)}", COLORS["waiting"],
+                           (x(since), x(until), row(pid, tid) - 0.3, 0.6))
+
+
+def _label_true_length(ax, labels, words, color, own):
+    """A short span's true length, right of its start; written only where the span (x0, x1,
+    y, height) is drawn wider than it lasted."""
+    a, b, y, h = own
+    labels.add(ax.annotate(words, (a, y + h / 2), xytext=_RIGHT_OF_SHORT[0],
+                           textcoords="offset points", fontsize=6.5, ha="left", va="center",
+                           color=color, zorder=7, bbox=dict(boxstyle="square,pad=0.1",
+                                                            fc="white", ec="none", alpha=0.8)),
+               3.5, _RIGHT_OF_SHORT, short=b - a, own=own)
 
 
 def _legend_rows(keys):
@@ -727,9 +733,8 @@ def _legend_below(ax, keys, gaps):
     where = blended_transform_factory(
         offset_copy(ax.figure.transSubfigure, fig=ax.figure, x=4, units="points"),
         offset_copy(ax.transAxes, fig=ax.figure, y=-below, units="points"))
-    leg = legend(ax, keys, loc="upper left", bbox_to_anchor=(0.0, 0.0), bbox_transform=where,
-                 ncols=2, fontsize=7.5, columnspacing=1.5, handlelength=1.6)
-    return leg
+    legend(ax, keys, loc="upper left", bbox_to_anchor=(0.0, 0.0), bbox_transform=where,
+           ncols=2, fontsize=7.5, columnspacing=1.5, handlelength=1.6)
 
 
 # --- helpers --------------------------------------------------------------------------------
@@ -1062,7 +1067,6 @@ def _draw_blocked(ax, ix, x, row, t1, span, labels, max_labels, used):
             texts.append((a, b, r, ("waited: " if finished else "waits: ") + words))
         else:
             short.append((a, b, r, f"waited {_duration(end - since)}"))
-    own = {(a, r): (a, b, r - 0.26, 0.52) for a, b, r, _ in texts + short}
     if not boxes:
         return
     labels.widen(ax.add_collection(PatchCollection(
@@ -1071,12 +1075,7 @@ def _draw_blocked(ax, ix, x, row, t1, span, labels, max_labels, used):
     used.add("blocked")
     if len(short) <= max_labels:         # its true length, where the box is drawn wider
         for a, b, r, text in short:
-            labels.add(ax.annotate(text, (a, r), xytext=_RIGHT_OF_SHORT[0],
-                                   textcoords="offset points", fontsize=6.5, ha="left",
-                                   va="center", color=COLORS["blocked"], zorder=7,
-                                   bbox=dict(boxstyle="square,pad=0.1", fc="white", ec="none",
-                                             alpha=0.8)),
-                       3.5, _RIGHT_OF_SHORT, short=b - a, own=own[(a, r)])
+            _label_true_length(ax, labels, text, COLORS["blocked"], (a, b, r - 0.26, 0.52))
     else:
         labels.unsaid += len(short)
     if len(texts) <= max_labels:
@@ -1090,7 +1089,7 @@ def _draw_blocked(ax, ix, x, row, t1, span, labels, max_labels, used):
                                    color=COLORS["blocked"], zorder=7,
                                    bbox=dict(boxstyle="square,pad=0.1", fc="white", ec="none",
                                              alpha=0.8)),
-                       1, _LEFT_OF_SPAN if left else _ON_SPAN, own=own[(a, r)])
+                       1, _LEFT_OF_SPAN if left else _ON_SPAN, own=(a, b, r - 0.26, 0.52))
     else:
         labels.unsaid += len(texts)
 
