@@ -459,7 +459,9 @@ def _legend_html():
                f"{COLORS['blocked']} 3px 4px);border:1px solid {COLORS['blocked']}")
     for key in ("handle", "copy", "message", "fd", "blocked", "waiting", "holding", "leak",
                 "deadlock"):
-        style = {"waiting": f"border:2px dashed {COLORS[key]}",
+        stuck = (f"background:repeating-linear-gradient(135deg,white 0 3px,{COLORS[key]} 3px 4px);"
+                 f"border:2px solid {COLORS[key]}")      # as the timeline: a frame, hatched
+        style = {"waiting": f"border:2px dashed {COLORS[key]}", "deadlock": stuck,
                  "blocked": hatched}.get(key, f"background:{COLORS[key]}")
         swatch = (f"<span style='display:inline-block;width:12px;height:12px;{style};"
                   f"margin-right:4px;vertical-align:middle'></span>")

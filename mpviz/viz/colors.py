@@ -99,6 +99,9 @@ def legend(ax, keys, **kwargs):
         if key == "waiting":
             handles.append(Patch(facecolor="white", edgecolor=COLORS[key], hatch="///",
                                  label=WORDS[key]))
+        elif key == "deadlock":          # as drawn: a crimson frame, stuck waits hatched in it
+            handles.append(Patch(facecolor="white", edgecolor=COLORS[key], hatch="///", lw=2,
+                                 label=WORDS[key]))
         elif key == "blocked":
             handles.append(Patch(facecolor=BLOCKED_FILL, edgecolor=COLORS[key], hatch="xx",
                                  label=WORDS[key]))
