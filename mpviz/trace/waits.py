@@ -140,7 +140,7 @@ def _outermost():
     Waits inside waits (``Event.wait`` calls ``Condition.wait``; ``pool.map`` calls ``get``) are
     recorded once, the outermost: a thread-local flag says "already waiting". What it costs
     (bench/bench_waits.py, bench/bench_recorder.py): docs/PERFORMANCE.md."""
-    return recorder.writer is not None and getattr(_in_wait, "on", None) is None
+    return recorder.writer is not None and _in_wait.on is None
 
 
 _py_outermost = _outermost    # where the C Writer records, messages.install_native puts
