@@ -192,3 +192,33 @@ def test_no_wait_is_recorded_inside_a_gets_wait(tmp_path, writer, kind):
     ends = [e for e in mine if e.kind == "wait.end"]
     assert len(ends) == 1 and ends[0].args["ok"] is True
     assert ends[0].ts_ns == got.ts_ns and ends[0].ts_ns - begins[0].ts_ns > 300e6
+
+
+# --- the reader's part, on events as written ----------------------------------------------------
+
+def _through_waits(events):
+    """`events` ((tid, kind, args), in order, ts = their index) as the reader's _Waits passes
+    them on."""
+    waits, out = reader._Waits(), []
+    for ts, (tid, kind, args) in enumerate(events):
+        waits.add(out, ts, 1, tid, kind, args)
+    return [(ts, tid, kind, args) for ts, _, tid, kind, args in out]
+
+
+def test_the_reader_ends_a_gets_wait_once_at_its_own_read():
+    """A get's wait ends at its thread's queue.get on its queue, not at another queue's or
+    another thread's; a wait.end the recorder wrote as well (a trace from before it left that
+    out) is dropped, so the wait does not end twice; a timed-out get's own wait.end passes."""
+    begin = {"on": "queue.get", "id": "Q1"}
+    out = _through_waits([
+        (7, "wait.begin", begin),
+        (8, "queue.get", {"queue": "Q1"}),                   # another thread's read
+        (7, "queue.get", {"queue": "Q2"}),                   # another queue's read
+        (7, "queue.get", {"queue": "Q1"}),                   # its read: the wait's end
+        (7, "wait.end", {"on": "queue.get", "id": "Q1", "ok": True}),   # an older recorder's
+        (7, "wait.begin", begin),
+        (7, "wait.end", {"on": "queue.get", "id": "Q1", "ok": False, "error": "Empty"}),
+    ])
+    ends = [(ts, tid, args["ok"]) for ts, tid, kind, args in out if kind == "wait.end"]
+    assert ends == [(3, 7, True), (6, 7, False)]
+    assert len(out) == 7                                     # 7 in, 1 written back, 1 dropped

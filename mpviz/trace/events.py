@@ -112,7 +112,8 @@ KINDS = {
         "a thread about to block (none when the wait cannot block: a get with a message to "
         "read, a put with a free place)"),
     "wait.end": Kind("on, id, ok (False: timed out or raised), error",
-                     "the same thread, when the wait returns"),
+                     "the same thread, when the wait returns; a get's wait that ends with its "
+                     "read: written by the reader, at that queue.get (reader.py, _Waits)"),
 
     # -- CUDA (cuda/ipc.py: the backends' blocks and their IPC handles) -------------------------
     "cuda.alloc": Kind("block, nbytes, device, backend", "the producer, allocating a block"),

@@ -335,7 +335,7 @@ def put_would_wait(q):
 # Writer records, install_native puts queue_hooks.c's not_in_a_wait here: a get's wait recorded
 # in C marks a C thread-local, not waits._in_wait.)
 def _not_in_a_wait():
-    return getattr(waits._in_wait, "on", None) is None
+    return waits._in_wait.on is None            # (None by default: waits._InWait)
 
 
 _py_not_in_a_wait = _not_in_a_wait

@@ -85,8 +85,9 @@ def get_wait(call, q, args, timeout):
     the queue.get's time (reader.py, ``_Waits``: the pictures get the events they always got).
     Should the get end without that event -- a timeout ran out (``Empty``), it raised before its
     read, or its message came with no event -- it records ``wait.end`` itself, as ``_recorded``
-    does; a process killed inside the get leaves its ``wait.begin`` open: drawn as waiting. (messages.py asks first whether
-    the get would wait: ``get_would_wait``; queue_hooks.c's ``record_get_wait`` is this in C.)"""
+    does; a process killed inside the get leaves its ``wait.begin`` open: drawn as waiting.
+    (messages.py asks first whether the get would wait: ``get_would_wait``; queue_hooks.c's
+    ``record_get_wait`` is this in C.)"""
     w, qid = recorder.writer, _queue_id(q)
     begin = {"on": "queue.get", "id": qid}
     if timeout is not None:
@@ -114,7 +115,7 @@ def get_wait(call, q, args, timeout):
 def _still_open(qid):
     """Whether this thread's get's wait on `qid` is still open (no queue.get ended it); it is
     closed now either way."""
-    still, _in_wait.get = getattr(_in_wait, "get", None) == qid, None
+    still, _in_wait.get = _in_wait.get == qid, None     # (None by default: _InWait)
     return still
 
 
@@ -122,8 +123,8 @@ def got(qid):
     """This thread has just recorded a ``queue.get`` on `qid`: if its get's wait on `qid` is
     open, that event ended it (see get_wait). (messages.py calls this after each queue.get it
     records while the Python Writer records; where the C Writer records, queue_hooks.c's Tap
-    does the same in C, and messages.install_native puts its ``got`` here.)"""
-    if getattr(_in_wait, "get", None) == qid:
+    does the same in C, and messages.install_native puts the C ``got`` in messages.got.)"""
+    if _in_wait.get == qid:
         _in_wait.get = None
 
 
@@ -139,7 +140,7 @@ def _outermost():
     Waits inside waits (``Event.wait`` calls ``Condition.wait``; ``pool.map`` calls ``get``) are
     recorded once, the outermost: a thread-local flag says "already waiting". What it costs
     (bench/bench_waits.py, bench/bench_recorder.py): docs/PERFORMANCE.md."""
-    return recorder.writer is not None and getattr(_in_wait, "on", None) is None
+    return recorder.writer is not None and _in_wait.on is None
 
 
 _py_outermost = _outermost    # where the C Writer records, messages.install_native puts
