@@ -297,18 +297,6 @@ def in_huge_namespace(mode, argv):
                          "or leave --huge out.") from None
 
 
-def _without_huge(argv):
-    out, skip = [], False
-    for a in argv:
-        if skip or a.startswith("--huge="):
-            skip = False
-        elif a == "--huge":
-            skip = True
-        else:
-            out.append(a)
-    return out
-
-
 def dev_shm_mount():
     """The options /dev/shm is mounted with here (the last mount of it wins), e.g. 'huge=within_size'."""
     with open("/proc/self/mounts") as f:
@@ -326,13 +314,15 @@ def main(argv=None):
     ap.add_argument("--huge", choices=["never", "always", "within_size", "advise"],
                     help="run in a private mount namespace whose /dev/shm is a tmpfs mounted huge=MODE "
                          "(root only; the machine's /dev/shm is not changed)")
-    argv = sys.argv[1:] if argv is None else list(argv)
     args = ap.parse_args(argv)
     if args.driver:
         drive(args.driver)
         return 0
     if args.huge:
-        return in_huge_namespace(args.huge, _without_huge(argv))   # the same arguments, inside
+        inside = ["--rounds", str(args.rounds), "--sizes", args.sizes]   # the same run, inside
+        if args.json:
+            inside += ["--json", os.path.abspath(args.json)]   # (it runs in ROOT)
+        return in_huge_namespace(args.huge, inside)
     sizes = [parse_size(s) for s in args.sizes.split(",")]
     bad = [human(s) for s in sizes if s not in BATCH]
     if bad:

@@ -99,7 +99,7 @@ def withdraw(token):
     st = _state
     with st.lock:
         offered = st.offers.pop(token, None)
-    if offered is not None and recorder.ENABLED:   # (its fd.offer was recorded: it ends here)
+    if offered is not None and recorder.ENABLED:   # its fd.offer ends here, on no later message
         recorder.emit("fd.withdraw", name=offered._segment.name, token=token)
 
 

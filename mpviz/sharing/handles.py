@@ -6,6 +6,7 @@ in this process, so that the memory waits for its receiver (see ``reductions.sto
     file_system      one count in the segment's header          (segment.incref)
     file_descriptor  one count, and one fd offer on this        (segment.incref,
                      process's fd server                         fd_passing.offer)
+    a CUDA block     one count in its slot, one send            (mpviz.cuda.ipc.share)
 
 The receiver takes them over when it unpickles. But a message can fail half-way:
 ``conn.send((t, lambda: 0))`` shares ``t`` and makes its handle, then fails on the lambda. Its
@@ -17,12 +18,11 @@ took (:func:`note_taken`); a pickling that raises gives all of it back before th
 (:func:`dumps_or_give_back`). A pickle made inside another is a message of its own: its scope
 gives back only what it took itself (once made, its bytes may travel on their own).
 
-One place opens the scope for every road that ``multiprocessing`` pickles on:
-``ForkingPickler.dump`` (:func:`install`). Both ``ForkingPickler.dumps`` -- what
-``Connection.send`` (a ``Pipe``, Pool tasks) and ``SimpleQueue.put`` (Pool results) call -- and
-``multiprocessing.reduction.dump`` -- Process arguments under spawn and forkserver -- make a
-ForkingPickler and call its ``dump``. mpviz's own ``Queue`` pickles with a pickler of its own
-(``_codec.py``) and opens the scope itself, saying which pipe the bytes will take.
+One place opens the scope for every road ``multiprocessing`` pickles on: ``ForkingPickler.dump``
+(:func:`install`). ``ForkingPickler.dumps`` (``Connection.send``: a ``Pipe``, Pool tasks;
+``SimpleQueue.put``: Pool results) and ``reduction.dump`` (Process arguments under spawn and
+forkserver) both call it. mpviz's own ``Queue`` pickles with a pickler of its own (``_codec.py``)
+and opens the scope itself, saying which pipe the bytes will take.
 """
 import pickle
 import threading
@@ -32,17 +32,18 @@ from . import fd_passing
 
 _scope = threading.local()
 # While a message is pickled in this thread, _scope.message is a list: first the queue pipe its
-# bytes will take (an inode; None: not a queue of mpviz's), then (segment, fd offer token) for
+# bytes will take (an inode; None: not a queue of mpviz's), then (taken, fd offer token) for
 # each handle made so far. One list, so that opening a scope costs one store (every pickling
 # that multiprocessing does opens one: see the bottom of this module).
 
 
-def note_taken(segment, token):
-    """A handle to `segment` was just made in this thread: it took one count and, under
-    ``file_descriptor``, the fd offer `token` (None under ``file_system``)."""
+def note_taken(taken, token):
+    """A handle was just made in this thread: it took one count -- `taken`, whose ``decref()``
+    gives it back (a shared segment, or a CUDA block's ``ipc._Taken``) -- and, under
+    ``file_descriptor``, the fd offer `token` (None otherwise)."""
     message = _scope.__dict__.get("message")
     if message is not None:
-        message.append((segment, token))
+        message.append((taken, token))
 
 
 def channel():
@@ -70,10 +71,10 @@ def dumps_or_give_back(dumps, obj, channel=None):
 def give_back(message):
     """Undo the handles of a message that will never travel: withdraw each fd offer, give
     each count back."""
-    for segment, token in reversed(message[1:]):
+    for taken, token in reversed(message[1:]):
         if token is not None:
             fd_passing.withdraw(token)
-        segment.decref()
+        taken.decref()
     del message[1:]
 
 

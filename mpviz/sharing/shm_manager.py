@@ -90,8 +90,8 @@ class _Client:
     and tells the manager the new number of counted ones at every change — ``HOLD name N`` — or
     ``DROP name`` once we map it no more. The manager adds that N to its dead counts if we die.
 
-    A line per message, unanswered: ``GROUP g`` (first: my process group), ``HOLD name 1`` (I
-    map it, counted), ``HOLD name 0`` (I map it, counted out: a kept mapping), ``HOLD name`` (a
+    A line per message, unanswered: ``GROUP g`` (first: my process group), ``HOLD name 1`` (I map
+    it, counted), ``HOLD name 0`` (I map it, counted out: a kept mapping), ``HOLD name`` (a
     simulated CUDA block), ``DROP``, ``UNLINKED`` -- sent when a process maps or unmaps, not per
     tensor; a holder says it before it gives its count back (a kill in between errs towards
     keeping).
