@@ -37,7 +37,7 @@ from .figure import Figure
 from ..trace.trace import Trace
 
 _MIN_SQUEEZE_NS = 20_000_000  # only stretches of 20 ms or more are squeezed
-_BINS = 700                   # a tick column per 1-2 pixels of the lanes (~870 px of a 10-inch figure)
+_BINS = 700                   # a tick column per 1-2 px of the lanes (~870 px at 10 in)
 
 
 def timeline(trace, ax=None, at=None, title=None, max_arrows=300, max_labels=24,
