@@ -86,6 +86,8 @@ def _map_panel(trace, at):
 
 def summary(trace):
     """The run in words: processes, messages (handles vs copies), segments, deadlocks."""
+    from mpviz.trace.trace import UNKNOWN
+
     from .state import _index, torch_not_recorded
     st = state_at(trace)
     flows = trace.flows()
@@ -95,7 +97,10 @@ def summary(trace):
     carried = [handles[f.put.args["msg"]] for f in flows if f.put.args.get("msg") in handles]
     ran = [p for p in trace.processes() if p.how not in ("launcher", "watchdog")]  # not mpviz's
     # where torch's sharing could not be seen, its counts are unknown: never say "0" for them
+    notes = list(getattr(trace, "notes", ()))
     blind = " (torch's: unknown, NOT recorded)" if torch_not_recorded(trace) else ""
+    if not blind and any(UNKNOWN in n for n in notes):     # a part of the run is missing
+        blind = " + unknown (NOT RECORDED below)"
     lines = [f"{len(ran)} processes, {len(trace.events)} events",
              f"{len(flows)} messages: {len(carried)} carried shared-memory handles{blind} "
              f"({sum(carried)} in all, as their senders counted them); "
@@ -105,8 +110,8 @@ def summary(trace):
              + (f"; maybe in flight in a queue (not got yet): "
                 f"{sum(s.status == 'in flight?' for s in segs)}"
                 if any(s.status == "in flight?" for s in segs) else "")]
-    lines += _torch_lines(trace)
-    lines += [f"NOT RECORDED: {line}" for line in getattr(trace, "notes", ())
+    lines += _torch_lines(trace) + _heap_lines(trace)
+    lines += [f"NOT RECORDED: {line}" for line in notes
               if "torch's shared memory" not in line]          # (torch's: said just above)
     lines += [f"STUCK: {d.reason}" for d in deadlocks(trace)]
     return "\n".join(lines)
@@ -125,3 +130,16 @@ def _torch_lines(trace):
     nbytes = human_bytes(sum(e.args["nbytes"] for e in made))
     return [f"torch: {len(made)} segments made ({nbytes}), {len(fds)} fds handed over, "
             f"{len(hits)} receive-cache hits; when torch unmaps or unlinks a segment is not seen"]
+
+
+def _heap_lines(trace):
+    """sharedctypes (Value, Array): the stdlib heap's arenas, and who mapped them."""
+    made = [e for e in trace.of_kind("shm.create") if e.args.get("via") == "multiprocessing.heap"]
+    if not made:
+        return []
+    names = {e.args.get("name") for e in made}
+    mappers = {e.pid for e in trace.of_kind("shm.create", "shm.attach")
+               if e.args.get("name") in names}
+    nbytes = human_bytes(sum(e.args.get("nbytes") or 0 for e in made))
+    return [f"sharedctypes (Value, Array): {len(made)} heap arena{'s' * (len(made) > 1)} "
+            f"({nbytes}) in shared memory, mapped by {len(mappers)} processes"]

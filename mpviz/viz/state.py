@@ -766,7 +766,9 @@ def _number_channels(flows):
     names, counts = {}, {}
     for f in flows:
         ch = f.channel
-        if ch is not None and ch not in names:
+        if str(ch).startswith("args-"):       # a Process's arguments (hooks._process_start)
+            names[ch] = f"the arguments of pid {ch[5:]}"
+        elif ch is not None and ch not in names:
             kind = "Pipe" if f.put.kind == "pipe.send" else "Queue"
             counts[kind] = counts.get(kind, 0) + 1
             names[ch] = f"{kind} {counts[kind]}"
