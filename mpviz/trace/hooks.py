@@ -47,7 +47,7 @@ import time
 
 from multiprocessing import heap, process, reduction, spawn, util
 
-from . import locks, messages, recorder, waits
+from . import frames, locks, messages, recorder, waits
 from ..stepper import gate as _gate
 
 TRACE_KEY = "mpviz_trace"               # our key in the spawn preparation data
@@ -308,6 +308,7 @@ def install(threading_locks=False):
     messages.install_native()                # the per-message hooks in C, where they can be
     messages.hook_mpviz_queues()             # mpviz's own Queue, if imported (see there)
     _install_heap()                          # sharedctypes (kept: each call checks ENABLED)
+    frames.install()                         # our frames out of the tracebacks it prints
     if threading_locks:
         _patch(locks.THREADING_PATCHES)
     if fresh and not _booted:
@@ -318,6 +319,7 @@ def uninstall():
     """Put the stdlib back as it was (not in a booted child: its hooks stay for good)."""
     if _booted:
         return
+    frames.uninstall()
     while _installed:
         owner, attr, store, key = _installed.pop()
         setattr(owner, attr, store.pop(key))

@@ -448,11 +448,8 @@ def _save_with_notes(fig, notes, path):
     if not notes:
         fig.savefig(path)
         return
-    import textwrap
-    lines = [textwrap.shorten(f"NOT RECORDED: {n}", 220) for n in notes[:5]]
-    if len(notes) > 5:
-        lines.append(f"... and {len(notes) - 5} more (mpviz.trace.load(DIR).notes)")
-    fig.text(0.01, 0.0, "\n".join(lines), color="#b00000", fontsize=8, va="top", ha="left")
+    from mpviz.viz import notes_under
+    notes_under(fig, notes)
     fig.savefig(path, bbox_inches="tight")
 
 

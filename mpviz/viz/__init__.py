@@ -57,6 +57,7 @@ def plot(obj, at=None):
         for draw, sub in zip(panels, bottom.subfigures(1, len(panels)) if len(panels) > 1
                              else [bottom]):
             draw(sub.add_subplot())
+    notes_under(fig, getattr(trace, "notes", ()))
     if hasattr(obj, "outcome"):
         title = f"{getattr(obj, 'name', '') or 'run'}: {str(obj.outcome).upper()}"
         words = " ".join(str(obj.explanation or "").split())
@@ -64,6 +65,19 @@ def plot(obj, at=None):
         fig.suptitle("\n".join([title] + lines), x=0.01, ha="left", fontsize=10,
                      linespacing=1.4)
     return fig
+
+
+def notes_under(fig, notes, most=5):
+    """Under `fig`, in red, what could not be recorded (``Trace.notes``): a picture is believed,
+    so one that is missing something says so on itself, not only on the terminal. (Saved with
+    ``bbox_inches="tight"``, as a notebook shows it, the lines are inside the image.)"""
+    import textwrap
+    if not notes:
+        return
+    lines = [textwrap.shorten(f"NOT RECORDED: {n}", 220) for n in notes[:most]]
+    if len(notes) > most:
+        lines.append(f"... and {len(notes) - most} more (mpviz.trace.load(DIR).notes)")
+    fig.text(0.01, 0.0, "\n".join(lines), color="#b00000", fontsize=8, va="top", ha="left")
 
 
 def _map_panel(trace, at):
