@@ -78,9 +78,9 @@ KINDS = {
         "name, strategy, nbytes, kept (revived from the cache), how ('fork': inherited), "
         "via ('multiprocessing.heap': a sharedctypes arena), torch",
         "a process that maps a segment it did not make"),
-    "shm.detach": Kind("name, strategy, nbytes, how ('/proc/self/maps': torch's unmap, read "
-                       "there), torch", "a process that unmaps a segment (torch_hooks.py: "
-                       "one whose /proc/self/maps no longer lists it)"),
+    "shm.detach": Kind("name, strategy, nbytes, how (torch's unmap, unseen: 'storage freed' "
+                       "or '/proc/self/maps'), torch", "a process that unmaps a segment "
+                       "(torch_hooks.py: found freed, or gone from /proc/self/maps)"),
     "shm.unlink": Kind(
         "name, strategy, by (refcount / producer / shm manager)",
         "whoever removes the name: the last count (file_system), the CUDA producer's counts, "

@@ -23,12 +23,13 @@ the name at once and keeps the fd). What is *not* seen: when torch unmaps a segm
 manager unlinks it (C++ with no Python on the way), so a torch segment is never drawn as leaked
 or freed by us; the pictures say "unlink not seen (torch)".
 
-The unmaps are *read* instead, from what Linux says (``_look_at_maps``): each process keeps the
-names of the torch segments it mapped, and after every 8 more (or 0.2 s after its last look, at
-its next torch event; and when it leaves ``_bootstrap``) reads /proc/self/maps. A segment gone
-from there was unmapped by torch since: ``shm.detach`` (how="/proc/self/maps"). So the memory
-map counts what was really mapped, to within the 8 not looked at yet -- not every segment the
-run ever made (a loop that sends 10,000 tensors maps a few dozen at a time, not 10,000).
+The unmaps are *looked for* instead: each process keeps the torch segments it mapped, with a
+weak reference to the storage that maps each, and after every 8 more it looks: a storage torch
+has freed is unmapped (``shm.detach`` how="storage freed"); at most once a second, and when the
+process leaves ``_bootstrap``, it reads what Linux says, /proc/self/maps, and a segment gone from
+there is unmapped too (how="/proc/self/maps"; the segments a fork inherited have no storage to
+ask). So the memory map counts what was really mapped, to within the 8 not looked at yet -- not
+every segment the run ever made (a loop that sends 10,000 tensors maps a few at a time).
 """
 import functools
 import hashlib
@@ -45,9 +46,10 @@ _disabled = None                  # why recording torch's sharing stopped, or No
 _sizes = {}                       # segment name -> nbytes, for segments this process knows
 _managers = set()                 # torch_shm_manager socket paths seen by this process
 _here = threading.local()         # .handle: (name, strategy, nbytes) of the last share call
-_mine = {}                        # name -> strategy: torch segments this process maps (we think)
-_looked = [0, 0.0]                # segments added since the last look at /proc/self/maps; when
-LOOK_EVERY, LOOK_AFTER_S = 8, 0.2
+_mine = {}                        # name -> (strategy, StorageWeakRef or None): torch segments
+                                  # this process maps, as far as we know
+_looked = [0, 0.0]                # segments mapped since the last look; when /proc was last read
+LOOK_EVERY, READ_MAPS_EVERY_S = 8, 1.0
 _orig = {}
 
 
@@ -293,7 +295,7 @@ def _shared(storage, strategy, handle, nbytes, was_shared):
     _here.handle = (name, strategy, nbytes)
     if not was_shared:                           # the bytes moved: a new segment, one copy
         _sizes[name] = nbytes
-        _mapped_now(name, strategy)
+        _mapped_now(name, strategy, storage)
         via = "reduce_storage" if getattr(_here, "reducing", False) else "share_memory_"
         recorder.emit("shm.create", name=name, strategy=strategy, nbytes=nbytes, via=via,
                       torch=True)
@@ -322,7 +324,7 @@ def _created_shared(storage):
         fd, nbytes = _orig["_share_fd_cpu_"](storage)
         name, strategy = _fd_name(fd), "file_descriptor"
     _sizes[name] = nbytes
-    _mapped_now(name, strategy)
+    _mapped_now(name, strategy, storage)
     recorder.emit("shm.create", name=name, strategy=strategy, nbytes=nbytes, via="_new_shared",
                   torch=True)
     from torch.utils.data import get_worker_info
@@ -477,7 +479,7 @@ def _mapped(name, strategy, storage, hit):
                       torch=True)
     else:
         _sizes[name] = nbytes
-        _mapped_now(name, strategy)
+        _mapped_now(name, strategy, storage)
         recorder.emit("shm.attach", name=name, strategy=strategy, nbytes=nbytes, torch=True)
     from . import hooks
     hooks.received_at_start()      # a spawned child unpickling its arguments: one handle more
@@ -570,20 +572,38 @@ def _scan_maps():
             if name in seen:
                 continue
             seen.add(name)
-            _mine[name] = "file_descriptor" if deleted else "file_system"
+            _mine[name] = ("file_descriptor" if deleted else "file_system", None)
             lo, hi = (int(x, 16) for x in line.split(None, 1)[0].split("-"))
             recorder.emit("shm.attach", name=name, how="fork", torch=True,
                           strategy="file_descriptor" if deleted else "file_system",
                           nbytes=_sizes.get(name, hi - lo))
 
 
-def _mapped_now(name, strategy):
-    """This process maps torch segment `name` now; look at /proc/self/maps when it is time."""
+def _mapped_now(name, strategy, storage=None):
+    """This process maps torch segment `name` now (through `storage`); every LOOK_EVERY such
+    (more when it maps many at once: the look is then as cheap per segment), look which of them
+    torch has let go of."""
     import time
-    _mine[name] = strategy
+
+    from torch.multiprocessing.reductions import StorageWeakRef
+    _mine[name] = (strategy, StorageWeakRef(storage) if storage is not None else None)
     _looked[0] += 1
-    if _looked[0] >= LOOK_EVERY or time.monotonic() - _looked[1] >= LOOK_AFTER_S:
-        _look_at_maps()
+    if _looked[0] >= max(LOOK_EVERY, len(_mine) // 4):
+        _looked[0] = 0
+        if time.monotonic() - _looked[1] >= READ_MAPS_EVERY_S:
+            _look_at_maps()
+        else:
+            _sweep_freed()
+
+
+def _sweep_freed():
+    """A segment whose storage torch has freed is unmapped (torch unmaps as it frees, in C++):
+    its ``shm.detach`` now. (A weak reference to torch's storage: ~0.5 us to ask, where reading
+    /proc/self/maps costs ~0.5 ms; /proc is read too, every READ_MAPS_EVERY_S, as the truth.)"""
+    for name in [n for n, (_, ref) in _mine.items() if ref is not None and ref.expired()]:
+        strategy, _ = _mine.pop(name)
+        recorder.emit("shm.detach", name=name, strategy=strategy, nbytes=_sizes.get(name),
+                      how="storage freed", torch=True)
 
 
 def _look_at_maps():
@@ -600,7 +620,8 @@ def _look_at_maps():
             if at != -1:
                 there.add(line[at + 8:].rstrip("\n").removesuffix(" (deleted)"))
     for name in [n for n in _mine if n not in there]:
-        recorder.emit("shm.detach", name=name, strategy=_mine.pop(name), nbytes=_sizes.get(name),
+        strategy, _ = _mine.pop(name)
+        recorder.emit("shm.detach", name=name, strategy=strategy, nbytes=_sizes.get(name),
                       how="/proc/self/maps", torch=True)
 
 

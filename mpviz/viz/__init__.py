@@ -143,7 +143,8 @@ def _torch_lines(trace):
     hits = [e for e in trace.of_kind("shm.cache") if e.args.get("torch") and e.args.get("hit")]
     nbytes = human_bytes(sum(e.args["nbytes"] for e in made))
     return [f"torch: {len(made)} segments made ({nbytes}), {len(fds)} fds handed over, "
-            f"{len(hits)} receive-cache hits; when torch unmaps or unlinks a segment is not seen"]
+            f"{len(hits)} receive-cache hits; torch's unmaps are read from /proc/PID/maps (a few "
+            f"segments behind at most), its unlinks are not seen"]
 
 
 def _heap_lines(trace):

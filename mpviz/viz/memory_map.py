@@ -38,8 +38,10 @@ def memory_map(trace, at=None, ax=None, check_os=False, max_segments=30, title=N
     """Draw processes × shared-memory segments at instant `at` (None: the end); return the Figure.
 
     * Real torch's segments: their creation and mapping are seen (torch_hooks.py), their unmap
-      is not (torch frees a storage in C++). A cell says "mapped it (unmap not seen)", never
-      "maps it", and the fate "in use, unless torch has let go".
+      is not (torch frees a storage in C++) -- it is read from /proc/PID/maps instead, every few
+      segments a process maps, so a segment can still be drawn mapped a little after torch let
+      go of it. A cell says "mapped it (unmap not seen)", never "maps it", and the fate "in
+      use, unless torch has let go".
     * Nobody maps it is not always lost: a handle to it may still be **in flight** in a queue, and
       arrive later (a producer put a tensor and exited). From the trace alone, a ``file_system``
       segment nobody maps while a message put by one of its holders has not been got yet is drawn
