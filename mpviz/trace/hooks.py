@@ -20,22 +20,7 @@ How each kind of child starts recording, with no change to user code::
                  stopped, so the next Process starts a fresh one.
     exec'd       ``python -m mpviz trace``: a sitecustomize on PYTHONPATH calls boot() in every
     programs     Python process, which records when MPVIZ_TRACE_DIR is set (autostart/).
-
-Two more things cross into a child without a Queue, and are recorded here too:
-
-* **A Process's arguments.** Under spawn/forkserver the parent pickles the whole Process object
-  (target, args) into the pipe that starts the child. A handle pickled there (a torch tensor's
-  fd, a sharedctypes arena) is a message like any other: the parent records ``pipe.send`` on the
-  pipe ``args-<child pid>`` with the number of handles, the child ``pipe.recv`` once it has
-  unpickled them -- so the picture draws the arrow (mnist_hogwild's model reaching its workers).
-  Under fork nothing is pickled: the child inherits the mappings (``shm.attach how="fork"``).
-* **sharedctypes** (``Value``, ``Array``, ``RawArray``, a ``Lock``-less ``Value``...). They live in
-  the stdlib heap's *arenas* (multiprocessing/heap.py): each arena is one file in /dev/shm,
-  unlinked at once and kept by its fd, mmapped -- a ``file_descriptor`` segment in our words,
-  named by its file (``/pym-<pid>-<rand>``). ``Arena.__init__`` records ``shm.create`` (a new
-  arena) or ``shm.attach`` (one rebuilt from a pickled fd in a spawned child); a forked child
-  records ``shm.attach how="fork"`` for each arena it inherits. Not seen: the unmap when an
-  arena is garbage-collected (rare before exit; an ended process maps nothing).
+A Process's pickled arguments and sharedctypes' arenas cross too: see their sections below.
 
 Adapted from VizTracer's patch.py (spawnv_passfds rewriting); left out: Windows.
 """
@@ -58,6 +43,13 @@ _role = None                             # "forkserver" in a fork server and its
 
 
 # --- processes, seen from the parent ------------------------------------------------------
+#
+# A Process's arguments: under spawn/forkserver the parent pickles the whole Process object
+# (target, args) into the pipe that starts the child. A handle pickled there (a torch tensor's
+# fd, a sharedctypes arena) is a message like any other: the parent records ``pipe.send`` on the
+# pipe ``args-<child pid>`` with the number of handles, the child ``pipe.recv`` once it has
+# unpickled them -- so the picture draws the arrow (mnist_hogwild's model reaching its workers).
+# Under fork nothing is pickled: the child inherits the mappings (``shm.attach how="fork"``).
 
 def _process_start(self):
     if _gate.pause: _gate.pause("process.start", None, name=self.name)  # stepped: stepper/gate.py
@@ -212,6 +204,14 @@ def _prepare(data):
 
 
 # --- sharedctypes: the stdlib heap's arenas ----------------------------------------------------
+#
+# ``Value``, ``Array``, ``RawArray`` live in the stdlib heap's *arenas* (multiprocessing/heap.py):
+# each arena is one file in /dev/shm, unlinked at once and kept by its fd, mmapped -- a
+# ``file_descriptor`` segment in our words, named by its file (``/pym-<pid>-<rand>``).
+# ``Arena.__init__`` records ``shm.create`` (a new arena) or ``shm.attach`` (one rebuilt from a
+# pickled fd in a spawned child); a forked child records ``shm.attach how="fork"`` for each arena
+# it inherits. Not seen: the unmap when an arena is garbage-collected (rare before exit; an ended
+# process maps nothing).
 
 def _arena_init(self, size, fd=-1):
     _orig["Arena.__init__"](self, size, fd)

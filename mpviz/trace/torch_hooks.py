@@ -19,17 +19,9 @@ process boundary goes through (torch/multiprocessing/reductions.py, torch/storag
 
 Every event says ``torch=True``. Names are torch's own: ``/torch_<pid>_<rand>_<n>``, the name
 /proc/PID/maps shows under /dev/shm (file_descriptor segments show it "(deleted)": torch unlinks
-the name at once and keeps the fd). What is *not* seen: when torch unmaps a segment or the
-manager unlinks it (C++ with no Python on the way), so a torch segment is never drawn as leaked
-or freed by us; the pictures say "unlink not seen (torch)".
-
-The unmaps are *looked for* instead: each process keeps the torch segments it mapped, with a
-weak reference to the storage that maps each, and after every 8 more it looks: a storage torch
-has freed is unmapped (``shm.detach`` how="storage freed"); at most once a second, and when the
-process leaves ``_bootstrap``, it reads what Linux says, /proc/self/maps, and a segment gone from
-there is unmapped too (how="/proc/self/maps"; the segments a fork inherited have no storage to
-ask). So the memory map counts what was really mapped, to within the 8 not looked at yet -- not
-every segment the run ever made (a loop that sends 10,000 tensors maps a few at a time).
+the name at once and keeps the fd). What is *not* seen: when torch unmaps a segment (looked for
+instead: ``_mapped_now``) or the manager unlinks it (C++ with no Python on the way), so a torch
+segment is never drawn as leaked or freed by us; the pictures say "unlink not seen (torch)".
 """
 import functools
 import hashlib
@@ -578,6 +570,16 @@ def _scan_maps():
                           strategy="file_descriptor" if deleted else "file_system",
                           nbytes=_sizes.get(name, hi - lo))
 
+
+# --- torch's unmaps, looked for -----------------------------------------------------------------
+#
+# Each process keeps the torch segments it mapped, with a weak reference to the storage that maps
+# each, and after every 8 more it looks: a storage torch has freed is unmapped (``shm.detach``
+# how="storage freed"); at most once a second, and when the process leaves ``_bootstrap``, it
+# reads what Linux says, /proc/self/maps, and a segment gone from there is unmapped too
+# (how="/proc/self/maps"; the segments a fork inherited have no storage to ask). So the memory
+# map counts what was really mapped, to within the 8 not looked at yet -- not every segment the
+# run ever made (a loop that sends 10,000 tensors maps a few at a time).
 
 def _mapped_now(name, strategy, storage=None):
     """This process maps torch segment `name` now (through `storage`); every LOOK_EVERY such
