@@ -6,9 +6,8 @@ with ``python -I``, one that starts torch.distributed) and is run as a user runs
 ``python -m mpviz trace -o DIR -- python prog.py``. All of them are started at once by the first
 test that needs one (torch's import costs ~2 s of CPU a process, and they mostly wait).
 """
-import os
+import json
 import re
-import subprocess
 import sys
 import textwrap
 
@@ -16,8 +15,8 @@ import pytest
 
 import mpviz.trace as mt
 import mpviz.viz as viz
+from test_trace_torch import _Run as _Background   # (a program in the background)
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SETUP_TIMEOUT = 240
 
 SHAREDCTYPES = textwrap.dedent("""
@@ -155,30 +154,24 @@ DISTRIBUTED = textwrap.dedent("""
 """)
 
 
-class _Run:
+class _Run(_Background):
     """`python -m mpviz trace -o tmp/trace [options] -- python [python_args] prog.py [args]`,
-    started in the background; ``done()`` waits and keeps its status and output."""
+    started in the background; ``done()`` (test_trace_torch's) waits and keeps its output."""
 
     def __init__(self, tmp, source, *args, options=(), python_args=()):
-        self.tmp = tmp
         (tmp / "prog.py").write_text(source)
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "mpviz", "trace", "-o", str(tmp / "trace"), *options, "--",
-             sys.executable, *python_args, "prog.py", *args],
-            cwd=tmp, env=dict(os.environ, PYTHONPATH=ROOT), stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE, text=True)
-
-    def done(self, timeout):
-        try:
-            self.stdout, self.stderr = self.proc.communicate(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.stdout, self.stderr = self.proc.communicate()
-        return self
+        super().__init__(tmp, [sys.executable, "-m", "mpviz", "trace", "-o", str(tmp / "trace"),
+                               *options, "--", sys.executable, *python_args, "prog.py", *args])
 
     def trace(self):
         assert self.proc.returncode == 0, self.stderr
         return mt.load(self.tmp / "trace")
+
+
+def _program(trace):
+    """The pid of the program the launcher ran."""
+    (program,) = [p.pid for p in trace.processes() if p.how == "exec"]
+    return program
 
 
 @pytest.fixture(scope="module")
@@ -199,7 +192,9 @@ def runs(tmp_path_factory):
         "isolated": _Run(tmp("iso"), QUEUE, python_args=("-I",)),
         "distributed": _Run(tmp("dist"), DISTRIBUTED, str(store)),
     }
-    return {name: run.done(SETUP_TIMEOUT - 30) for name, run in started.items()}
+    for run in started.values():
+        run.done(SETUP_TIMEOUT - 30)
+    return started
 
 
 @pytest.mark.timeout(SETUP_TIMEOUT)
@@ -208,7 +203,7 @@ def test_sharedctypes_values_and_arrays_are_segments_with_sizes_and_mappers(runs
     run = runs[f"sharedctypes {method}"]
     trace = run.trace()
     assert run.stdout.strip() == "4 [0.0, 1.0, 4.0, 9.0]"
-    (program,) = [p.pid for p in trace.processes() if p.how == "exec"]
+    program = _program(trace)
     children = {p.pid for p in trace.processes() if p.ppid == program and p.how == method}
     assert len(children) == 4
     # Value("i") and Array("d", 4) live in one arena of the stdlib's heap: one page
@@ -246,7 +241,7 @@ def test_a_dataloader_workers_collate_is_a_copy_into_shared_memory(runs):
 @pytest.mark.timeout(SETUP_TIMEOUT)
 def test_the_hogwild_model_reaches_each_worker_as_an_arrow(runs):
     trace = runs["hogwild"].trace()
-    (program,) = [p.pid for p in trace.processes() if p.how == "exec"]
+    program = _program(trace)
     workers = {p.pid for p in trace.processes() if p.ppid == program and p.how == "spawn"}
     arrows = [f for f in trace.flows() if str(f.channel).startswith("args-")]
     assert len(workers) == 2 and {(f.put.pid, f.get.pid) for f in arrows} == \
@@ -262,11 +257,10 @@ def test_the_hogwild_model_reaches_each_worker_as_an_arrow(runs):
 
 @pytest.mark.timeout(SETUP_TIMEOUT)
 def test_the_memory_map_counts_what_proc_says_was_mapped_not_every_segment_ever_made(runs):
-    import json
     run = runs["churn"]
     trace = run.trace()
     seen = json.loads((run.tmp / "seen.json").read_text())
-    (program,) = [p.pid for p in trace.processes() if p.how == "exec"]
+    program = _program(trace)
     from mpviz.viz import state as st
     ix = st._index(trace)
     most = {program: 0, seen["consumer_pid"]: 0}
@@ -307,7 +301,7 @@ def test_torch_distributed_is_a_not_recorded_line(runs):
     run = runs["distributed"]
     trace = run.trace()
     assert run.stdout.strip() == "[1.0, 1.0, 1.0, 1.0]"
-    (program,) = [p.pid for p in trace.processes() if p.how == "exec"]
+    program = _program(trace)
     line = (f"pid {program}: torch.distributed: init_process_group(backend='gloo') started a "
             f"process group; mpviz does not hook torch.distributed")
     assert f"NOT RECORDED: {line}" in run.stderr, run.stderr

@@ -300,6 +300,8 @@ class _Index:
         self.lock_names = {}           # lock id -> the variable name a waiter used for it
         self.dataloader_workers = {}   # pid -> worker_id, from real torch's DataLoader
         self.torch_segments = set()    # names of real torch's segments (their unlink is unseen)
+        self.unmap_unseen = set()      # names of segments unmapped unseen: torch's, and the
+                                       # stdlib heap's arenas (sharedctypes: hooks.py)
         self.torch_unseen = []         # (pid, why) where torch's sharing was NOT recorded
         self.fd_messages = {}          # an fd hand-over (_fd_key) -> the message it serves
         tokens = {}                    # (pid, tid) -> fd hand-overs waiting for their message
@@ -352,6 +354,8 @@ class _Index:
                 self.forker[e.args.get("child")] = (e.pid, e.tid, e.ts_ns)
             elif k in _SHM_KINDS:
                 self.shm.append(e)
+                if e.args.get("via") == "multiprocessing.heap" or e.args.get("torch"):
+                    self.unmap_unseen.add(e.args.get("name"))
             elif k == "lock.wait":
                 open_waits[(e.args["lock"], e.pid, e.tid)] = e.ts_ns
                 if e.args.get("name"):
@@ -653,9 +657,10 @@ class _Index:
         for s in order:
             mapped = tuple(p for p, n in s["maps"].items() if n > 0 and self.alive(p, t))
             died = tuple(p for p, n in s["maps"].items() if n > 0 and not self.alive(p, t)
-                         and (s["name"] not in self.torch_segments or self.procs[p].signal))
-            # (torch unmaps in C++, unseen: a torch segment's holder that ended by itself let go
-            # at its exit; only one killed by a signal is said to have died holding it)
+                         and (s["name"] not in self.unmap_unseen or self.procs[p].signal))
+            # (torch unmaps in C++, a heap arena when it is collected, both unseen: a holder of
+            # one that ended by itself let go at its exit; only one killed by a signal is said
+            # to have died holding it)
             named = s["strategy"] in ("file_system", None) or str(s["name"]).startswith(
                 ("/mpviz_fs", "mpviz_fs"))
             if mapped:
@@ -896,7 +901,13 @@ def busiest_moment(trace):
     no segment was ever mapped: where a memory map of a clean run has the most to show."""
     ix = _index(trace)
     counts, live, best, best_t = {}, 0, 0, None
+    ends = sorted((p.exit_ns, p.pid) for p in ix.procs.values() if p.exit_ns is not None)
     for e in ix.shm:
+        while ends and ends[0][0] <= e.ts_ns:      # an ended process maps nothing
+            _, pid = ends.pop(0)
+            for key in [k for k, n in counts.items() if k[0] == pid and n > 0]:
+                counts[key] = 0
+                live -= 1
         key = (e.pid, e.args.get("name"))
         if e.kind in ("shm.create", "shm.attach"):
             counts[key] = counts.get(key, 0) + 1
