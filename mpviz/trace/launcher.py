@@ -196,11 +196,10 @@ def run(program, output=None, hang_after=10.0, plot=None, threading_locks=False)
 
 
 def _note_a_silent_program(directory, child, program):
-    """The program's own process wrote no log: mpviz never started inside it. Say so, with why
+    """No process of the program wrote a log: mpviz never started inside it. Say so, with why
     (Python's -I/-S/-E switch off what loads mpviz), as a note: never "4 events from 1 process"
     read as a program that did nothing."""
-    if any(f.startswith(f"{child.pid}-") and f.endswith(recorder.SUFFIX)  # recorder's names
-           for f in os.listdir(directory)):
+    if _program_recorded(directory):
         return
     from .trace import UNKNOWN
     command = " ".join(program)
@@ -241,6 +240,15 @@ def _without(program, letters):
             switches = False
         out.append(arg)
     return out
+
+
+def _program_recorded(directory):
+    """Did any process of the program write a log? (The recorder names a log "<pid>-<n>"; the
+    launcher's own, and its watchdog's, carry the launcher's pid. A program that is not Python
+    itself -- bash -c "python prog.py" -- records through its Python children.)"""
+    mine = f"{os.getpid()}-"
+    return any(f.endswith(recorder.SUFFIX) and not f.startswith(mine)
+               for f in os.listdir(directory))
 
 
 def _python_switches(program):
@@ -330,7 +338,7 @@ def _report(directory, child, code, watchdog, verdict, received, plot):
     elif received:
         say(f"passed {', '.join(received)} on to the program, which ended with status {code}")
     program = [p for p in trace.processes() if p.how not in ("launcher", "watchdog")]
-    if child is not None and not any(e.pid == child.pid for e in trace.of_kind("process.start")):
+    if child is not None and not _program_recorded(directory):
         say(f"{len(trace.events)} events in {directory}, all of them mpviz's own: the program "
             f"recorded nothing (NOT RECORDED below says why)")
     else:
