@@ -565,7 +565,7 @@ def serve():
     def adopt():
         """A manager killed before us left these names: hold each for the live processes that
         map it; judge the others as if their last holder had just gone."""
-        found = _ours("/mpviz_" + os.environ.get("MPVIZ_SHM_TAG", ""))
+        found = _ours("mpviz_" + os.environ.get("MPVIZ_SHM_TAG", ""))
         holders = mappers(list(found))
         for name, has_count in found.items():
             known.add(name)
