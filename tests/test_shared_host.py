@@ -86,7 +86,8 @@ def _other_python():
     numpy: this one if reachable (a venv under a private home is not), else the system's."""
     import site
     packages = [p for p in site.getsitepackages() if _reachable(os.path.join(p, "x"))]
-    for python in (os.path.realpath(PY), f"/usr/bin/python{sys.version_info[0]}.{sys.version_info[1]}"):
+    system = "/usr/bin/python{}.{}".format(*sys.version_info[:2])
+    for python in (os.path.realpath(PY), system):
         if os.path.exists(python) and _reachable(python) and packages:
             return python, os.pathsep.join([ROOT] + packages)
     pytest.skip("no Python (with numpy) that another user can run: this one lives under a "

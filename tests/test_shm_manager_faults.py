@@ -257,7 +257,8 @@ def test_mpviz_shm_judges_hundreds_of_names_in_seconds(strategy):
     run = subprocess.run([sys.executable, "-m", "mpviz", "shm"], capture_output=True, text=True,
                          env=dict(os.environ, PYTHONPATH=ROOT), timeout=120)
     took = time.monotonic() - t0
-    held = [line for line in run.stdout.splitlines() if f"HELD: mapped by pid {os.getpid()}" in line]
+    mine = f"HELD: mapped by pid {os.getpid()}"
+    held = [line for line in run.stdout.splitlines() if mine in line]
     del kept
     assert len(held) == 300, run.stdout[-2000:] + run.stderr[-2000:]
     assert took < 5, f"mpviz shm took {took:.1f} s for 300 names"

@@ -114,7 +114,8 @@ def _check_existing(output, path):
     if st.st_mode & 0o002:
         raise Refused(f"-o {output!r} is writable by every user (mode "
                       f"{stat.S_IMODE(st.st_mode):o}): anyone could plant links or logs in it. "
-                      f"Fix: give a new directory inside it, e.g. -o {os.path.join(output, 'trace')}")
+                      f"Fix: give a new directory inside it, e.g. "
+                      f"-o {os.path.join(output, 'trace')}")
     entries = os.listdir(path)
     if any(f.endswith(recorder.SUFFIX) for f in entries):
         raise Refused(f"-o {output!r} already holds a recording; mixing two runs would "
