@@ -124,7 +124,7 @@ def _private_directory():
     raise ManagerUnsafe(
         f"the shm manager's private directory {path} {problem}: another user may have made it "
         f"to read the names of your shared segments or to make your program wait, so mpviz "
-        f"will not use it. Fix: remove it (rm -r {path}) if it is yours; or set "
+        f"will not use it. Fix: have it removed (its owner or root: rm -r {path}); or set "
         f"{_ENV_DIR} to a directory of your own; or {_ENV}=0 to share without the manager "
         f"(the segments of a killed process then stay in /dev/shm).")
 
@@ -399,12 +399,7 @@ def _listen():
     lock file (held while we live, released by the kernel even after a SIGKILL) says who
     serves: a socket file a killed manager left is removed only by the one holding the lock."""
     path = address()
-    lock = os.open(path[:-len(".sock")] + ".lock",
-                   os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-    try:
-        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
-        os.close(lock)
+    if not _lock(_lock_path(path)):
         return None
     try:
         os.unlink(path)            # left by a manager that was killed
@@ -415,6 +410,30 @@ def _listen():
     listener.listen(128)
     listener.setblocking(False)
     return listener                # (the lock's descriptor stays open: we hold it till we exit)
+
+
+def _lock_path(path):
+    return path[:-len(".sock")] + ".lock"
+
+
+def _lock(path):
+    """Take the lock file `path` for as long as we live; False if another process holds it.
+    A manager removes its lock file when it exits (see serve()), so the file we locked must
+    still be the one at `path`: else we locked one just removed, and try again."""
+    for _ in range(100):
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(fd)
+            return False
+        try:
+            if os.stat(path).st_ino == os.fstat(fd).st_ino:
+                return True        # (the descriptor stays open: the lock is ours till we exit)
+        except FileNotFoundError:
+            pass
+        os.close(fd)
+    return False
 
 
 def _raise_fd_limit():
@@ -763,7 +782,9 @@ def serve():
         elif now - idle_since > IDLE_SECONDS:
             for name in list(known):
                 unlink(name)
-            os.unlink(listener.getsockname())   # (we still hold the lock: it is ours to remove)
+            path = listener.getsockname()      # (we still hold the lock: both are ours to remove)
+            os.unlink(path)
+            os.unlink(_lock_path(path))
             return
 
 
