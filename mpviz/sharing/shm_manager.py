@@ -582,8 +582,9 @@ def serve():
         in_flight.setdefault(name, time.monotonic())
 
     def adopt():
-        """A manager killed before us left these names: hold each for the live processes that
-        map it; judge the others as if their last holder had just gone."""
+        """A manager killed before us left these names: each is held for the live processes
+        that map it. One that nobody maps is judged at the first check (CHECK_SECONDS from now),
+        not at once: its creator may be between creating and mapping it."""
         found = _ours("mpviz_" + os.environ.get("MPVIZ_SHM_TAG", ""))
         holders = mappers(list(found))
         for name, has_count in found.items():
@@ -591,17 +592,17 @@ def serve():
             if has_count:
                 counted.add(name)
             groups[name] = {g for g in (_stat(p)[1] for p in holders[name]) if g is not None}
-            if holders[name]:
-                adopted[name] = set(holders[name])
-            else:
-                decide(name)
+            adopted[name] = set(holders[name])
 
     def check_adopted():
-        """Adopted names whose mappers have all exited are nobody's now (unless a client
-        said it holds them since)."""
-        alive = mappers(list(adopted), {p for pids in adopted.values() for p in pids})
+        """Adopted names that no live process maps any more are nobody's now (unless a
+        client said it holds them since): judged as if their last holder had just gone.
+        (Their holders' counts in the header are not known: they count as in flight, and
+        go with their holders' process groups, or when no live process can read their
+        queue.)"""
+        alive = mappers(list(adopted))
         for name in list(adopted):
-            adopted[name] &= set(alive[name])
+            adopted[name] = set(alive[name])
             if not adopted[name]:
                 del adopted[name]
                 if not held(name):
