@@ -278,6 +278,21 @@ def test_trace_output_follows_no_link_another_user_planted(host):
     assert run.returncode == 2 and f"belongs to uid {other}" in run.stderr, run.stderr
 
 
+def test_finish_refuses_a_directory_of_another_user(host):
+    base, other = host
+    planted = os.path.join(base, "theirs")
+    as_other(other, f"""
+        import os
+        os.mkdir({planted!r}); os.chmod({planted!r}, 0o755)
+        open(os.path.join({planted!r}, "1234-0.mpvlog"), "wb").close()   # a log of their making
+    """).check_returncode()
+    run = subprocess.run([PY, "-m", "mpviz", "trace", "--finish", planted, "--no-plot"],
+                         capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=ROOT),
+                         timeout=60)
+    assert run.returncode == 2 and f"belongs to uid {other}" in run.stderr, run.stderr
+    assert os.listdir(planted) == ["1234-0.mpvlog"]
+
+
 def test_trace_logs_are_private_and_the_other_user_cannot_read_them(host):
     base, other = host
     out = os.path.join(base, "trace")

@@ -262,3 +262,14 @@ def test_mpviz_shm_judges_hundreds_of_names_in_seconds(strategy):
     del kept
     assert len(held) == 300, run.stdout[-2000:] + run.stderr[-2000:]
     assert took < 5, f"mpviz shm took {took:.1f} s for 300 names"
+
+
+def test_a_relative_manager_directory_is_refused_clearly(tag):
+    run = subprocess.run([sys.executable, "-c", "import mpviz, mpviz.multiprocessing as mp; "
+                          "mp.set_sharing_strategy('file_system'); mpviz.zeros(1).share_memory_()"],
+                         capture_output=True, text=True, timeout=60,
+                         env=dict(os.environ, MPVIZ_SHM_TAG=tag, MPVIZ_SHM_MANAGER_DIR="run",
+                                  PYTHONPATH=ROOT))
+    assert run.returncode != 0
+    assert "MPVIZ_SHM_MANAGER_DIR='run' is not an absolute path" in run.stderr, run.stderr
+    assert "Fix:" in run.stderr and not _names(tag)

@@ -100,7 +100,12 @@ def runtime_directory():
     """The manager's private directory: ``/tmp/mpviz-<uid>`` (``$MPVIZ_SHM_MANAGER_DIR`` instead
     of /tmp if set). Fixed, not ``$TMPDIR``: every process of a program must find the same
     manager, whatever each one's environment says."""
-    return os.path.join(os.environ.get(_ENV_DIR) or "/tmp", f"mpviz-{os.getuid()}")
+    base = os.environ.get(_ENV_DIR) or "/tmp"
+    if not os.path.isabs(base):
+        raise ValueError(f"{_ENV_DIR}={base!r} is not an absolute path: each process would find "
+                         f"a manager of its own working directory, and each would remove what "
+                         f"the others hold. Fix: an absolute path, e.g. {_ENV_DIR}=/tmp")
+    return os.path.join(base, f"mpviz-{os.getuid()}")
 
 
 def _private_directory():

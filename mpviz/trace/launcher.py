@@ -106,16 +106,7 @@ def _check_existing(output, path):
     if not os.path.isdir(path):
         raise Refused(f"-o {output!r} is a file, not a directory. Fix: give a new or "
                       f"empty directory")
-    st = os.stat(path)
-    if st.st_uid != os.getuid():
-        raise Refused(f"-o {output!r} belongs to uid {st.st_uid}, not to you: its owner could "
-                      f"plant links or logs in it while the program runs. Fix: give a new "
-                      f"directory (mpviz makes it, private to you)")
-    if st.st_mode & 0o002:
-        raise Refused(f"-o {output!r} is writable by every user (mode "
-                      f"{stat.S_IMODE(st.st_mode):o}): anyone could plant links or logs in it. "
-                      f"Fix: give a new directory inside it, e.g. "
-                      f"-o {os.path.join(output, 'trace')}")
+    _check_owner("-o", output, path)
     entries = os.listdir(path)
     if any(f.endswith(recorder.SUFFIX) for f in entries):
         raise Refused(f"-o {output!r} already holds a recording; mixing two runs would "
@@ -125,6 +116,21 @@ def _check_existing(output, path):
         raise Refused(f"-o {output!r} already holds {', '.join(taken)}: mpviz writes files by "
                       f"those names and never overwrites one it did not write. Fix: give a new "
                       f"or empty directory, or move {'them' if len(taken) > 1 else 'it'} away")
+
+
+def _check_owner(option, output, path):
+    """Refuse a trace directory that is another user's, or that every user can write: its
+    owner (or anyone) could plant links or logs in it, and mpviz would read and write there."""
+    st = os.stat(path)
+    if st.st_uid != os.getuid():
+        raise Refused(f"{option} {output!r} belongs to uid {st.st_uid}, not to you: its owner "
+                      f"could plant links or logs in it. Fix: give a directory of your own "
+                      f"(with -o, a new one: mpviz makes it, private to you)")
+    if st.st_mode & 0o002:
+        raise Refused(f"{option} {output!r} is writable by every user (mode "
+                      f"{stat.S_IMODE(st.st_mode):o}): anyone could plant links or logs in it. "
+                      f"Fix: give a new directory inside it, e.g. "
+                      f"-o {os.path.join(output, 'trace')}")
 
 
 def _environment(directory, threading_locks, stacks_dir):
@@ -395,6 +401,8 @@ def finish(directory, plot=None):
     at its exit that the launcher is gone, and ``python -m mpviz trace --finish DIR`` -- said at
     the start, when it still can be -- writes trace.json from the logs afterwards (this)."""
     path = os.path.abspath(directory)
+    if os.path.isdir(path):
+        _check_owner("--finish", directory, path)
     if not os.path.isdir(path) or not any(f.endswith(recorder.SUFFIX) for f in os.listdir(path)):
         raise Refused(f"--finish {directory!r}: no recording there (no *{recorder.SUFFIX} "
                       f"logs). Fix: give the directory that `mpviz trace -o DIR` recorded into")
