@@ -36,9 +36,9 @@ def _judge_predict(answer):
         parts.append(f"{what}: {was!r}" + ("" if said == was else f" (you said {said!r})"))
     why = (f"mp.spawn(nw.exit_with, args=(3,), nprocs=2) raised just now with "
            f"{'; '.join(parts)}. The children called sys.exit(3): no exception inside them, so "
-           f"no error file and no traceback; spawn saw an exit code other than 0 and raised "
-           f"ProcessExitedException with that code. No signal killed them, so signal_name is "
-           f"None.")
+           f"nothing in the error pipe and no traceback; spawn saw an exit code other than 0 "
+           f"and raised ProcessExitedException with that code. No signal killed them, so "
+           f"signal_name is None.")
     return Verdict((kind, code, signal_name) == real, why)
 
 
