@@ -31,7 +31,7 @@ import sys
 import time
 from queue import Empty, Full
 
-from ._codec import Pickled, decode, encode
+from ._codec import Pickled, decode, encode, explain_pickling_error
 from ._pipe import DirectWrite, read_message
 
 
@@ -106,9 +106,15 @@ class Queue(DirectWrite, multiprocessing.queues.Queue):
             raise Full
         try:
             return encode(obj, self._channel)
-        except BaseException:
+        except BaseException as exc:
             self._sem.release()
-            raise
+            clear = explain_pickling_error(exc, "put(obj)")
+            if clear is None:
+                raise
+            try:
+                raise clear from None
+            finally:
+                del clear        # (no cycle: this frame -> the error -> its traceback -> here)
 
     def _take_slot(self, block, timeout):
         """A place in the queue (its semaphore counts the free ones); False: none came in time."""
