@@ -127,3 +127,14 @@ def explain_pickling_error(exc, call):
     return type(exc)(
         f"{words}: {call} pickles the object to send it to another process, and it is (or "
         f"holds) {what}, which pickle cannot carry. Nothing was sent. Fix: {fix}.")
+
+
+def raise_explained(exc, call):
+    """Raise `exc` explained (:func:`explain_pickling_error`) if it is a pickling error; else
+    return, and the caller re-raises it as it is."""
+    clear = explain_pickling_error(exc, call)
+    if clear is not None:
+        try:
+            raise clear from None
+        finally:
+            del clear        # (no cycle: this frame -> the error -> its traceback -> here)

@@ -32,7 +32,7 @@ import struct
 import termios
 from multiprocessing import connection, reduction
 
-from ._codec import explain_pickling_error
+from ._codec import raise_explained
 
 # -- the framing ------------------------------------------------------------------------------
 
@@ -161,13 +161,8 @@ class Connection(connection.Connection):
         try:
             return super().send(obj)
         except (pickle.PicklingError, TypeError, AttributeError) as exc:
-            clear = explain_pickling_error(exc, "send(obj)")
-            if clear is None:
-                raise
-            try:
-                raise clear from None
-            finally:
-                del clear        # (no cycle: this frame -> the error -> its traceback -> here)
+            raise_explained(exc, "send(obj)")
+            raise
 
 
 def Pipe(duplex=True):

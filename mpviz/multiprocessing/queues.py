@@ -31,7 +31,7 @@ import sys
 import time
 from queue import Empty, Full
 
-from ._codec import Pickled, decode, encode, explain_pickling_error
+from ._codec import Pickled, decode, encode, raise_explained
 from ._pipe import DirectWrite, read_message
 
 
@@ -108,13 +108,8 @@ class Queue(DirectWrite, multiprocessing.queues.Queue):
             return encode(obj, self._channel)
         except BaseException as exc:
             self._sem.release()
-            clear = explain_pickling_error(exc, "put(obj)")
-            if clear is None:
-                raise
-            try:
-                raise clear from None
-            finally:
-                del clear        # (no cycle: this frame -> the error -> its traceback -> here)
+            raise_explained(exc, "put(obj)")
+            raise
 
     def _take_slot(self, block, timeout):
         """A place in the queue (its semaphore counts the free ones); False: none came in time."""
