@@ -2,7 +2,8 @@
 
 Each workshop notebook has a few exercises of three kinds: *predict, then run* (say what will
 happen before you look), *fix a broken program* (give the change that makes it work) and *read a
-picture* (answer from a timeline, memory map or chart). A notebook cell holds the call with a
+picture* (answer from a timeline, memory map or chart); notebook 09 adds *play* (step real
+processes to a puzzle's goal, then hand ``check`` the stepper: it reads how the run ended). A notebook cell holds the call with a
 placeholder, ``...``, that the learner replaces::
 
     from mpviz.exercises import check
@@ -33,7 +34,7 @@ __all__ = ["check", "judge", "exercises", "Exercise", "Verdict", "KINDS", "forge
 # notebook number -> the module that holds its exercises
 NOTEBOOKS = {
     "00": "nb00", "01": "nb01", "02": "nb02", "03": "nb03", "04": "nb04",
-    "05": "nb05", "06": "nb06", "07": "nb07", "08": "nb08", "11": "nb11",
+    "05": "nb05", "06": "nb06", "07": "nb07", "08": "nb08", "09": "nb09", "11": "nb11",
 }
 
 

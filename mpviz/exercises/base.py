@@ -21,7 +21,7 @@ from typing import Any, Callable, NamedTuple, Optional
 
 from .. import scenarios
 
-KINDS = ("predict", "fix", "picture")
+KINDS = ("predict", "fix", "picture", "play")   # play: notebook 09's puzzles, stepped
 
 
 class Verdict(NamedTuple):
