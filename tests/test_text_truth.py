@@ -648,6 +648,9 @@ def test_small_wording_fixes_stay_fixed():
     # it was the CUDA build of another machine; "(seed 003)" meant nothing to a student
     nb11 = _flat(markdown("11_more_pitfalls.ipynb"))
     assert "The **red cross** is" not in nb11 and "count the red ones" in nb11
+    # 11 pointed at the label "/dev/shm is full", which the crowded timeline may hide
+    assert "the line printed above the picture names that worker" in nb11
+    assert "startswith(\"/dev/shm is full\")" in "".join(sources("11_more_pitfalls.ipynb", "code"))
     nb06 = _flat(markdown("06_cuda_lifetime.ipynb"))
     assert "(torch 2.11)" not in nb06 and "CUDA build of torch, 2.11" in nb06
     for name in sc.names():
