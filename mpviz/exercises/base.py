@@ -125,6 +125,10 @@ def finite_number(answer):
 # --- reading an answer -------------------------------------------------------------------------
 
 def as_number(answer, what="a number"):
+    if isinstance(answer, numbers.Integral) and not isinstance(answer, bool) \
+            and not finite_number(answer):
+        raise BadAnswer(f"your answer, {shown(answer)}, is far too large to be {what}: write "
+                        f"the number you mean, e.g. 12")
     if not finite_number(answer):
         raise BadAnswer(f"your answer {shown(answer)} is not {what}: write it as a plain number, "
                         f"e.g. 12, without quotes")
