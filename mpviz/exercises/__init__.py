@@ -3,8 +3,8 @@
 Each workshop notebook has a few exercises of three kinds: *predict, then run* (say what will
 happen before you look), *fix a broken program* (give the change that makes it work) and *read a
 picture* (answer from a timeline, memory map or chart); notebook 09 adds *play* (step real
-processes to a puzzle's goal, then hand ``check`` the stepper: it reads how the run ended). A notebook cell holds the call with a
-placeholder, ``...``, that the learner replaces::
+processes to a puzzle's goal, then hand ``check`` the stepper: it reads how the run ended). A
+notebook cell holds the call with a placeholder, ``...``, that the learner replaces::
 
     from mpviz.exercises import check
     check("01.predict-chunksize", ...)      # prints the question: not answered yet

@@ -144,8 +144,9 @@ def as_number_pair(answer, shape, what):
 
 def as_word(answer, choices):
     if not isinstance(answer, str) or answer.strip().lower() not in choices:
-        raise BadAnswer(f"your answer {shown(answer)} is not one of {', '.join(map(repr, choices))}: "
-                        f"write one of them as a string, with quotes")
+        raise BadAnswer(f"your answer {shown(answer)} is not one of "
+                        f"{', '.join(map(repr, choices))}: write one of them as a string, with "
+                        f"quotes")
     return answer.strip().lower()
 
 
@@ -210,7 +211,8 @@ def fix_scenario(exercise_id, question, scenario, keep=None, start=None, extra=N
         if at_most is not None and len(answer) > at_most:
             raise BadAnswer(f"the exercise asks for at most {at_most} parameter(s); your fix "
                             f"sets {len(answer)}: {describe(answer)}")
-        asked = {k: v for k, v in params.items() if k in {**(start or {}), **answer, **(keep or {})}}
+        given = {**(start or {}), **answer, **(keep or {})}
+        asked = {k: v for k, v in params.items() if k in given}   # not every default
         result = run(scenario, **params)
         reason = extra(result) if extra is not None and result.outcome == "ok" else None
         if result.outcome == "ok" and reason is None:

@@ -80,9 +80,9 @@ def _judge_picture(answer):
     name, pid, result = _owner()
     right = str(name).lower() in answer.lower()   # "main's thread 'library-worker'" is right too
     return Verdict(right, (
-        f"You said {shown(answer)}; the dashed owner is the parent's thread {name!r} (pid {pid}). It "
-        f"held the lock when the main thread forked. The child got a copy of the lock, still "
-        f"marked held, but not the thread: in the child no {name!r} exists, so nobody will ever "
+        f"You said {shown(answer)}; the dashed owner is the parent's thread {name!r} (pid {pid}). "
+        f"It held the lock when the main thread forked. The child got a copy of the lock, "
+        f"still marked held, but not the thread: in the child no {name!r} exists, so nobody will ever "
         f"release the child's copy, and the child's wait is crimson, stuck for good."))
 
 
