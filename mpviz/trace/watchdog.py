@@ -367,7 +367,8 @@ class Guard:
         import threading
         import sys
         mine = os.path.join(self.watchdog.stacks_dir, f"{os.getpid()}.self.txt")
-        with open(mine, "w") as f:
+        private = lambda path, flags: os.open(path, flags | os.O_NOFOLLOW, 0o600)  # noqa: E731
+        with open(mine, "w", opener=private) as f:
             faulthandler.dump_traceback(file=f, all_threads=True)
         with open(mine) as f:
             own = f.read().strip()
