@@ -247,9 +247,85 @@ def run(program, output=None, hang_after=10.0, plot=None, threading_locks=False)
         # this (trace.json, the pictures) is not recorded.
         recorder.emit("process.exit", exitcode=code, how="launcher")
         recorder.stop()
+    _note_a_silent_program(directory, child, program)
     _report(directory, child, code, watchdog, verdict, forwarder.received, plot)
     _tidy(directory)
     return code
+
+
+def _note_a_silent_program(directory, child, program):
+    """No process of the program wrote a log: mpviz never started inside it. Say so, with why
+    (Python's -I/-S/-E switch off what loads mpviz), as a note: never "4 events from 1 process"
+    read as a program that did nothing."""
+    if _program_recorded(directory):
+        return
+    from .trace import UNKNOWN
+    command = " ".join(program)
+    switches = _python_switches(program)
+    blocking = sorted(switches & {"I", "S", "E"})
+    if blocking:
+        why = {"I": "python -I (isolated mode) ignores PYTHONPATH and skips site",
+               "S": "python -S skips site, which loads sitecustomize",
+               "E": "python -E ignores PYTHONPATH"}[blocking[0]]
+        flags = " ".join(f"-{f}" for f in blocking)
+        line = (f"the program (pid {child.pid}: {command}) recorded nothing: {why}, so mpviz's "
+                f"autostart (a sitecustomize on PYTHONPATH) never ran in it. Its processes, "
+                f"messages and shared memory are {UNKNOWN}. Fix: run it without {flags} "
+                f"({' '.join(_without(program, blocking))}), or record from inside the "
+                f"program: with mpviz.trace.record('DIR'): main()")
+    else:
+        line = (f"the program (pid {child.pid}: {command}) recorded nothing: mpviz's autostart "
+                f"(a sitecustomize on PYTHONPATH) did not run in it (not a Python program, a "
+                f"Python without site, or one that replaced PYTHONPATH?). Its processes, "
+                f"messages and shared memory are {UNKNOWN}. Fix: run the script with "
+                f"python directly (mpviz trace -- python prog.py), or record from inside it: "
+                f"with mpviz.trace.record('DIR'): main()")
+    recorder.note(directory, line)
+
+
+def _without(program, letters):
+    """`program` with Python's one-letter switches `letters` taken out (-IS -> -S, -I -> )."""
+    out, switches = [program[0]], True
+    for arg in program[1:]:
+        if switches and arg.startswith("-") and not arg.startswith("--") and len(arg) > 1:
+            if arg[1] in "cm":
+                switches = False
+            else:
+                arg = "-" + "".join(c for c in arg[1:] if c not in letters)
+                if arg == "-":
+                    continue
+        else:
+            switches = False
+        out.append(arg)
+    return out
+
+
+def _program_recorded(directory):
+    """Did any process of the program write a log? (The recorder names a log "<pid>-<n>"; the
+    launcher's own, and its watchdog's, carry the launcher's pid. A program that is not Python
+    itself -- bash -c "python prog.py" -- records through its Python children.)"""
+    mine = f"{os.getpid()}-"
+    return any(f.endswith(recorder.SUFFIX) and not f.startswith(mine)
+               for f in os.listdir(directory))
+
+
+def _python_switches(program):
+    """The one-letter switches given to Python before its script (``-IS`` -> {"I", "S"})."""
+    if not program or not os.path.basename(program[0]).startswith("python"):
+        return set()
+    letters, args = set(), iter(program[1:])
+    for arg in args:
+        if not arg.startswith("-") or arg.startswith("--") or arg == "-":
+            break                         # the script (or --version ...): no more switches
+        for i, letter in enumerate(arg[1:]):
+            if letter in "cmWX":          # -c CMD / -m MOD end the switches; -W/-X take a value
+                if letter in "cm":
+                    return letters
+                if i == len(arg) - 2:
+                    next(args, None)
+                break
+            letters.add(letter)
+    return letters
 
 
 def _wait(child, watchdog):
@@ -319,7 +395,11 @@ def _report(directory, child, code, watchdog, verdict, received, plot):
     elif received:
         say(f"passed {', '.join(received)} on to the program, which ended with status {code}")
     program = [p for p in trace.processes() if p.how not in ("launcher", "watchdog")]
-    say(f"{len(trace.events)} events from {len(program)} processes in {directory}")
+    if child is not None and not _program_recorded(directory):
+        say(f"{len(trace.events)} events in {directory}, all of them mpviz's own: the program "
+            f"recorded nothing (NOT RECORDED below says why)")
+    else:
+        say(f"{len(trace.events)} events from {len(program)} processes in {directory}")
     say(f"Chrome/Perfetto JSON: {chrome} (open it at https://ui.perfetto.dev)")
     for problem in trace.problems:
         say(f"could not read: {problem}")
@@ -459,11 +539,8 @@ def _save_with_notes(fig, notes, f):
     if not notes:
         fig.savefig(f, format="png")
         return
-    import textwrap
-    lines = [textwrap.shorten(f"NOT RECORDED: {n}", 220) for n in notes[:5]]
-    if len(notes) > 5:
-        lines.append(f"... and {len(notes) - 5} more (mpviz.trace.load(DIR).notes)")
-    fig.text(0.01, 0.0, "\n".join(lines), color="#b00000", fontsize=8, va="top", ha="left")
+    from mpviz.viz import notes_under
+    notes_under(fig, notes)
     fig.savefig(f, format="png", bbox_inches="tight")
 
 

@@ -232,20 +232,29 @@ class Trace:
         return timeline(self, **kwargs)
 
 
+UNKNOWN = "unknown, not zero"   # in every note whose part of the run is missing (viz.summary)
+
+
 def _event_notes(events):
     """The events that say what was not recorded, as lines (dropped events counted, not listed)."""
     blind, dropped = {}, {}     # torch's reason -> the pids it holds for; (pid, kind) -> count
+    unhooked = {}               # (what, why, fix) -> pids: a framework mpviz does not hook
     for e in events:
         if e.kind in ("torch.unsupported", "torch.hook_failed"):
             blind.setdefault(e.args.get("reason"), []).append(e.pid)
+        elif e.kind == "not_recorded":
+            key = (e.args.get("what"), e.args.get("why"), e.args.get("fix"))
+            unhooked.setdefault(key, []).append(e.pid)
         elif e.kind == "record.dropped":
             key = (e.pid, e.args.get("kind"))
             dropped[key] = (dropped.get(key, (0, None))[0] + 1, e.args.get("error"))
     # One line per reason, whatever the number of processes (a program that forks a thousand
     # children under an unsupported torch gets one line, not a thousand).
     lines = [f"{_pids_in_words(pids)}: torch's shared memory is NOT recorded: {reason}; its "
-             f"segments, copies and handles are unknown, not zero"
+             f"segments, copies and handles are {UNKNOWN}"
              for reason, pids in blind.items()]
+    lines += [f"{_pids_in_words(pids)}: {what}: {why}. Fix: {fix}"
+              for (what, why, fix), pids in unhooked.items()]
     for (pid, kind), (n, error) in dropped.items():
         lines.append(f"pid {pid}: {n} {kind!r} event{'s' * (n > 1)} not recorded ({error})")
     return lines
