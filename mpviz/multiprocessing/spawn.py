@@ -17,17 +17,12 @@ goes unnoticed, and nobody stops the others. ``spawn`` watches them all at once:
        raise ProcessRaisedException(traceback of i)   (nothing on e_i: the process was killed or
           or ProcessExitedException(exit code/signal)  exited on its own → ProcessExitedException)
 
-Why a pipe, not a file: torch's error file is a path in /tmp, free between ``mkstemp`` + unlink
-and the child writing it, and the parent *unpickles* whatever is there -- another user who plants
-a pickle at that path runs code as you. A pipe has no name: only the parent and that child hold
-its ends. And the parent reads text, never a pickle. (One message, once: simpler than a queue,
-which could itself deadlock while the process dies; torch's ``spawn.py`` says the same of its
-earlier design.)
+Why a pipe, not torch's error file (a /tmp path the parent *unpickles*: another user who plants
+a pickle there runs code as you): a pipe has no name, and the parent reads text, never a pickle.
 
 Adapted from torch's ``torch/multiprocessing/spawn.py``: same signatures, messages and exception
 fields. Added: mpviz checks, in the parent and before starting, that the children could import
 ``fn`` and that the main script has its main guard (see :mod:`mpviz.multiprocessing.checks`).
-Left out: torch's parallel start for forkserver (``TORCH_MP_PARALLEL_START``).
 """
 import logging
 import multiprocessing
@@ -230,6 +225,7 @@ def _signal_name(signum):
         return f"<Unknown signal {signum}>"
 
 
+# Left out of torch's start_processes: its parallel start for forkserver (TORCH_MP_PARALLEL_START).
 def start_processes(fn, args=(), nprocs=1, join=True, daemon=False, start_method="spawn"):
     """Start `nprocs` processes running ``fn(i, *args)`` with `start_method`; see ``spawn``."""
     from .context import _concrete

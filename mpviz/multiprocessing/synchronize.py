@@ -3,10 +3,8 @@
 How the stdlib's Event works (CPython's Lib/multiprocessing/synchronize.py): a semaphore
 ``_flag`` (1: set) and a Condition built of four semaphores::
 
-    _lock            the condition's mutex: every method of the Event holds it
-    _sleeping_count  +1 by each waiter as it goes to sleep
-    _woken_count     +1 by each waiter as it wakes (notified, or timed out)
-    _wait_semaphore  the waiters sleep on it; notify releases it once per sleeper
+    _lock the condition's mutex (every method holds it); _wait_semaphore the waiters sleep on;
+    _sleeping_count / _woken_count +1 by each waiter as it goes to sleep / wakes
 
     wait():  with _lock: _sleeping_count += 1; release _lock; acquire _wait_semaphore
                          _woken_count += 1; acquire _lock again
@@ -17,20 +15,14 @@ How the stdlib's Event works (CPython's Lib/multiprocessing/synchronize.py): a s
 A waiter killed (SIGKILL, the OOM killer) while asleep in ``wait()`` was counted in
 ``_sleeping_count`` and will never add to ``_woken_count``: the next ``set()`` waits for it for
 ever, holding ``_lock`` -- and every later ``wait()``, ``set()``, ``clear()`` and ``is_set()``
-waits for that lock. (torch.multiprocessing's Event is the stdlib's: the same.)
+waits for that lock (torch.multiprocessing's Event is the stdlib's).
 
 mpviz's Event keeps all of that and adds one thing: while it sleeps, each waiter writes its pid
 (and its process's start time, so that a recycled pid is not taken for it) into a slot of a
 small shared array, and clears the slot before it says "awake". ``set()`` waits for each "awake"
 with a timeout; when one is late it looks at the slots: a sleeper whose process is gone counts
 as awake (its slot is cleared), with a ``RuntimeWarning`` naming it, and ``set()`` goes on.
-Likewise whoever holds ``_lock`` writes its pid next to it: a process killed in the instant it
-held the lock leaves it held for good, and ``set()`` (or ``wait()``, ``clear()``, ``is_set()``)
-then raises ``BrokenEventError`` naming that pid, instead of hanging.
-
-Left out: more than ``SLOTS`` processes asleep at once (the extra ones have no slot: one of them
-killed hangs ``set()`` as in the stdlib), and a kill in the instant between a waiter clearing
-its slot and saying "awake". The Condition here is the Event's own (it only ever notifies all).
+A lock holder killed inside ``_lock`` gives ``BrokenEventError`` (below); what is left out too.
 """
 import os
 import warnings
@@ -197,7 +189,16 @@ class Condition(synchronize.Condition):
 
 
 class Event(synchronize.Event):
-    """``multiprocessing.Event``, whose ``set()`` survives a waiter killed in ``wait()``."""
+    """``multiprocessing.Event``, whose ``set()`` survives a waiter killed in ``wait()``.
+
+    Whoever holds ``_lock`` writes its pid next to it: a process killed in the instant it held
+    the lock leaves it held for good, and ``set()`` (or ``wait()``, ``clear()``, ``is_set()``)
+    then raises ``BrokenEventError`` naming that pid, instead of hanging.
+
+    Left out: more than ``SLOTS`` processes asleep at once (the extra ones have no slot: one of
+    them killed hangs ``set()`` as in the stdlib), and a kill in the instant between a waiter
+    clearing its slot and saying "awake". The Condition is the Event's own (it only notifies all).
+    """
 
     def __init__(self, *, ctx):
         self._cond = Condition(ctx.Lock(), ctx=ctx)

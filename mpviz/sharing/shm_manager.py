@@ -9,34 +9,16 @@ would stay in /dev/shm, using RAM, until reboot. The manager watches instead::
     process A ──"DROP /mpviz_2"────▶ │ (own session)│   connected process holds, and that no
                                      └──────────────┘   handle in flight names, is unlinked.
 
-* One per user (and ``MPVIZ_SHM_TAG``), started by the first process that needs it,
-  double-forked and ``setsid()`` so it is nobody's child, its stdin/stdout/stderr on /dev/null,
-  with none of the tracer's environment (``python -I -S``: a manager started inside ``mpviz
-  trace`` must not record into that trace, nor keep its files). A line per message, unanswered
-  (:class:`_Client`), sent when a process maps or unmaps, not per tensor.
-* **Only its own user reaches it, and it reaches only its own user.** Its socket is a file in a
-  private directory, ``/tmp/mpviz-<uid>/`` (mode 0700, ours: checked, never followed if it is a
-  link; ``MPVIZ_SHM_MANAGER_DIR`` moves it). The client checks that the process listening there
-  runs as its own user (``SO_PEERCRED``), and the manager checks each client the same way. An
-  abstract socket name (what this used to be) is a name anyone can take first: another user
-  would then hear of every segment and could make the program hang. torch's ``torch_shm_manager``
-  also keeps its socket in a 0700 directory.
-* **Bad clients cannot break it.** A line is at most ``MAX_LINE`` bytes of ASCII (longer or
-  undecodable ones are skipped); it reads at most ``READ_PER_ROUND`` bytes of one client per
-  round; ``UNLINKED name`` is believed only if the name really is gone. Out of descriptors, it
-  raises its soft limit to the hard one, and past that refuses new clients with a line saying
-  why (the client prints it once) instead of spinning.
-* **Handles in flight are read from the segment.** For a name nobody holds: in flight = the
-  header's count - the counts of dead holders. 0: unlinked at once. Else, every ``CHECK_SECONDS``,
-  can one still arrive? (How it judges: ``check_in_flight``, in :func:`serve`.) :func:`fate` asks
-  the manager that story for one name.
-* **A manager that was killed leaves nothing for good.** The next one *adopts* the names of its
-  user and tag it finds in /dev/shm: one that a live process maps is held by it until that
-  process exits (clients that reconnect also say again all they hold); one nobody maps is judged
-  as above, by its header.
-* Idle (no client, nothing in flight) for ``IDLE_SECONDS``: it unlinks what it knows and exits.
-  Off with ``enable(False)`` or ``MPVIZ_SHM_MANAGER=0`` (or ``off``; children inherit it), to
-  *see* the leak.
+* One per user (and ``MPVIZ_SHM_TAG``), double-forked and ``setsid()``, stdio on /dev/null,
+  none of the tracer's environment (``python -I -S``). A line per map or unmap (:class:`_Client`).
+* **Only its own user.** Its socket is a file in ``/tmp/mpviz-<uid>/`` (0700, checked, never a
+  followed link; ``MPVIZ_SHM_MANAGER_DIR`` moves it); each side checks the other's uid with
+  ``SO_PEERCRED`` (an abstract name, as before, anyone could take first). torch's does the same.
+* **Bad clients cannot break it**: bounded ASCII lines, bounded reads, ``UNLINKED`` believed only
+  if the name is gone, fd limits raised or refused with a reason (see ``MAX_LINE``, :func:`serve`).
+* **Handles in flight are read from the segment's header** (``check_in_flight`` in :func:`serve`; :func:`fate`);
+  a manager that was killed is followed by one that *adopts* the names it finds in /dev/shm.
+* Idle for ``IDLE_SECONDS``: it unlinks what it knows and exits. Off: ``MPVIZ_SHM_MANAGER=0``.
 
 Adapted from torch's ``libshm`` (``torch_shm_manager``), which cleans up when all clients are
 gone; mpviz also cleans up after each dead client. This file is the client (as a module) and the

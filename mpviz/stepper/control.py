@@ -19,11 +19,8 @@ No choice left and nothing runnable while the processes live = a deadlock: nobod
 choices offer "let time pass" (``op == "time"``), never a deadlock; and a stall after a
 process of the run died of an error is that error (``_died``), not a deadlock.
 
-Each run lives in a private directory /tmp/mpviz-step-*, removed by ``close()``; one left
-behind by a kernel that was killed (no close) is removed by the next Stepper (``_sweep``).
-
-Undo restarts the run and replays the same choices (a run cannot be rewound; it is deterministic
-at the stops, because between two stops only one thread of the run moves).
+Each run lives in a private /tmp/mpviz-step-*, removed by ``close()`` (or, after a killed
+kernel, by the next Stepper's ``_sweep``). Undo restarts the run and replays the same choices.
 """
 import atexit
 import json
@@ -218,7 +215,10 @@ class Stepper:
         return self
 
     def undo(self):
-        """Take back the last step: restart the run and replay every step but the last."""
+        """Take back the last step: restart the run and replay every step but the last.
+
+        (A run cannot be rewound; it is deterministic at the stops, because between two stops
+        only one thread of the run moves.)"""
         if not self.history:
             raise ChoiceError("nothing to undo: no step taken yet")
         return self.restart(self.history[:-1])
