@@ -165,6 +165,25 @@ class Blocked:
 
 
 @dataclass(frozen=True)
+class LostTask:
+    """A Pool task whose worker ended while running it: its result never comes."""
+    pid: int
+    label: str                         # "worker 0"
+    exitcode: Optional[int]
+    signal: Optional[str]
+    job: object
+    index: object
+    func: Optional[str]
+
+    def words(self):
+        """"worker 0 exited (exit 1) while running job 0: Pool waits for its result for ever"."""
+        how = (f"was killed ({self.signal})" if self.signal else
+               f"exited (exit {self.exitcode})" if self.exitcode is not None else "ended")
+        return (f"{self.label} {how} while running job {self.job}: Pool waits for its result "
+                f"for ever")
+
+
+@dataclass(frozen=True)
 class Deadlock:
     """A thread that can never go on, and why.
 
@@ -542,8 +561,15 @@ class _Index:
                 found.setdefault(node, Deadlock(node[0], node[1], reason, tuple(cycle)))
         for e in self.stuck:
             pid = e.args.get("pid", e.pid)
+            if self.idle_pool_worker(pid, t):      # waiting for work: not stuck for good
+                continue
             if e.ts_ns <= t and (pid, pid) not in found and not any(k[0] == pid for k in found):
-                found[(pid, pid)] = Deadlock(pid, pid, "the watchdog found it stuck" +
+                lost = [task.words() for _, _, b, until in self.blocked
+                        if b.pid == pid and b.args.get("on") == "pool.result" and
+                        b.ts_ns <= t and (until is None or t < until)
+                        for task in self.lost_tasks(b.args.get("id"), t)]
+                found[(pid, pid)] = Deadlock(pid, pid, (lost[0] if lost else
+                                                        "the watchdog found it stuck") +
                                              user_line(e.args.get("stacks")))
         return list(found.values())
 
@@ -579,11 +605,13 @@ class _Index:
         """What a wait waits for, in words (a label on the timeline, a line of text)."""
         a = begin.args
         on, target = a.get("on"), a.get("id")
+        exiting = " at exit" if a.get("at_exit") else ""    # in multiprocessing's exit function
         if on == "process":
             label = self.labels.get(target, f"pid {target}")
-            return f"join {label}" + (f" (pid {target})" if label != f"pid {target}" else "")
+            return (f"join {label}" + (f" (pid {target})" if label != f"pid {target}" else "")
+                    + exiting)
         if on == "thread":
-            return f"join thread {a.get('name') or target}"
+            return f"join thread {a.get('name') or target}{exiting}"
         if on == "pipe.write":
             return f"write {human_bytes(a.get('nbytes'))} into the full pipe of {self.queue_name(target)}"
         if on == "queue.join":
@@ -617,8 +645,51 @@ class _Index:
                     if first <= t and (p, d) != (begin.pid, begin.tid)]       # that ended early)
         if on == "pool.result":
             return [(pid, tid) for pid, tid, a, b in self.tasks_of(target)
-                    if a <= t and (b is None or t < b) and self.thread_alive(pid, tid, t)]
+                    if a <= t and (b is None or t < b) and self.thread_alive(pid, tid, t)] + \
+                [(lost.pid, lost.pid) for lost in self.lost_tasks(target, t)]
         return []
+
+    def lost_tasks(self, job, t):
+        """The tasks of Pool job `job` whose result will never come: started by a worker that
+        ended by `t` and sent nothing after the task began (``sys.exit``/``os._exit`` in the
+        task, a crash, a kill). The Pool replaces the worker but not the task (bpo-22393)."""
+        out = []
+        for pid, tid, start, done in self.tasks_of(job):
+            p = self.procs.get(pid)
+            if start > t or p is None or self.alive(pid, t):
+                continue
+            if any(f.put.pid == pid and start <= f.put.ts_ns <= t for f in self.flows):
+                continue                               # its result (or an error) went out
+            begin = next(e for e in self.pool_tasks if e.pid == pid and e.ts_ns == start)
+            out.append(LostTask(pid, self.labels.get(pid, f"pid {pid}"), p.exitcode, p.signal,
+                                job, begin.args.get("index"), begin.args.get("func")))
+        return out
+
+    def idle_pool_worker(self, pid, t):
+        """True if `pid` is a Pool worker that waits for its next task at `t`: no task of its
+        own running, and its only open waits are a get() (the Pool's task queue) -- idle, not
+        stuck: it goes on as soon as the program gives the Pool work."""
+        p = self.procs.get(pid)
+        if p is None or "PoolWorker" not in (p.name or ""):
+            return False
+        if any(e.pid == pid and e.ts_ns <= t for e in self._running_tasks(t)):
+            return False
+        waits = [b for b_pid, _, b, until in self.blocked if b_pid == pid and b.ts_ns <= t
+                 and (until is None or t < until)]
+        return bool(waits) and all(b.args.get("on") == "queue.get" for b in waits)
+
+    def _running_tasks(self, t):
+        """The ``pool.task`` start events of tasks still running at `t` (no done by then)."""
+        starts = {}
+        for e in self.pool_tasks:
+            if e.ts_ns > t:
+                break
+            key = (e.pid, e.args.get("job"), e.args.get("index"))
+            if e.args.get("phase") == "start":
+                starts[key] = e
+            elif e.args.get("phase") == "done":
+                starts.pop(key, None)
+        return list(starts.values())
 
     def tasks_of(self, job):
         """(pid, tid, start, done or None) of Pool job `job`'s tasks."""
@@ -874,6 +945,19 @@ def torch_not_recorded(trace):
             f"unknown, not zero")
 
 
+def lost_pool_tasks(trace, job, t_ns=None):
+    """The ``LostTask``s of Pool job `job` by instant `t_ns` (None: the trace's end)."""
+    ix = _index(trace)
+    return ix.lost_tasks(job, ix.t1 if t_ns is None else int(t_ns))
+
+
+def idle_pool_workers(trace, t_ns=None):
+    """The pids of the Pool workers waiting for their next task at `t_ns` (idle, not stuck)."""
+    ix = _index(trace)
+    t = ix.t1 if t_ns is None else int(t_ns)
+    return {pid for pid in ix.procs if ix.idle_pool_worker(pid, t)}
+
+
 def trace_span(trace):
     """``(first_ns, last_ns)`` of the trace's events."""
     ix = _index(trace)
@@ -891,10 +975,11 @@ def state_at(trace, t_ns=None):
     locks = ix.lock_states(t)
     in_flight = tuple(f for f in ix.flows
                       if f.put.ts_ns <= t and (f.get is None or f.get.ts_ns > t))
+    blocked = tuple(ix.blocked_states(t))     # (first: it names the queues nobody put into)
     return State(t, ix.t0, procs, tuple(ix.segment_states(t)), tuple(locks), in_flight,
                  tuple(ix.deadlocks(locks, t)), dict(ix.labels),
                  {(p, t): ix.thread_name(p, t) for p in ix.procs for t in ix.procs[p].threads},
-                 dict(ix.channel_names), tuple(ix.blocked_states(t)))
+                 dict(ix.channel_names), blocked)
 
 
 def stuck_moment(trace):
