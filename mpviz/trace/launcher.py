@@ -6,7 +6,9 @@
        has run yet                                   DIR (autostart/: a sitecustomize put on
     2. start the program ─────────────────────────▶  PYTHONPATH), and shows its stacks on
     3. SIGTERM / SIGINT / SIGHUP to the launcher ──▶  SIGUSR1 (autostart.register_stacks)
-       are passed on to the program
+       are passed on to the program; a first
+       SIGINT (Ctrl-C) only after the report a hang
+       gets: where everyone is (Forwarder)
     4. wait; the hang watchdog (watchdog.py) looks
        at DIR and the session's CPU 10x a second:
        no progress for --hang-after S → stacks ───▶  SIGUSR1: stacks;  SIGKILL: the session

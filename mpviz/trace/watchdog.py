@@ -16,6 +16,11 @@ their CPU time, asking them for their stacks)::
               ``verdict()``: the same in words -- how long nothing happened, where each process
               was, and who waits for whom as far as the trace recorded it
 
+Ctrl-C is a diagnosis too: the launcher (its ``Forwarder``) and a ``record()`` block (``Guard.
+on_interrupt``) print the same report at a SIGINT -- ``interrupt_report``: the stacks (a process
+the same Ctrl-C reached wrote its own at the signal: ``interrupt_stacks``), what each waits for,
+who must act -- before the program hears it; then the processes it leaves are ended.
+
 "Progress" is what the trace can see: an event, or CPU time. A process whose main thread sleeps
 (``time.sleep``) or reads from a terminal (``input()``) is waiting for time or for you, not
 stuck: that counts as progress too (seen in /proc: the system call it is blocked in). Anything

@@ -10,7 +10,9 @@ answered once, here, in plain Python (no matplotlib), and can be tested without 
     state.in_flight    messages put but not yet got (``Flow``s)
     state.blocked      threads blocked in a recorded wait (a join, q.join, Event.wait, a full
                        pipe ...): on what, since when, and who must act so that they go on
-    state.deadlocks    threads that can never go on, each with the reason in words
+    state.deadlocks    threads that can never go on, each with the reason in words (an idle
+                       Pool worker, waiting for its next task, is not one: idle_pool_workers)
+    lost_pool_tasks(trace, job)   a Pool job's tasks whose worker ended while running them
     print(state.text())
     failures(trace)    actions that failed (a put or get that raised, a blocked write, ...)
 
