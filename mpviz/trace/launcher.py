@@ -235,6 +235,7 @@ def _report_interrupt(eyes):
     from .watchdog import interrupt_report
     began = time.monotonic()
     try:
+        eyes.trace.refresh()                      # (every process started so far is named)
         stacks = eyes.capture_stacks()
         eyes.trace.refresh()
         report = interrupt_report(eyes.trace, stacks)
@@ -280,9 +281,11 @@ def _wait_for_the_rest(child, seconds=1.0, stop=False, trace=None):
 
 def _stop_hung(child, watchdog):
     from ..scenarios.runner import _kill_session, _remove_segments
+    import time
     stacks = watchdog.capture_stacks()
+    kill_ns = time.monotonic_ns()
     killed = _kill_session(child.pid, child, graceful=False)
-    watchdog.record_verdict(stacks, killed)
+    watchdog.record_verdict(stacks, killed, kill_ns)
     watchdog.trace.refresh(final=True)
     _remove_segments(watchdog.trace, wait=0.0)
     return watchdog.verdict(stacks, killed)

@@ -100,9 +100,12 @@ class Watchdog:
             out[pid] = {"name": names.get(pid), "stacks": text}
         return out
 
-    def record_verdict(self, stacks, killed):
+    def record_verdict(self, stacks, killed, kill_ns=None):
         """Write the stacks as ``watchdog.stuck`` events and the kill as ``watchdog.kill``
-        (a log of the watchdog's own, merged into the trace like any process's)."""
+        (a log of the watchdog's own, merged into the trace like any process's). `kill_ns`:
+        when the killing began (``time.monotonic_ns()``): what the kill set off -- a worker's
+        get() that ends in EOFError as its parent dies -- comes after it, and the waits are
+        judged just before it (``state.stuck_moment``)."""
         try:
             log = recorder.SideLog(self.directory, "watchdog")
         except OSError:
@@ -111,7 +114,8 @@ class Watchdog:
             for pid, info in stacks.items():
                 log.emit("watchdog.stuck", pid=pid, name=info["name"], stacks=info["stacks"],
                          reason="stuck", seconds=round(self.stalled_for, 2))
-            log.emit("watchdog.kill", pids=list(killed), reason="stuck")
+            log.emit("watchdog.kill", pids=list(killed), reason="stuck",
+                     **({"at_ns": kill_ns} if kill_ns else {}))
             recorded = {p.pid for p in self.trace.processes()}
             for pid in killed:       # how they ended, for the pictures: not "still running"
                 if pid in recorded:
@@ -549,8 +553,9 @@ class Guard:
             own = f.read().strip()
         own = "\n".join(block for block in own.split("\n\n") if "_fire" not in block) or own
         stacks = self.watchdog.capture_stacks(extra={os.getpid(): own})
+        kill_ns = time.monotonic_ns()
         killed = kill_descendants(os.getpid(), {p.pid for p in self.watchdog.trace.processes()})
-        self.watchdog.record_verdict(stacks, killed)
+        self.watchdog.record_verdict(stacks, killed, kill_ns)
         self.watchdog.trace.refresh()
         self.verdict = self.watchdog.verdict(stacks, killed).replace("mpviz trace: ", "mpviz: ")
         print(self.verdict, file=sys.stderr, flush=True)

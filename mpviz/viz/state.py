@@ -305,6 +305,7 @@ class _Index:
         self.lock_infos = {lk.id: lk for lk in trace.locks()}
         self.threads, self.thread_end, self.forker = {}, {}, {}
         self.shm, self.waits, self.stuck = [], [], []
+        self.kill_ns = None            # when a watchdog began to kill (watchdog.kill's at_ns)
         self.blocked = []              # (pid, tid, begin event, end ts or None): recorded waits
         self.gave_up = set()           # id() of the wait.begin of each wait that timed out
         self.getters = {}              # queue id -> [(pid, tid, ts) of its first get per thread]
@@ -332,6 +333,8 @@ class _Index:
                         self.ticks.setdefault((pid, pid), []).append(e.ts_ns)
                 if k == "watchdog.stuck":
                     self.stuck.append(e)
+                elif k == "watchdog.kill" and e.args.get("at_ns"):
+                    self.kill_ns = min(self.kill_ns or e.args["at_ns"], e.args["at_ns"])
                 continue
             if who not in self.first_seen:
                 self.first_seen[who] = e.ts_ns
@@ -565,7 +568,8 @@ class _Index:
             pid = e.args.get("pid", e.pid)
             if self.idle_pool_worker(pid, t):      # waiting for work: not stuck for good
                 continue
-            if e.ts_ns <= t and (pid, pid) not in found and not any(k[0] == pid for k in found):
+            if self._found_at(e) <= t and (pid, pid) not in found and \
+                    not any(k[0] == pid for k in found):
                 lost = [task.words() for _, _, b, until in self.blocked
                         if b.pid == pid and b.args.get("on") == "pool.result" and
                         b.ts_ns <= t and (until is None or t < until)
@@ -575,10 +579,15 @@ class _Index:
                                              user_line(e.args.get("stacks")))
         return list(found.values())
 
+    def _found_at(self, stuck):
+        """When a ``watchdog.stuck`` event's finding holds: it is written after the kill, but
+        says where the process was before it (just before the kill began, where known)."""
+        return stuck.ts_ns if self.kill_ns is None else min(stuck.ts_ns, self.kill_ns - 1)
+
     def _user_line(self, pid, t):
         """" (at your line ...)" from the watchdog's stacks of `pid`, if it took them by `t`."""
         for e in self.stuck:
-            if e.args.get("pid", e.pid) == pid and e.ts_ns <= t:
+            if e.args.get("pid", e.pid) == pid and self._found_at(e) <= t:
                 return user_line(e.args.get("stacks"))
         return ""
 
@@ -987,7 +996,14 @@ def state_at(trace, t_ns=None):
 def stuck_moment(trace):
     """The instant to judge a deadlock at: just before the first still-waiting thread's process
     ended (a watchdog or a test kills stuck processes), or the trace's end; None if no thread was
-    left waiting (for a lock, or in any recorded wait)."""
+    left waiting (for a lock, or in any recorded wait). Never after a watchdog began to kill:
+    what the kill set off (a get() ended by EOFError as its writer died) is not the hang."""
+    t = _stuck_moment(trace)
+    kill = _index(trace).kill_ns
+    return kill - 1 if t is not None and kill is not None and t >= kill else t
+
+
+def _stuck_moment(trace):
     ix = _index(trace)
     open_waits = [(pid, since) for _, pid, _, since, until in ix.waits if until is None]
     open_waits += [(pid, b.ts_ns) for pid, _, b, until in ix.blocked if until is None]

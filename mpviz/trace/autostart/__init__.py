@@ -96,24 +96,40 @@ def register_stacks():
         return
     old = (_stacks_file, _interrupt_file)
     try:
-        _stacks_file = open(os.path.join(directory, f"{os.getpid()}.txt"), "w")
-        faulthandler.register(signal.SIGUSR1, file=_stacks_file, all_threads=True)
+        _stacks_file = _open_own(os.path.join(directory, f"{os.getpid()}.txt"))
+        faulthandler.register(signal.SIGUSR1, file=_stacks_file[0], all_threads=True)
         _interrupt_file = None
         if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
-            _interrupt_file = open(os.path.join(directory, f"{os.getpid()}{INTERRUPT_SUFFIX}"),
-                                   "w")
-            faulthandler.register(signal.SIGINT, file=_interrupt_file, all_threads=True,
+            _interrupt_file = _open_own(os.path.join(directory,
+                                                     f"{os.getpid()}{INTERRUPT_SUFFIX}"))
+            faulthandler.register(signal.SIGINT, file=_interrupt_file[0], all_threads=True,
                                   chain=True)
     except (OSError, RuntimeError, ValueError) as exc:
         print(f"mpviz.trace: pid {os.getpid()} cannot show its stacks to the hang watchdog "
               f"({exc})", file=sys.stderr)
         return
     if old[0] is not None:
-        for f in old:            # a forked child: those were the parent's
-            if f is not None:
-                f.close()
-    else:
+        for fd_and_file in old:     # a forked child: those were the parent's ...
+            if fd_and_file is not None and _still_ours(fd_and_file):
+                os.close(fd_and_file[0])   # ... unless the program closed that number and
+    else:                                  # reused it (os.closerange, then open: a daemon)
         os.register_at_fork(after_in_child=register_stacks)
+
+
+def _open_own(path):
+    """(fd, (device, inode)) of `path`, opened for writing: a plain fd (faulthandler takes
+    one), and what it is, to know it again after a fork."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+    st = os.fstat(fd)
+    return fd, (st.st_dev, st.st_ino)
+
+
+def _still_ours(fd_and_file):
+    try:
+        st = os.fstat(fd_and_file[0])
+    except OSError:
+        return False
+    return (st.st_dev, st.st_ino) == fd_and_file[1]
 
 
 def _record_exit(directory, launcher):
