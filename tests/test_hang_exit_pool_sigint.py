@@ -1,4 +1,4 @@
-"""Three hangs a learner meets, judged in words by `mpviz trace` and ``record()`` (issue 27, 1c d f).
+"""Three hangs a learner meets, judged in words by `mpviz trace` and ``record()`` (issue 27: 1c, d, f).
 
 Each test runs a real program from tests/exit_programs/, written as its author would write it,
 in real processes, and asserts the words of the verdict:

@@ -319,10 +319,12 @@ def _hang_at_exit(state, trace):
             state.channel_names.get(write.target, write.target)
         joiners = [b for b in state.blocked if b.on == "process" and b.target == write.pid]
         never_got = sum(1 for f in trace.flows() if f.channel == write.target and f.get is None)
-        where = "at exit" if exiting.what.endswith("at exit") else "in q.join_thread()"
-        out.append(f"  HANG AT EXIT: {child} has done its work but cannot exit: {where} it "
-                   f"waits for its feeder thread "
-                   f"({state.thread_names.get((write.pid, write.tid), 'thread')}), which waits to write into the full pipe of {queue} "
+        at_exit = exiting.what.endswith("at exit")
+        feeder = state.thread_names.get((write.pid, write.tid), "thread")
+        out.append(f"  {'HANG AT EXIT' if at_exit else 'HANG'}: {child} has done its work but "
+                   f"cannot {'exit' if at_exit else 'go on'}: "
+                   f"{'at exit' if at_exit else 'in q.join_thread()'} it waits for its feeder "
+                   f"thread ({feeder}), which waits to write into the full pipe of {queue} "
                    f"({never_got:,} message{'s' * (never_got != 1)} put there and never got; a "
                    f"pipe holds {st.PIPE_BYTES // 1024} KiB).")
         for b in joiners:
