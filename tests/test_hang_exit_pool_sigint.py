@@ -1,4 +1,4 @@
-"""Three hangs a learner meets, judged in words by `mpviz trace` and ``record()`` (issue 27: 1c, d, f).
+"""Three hangs a learner meets, judged in words by `mpviz trace` and ``record()`` (issue 27).
 
 Each test runs a real program from tests/exit_programs/, written as its author would write it,
 in real processes, and asserts the words of the verdict:
@@ -111,6 +111,11 @@ def test_a_pool_worker_that_exits_in_its_task_leaves_the_pool_waiting_for_ever(h
     texts = [a.get_text() for a in viz.timeline(t).axes[0].texts
              if a.get_gid() == "stuck text"]
     assert len(texts) == 1 and "Pool waits for its result for ever" in texts[0], texts
+    # the Pool's task queue is empty, but its task handler put tasks there and would put more:
+    # the wait-for graph says who must put, not "nobody has put into it yet"
+    graph = [a.get_text() for a in viz.wait_for(t).axes[0].texts]
+    assert not any("nobody has put" in text for text in graph), graph
+    assert any("_handle_tasks" in text for text in graph), graph
 
 
 # --- f. Ctrl-C is a diagnosis ------------------------------------------------------------------

@@ -310,6 +310,7 @@ class _Index:
         self.gave_up = set()           # id() of the wait.begin of each wait that timed out
         self.getters = {}              # queue id -> [(pid, tid, ts) of its first get per thread]
         self.putters = {}              # queue id -> [(pid, tid, ts) of its first put per thread]
+        self.pipe_of = {}              # a SimpleQueue's id -> its pipe's (its sends are there)
         open_waits, counted, open_blocks = {}, {}, {}
         self.busy, self.first_seen, self.by_kind, self.ticks = {}, {}, {}, {}
         self.handles = {}              # message id -> how many handles its sender pickled in it
@@ -392,11 +393,16 @@ class _Index:
                     self.blocked.append((e.pid, e.tid, begin, e.ts_ns))
                     if e.args.get("ok") is False:      # it gave up (a timeout ran out)
                         self.gave_up.add(id(begin))
-            elif k == "queue.get" or k == "queue.put":
-                seen = (self.getters if k == "queue.get" else
-                        self.putters).setdefault(e.args.get("queue"), [])
+            elif k == "queue.get" or k == "queue.put" or k == "pipe.send":
+                seen = (self.getters if k == "queue.get" else self.putters).setdefault(
+                    e.args.get("pipe" if k == "pipe.send" else "queue"), [])
                 if all(g[:2] != who for g in seen):
                     seen.append((e.pid, e.tid, e.ts_ns))
+            elif k == "pipe.recv" and open_blocks.get(who) and \
+                    open_blocks[who][-1].args.get("on") == "queue.get":
+                # a SimpleQueue (a Pool's task queue): its get waits on the queue's id, its
+                # messages are sent and read on its pipe's; who puts into one puts into both
+                self.pipe_of.setdefault(open_blocks[who][-1].args.get("id"), e.args.get("pipe"))
             elif k == "pool.task":
                 key = (e.pid, e.args.get("job"), e.args.get("index"))
                 if e.args.get("phase") == "start":
@@ -652,8 +658,10 @@ class _Index:
             return [(p, d) for p, d, first in self.getters.get(target, ())   # not: a consumer
                     if first <= t]                     # that ended without task_done() is the story
         if on == "queue.get":                          # those that have put into it, ended or
-            return [(p, d) for p, d, first in self.putters.get(target, ())   # not (a producer
-                    if first <= t and (p, d) != (begin.pid, begin.tid)]       # that ended early)
+            putters = self.putters.get(target, []) + \
+                self.putters.get(self.pipe_of.get(target), [])  # not (a producer that ended
+            return [(p, d) for p, d, first in putters          # early)
+                    if first <= t and (p, d) != (begin.pid, begin.tid)]
         if on == "pool.result":
             return [(pid, tid) for pid, tid, a, b in self.tasks_of(target)
                     if a <= t and (b is None or t < b) and self.thread_alive(pid, tid, t)] + \
