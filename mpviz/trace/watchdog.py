@@ -468,6 +468,8 @@ class Guard:
         block's processes (``clean_up``) and raises it on."""
         import sys
         import time
+        if self.verdict is not None:          # the hang watchdog's own SIGINT (``_fire``): it
+            raise KeyboardInterrupt           # has said everything; this only wakes the block
         now = time.monotonic_ns()
         try:
             self.watchdog.trace.refresh()
