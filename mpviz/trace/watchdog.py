@@ -328,11 +328,15 @@ def _hang_at_exit(state, trace):
                    f"({never_got:,} message{'s' * (never_got != 1)} put there and never got; a "
                    f"pipe holds {st.PIPE_BYTES // 1024} KiB).")
         for b in joiners:
-            how = ("at exit (multiprocessing joins the children a program did not join)"
-                   if b.what.endswith("at exit") else _user_line(trace, b.pid) or "")
-            out.append(f"  {_thread_words(state, b.pid, b.tid)} waits in `join` for {child} "
-                       f"{how}; the get() that would empty the pipe comes after the join: "
-                       f"each waits for the other, for ever.")
+            if b.what.endswith("at exit"):
+                how = (f" at exit (multiprocessing joins the children a program did not join), "
+                       f"and will read {queue} no more")
+            else:
+                where = _user_line(trace, b.pid)
+                how = (f" {where}" if where else "") + \
+                    "; the get() that would empty the pipe comes after the join"
+            out.append(f"  {_thread_words(state, b.pid, b.tid)} waits in `join` for {child}"
+                       f"{how}: each waits for the other, for ever.")
         out.append(f"  Fix: get everything a process put on a queue before joining it (the "
                    f"stdlib's \"Joining processes that use queues\"), or call "
                    f"q.cancel_join_thread() in {child} if losing what it put is fine.")
