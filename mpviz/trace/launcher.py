@@ -6,7 +6,9 @@
        has run yet                                   DIR (autostart/: a sitecustomize put on
     2. start the program ─────────────────────────▶  PYTHONPATH), and shows its stacks on
     3. SIGTERM / SIGINT / SIGHUP to the launcher ──▶  SIGUSR1 (autostart.register_stacks)
-       are passed on to the program
+       are passed on to the program; a first
+       SIGINT (Ctrl-C) only after the report a hang
+       gets: where everyone is (Forwarder)
     4. wait; the hang watchdog (watchdog.py) looks
        at DIR and the session's CPU 10x a second:
        no progress for --hang-after S → stacks ───▶  SIGUSR1: stacks;  SIGKILL: the session
@@ -154,12 +156,24 @@ class Forwarder:
     """While installed, SIGTERM/SIGINT/SIGHUP to this process are sent on to the program.
 
     Installed before the program starts: a signal that arrives meanwhile is kept, and sent as
-    soon as ``attach(child)`` names the program."""
+    soon as ``attach(child)`` names the program.
+
+    Ctrl-C is a diagnosis: the first SIGINT is held (``interrupted``) until the wait loop has
+    reported where everyone is (``_report_interrupt``) and calls ``pass_on_interrupt()`` -- the
+    program would start unwinding at once, and the report must show where it waited, not its
+    exception handling. Another SIGINT meanwhile is passed on at once (you insist)."""
 
     def __init__(self):
         self.child, self.received, self.pending, self._old = None, [], [], {}
+        self.interrupted, self._held = False, False
         for sig in FORWARDED:
             self._old[sig] = signal.signal(sig, self._forward)
+
+    def pass_on_interrupt(self):
+        """Send the held SIGINT on (after the report)."""
+        if self._held:
+            self._held = False
+            self._send(signal.SIGINT)
 
     def attach(self, child):
         self.child = child
@@ -168,6 +182,9 @@ class Forwarder:
 
     def _forward(self, signum, frame):
         self.received.append(signal.Signals(signum).name)
+        if signum == signal.SIGINT and not self.interrupted and self.child is not None:
+            self.interrupted = self._held = True     # the wait loop reports, then sends it
+            return
         if self.child is None:
             self.pending.append(signum)
         else:
@@ -202,9 +219,8 @@ def run(program, output=None, hang_after=10.0, plot=None, threading_locks=False)
     if hang_after < 0:
         raise Refused(f"--hang-after must be 0 (off) or a number of seconds, not {hang_after}")
     directory, created = prepare_directory(output)
-    stacks_dir = os.path.join(directory, STACKS) if hang_after else None
-    if stacks_dir:
-        os.makedirs(stacks_dir, mode=0o700, exist_ok=True)
+    stacks_dir = os.path.join(directory, STACKS)     # (for the watchdog, and for a Ctrl-C)
+    os.makedirs(stacks_dir, mode=0o700, exist_ok=True)
     # The launcher records too (as the program's parent): the trace shows how the program ended
     # even if it was killed.
     recording = recorder.start(directory, "launcher")
@@ -227,15 +243,15 @@ def run(program, output=None, hang_after=10.0, plot=None, threading_locks=False)
     _say_how_to_finish(directory)
     watchdog, verdict = None, None
     try:
-        if hang_after:
-            from ..scenarios.runner import _session_pids
-            watchdog = Watchdog(directory, hang_after, lambda: _session_pids(child.pid))
-        code = _wait(child, watchdog)
+        from ..scenarios.runner import _session_pids
+        eyes = Watchdog(directory, hang_after, lambda: _session_pids(child.pid))
+        watchdog = eyes if hang_after else None
+        code = _wait(child, watchdog, forwarder, eyes)
         if code is None:                          # hung: stacks, then end the whole session
             verdict = _stop_hung(child, watchdog)
             code = HANG_EXIT_STATUS
         else:
-            _wait_for_the_rest(child)
+            _wait_for_the_rest(child, stop=forwarder.interrupted, trace=eyes.trace)
     finally:
         forwarder.remove()
     if recording:
@@ -328,39 +344,82 @@ def _python_switches(program):
     return letters
 
 
-def _wait(child, watchdog):
-    """The program's exit status (shell style), or None when the watchdog found it stuck."""
+def _wait(child, watchdog, forwarder, eyes):
+    """The program's exit status (shell style), or None when the watchdog found it stuck.
+    A Ctrl-C meanwhile: the report (``_report_interrupt``), then the SIGINT passed on."""
     while True:
         try:
-            returncode = child.wait(timeout=0.1 if watchdog else None)
+            returncode = child.wait(timeout=0.1)
             return returncode if returncode >= 0 else 128 - returncode
         except subprocess.TimeoutExpired:
             pass
-        if watchdog.poll():
+        if forwarder.interrupted and forwarder._held:
+            _report_interrupt(eyes)
+            forwarder.pass_on_interrupt()
+        elif watchdog is not None and watchdog.poll():
             return None
 
 
-def _wait_for_the_rest(child, seconds=1.0):
+def _report_interrupt(eyes):
+    """Ctrl-C is a diagnosis: where each process is, what each waits for, who must act -- the
+    hang verdict's report, said before the program hears the SIGINT and starts unwinding; kept
+    in the trace directory as the verdict (``load(DIR).verdict``)."""
+    import time
+    from .trace import VERDICT_FILE
+    from .watchdog import interrupt_report
+    began = time.monotonic()
+    try:
+        eyes.trace.refresh()                      # (every process started so far is named)
+        stacks = eyes.capture_stacks()
+        eyes.trace.refresh()
+        report = interrupt_report(eyes.trace, stacks)
+    except Exception as exc:                      # the SIGINT goes on whatever happens here
+        report = f"mpviz trace: INTERRUPTED (Ctrl-C); no report ({exc!r})"
+    print(report, file=sys.stderr, flush=True)
+    say(f"(that took {time.monotonic() - began:.1f} s) passing SIGINT on to the program, as "
+        f"the terminal would; Ctrl-C again passes another one on")
+    try:
+        with open(os.path.join(eyes.directory, VERDICT_FILE), "w") as f:
+            f.write(report)
+    except OSError:
+        pass
+
+
+def _wait_for_the_rest(child, seconds=1.0, stop=False, trace=None):
     """The program has exited; give the processes it left (a resource tracker, a fork server)
     a moment to exit too, so that their last events are in the trace. Any still running after
-    that are left alone, as they would be without mpviz, and named."""
+    that are left alone, as they would be without mpviz, and named -- unless you pressed
+    Ctrl-C (`stop`): you asked for the program to stop, so they are killed, and the shared
+    memory its processes left is removed."""
     import time
-    from ..scenarios.runner import _session_pids
+    from ..scenarios.runner import _kill_session, _remove_segments, _session_pids
     deadline = time.monotonic() + seconds
     left = _session_pids(child.pid)
     while left and time.monotonic() < deadline:
         time.sleep(0.02)        # polling /proc: there is nothing to wait on for a non-child
         left = _session_pids(child.pid)
-    if left:
+    if left and stop:
+        killed = _kill_session(child.pid, child, graceful=False)
+        say(f"after the Ctrl-C, stopped {len(killed)} process(es) the program left running "
+            f"(pids {', '.join(map(str, killed[:10]))}) with SIGKILL")
+    elif left:
         say(f"{len(left)} process(es) the program started still run after it exited (pids "
             f"{', '.join(map(str, left[:10]))}); what they do from now on is not in trace.json")
+    if stop and trace is not None:
+        trace.refresh()
+        removed = _remove_segments(trace, wait=0.5)
+        if removed:
+            say(f"after the Ctrl-C, removed {len(removed)} shared-memory segment(s) the "
+                f"program left in /dev/shm")
 
 
 def _stop_hung(child, watchdog):
     from ..scenarios.runner import _kill_session, _remove_segments
+    import time
     stacks = watchdog.capture_stacks()
+    kill_ns = time.monotonic_ns()
     killed = _kill_session(child.pid, child, graceful=False)
-    watchdog.record_verdict(stacks, killed)
+    watchdog.record_verdict(stacks, killed, kill_ns)
     watchdog.trace.refresh(final=True)
     _remove_segments(watchdog.trace, wait=0.0)
     return watchdog.verdict(stacks, killed)
@@ -557,13 +616,15 @@ def _remove_what_we_made(directory, created):
 
 
 def _tidy(directory):
-    """Remove the stacks folder's empty files (every process made one, in case it hung)."""
+    """Remove the stacks folder's empty files (every process made one, in case it hung), and
+    the stacks written at a SIGINT (the report said what they hold)."""
+    from .autostart import INTERRUPT_SUFFIX
     from .watchdog import STACKS
     folder = os.path.join(directory, STACKS)
     try:
         for f in os.listdir(folder):
             path = os.path.join(folder, f)
-            if os.path.getsize(path) == 0:
+            if os.path.getsize(path) == 0 or f.endswith(INTERRUPT_SUFFIX):
                 os.unlink(path)
         os.rmdir(folder)
     except OSError:

@@ -120,8 +120,10 @@ class Trace:
                                  exit_ns=None, exitcode=None, signal=None, threads=[])
             return info[pid]
 
+        last, killed = {}, {}          # pid -> its last own event; the reap of a killed one
         for e in self.events:
             p = get(e.pid, e.ts_ns)
+            last[e.pid] = e.ts_ns
             if e.tid not in p["threads"]:
                 p["threads"].append(e.tid)
             a = e.args
@@ -144,6 +146,14 @@ class Trace:
                 c["exitcode"], c["signal"] = a.get("exitcode"), a.get("signal")
                 if c["exit_ns"] is None:
                     c["exit_ns"] = e.ts_ns
+                if a.get("signal"):
+                    killed.setdefault(a["child"], e.ts_ns)   # (the first: the watchdog's)
+        # A process's recorded exit is not always its end: a traced program records its exit in
+        # an atexit function, and more can run after it (a hang at exit, killed seconds later).
+        # It lived until its last event, and one killed by a signal until it was killed.
+        for pid, p in info.items():
+            if p["exit_ns"] is not None:
+                p["exit_ns"] = max(p["exit_ns"], last.get(pid, 0), killed.get(pid, 0))
         out = [ProcessInfo(**{**p, "threads": tuple(p["threads"])}) for p in info.values()]
         return sorted(out, key=lambda p: p.start_ns)
 
@@ -302,6 +312,9 @@ def record(path=None, *, threading_locks=False, hang_after=None):
     the processes started in the block, interrupts the block if it still waits, and ``record``
     raises ``HangError`` (the trace keeps the events: draw it with ``mpviz.viz.plot(trace)``).
     None or 0: no watchdog, as ``python -m mpviz trace --hang-after 0``.
+    Ctrl-C (a cell's interrupt) in the block, in the main thread: the same report as a hang's --
+    each process's stacks, what each waits for, who must act -- then the processes started in
+    the block are ended, their shared memory removed, and the KeyboardInterrupt goes on.
     If recording cannot start, a ``RecorderWarning`` says why and the block runs unrecorded.
     """
     global _install_depth
@@ -323,10 +336,16 @@ def record(path=None, *, threading_locks=False, hang_after=None):
         torch_hooks.watch()
     guard = None
     try:
-        if ok and hang_after:
+        if ok:        # (no hang_after: no watchdog, but the stacks and the Ctrl-C report)
             from .watchdog import Guard
             guard = Guard(directory, hang_after)
         yield trace
+    except KeyboardInterrupt as exc:
+        if guard is not None and guard.interrupted is not None:
+            guard.hide_handler(exc)
+            guard.clean_up()                  # Ctrl-C: reported; the block's processes end
+            trace.verdict = guard.interrupted
+        raise
     finally:
         if guard is not None:
             guard.stop()

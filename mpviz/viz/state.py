@@ -10,7 +10,9 @@ answered once, here, in plain Python (no matplotlib), and can be tested without 
     state.in_flight    messages put but not yet got (``Flow``s)
     state.blocked      threads blocked in a recorded wait (a join, q.join, Event.wait, a full
                        pipe ...): on what, since when, and who must act so that they go on
-    state.deadlocks    threads that can never go on, each with the reason in words
+    state.deadlocks    threads that can never go on, each with the reason in words (an idle
+                       Pool worker, waiting for its next task, is not one: idle_pool_workers)
+    lost_pool_tasks(trace, job)   a Pool job's tasks whose worker ended while running them
     print(state.text())
     failures(trace)    actions that failed (a put or get that raised, a blocked write, ...)
 
@@ -168,6 +170,25 @@ class Blocked:
 
 
 @dataclass(frozen=True)
+class LostTask:
+    """A Pool task whose worker ended while running it: its result never comes."""
+    pid: int
+    label: str                         # "worker 0"
+    exitcode: Optional[int]
+    signal: Optional[str]
+    job: object
+    index: object
+    func: Optional[str]
+
+    def words(self):
+        """"worker 0 exited (exit 1) while running job 0: Pool waits for its result for ever"."""
+        how = (f"was killed ({self.signal})" if self.signal else
+               f"exited (exit {self.exitcode})" if self.exitcode is not None else "ended")
+        return (f"{self.label} {how} while running job {self.job}: Pool waits for its result "
+                f"for ever")
+
+
+@dataclass(frozen=True)
 class Deadlock:
     """A thread that can never go on, and why.
 
@@ -287,10 +308,12 @@ class _Index:
         self.lock_infos = {lk.id: lk for lk in trace.locks()}
         self.threads, self.thread_end, self.forker = {}, {}, {}
         self.shm, self.waits, self.stuck = [], [], []
+        self.kill_ns = None            # when a watchdog began to kill (watchdog.kill's at_ns)
         self.blocked = []              # (pid, tid, begin event, end ts or None): recorded waits
         self.gave_up = set()           # id() of the wait.begin of each wait that timed out
         self.getters = {}              # queue id -> [(pid, tid, ts) of its first get per thread]
         self.putters = {}              # queue id -> [(pid, tid, ts) of its first put per thread]
+        self.pipe_of = {}              # a SimpleQueue's id -> its pipe's (its sends are there)
         open_waits, counted, open_blocks = {}, {}, {}
         self.busy, self.first_seen, self.by_kind, self.ticks = {}, {}, {}, {}
         self.handles = {}              # message id -> how many handles its sender pickled in it
@@ -316,6 +339,8 @@ class _Index:
                         self.ticks.setdefault((pid, pid), []).append(e.ts_ns)
                 if k == "watchdog.stuck":
                     self.stuck.append(e)
+                elif k == "watchdog.kill" and e.args.get("at_ns"):
+                    self.kill_ns = min(self.kill_ns or e.args["at_ns"], e.args["at_ns"])
                 continue
             if who not in self.first_seen:
                 self.first_seen[who] = e.ts_ns
@@ -375,11 +400,16 @@ class _Index:
                     self.blocked.append((e.pid, e.tid, begin, e.ts_ns))
                     if e.args.get("ok") is False:      # it gave up (a timeout ran out)
                         self.gave_up.add(id(begin))
-            elif k == "queue.get" or k == "queue.put":
-                seen = (self.getters if k == "queue.get" else
-                        self.putters).setdefault(e.args.get("queue"), [])
+            elif k == "queue.get" or k == "queue.put" or k == "pipe.send":
+                seen = (self.getters if k == "queue.get" else self.putters).setdefault(
+                    e.args.get("pipe" if k == "pipe.send" else "queue"), [])
                 if all(g[:2] != who for g in seen):
                     seen.append((e.pid, e.tid, e.ts_ns))
+            elif k == "pipe.recv" and open_blocks.get(who) and \
+                    open_blocks[who][-1].args.get("on") == "queue.get":
+                # a SimpleQueue (a Pool's task queue): its get waits on the queue's id, its
+                # messages are sent and read on its pipe's; who puts into one puts into both
+                self.pipe_of.setdefault(open_blocks[who][-1].args.get("id"), e.args.get("pipe"))
             elif k == "pool.task":
                 key = (e.pid, e.args.get("job"), e.args.get("index"))
                 if e.args.get("phase") == "start":
@@ -534,15 +564,28 @@ class _Index:
                 found.setdefault(node, Deadlock(node[0], node[1], reason, tuple(cycle)))
         for e in self.stuck:
             pid = e.args.get("pid", e.pid)
-            if e.ts_ns <= t and (pid, pid) not in found and not any(k[0] == pid for k in found):
-                found[(pid, pid)] = Deadlock(pid, pid, "the watchdog found it stuck" +
+            if self.idle_pool_worker(pid, t):      # waiting for work: not stuck for good
+                continue
+            if self._found_at(e) <= t and (pid, pid) not in found and \
+                    not any(k[0] == pid for k in found):
+                lost = [task.words() for _, _, b, until in self.blocked
+                        if b.pid == pid and b.args.get("on") == "pool.result" and
+                        b.ts_ns <= t and (until is None or t < until)
+                        for task in self.lost_tasks(b.args.get("id"), t)]
+                found[(pid, pid)] = Deadlock(pid, pid, (lost[0] if lost else
+                                                        "the watchdog found it stuck") +
                                              user_line(e.args.get("stacks")))
         return list(found.values())
+
+    def _found_at(self, stuck):
+        """When a ``watchdog.stuck`` event's finding holds: it is written after the kill, but
+        says where the process was before it (just before the kill began, where known)."""
+        return stuck.ts_ns if self.kill_ns is None else min(stuck.ts_ns, self.kill_ns - 1)
 
     def _user_line(self, pid, t):
         """" (at your line ...)" from the watchdog's stacks of `pid`, if it took them by `t`."""
         for e in self.stuck:
-            if e.args.get("pid", e.pid) == pid and e.ts_ns <= t:
+            if e.args.get("pid", e.pid) == pid and self._found_at(e) <= t:
                 return user_line(e.args.get("stacks"))
         return ""
 
@@ -570,11 +613,13 @@ class _Index:
         """What a wait waits for, in words (a label on the timeline, a line of text)."""
         a = begin.args
         on, target = a.get("on"), a.get("id")
+        exiting = " at exit" if a.get("at_exit") else ""    # in multiprocessing's exit function
         if on == "process":
             label = self.labels.get(target, f"pid {target}")
-            return f"join {label}" + (f" (pid {target})" if label != f"pid {target}" else "")
+            return (f"join {label}" + (f" (pid {target})" if label != f"pid {target}" else "")
+                    + exiting)
         if on == "thread":
-            return f"join thread {a.get('name') or target}"
+            return f"join thread {a.get('name') or target}{exiting}"
         if on == "pipe.write":
             return f"write {human_bytes(a.get('nbytes'))} into the full pipe of {self.queue_name(target)}"
         if on == "queue.join":
@@ -604,12 +649,57 @@ class _Index:
             return [(p, d) for p, d, first in self.getters.get(target, ())   # not: a consumer
                     if first <= t]                     # that ended without task_done() is the story
         if on == "queue.get":                          # those that have put into it, ended or
-            return [(p, d) for p, d, first in self.putters.get(target, ())   # not (a producer
-                    if first <= t and (p, d) != (begin.pid, begin.tid)]       # that ended early)
+            putters = self.putters.get(target, []) + \
+                self.putters.get(self.pipe_of.get(target), [])  # not (a producer that ended
+            return [(p, d) for p, d, first in putters          # early)
+                    if first <= t and (p, d) != (begin.pid, begin.tid)]
         if on == "pool.result":
             return [(pid, tid) for pid, tid, a, b in self.tasks_of(target)
-                    if a <= t and (b is None or t < b) and self.thread_alive(pid, tid, t)]
+                    if a <= t and (b is None or t < b) and self.thread_alive(pid, tid, t)] + \
+                [(lost.pid, lost.pid) for lost in self.lost_tasks(target, t)]
         return []
+
+    def lost_tasks(self, job, t):
+        """The tasks of Pool job `job` whose result will never come: started by a worker that
+        ended by `t` and sent nothing after the task began (``sys.exit``/``os._exit`` in the
+        task, a crash, a kill). The Pool replaces the worker but not the task (bpo-22393)."""
+        out = []
+        for pid, tid, start, done in self.tasks_of(job):
+            p = self.procs.get(pid)
+            if start > t or p is None or self.alive(pid, t):
+                continue
+            if any(f.put.pid == pid and start <= f.put.ts_ns <= t for f in self.flows):
+                continue                               # its result (or an error) went out
+            begin = next(e for e in self.pool_tasks if e.pid == pid and e.ts_ns == start)
+            out.append(LostTask(pid, self.labels.get(pid, f"pid {pid}"), p.exitcode, p.signal,
+                                job, begin.args.get("index"), begin.args.get("func")))
+        return out
+
+    def idle_pool_worker(self, pid, t):
+        """True if `pid` is a Pool worker that waits for its next task at `t`: no task of its
+        own running, and its only open waits are a get() (the Pool's task queue) -- idle, not
+        stuck: it goes on as soon as the program gives the Pool work."""
+        p = self.procs.get(pid)
+        if p is None or "PoolWorker" not in (p.name or ""):
+            return False
+        if any(e.pid == pid and e.ts_ns <= t for e in self._running_tasks(t)):
+            return False
+        waits = [b for b_pid, _, b, until in self.blocked if b_pid == pid and b.ts_ns <= t
+                 and (until is None or t < until)]
+        return bool(waits) and all(b.args.get("on") == "queue.get" for b in waits)
+
+    def _running_tasks(self, t):
+        """The ``pool.task`` start events of tasks still running at `t` (no done by then)."""
+        starts = {}
+        for e in self.pool_tasks:
+            if e.ts_ns > t:
+                break
+            key = (e.pid, e.args.get("job"), e.args.get("index"))
+            if e.args.get("phase") == "start":
+                starts[key] = e
+            elif e.args.get("phase") == "done":
+                starts.pop(key, None)
+        return list(starts.values())
 
     def tasks_of(self, job):
         """(pid, tid, start, done or None) of Pool job `job`'s tasks."""
@@ -855,6 +945,19 @@ def torch_not_recorded(trace):
             f"unknown, not zero")
 
 
+def lost_pool_tasks(trace, job, t_ns=None):
+    """The ``LostTask``s of Pool job `job` by instant `t_ns` (None: the trace's end)."""
+    ix = _index(trace)
+    return ix.lost_tasks(job, ix.t1 if t_ns is None else int(t_ns))
+
+
+def idle_pool_workers(trace, t_ns=None):
+    """The pids of the Pool workers waiting for their next task at `t_ns` (idle, not stuck)."""
+    ix = _index(trace)
+    t = ix.t1 if t_ns is None else int(t_ns)
+    return {pid for pid in ix.procs if ix.idle_pool_worker(pid, t)}
+
+
 def trace_span(trace):
     """``(first_ns, last_ns)`` of the trace's events."""
     ix = _index(trace)
@@ -882,7 +985,14 @@ def state_at(trace, t_ns=None):
 def stuck_moment(trace):
     """The instant to judge a deadlock at: just before the first still-waiting thread's process
     ended (a watchdog or a test kills stuck processes), or the trace's end; None if no thread was
-    left waiting (for a lock, or in any recorded wait)."""
+    left waiting (for a lock, or in any recorded wait). Never after a watchdog began to kill:
+    what the kill set off (a get() ended by EOFError as its writer died) is not the hang."""
+    t = _stuck_moment(trace)
+    kill = _index(trace).kill_ns
+    return kill - 1 if t is not None and kill is not None and t >= kill else t
+
+
+def _stuck_moment(trace):
     ix = _index(trace)
     open_waits = [(pid, since) for _, pid, _, since, until in ix.waits if until is None]
     open_waits += [(pid, b.ts_ns) for pid, _, b, until in ix.blocked if until is None]
