@@ -315,6 +315,7 @@ class _Index:
         self.putters = {}              # queue id -> [(pid, tid, ts) of its first put per thread]
         self.pipe_of = {}              # a SimpleQueue's id -> its pipe's (its sends are there)
         open_waits, counted, open_blocks = {}, {}, {}
+        recv_pipes = {}                # (pid, tid) -> the pipes it read messages from
         self.busy, self.first_seen, self.by_kind, self.ticks = {}, {}, {}, {}
         self.handles = {}              # message id -> how many handles its sender pickled in it
         self.writes = {}               # message id -> (its queue.feed,) when a feeder wrote it
@@ -405,11 +406,13 @@ class _Index:
                     e.args.get("pipe" if k == "pipe.send" else "queue"), [])
                 if all(g[:2] != who for g in seen):
                     seen.append((e.pid, e.tid, e.ts_ns))
-            elif k == "pipe.recv" and open_blocks.get(who) and \
-                    open_blocks[who][-1].args.get("on") == "queue.get":
+            elif k == "pipe.recv":
                 # a SimpleQueue (a Pool's task queue): its get waits on the queue's id, its
                 # messages are sent and read on its pipe's; who puts into one puts into both
-                self.pipe_of.setdefault(open_blocks[who][-1].args.get("id"), e.args.get("pipe"))
+                recv_pipes.setdefault(who, set()).add(e.args.get("pipe"))
+                if open_blocks.get(who) and open_blocks[who][-1].args.get("on") == "queue.get":
+                    self.pipe_of.setdefault(open_blocks[who][-1].args.get("id"),
+                                            e.args.get("pipe"))
             elif k == "pool.task":
                 key = (e.pid, e.args.get("job"), e.args.get("index"))
                 if e.args.get("phase") == "start":
@@ -427,6 +430,12 @@ class _Index:
             self.waits.append((lid, pid, tid, since, None))
         for (pid, tid), begins in open_blocks.items():
             self.blocked.extend((pid, tid, b, None) for b in begins)
+        # A get that read its first message without waiting left no wait open at its read: a
+        # thread that reads one pipe only, and waits in a SimpleQueue get, reads it from there.
+        for pid, tid, begin, _ in self.blocked:
+            pipes = recv_pipes.get((pid, tid), ())
+            if begin.args.get("on") == "queue.get" and len(pipes) == 1:
+                self.pipe_of.setdefault(begin.args.get("id"), next(iter(pipes)))
         self.pool_tasks = [e for e in self.by_kind.get("pool.task", ())]
         self.fd_passes = [(d["fd.send"], d["fd.recv"]) for d in fds.values() if len(d) == 2]
         self.labels = _make_labels(self.procs, self.watchdogs, self.scripts)
@@ -605,6 +614,8 @@ class _Index:
     def queue_name(self, qid):
         """"Queue 2": the name the pictures give a queue (one that carried no message gets the
         next number), never its internal id."""
+        if qid not in self.channel_names and self.pipe_of.get(qid) in self.channel_names:
+            self.channel_names[qid] = self.channel_names[self.pipe_of[qid]]  # a SimpleQueue
         if qid not in self.channel_names:
             self.channel_names[qid] = names.next_queue_name(self.channel_names)
         return self.channel_names[qid]
