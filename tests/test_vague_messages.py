@@ -188,3 +188,19 @@ def test_event_whose_lock_died_with_its_holder_raises_naming_the_pid(ctx):
     with pytest.raises(BrokenEventError, match=rf"held by process {holder.pid}, which has died.*"
                                                rf"Fix: make a new Event"):
         ev.set()
+
+
+def test_an_events_own_memory_is_not_drawn_as_the_programs_shared_memory(ctx):
+    """The Event keeps its sleepers' slots in a memfd of its own, not in the stdlib heap where
+    Value/Array live: a program that shares only an Event shows 0 segments and 0 handles, as
+    torch's would (it once showed a /pym-* arena, 'mapped by 2 processes', and a handle)."""
+    import mpviz.trace as mt
+    with mt.record() as trace:
+        ev = ctx.Event()
+        child = ctx.Process(target=_wait_for, args=(ev,))
+        child.start()
+        ev.set()
+        child.join(30)
+    assert child.exitcode == 0
+    assert trace.segments() == []
+    assert sum(f.put.args.get("handles", 0) for f in trace.flows()) == 0

@@ -24,9 +24,11 @@ with a timeout; when one is late it looks at the slots: a sleeper whose process 
 as awake (its slot is cleared), with a ``RuntimeWarning`` naming it, and ``set()`` goes on.
 A lock holder killed inside ``_lock`` gives ``BrokenEventError`` (below); what is left out too.
 """
+import mmap
 import os
 import warnings
-from multiprocessing import synchronize
+import weakref
+from multiprocessing import context, reduction, synchronize
 
 SLOTS = 32           # sleepers tracked at once
 POLL_S = 0.2         # how long set() waits for an "awake" (or for the lock) before it looks
@@ -70,9 +72,30 @@ def _identity():
     return _me
 
 
-def _view(array):
-    """A memoryview of the shared array's 64-bit ints (indexing it is faster than ctypes')."""
-    return memoryview(array).cast("B").cast("q")
+class _Slots:
+    """The slots' memory: ``n`` 64-bit ints in a small shared file of the Event's own (a memfd,
+    mapped), not in the stdlib heap where ``Value``/``Array`` live. It is the Event's machinery,
+    not the program's shared memory: the recorder draws the heap's arenas as the program's
+    segments, and an Event must not add one there (torch's Event has none). Passed to a child as
+    the heap's arenas are (heap.py's ``reduce_arena``): by inheritance only, its fd duplicated
+    into a spawned or forkserver child."""
+
+    def __init__(self, n, fd=-1):
+        if fd == -1:
+            fd = os.memfd_create("mpviz-event-slots", os.MFD_CLOEXEC)
+            os.ftruncate(fd, 8 * n)
+        self.n, self.fd = n, fd
+        self.buffer = mmap.mmap(fd, 8 * n)
+        self.ints = memoryview(self.buffer).cast("q")   # (faster to index than ctypes')
+        weakref.finalize(self, os.close, fd)
+
+    def __reduce__(self):
+        context.assert_spawning(self)
+        return _rebuild_slots, (self.n, reduction.DupFd(self.fd))
+
+
+def _rebuild_slots(n, dupfd):
+    return _Slots(n, dupfd.detach())
 
 
 def _alive(pid, start):
@@ -86,8 +109,8 @@ class Condition(synchronize.Condition):
 
     def __init__(self, lock=None, *, ctx):
         super().__init__(lock, ctx=ctx)
-        self._array = ctx.RawArray("q", 2 * (SLOTS + 1))
-        self._slots = _view(self._array)
+        self._array = _Slots(2 * (SLOTS + 1))
+        self._slots = self._array.ints
 
     def __getstate__(self):
         return super().__getstate__() + (self._array,)
@@ -95,7 +118,7 @@ class Condition(synchronize.Condition):
     def __setstate__(self, state):
         super().__setstate__(state[:-1])
         self._array = state[-1]
-        self._slots = _view(self._array)
+        self._slots = self._array.ints
 
     # --- the lock, with its holder written down ----------------------------------------------
 
