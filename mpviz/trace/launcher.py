@@ -20,9 +20,12 @@ processes" (the scenarios' runner finds its runs' processes the same way). A ter
 then reaches only the launcher, which passes it on to the program's process group -- as the
 terminal would have.
 """
+import io
+import json
 import os
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import tempfile
@@ -44,10 +47,20 @@ def say(message):
 
 # --- 1. the trace directory, checked before anything runs ----------------------------------
 
+# What mpviz writes beside the logs, by these names: a directory that already holds one of them
+# is refused (mpviz never overwrites a file it did not write in this run).
+OUTPUTS = ("trace.json", "timeline.png", "wait_for.png", "verdict.txt", recorder.NOTES,
+           ".stacks")                      # (trace.VERDICT_FILE, watchdog.STACKS)
+
+
 def prepare_directory(output):
     """(absolute path, created by us?) of a writable, empty-of-logs trace directory.
 
-    Raises ``Refused`` with one line that says what, why and how to fix it."""
+    A new directory is made private (0700). An existing one must be yours and not writable by
+    every user (else another user could plant a link or a log in it), and must not hold a
+    recording or a file by one of the names mpviz writes (``OUTPUTS``). A symbolic link is
+    followed only if you made it and it leads somewhere. Raises ``Refused`` with one line that
+    says what, why and how to fix it."""
     if output is None:
         try:
             return os.path.abspath(tempfile.mkdtemp(prefix="mpviz-trace-", dir=".")), True
@@ -55,16 +68,13 @@ def prepare_directory(output):
             raise Refused(f"cannot create a trace directory in {os.getcwd()!r} "
                           f"({exc.strerror}). Fix: give one you can write with -o DIR") from None
     path = os.path.abspath(output)
-    created = not os.path.exists(path)
+    _check_link(output, path)
+    created = not os.path.lexists(path)
     try:
         if created:
-            os.makedirs(path)
-        elif not os.path.isdir(path):
-            raise Refused(f"-o {output!r} is a file, not a directory. Fix: give a new or "
-                          f"empty directory")
-        elif any(f.endswith(recorder.SUFFIX) for f in os.listdir(path)):
-            raise Refused(f"-o {output!r} already holds a recording; mixing two runs would "
-                          f"draw a false picture. Fix: give a new or empty directory")
+            os.makedirs(path, mode=0o700)
+        else:
+            _check_existing(output, path)
         with tempfile.TemporaryFile(dir=path):     # can we write there? (root ignores modes)
             pass
     except OSError as exc:
@@ -73,6 +83,54 @@ def prepare_directory(output):
         raise Refused(f"cannot write the trace to {output!r} ({exc.strerror or exc}). Fix: "
                       f"give -o a directory you can write, e.g. -o ./trace") from None
     return path, created
+
+
+def _check_link(output, path):
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return
+    if not stat.S_ISLNK(st.st_mode):
+        return
+    target = os.path.join(os.path.dirname(path), os.readlink(path))
+    if st.st_uid != os.getuid():
+        raise Refused(f"-o {output!r} is a symbolic link made by uid {st.st_uid}, not by you: "
+                      f"following it would write the trace where another user chose. Fix: "
+                      f"give -o a new directory")
+    if not os.path.exists(path):
+        raise Refused(f"-o {output!r} is a symbolic link to {target!r}, which does not exist. "
+                      f"Fix: create it first (mkdir -p {target}), or give -o a new directory")
+
+
+def _check_existing(output, path):
+    if not os.path.isdir(path):
+        raise Refused(f"-o {output!r} is a file, not a directory. Fix: give a new or "
+                      f"empty directory")
+    _check_owner("-o", output, path)
+    entries = os.listdir(path)
+    if any(f.endswith(recorder.SUFFIX) for f in entries):
+        raise Refused(f"-o {output!r} already holds a recording; mixing two runs would "
+                      f"draw a false picture. Fix: give a new or empty directory")
+    taken = [name for name in OUTPUTS if name in entries]
+    if taken:
+        raise Refused(f"-o {output!r} already holds {', '.join(taken)}: mpviz writes files by "
+                      f"those names and never overwrites one it did not write. Fix: give a new "
+                      f"or empty directory, or move {'them' if len(taken) > 1 else 'it'} away")
+
+
+def _check_owner(option, output, path):
+    """Refuse a trace directory that is another user's, or that every user can write: its
+    owner (or anyone) could plant links or logs in it, and mpviz would read and write there."""
+    st = os.stat(path)
+    if st.st_uid != os.getuid():
+        raise Refused(f"{option} {output!r} belongs to uid {st.st_uid}, not to you: its owner "
+                      f"could plant links or logs in it. Fix: give a directory of your own "
+                      f"(with -o, a new one: mpviz makes it, private to you)")
+    if st.st_mode & 0o002:
+        raise Refused(f"{option} {output!r} is writable by every user (mode "
+                      f"{stat.S_IMODE(st.st_mode):o}): anyone could plant links or logs in it. "
+                      f"Fix: give a new directory inside it, e.g. "
+                      f"-o {os.path.join(output, 'trace')}")
 
 
 def _environment(directory, threading_locks, stacks_dir):
@@ -146,7 +204,7 @@ def run(program, output=None, hang_after=10.0, plot=None, threading_locks=False)
     directory, created = prepare_directory(output)
     stacks_dir = os.path.join(directory, STACKS) if hang_after else None
     if stacks_dir:
-        os.makedirs(stacks_dir, exist_ok=True)
+        os.makedirs(stacks_dir, mode=0o700, exist_ok=True)
     # The launcher records too (as the program's parent): the trace shows how the program ended
     # even if it was killed.
     recording = recorder.start(directory, "launcher")
@@ -189,9 +247,85 @@ def run(program, output=None, hang_after=10.0, plot=None, threading_locks=False)
         # this (trace.json, the pictures) is not recorded.
         recorder.emit("process.exit", exitcode=code, how="launcher")
         recorder.stop()
+    _note_a_silent_program(directory, child, program)
     _report(directory, child, code, watchdog, verdict, forwarder.received, plot)
     _tidy(directory)
     return code
+
+
+def _note_a_silent_program(directory, child, program):
+    """No process of the program wrote a log: mpviz never started inside it. Say so, with why
+    (Python's -I/-S/-E switch off what loads mpviz), as a note: never "4 events from 1 process"
+    read as a program that did nothing."""
+    if _program_recorded(directory):
+        return
+    from .trace import UNKNOWN
+    command = " ".join(program)
+    switches = _python_switches(program)
+    blocking = sorted(switches & {"I", "S", "E"})
+    if blocking:
+        why = {"I": "python -I (isolated mode) ignores PYTHONPATH and skips site",
+               "S": "python -S skips site, which loads sitecustomize",
+               "E": "python -E ignores PYTHONPATH"}[blocking[0]]
+        flags = " ".join(f"-{f}" for f in blocking)
+        line = (f"the program (pid {child.pid}: {command}) recorded nothing: {why}, so mpviz's "
+                f"autostart (a sitecustomize on PYTHONPATH) never ran in it. Its processes, "
+                f"messages and shared memory are {UNKNOWN}. Fix: run it without {flags} "
+                f"({' '.join(_without(program, blocking))}), or record from inside the "
+                f"program: with mpviz.trace.record('DIR'): main()")
+    else:
+        line = (f"the program (pid {child.pid}: {command}) recorded nothing: mpviz's autostart "
+                f"(a sitecustomize on PYTHONPATH) did not run in it (not a Python program, a "
+                f"Python without site, or one that replaced PYTHONPATH?). Its processes, "
+                f"messages and shared memory are {UNKNOWN}. Fix: run the script with "
+                f"python directly (mpviz trace -- python prog.py), or record from inside it: "
+                f"with mpviz.trace.record('DIR'): main()")
+    recorder.note(directory, line)
+
+
+def _without(program, letters):
+    """`program` with Python's one-letter switches `letters` taken out (-IS -> -S, -I -> )."""
+    out, switches = [program[0]], True
+    for arg in program[1:]:
+        if switches and arg.startswith("-") and not arg.startswith("--") and len(arg) > 1:
+            if arg[1] in "cm":
+                switches = False
+            else:
+                arg = "-" + "".join(c for c in arg[1:] if c not in letters)
+                if arg == "-":
+                    continue
+        else:
+            switches = False
+        out.append(arg)
+    return out
+
+
+def _program_recorded(directory):
+    """Did any process of the program write a log? (The recorder names a log "<pid>-<n>"; the
+    launcher's own, and its watchdog's, carry the launcher's pid. A program that is not Python
+    itself -- bash -c "python prog.py" -- records through its Python children.)"""
+    mine = f"{os.getpid()}-"
+    return any(f.endswith(recorder.SUFFIX) and not f.startswith(mine)
+               for f in os.listdir(directory))
+
+
+def _python_switches(program):
+    """The one-letter switches given to Python before its script (``-IS`` -> {"I", "S"})."""
+    if not program or not os.path.basename(program[0]).startswith("python"):
+        return set()
+    letters, args = set(), iter(program[1:])
+    for arg in args:
+        if not arg.startswith("-") or arg.startswith("--") or arg == "-":
+            break                         # the script (or --version ...): no more switches
+        for i, letter in enumerate(arg[1:]):
+            if letter in "cmWX":          # -c CMD / -m MOD end the switches; -W/-X take a value
+                if letter in "cm":
+                    return letters
+                if i == len(arg) - 2:
+                    next(args, None)
+                break
+            letters.add(letter)
+    return letters
 
 
 def _wait(child, watchdog):
@@ -245,8 +379,8 @@ def _report(directory, child, code, watchdog, verdict, received, plot):
                 trace.refresh()
         else:
             trace = load(directory)
-        chrome = os.path.join(directory, "trace.json")
-        trace.to_chrome(chrome)
+        chrome = _write_private(directory, "trace.json",
+                                lambda f: _json_into(f, trace.to_chrome()))
     except (Exception, KeyboardInterrupt) as exc:    # (a Ctrl-C now stops only this)
         say(f"could not write {directory}/trace.json ({exc!r}); the raw logs are in "
             f"{directory} (mpviz.trace.load() reads them)")
@@ -255,14 +389,17 @@ def _report(directory, child, code, watchdog, verdict, received, plot):
         print(verdict, file=sys.stderr, flush=True)
         trace.verdict = verdict
         try:                                   # kept with the trace: load(directory).verdict
-            with open(os.path.join(directory, VERDICT_FILE), "w") as f:
-                f.write(verdict)
+            _write_private(directory, VERDICT_FILE, lambda f: f.write(verdict.encode()))
         except OSError as exc:
             say(f"could not keep the verdict in {directory} ({exc})")
     elif received:
         say(f"passed {', '.join(received)} on to the program, which ended with status {code}")
     program = [p for p in trace.processes() if p.how not in ("launcher", "watchdog")]
-    say(f"{len(trace.events)} events from {len(program)} processes in {directory}")
+    if child is not None and not _program_recorded(directory):
+        say(f"{len(trace.events)} events in {directory}, all of them mpviz's own: the program "
+            f"recorded nothing (NOT RECORDED below says why)")
+    else:
+        say(f"{len(trace.events)} events from {len(program)} processes in {directory}")
     say(f"Chrome/Perfetto JSON: {chrome} (open it at https://ui.perfetto.dev)")
     for problem in trace.problems:
         say(f"could not read: {problem}")
@@ -314,9 +451,9 @@ def _draw(trace, directory, hang):
         drawings.append(("wait-for graph", "wait_for.png", viz.wait_for))
     notes = trace.notes                       # (reads notes.txt and every event: once)
     for what, name, draw in drawings:
-        path = os.path.join(directory, name)
         try:
-            _save_with_notes(draw(trace), notes, path)
+            path = _write_private(directory, name,
+                                  lambda f: _save_with_notes(draw(trace), notes, f))
         except KeyboardInterrupt:
             say("drawing interrupted; the trace is complete")
             return
@@ -344,6 +481,8 @@ def finish(directory, plot=None):
     at its exit that the launcher is gone, and ``python -m mpviz trace --finish DIR`` -- said at
     the start, when it still can be -- writes trace.json from the logs afterwards (this)."""
     path = os.path.abspath(directory)
+    if os.path.isdir(path):
+        _check_owner("--finish", directory, path)
     if not os.path.isdir(path) or not any(f.endswith(recorder.SUFFIX) for f in os.listdir(path)):
         raise Refused(f"--finish {directory!r}: no recording there (no *{recorder.SUFFIX} "
                       f"logs). Fix: give the directory that `mpviz trace -o DIR` recorded into")
@@ -370,18 +509,39 @@ def _note_a_killed_launcher(directory, trace):
             recorder.note(directory, line)
 
 
-def _save_with_notes(fig, notes, path):
-    """Save `fig`; under it, in red, what could not be recorded (a picture is believed: one that
-    is missing something says so on itself, not only on the terminal)."""
+def _write_private(directory, name, write):
+    """Write `name` in `directory` with `write(binary file)`, private and never over a file
+    that is there already (recorder.create_private); its path. A name already taken (by a file
+    that appeared during the run, or an earlier --finish) is said, with the one used instead."""
+    f, path = recorder.create_private(directory, name)
+    try:
+        with f:
+            write(f)
+    except BaseException:
+        os.unlink(path)
+        raise
+    if os.path.basename(path) != name:
+        say(f"{os.path.join(directory, name)} is there already and is not this run's: left as "
+            f"it is; wrote {path}")
+    return path
+
+
+def _json_into(f, data):
+    text = io.TextIOWrapper(f, encoding="utf-8")
+    json.dump(data, text)
+    text.detach()                          # (flushed into f, which its caller closes)
+
+
+def _save_with_notes(fig, notes, f):
+    """Save `fig` as PNG into the file `f`; under it, in red, what could not be recorded (a
+    picture is believed: one that is missing something says so on itself, not only on the
+    terminal)."""
     if not notes:
-        fig.savefig(path)
+        fig.savefig(f, format="png")
         return
-    import textwrap
-    lines = [textwrap.shorten(f"NOT RECORDED: {n}", 220) for n in notes[:5]]
-    if len(notes) > 5:
-        lines.append(f"... and {len(notes) - 5} more (mpviz.trace.load(DIR).notes)")
-    fig.text(0.01, 0.0, "\n".join(lines), color="#b00000", fontsize=8, va="top", ha="left")
-    fig.savefig(path, bbox_inches="tight")
+    from mpviz.viz import notes_under
+    notes_under(fig, notes)
+    fig.savefig(f, format="png", bbox_inches="tight")
 
 
 def _remove_what_we_made(directory, created):

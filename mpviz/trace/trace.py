@@ -90,8 +90,8 @@ class Trace:
             new.sort(key=_order)
             if self.events and _order(new[0]) < _order(self.events[-1]):
                 # Only the tail from where the earliest new event belongs is sorted again:
-                # the hang watchdog refreshes ten times a second, and sorting all of a
-                # 240,000-event trace each time cost the program a core's quarter.
+                # the hang watchdog refreshes ten times a second, and sorting all of it each
+                # time made 5.9 million sort-key calls in a 240,000-event run.
                 at = bisect.bisect_right(self.events, _order(new[0]), key=_order)
                 tail = self.events[at:]
                 tail.extend(new)
@@ -242,6 +242,9 @@ class Trace:
         return timeline(self, **kwargs)
 
 
+UNKNOWN = "unknown, not zero"   # in every note whose part of the run is missing (viz.summary)
+
+
 @contextlib.contextmanager
 def without_gc():
     """Python's cyclic garbage collector off for the block (and back on after, if it was on).
@@ -249,7 +252,7 @@ def without_gc():
     Reading a trace makes hundreds of thousands of small tuples and dicts, none in a cycle;
     each 700 of them start a collection, and every so often one that walks every object alive
     -- the whole trace read so far, again and again. Off while reading, a 240,000-event trace
-    loads in half the CPU time (1.4 -> 0.7 s) and writes trace.json in 30 % less."""
+    loads in 1.0 s of CPU instead of 1.4, and trace.json is written in 2.4 s instead of 2.9."""
     was = gc.isenabled()
     gc.disable()
     try:
@@ -262,17 +265,23 @@ def without_gc():
 def _event_notes(events):
     """The events that say what was not recorded, as lines (dropped events counted, not listed)."""
     blind, dropped = {}, {}     # torch's reason -> the pids it holds for; (pid, kind) -> count
+    unhooked = {}               # (what, why, fix) -> pids: a framework mpviz does not hook
     for e in events:
         if e.kind in ("torch.unsupported", "torch.hook_failed"):
             blind.setdefault(e.args.get("reason"), []).append(e.pid)
+        elif e.kind == "not_recorded":
+            key = (e.args.get("what"), e.args.get("why"), e.args.get("fix"))
+            unhooked.setdefault(key, []).append(e.pid)
         elif e.kind == "record.dropped":
             key = (e.pid, e.args.get("kind"))
             dropped[key] = (dropped.get(key, (0, None))[0] + 1, e.args.get("error"))
     # One line per reason, whatever the number of processes (a program that forks a thousand
     # children under an unsupported torch gets one line, not a thousand).
     lines = [f"{_pids_in_words(pids)}: torch's shared memory is NOT recorded: {reason}; its "
-             f"segments, copies and handles are unknown, not zero"
+             f"segments, copies and handles are {UNKNOWN}"
              for reason, pids in blind.items()]
+    lines += [f"{_pids_in_words(pids)}: {what}: {why}. Fix: {fix}"
+              for (what, why, fix), pids in unhooked.items()]
     for (pid, kind), (n, error) in dropped.items():
         lines.append(f"pid {pid}: {n} {kind!r} event{'s' * (n > 1)} not recorded ({error})")
     return lines

@@ -157,6 +157,7 @@ def parse_stacks(text):
                                                   sysconfig.get_paths()["purelib"],
                                                   sysconfig.get_paths()["platlib"]})
     mpviz_dir = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    recorder_dir = os.path.join(mpviz_dir, "trace") + os.sep   # our hooks: never the user's
     threads = []
     for line in text.splitlines():
         line = line.strip()
@@ -170,6 +171,8 @@ def parse_stacks(text):
                 threads[-1].append((line, False))
                 continue
             real = os.path.realpath(path)
+            if real.startswith(recorder_dir):
+                continue                   # a recording hook's frame (waits.py, locks.py ...)
             mine = not real.startswith(library + (mpviz_dir,)) and not path.startswith("<")
             threads[-1].append((f"{fn} ({os.path.basename(path)}:{lineno})", mine))
     # faulthandler does not say which thread is the main one: the others began in threading's
@@ -221,7 +224,7 @@ def waits_in_words(trace):
                            + (f" ({o.ghost})" if o.ghost else "") for o in lk.owners)
         for pid, tid, since in lk.waiters:
             who = f"{state.labels.get(pid, pid)}'s {state.thread_names.get((pid, tid), tid)}"
-            lines.append(f"  {who} waits for {lk.type or 'lock'} {lk.id}"
+            lines.append(f"  {who} waits for {lk.name or lk.type or 'a lock'}"
                          + (f", held by {owners}" if owners else ", which nobody holds"))
     for b in state.blocked:       # joins, q.join, a full pipe, Events ... (waits.py)
         lines.append(f"  {_thread_words(state, b.pid, b.tid)} waits: {b.what} -- "
@@ -364,7 +367,8 @@ class Guard:
         import threading
         import sys
         mine = os.path.join(self.watchdog.stacks_dir, f"{os.getpid()}.self.txt")
-        with open(mine, "w") as f:
+        private = lambda path, flags: os.open(path, flags | os.O_NOFOLLOW, 0o600)  # noqa: E731
+        with open(mine, "w", opener=private) as f:
             faulthandler.dump_traceback(file=f, all_threads=True)
         with open(mine) as f:
             own = f.read().strip()

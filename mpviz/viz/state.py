@@ -14,8 +14,9 @@ answered once, here, in plain Python (no matplotlib), and can be tested without 
     print(state.text())
     failures(trace)    actions that failed (a put or get that raised, a blocked write, ...)
 
-Names are for people: a lock is called by the variable the waiting code used for it (or
-"Queue 1's lock", "Lock 2"), a queue "Queue 1", and a stuck process's reason points at the
+Names are for people (mpviz/trace/names.py, shared with trace.json): a lock is called by the
+variable the waiting code used for it (or "Queue 1's lock", "Lock 2"), a queue "Queue 1" or
+"the Pool's result queue", and a stuck process's reason points at the
 user's line in its stack (``user_line``), not at the stdlib's or mpviz's frame it sat in.
 
 How each answer is found is told where it is worked out: a lock's owner (and its ghost) at
@@ -27,7 +28,9 @@ import weakref
 from dataclasses import dataclass, field
 from typing import Optional
 
-from ..trace.trace import without_gc
+from mpviz.trace import names
+from mpviz.trace.trace import without_gc
+
 from .colors import human_bytes
 
 _THREAD_LOCK = re.compile(r"^t(\d+)\.\d+$")
@@ -299,6 +302,8 @@ class _Index:
         self.lock_names = {}           # lock id -> the variable name a waiter used for it
         self.dataloader_workers = {}   # pid -> worker_id, from real torch's DataLoader
         self.torch_segments = set()    # names of real torch's segments (their unlink is unseen)
+        self.unmap_unseen = set()      # names of segments unmapped unseen: torch's, and the
+                                       # stdlib heap's arenas (sharedctypes: hooks.py)
         self.torch_unseen = []         # (pid, why) where torch's sharing was NOT recorded
         self.fd_messages = {}          # an fd hand-over (_fd_key) -> the message it serves
         tokens = {}                    # (pid, tid) -> fd hand-overs waiting for their message
@@ -351,6 +356,8 @@ class _Index:
                 self.forker[e.args.get("child")] = (e.pid, e.tid, e.ts_ns)
             elif k in _SHM_KINDS:
                 self.shm.append(e)
+                if e.args.get("via") == "multiprocessing.heap" or e.args.get("torch"):
+                    self.unmap_unseen.add(e.args.get("name"))
             elif k == "lock.wait":
                 open_waits[(e.args["lock"], e.pid, e.tid)] = e.ts_ns
                 if e.args.get("name"):
@@ -395,7 +402,10 @@ class _Index:
         self.pool_tasks = [e for e in self.by_kind.get("pool.task", ())]
         self.fd_passes = [(d["fd.send"], d["fd.recv"]) for d in fds.values() if len(d) == 2]
         self.labels = _make_labels(self.procs, self.watchdogs, self.scripts)
-        self.channel_names = _number_channels(self.flows)
+        self.channel_names = names.channel_names(self.flows, self.threads,
+                                                 self.dataloader_workers)
+        self.names = names.LockNames({i: lk.type for i, lk in self.lock_infos.items()},
+                                     self.lock_names, self.channel_names)
         self.waitable_names = _number_waitables(self.blocked)
         self.failures = self._failures()
         for pid, worker_id in self.dataloader_workers.items():
@@ -410,27 +420,9 @@ class _Index:
         elif e.kind in ("torch.unsupported", "torch.hook_failed"):
             self.torch_unseen.append((e.pid, e.args.get("reason")))
 
-    def _variable_name(self, lid):
-        """The variable name a waiter called lock `lid` by, if no other lock was waited for under
-        that name: ``take_both(first, second)`` called with (a, b) in one process and (b, a) in
-        another waits for both locks as ``second``, and two nodes both called 'second' would
-        read as one lock."""
-        name = self.lock_names.get(lid)
-        if name is not None and list(self.lock_names.values()).count(name) == 1:
-            return name
-        return None
-
     def lock_name(self, lid):
-        if self._variable_name(lid) is not None:
-            return f"lock '{self._variable_name(lid)}'"
-        if lid in self.channel_names:
-            return f"{self.channel_names[lid]}'s lock"
-        info = self.lock_infos.get(lid)
-        typ = info.type if info and info.type else "lock"
-        same = [i for i in self.lock_infos if self._variable_name(i) is None and
-                i not in self.channel_names and (self.lock_infos[i].type or "lock") == typ]
-        kind = "threading." if is_thread_lock(lid) else ""
-        return f"{kind}{typ} {same.index(lid) + 1}" if lid in same else f"{kind}{typ}"
+        """"lock 'forks'", "Queue 1's lock", "Lock 2" (mpviz/trace/names.py)."""
+        return self.names.name(lid)
 
     def _failures(self):
         out = []
@@ -573,8 +565,7 @@ class _Index:
         """"Queue 2": the name the pictures give a queue (one that carried no message gets the
         next number), never its internal id."""
         if qid not in self.channel_names:
-            n = sum(v.startswith("Queue ") for v in self.channel_names.values()) + 1
-            self.channel_names[qid] = f"Queue {n}"
+            self.channel_names[qid] = names.next_queue_name(self.channel_names)
         return self.channel_names[qid]
 
     def wait_words(self, begin):
@@ -668,9 +659,10 @@ class _Index:
         for s in order:
             mapped = tuple(p for p, n in s["maps"].items() if n > 0 and self.alive(p, t))
             died = tuple(p for p, n in s["maps"].items() if n > 0 and not self.alive(p, t)
-                         and (s["name"] not in self.torch_segments or self.procs[p].signal))
-            # (torch unmaps in C++, unseen: a torch segment's holder that ended by itself let go
-            # at its exit; only one killed by a signal is said to have died holding it)
+                         and (s["name"] not in self.unmap_unseen or self.procs[p].signal))
+            # (torch unmaps in C++, a heap arena when it is collected, both unseen: a holder of
+            # one that ended by itself let go at its exit; only one killed by a signal is said
+            # to have died holding it)
             named = s["strategy"] in ("file_system", None) or str(s["name"]).startswith(
                 ("/mpviz_fs", "mpviz_fs"))
             if mapped:
@@ -762,17 +754,6 @@ def _cycles(edges):
                 elif nxt not in path[::2] and len(path) < 40:
                     stack.append((nxt, path + [lid, nxt]))
     return found
-
-
-def _number_channels(flows):
-    names, counts = {}, {}
-    for f in flows:
-        ch = f.channel
-        if ch is not None and ch not in names:
-            kind = "Pipe" if f.put.kind == "pipe.send" else "Queue"
-            counts[kind] = counts.get(kind, 0) + 1
-            names[ch] = f"{kind} {counts[kind]}"
-    return names
 
 
 _FRAME = re.compile(r'File "(?P<file>[^"]+)", line (?P<line>\d+),? in (?P<func>\S+)')
@@ -893,10 +874,11 @@ def state_at(trace, t_ns=None):
     locks = ix.lock_states(t)
     in_flight = tuple(f for f in ix.flows
                       if f.put.ts_ns <= t and (f.get is None or f.get.ts_ns > t))
+    blocked = tuple(ix.blocked_states(t))   # (first: it names the queues nobody put into yet)
     return State(t, ix.t0, procs, tuple(ix.segment_states(t)), tuple(locks), in_flight,
                  tuple(ix.deadlocks(locks, t)), dict(ix.labels),
                  {(p, t): ix.thread_name(p, t) for p in ix.procs for t in ix.procs[p].threads},
-                 dict(ix.channel_names), tuple(ix.blocked_states(t)))
+                 dict(ix.channel_names), blocked)
 
 
 def stuck_moment(trace):
@@ -921,7 +903,13 @@ def busiest_moment(trace):
     no segment was ever mapped: where a memory map of a clean run has the most to show."""
     ix = _index(trace)
     counts, live, best, best_t = {}, 0, 0, None
+    ends = sorted((p.exit_ns, p.pid) for p in ix.procs.values() if p.exit_ns is not None)
     for e in ix.shm:
+        while ends and ends[0][0] <= e.ts_ns:      # an ended process maps nothing
+            _, pid = ends.pop(0)
+            for key in [k for k, n in counts.items() if k[0] == pid and n > 0]:
+                counts[key] = 0
+                live -= 1
         key = (e.pid, e.args.get("name"))
         if e.kind in ("shm.create", "shm.attach"):
             counts[key] = counts.get(key, 0) + 1

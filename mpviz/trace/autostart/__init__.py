@@ -82,7 +82,8 @@ def register_stacks():
         return
     old = _stacks_file
     try:
-        _stacks_file = open(os.path.join(directory, f"{os.getpid()}.txt"), "w")
+        _stacks_file = open(os.path.join(directory, f"{os.getpid()}.txt"), "w",
+                            opener=lambda path, flags: os.open(path, flags | os.O_NOFOLLOW, 0o600))
         faulthandler.register(signal.SIGUSR1, file=_stacks_file, all_threads=True)
     except (OSError, RuntimeError, ValueError) as exc:
         print(f"mpviz.trace: pid {os.getpid()} cannot show its stacks to the hang watchdog "
