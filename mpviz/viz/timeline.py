@@ -775,7 +775,7 @@ def _legend_below(ax, keys, gaps, note=""):
 
 # --- helpers --------------------------------------------------------------------------------
 
-MAX_PROCESS_LANES = 40   # more lanes than this (threads' too): the telling processes, then the first
+MAX_PROCESS_LANES = 40   # more lanes (threads' too): the telling processes, then the first
 
 
 def _fewer_lanes(trace, ix):
