@@ -58,8 +58,9 @@ def to_chrome(trace, path=None):
         out.append(dict(common, ph="e", ts=us(p.exit_ns) if p.exit_ns else end_us,
                         args=dict(exitcode=p.exitcode, signal=p.signal)))
 
-    gets = {f.get.args["msg"] for f in trace.flows() if f.get is not None}
-    puts = {f.put.args["msg"] for f in trace.flows()}
+    flows = trace.flows()
+    gets = {f.get.args["msg"] for f in flows if f.get is not None}
+    puts = {f.put.args["msg"] for f in flows}
     next_ts = _next_event_ts(events)
     starts = {}                                               # pool task (pid, tid, job, index)
     depth, live_bytes, lock_open = {}, 0, {}
@@ -105,8 +106,10 @@ def to_chrome(trace, path=None):
     data = dict(traceEvents=out, displayTimeUnit="ms",
                 otherData=dict(t0_ns=t0, clock="CLOCK_MONOTONIC", generator="mpviz.trace"))
     if path is not None:
+        # json.dumps, not json.dump: dump encodes piece by piece in Python (~10x slower: 15 s
+        # for a 240,000-event DataLoader trace); dumps uses the C encoder in one go.
         with open(path, "w") as f:
-            json.dump(data, f)
+            f.write(json.dumps(data))
     return data
 
 

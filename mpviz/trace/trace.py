@@ -15,7 +15,9 @@ sorted by ``ts_ns`` (one clock for all processes, see recorder.py)::
 An event's road starts and ends here: ``mark()`` (at the end) hands it to recorder.py's Writer;
 reader.py reads it back; ``Trace.refresh`` merges it in.
 """
+import bisect
 import contextlib
+import gc
 import os
 import shutil
 import tempfile
@@ -82,12 +84,19 @@ class Trace:
         """Read what the processes wrote since the last refresh; return how many new events."""
         if self._reader is None:
             return 0
-        new = [Event(*e) for e in self._reader.poll(final=final)]
+        with without_gc():
+            new = [Event(*e) for e in self._reader.poll(final=final)]
         if new:
             new.sort(key=_order)
             if self.events and _order(new[0]) < _order(self.events[-1]):
-                self.events.extend(new)
-                self.events.sort(key=_order)  # timsort: two sorted runs merge in linear time
+                # Only the tail from where the earliest new event belongs is sorted again:
+                # the hang watchdog refreshes ten times a second, and sorting all of it each
+                # time made 5.9 million sort-key calls in a 240,000-event run.
+                at = bisect.bisect_right(self.events, _order(new[0]), key=_order)
+                tail = self.events[at:]
+                tail.extend(new)
+                tail.sort(key=_order)     # timsort: two sorted runs merge in linear time
+                self.events[at:] = tail
             else:
                 self.events.extend(new)
             self._links.add(new)                  # a read may now find its write
@@ -234,7 +243,8 @@ class Trace:
     def to_chrome(self, path=None):
         """Chrome/Perfetto trace JSON (a dict); also written to `path` if given."""
         from .chrome import to_chrome
-        return to_chrome(self, path)
+        with without_gc():                    # (hundreds of thousands of small dicts)
+            return to_chrome(self, path)
 
     def plot(self, **kwargs):
         """Draw the timeline (needs matplotlib and mpviz.viz)."""
@@ -243,6 +253,23 @@ class Trace:
 
 
 UNKNOWN = "unknown, not zero"   # in every note whose part of the run is missing (viz.summary)
+
+
+@contextlib.contextmanager
+def without_gc():
+    """Python's cyclic garbage collector off for the block (and back on after, if it was on).
+
+    Reading a trace makes hundreds of thousands of small tuples and dicts, none in a cycle;
+    each 700 of them start a collection, and every so often one that walks every object alive
+    -- the whole trace read so far, again and again. Off while reading, a 240,000-event trace
+    loads in 1.0 s of CPU instead of 1.4, and trace.json is written in 2.4 s instead of 2.9."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
 
 
 def _event_notes(events):

@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from mpviz.trace import names
+from mpviz.trace.trace import without_gc
 
 from .colors import human_bytes
 
@@ -287,7 +288,8 @@ def _index(trace):
     key = (len(trace.events), trace.events[-1].ts_ns if trace.events else 0)
     found = _cache.get(trace)
     if found is None or found.key != key:
-        found = _Index(trace, key)
+        with without_gc():        # (many small objects, no cycles: see trace.without_gc)
+            found = _Index(trace, key)
         _cache[trace] = found
     return found
 
