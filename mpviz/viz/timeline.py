@@ -844,8 +844,11 @@ def _thread_lanes(ix, deadlocks):
     and is not a helper thread, or is one that is the story (see ``_HELPER_THREAD``)."""
     story = {(d.pid, d.tid) for d in deadlocks} | {(f.pid, f.tid) for f in ix.failures}
     for pid, tid, begin, until in ix.blocked:
-        if until is None:            # it still waits, and so do those it waits for
-            story.add((pid, tid))
+        proc = ix.procs.get(pid)
+        ended = proc is not None and proc.exit_ns is not None and \
+            (ix.kill_ns is None or proc.exit_ns < ix.kill_ns)
+        if until is None and not ended:  # it still waits (not: a Pool worker terminated in its
+            story.add((pid, tid))        # get), and so do those it waits for
             story.update(ix.must_act(begin, begin.ts_ns))
     story |= {(pid, tid) for _, pid, tid, _, until in ix.waits if until is None}
     threads = [who for who, n in ix.busy.items()
