@@ -41,8 +41,8 @@ def headline(watchdog, nkilled):
         return [f"mpviz trace: HANG: DEADLOCK -- {who} can never move: for {t:.1f} s every "
                 f"thread of it has waited, with no time limit, for a lock in its own memory "
                 f"(a private futex), which only a thread of that same process could release "
-                f"-- and none of them can. CPU used by other threads or processes does not "
-                f"change that. {stop}"]
+                f"-- and none of them can (only a signal handler still could). CPU used by "
+                f"other threads or processes does not change that. {stop}"]
     if watchdog.kind == "stalled":
         return [f"mpviz trace: HANG: STALLED -- for {t:.1f} s no thread of any process moved "
                 f"and no event was recorded. Some threads wait with a deadline (a sleep, a "
