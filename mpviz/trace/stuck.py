@@ -29,6 +29,7 @@ FORK_FIX = ("start the children with 'spawn' or 'forkserver' "
             "(multiprocessing.get_context('forkserver'), or a Pool's context=...): a fresh "
             "interpreter has no lock copied while held, and no thread missing; or fork before "
             "any thread starts")
+MAX_THREAD_LINES = 24       # a program of many processes: the first ones, then a count
 NATIVE_FIX = "or call torch.set_num_threads(1) before forking (no OpenMP threads to lose)"
 
 
@@ -59,10 +60,12 @@ class Facts:
     each thread's wait in words, how long it has waited, and each process's native threads."""
 
     def __init__(self, watchdog, now):
-        self.words = {key: what(s.view) for key, s in watchdog.seen.items()}
+        self.words = {key: what(s.view._replace(wchan=osview.wchan(*key)))
+                      for key, s in watchdog.seen.items()}
         self.waited = {key: now - s.since for key, s in watchdog.seen.items()}
         pids = {pid for pid, _ in watchdog.seen}
-        self.native = {pid: [(v.tid, what(v), v.args[:1] if v.call == "futex" else None)
+        self.native = {pid: [(v.tid, what(v._replace(wchan=osview.wchan(pid, v.tid))),
+                              v.args[:1] if v.call == "futex" else None)
                              for v in _native_threads(watchdog.trace, pid)] for pid in pids}
 
 
@@ -84,6 +87,9 @@ def threads_in_words(watchdog, stacks):
                 line += f" for {facts.waited[(pid, tid)]:.1f} s"
             own = own_line(frames.get(tid))
             lines.append(line + (f" -- at {own}" if own else ""))
+    if len(lines) > MAX_THREAD_LINES + 1:
+        more = len(lines) - 1 - MAX_THREAD_LINES
+        lines[MAX_THREAD_LINES + 1:] = [f"  ... and {more} more thread(s): their stacks are below"]
     lines += _dataloader_chains(watchdog, stacks, names)
     lines += _why(watchdog, stacks, names)
     return lines

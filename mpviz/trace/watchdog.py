@@ -139,9 +139,11 @@ class Watchdog:
     def _look(self, now):
         """Read every thread; update what was seen; True if any moved (or came, or went)."""
         ignore = set(self._ignore())
-        views = {}
+        views, before = {}, {}
+        for (pid, tid), s in self.seen.items():
+            before.setdefault(pid, {})[tid] = s.view
         for pid in self.pids():
-            for view in osview.threads(pid):
+            for view in osview.threads(pid, before.get(pid)):
                 if view.tid not in ignore:
                     views[(pid, view.tid)] = view
         moved = set(views) != set(self.seen)          # a thread (or process) started or ended
