@@ -38,9 +38,10 @@ def headline(watchdog, nkilled):
     t, stop = watchdog.stalled_for, (f"mpviz stopped {nkilled} process(es) with SIGKILL.")
     if watchdog.stuck_pids:
         names = _names(watchdog.trace)
-        who = ", ".join(f"{names.get(p, '?')} (pid {p})" for p in watchdog.stuck_pids)
+        who = _and([f"{names.get(p, '?')} (pid {p})" for p in watchdog.stuck_pids])
+        it = "it" if len(watchdog.stuck_pids) == 1 else "each"
         return [f"mpviz trace: HANG: DEADLOCK -- {who} can never move: for {t:.1f} s every "
-                f"thread of it has waited, with no time limit, for a lock in its own memory "
+                f"thread of {it} has waited, with no time limit, for a lock in its own memory "
                 f"(a private futex), which only a thread of that same process could release "
                 f"-- and none of them can (only a signal handler still could). CPU used by "
                 f"other threads or processes does not change that. {stop}"]
@@ -67,6 +68,11 @@ class Facts:
         self.native = {pid: [(v.tid, what(v._replace(wchan=osview.wchan(pid, v.tid))),
                               v.args[:1] if v.call == "futex" else None)
                              for v in _native_threads(watchdog.trace, pid)] for pid in pids}
+
+
+def _and(items):
+    """"A", "A and B", "A, B and C"."""
+    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
 
 
 def threads_in_words(watchdog, stacks):
@@ -277,7 +283,7 @@ def _why(watchdog, stacks, names):
                 f"its threads wait for each other; the stacks say where.", []).append(pid)
     lines = []
     for text, pids in reasons.items():
-        who = " and ".join(names.get(p, str(p)) for p in pids)
+        who = _and([names.get(p, str(p)) for p in pids])
         lines.append("  " + text.format(who=who, was="were" if len(pids) > 1 else "was"))
     if lines:
         lines.append(f"  Fix: {FORK_FIX}" + (f"; {NATIVE_FIX}." if native_seen else "."))
