@@ -327,6 +327,7 @@ def test_record_with_hang_after_gives_the_same_verdict(tmp_path, method):
     assert "... <module> (prog.py:17)" in run.stderr        # the line that waited: join
     assert "_feed (queues.py" in run.stderr
     assert "Traceback" not in run.stderr             # the helpers it shares were left alone
+    assert "INTERRUPTED" not in run.stderr           # its SIGINT only wakes the block's wait
 
 
 def test_record_refuses_a_bad_hang_after():

@@ -121,8 +121,10 @@ class Trace:
                                  exit_ns=None, exitcode=None, signal=None, threads=[])
             return info[pid]
 
+        last, killed = {}, {}          # pid -> its last own event; the reap of a killed one
         for e in self.events:
             p = get(e.pid, e.ts_ns)
+            last[e.pid] = e.ts_ns
             if e.tid not in p["threads"]:
                 p["threads"].append(e.tid)
             a = e.args
@@ -145,6 +147,14 @@ class Trace:
                 c["exitcode"], c["signal"] = a.get("exitcode"), a.get("signal")
                 if c["exit_ns"] is None:
                     c["exit_ns"] = e.ts_ns
+                if a.get("signal"):
+                    killed.setdefault(a["child"], e.ts_ns)   # (the first: the watchdog's)
+        # A process's recorded exit is not always its end: a traced program records its exit in
+        # an atexit function, and more can run after it (a hang at exit, killed seconds later).
+        # It lived until its last event, and one killed by a signal until it was killed.
+        for pid, p in info.items():
+            if p["exit_ns"] is not None:
+                p["exit_ns"] = max(p["exit_ns"], last.get(pid, 0), killed.get(pid, 0))
         out = [ProcessInfo(**{**p, "threads": tuple(p["threads"])}) for p in info.values()]
         return sorted(out, key=lambda p: p.start_ns)
 
@@ -233,20 +243,29 @@ class Trace:
         return timeline(self, **kwargs)
 
 
+UNKNOWN = "unknown, not zero"   # in every note whose part of the run is missing (viz.summary)
+
+
 def _event_notes(events):
     """The events that say what was not recorded, as lines (dropped events counted, not listed)."""
     blind, dropped = {}, {}     # torch's reason -> the pids it holds for; (pid, kind) -> count
+    unhooked = {}               # (what, why, fix) -> pids: a framework mpviz does not hook
     for e in events:
         if e.kind in ("torch.unsupported", "torch.hook_failed"):
             blind.setdefault(e.args.get("reason"), []).append(e.pid)
+        elif e.kind == "not_recorded":
+            key = (e.args.get("what"), e.args.get("why"), e.args.get("fix"))
+            unhooked.setdefault(key, []).append(e.pid)
         elif e.kind == "record.dropped":
             key = (e.pid, e.args.get("kind"))
             dropped[key] = (dropped.get(key, (0, None))[0] + 1, e.args.get("error"))
     # One line per reason, whatever the number of processes (a program that forks a thousand
     # children under an unsupported torch gets one line, not a thousand).
     lines = [f"{_pids_in_words(pids)}: torch's shared memory is NOT recorded: {reason}; its "
-             f"segments, copies and handles are unknown, not zero"
+             f"segments, copies and handles are {UNKNOWN}"
              for reason, pids in blind.items()]
+    lines += [f"{_pids_in_words(pids)}: {what}: {why}. Fix: {fix}"
+              for (what, why, fix), pids in unhooked.items()]
     for (pid, kind), (n, error) in dropped.items():
         lines.append(f"pid {pid}: {n} {kind!r} event{'s' * (n > 1)} not recorded ({error})")
     return lines
@@ -295,6 +314,9 @@ def record(path=None, *, threading_locks=False, hang_after=None):
     the processes started in the block, interrupts the block if it still waits, and ``record``
     raises ``HangError`` (the trace keeps the events: draw it with ``mpviz.viz.plot(trace)``).
     None or 0: no watchdog, as ``python -m mpviz trace --hang-after 0``.
+    Ctrl-C (a cell's interrupt) in the block, in the main thread: the same report as a hang's --
+    each process's stacks, what each waits for, who must act -- then the processes started in
+    the block are ended, their shared memory removed, and the KeyboardInterrupt goes on.
     If recording cannot start, a ``RecorderWarning`` says why and the block runs unrecorded.
     """
     global _install_depth
@@ -316,10 +338,16 @@ def record(path=None, *, threading_locks=False, hang_after=None):
         torch_hooks.watch()
     guard = None
     try:
-        if ok and hang_after:
+        if ok:        # (no hang_after: no watchdog, but the stacks and the Ctrl-C report)
             from .watchdog import Guard
             guard = Guard(directory, hang_after)
         yield trace
+    except KeyboardInterrupt as exc:
+        if guard is not None and guard.interrupted is not None:
+            guard.hide_handler(exc)
+            guard.clean_up()                  # Ctrl-C: reported; the block's processes end
+            trace.verdict = guard.interrupted
+        raise
     finally:
         if guard is not None:
             guard.stop()

@@ -32,6 +32,11 @@ asking them for their stacks). Hangs are judged by what each thread waits on, no
               ``verdict()``: the same in words -- the kind of hang, where each thread was and
               what it waits on (stuck.py), and who waits for whom as far as the trace recorded it
 
+Ctrl-C is a diagnosis too: the launcher (its ``Forwarder``) and a ``record()`` block (``Guard.
+on_interrupt``) print the same report at a SIGINT -- ``interrupt_report``: the stacks (a process
+the same Ctrl-C reached wrote its own at the signal: ``interrupt_stacks``), what each waits for,
+who must act -- before the program hears it; then the processes it leaves are ended.
+
 A wait on something outside the program (a slow network read) looks the same as a hang, which is
 why the verdict says what was seen and shows the stacks, and why ``--hang-after 0`` turns this
 off. Below MIN_HANG_AFTER the watchdog refuses: it judges a thread by what it did between two
@@ -184,9 +189,12 @@ class Watchdog:
             out[pid] = {"name": names.get(pid), "stacks": text}
         return out
 
-    def record_verdict(self, stacks, killed):
+    def record_verdict(self, stacks, killed, kill_ns=None):
         """Write the stacks as ``watchdog.stuck`` events and the kill as ``watchdog.kill``
-        (a log of the watchdog's own, merged into the trace like any process's)."""
+        (a log of the watchdog's own, merged into the trace like any process's). `kill_ns`:
+        when the killing began (``time.monotonic_ns()``): what the kill set off -- a worker's
+        get() that ends in EOFError as its parent dies -- comes after it, and the waits are
+        judged just before it (``state.stuck_moment``)."""
         try:
             log = recorder.SideLog(self.directory, "watchdog")
         except OSError:
@@ -195,7 +203,8 @@ class Watchdog:
             for pid, info in stacks.items():
                 log.emit("watchdog.stuck", pid=pid, name=info["name"], stacks=info["stacks"],
                          reason="stuck", seconds=round(self.stalled_for, 2))
-            log.emit("watchdog.kill", pids=list(killed), reason="stuck")
+            log.emit("watchdog.kill", pids=list(killed), reason="stuck",
+                     **({"at_ns": kill_ns} if kill_ns else {}))
             recorded = {p.pid for p in self.trace.processes()}
             for pid in killed:       # how they ended, for the pictures: not "still running"
                 if pid in recorded:
@@ -214,6 +223,57 @@ class Watchdog:
                   "... leads to the program's own line):", stack_summary(stacks)]
         lines += waits_in_words(self.trace)
         return "\n".join(lines)
+
+
+def interrupt_report(trace, stacks, at=None, who="mpviz trace"):
+    """Ctrl-C is a diagnosis: the hang verdict's report, at the moment of an interrupt -- each
+    process's stack down to the program's own line, what each waits for, who must act. `at`:
+    the instant to judge the waits at (default: the trace's end)."""
+    return "\n".join([f"{who}: INTERRUPTED (Ctrl-C): where each process was when it came "
+                      f"(Python stacks, innermost call first; ... leads to the program's own "
+                      f"line):", stack_summary(stacks)] + waits_in_words(trace, at))
+
+
+def interrupt_stacks(stacks, stacks_dir):
+    """`stacks` (``capture_stacks``'s), with each process's stacks at the SIGINT itself where it
+    wrote them (``autostart.register_stacks``: PID.int.txt) -- a process the same Ctrl-C
+    reached unwinds at once, and what SIGUSR1 finds afterwards is its exception handling, or
+    nothing (it has exited). Processes found only there are added."""
+    from .autostart import INTERRUPT_SUFFIX
+    out = dict(stacks)
+    try:
+        names = os.listdir(stacks_dir)
+    except OSError:
+        return out
+    for name in names:
+        if not name.endswith(INTERRUPT_SUFFIX) or not name[:-len(INTERRUPT_SUFFIX)].isdigit():
+            continue
+        try:
+            with open(os.path.join(stacks_dir, name), errors="replace") as f:
+                text = f.read()
+        except OSError:
+            continue
+        last = _last_dump(text)
+        if "File " not in last:
+            continue
+        pid = int(name[:-len(INTERRUPT_SUFFIX)])
+        out[pid] = {"name": (out.get(pid) or {}).get("name"), "stacks": last}
+    return out
+
+
+def _last_dump(text):
+    """The last of the faulthandler dumps appended to one file: a dump lists each thread once
+    ("Thread 0x..." / "Current thread 0x..."), so a thread seen again starts the next one."""
+    dumps, seen = [[]], set()
+    for line in text.splitlines():
+        if line.startswith(("Thread 0x", "Current thread 0x")):
+            tid = line.split()[2 if line.startswith("Current") else 1]
+            if tid in seen:
+                dumps.append([])
+                seen = set()
+            seen.add(tid)
+        dumps[-1].append(line)
+    return "\n".join(dumps[-1]).strip()
 
 
 def stack_summary(stacks, frames=3):
@@ -246,6 +306,7 @@ def parse_stacks(text):
                                                   sysconfig.get_paths()["purelib"],
                                                   sysconfig.get_paths()["platlib"]})
     mpviz_dir = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    recorder_dir = os.path.join(mpviz_dir, "trace") + os.sep   # our hooks: never the user's
     threads = []
     for line in text.splitlines():
         line = line.strip()
@@ -259,6 +320,8 @@ def parse_stacks(text):
                 threads[-1].append((line, False))
                 continue
             real = os.path.realpath(path)
+            if real.startswith(recorder_dir):
+                continue                   # a recording hook's frame (waits.py, locks.py ...)
             mine = not real.startswith(library + (mpviz_dir,)) and not path.startswith("<")
             threads[-1].append((f"{fn} ({os.path.basename(path)}:{lineno})", mine))
     # faulthandler does not say which thread is the main one: the others began in threading's
@@ -267,13 +330,14 @@ def parse_stacks(text):
              "main thread", calls) for calls in threads]
 
 
-def waits_in_words(trace):
-    """Who waits for whom when the run got stuck, as far as the trace recorded it."""
+def waits_in_words(trace, at=None):
+    """Who waits for whom when the run got stuck (or at instant `at`), as far as the trace
+    recorded it."""
     try:
         from mpviz.viz import state as st
     except ImportError:            # no matplotlib: mpviz.viz cannot be imported
         return ["(The wait-for graph needs mpviz.viz, which needs matplotlib.)"]
-    at = st.stuck_moment(trace)
+    at = st.stuck_moment(trace) if at is None else at
     state = st.state_at(trace, at)
     lines = []
     for lk in state.locks:
@@ -281,27 +345,92 @@ def waits_in_words(trace):
                            + (f" ({o.ghost})" if o.ghost else "") for o in lk.owners)
         for pid, tid, since in lk.waiters:
             who = f"{state.labels.get(pid, pid)}'s {state.thread_names.get((pid, tid), tid)}"
-            lines.append(f"  {who} waits for {lk.type or 'lock'} {lk.id}"
+            lines.append(f"  {who} waits for {lk.name or lk.type or 'a lock'}"
                          + (f", held by {owners}" if owners else ", which nobody holds"))
+    idle = st.idle_pool_workers(trace, at)
     for b in state.blocked:       # joins, q.join, a full pipe, Events ... (waits.py)
+        if b.pid in idle:
+            continue
         lines.append(f"  {_thread_words(state, b.pid, b.tid)} waits: {b.what} -- "
-                     f"{_who_must_act(state, b)}")
+                     f"{_who_must_act(state, b, trace)}")
+    for pid in sorted(idle):
+        lines.append(f"  {state.labels.get(pid, pid)} is idle, not stuck: it waits for its next "
+                     f"task from the Pool, and goes on when the program gives the Pool work")
     for d in state.deadlocks:
         if d.cycle or "watchdog" not in d.reason:
             lines.append(f"  STUCK FOR GOOD: {d.reason}")
+    lines += _hang_at_exit(state, trace)
     if not lines:
         return ["Who waits for whom: the trace recorded no wait that was still open (read the "
                 "stacks above: the innermost call is where each thread waits)."]
     return ["Who waits for whom (recorded waits still open when it stopped):"] + lines
 
 
+def _hang_at_exit(state, trace):
+    """The queue-join deadlock at interpreter exit, told as one story (the queue-join-deadlock
+    scenario's words): a process that put more on a queue than its pipe holds ends its work;
+    at exit it joins its queue's feeder thread, which waits to write into the full pipe; the
+    process that would read the queue waits in ``join`` for it first."""
+    from mpviz.viz import state as st
+    joins = {(b.pid, b.target): b for b in state.blocked if b.on == "thread"}
+    out = []
+    for write in (b for b in state.blocked if b.on == "pipe.write"):
+        exiting = joins.get((write.pid, write.tid))
+        if exiting is None:
+            continue
+        child, queue = state.labels.get(write.pid, write.pid), \
+            state.channel_names.get(write.target, write.target)
+        joiners = [b for b in state.blocked if b.on == "process" and b.target == write.pid]
+        never_got = sum(1 for f in trace.flows() if f.channel == write.target and f.get is None)
+        at_exit = exiting.what.endswith("at exit")
+        feeder = state.thread_names.get((write.pid, write.tid), "thread")
+        out.append(f"  {'HANG AT EXIT' if at_exit else 'HANG'}: {child} has done its work but "
+                   f"cannot {'exit' if at_exit else 'go on'}: "
+                   f"{'at exit' if at_exit else 'in q.join_thread()'} it waits for its feeder "
+                   f"thread ({feeder}), which waits to write into the full pipe of {queue} "
+                   f"({never_got:,} message{'s' * (never_got != 1)} put there and never got; a "
+                   f"pipe holds {st.PIPE_BYTES // 1024} KiB).")
+        for b in joiners:
+            if b.what.endswith("at exit"):
+                how = (f" at exit (multiprocessing joins the children a program did not join), "
+                       f"and will read {queue} no more")
+            else:
+                where = _user_line(trace, b.pid)
+                how = (f" {where}" if where else "") + \
+                    "; the get() that would empty the pipe comes after the join"
+            out.append(f"  {_thread_words(state, b.pid, b.tid)} waits in `join` for {child}"
+                       f"{how}: each waits for the other, for ever.")
+        out.append(f"  Fix: get everything a process put on a queue before joining it (the "
+                   f"stdlib's \"Joining processes that use queues\"), or call "
+                   f"q.cancel_join_thread() in {child} if losing what it put is fine.")
+    return out
+
+
+def _user_line(trace, pid):
+    """" (at your line ...)" from the watchdog's stacks of `pid`, or ""."""
+    from mpviz.viz import state as st
+    for e in trace.of_kind("watchdog.stuck"):
+        if e.args.get("pid") == pid:
+            return st.user_line(e.args.get("stacks")).strip()
+    return ""
+
+
 def _thread_words(state, pid, tid):
     return f"{state.labels.get(pid, pid)}'s {state.thread_names.get((pid, tid), f'thread {tid}')}"
 
 
-def _who_must_act(state, blocked):
+def _who_must_act(state, blocked, trace=None):
     """The end of a wait's line: who must act, as the wait-for graph's arrows say it."""
     from mpviz.viz.wait_for import MUST
+    if blocked.on == "pool.result" and trace is not None:
+        from mpviz.viz import state as st
+        lost = st.lost_pool_tasks(trace, blocked.target, state.t_ns)
+        if lost:
+            return ("; ".join(task.words() for task in lost) +
+                    " (a Pool replaces a worker that ends, not the task it was running: "
+                    "bpo-22393). Fix: raise an exception in the task instead of sys.exit() or "
+                    "os._exit() (the Pool sends an exception back to the caller), or use "
+                    "concurrent.futures.ProcessPoolExecutor, which raises BrokenProcessPool")
     if blocked.waits_for:
         who = " or ".join(_thread_words(state, pid, tid) for pid, tid in blocked.waits_for)
         alive = {(p.pid, tid) for p in state.processes for tid, _ in p.threads}
@@ -385,13 +514,79 @@ class Guard:
         self._owner = threading.get_ident()
         self._old_env = os.environ.get(_env_stacks())
         self._tid = None
-        self.watchdog = Watchdog(directory, hang_after, self._pids, ignore=lambda: {self._tid})
+        self.watchdog = Watchdog(directory, hang_after or 0, self._pids,
+                                 ignore=lambda: {self._tid})
         os.environ[_env_stacks()] = self.watchdog.stacks_dir   # spawned children show stacks
         _fork_children_show_stacks()
-        self.verdict, self._done = None, threading.Event()
+        self.verdict, self.interrupted, self._done = None, None, threading.Event()
         self._thread = threading.Thread(target=self._watch, name="mpviz-hang-watchdog",
                                         daemon=True)
-        self._thread.start()
+        if hang_after:               # (none: only the stacks, for a Ctrl-C: ``on_interrupt``)
+            self._thread.start()
+        self._old_sigint = None
+        if self._owner == threading.main_thread().ident and \
+                signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+            self._old_sigint = signal.signal(signal.SIGINT, self.on_interrupt)
+
+    def on_interrupt(self, signum, frame):
+        """Ctrl-C (a Jupyter cell's interrupt) in the block: the hang verdict's report first --
+        each process's stacks (this one's from `frame`, where the SIGINT found it; its children's
+        as each wrote them at the SIGINT, ``interrupt_stacks``), what each waited for just
+        before, who must act -- then the KeyboardInterrupt, as always. ``record`` then ends the
+        block's processes (``clean_up``) and raises it on."""
+        import sys
+        import time
+        if self.verdict is not None:          # the hang watchdog's own SIGINT (``_fire``): it
+            raise KeyboardInterrupt           # has said everything; this only wakes the block
+        now = time.monotonic_ns()
+        try:
+            self.watchdog.trace.refresh()
+            stacks = self.watchdog.capture_stacks(extra={os.getpid(): _own_stacks(frame)})
+            stacks = interrupt_stacks(stacks, self.watchdog.stacks_dir)
+            self.watchdog.trace.refresh()
+            from mpviz.viz.state import process_labels
+            names = process_labels(self.watchdog.trace)     # "main", as in the pictures
+            for pid, info in stacks.items():
+                info["name"] = names.get(pid) or info["name"]
+            ends = [e.ts_ns for e in self.watchdog.trace.of_kind("wait.end")
+                    if e.args.get("error") == "KeyboardInterrupt"]
+            at = min(ends + [now]) - 1            # just before the first wait it ended
+            self.interrupted = interrupt_report(self.watchdog.trace, stacks, at, who="mpviz")
+        except Exception as exc:                  # the KeyboardInterrupt comes whatever happens
+            self.interrupted = f"mpviz: INTERRUPTED (Ctrl-C); no report ({exc!r})"
+        print(self.interrupted, file=sys.stderr, flush=True)
+        raise KeyboardInterrupt
+
+    @staticmethod
+    def hide_handler(exc):
+        """Cut ``on_interrupt``'s own frame off the end of the KeyboardInterrupt's traceback (in
+        place: the ``with`` statement puts back the same chain): the learner's traceback ends
+        at the line the Ctrl-C interrupted, as without mpviz."""
+        tb = exc.__traceback__
+        while tb is not None and tb.tb_next is not None:
+            if tb.tb_next.tb_frame.f_code is Guard.on_interrupt.__code__:
+                tb.tb_next = None
+                break
+            tb = tb.tb_next
+
+    def clean_up(self):
+        """After a Ctrl-C: end the processes started in the block (those the same Ctrl-C did
+        not end) and remove the shared memory they left: the block has stopped."""
+        import sys
+        import time
+        from ..scenarios.runner import _remove_segments
+        recorded = {p.pid for p in self.watchdog.trace.processes()}
+        killed = kill_descendants(os.getpid(), recorded)
+        deadline = time.monotonic() + 2.0
+        while any(pid in killed for pid in descendants(os.getpid())) and \
+                time.monotonic() < deadline:
+            time.sleep(0.02)      # reaped by multiprocessing's next active_children(); bounded
+        self.watchdog.trace.refresh()
+        removed = _remove_segments(self.watchdog.trace, wait=0.5)
+        if killed or removed:
+            print(f"mpviz: after the Ctrl-C, stopped {len(killed)} process(es) started in the "
+                  f"block and removed {len(removed)} shared-memory segment(s) they left",
+                  file=sys.stderr, flush=True)
 
     def _pids(self):
         return [os.getpid()] + descendants(os.getpid())
@@ -409,14 +604,16 @@ class Guard:
         import threading
         import sys
         mine = os.path.join(self.watchdog.stacks_dir, f"{os.getpid()}.self.txt")
-        with open(mine, "w") as f:
+        private = lambda path, flags: os.open(path, flags | os.O_NOFOLLOW, 0o600)  # noqa: E731
+        with open(mine, "w", opener=private) as f:
             faulthandler.dump_traceback(file=f, all_threads=True)
         with open(mine) as f:
             own = f.read().strip()
         own = "\n".join(block for block in own.split("\n\n") if "_fire" not in block) or own
         stacks = self.watchdog.capture_stacks(extra={os.getpid(): own})
+        kill_ns = time.monotonic_ns()
         killed = kill_descendants(os.getpid(), {p.pid for p in self.watchdog.trace.processes()})
-        self.watchdog.record_verdict(stacks, killed)
+        self.watchdog.record_verdict(stacks, killed, kill_ns)
         self.watchdog.trace.refresh()
         self.verdict = self.watchdog.verdict(stacks, killed).replace("mpviz trace: ", "mpviz: ")
         print(self.verdict, file=sys.stderr, flush=True)
@@ -425,13 +622,40 @@ class Guard:
             _signal.pthread_kill(self._owner, _signal.SIGINT)   # wake a wait in the block
 
     def stop(self):
-        """The block has ended: stop watching; give the environment back."""
+        """The block has ended: stop watching; give the environment (and SIGINT) back."""
         self._done.set()
-        self._thread.join()
+        if self._thread.is_alive():
+            self._thread.join()
+        if self._old_sigint is not None:
+            signal.signal(signal.SIGINT, self._old_sigint)
+        from .launcher import _tidy
+        _tidy(self.watchdog.directory)    # the stacks folder's empty files
         if self._old_env is None:
             os.environ.pop(_env_stacks(), None)
         else:
             os.environ[_env_stacks()] = self._old_env
+
+
+def _own_stacks(frame):
+    """This process's threads' stacks in faulthandler's words, the main thread's from `frame`
+    (where a signal found it, not the handler's own frames), the guard's thread left out."""
+    import sys
+    import threading
+    me = threading.get_ident()
+    skip = {t.ident for t in threading.enumerate() if t.name == "mpviz-hang-watchdog"}
+    blocks = []
+    for ident, top in sys._current_frames().items():
+        if ident in skip:
+            continue
+        top = frame if ident == me else top
+        lines = [f"{'Current thread' if ident == me else 'Thread'} 0x{ident:016x} "
+                 f"(most recent call first):"]
+        while top is not None:
+            lines.append(f'  File "{top.f_code.co_filename}", line {top.f_lineno} in '
+                         f'{top.f_code.co_name}')
+            top = top.f_back
+        blocks.append("\n".join(lines))
+    return "\n\n".join(blocks)
 
 
 def _env_stacks():
@@ -447,10 +671,19 @@ def _fork_children_show_stacks():
     cannot be removed; outside a guarded block the variable is unset and it does nothing)."""
     global _fork_hook
     if not _fork_hook:
-        from . import autostart
-        os.register_at_fork(after_in_child=lambda: os.environ.get(_env_stacks())
-                            and autostart.register_stacks())
+        os.register_at_fork(after_in_child=_in_forked_child)
         _fork_hook = True
+
+
+def _in_forked_child():
+    """A forked child inherits the block's SIGINT handler (``Guard.on_interrupt``), which is
+    the recording process's: Python's own is put back first, then the stacks registered."""
+    from . import autostart
+    handler = signal.getsignal(signal.SIGINT)
+    if getattr(handler, "__func__", None) is Guard.on_interrupt:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    if os.environ.get(_env_stacks()):
+        autostart.register_stacks()
 
 
 def _shared_helper(pid):
