@@ -178,6 +178,15 @@ class Watchdog:
         return [pid for pid, threads in by_pid.items()
                 if all(s.view.private and now - s.moved > self.hang_after for s in threads)]
 
+    def reason(self, pid):
+        """What the verdict says of process `pid`, for its ``watchdog.stuck`` event (the
+        pictures frame "deadlock" as STUCK FOR GOOD): "deadlock" (it can never move),
+        "stalled" (a deadline longer than --hang-after holds it up), or "stopped" (it could
+        still move, but was ended with the processes that cannot)."""
+        if self.stuck_pids:
+            return "deadlock" if pid in self.stuck_pids else "stopped"
+        return self.kind or "deadlock"
+
     def capture_stacks(self, extra=None):
         """``{pid: {"name", "stacks"}}`` of every recorded process still running, asked with
         SIGUSR1 (the runner's way: faulthandler answers even while a thread is blocked).
@@ -202,7 +211,7 @@ class Watchdog:
         try:
             for pid, info in stacks.items():
                 log.emit("watchdog.stuck", pid=pid, name=info["name"], stacks=info["stacks"],
-                         reason="stuck", seconds=round(self.stalled_for, 2))
+                         reason=self.reason(pid), seconds=round(self.stalled_for, 2))
             log.emit("watchdog.kill", pids=list(killed), reason="stuck",
                      **({"at_ns": kill_ns} if kill_ns else {}))
             recorded = {p.pid for p in self.trace.processes()}
