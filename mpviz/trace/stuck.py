@@ -165,6 +165,7 @@ def _thread(pid, tid):
 # --- Python stacks, by thread -----------------------------------------------------------------
 
 _LIBRARY = None
+_HOOKS = os.path.dirname(os.path.abspath(__file__)) + os.sep    # mpviz/trace/: never the user's
 
 
 def _library():
@@ -193,9 +194,10 @@ def _stacks_by_thread(trace, pid, text):
             try:
                 path, rest = line[6:].split('", line ', 1)
                 lineno, fn = rest.split(" in ", 1)
-                calls.append((fn.strip(), path, int(lineno)))
             except ValueError:
                 continue
+            if not os.path.realpath(path).startswith(_HOOKS):    # a recording hook's frame
+                calls.append((fn.strip(), path, int(lineno)))
     by_tid = {}
     for ident, calls in out.items():
         if ident in idents:

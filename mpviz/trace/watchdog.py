@@ -228,8 +228,9 @@ class Watchdog:
         from . import stuck
         lines = stuck.headline(self, len(killed))
         lines += stuck.threads_in_words(self, stacks)
-        lines += ["Python stacks (captured before they were killed, innermost call first; "
-                  "... leads to the program's own line):", stack_summary(stacks)]
+        lines += ["Where each process was (Python stacks captured before they were killed, "
+                  "innermost call first; ... leads to the program's own line):",
+                  stack_summary(stacks)]
         lines += waits_in_words(self.trace)
         return "\n".join(lines)
 
