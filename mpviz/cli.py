@@ -72,10 +72,12 @@ def _trace_arguments(parser):
                              "directory in the current directory); refused before the program "
                              "starts if it cannot be written")
     parser.add_argument("--hang-after", metavar="S", type=float, default=10.0,
-                        help="when no process has recorded an event or used CPU for S seconds, "
-                             "capture every process's Python stacks, print a verdict, end the "
-                             "program and exit 124 (default 10; 0 turns it off; a time.sleep or "
-                             "an input() is not a hang)")
+                        help="when a process can never move (every thread on a lock of its "
+                             "own), or no thread moved for S seconds (a sleep or timeout that "
+                             "ends within S is progress; input() is never a hang): capture "
+                             "every process's Python stacks, print a verdict (DEADLOCK or "
+                             "STALLED), end the program and exit 124 (default 10; 0 turns it "
+                             "off; at least 0.5)")
     drawing = parser.add_mutually_exclusive_group()
     drawing.add_argument("--plot", dest="plot", action="store_const", const=True, default=None,
                          help="draw the timeline picture (default: only after a hang, a signal "

@@ -460,9 +460,11 @@ def test_each_notebooks_exercises_come_in_its_solutions_order():
         numbers = [int(n) for text in markdown(notebook)
                    for n in re.findall(r"^### (?:Exercise )?(\d) · ", text, re.M)]
         with open(os.path.join(NOTEBOOKS, "solutions", solution)) as f:
-            answered = re.findall(r"^## (?:Exercise )?(\d) · .*\(`([\w.-]+)`\)", f.read(), re.M)
-        assert asked == [i for _, i in answered], (notebook, asked, answered)
-        assert numbers == [int(n) for n, _ in answered] == list(range(1, len(asked) + 1))
+            # (notebook 10's exercises are checked by helpers, not check("id"): no id there)
+            answered = re.findall(r"^## (?:Exercise )?(\d) · (?:.*\(`([\w.-]+)`\))?", f.read(),
+                                  re.M)
+        assert asked == [i for _, i in answered if i], (notebook, asked, answered)
+        assert numbers == [int(n) for n, _ in answered] == list(range(1, len(answered) + 1))
 
 
 def _flat(texts):

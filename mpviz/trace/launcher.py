@@ -215,9 +215,11 @@ def run(program, output=None, hang_after=10.0, plot=None, threading_locks=False)
     docs/PERFORMANCE.md). They are drawn when asked (``--plot``) or when the run ended in a way
     worth looking at: a hang verdict, a signal, a non-zero exit status. ``--no-plot`` never draws;
     ``mpviz.trace.load(DIR).plot()`` draws later."""
-    from .watchdog import HANG_EXIT_STATUS, STACKS, Watchdog
-    if hang_after < 0:
-        raise Refused(f"--hang-after must be 0 (off) or a number of seconds, not {hang_after}")
+    from .watchdog import HANG_EXIT_STATUS, STACKS, Watchdog, check_hang_after
+    try:
+        hang_after = check_hang_after(hang_after, "--hang-after")
+    except ValueError as exc:
+        raise Refused(str(exc)) from None
     directory, created = prepare_directory(output)
     stacks_dir = os.path.join(directory, STACKS)     # (for the watchdog, and for a Ctrl-C)
     os.makedirs(stacks_dir, mode=0o700, exist_ok=True)

@@ -41,6 +41,7 @@ class Trace:
         self._reader = LogReader(self.path) if self.path is not None else None
         self._problems = []
         self._notes = []        # notes.txt's lines, kept when the directory goes (_detach)
+        self.last_read = []     # the events the last refresh() read (the hang watchdog's)
         self.verdict = None     # a hang's verdict in words: record(hang_after=...), or load()
                                 # of a directory where `mpviz trace` found a hang
 
@@ -85,7 +86,7 @@ class Trace:
         if self._reader is None:
             return 0
         with without_gc():
-            new = [Event(*e) for e in self._reader.poll(final=final)]
+            new = self.last_read = [Event(*e) for e in self._reader.poll(final=final)]
         if new:
             new.sort(key=_order)
             if self.events and _order(new[0]) < _order(self.events[-1]):
@@ -334,8 +335,9 @@ def record(path=None, *, threading_locks=False, hang_after=None):
     `path`: the trace directory (created if missing, kept afterwards); None records into a
     temporary directory that is removed at the end (the events stay in the returned trace).
     `threading_locks`: also record ``threading.Lock``/``RLock`` made by your code.
-    `hang_after`: seconds; when no process records an event or uses CPU for that long, the
-    hang watchdog (watchdog.py) captures every process's Python stacks, prints a verdict, kills
+    `hang_after`: seconds (at least watchdog.MIN_HANG_AFTER); when a process can never move,
+    or no thread moves for that long (watchdog.py says how each thread is judged), the
+    hang watchdog captures every process's Python stacks, prints a verdict, kills
     the processes started in the block, interrupts the block if it still waits, and ``record``
     raises ``HangError`` (the trace keeps the events: draw it with ``mpviz.viz.plot(trace)``).
     None or 0: no watchdog, as ``python -m mpviz trace --hang-after 0``.
@@ -345,9 +347,9 @@ def record(path=None, *, threading_locks=False, hang_after=None):
     If recording cannot start, a ``RecorderWarning`` says why and the block runs unrecorded.
     """
     global _install_depth
-    if hang_after is not None and (not isinstance(hang_after, (int, float)) or hang_after < 0):
-        raise ValueError(f"hang_after must be a number of seconds >= 0 (or None), not "
-                         f"{hang_after!r}")
+    if hang_after is not None:
+        from .watchdog import check_hang_after
+        hang_after = check_hang_after(hang_after)
     temporary = path is None
     directory = tempfile.mkdtemp(prefix="mpviz-trace-") if temporary else os.fspath(path)
     from . import hooks      # (here: reading a trace, as `mpviz trace` does, patches nothing)

@@ -2,10 +2,26 @@
 
 A scenario's watchdog (scenarios/runner.py) does this for the workshop's cases; this module does
 the same for the learner's own program, and reuses that file's helpers (processes of a session,
-their CPU time, asking them for their stacks)::
+asking them for their stacks). Hangs are judged by what each thread waits on, not by silence:
 
-    every 0.1 s:  new events in the trace directory?  the watched processes used CPU?  → progress
-                  no progress for `hang_after` seconds                                → a hang
+    every 0.1 s, each thread of each watched process (osview.threads: /proc/PID/task/TID):
+        it ran (its run count moved: a wait of it ended), or used CPU     → it moved
+        it waits with a deadline: time.sleep(t), get(timeout=t), select   → it moves when that
+                                                                             wait ends (a loop
+              that waits again on the same lock or fd with no work between is one long wait)
+        it waits for ever: a lock with no timeout, a read on a pipe, join → only another
+                                                                             thread can end it
+        it reads a terminal (input())                                     → it waits for you:
+                                                                             never a hang
+    DEADLOCK, one process:  every thread of it has waited for `hang_after` s, with no time
+                            limit, on a lock of its own memory (a private futex) -- only a
+                            thread of that same process could release it, and none can. It
+                            can never move, whatever other processes (or CPU use) do.
+    DEADLOCK, everyone:     no thread of any process moved (and no event was recorded) for
+                            `hang_after` s, and every one waits for ever: nobody can ever move.
+    STALLED:                the same, but some threads wait with a deadline longer than
+                            `hang_after` (a sleep of an hour, a get(timeout=60)): they would
+                            move one day, later than you said you would wait.
 
     a hang:   SIGUSR1 to each recorded process still running; faulthandler (registered in every
               process at start-up by ``autostart.register_stacks``) writes its threads' Python
@@ -13,81 +29,163 @@ their CPU time, asking them for their stacks)::
               the caller ends the processes (the launcher: the program's whole session;
               ``record()``: the block's children, see ``Guard``)
               the stacks become ``watchdog.stuck`` events (the pictures mark those lanes stuck)
-              ``verdict()``: the same in words -- how long nothing happened, where each process
-              was, and who waits for whom as far as the trace recorded it
+              ``verdict()``: the same in words -- the kind of hang, where each thread was and
+              what it waits on (stuck.py), and who waits for whom as far as the trace recorded it
 
 Ctrl-C is a diagnosis too: the launcher (its ``Forwarder``) and a ``record()`` block (``Guard.
 on_interrupt``) print the same report at a SIGINT -- ``interrupt_report``: the stacks (a process
 the same Ctrl-C reached wrote its own at the signal: ``interrupt_stacks``), what each waits for,
 who must act -- before the program hears it; then the processes it leaves are ended.
 
-"Progress" is what the trace can see: an event, or CPU time. A process whose main thread sleeps
-(``time.sleep``) or reads from a terminal (``input()``) is waiting for time or for you, not
-stuck: that counts as progress too (seen in /proc: the system call it is blocked in). Anything
-else that waits longer than `hang_after` without recording an event looks the same as a hang --
-a slow network read, say -- which is why the verdict says what was seen and shows the stacks,
-and why ``--hang-after 0`` turns this off.
+A wait on something outside the program (a slow network read) looks the same as a hang, which is
+why the verdict says what was seen and shows the stacks, and why ``--hang-after 0`` turns this
+off. Below MIN_HANG_AFTER the watchdog refuses: it judges a thread by what it did between two
+looks, 0.1 s apart, and needs several looks (and a program time to start) before "nothing moved"
+means anything.
 """
+import math
 import os
 import signal
 import time
 
-from . import recorder
+from . import osview, recorder
 from .trace import Trace
 
 POLL_SECONDS = 0.1
-CPU_PROGRESS_SECONDS = 0.25   # this much CPU used by the watched processes = progress
+MIN_HANG_AFTER = 0.5          # seconds: 5 looks; below it, a starting program reads as stuck
+MOVE_CPU_NS = 20_000_000      # a thread that used this much CPU since it last moved: it works
 STACKS = ".stacks"            # the folder in the trace directory where the stacks go
 HANG_EXIT_STATUS = 124        # what `timeout` returns when it had to stop its command
+
+
+def check_hang_after(value, name="hang_after"):
+    """`value` as seconds (float), or 0.0 for "off"; ``ValueError`` saying why otherwise."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ValueError(f"{name} must be a number of seconds, not {value!r}. Fix: e.g. "
+                         f"{name}=10, or 0 to turn the watchdog off")
+    if math.isnan(value) or math.isinf(value) or value < 0:
+        raise ValueError(f"{name} must be 0 (off) or a finite number of seconds >= "
+                         f"{MIN_HANG_AFTER}, not {value}. Fix: e.g. 10; 0 turns the watchdog off")
+    if 0 < value < MIN_HANG_AFTER:
+        raise ValueError(
+            f"{name}={value} is too short to judge a hang: the watchdog looks at each thread "
+            f"every {POLL_SECONDS} s and needs several looks before 'nothing moved' means "
+            f"anything (below {MIN_HANG_AFTER} s a program that is still starting, or busy, "
+            f"would be called stuck). Fix: give at least {MIN_HANG_AFTER} s, or 0 to turn it off")
+    return float(value)
+
+
+def _progress(event):
+    """Is this recorded event progress? A wait that begins, or ends without what it waited for
+    (a timeout), is not: a loop of get(timeout=...) records them and moves nothing."""
+    return not (event.kind == "wait.begin" or
+                (event.kind == "wait.end" and event.args.get("ok") is False))
+
+
+class _Seen:
+    """What the watchdog last saw of one thread."""
+    __slots__ = ("view", "moved", "since", "cpu_since_move")
+
+    def __init__(self, view, now):
+        self.view, self.moved, self.since, self.cpu_since_move = view, now, now, 0
 
 
 class Watchdog:
     """Watches a trace directory and a set of processes; ``poll()`` says when they are stuck.
 
     `pids()`: the processes to watch, asked at every poll (the launcher: the program's session;
-    ``record()``: this process's descendants). `cpu()`: their CPU seconds so far (default: summed
-    over `pids()` from /proc).
+    ``record()``: this process and its descendants). `ignore()`: thread ids not to judge (the
+    guard's own thread, in ``record()``).
+
+    After ``poll()`` returned True: ``kind`` ("deadlock" or "stalled"), ``stuck_pids`` (the
+    processes that can never move; empty when the whole program stalled), ``stalled_for``.
     """
 
-    def __init__(self, directory, hang_after, pids, cpu=None):
+    def __init__(self, directory, hang_after, pids, ignore=None):
         from ..scenarios import runner
         self._runner = runner
-        self.directory, self.hang_after, self.pids = directory, float(hang_after), pids
+        self.directory, self.pids = directory, pids
+        self.hang_after = check_hang_after(hang_after)
+        self._ignore = ignore or (lambda: ())
         self.stacks_dir = os.path.join(directory, STACKS)
         os.makedirs(self.stacks_dir, exist_ok=True)
         self.trace = Trace(directory)       # live: refreshed at every poll, complete at the end
-        self._cpu = cpu or self._cpu_of_pids
         self.last_progress = time.monotonic()
-        self.cpu_mark = self._cpu()
         self.stalled_for = 0.0
-
-    def _cpu_of_pids(self):
-        total = 0.0
-        for pid in self.pids():
-            st = self._runner._stat(pid)
-            if st is not None:
-                total += st[3]
-        return total
+        self.seen = {}                      # (pid, tid) -> _Seen
+        self.kind, self.stuck_pids, self.facts = None, [], None
 
     def poll(self):
-        """Look once: True when nothing has progressed for `hang_after` seconds."""
+        """Look once: True when a process can never move, or nothing moved for `hang_after`."""
         try:
-            new = self.trace.refresh()
+            self.trace.refresh()
+            new = any(_progress(e) for e in self.trace.last_read)
         except Exception:         # a log being created right now; the next poll reads it
-            new = 0
-        now, cpu = time.monotonic(), self._cpu()
-        if new or cpu - self.cpu_mark > CPU_PROGRESS_SECONDS:
-            self.last_progress, self.cpu_mark = now, cpu
+            new = False
+        now = time.monotonic()
+        moved = self._look(now)
+        if new or moved:
+            self.last_progress = now
         self.stalled_for = now - self.last_progress
-        if self.stalled_for > self.hang_after and self._waiting_for_time_or_user():
-            self.last_progress = now                      # not stuck: asleep, or asking you
-            self.stalled_for = 0.0
-        return self.stalled_for > self.hang_after
+        self.stuck_pids = self._never_moving(now)
+        if self.stuck_pids:
+            self.kind = "deadlock"
+            self.stalled_for = max(now - self.seen[k].moved for k in self.seen
+                                   if k[0] in self.stuck_pids)
+        elif self.stalled_for > self.hang_after:
+            waits = {s.view.wait for s in self.seen.values()}
+            self.kind = "stalled" if waits & {"sleep", "deadline"} else "deadlock"
+        else:
+            return False
+        from . import stuck
+        self.facts = stuck.Facts(self, now)      # read /proc now: the processes die next
+        return True
 
-    def _waiting_for_time_or_user(self):
-        """True if a watched process's main thread sleeps (``time.sleep``) or reads from a
-        terminal (``input()``): its wait ends by itself, or when you type -- not a hang."""
-        return any(waits_for_time_or_user(pid, pid) for pid in self.pids())
+    def _look(self, now):
+        """Read every thread; update what was seen; True if any moved (or came, or went)."""
+        ignore = set(self._ignore())
+        views, before = {}, {}
+        for (pid, tid), s in self.seen.items():
+            before.setdefault(pid, {})[tid] = s.view
+        for pid in self.pids():
+            for view in osview.threads(pid, before.get(pid)):
+                if view.tid not in ignore:
+                    views[(pid, view.tid)] = view
+        moved = set(views) != set(self.seen)          # a thread (or process) started or ended
+        seen = {}
+        for key, view in views.items():
+            old = self.seen.get(key)
+            if old is None:
+                seen[key] = _Seen(view, now)
+                continue
+            seen[key] = old
+            prev, old.view = old.view, view
+            old.cpu_since_move += view.cpu_ns - prev.cpu_ns
+            ran = view.runs != prev.runs or view.cpu_ns != prev.cpu_ns
+            if view.wait == "terminal" or old.cpu_since_move >= MOVE_CPU_NS or (
+                    ran and (view.key != prev.key or prev.wait in ("sleep", "running"))):
+                old.moved, old.since, old.cpu_since_move = now, now, 0
+                moved = True
+        self.seen = seen
+        return moved
+
+    def _never_moving(self, now):
+        """Processes whose every thread waits for ever on a lock of its own (a private futex),
+        for `hang_after` s: none of them can release another. [] when there is none."""
+        by_pid = {}
+        for (pid, _tid), s in self.seen.items():
+            by_pid.setdefault(pid, []).append(s)
+        return [pid for pid, threads in by_pid.items()
+                if all(s.view.private and now - s.moved > self.hang_after for s in threads)]
+
+    def reason(self, pid):
+        """What the verdict says of process `pid`, for its ``watchdog.stuck`` event (the
+        pictures frame "deadlock" as STUCK FOR GOOD): "deadlock" (it can never move),
+        "stalled" (a deadline longer than --hang-after holds it up), or "stopped" (it could
+        still move, but was ended with the processes that cannot)."""
+        if self.stuck_pids:
+            return "deadlock" if pid in self.stuck_pids else "stopped"
+        return self.kind or "deadlock"
 
     def capture_stacks(self, extra=None):
         """``{pid: {"name", "stacks"}}`` of every recorded process still running, asked with
@@ -113,7 +211,7 @@ class Watchdog:
         try:
             for pid, info in stacks.items():
                 log.emit("watchdog.stuck", pid=pid, name=info["name"], stacks=info["stacks"],
-                         reason="stuck", seconds=round(self.stalled_for, 2))
+                         reason=self.reason(pid), seconds=round(self.stalled_for, 2))
             log.emit("watchdog.kill", pids=list(killed), reason="stuck",
                      **({"at_ns": kill_ns} if kill_ns else {}))
             recorded = {p.pid for p in self.trace.processes()}
@@ -125,13 +223,14 @@ class Watchdog:
             log.close()
 
     def verdict(self, stacks, killed):
-        """The hang in words: what was seen, where each process was, who waits for whom."""
-        lines = [f"mpviz trace: HANG: no process made progress for {self.stalled_for:.1f} s "
-                 f"(no event recorded, no CPU used), so mpviz stopped "
-                 f"{len(killed)} process(es) with SIGKILL.",
-                 "Where each process was (Python stacks captured before they were killed, "
-                 "innermost call first; ... leads to the program's own line):",
-                 stack_summary(stacks)]
+        """The hang in words: its kind, where each thread was and what it waits on, who waits
+        for whom."""
+        from . import stuck
+        lines = stuck.headline(self, len(killed))
+        lines += stuck.threads_in_words(self, stacks)
+        lines += ["Where each process was (Python stacks captured before they were killed, "
+                  "innermost call first; ... leads to the program's own line):",
+                  stack_summary(stacks)]
         lines += waits_in_words(self.trace)
         return "\n".join(lines)
 
@@ -239,35 +338,6 @@ def parse_stacks(text):
     # Thread._bootstrap
     return [("thread" if calls and calls[-1][0].startswith("_bootstrap (threading.py") else
              "main thread", calls) for calls in threads]
-
-
-# System call numbers, by machine, of the waits that end by themselves or by the user's typing
-# (see syscall(2) and /proc/PID/task/TID/syscall in proc(5)): "sleep" and "read".
-_SLEEPS = {"x86_64": {35, 230}, "aarch64": {101, 115}}
-_READ = {"x86_64": 0, "aarch64": 63}
-
-
-def waits_for_time_or_user(pid, tid):
-    """Is thread `tid` of process `pid` in a sleep, or reading a terminal? (Linux: the system
-    call it is blocked in, from /proc; False where that cannot be read.)"""
-    machine = os.uname().machine
-    try:
-        with open(f"/proc/{pid}/task/{tid}/syscall") as f:
-            fields = f.read().split()
-    except OSError:
-        return False
-    if not fields or not fields[0].isdigit() or machine not in _SLEEPS:
-        return False                        # running, or not in a system call
-    number = int(fields[0])
-    if number in _SLEEPS[machine]:
-        return True
-    if number == _READ[machine] and len(fields) > 1:
-        try:
-            target = os.readlink(f"/proc/{pid}/fd/{int(fields[1], 16)}")
-        except (OSError, ValueError):
-            return False
-        return target.startswith(("/dev/pts/", "/dev/tty"))
-    return False
 
 
 def waits_in_words(trace, at=None):
@@ -442,8 +512,8 @@ class HangError(RuntimeError):
 class Guard:
     """The watchdog of one ``record(hang_after=S)`` block, in a thread of this process.
 
-    Watched: this process's children and their descendants (by parent pid in /proc), and this
-    process's own threads (their CPU time, from /proc/self/task, the guard's own excluded).
+    Watched: this process's threads (the guard's own excluded), its children and their
+    descendants (by parent pid in /proc).
     Stuck: stacks (SIGUSR1 to the children; faulthandler for this process), SIGKILL to the
     descendants, the verdict on stderr; if the block still does not end within a second, a
     SIGINT to the thread that entered it, and ``record`` raises ``HangError`` at its end.
@@ -454,7 +524,8 @@ class Guard:
         self._owner = threading.get_ident()
         self._old_env = os.environ.get(_env_stacks())
         self._tid = None
-        self.watchdog = Watchdog(directory, hang_after or 0, self._pids, cpu=self._cpu)
+        self.watchdog = Watchdog(directory, hang_after or 0, self._pids,
+                                 ignore=lambda: {self._tid})
         os.environ[_env_stacks()] = self.watchdog.stacks_dir   # spawned children show stacks
         _fork_children_show_stacks()
         self.verdict, self.interrupted, self._done = None, None, threading.Event()
@@ -533,25 +604,10 @@ class Guard:
     def _watch(self):
         import threading
         self._tid = threading.get_native_id()
-        self.watchdog.cpu_mark = self._cpu()       # now without this thread's own
         while not self._done.wait(POLL_SECONDS):
             if self.watchdog.poll():
                 self._fire()
                 return
-
-    def _cpu(self):
-        """CPU seconds of the children and of this process's threads but this one."""
-        from ..scenarios.runner import _stat as stat
-        total = sum(st[3] for st in map(stat, descendants(os.getpid())) if st is not None)
-        try:
-            tasks = os.listdir("/proc/self/task")
-        except OSError:
-            tasks = []
-        for tid in tasks:
-            if int(tid) != self._tid:
-                st = stat(f"self/task/{tid}")
-                total += st[3] if st is not None else 0.0
-        return total
 
     def _fire(self):
         import faulthandler

@@ -577,6 +577,8 @@ class _Index:
             pid = e.args.get("pid", e.pid)
             if self.idle_pool_worker(pid, t):      # waiting for work: not stuck for good
                 continue
+            if e.args.get("reason") in ("stalled", "stopped"):
+                continue            # the watchdog's verdict: it could still move (watchdog.py)
             if self._found_at(e) <= t and (pid, pid) not in found and \
                     not any(k[0] == pid for k in found):
                 lost = [task.words() for _, _, b, until in self.blocked
