@@ -111,14 +111,16 @@ def _expected_fds():
 
 
 def _heap_arena_fds():
-    """The stdlib's shared heap (multiprocessing.heap: RawValue, RawArray, and so the sleeper
-    slots of mpviz's Event) keeps each arena's file open for the life of the process, on
-    purpose, as matplotlib keeps its font file."""
-    prefix = f"/dev/shm/pym-{os.getpid()}-"    # (the arena's fd, and its mmap's own copy)
+    """The stdlib's shared heap (multiprocessing.heap: RawValue, RawArray) keeps each arena's
+    file open for the life of the process, on purpose, as matplotlib keeps its font file. And
+    an mpviz Event keeps its sleepers' slots (a memfd) open while the Event lives: a widget test
+    whose Live (kept by ipywidgets' registry) holds its Event keeps them past the test."""
+    prefixes = (f"/dev/shm/pym-{os.getpid()}-",   # (the arena's fd, and its mmap's own copy)
+                "/memfd:mpviz-event-slots")
     fds = set()
     for fd in os.listdir("/proc/self/fd"):
         try:
-            if os.readlink(f"/proc/self/fd/{fd}").startswith(prefix):
+            if os.readlink(f"/proc/self/fd/{fd}").startswith(prefixes):
                 fds.add(int(fd))
         except OSError:
             pass

@@ -1,47 +1,27 @@
 """The hang watchdog of ``python -m mpviz trace --hang-after S`` and ``record(hang_after=S)``.
 
-A scenario's watchdog (scenarios/runner.py) does this for the workshop's cases; this module does
-the same for the learner's own program, and reuses that file's helpers (processes of a session,
-asking them for their stacks). Hangs are judged by what each thread waits on, not by silence:
+Hangs are judged by what each thread waits on, not by silence. Every 0.1 s, each thread of each
+watched process (osview.threads: /proc/PID/task/TID) either moved (it ran, or used CPU), waits
+with a deadline (sleep(t), get(timeout=t): it moves when that ends), waits for ever (a lock with
+no timeout, a pipe, a join: only another thread can end it), or reads a terminal (never a hang):
 
-    every 0.1 s, each thread of each watched process (osview.threads: /proc/PID/task/TID):
-        it ran (its run count moved: a wait of it ended), or used CPU     → it moved
-        it waits with a deadline: time.sleep(t), get(timeout=t), select   → it moves when that
-                                                                             wait ends (a loop
-              that waits again on the same lock or fd with no work between is one long wait)
-        it waits for ever: a lock with no timeout, a read on a pipe, join → only another
-                                                                             thread can end it
-        it reads a terminal (input())                                     → it waits for you:
-                                                                             never a hang
-    DEADLOCK, one process:  every thread of it has waited for `hang_after` s, with no time
-                            limit, on a lock of its own memory (a private futex) -- only a
-                            thread of that same process could release it, and none can. It
-                            can never move, whatever other processes (or CPU use) do.
-    DEADLOCK, everyone:     no thread of any process moved (and no event was recorded) for
-                            `hang_after` s, and every one waits for ever: nobody can ever move.
-    STALLED:                the same, but some threads wait with a deadline longer than
-                            `hang_after` (a sleep of an hour, a get(timeout=60)): they would
-                            move one day, later than you said you would wait.
+    DEADLOCK, one process:  every thread of it has waited `hang_after` s, with no time limit, on
+                            a lock of its own memory: none can release it, whatever CPU others use
+    DEADLOCK, everyone:     nothing moved and nothing was recorded for `hang_after` s, and every
+                            thread waits for ever
+    STALLED:                the same, but some wait with a deadline longer than `hang_after`
 
-    a hang:   SIGUSR1 to each recorded process still running; faulthandler (registered in every
-              process at start-up by ``autostart.register_stacks``) writes its threads' Python
-              stacks to DIR/.stacks/PID.txt
-              the caller ends the processes (the launcher: the program's whole session;
-              ``record()``: the block's children, see ``Guard``)
-              the stacks become ``watchdog.stuck`` events (the pictures mark those lanes stuck)
-              ``verdict()``: the same in words -- the kind of hang, where each thread was and
-              what it waits on (stuck.py), and who waits for whom as far as the trace recorded it
+A hang: SIGUSR1 to each recorded process (faulthandler, registered at start-up by
+``autostart.register_stacks``, writes its stacks to DIR/.stacks/PID.txt); the caller ends the
+processes (the launcher: the program's session; ``record()``: see ``Guard``); the stacks become
+``watchdog.stuck`` events; ``verdict()`` says it in words (stuck.py: the kind of hang, where each
+thread was and what it waits on; who waits for whom as far as the trace recorded it). A Ctrl-C
+gets the same report first (``interrupt_report``), then the processes left are ended.
 
-Ctrl-C is a diagnosis too: the launcher (its ``Forwarder``) and a ``record()`` block (``Guard.
-on_interrupt``) print the same report at a SIGINT -- ``interrupt_report``: the stacks (a process
-the same Ctrl-C reached wrote its own at the signal: ``interrupt_stacks``), what each waits for,
-who must act -- before the program hears it; then the processes it leaves are ended.
-
-A wait on something outside the program (a slow network read) looks the same as a hang, which is
-why the verdict says what was seen and shows the stacks, and why ``--hang-after 0`` turns this
-off. Below MIN_HANG_AFTER the watchdog refuses: it judges a thread by what it did between two
-looks, 0.1 s apart, and needs several looks (and a program time to start) before "nothing moved"
-means anything.
+Scenarios have their own watchdog (scenarios/runner.py), whose helpers this one reuses. A wait on
+something outside the program (a slow network read) looks like a hang: the verdict shows what was
+seen and the stacks; ``--hang-after 0`` turns this off; below MIN_HANG_AFTER it is refused (it
+needs several looks, 0.1 s apart, before "nothing moved" means anything).
 """
 import math
 import os

@@ -10,16 +10,16 @@ answered once, here, in plain Python (no matplotlib), and can be tested without 
     state.in_flight    messages put but not yet got (``Flow``s)
     state.blocked      threads blocked in a recorded wait (a join, q.join, Event.wait, a full
                        pipe ...): on what, since when, and who must act so that they go on
-    state.deadlocks    threads that can never go on, each with the reason in words (an idle
-                       Pool worker, waiting for its next task, is not one: idle_pool_workers)
-    lost_pool_tasks(trace, job)   a Pool job's tasks whose worker ended while running them
+    state.deadlocks    threads that can never go on, with the reason (an idle Pool worker is
+                       not one: idle_pool_workers)
     print(state.text())
-    failures(trace)    actions that failed (a put or get that raised, a blocked write, ...)
+    failures(trace)    actions that failed (a put or get that raised, a blocked write, ...);
+    lost_pool_tasks(trace, job): a Pool job's tasks whose worker ended while running them
 
 Names are for people (mpviz/trace/names.py, shared with trace.json): a lock is called by the
 variable the waiting code used for it (or "Queue 1's lock", "Lock 2"), a queue "Queue 1" or
-"the Pool's result queue", and a stuck process's reason points at the
-user's line in its stack (``user_line``), not at the stdlib's or mpviz's frame it sat in.
+"the Pool's result queue", and a stuck process's reason points at the user's line in its stack
+(``user_line``), not at the stdlib's or mpviz's frame it sat in.
 
 How each answer is found is told where it is worked out: a lock's owner (and its ghost) at
 ``Owner``, deadlocks at ``Deadlock``, who must act for a blocked thread at ``Blocked``, which
