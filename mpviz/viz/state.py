@@ -13,8 +13,7 @@ answered once, here, in plain Python (no matplotlib), and can be tested without 
     state.deadlocks    threads that can never go on, with the reason (an idle Pool worker is
                        not one: idle_pool_workers)
     print(state.text())
-    failures(trace)    actions that failed (a put or get that raised, a blocked write, ...);
-    lost_pool_tasks(trace, job): a Pool job's tasks whose worker ended while running them
+    failures(trace)    actions that failed (a put or get that raised, a blocked write, ...)
 
 Names are for people (mpviz/trace/names.py, shared with trace.json): a lock is called by the
 variable the waiting code used for it (or "Queue 1's lock", "Lock 2"), a queue "Queue 1" or
