@@ -31,7 +31,7 @@ ENV_DIR = "MPVIZ_TRACE_DIR"
 ENV_THREADING_LOCKS = "MPVIZ_TRACE_THREADING_LOCKS"
 ENV_LAUNCHER = "MPVIZ_TRACE_LAUNCHER"   # the pid of `mpviz trace`, for its program to check
 ENV_STACKS = "MPVIZ_SCENARIO_STACKS"     # the scenarios' runner uses the same variable
-_stacks_file = None
+_stacks = None        # (fd, (st_dev, st_ino)) of the stacks file this process (or its parent) opened
 
 
 def role():
@@ -76,22 +76,52 @@ def register_stacks():
     replaces this one: the watchdog then says "(no stacks captured)" for it."""
     import faulthandler
     import signal
-    global _stacks_file
+    global _stacks
     directory = os.environ.get(ENV_STACKS)
     if not directory or not os.path.isdir(directory):
         return
-    old = _stacks_file
+    old = _stacks
     try:
-        _stacks_file = open(os.path.join(directory, f"{os.getpid()}.txt"), "w")
-        faulthandler.register(signal.SIGUSR1, file=_stacks_file, all_threads=True)
+        fd = _open_stacks_file(os.path.join(directory, f"{os.getpid()}.txt"))
+        try:
+            faulthandler.register(signal.SIGUSR1, file=fd, all_threads=True)
+        except BaseException:
+            os.close(fd)
+            raise
     except (OSError, RuntimeError, ValueError) as exc:
         print(f"mpviz.trace: pid {os.getpid()} cannot show its stacks to the hang watchdog "
               f"({exc})", file=sys.stderr)
+        if old is not None:          # (a forked child: not into the parent's file, or the
+            faulthandler.unregister(signal.SIGUSR1)  # program's file that took its number)
         return
+    st = os.fstat(fd)
+    _stacks = (fd, (st.st_dev, st.st_ino))
     if old is not None:
-        old.close()              # a forked child: that one was the parent's
+        _close_if_still(*old)         # a forked child: that one was the parent's
     else:
         os.register_at_fork(after_in_child=register_stacks)
+
+
+# The stacks file is kept as a bare fd number, never a Python file object: a forked child must
+# close its parent's stacks file, but by then the program may have closed that number
+# (``os.closerange``, as a daemon does) and opened a file of its own that got it. Closing by
+# number would take the program's file away (and the next file opened would get its number), so
+# the number is closed only while it still names the file we opened -- the same (st_dev,
+# st_ino) -- and a file object that closes its number when collected is never made.
+
+def _open_stacks_file(path):
+    """A new, private (0600), close-on-exec file at `path`; its fd."""
+    return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+
+
+def _close_if_still(fd, identity):
+    """Close `fd` if it still names the file whose (st_dev, st_ino) is `identity`."""
+    try:
+        st = os.fstat(fd)
+    except OSError:
+        return                       # closed already: nothing of ours there
+    if (st.st_dev, st.st_ino) == identity:
+        os.close(fd)
 
 
 def _record_exit(directory, launcher):
