@@ -318,6 +318,11 @@ class Guard:
     Stuck: stacks (SIGUSR1 to the children; faulthandler for this process), SIGKILL to the
     descendants, the verdict on stderr; if the block still does not end within a second, a
     SIGINT to the thread that entered it, and ``record`` raises ``HangError`` at its end.
+
+    A process started with SIGINT ignored (``nohup python x.py &``: a shell starts background
+    jobs so) or set to its default action (killed by it) would not be woken, or would die: for
+    the block, SIGINT then gets a handler of the guard's, which raises KeyboardInterrupt only
+    for the guard's own SIGINT and otherwise does what was set before.
     """
 
     def __init__(self, directory, hang_after):
@@ -329,9 +334,31 @@ class Guard:
         os.environ[_env_stacks()] = self.watchdog.stacks_dir   # spawned children show stacks
         _fork_children_show_stacks()
         self.verdict, self._done = None, threading.Event()
+        self._old_sigint = self._take_sigint()
         self._thread = threading.Thread(target=self._watch, name="mpviz-hang-watchdog",
                                         daemon=True)
         self._thread.start()
+
+    def _take_sigint(self):
+        """SIGINT's handler before, when the guard replaced it (ignored, or the default action:
+        neither would end the block); None when it was left as it was."""
+        import signal
+        import threading
+        if threading.get_ident() != threading.main_thread().ident:
+            return None                      # (only the main thread sets handlers or is woken)
+        old = signal.getsignal(signal.SIGINT)
+        if old not in (signal.SIG_IGN, signal.SIG_DFL):
+            return None                      # Python's KeyboardInterrupt, or the program's own
+        signal.signal(signal.SIGINT, self._on_sigint)
+        return old
+
+    def _on_sigint(self, signum, frame):
+        import signal
+        if self.verdict is not None:
+            raise KeyboardInterrupt          # the guard's own: end the block
+        if self._old_sigint == signal.SIG_DFL:       # someone else's, as before the block
+            signal.signal(signal.SIGINT, signal.SIG_DFL)
+            os.kill(os.getpid(), signal.SIGINT)
 
     def _pids(self):
         return [os.getpid()] + descendants(os.getpid())
@@ -383,6 +410,9 @@ class Guard:
         """The block has ended: stop watching; give the environment back."""
         self._done.set()
         self._thread.join()
+        if self._old_sigint is not None:
+            import signal
+            signal.signal(signal.SIGINT, self._old_sigint)
         if self._old_env is None:
             os.environ.pop(_env_stacks(), None)
         else:
