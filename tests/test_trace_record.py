@@ -145,6 +145,22 @@ def test_threading_locks_on_request():
     assert threading.Lock is mt.locks._orig.get("threading.Lock", threading.Lock)
 
 
+def test_a_lock_the_stdlib_makes_is_not_taken_for_the_users():
+    # The stdlib makes locks of its own in modules no list names (a sched.scheduler's here;
+    # 3.13's sysconfig one when first imported): where the lock is made says whose it is
+    import sched
+    import threading
+    with mt.record(threading_locks=True) as trace:
+        s = sched.scheduler()
+        s.enter(0, 0, lambda: None)
+        s.run()
+        with threading.Lock():
+            pass
+    assert type(s._lock) is type(threading.RLock())        # the real lock, not a traced one
+    check_sequence_matches([e.kind for e in trace.of_kind("lock.")],
+                           ["lock.acquire", "lock.release"])       # only the user's
+
+
 def test_pipes_are_linked():
     ctx = mp.get_context("spawn")
     with mt.record() as trace:
