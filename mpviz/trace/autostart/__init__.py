@@ -63,6 +63,7 @@ def boot():
     directory = os.environ.get(ENV_DIR)
     if directory and me == "program":
         if recorder.start(directory, "exec"):
+            hooks.say_missing(directory)
             # (taken out of the environment: only the program the launcher started checks it)
             launcher = os.environ.pop(ENV_LAUNCHER, "")
             atexit.register(_record_exit, directory, launcher.isdigit() and int(launcher))
