@@ -72,10 +72,12 @@ def _trace_arguments(parser):
                              "directory in the current directory); refused before the program "
                              "starts if it cannot be written")
     parser.add_argument("--hang-after", metavar="S", type=float, default=10.0,
-                        help="when no process has recorded an event or used CPU for S seconds, "
-                             "capture every process's Python stacks, print a verdict, end the "
-                             "program and exit 124 (default 10; 0 turns it off; a time.sleep or "
-                             "an input() is not a hang)")
+                        help="when a process can never move (every thread on a lock of its "
+                             "own), or no thread moved for S seconds (a sleep or timeout that "
+                             "ends within S is progress; input() is never a hang): capture "
+                             "every process's Python stacks, print a verdict (DEADLOCK or "
+                             "STALLED), end the program and exit 124 (default 10; 0 turns it "
+                             "off; at least 0.5)")
     drawing = parser.add_mutually_exclusive_group()
     drawing.add_argument("--plot", dest="plot", action="store_const", const=True, default=None,
                          help="draw the timeline picture (default: only after a hang, a signal "
@@ -132,23 +134,35 @@ def _shm_arguments(parser):
 
 def _shm_run(args):
     """Each file_system name of this user's runs in /dev/shm, its size, and its fate as the shm
-    manager sees it (sharing/shm_manager.fate): held, in flight in a queue a live process can
+    manager sees it (sharing/shm_manager.fates): held, in flight in a queue a live process can
     still read, unreachable (the manager removes it), or leaked. A name nobody holds is not
-    always lost: this tells the learner which it is."""
+    always lost: this tells the learner which it is. Other users' names are counted, not
+    judged: we cannot read them (and they are not ours to worry about)."""
     from mpviz.sharing import file_system, shm_manager
     prefix = file_system.PREFIX.lstrip("/")
-    names = sorted(n for n in os.listdir("/dev/shm") if n.startswith(prefix)
-                   and not n.startswith("mpviz_fd"))
-    if not names:
-        print(f"no mpviz segments in /dev/shm (names {prefix}*)")
-        return 0
-    for name in names:
+    mine, others = [], {}
+    for name in sorted(os.listdir("/dev/shm")):
+        if not name.startswith(prefix) or name.startswith("mpviz_fd"):
+            continue
         try:
-            size = os.stat(os.path.join("/dev/shm", name)).st_size
+            st = os.stat(os.path.join("/dev/shm", name))
         except OSError:
             continue                                  # gone while we looked
-        kind, words = shm_manager.fate("/" + name)
+        if st.st_uid == os.getuid():
+            mine.append((name, st.st_size))
+        else:
+            others[st.st_uid] = others.get(st.st_uid, 0) + 1
+    if not mine:
+        print(f"no mpviz segments of yours in /dev/shm (names {prefix}*)")
+    if len(mine) > 100:
+        print(f"{len(mine):,} segments of yours; asking the shm manager and reading /proc once "
+              f"for all of them...", flush=True)
+    fates = shm_manager.fates(["/" + name for name, _ in mine])
+    for name, size in mine:
+        kind, words = fates["/" + name]
         print(f"/dev/shm/{name}  {size:,} bytes  {kind.upper()}: {words}")
+    for uid, count in sorted(others.items()):
+        print(f"(and {count:,} mpviz segment(s) of uid {uid}: not yours, left out)")
     return 0
 
 

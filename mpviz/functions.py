@@ -31,6 +31,43 @@ def _shape(size):
     return tuple(size)
 
 
+_MAX_BYTES = np.iinfo(np.intp).max      # the most bytes one NumPy array can span
+
+
+def _sized(size, dtype, call):
+    """The shape `size` names, refused (what, why, fix) when the tensor could not exist: more
+    bytes than one array can span. `call` names the call in the message ("zeros")."""
+    shape = _shape(size)
+    dt = np.dtype(dtype)
+    numel = 1
+    for n in shape:
+        numel *= n
+    nbytes = numel * dt.itemsize
+    if nbytes > _MAX_BYTES:
+        raise ValueError(
+            f"mpviz.{call}({', '.join(map(str, shape))}): {numel:,} elements of {dt.name} would be {nbytes:,} bytes, "
+            f"more than any array can span ({_MAX_BYTES:,} bytes: NumPy's 'array is too big'). "
+            f"Fix: check the sizes -- each is a number of elements, not of bytes, and a shape "
+            f"(a, b) holds a*b of them.")
+    return shape
+
+
+def _allocate(make, size, dtype, call):
+    """``make(shape, dtype)`` for a new tensor of `size`; a MemoryError that says how much was
+    asked for and what to do (NumPy's own words kept inside)."""
+    shape = _sized(size, dtype, call)
+    try:
+        return make(shape, dtype)
+    except MemoryError as exc:
+        nbytes = np.dtype(dtype).itemsize
+        for n in shape:
+            nbytes *= n
+        raise MemoryError(
+            f"mpviz.{call}({', '.join(map(str, shape))}): {nbytes / 2**30:,.1f} GiB ({nbytes:,} bytes) could not be "
+            f"allocated on this machine ({exc}). Fix: a smaller tensor, or process the data in "
+            f"pieces.") from None
+
+
 def tensor(data, dtype=None, device="cpu", requires_grad=False):
     """A new tensor holding a copy of `data` (nested lists, numbers, arrays or a tensor)."""
     if isinstance(data, Tensor):
@@ -63,28 +100,33 @@ def from_numpy(array):
 
 
 def zeros(*size, dtype=None, device="cpu", requires_grad=False):
-    return Tensor._wrap(np.zeros(_shape(size), _dtype(dtype, float32)), device, requires_grad)
+    return Tensor._wrap(_allocate(np.zeros, size, _dtype(dtype, float32), "zeros"), device,
+                        requires_grad)
 
 
 def ones(*size, dtype=None, device="cpu", requires_grad=False):
-    return Tensor._wrap(np.ones(_shape(size), _dtype(dtype, float32)), device, requires_grad)
+    return Tensor._wrap(_allocate(np.ones, size, _dtype(dtype, float32), "ones"), device,
+                        requires_grad)
 
 
 def empty(*size, dtype=None, device="cpu", requires_grad=False):
-    return Tensor._wrap(np.empty(_shape(size), _dtype(dtype, float32)), device, requires_grad)
+    return Tensor._wrap(_allocate(np.empty, size, _dtype(dtype, float32), "empty"), device,
+                        requires_grad)
 
 
 def full(size, fill_value, dtype=None, device="cpu", requires_grad=False):
-    return Tensor._wrap(np.full(_shape((size,)), fill_value, _dtype(dtype, float32)), device, requires_grad)
+    array = _allocate(lambda shape, dt: np.full(shape, fill_value, dt), (size,),
+                      _dtype(dtype, float32), "full")
+    return Tensor._wrap(array, device, requires_grad)
 
 
 def randn(*size, dtype=None, device="cpu", requires_grad=False):
-    values = _random.generator().standard_normal(_shape(size))
+    values = _random.generator().standard_normal(_sized(size, _dtype(dtype, float32), "randn"))
     return Tensor._wrap(values.astype(_dtype(dtype, float32)), device, requires_grad)
 
 
 def rand(*size, dtype=None, device="cpu", requires_grad=False):
-    values = _random.generator().random(_shape(size))
+    values = _random.generator().random(_sized(size, _dtype(dtype, float32), "rand"))
     return Tensor._wrap(values.astype(_dtype(dtype, float32)), device, requires_grad)
 
 

@@ -263,10 +263,29 @@ class Live(widgets.VBox):
         if self._running is not None:
             self._running.stop()
 
-    def wait(self, timeout=None):
-        """Block until the run has finished and the scrubber is ready; True if it has."""
+    def wait(self, timeout=None, show=None):
+        """Block until the run has finished and the scrubber is ready; True if it has.
+
+        In a notebook (`show` None: when IPython runs this) it then also displays the final
+        picture as a plain PNG under the cell: a notebook run headless (nbval, nbconvert, a
+        saved .ipynb read on GitHub) has no widget views, and would otherwise show only the
+        line ``<mpviz Live ...: finished>`` where a person sees the picture."""
         self._not_stepped("wait")
-        return self._finished.wait(timeout)
+        finished = self._finished.wait(timeout)
+        if show is None:
+            show = _in_ipython()
+        if finished and show:
+            self.show_final()
+        return finished
+
+    def show_final(self):
+        """Display the picture the widget shows now (after a run: the end) as a static PNG."""
+        from IPython.display import display
+        for output in self.picture.outputs:
+            data = dict(output.get("data", {}))
+            if "image/png" in data:
+                data["text/plain"] = f"<mpviz {self.which.value} of {self.name!r}, at the end>"
+                display(data, raw=True)
 
     def _poll(self):
         """Every 1/REFRESH_HZ s: read new events, update the state panel, ask for a picture."""
@@ -381,6 +400,14 @@ class Live(widgets.VBox):
             self.picture.outputs = ({"output_type": "display_data", "metadata": {},
                                      "data": {"image/png": png,
                                               "text/plain": "<mpviz picture>"}},)
+
+
+def _in_ipython():
+    try:
+        from IPython import get_ipython
+    except ImportError:
+        return False
+    return get_ipython() is not None
 
 
 def _render_in_background(job):

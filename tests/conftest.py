@@ -106,7 +106,23 @@ KEPT_ALIVE = set()
 
 
 def _expected_fds():
-    return fd_passing.infrastructure_fds() | shm_manager.infrastructure_fds() | _stdlib_helpers()[1]
+    return (fd_passing.infrastructure_fds() | shm_manager.infrastructure_fds()
+            | _stdlib_helpers()[1] | _heap_arena_fds())
+
+
+def _heap_arena_fds():
+    """The stdlib's shared heap (multiprocessing.heap: RawValue, RawArray, and so the sleeper
+    slots of mpviz's Event) keeps each arena's file open for the life of the process, on
+    purpose, as matplotlib keeps its font file."""
+    prefix = f"/dev/shm/pym-{os.getpid()}-"    # (the arena's fd, and its mmap's own copy)
+    fds = set()
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            if os.readlink(f"/proc/self/fd/{fd}").startswith(prefix):
+                fds.add(int(fd))
+        except OSError:
+            pass
+    return fds
 
 
 @pytest.fixture(scope="session")

@@ -90,3 +90,47 @@ def main_killed():
     with lock:
         pass
     os.kill(os.getpid(), signal.SIGKILL)
+
+
+def sleeper(seconds=2.5):
+    """No stop at all: the main thread just sleeps (waits for time, not for another thread)."""
+    import time
+    time.sleep(seconds)
+    return "slept"
+
+
+def _sleep_then_put(q, seconds):
+    import time
+    time.sleep(seconds)
+    q.put("late")
+
+
+def parent_gets_while_child_sleeps(seconds=2.0):
+    """main blocks in get() while the only one who can put is asleep: time moves the run."""
+    q = name(multiprocessing.Queue(), "Q")
+    p = multiprocessing.Process(target=_sleep_then_put, args=(q, seconds), name="child")
+    p.start()
+    item = q.get()
+    p.join()
+    return item
+
+
+def _out_of_memory(q):
+    raise MemoryError("simulated: the child could not allocate its item")
+
+
+def child_dies_of_memory_error():
+    """The child dies of MemoryError before its put; main waits in get() for ever after."""
+    q = name(multiprocessing.Queue(), "Q")
+    p = multiprocessing.Process(target=_out_of_memory, args=(q,), name="child")
+    p.start()
+    q.get()
+    p.join()
+
+
+def busy(seconds=8.0):
+    """Computes between two stops for `seconds` (no sleep, no stop)."""
+    import time
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        pass

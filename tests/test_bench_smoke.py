@@ -17,3 +17,6 @@ def test_bench_quick_runs_and_writes_its_table(tmp_path):
     text = table.read_text()
     assert "Round trip, tensor already shared" in text and "mpviz fd fork" in text
     assert "floor" in text and "`import mpviz`" in text
+    # bench_dataloader_trace.py: real torch, untraced and traced side by side, and the drawing
+    assert "DataLoader, 2 workers, 200 batches" in text and "`mpviz trace` ÷ untraced" in text
+    assert "drawing timeline + memory map + wait-for" in text

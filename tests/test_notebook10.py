@@ -129,3 +129,19 @@ def test_an_event_is_named_event_1_not_by_its_internal_id(tmp_path):
     begin = next(e for e in run.trace.events if e.kind == "wait.begin" and e.args["on"] == "event")
     state = viz.state_at(run.trace, begin.ts_ns + 1)
     assert [b.what for b in state.blocked if b.on == "event"] == ["Event 1.wait()"]
+
+
+def test_notebook_10_runs_no_solution_and_its_solutions_file_answers_both_exercises():
+    import json
+    import os
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    with open(os.path.join(root, "notebooks", "10_your_own_program.ipynb")) as f:
+        cells = json.load(f)["cells"]
+    code = ["".join(c["source"]) for c in cells if c["cell_type"] == "code"]
+    assert not [s for s in code if s.lstrip().startswith("# Solution")]       # not under Run All
+    assert not [c for c in cells if "solution" in c.get("metadata", {}).get("tags", [])]
+    assert sum(s.strip() == "# Your code here" for s in code) == 2
+    with open(os.path.join(root, "notebooks", "solutions", "10_your_own_program.md")) as f:
+        answers = f.read()
+    assert 'trace_program("hang_task_done.py", "--fix")' in answers
+    assert "check_handovers(fs, 0)" in answers

@@ -85,7 +85,7 @@ def test_join_before_get_gets_a_verdict(tmp_path, method):
     print(f"hang found and reported in {took:.1f} s")
     assert run.returncode == 124, run.stderr
     err = run.stderr
-    assert "HANG: no process made progress for" in err
+    assert "HANG: DEADLOCK -- for" in err and "nobody can ever move" in err
     assert "pid" in err and "(prog.py)" in err              # the program, by its script
     assert "join (process.py" in err                         # where its main thread waited
     assert "... <module> (prog.py:12)" in err                # ... and the program's line
@@ -323,10 +323,11 @@ def test_record_with_hang_after_gives_the_same_verdict(tmp_path, method):
                          text=True, timeout=100)
     assert run.returncode == 0, run.stderr
     assert run.stdout.split() == ["HangError", "True", "True", "-9"], run.stderr
-    assert "mpviz: HANG: no process made progress for" in run.stderr
+    assert "mpviz: HANG: DEADLOCK -- for" in run.stderr
     assert "... <module> (prog.py:17)" in run.stderr        # the line that waited: join
     assert "_feed (queues.py" in run.stderr
     assert "Traceback" not in run.stderr             # the helpers it shares were left alone
+    assert "INTERRUPTED" not in run.stderr           # its SIGINT only wakes the block's wait
 
 
 @pytest.mark.timeout(120)
@@ -338,7 +339,7 @@ def test_record_with_hang_after_ends_the_hang_of_a_program_started_with_sigint_i
                          env=env(), capture_output=True, text=True, timeout=100)
     assert run.returncode == 0, run.stderr
     assert run.stdout.split() == ["HangError", "True", "True", "-9"], run.stderr
-    assert "mpviz: HANG: no process made progress for" in run.stderr
+    assert "mpviz: HANG: DEADLOCK -- for" in run.stderr
 
 
 def test_record_refuses_a_bad_hang_after():
@@ -482,14 +483,17 @@ def test_a_killed_launcher_is_reported_by_its_program(tmp_path):
 @pytest.mark.timeout(60)
 def test_sleeping_or_reading_the_terminal_is_not_a_hang(tmp_path):
     import pty
-    (tmp_path / "prog.py").write_text("import time\ntime.sleep(2.5)\nprint('typed:', input())\n")
+    # sleeps that each end within --hang-after are progress (the rule is the same in every
+    # thread: see tests/test_hang_classes.py); a terminal read waits for the user, for ever
+    (tmp_path / "prog.py").write_text("import time\nfor _ in range(4):\n    time.sleep(0.6)\n"
+                                      "print('typed:', input())\n")
     master, slave = pty.openpty()
     try:
         proc = subprocess.Popen([PY, "-m", "mpviz", "trace", "--hang-after", "1", "--no-plot",
                                  "-o", "out", "--", PY, "prog.py"], cwd=tmp_path, env=env(),
                                 stdin=slave, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                 text=True)
-        time.sleep(5)        # the user takes a while to type: 2.5 s of sleep, then ~2.5 s
+        time.sleep(5)        # the user takes a while to type: 2.4 s of sleeps, then ~2.6 s
         os.write(master, b"hello\n")
         out, err = proc.communicate(timeout=40)
     finally:

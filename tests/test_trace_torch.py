@@ -264,11 +264,14 @@ def test_dataloader_batches_are_arrows_from_each_worker(dataloader_run):
                and f.get.pid == program and f.put.args["msg"] in handles]
     assert sorted(labels[f.put.pid] for f in batches) == ["DataLoader worker 0"] * 2 + \
         ["DataLoader worker 1"] * 2
-    # each batch was built in shared memory by collate: a segment, and no copy
+    # each batch: collate copies the worker's samples into a new segment (issue 27: a copy)
     made = _torch(trace, "shm.create")
     assert len(made) == 4 and {e.pid for e in made} == workers
     assert {(e.args["via"], e.args["nbytes"]) for e in made} == {("_new_shared", 8 * 1024 * 4)}
-    assert not trace.of_kind("copy")
+    copies = trace.of_kind("copy")
+    assert sorted(e.args["name"] for e in copies) == sorted(e.args["name"] for e in made)
+    assert {(e.pid in workers, e.args["via"], e.args["nbytes"]) for e in copies} == \
+        {(True, "collate", 8 * 1024 * 4)}
 
 
 @pytest.mark.timeout(SETUP_TIMEOUT)

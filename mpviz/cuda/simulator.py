@@ -51,8 +51,26 @@ def is_real():
     return False
 
 
+MAX_DEVICES = 64
+
+
 def device_count():
-    return int(os.environ.get("MPVIZ_SIM_DEVICES", "1"))
+    """How many devices the simulator has: ``MPVIZ_SIM_DEVICES`` (default 1), a whole number
+    from 1 to MAX_DEVICES; anything else is refused, naming the variable."""
+    text = os.environ.get("MPVIZ_SIM_DEVICES", "1")
+    try:
+        n = int(text.strip())
+    except ValueError:
+        n = None
+    if n is None or not 1 <= n <= MAX_DEVICES:
+        why = ("is not a whole number" if n is None else
+               "would leave the simulator with no device: every .cuda() would fail"
+               if n < 1 else f"is more than {MAX_DEVICES}")
+        raise ValueError(f"MPVIZ_SIM_DEVICES={text!r} {why}. It says how many devices "
+                         f"mpviz's CUDA simulator has (cuda:0 ... cuda:N-1). Fix: "
+                         f"MPVIZ_SIM_DEVICES=2 (a number from 1 to {MAX_DEVICES}), or unset it "
+                         f"for one device.")
+    return n
 
 
 def device_name(index):

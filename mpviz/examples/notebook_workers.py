@@ -96,6 +96,14 @@ def receive_and_fill(q, results, value):
     results.put((before, t.tolist()))
 
 
+def report_grad(t, results):
+    """Report the ``.grad`` of the tensor `t` as this process sees it: a list, or None.
+
+    Plain tensor methods only, so a real ``torch`` tensor works too (notebook 02 runs it under
+    real torch, to show what torch does with ``.grad``)."""
+    results.put(None if t.grad is None else t.grad.tolist())
+
+
 # --- notebook 04: a function for a spawn Pool -------------------------------------------------
 
 def square(x):

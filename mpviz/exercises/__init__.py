@@ -2,8 +2,9 @@
 
 Each workshop notebook has a few exercises of three kinds: *predict, then run* (say what will
 happen before you look), *fix a broken program* (give the change that makes it work) and *read a
-picture* (answer from a timeline, memory map or chart). A notebook cell holds the call with a
-placeholder, ``...``, that the learner replaces::
+picture* (answer from a timeline, memory map or chart); notebook 09 adds *play* (step real
+processes to a puzzle's goal, then hand ``check`` the stepper: it reads how the run ended). A
+notebook cell holds the call with a placeholder, ``...``, that the learner replaces::
 
     from mpviz.exercises import check
     check("01.predict-chunksize", ...)      # prints the question: not answered yet
@@ -26,14 +27,14 @@ solutions, with the answers to each notebook's closing questions, are in ``noteb
 import importlib
 import textwrap
 
-from .base import KINDS, Exercise, Verdict, forget
+from .base import KINDS, Exercise, Verdict, forget, shown
 
 __all__ = ["check", "judge", "exercises", "Exercise", "Verdict", "KINDS", "forget"]
 
 # notebook number -> the module that holds its exercises
 NOTEBOOKS = {
     "00": "nb00", "01": "nb01", "02": "nb02", "03": "nb03", "04": "nb04",
-    "05": "nb05", "06": "nb06", "07": "nb07", "08": "nb08", "11": "nb11",
+    "05": "nb05", "06": "nb06", "07": "nb07", "08": "nb08", "09": "nb09", "11": "nb11",
 }
 
 
@@ -74,18 +75,30 @@ def judge(exercise_id, answer):
     exercise = _find(exercise_id)
     if _unanswered(answer):
         return Verdict(None, f"{exercise.question} Replace ... with {exercise.answer_form}.")
-    return exercise.judge(answer)
+    try:
+        verdict = exercise.judge(answer)
+    except Exception as exc:      # an answer no judge foresaw: a verdict, never a traceback
+        return Verdict(False, f"mpviz could not judge your answer {shown(answer)}: "
+                              f"{type(exc).__name__}: {str(exc)[:300]}. Give "
+                              f"{exercise.answer_form}. (If that is what you gave, this is a "
+                              f"bug in mpviz: please report it.)")
+    return Verdict(None if verdict.right is None else bool(verdict.right), verdict.why)
 
 
-def _unanswered(answer):
+def _unanswered(answer, _seen=None):
     """True while `answer` still holds the placeholder ``...``, alone or inside a pair or dict
-    (``(..., ...)``, ``{"reuse": ...}``)."""
+    (``(..., ...)``, ``{"reuse": ...}``); a list that holds itself is looked at once."""
     if answer is Ellipsis:
         return True
+    seen = set() if _seen is None else _seen
+    if id(answer) in seen:
+        return False
     if isinstance(answer, (tuple, list)):
-        return any(_unanswered(a) for a in answer)
+        seen.add(id(answer))
+        return any(_unanswered(a, seen) for a in answer)
     if isinstance(answer, dict):
-        return any(_unanswered(a) for a in answer.values())
+        seen.add(id(answer))
+        return any(_unanswered(a, seen) for a in answer.values())
     return False
 
 

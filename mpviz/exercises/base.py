@@ -10,16 +10,18 @@ takes, and a ``judge(answer) -> Verdict``. Most judges are built by the three he
                                                          depend on the learner's), forget() resets
 
 Answers in the wrong form (a word where a number is asked) are judged "not quite", with the
-form that was expected: a learner's typo is not a crash.
+form that was expected: a learner's typo is not a crash. Odd answers too (a NumPy value, 10**400,
+a list that holds itself, a 10 MB string): the verdict names them through ``shown(answer)``, a
+short summary, never the whole thing, and never a traceback.
 """
 import functools
-import math
 import numbers
+import reprlib
 from typing import Any, Callable, NamedTuple, Optional
 
 from .. import scenarios
 
-KINDS = ("predict", "fix", "picture")
+KINDS = ("predict", "fix", "picture", "play")   # play: notebook 09's puzzles, stepped
 
 
 class Verdict(NamedTuple):
@@ -66,11 +68,35 @@ def _run_cached(name, frozen):
 
 def run(name, **params):
     """``scenarios.run(name, **params)``, run once per process for the same parameters."""
-    return _run_cached(name, tuple(sorted(params.items())))
+    frozen = tuple(sorted(params.items()))
+    try:
+        hash(frozen)
+    except TypeError:                  # a value that cannot be a cache key: run it each time
+        return scenarios.run(name, **params)
+    return _run_cached(name, frozen)
 
 
 def describe(params):
-    return ", ".join(f"{k}={v!r}" for k, v in params.items()) or "the defaults"
+    return ", ".join(f"{k}={shown(v)}" for k, v in params.items()) or "the defaults"
+
+
+_SHORT = reprlib.Repr()
+_SHORT.maxstring = _SHORT.maxother = 60
+_SHORT.maxlist = _SHORT.maxtuple = _SHORT.maxdict = _SHORT.maxset = 6
+_SHORT.maxlong = 40
+
+
+def shown(answer):
+    """`answer` as a verdict names it: its repr, cut short (a 10 MB string is named by its length
+    and first characters; 10**400 by its digits' count), and something even if its repr fails."""
+    try:
+        if isinstance(answer, str) and len(answer) > 60:
+            return f"a string of {len(answer):,} characters, {answer[:30]!r}..."
+        if isinstance(answer, int) and not isinstance(answer, bool) and abs(answer) > 10**30:
+            return f"a number of {len(str(abs(answer)))} digits"
+        return _SHORT.repr(answer)
+    except Exception as exc:                  # a repr that raises: name the type instead
+        return f"a {type(answer).__name__} (its repr failed: {type(exc).__name__})"
 
 
 def judged(judge):
@@ -84,11 +110,27 @@ def judged(judge):
     return wrapper
 
 
+def finite_number(answer):
+    """True for a plain real number (NumPy's too) that a float can hold: not a bool, NaN or inf,
+    and not 10**400."""
+    if isinstance(answer, bool) or not isinstance(answer, numbers.Real):
+        return False
+    try:
+        value = float(answer)
+    except (OverflowError, TypeError, ValueError):
+        return False
+    return value == value and value not in (float("inf"), float("-inf"))
+
+
 # --- reading an answer -------------------------------------------------------------------------
 
 def as_number(answer, what="a number"):
-    if isinstance(answer, bool) or not isinstance(answer, numbers.Real) or math.isnan(answer):
-        raise BadAnswer(f"your answer {answer!r} is not {what}: write it as a plain number, "
+    if isinstance(answer, numbers.Integral) and not isinstance(answer, bool) \
+            and not finite_number(answer):
+        raise BadAnswer(f"your answer, {shown(answer)}, is far too large to be {what}: write "
+                        f"the number you mean, e.g. 12")
+    if not finite_number(answer):
+        raise BadAnswer(f"your answer {shown(answer)} is not {what}: write it as a plain number, "
                         f"e.g. 12, without quotes")
     return answer
 
@@ -96,41 +138,49 @@ def as_number(answer, what="a number"):
 def as_number_pair(answer, shape, what):
     """Two numbers, as a tuple or list; `shape` names them for the error ("(a, b), e.g. (0, 1)")."""
     if not isinstance(answer, (tuple, list)) or len(answer) != 2:
-        raise BadAnswer(f"the answer is a pair: {shape}, not {answer!r}")
+        raise BadAnswer(f"the answer is a pair: {shape}, not {shown(answer)}")
     return tuple(as_number(a, what) for a in answer)
 
 
 def as_word(answer, choices):
     if not isinstance(answer, str) or answer.strip().lower() not in choices:
-        raise BadAnswer(f"your answer {answer!r} is not one of {', '.join(map(repr, choices))}: "
-                        f"write one of them as a string, with quotes")
+        raise BadAnswer(f"your answer {shown(answer)} is not one of "
+                        f"{', '.join(map(repr, choices))}: write one of them as a string, with "
+                        f"quotes")
     return answer.strip().lower()
 
 
 def as_bool(answer):
     if not isinstance(answer, bool):
-        raise BadAnswer(f"your answer {answer!r} is not True or False: write one of them, "
+        raise BadAnswer(f"your answer {shown(answer)} is not True or False: write one of them, "
                         f"without quotes")
     return answer
 
 
-def as_params(answer, scenario, keep=None):
-    """The learner's parameters for `scenario`, a dict; `keep` are those the fix must not change
-    (added when left out)."""
+def as_params(answer, scenario, keep=None, start=None):
+    """The parameters `scenario` runs with: the broken program's `start` (which the fix may
+    change), then the learner's `answer` (a dict), then `keep` (which the fix must not change)."""
     if not isinstance(answer, dict) or not all(isinstance(k, str) for k in answer):
         raise BadAnswer(f"a fix is a dict of {scenario}'s parameters, e.g. "
-                        f"{{'strategy': 'file_system'}}, not {answer!r}")
+                        f"{{'strategy': 'file_system'}}, not {shown(answer)}")
     keep = keep or {}
-    changed = {k: v for k, v in answer.items() if k in keep and v != keep[k]}
+    changed = {k: v for k, v in answer.items() if k in keep and not _same(v, keep[k])}
     if changed:
         raise BadAnswer(f"the exercise keeps {describe(keep)}; your fix changes "
                         f"{describe(changed)}. Find another way.")
-    params = {**keep, **answer}
+    params = {**(start or {}), **answer, **keep}
     try:
-        scenarios.resolve(scenario, params)
-    except ValueError as exc:
-        raise BadAnswer(f"{scenario} cannot run with {describe(params)}: {exc}") from None
-    return params
+        return scenarios.resolve(scenario, params)
+    except (ValueError, TypeError, OverflowError) as exc:
+        said = str(exc) if len(str(exc)) < 400 else str(exc)[:400] + "..."
+        raise BadAnswer(f"{scenario} cannot run with {describe(params)}: {said}") from None
+
+
+def _same(a, b):
+    try:
+        return bool(a == b)
+    except Exception:                # e.g. a NumPy array, whose == is not one truth value
+        return False
 
 
 # --- the common kinds --------------------------------------------------------------------------
@@ -148,23 +198,29 @@ def predict_outcome(exercise_id, question, scenario, **params):
                     f"the outcome as a string: {', '.join(map(repr, scenarios.OUTCOMES))}", judge)
 
 
-def fix_scenario(exercise_id, question, scenario, keep=None, extra=None, at_most=None):
-    """An exercise: give `scenario` parameters (keeping `keep`; changing `at_most` of them, if
-    given) under which it comes out 'ok'. `extra(result)`, if given, returns a reason the run
-    still does not count, or None."""
+def fix_scenario(exercise_id, question, scenario, keep=None, start=None, extra=None,
+                 at_most=None):
+    """An exercise: `scenario` run with `start` (the broken program: parameters the learner is
+    meant to change, so that an empty answer is the broken program, not the scenario's defaults,
+    which may already be the fix) is not 'ok'; give parameters (keeping `keep`; changing
+    `at_most` of them, if given) under which it comes out 'ok'. `extra(result)`, if given,
+    returns a reason the run still does not count, or None."""
     @judged
     def judge(answer):
-        params = as_params(answer, scenario, keep)
+        params = as_params(answer, scenario, keep, start)
         if at_most is not None and len(answer) > at_most:
             raise BadAnswer(f"the exercise asks for at most {at_most} parameter(s); your fix "
                             f"sets {len(answer)}: {describe(answer)}")
-        result = scenarios.run(scenario, **params)
+        given = {**(start or {}), **answer, **(keep or {})}
+        asked = {k: v for k, v in params.items() if k in given}   # not every default
+        result = run(scenario, **params)
         reason = extra(result) if extra is not None and result.outcome == "ok" else None
         if result.outcome == "ok" and reason is None:
-            return Verdict(True, f"{scenario} with {describe(params)} came out OK.\n\n"
+            return Verdict(True, f"{scenario} with {describe(asked)} came out OK.\n\n"
                                  f"{result.explanation}")
         said = reason or f"it came out {result.outcome.upper()}"
-        return Verdict(False, f"{scenario} with {describe(params)} is not fixed yet: {said}.\n\n"
+        return Verdict(False, f"{scenario} with {describe(asked)} is not fixed yet: {said}.\n\n"
                               f"{result.explanation}")
+    judge.broken = {**(start or {}), **(keep or {})}     # the program an empty answer runs
     return Exercise(exercise_id, "fix", question,
                     f"a dict of {scenario}'s parameters, e.g. {{'name': value}}", judge)

@@ -2,7 +2,8 @@
 from .. import multiprocessing as mp
 from ..tensor import Tensor
 from ..examples import notebook_workers as nw
-from .base import BadAnswer, Exercise, Verdict, as_number, as_number_pair, judged, measured, run
+from .base import (BadAnswer, Exercise, Verdict, as_number, as_number_pair, judged, measured, run,
+                   shown)
 
 
 @measured
@@ -39,7 +40,7 @@ def _judge_predict(answer):
 @judged
 def _judge_fix(answer):
     if not isinstance(answer, Tensor):
-        raise BadAnswer(f"the answer is the tensor to put instead of y, not {answer!r}")
+        raise BadAnswer(f"the answer is the tensor to put instead of y, not {shown(answer)}")
     q = mp.SimpleQueue()             # pickles inside put: a refusal is raised right here
     try:
         q.put(answer)

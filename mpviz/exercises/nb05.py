@@ -68,7 +68,8 @@ EXERCISES = [
         "05.fix-copies",
         "buffer-reuse with reuse=False: 3 producers send 8 batches each and copy 24 times. Make "
         "it send all 24 batches with at most 6 copies.",
-        "buffer-reuse", keep={"producers": 3, "batches": 8}, extra=_all_batches_few_copies),
+        "buffer-reuse", keep={"producers": 3, "batches": 8}, start={"reuse": False},
+        extra=_all_batches_few_copies),
     Exercise(
         "05.picture-red-boxes", "picture",
         "In the reuse=True timeline (3 producers, pool=2), how many copies does each "

@@ -1,13 +1,16 @@
 """Exercises of notebook 07 (mp.spawn and errors): run the real spawn, time the real failure."""
+import os
+import signal
 import time
 
 from .. import multiprocessing as mp
 from ..examples import notebook_workers_2 as nw
-from .base import BadAnswer, Exercise, Verdict, as_number, judged, measured
+from .base import BadAnswer, Exercise, Verdict, as_number, judged, measured, shown
 
 # the fix exercise: rank 1 raises at once, ranks 0 and 2 work this long unless stopped
 _WORK_S = 8.0
 _IN_TIME_S = 5.0
+_TIME_LIMIT_S = 20.0         # then the learner's function is stopped: it hangs
 
 
 @measured
@@ -25,7 +28,7 @@ def _exit_with_3():
 def _judge_predict(answer):
     if not isinstance(answer, (tuple, list)) or len(answer) != 3:
         raise BadAnswer(f"the answer is a triple: (the exception's name, exit_code, "
-                        f"signal_name), e.g. ('ValueError', 0, 'SIGINT'), not {answer!r}")
+                        f"signal_name), e.g. ('ValueError', 0, 'SIGINT'), not {shown(answer)}")
     kind, code, signal_name = answer
     if isinstance(kind, type):
         kind = kind.__name__
@@ -36,32 +39,75 @@ def _judge_predict(answer):
         parts.append(f"{what}: {was!r}" + ("" if said == was else f" (you said {said!r})"))
     why = (f"mp.spawn(nw.exit_with, args=(3,), nprocs=2) raised just now with "
            f"{'; '.join(parts)}. The children called sys.exit(3): no exception inside them, so "
-           f"no error file and no traceback; spawn saw an exit code other than 0 and raised "
-           f"ProcessExitedException with that code. No signal killed them, so signal_name is "
-           f"None.")
+           f"nothing in the error pipe and no traceback; spawn saw an exit code other than 0 "
+           f"and raised ProcessExitedException with that code. No signal killed them, so "
+           f"signal_name is None.")
     return Verdict((kind, code, signal_name) == real, why)
+
+
+def _run_answer(answer, send):
+    """In a forked child, in a process group of its own: run the learner's function and send
+    back what happened. Whatever it does (os._exit, a hang), the parent can kill the group."""
+    os.setpgrp()
+    start = time.monotonic()
+    try:
+        answer()
+        outcome = ("returned", None)
+    except mp.ProcessRaisedException as exc:
+        outcome = ("raised", exc.error_index)
+    except BaseException as exc:                 # the learner's own mistake: say which
+        outcome = ("other", f"{type(exc).__name__}: {str(exc)[:300]}")
+    took = time.monotonic() - start
+    left = [p.name for p in mp.active_children()]
+    send.send((outcome, took, left))
+    for p in mp.active_children():
+        p.kill()
+
+
+def _in_a_child(answer):
+    """Run ``answer()`` in a forked child with a time limit: (outcome, seconds, children left
+    running), or a str that says how the child ended without telling."""
+    receive, send = mp.get_context("fork").Pipe(duplex=False)
+    child = mp.get_context("fork").Process(target=_run_answer, args=(answer, send),
+                                           name="check-07")
+    child.start()
+    send.close()
+    try:
+        if not receive.poll(_TIME_LIMIT_S):
+            return (f"Your function was still running after {_TIME_LIMIT_S:g} s: the parent "
+                    f"never heard that rank 1 failed.")
+        try:
+            return receive.recv()
+        except EOFError:
+            child.join(5)
+            return (f"Your function ended the process that ran it (exit code {child.exitcode}) "
+                    f"before it returned or raised: the parent was gone, not informed.")
+    finally:
+        receive.close()
+        try:
+            os.killpg(child.pid, signal.SIGKILL)  # the child and any rank it left behind
+        except (ProcessLookupError, PermissionError):
+            pass
+        child.join()
 
 
 @judged
 def _judge_fix(answer):
     if not callable(answer):
         raise BadAnswer(f"the answer is your function (its name, without calling it), not "
-                        f"{answer!r}")
-    start = time.monotonic()
-    raised = None
-    try:
-        answer()
-    except mp.ProcessRaisedException as exc:
-        raised = exc
-    except Exception as exc:                      # the learner's own mistake: say which
-        return Verdict(False, f"Your function raised {type(exc).__name__}: {exc}")
-    took = time.monotonic() - start
-    left = [p.name for p in mp.active_children()]
-    if raised is None:
+                        f"{shown(answer)}")
+    ran = _in_a_child(answer)
+    if isinstance(ran, str):
+        return Verdict(False, ran)
+    (how, what), took, left = ran
+    if how == "other":
+        return Verdict(False, f"Your function raised {what}")
+    raised = how == "raised"
+    if not raised:
         return Verdict(False, f"Your function returned after {took:.1f} s without raising: the "
                               f"parent never learned, as an exception, that rank 1 failed.")
-    if raised.error_index != 1:
-        return Verdict(False, f"It raised about rank {raised.error_index}, not rank 1.")
+    if what != 1:
+        return Verdict(False, f"It raised about rank {what}, not rank 1.")
     if took > _IN_TIME_S or left:
         return Verdict(False, f"It raised about rank 1 after {took:.1f} s"
                               + (f", and left {left} running" if left else "")

@@ -71,7 +71,7 @@ EXERCISES = [
         "08.fix-fork",
         "hogwild under fork with share=False: the workers train and the parent learns nothing. "
         "Keep fork and make the parent learn.",
-        "hogwild", keep={"start_method": "fork"}),
+        "hogwild", keep={"start_method": "fork"}, start={"share": False}),
     Exercise(
         "08.picture-epochs", "picture",
         "On the timeline of the two Hogwild workers trained in the notebook, how many teal ticks "

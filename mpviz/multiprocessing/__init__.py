@@ -5,6 +5,9 @@ Everything of the stdlib module is here under the same names. What mpviz adds or
 * tensors and storages travel as shared-memory handles through every road multiprocessing
   pickles on (:mod:`~mpviz.multiprocessing.reductions`);
 * ``Queue.put`` shares the tensor before it returns (:mod:`~mpviz.multiprocessing.queues`);
+  it and ``Pipe``'s ``send`` say what a pickling error means (``_codec.explain_pickling_error``);
+* an ``Event`` whose ``set()`` does not hang when a waiter was killed inside ``wait()``
+  (:mod:`~mpviz.multiprocessing.synchronize`);
 * ``Process``/``Pool`` refuse, before starting, functions a spawned child could not import
   (:mod:`~mpviz.multiprocessing.checks`);
 * torch's ``spawn``/``start_processes`` with error propagation (:mod:`~mpviz.multiprocessing.spawn`);
@@ -32,6 +35,8 @@ __all__ = list(_stdlib.__all__) + [
 Queue = _default.Queue
 JoinableQueue = _default.JoinableQueue
 Pool = _default.Pool
+Pipe = _default.Pipe
+Event = _default.Event
 get_context = _default.get_context
 get_start_method = _default.get_start_method
 set_start_method = _default.set_start_method

@@ -85,3 +85,56 @@ class Pickled:
 
     def __reduce__(self):
         return (decode, (self.data,))
+
+
+# -- what a pickling error means ------------------------------------------------------------
+
+# pickle's own words -> what the object is, and what to send instead
+_KINDS = [
+    (("<lambda>",), "a lambda",
+     "define the function with def at the top level of a module and send that (or send the "
+     "data it needs, and call it where it arrives)"),
+    (("local object",), "a function or class defined inside another function",
+     "move it to the top level of a module, so that the receiver can import it by name"),
+    (("__main__",), "something defined in __main__ (the script, or a notebook cell)",
+     "define it in a module (a .py file) that the receiver can import"),
+    (("TextIOWrapper", "BufferedReader", "BufferedWriter", "BufferedRandom", "FileIO"),
+     "an open file",
+     "send the file's path (f.name) and open it where it arrives"),
+    (("_thread.lock", "_thread.RLock", "socket", "SSLContext", "generator", "_io.BytesIO"),
+     "an object tied to this process (a lock, a socket, a generator)",
+     "send the plain data it holds; make locks with multiprocessing.Lock() and pass them to "
+     "Process(args=...) when the child starts"),
+]
+
+
+def explain_pickling_error(exc, call):
+    """`exc` (pickle's error) again, of the same type, its words kept and followed by what
+    `call` ("q.put(obj)", "conn.send(obj)") was doing, why it failed and how to fix it; or
+    None when `exc` is not a pickling error."""
+    words = str(exc)
+    if not isinstance(exc, pickle.PicklingError) and not (
+            isinstance(exc, (TypeError, AttributeError)) and
+            ("pickle" in words.lower())):
+        return None
+    what, fix = "an object pickle cannot carry", (
+        "send plain data (numbers, str, lists, dicts, tensors) or objects of classes defined at "
+        "the top level of a module")
+    for needles, kind, how in _KINDS:
+        if any(n in words for n in needles):
+            what, fix = kind, how
+            break
+    return type(exc)(
+        f"{words}: {call} pickles the object to send it to another process, and it is (or "
+        f"holds) {what}, which pickle cannot carry. Nothing was sent. Fix: {fix}.")
+
+
+def raise_explained(exc, call):
+    """Raise `exc` explained (:func:`explain_pickling_error`) if it is a pickling error; else
+    return, and the caller re-raises it as it is."""
+    clear = explain_pickling_error(exc, call)
+    if clear is not None:
+        try:
+            raise clear from None
+        finally:
+            del clear        # (no cycle: this frame -> the error -> its traceback -> here)

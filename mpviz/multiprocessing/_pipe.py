@@ -1,4 +1,5 @@
-"""A message on a queue's pipe: its framing, and writing it in without the feeder thread.
+"""A message on a queue's pipe: its framing, and writing it in without the feeder thread;
+and ``Pipe()``, whose ``send`` says what a pickling error means.
 
 **Framing.** A pipe is a stream of bytes; ``multiprocessing.connection`` cuts it into messages
 by writing each one's length first::
@@ -26,8 +27,12 @@ and otherwise hands them to the feeder exactly as the stdlib does:
 import array
 import fcntl
 import os
+import pickle
 import struct
 import termios
+from multiprocessing import connection, reduction
+
+from ._codec import raise_explained
 
 # -- the framing ------------------------------------------------------------------------------
 
@@ -143,3 +148,40 @@ class DirectWrite:
             return False
         fcntl.ioctl(fd, termios.FIONREAD, self._queued, True)
         return self._queued[0] + nbytes + _SLACK <= self._pipe_size
+
+
+# -- Pipe -------------------------------------------------------------------------------------
+
+class Connection(connection.Connection):
+    """``multiprocessing``'s Connection (what ``Pipe()`` returns): ``send`` pickles the object;
+    when pickle refuses it, the error (same type, pickle's words kept) also says what the object
+    is and what to send instead. Everything else is the stdlib's."""
+
+    def send(self, obj):
+        try:
+            return super().send(obj)
+        except (pickle.PicklingError, TypeError, AttributeError) as exc:
+            raise_explained(exc, "send(obj)")
+            raise
+
+
+def Pipe(duplex=True):
+    """``multiprocessing.Pipe(duplex)``: two connected Connections (see above)."""
+    a, b = connection.Pipe(duplex)
+    a.__class__ = b.__class__ = Connection           # (the same object, one more method)
+    return a, b
+
+
+# A Connection travels to a child as the stdlib's does (its fd duplicated), and stays ours there.
+def _reduce_connection(conn):
+    rebuild, args = connection.reduce_connection(conn)
+    return _rebuild_connection, (rebuild, args)
+
+
+def _rebuild_connection(rebuild, args):
+    conn = rebuild(*args)
+    conn.__class__ = Connection
+    return conn
+
+
+reduction.register(Connection, _reduce_connection)

@@ -22,7 +22,7 @@ import numbers
 import os
 
 from .. import sharing
-from . import checks, queues
+from . import _pipe, checks, queues, synchronize
 
 
 class _ProcessChecks:
@@ -183,6 +183,12 @@ class _ContextMixin:
 
     def Pool(self, processes=None, initializer=None, initargs=(), maxtasksperchild=None):
         return Pool(processes, initializer, initargs, maxtasksperchild, context=self.get_context())
+
+    def Pipe(self, duplex=True):
+        return _pipe.Pipe(duplex)
+
+    def Event(self):
+        return synchronize.Event(ctx=self.get_context())
 
     def get_context(self, method=None):
         if method is None:

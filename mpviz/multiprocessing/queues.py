@@ -31,7 +31,7 @@ import sys
 import time
 from queue import Empty, Full
 
-from ._codec import Pickled, decode, encode
+from ._codec import Pickled, decode, encode, raise_explained
 from ._pipe import DirectWrite, read_message
 
 
@@ -107,8 +107,9 @@ class Queue(DirectWrite, multiprocessing.queues.Queue):
             raise Full
         try:
             return encode(obj, self._channel)
-        except BaseException:
+        except BaseException as exc:
             self._sem.release()
+            raise_explained(exc, "put(obj)")
             raise
 
     def _take_slot(self, block, timeout):

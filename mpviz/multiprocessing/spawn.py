@@ -5,32 +5,30 @@ goes unnoticed, and nobody stops the others. ``spawn`` watches them all at once:
 
     parent                                            children 0..N-1
     ------                                            ---------------
-    error files e0..eN (paths, not yet created)
+    error pipes e0..eN (one-way: child → parent)
     start P0..PN  ─────────────────────────────────▶  prctl(PR_SET_PDEATHSIG, SIGINT): die with
                                                       the parent
     join(): wait on every process's sentinel          fn(i, *args)
-       one exits with code != 0  ◀──────────────────  on an exception: write the traceback to
-       SIGTERM the others; after a grace period,      e_i, then exit(1)
+       and error pipe (a long traceback is read  ◀──  on an exception: write the traceback (text,
+       while it is written: no deadlock)               UTF-8) to e_i, then exit(1)
+       one exits with code != 0
+       SIGTERM the others; after a grace period,
        SIGKILL those still alive
-       raise ProcessRaisedException(traceback of i)   (no error file: the process was killed or
+       raise ProcessRaisedException(traceback of i)   (nothing on e_i: the process was killed or
           or ProcessExitedException(exit code/signal)  exited on its own → ProcessExitedException)
 
-The one-shot error file is simpler than a queue, which could itself deadlock while the process
-dies (torch's ``spawn.py`` says the same of its earlier design).
+Why a pipe, not torch's error file (a /tmp path the parent *unpickles*: another user who plants
+a pickle there runs code as you): a pipe has no name, and the parent reads text, never a pickle.
 
 Adapted from torch's ``torch/multiprocessing/spawn.py``: same signatures, messages and exception
 fields. Added: mpviz checks, in the parent and before starting, that the children could import
 ``fn`` and that the main script has its main guard (see :mod:`mpviz.multiprocessing.checks`).
-Left out: torch's parallel start for forkserver (``TORCH_MP_PARALLEL_START``).
 """
 import logging
 import multiprocessing
 import multiprocessing.connection
-import os
-import pickle
 import signal
 import sys
-import tempfile
 import time
 import warnings
 
@@ -85,8 +83,8 @@ def _set_pdeathsig(sig):
     libc.prctl(1, int(sig), 0, 0, 0)  # 1 = PR_SET_PDEATHSIG
 
 
-def _wrap(fn, i, args, error_file):
-    """What each child runs: fn(i, *args), reporting an exception through its error file."""
+def _wrap(fn, i, args, error_pipe):
+    """What each child runs: fn(i, *args), reporting an exception through its error pipe."""
     # A shell that starts a job in the background (`cmd &`) makes it ignore SIGINT, and children
     # inherit that; then the death signal below would do nothing. torch has this hole; we close it.
     signal.signal(signal.SIGINT, signal.default_int_handler)
@@ -100,16 +98,21 @@ def _wrap(fn, i, args, error_file):
         pass  # SIGINT from the parent (it died, or is shutting us down): counts as success
     except Exception:
         import traceback
-        with open(error_file, "wb") as f:
-            pickle.dump(traceback.format_exc(), f)
+        try:
+            error_pipe.send_bytes(traceback.format_exc().encode("utf-8", "replace"))
+        except OSError:
+            pass            # the parent is gone: nobody to tell
         sys.exit(1)
 
 
 class ProcessContext:
-    """The processes started by ``start_processes(..., join=False)``; ``join()`` watches them."""
+    """The processes started by ``start_processes(..., join=False)``; ``join()`` watches them.
 
-    def __init__(self, processes, error_files):
-        self.error_files = error_files
+    `error_pipes`: for each process, the reading end of its error pipe (a ``Connection``)."""
+
+    def __init__(self, processes, error_pipes):
+        self.error_pipes = dict(enumerate(error_pipes))  # index -> not yet read, still open
+        self.tracebacks = {}                              # index -> what its pipe said
         self.processes = processes
         self.sentinels = {p.sentinel: i for i, p in enumerate(processes)}
 
@@ -124,7 +127,7 @@ class ProcessContext:
         """
         if not self.sentinels:
             return True
-        ready = multiprocessing.connection.wait(self.sentinels.keys(), timeout=timeout)
+        ready = self._wait(timeout)
         error_index = None
         for sentinel in ready:
             index = self.sentinels.pop(sentinel)
@@ -135,14 +138,15 @@ class ProcessContext:
                 break
         if error_index is None:
             if not self.sentinels:
-                self._remove_error_files()
+                self._close_pipes()
             return not self.sentinels
 
         self._terminate_all(grace_period)
         failed = self.processes[error_index]
-        error_file = self.error_files[error_index]
         try:
-            if not os.path.exists(error_file):
+            self._read(error_index)        # it has exited: all it wrote is in the pipe
+            original_trace = self.tracebacks.get(error_index)
+            if original_trace is None:
                 code = failed.exitcode
                 if code < 0:
                     name = _signal_name(-code)
@@ -152,12 +156,38 @@ class ProcessContext:
                 raise ProcessExitedException(
                     f"process {error_index:d} terminated with exit code {code:d}",
                     error_index, failed.pid, code)
-            with open(error_file, "rb") as f:
-                original_trace = pickle.load(f)
             msg = f"\n\n-- Process {error_index:d} terminated with the following error:\n" + original_trace
             raise ProcessRaisedException(msg, error_index, failed.pid)
         finally:
-            self._remove_error_files()
+            self._close_pipes()
+
+    def _wait(self, timeout):
+        """The sentinels of processes that ended within `timeout`; meanwhile, read the error
+        pipes that have something (a child blocks writing a long traceback until we do)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            pipes = {conn: i for i, conn in self.error_pipes.items()}
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            ready = multiprocessing.connection.wait(list(self.sentinels) + list(pipes), left)
+            for conn in ready:
+                if conn in pipes:
+                    self._read(pipes[conn])
+            ended = [s for s in ready if s not in pipes]
+            if ended or not ready:
+                return ended
+
+    def _read(self, index):
+        """Read process `index`'s error pipe (its one message, or nothing), then close it."""
+        conn = self.error_pipes.pop(index, None)
+        if conn is None:
+            return
+        try:
+            if conn.poll():
+                self.tracebacks[index] = conn.recv_bytes().decode("utf-8", "replace")
+        except (EOFError, OSError):
+            pass                           # it wrote nothing (or was killed while writing)
+        finally:
+            conn.close()
 
     def _terminate_all(self, grace_period):
         alive = [p for p in self.processes if p.is_alive()]
@@ -174,20 +204,18 @@ class ProcessContext:
             p.join()
         self.sentinels.clear()
 
-    def _remove_error_files(self):
-        for path in self.error_files:
-            try:
-                os.unlink(path)
-            except FileNotFoundError:
-                pass
+    def _close_pipes(self):
+        for conn in self.error_pipes.values():
+            conn.close()
+        self.error_pipes.clear()
 
 
 class SpawnContext(ProcessContext):
     """The old name of ProcessContext (torch renamed it in 1.4)."""
 
-    def __init__(self, processes, error_files):
+    def __init__(self, processes, error_pipes):
         warnings.warn("SpawnContext is renamed to ProcessContext since 1.4 release.", FutureWarning, stacklevel=2)
-        super().__init__(processes, error_files)
+        super().__init__(processes, error_pipes)
 
 
 def _signal_name(signum):
@@ -197,6 +225,7 @@ def _signal_name(signum):
         return f"<Unknown signal {signum}>"
 
 
+# Left out of torch's start_processes: its parallel start for forkserver (TORCH_MP_PARALLEL_START).
 def start_processes(fn, args=(), nprocs=1, join=True, daemon=False, start_method="spawn"):
     """Start `nprocs` processes running ``fn(i, *args)`` with `start_method`; see ``spawn``."""
     from .context import _concrete
@@ -215,22 +244,25 @@ def start_processes(fn, args=(), nprocs=1, join=True, daemon=False, start_method
             f"or 'forkserver'/'fork' with mpviz.multiprocessing.start_processes.")
     checks.check_function(fn, start_method, "function given to spawn")
     ctx = _concrete[start_method]
-    error_files, processes = [], []
+    error_pipes, processes = [], []
     try:
         for i in range(nprocs):
-            fd, path = tempfile.mkstemp(prefix="mpviz-errorfile-", suffix=".pickle")
-            os.close(fd)
-            os.unlink(path)  # the child creates it only if it has an error to report
-            error_files.append(path)
-            process = ctx.Process(target=_wrap, args=(fn, i, args, path), daemon=daemon)
-            process.start()
+            reader, writer = multiprocessing.connection.Pipe(duplex=False)  # stdlib: not recorded
+            error_pipes.append(reader)
+            process = ctx.Process(target=_wrap, args=(fn, i, args, writer), daemon=daemon)
+            try:
+                process.start()
+            finally:
+                writer.close()   # the child has its own copy; ours would hide its exit
             processes.append(process)
     except BaseException:
         for p in processes:
             p.kill()
             p.join()
+        for reader in error_pipes:
+            reader.close()
         raise
-    context = ProcessContext(processes, error_files)
+    context = ProcessContext(processes, error_pipes)
     if not join:
         return context
     while not context.join():

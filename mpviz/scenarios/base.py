@@ -77,7 +77,18 @@ def coerce(name, param, value, scenario):
             try:
                 value = kind(text)
             except ValueError:
-                pass
+                if kind is int:              # "1e3", "1_000.0": a whole number written as a float
+                    try:
+                        number = float(text)
+                    except ValueError:
+                        number = None
+                    if number is not None and number.is_integer():
+                        value = int(number)
+                    elif number is not None:
+                        raise ValueError(
+                            f"scenario {scenario!r}: {name} must be a whole number (a count), "
+                            f"not {value!r}. Fix: --{name.replace('_', '-')} "
+                            f"{max(1, round(number))}") from None
     if param.choices is not None:
         if value not in param.choices:
             raise ValueError(f"scenario {scenario!r}: {name}={value!r} is not allowed; "
@@ -88,6 +99,10 @@ def coerce(name, param, value, scenario):
             raise ValueError(f"scenario {scenario!r}: {name} must be true or false, not {value!r}")
     elif isinstance(default, (int, float)) and not isinstance(value, bool):
         if not isinstance(value, (int, float)):
-            raise ValueError(f"scenario {scenario!r}: {name} must be a number, not {value!r}")
+            raise ValueError(f"scenario {scenario!r}: {name} must be a number, not {value!r}. "
+                             f"Fix: --{name.replace('_', '-')} {default!r} (its default)")
+        if isinstance(default, int) and isinstance(value, float) and not value.is_integer():
+            raise ValueError(f"scenario {scenario!r}: {name} must be a whole number (a count), "
+                             f"not {value!r}. Fix: {name}={max(1, round(value))}")
         value = type(default)(value)
     return value

@@ -126,6 +126,18 @@ def _check_writable(path):
         why = "does not exist" if not os.path.isdir(folder) else "is not writable"
         raise ValueError(f"cannot save --plot {path!r}: the folder {folder!r} {why}. Fix: "
                          f"give a path in a folder you can write, e.g. --plot timeline.png")
+    extension = os.path.splitext(path)[1][1:].lower()
+    if extension:
+        try:
+            from matplotlib.backend_bases import FigureCanvasBase
+        except ImportError:              # (_plot says so, after the run)
+            return
+        formats = sorted(FigureCanvasBase.get_supported_filetypes())
+        if extension not in formats:
+            raise ValueError(f"cannot save --plot {path!r}: {extension!r} is not a picture "
+                             f"format matplotlib can write ({', '.join(formats)}); refused "
+                             f"before the run, which was not started. Fix: --plot "
+                             f"{os.path.splitext(path)[0]}.png")
 
 
 def _plot(result, path):

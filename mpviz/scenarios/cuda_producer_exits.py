@@ -12,7 +12,8 @@ simulator fills freed blocks with 0xFF, so it reads NaN::
                                                       tensors released"
     consumer                      get() → y (maps x's block) ........ y.sum() → nan ✗
 
-This is the tutorial's "bad practice" example (seed 003). The fix: the producer waits (an
+This is the "bad practice" example of the tutorial "Multiprocessing in Python and PyTorch"
+(the one notebook 01 follows). The fix: the producer waits (an
 ``Event`` the consumer sets when done, ``producer_waits=True``) and consumers ``del`` what they
 received as soon as they can. Runs on the CUDA IPC simulator without a GPU.
 """

@@ -10,9 +10,10 @@ child: the parent's ``.grad`` stays ``None``::
     parent  a.grad = zeros  put(a) ─▶ child: a.grad.fill_(5)   ─▶ parent's a.grad is 5s
     parent  b.grad = None   put(b) ─▶ child: b.grad = ones(...) ─▶ parent's b.grad is None
 
-Caveat (mpviz's reductions.py says it too): PyTorch 2.x actually leaves ``.grad`` behind -- its
-receiver always sees ``None``. Either way the lesson for Hogwild holds: gradients are per
-process; share the *parameters* (``model.share_memory()``), not the grads.
+Caveat (mpviz's reductions.py says it too): real torch does not do this. Torch 2.13 drops
+``.grad``: its receiver sees ``None``, through a Queue and as a spawn argument (notebook 02 runs
+real torch to show it). mpviz keeps the docs' behaviour, its specification. Either way the
+lesson for Hogwild holds: gradients are per process; share the *parameters* (``model.share_memory()``), not the grads.
 """
 from .. import ones, zeros
 from ._common import context, get, start_method_param, step, strategy_param
@@ -58,7 +59,8 @@ def verdict(t, details):
             f"and the child's fill_(5) {'shows' if seen else 'does NOT show'} in the parent's "
             f"a.grad. b had no grad; the child made one, and the parent's b.grad "
             f"{'is still None' if details.get('parent_b_grad_is_none') else 'changed'}: a grad "
-            f"made in a child stays in that child. (PyTorch 2.x sends no grad at all.) For "
+            f"made in a child stays in that child. (This is the docs' behaviour, which mpviz "
+            f"keeps: real torch 2.13 drops .grad, and its receiver sees None.) For "
             f"Hogwild: share the parameters; each worker keeps its own grads.")
     ok = seen and details.get("parent_b_grad_is_none") and not details.get("b_grad_arrived")
     return ("ok" if ok else "error"), text

@@ -1,6 +1,7 @@
 """pool-chunksize: ``Pool.map`` cuts the work into chunks; the last chunk can leave a worker idle.
 
-The tutorial's example (seed 003), with its seconds scaled down to ``unit``: 10 items, each
+The example of the tutorial "Multiprocessing in Python and PyTorch" (the one notebook 01
+follows), with its seconds scaled down to ``unit``: 10 items, each
 taking 2 units, on 2 workers. ``map`` sends the items in chunks; with ``chunksize=None`` it
 picks ``ceil(10 / (4 * 2)) = 2``, so 5 chunks of 2 items (4 units each)::
 
@@ -19,7 +20,7 @@ import time
 from ._common import check_between, context, start_method_param, step
 from .base import Param
 
-SUMMARY = "map chunking on 2 workers: 12 vs 10 time units (seed 003)"
+SUMMARY = "map chunking on 2 workers: 12 vs 10 time units (the tutorial's example)"
 PARAMS = {
     "chunksize": Param(None, [None, 1, 2, 3, 4, 5, 10],
                        "items per chunk (None: let Pool choose, which gives 2 here)"),

@@ -1,6 +1,7 @@
 """producer-exits: the consumer's second ``get`` comes after the producer exited, and fails.
 
-This is the tutorial's example (seed 003), with its seconds scaled down to ``unit``::
+This is the example of the tutorial "Multiprocessing in Python and PyTorch" (the one notebook
+01 follows), with its seconds scaled down to ``unit``::
 
     producer  put(t1) put(t2) ── sleeps 3 units ── exits ✗
     consumer  get(t1) ✓ ── sleeps 4 units ──────────────────── get(t2) ✗ connection refused
@@ -21,7 +22,7 @@ from .. import randn
 from ._common import check_between, headline, context, get, start_method_param, step, strategy_param
 from .base import Param
 
-SUMMARY = "consumer's get after the producer exited fails (seed 003)"
+SUMMARY = "consumer's get after the producer exited fails (the tutorial's example)"
 PARAMS = {
     "wait": Param(False, [False, True], "the producer waits on an Event set by the consumer"),
     "strategy": strategy_param("file_descriptor", "file_system: the name outlives the producer"),

@@ -333,8 +333,20 @@ def resolve(puzzle_name, params):
     if unknown:
         raise ValueError(f"puzzle {puzzle_name!r} has no parameter {', '.join(map(repr, unknown))};"
                          f" its parameters are: {', '.join(puzzle.params)}")
-    return puzzle, {k: coerce(k, v, params[k], puzzle_name) if k in params else v.default
-                    for k, v in puzzle.params.items()}
+    p = {k: coerce(k, v, params[k], puzzle_name) if k in params else v.default
+         for k, v in puzzle.params.items()}
+    for key, (low, high, why) in _LIMITS.items():
+        if key in p and not low <= p[key] <= high:
+            raise ValueError(f"puzzle {puzzle_name!r}: {key}={p[key]!r} is out of range: {why}. "
+                             f"Fix: {key} between {low:,} and {high:,}.")
+    return puzzle, p
+
+
+# Numbers a puzzle's child really allocates: out of range, the child would die of MemoryError,
+# and a stall after that death is not the puzzle's lesson.
+_LIMITS = {"nbytes": (1, 256 << 20, "the child builds the item in its memory (b'x' * nbytes) "
+                                    "before it puts it; more than 64 KiB (65,536) is enough to "
+                                    "fill the pipe, 256 MiB the most this puzzle allows")}
 
 
 def step(puzzle_name, **params):

@@ -17,9 +17,11 @@ a queue will wait before terminating until all the buffered items are fed by the
 to the underlying pipe ... make sure that all items which have been put on the queue will
 eventually be removed before the process is joined."
 
-The fix: get before you join (``get_before_join=True``). Tensors are immune, because a tensor
-travels as a small handle to shared memory; this is about large non-tensor objects (bytes,
-lists, dicts of numbers...).
+The fix: get before you join (``get_before_join=True``). Sending a tensor instead is no way
+out: its small handle fits in the pipe, so the child exits and the join returns, but under the
+default ``file_descriptor`` strategy the parent's ``get()`` must then fetch the tensor's file
+descriptor from the child, which is gone: ``ConnectionRefusedError`` in torch,
+``ProducerExitedError`` in mpviz (notebook 03). Get before you join, whatever you send.
 """
 from ._common import check_between, context, get, kib, start_method_param, step
 from .base import Param
@@ -73,7 +75,10 @@ def verdict(t, details):
             f"exiting, waits for its feeder thread; the parent waits in join() for the child; "
             f"the get() that would empty the pipe comes after the join. The timeline shows the "
             f"put with no matching get. Fix: get everything a process put before joining it "
-            f"(get_before_join=True), or send large data as tensors (a small handle each).")
+            f"(get_before_join=True). Sending a tensor instead is no way out: its small handle "
+            f"fits in the pipe and the child exits, but then, under the default "
+            f"file_descriptor strategy, get() must fetch the tensor from the exited child and "
+            f"fails (ConnectionRefusedError in torch, ProducerExitedError in mpviz).")
     if details.get("received_bytes") == n and details.get("child_exitcode") == 0:
         order = ("got the item, then joined" if details["params"]["get_before_join"] else
                  "joined first, but the item fit in the pipe, so the child could exit")

@@ -2,12 +2,12 @@
 
 What happens: ``mp.spawn(fn, nprocs=N)`` runs ``fn(i, ...)`` in N processes and watches them all
 at once (joining them one by one would hang on a healthy rank while another had crashed). A
-child that raises writes its traceback to an error file and exits with 1; the parent sees it,
+child that raises writes its traceback into its error pipe and exits with 1; the parent sees it,
 SIGTERMs the other ranks (then SIGKILLs what ignores SIGTERM), and raises
 ``ProcessRaisedException`` whose message is the child's traceback::
 
     rank 0  work ─ work ─ work ─ SIGTERM ✗
-    rank 1  work ─ raise ValueError ─ error file, exit 1
+    rank 1  work ─ raise ValueError ─ error pipe, exit 1
     rank 2  work ─ work ─ work ─ SIGTERM ✗
     parent  join() ─────────── sees rank 1 → terminate 0 and 2 → raise ProcessRaisedException
 

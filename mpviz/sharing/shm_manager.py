@@ -9,35 +9,46 @@ would stay in /dev/shm, using RAM, until reboot. The manager watches instead::
     process A ──"DROP /mpviz_2"────▶ │ (own session)│   connected process holds, and that no
                                      └──────────────┘   handle in flight names, is unlinked.
 
-* One per user (and ``MPVIZ_SHM_TAG``), at an abstract Unix socket, serving only its own uid
-  (``SO_PEERCRED``); started by the first process that needs it, double-forked and ``setsid()``
-  so it is nobody's child, its stdin/stdout/stderr on /dev/null. A line per message, unanswered
-  (:class:`_Client`), sent when a process maps or unmaps, not per tensor.
-* **Handles in flight are read from the segment.** For a name nobody holds: in flight = the
-  header's count - the counts of dead holders. 0: unlinked at once. Else, every ``CHECK_SECONDS``,
-  can one still arrive? (How it judges: ``check_in_flight``, in :func:`serve`.) :func:`fate` asks
-  the manager that story for one name.
-* Idle (no client, nothing in flight) for ``IDLE_SECONDS``: it unlinks what it knows and exits.
-  Off with ``enable(False)`` or ``MPVIZ_SHM_MANAGER=0`` (children inherit it), to *see* the leak.
+* One per user (and ``MPVIZ_SHM_TAG``), double-forked and ``setsid()``, stdio on /dev/null,
+  none of the tracer's environment (``python -I -S``). A line per map or unmap (:class:`_Client`).
+* **Only its own user.** Its socket is a file in ``/tmp/mpviz-<uid>/`` (0700, checked, never a
+  followed link; ``MPVIZ_SHM_MANAGER_DIR`` moves it); each side checks the other's uid with
+  ``SO_PEERCRED`` (an abstract name, as before, anyone could take first). torch's does the same.
+* **Bad clients cannot break it**: bounded ASCII lines, bounded reads, ``UNLINKED`` believed only
+  if the name is gone, fd limits raised or refused with a reason (see ``MAX_LINE``, :func:`serve`).
+* **Handles in flight are read from the segment's header** (``check_in_flight`` in :func:`serve`; :func:`fate`);
+  a manager that was killed is followed by one that *adopts* the names it finds in /dev/shm.
+* Idle for ``IDLE_SECONDS``: it unlinks what it knows and exits. Off: ``MPVIZ_SHM_MANAGER=0``.
 
 Adapted from torch's ``libshm`` (``torch_shm_manager``), which cleans up when all clients are
 gone; mpviz also cleans up after each dead client. This file is the client (as a module) and the
 daemon (as a script), standard library only so the daemon starts fast.
 """
+import errno
+import fcntl
 import hashlib
 import os
+import re
+import resource
 import selectors
 import socket
+import stat
 import struct
 import subprocess
 import sys
 import threading
 import time
+import warnings
 
 IDLE_SECONDS = 1.0
 CHECK_SECONDS = 1.0     # how often names in flight are looked at again (a scan of /proc)
 BATCH_SECONDS = 0.001   # see serve(): longer, and a busy client fills its socket buffer and waits
+MAX_LINE = 1024         # bytes: a message is a word and a name of at most 255 bytes
+READ_PER_ROUND = 1 << 20  # bytes read from one client per round: a flood cannot grow us
+MAX_NAMES = 1 << 16     # names one client may hold (a process cannot map more: vm.max_map_count)
+REFUSED_SECONDS = 10.0  # a refused client tries again after this long
 _ENV = "MPVIZ_SHM_MANAGER"
+_ENV_DIR = "MPVIZ_SHM_MANAGER_DIR"
 
 # The header of a file_system segment, as far as the manager reads it (file_system writes it:
 # see the picture there). This file uses only the standard library, so the layout lives here.
@@ -45,13 +56,69 @@ _HEADER = struct.Struct("=qq6q")    # count, roads claimed, 6 road slots
 ROADS_AT, SLOTS_AT, SLOTS = 8, 16, 6
 UNKNOWN_ROAD = -1                   # a slot's value for a road mpviz cannot name
 
-PROTOCOL = 4  # in the address: a manager that speaks older lines never serves newer clients
+PROTOCOL = 5  # in the address: a manager that speaks older lines never serves newer clients
+
+
+class ManagerUnsafe(RuntimeError):
+    """Raised when the shm manager's private directory, or the process listening at its socket,
+    is not this user's: another user could read every segment name this program shares, or
+    make it wait. The message names what was found and how to fix it."""
+
+
+_ON, _OFF_WORDS = ("", "1", "on", "true", "yes"), ("0", "off", "false", "no")
+
+
+def _setting(value):
+    """``MPVIZ_SHM_MANAGER`` as a bool; a value that is neither on nor off is refused."""
+    word = (value or "").strip().lower()
+    if word in _ON or word in _OFF_WORDS:
+        return word not in _OFF_WORDS
+    raise ValueError(f"{_ENV}={value!r} is neither on nor off: it switches the shm manager, which "
+                     f"removes the segments of killed processes. Fix: {_ENV}=0 (or off) to see "
+                     f"the leak, {_ENV}=1 (or unset it) to have them removed.")
+
+
+def runtime_directory():
+    """The manager's private directory: ``/tmp/mpviz-<uid>`` (``$MPVIZ_SHM_MANAGER_DIR`` instead
+    of /tmp if set). Fixed, not ``$TMPDIR``: every process of a program must find the same
+    manager, whatever each one's environment says."""
+    base = os.environ.get(_ENV_DIR) or "/tmp"
+    if not os.path.isabs(base):
+        raise ValueError(f"{_ENV_DIR}={base!r} is not an absolute path: each process would find "
+                         f"a manager of its own working directory, and each would remove what "
+                         f"the others hold. Fix: an absolute path, e.g. {_ENV_DIR}=/tmp")
+    return os.path.join(base, f"mpviz-{os.getuid()}")
+
+
+def _private_directory():
+    """Create (0700) or check the private directory; raise ManagerUnsafe if it is not ours."""
+    path = runtime_directory()
+    try:
+        os.mkdir(path, 0o700)
+    except FileExistsError:
+        pass
+    st = os.lstat(path)
+    if stat.S_ISLNK(st.st_mode):
+        problem = f"is a symbolic link (to {os.readlink(path)!r})"
+    elif not stat.S_ISDIR(st.st_mode):
+        problem = "is not a directory"
+    elif st.st_uid != os.getuid():
+        problem = f"belongs to uid {st.st_uid}, not to you (uid {os.getuid()})"
+    elif st.st_mode & 0o077:
+        problem = f"is open to other users (mode {stat.S_IMODE(st.st_mode):o}, not 700)"
+    else:
+        return path
+    raise ManagerUnsafe(
+        f"the shm manager's private directory {path} {problem}: another user may have made it "
+        f"to read the names of your shared segments or to make your program wait, so mpviz "
+        f"will not use it. Fix: have it removed (its owner or root: rm -r {path}); or set "
+        f"{_ENV_DIR} to a directory of your own; or {_ENV}=0 to share without the manager "
+        f"(the segments of a killed process then stay in /dev/shm).")
 
 
 def address():
-    """One manager per user, per ``MPVIZ_SHM_TAG`` (a test run's tag gets its own) and per
-    /dev/shm: an abstract socket belongs to the network namespace, not the mount namespace, so
-    a container with its own /dev/shm on the host's network would otherwise reach a manager
+    """The manager's socket file. One manager per user, per ``MPVIZ_SHM_TAG`` (a test run's tag
+    gets its own) and per /dev/shm: a container with its own /dev/shm must not reach a manager
     that cannot see (nor unlink) its names. The device number of /dev/shm tells them apart."""
     tag = os.environ.get("MPVIZ_SHM_TAG", "")
     tag = "-" + hashlib.sha1(tag.encode()).hexdigest()[:12] if tag else ""
@@ -59,10 +126,15 @@ def address():
         dev = f"-d{os.stat('/dev/shm').st_dev:x}"
     except OSError:
         dev = ""
-    return f"\0mpviz-shm-manager-{os.getuid()}{tag}{dev}-v{PROTOCOL}"
+    path = os.path.join(_private_directory(), f"shm-manager{tag}{dev}-v{PROTOCOL}.sock")
+    if len(path.encode()) >= 108:
+        raise ValueError(f"{_ENV_DIR}={os.environ.get(_ENV_DIR)!r} is too long: the manager's "
+                         f"socket path {path!r} must be under 108 bytes (a Unix socket's "
+                         f"limit). Fix: a shorter {_ENV_DIR}, or unset it (/tmp).")
+    return path
 
 
-_enabled = os.environ.get(_ENV, "1") != "0"   # read once: a put asks for every tensor it sends
+_enabled = _setting(os.environ.get(_ENV))   # read once: a put asks for every tensor it sends
 
 
 def enabled():
@@ -94,7 +166,7 @@ class _Client:
     it, counted), ``HOLD name 0`` (I map it, counted out: a kept mapping), ``HOLD name`` (a
     simulated CUDA block), ``DROP``, ``UNLINKED`` -- sent when a process maps or unmaps, not per
     tensor; a holder says it before it gives its count back (a kill in between errs towards
-    keeping).
+    keeping). After a reconnect (the manager was killed) it says again everything it holds.
     """
 
     def __init__(self):
@@ -103,6 +175,8 @@ class _Client:
         self.lock = threading.Lock()
         self.mapped = {}    # file_system name -> [mappings counted in its header, not counted]
         self.plain = set()  # names with no count in them (simulated CUDA memory) we hold
+        self.refused_until = 0.0   # the manager refused us (out of descriptors): not before then
+        self.unsafe = False        # its directory or listener is another user's: raised once
 
     def change(self, name, counted=0, uncounted=0):
         """`counted`/`uncounted` more (or fewer, if negative) of our mappings of the file_system
@@ -139,20 +213,57 @@ class _Client:
             if _enabled or name in self.mapped or name in self.plain:
                 self._write(f"UNLINKED {name}\n")
 
+    def _everything(self):
+        """What a new manager must hear first: our process group (it could read it from /proc
+        only while we live, and a sender killed right after its put is gone before it is
+        accepted), then every name we hold (a manager that was killed took what we told it)."""
+        lines = [f"GROUP {os.getpgrp()}\n"]
+        lines += [f"HOLD {name} {n}\n" for name, (n, _) in self.mapped.items()]
+        lines += [f"HOLD {name}\n" for name in self.plain]
+        return "".join(lines)
+
     def _write(self, line):
-        try:
-            if self.fd is None:
+        if self.fd is None:
+            if time.monotonic() < self.refused_until:
+                return
+            if self.unsafe:
+                return      # said once (raised): this process shares without the manager
+            try:
                 self.fd = _connect_or_start().detach()
-                # Our process group first: the manager could read it from /proc only while we
-                # live, and a sender killed right after its put is gone before it is accepted.
-                line = f"GROUP {os.getpgrp()}\n" + line
-            data = line.encode()
+            except OSError:
+                return      # no manager could be started: the next message tries again
+            except ManagerUnsafe:
+                self.unsafe = True
+                raise
+            line = self._everything() + line
+        data = line.encode()
+        try:
             while data:
                 data = data[os.write(self.fd, data):]
         except OSError:
-            if self.fd is not None:
-                os.close(self.fd)
+            reason = _refusal(self.fd)
+            os.close(self.fd)
             self.fd = None  # the manager is gone; the next message starts a new one
+            if reason:
+                self.refused_until = time.monotonic() + REFUSED_SECONDS
+                warnings.warn(f"the mpviz shm manager refused this process (pid {os.getpid()}): "
+                              f"{reason}", RuntimeWarning, stacklevel=2)
+
+
+def _refusal(fd):
+    """The line a manager that refused us wrote before closing (None if it wrote none)."""
+    try:
+        data = os.read(fd, MAX_LINE) if _readable(fd) else b""
+    except OSError:
+        return None
+    if data.startswith(b"REFUSED "):
+        return data[8:].decode("ascii", "replace").strip()
+    return None
+
+
+def _readable(fd):
+    import select
+    return bool(select.select([fd], [], [], 0)[0])
 
 
 class _Off:
@@ -198,31 +309,56 @@ os.register_at_fork(after_in_child=_forget_client)
 
 
 def _connect_or_start():
-    sock = _try_connect()
+    path = address()
+    sock = _connect(path)
     if sock is not None:
         return sock
     # Nobody is listening: start the daemon. Two processes racing here is fine: the second
-    # daemon finds the address taken and exits.
-    subprocess.run([sys.executable, os.path.abspath(__file__), "--serve"],
-                   stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    # daemon finds the lock taken and exits.
+    subprocess.run([sys.executable, "-I", "-S", os.path.abspath(__file__), "--serve"],
+                   env=_daemon_environment(), stdin=subprocess.DEVNULL,
+                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                    close_fds=True, check=False, timeout=10)
     deadline = time.monotonic() + 5
     while time.monotonic() < deadline:
-        sock = _try_connect()
+        sock = _connect(path)
         if sock is not None:
             return sock
         time.sleep(0.005)
     raise OSError("the mpviz shm manager did not start")
 
 
-def _try_connect():
+def _daemon_environment():
+    """Ours, less what a daemon must not inherit: the tracer's variables (it would record into
+    a trace and keep its files open long after, serving untraced programs too) and Python's
+    (``-I`` ignores them; they are dropped so that nothing it could start inherits them)."""
+    return {k: v for k, v in os.environ.items()
+            if not k.startswith(("MPVIZ_TRACE", "MPVIZ_SCENARIO_STACKS", "PYTHON"))}
+
+
+def _connect(path):
+    """A connection to the manager at `path`, or None if none listens. Raises ManagerUnsafe if
+    the process listening there is not of our user (it could only be root, or a directory
+    check got round)."""
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
-        sock.connect(address())
-        return sock
+        sock.connect(path)
     except OSError:
         sock.close()
         return None
+    pid, uid, _ = _peer(sock)
+    if uid != os.getuid():
+        sock.close()
+        raise ManagerUnsafe(f"the process listening at the shm manager's socket {path} (pid "
+                            f"{pid}) runs as uid {uid}, not as you (uid {os.getuid()}): mpviz "
+                            f"tells it nothing. Fix: remove {os.path.dirname(path)}, or set "
+                            f"{_ENV_DIR} to a directory of your own.")
+    return sock
+
+
+def _peer(sock):
+    """(pid, uid, gid) of the process at the other end of a Unix socket (SO_PEERCRED)."""
+    return struct.unpack("3i", sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12))
 
 
 def infrastructure_fds():
@@ -245,26 +381,164 @@ def _daemonize():
         os.dup2(devnull, fd)
 
 
-def serve():
-    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+def _listen():
+    """Our listening socket, or None when another manager already serves this address. The
+    lock file (held while we live, released by the kernel even after a SIGKILL) says who
+    serves: a socket file a killed manager left is removed only by the one holding the lock."""
+    path = address()
+    if not _lock(_lock_path(path)):
+        return None
     try:
-        listener.bind(address())
-    except OSError:
-        return  # another manager is already serving this user
+        os.unlink(path)            # left by a manager that was killed
+    except FileNotFoundError:
+        pass
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(path)
     listener.listen(128)
     listener.setblocking(False)
+    return listener                # (the lock's descriptor stays open: we hold it till we exit)
+
+
+def _lock_path(path):
+    return path[:-len(".sock")] + ".lock"
+
+
+def _lock(path):
+    """Take the lock file `path` for as long as we live; False if another process holds it.
+    A manager removes its lock file when it exits (see serve()), so the file we locked must
+    still be the one at `path`: else we locked one just removed, and try again."""
+    for _ in range(100):
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(fd)
+            return False
+        try:
+            if os.stat(path).st_ino == os.fstat(fd).st_ino:
+                return True        # (the descriptor stays open: the lock is ours till we exit)
+        except FileNotFoundError:
+            pass
+        os.close(fd)
+    return False
+
+
+def _raise_fd_limit():
+    """Raise our soft limit on descriptors to the hard one: each client is one descriptor."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != hard:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+        except (OSError, ValueError):
+            pass
+
+
+class _Peer:
+    """One client: its pid and process group (a handle's road may be unknown), what it holds
+    ({name: how many counts in its header are the client's (0: it maps it, counted out), None:
+    a name with no count}), and the part of a line not yet ended."""
+
+    def __init__(self, pid):
+        self.pid, self.group = pid, _stat(pid)[1]
+        self.holds = {}
+        self.buffer = b""
+        self.skipping = False      # inside a line longer than MAX_LINE: dropped to its end
+
+    def lines(self, data):
+        """The complete lines in `data` (after what came before), each at most MAX_LINE bytes;
+        longer ones are dropped whole, so a client cannot make us keep more than that."""
+        self.buffer += data
+        *lines, self.buffer = self.buffer.split(b"\n")
+        if self.skipping and lines:
+            lines, self.skipping = lines[1:], False        # the end of the long line
+        if len(self.buffer) > MAX_LINE:
+            self.buffer, self.skipping = b"", True
+        return [line for line in lines if len(line) <= MAX_LINE]
+
+
+_NAME = re.compile(r"/mpviz_[\x21-\x2e\x30-\x7e]{1,248}")   # printable ASCII, no space, no '/'
+
+
+def parse(line):
+    """(op, name, n) of one message, or None if it is not one we know: ``GROUP g``, ``HOLD name
+    [n]``, ``DROP name``, ``UNLINKED name``, ``FATE name``. n is None or 0..2**31."""
+    try:
+        words = line.decode("ascii").split(" ")
+    except UnicodeDecodeError:
+        return None
+    if len(words) == 2 and words[0] == "GROUP" and words[1].isdigit() and len(words[1]) < 11:
+        return "GROUP", None, int(words[1])
+    if len(words) == 3 and words[0] == "HOLD" and words[2].isdigit() and len(words[2]) < 10:
+        op, name, n = words[0], words[1], int(words[2])
+    elif len(words) == 2 and words[0] in ("HOLD", "DROP", "UNLINKED", "FATE"):
+        op, name, n = words[0], words[1], None
+    else:
+        return None
+    return (op, name, n) if _NAME.fullmatch(name) else None
+
+
+def _ours(prefix):
+    """The names in /dev/shm of our user that a client of ours makes (``prefix`` + 20 hex
+    digits: file_system; ``cuda_``/``cudarc_`` + pid + 12: simulated CUDA), as
+    {name: counted?}. A tagged run's names do not match an untagged prefix: hex follows it."""
+    found = {}
+    shape = re.compile(re.escape(prefix) + r"(?:([0-9a-f]{20})|cuda(?:rc)?_\d+_[0-9a-f]{12})")
+    try:
+        entries = os.listdir("/dev/shm")
+    except OSError:
+        return found
+    for entry in entries:
+        match = shape.fullmatch(entry)
+        if match:
+            try:
+                if os.lstat("/dev/shm/" + entry).st_uid != os.getuid():
+                    continue
+            except OSError:
+                continue
+            found["/" + entry] = match.group(1) is not None
+    return found
+
+
+def mappers(names, pids=None):
+    """{name: [pids of live processes that map it]} for the /dev/shm `names`: each process's
+    maps read once (not once per name: 1,500 names took 25 s that way)."""
+    found = {name: [] for name in names}
+    if not names:
+        return found
+    shorts = {"/dev/shm" + name: name for name in names}
+    for pid in pids if pids is not None else _pids():
+        try:
+            with open(f"/proc/{pid}/maps") as f:
+                text = f.read()
+        except OSError:
+            continue
+        for line in text.splitlines():
+            fields = line.split(maxsplit=5)  # address perms offset device inode [path]
+            if len(fields) < 6 or not fields[5].startswith("/dev/shm/"):
+                continue
+            name = shorts.get(fields[5].removesuffix(" (deleted)"))
+            if name is not None and pid not in found[name]:
+                found[name].append(pid)
+    return found
+
+
+def serve():
+    listener = _listen()
+    if listener is None:
+        return  # another manager is already serving this user
+    _raise_fd_limit()
+    spare = os.open(os.devnull, os.O_RDONLY)   # given up to accept, and refuse, one client
     sel = selectors.DefaultSelector()
     sel.register(listener, selectors.EVENT_READ)
-    holds = {}      # client socket -> {name: how many counts in its header are the client's
-                    #                  (0: it maps it, counted out), None: a name with no count}
-    client = {}     # client socket -> (its pid, its process group: a handle's road may be unknown)
+    peers = {}      # client socket -> _Peer
     counted = set() # names whose header counts holders and handles in flight (file_system)
     dead = {}       # name -> counts in its header that belong to clients that died holding it
     groups = {}     # name -> the process groups of the clients that ever held it
     known = set()   # every name ever mentioned, for the final sweep
     in_flight = {}  # name -> since when nobody holds it, with handles still in flight
-    buffers = {}
+    adopted = {}    # name -> pids that mapped it when we found it (a killed manager's names)
     idle_since = last_check = time.monotonic()
+    paused_until = 0.0
 
     def unlink(name):
         try:
@@ -280,9 +554,10 @@ def serve():
         dead.pop(name, None)
         groups.pop(name, None)
         in_flight.pop(name, None)
+        adopted.pop(name, None)
 
     def held(name):
-        return any(name in h for h in holds.values())
+        return name in adopted or any(name in p.holds for p in peers.values())
 
     def decide(name):
         """For a name nobody alive holds: unlink it, or keep it in flight."""
@@ -292,6 +567,33 @@ def serve():
         if header is None or header[0] - dead.get(name, 0) <= 0:
             return unlink(name)            # no handle in flight: nobody can come for it
         in_flight.setdefault(name, time.monotonic())
+
+    def adopt():
+        """A manager killed before us left these names: each is held for the live processes
+        that map it. One that nobody maps is judged at the first check (CHECK_SECONDS from now),
+        not at once: its creator may be between creating and mapping it."""
+        found = _ours("mpviz_" + os.environ.get("MPVIZ_SHM_TAG", ""))
+        holders = mappers(list(found))
+        for name, has_count in found.items():
+            known.add(name)
+            if has_count:
+                counted.add(name)
+            groups[name] = {g for g in (_stat(p)[1] for p in holders[name]) if g is not None}
+            adopted[name] = set(holders[name])
+
+    def check_adopted():
+        """Adopted names that no live process maps any more are nobody's now (unless a
+        client said it holds them since): judged as if their last holder had just gone.
+        (Their holders' counts in the header are not known: they count as in flight, and
+        go with their holders' process groups, or when no live process can read their
+        queue.)"""
+        alive = mappers(list(adopted))
+        for name in list(adopted):
+            adopted[name] = set(alive[name])
+            if not adopted[name]:
+                del adopted[name]
+                if not held(name):
+                    decide(name)
 
     def check_in_flight(now):
         """Names in flight for a while: can a live process still receive one of their handles?
@@ -327,25 +629,104 @@ def serve():
                 continue                   # a road we cannot see, and its senders' program lives
             unlink(name)                   # no live process can ever receive a handle to it
 
-    def judge(name):
-        """Our view of `name`, as one line: what decide() and check_in_flight() go by."""
-        pids = [client[c][0] for c, h in holds.items() if name in h]
+    def judge_all(names):
+        """Our view of each of `names`, one line each: what decide() and check_in_flight() go
+        by. /proc is read once for all of them."""
+        headers = {name: _header(name) for name in names}
+        pipes = set()
+        for header in headers.values():
+            if header is not None:
+                pipes |= roads(header)[0]
+        readers = pipes_read(pipes)
+        lives = groups_alive({g for name in names for g in groups.get(name, ())})
+        return [judge(name, headers[name], readers, lives) for name in names]
+
+    def judge(name, header, readers, lives):
+        pids = [p.pid for p in peers.values() if name in p.holds] + sorted(adopted.get(name, ()))
         if pids:
             return f"held 0 {','.join(map(str, pids))}\n"
-        header = _header(name)
         if name not in known or header is None or name not in counted:
             return "unknown 0 -\n"
         left = header[0] - dead.get(name, 0)
         pipes, unknown = roads(header)
-        readers = pipes_read(pipes)
-        if left > 0 and readers:
-            pids = sorted({p for ps in readers.values() for p in ps})
+        mine = {ino: ps for ino, ps in readers.items() if ino in pipes}
+        if left > 0 and mine:
+            pids = sorted({p for ps in mine.values() for p in ps})
             return f"queue {left} {','.join(map(str, pids))}\n"
-        if left > 0 and (unknown or not pipes) and \
-                groups.get(name, set()) & groups_alive(groups.get(name, set())):
+        if left > 0 and (unknown or not pipes) and groups.get(name, set()) & lives:
             return f"group {left} -\n"
         return f"unreachable {left} -\n"
 
+    def accept():
+        """A new client, if it is of our user. Out of descriptors: the spare one is given up
+        to take the client, tell it why, and close it (else it would wait, and we would spin
+        on a listener that stays readable)."""
+        nonlocal spare, paused_until
+        try:
+            conn, _ = listener.accept()
+        except OSError as exc:
+            if exc.errno not in (errno.EMFILE, errno.ENFILE):
+                return
+            os.close(spare)
+            try:
+                conn, _ = listener.accept()
+                conn.setblocking(False)
+                soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+                conn.send(f"REFUSED the shm manager (pid {os.getpid()}) serves {len(peers)} "
+                          f"processes and has no descriptor left for more (limit {soft}): this "
+                          f"process shares without it, so its segments stay in /dev/shm if it "
+                          f"is killed. Fix: raise the hard limit (ulimit -Hn) before the first "
+                          f"share, or run fewer processes at once\n".encode())
+                conn.close()
+            except OSError:
+                paused_until = time.monotonic() + 0.5  # not even that: stop looking a while
+            spare = os.open(os.devnull, os.O_RDONLY)
+            return
+        pid, uid, _ = _peer(conn)
+        if uid != os.getuid():
+            conn.close()
+            return
+        conn.setblocking(False)
+        sel.register(conn, selectors.EVENT_READ)
+        peers[conn] = _Peer(pid)
+
+    def receive(conn, peer, candidates, questions):
+        data, closed = _drain(conn)
+        for line in peer.lines(data):
+            message = parse(line)
+            if message is None:
+                continue                   # not a message: skipped, the client stays
+            op, name, n = message
+            if op == "GROUP":              # the client's process group, said first
+                peer.group = n
+            elif op == "HOLD":
+                if name not in peer.holds and len(peer.holds) >= MAX_NAMES:
+                    continue
+                peer.holds[name] = n
+                known.add(name)
+                groups.setdefault(name, set()).add(peer.group)
+                in_flight.pop(name, None)  # held again: it arrived
+                if n is not None:
+                    counted.add(name)
+            elif op == "DROP":
+                if peer.holds.pop(name, False) is not False:
+                    candidates.add(name)
+            elif op == "UNLINKED":
+                if not os.path.exists("/dev/shm" + name):
+                    forget(name)           # believed only when it is true: the name is gone
+            elif op == "FATE":             # a question (see fate()): answered after the round
+                questions.append((conn, name))
+        if closed:
+            # The client exited, normally or killed: what it held may be nobody's now, and
+            # the counts it held in headers will never be given back.
+            sel.unregister(conn)
+            for name, n in peers.pop(conn).holds.items():
+                if n:                      # counts of ours it will never give back
+                    dead[name] = dead.get(name, 0) + n
+                candidates.add(name)
+            conn.close()
+
+    adopt()
     while True:
         events = sel.select(timeout=0.1)
         # Nobody waits for our answers, so there is no hurry: gather what arrives in the next
@@ -356,82 +737,42 @@ def serve():
         time.sleep(BATCH_SECONDS)
         events = sel.select(timeout=0) or events
         candidates = set()  # names that may have lost their last holder in this round
+        questions = []
+        now = time.monotonic()
         for key, _ in events:
             if key.fileobj is listener:
-                try:
-                    conn, _ = listener.accept()
-                except OSError:
-                    continue
-                # fd_passing.peer_credentials, written out: the daemon runs as a script and
-                # imports only the standard library (see the top of this file)
-                pid, uid, _ = struct.unpack("3i", conn.getsockopt(socket.SOL_SOCKET,
-                                                                  socket.SO_PEERCRED, 12))
-                if uid != os.getuid():
-                    conn.close()
-                    continue
-                conn.setblocking(False)
-                sel.register(conn, selectors.EVENT_READ)
-                holds[conn] = {}
-                client[conn] = pid, _stat(pid)[1]
-                buffers[conn] = b""
-                continue
-            conn = key.fileobj
-            data, closed = _drain(conn)
-            buffers[conn] += data
-            *lines, buffers[conn] = buffers[conn].split(b"\n")
-            for line in lines:
-                op, _, rest = line.decode().partition(" ")
-                if op == "GROUP" and rest.isdigit():   # the client's process group, said first
-                    client[conn] = client[conn][0], int(rest)
-                    continue
-                name, _, n = rest.rpartition(" ")      # "HOLD name N": N of its counts ours
-                if not (name and n.isdigit()):
-                    name, n = rest, None               # no count: "HOLD name", "DROP name"
-                if not name.startswith("/mpviz_"):
-                    continue  # only ever touch our own segments
-                if op == "HOLD":
-                    holds[conn][name] = None if n is None else int(n)
-                    known.add(name)
-                    groups.setdefault(name, set()).add(client[conn][1])
-                    in_flight.pop(name, None)          # held again: it arrived
-                    if n is not None:
-                        counted.add(name)
-                elif op == "DROP":
-                    holds[conn].pop(name, None)
-                    candidates.add(name)
-                elif op == "UNLINKED":
-                    forget(name)
-                elif op == "FATE":                     # a question (see fate()): answer it
-                    try:
-                        conn.send(judge(name).encode())
-                    except OSError:
-                        pass
-            if closed:
-                # The client exited, normally or killed: what it held may be nobody's now, and
-                # the counts it held in headers will never be given back.
-                sel.unregister(conn)
-                for name, n in holds.pop(conn).items():
-                    if n:                              # counts of ours it will never give back
-                        dead[name] = dead.get(name, 0) + n
-                    candidates.add(name)
-                buffers.pop(conn, None)
-                client.pop(conn, None)
-                conn.close()
+                if now >= paused_until:
+                    accept()
+            elif key.fileobj in peers:
+                receive(key.fileobj, peers[key.fileobj], candidates, questions)
+        if paused_until > now:
+            time.sleep(0.01)
         # Decide only after reading every socket that was readable: a message that *caused*
         # another (the sender's HOLD before the receiver's DROP) was written earlier, so it is
         # in this round too, whichever socket we happened to read first.
         for name in candidates:
             if name in known and not held(name):
                 decide(name)
+        if questions:
+            answers = judge_all([name for _, name in questions])
+            for (conn, _), answer in zip(questions, answers):
+                try:
+                    conn.send(answer.encode())
+                except OSError:
+                    pass
         now = time.monotonic()
-        if in_flight and now - last_check >= CHECK_SECONDS:
+        if (in_flight or adopted) and now - last_check >= CHECK_SECONDS:
             last_check = now
+            check_adopted()
             check_in_flight(now)
-        if holds or in_flight:
+        if peers or in_flight or adopted:
             idle_since = now
         elif now - idle_since > IDLE_SECONDS:
             for name in list(known):
                 unlink(name)
+            path = listener.getsockname()      # (we still hold the lock: both are ours to remove)
+            os.unlink(path)
+            os.unlink(_lock_path(path))
             return
 
 
@@ -529,37 +870,63 @@ def fate(name):
     (``FATE name``: the one message the manager answers.)
 
     kind: "gone", "held", "in flight" (a live process can still receive a handle to it),
-    "unreachable" (nobody can: the manager removes it), "leaked", "maybe in flight"."""
-    header = _header(name)
-    if header is None:
-        return "gone", "not in /dev/shm"
-    answer = _ask(f"FATE {name}\n")
-    if answer is not None and answer[0] != "unknown":
+    "unreachable" (nobody can: the manager removes it), "leaked", "maybe in flight", "not
+    yours" (another user's: we cannot read it)."""
+    return fates([name])[name]
+
+
+def fates(names):
+    """fate() of each of `names`, as {name: (kind, words)}: one connection to the manager for
+    all of them, and /proc read once (``mpviz shm`` asks for every name in /dev/shm)."""
+    result, headers = {}, {}
+    for name in names:
+        header = _header(name)
+        if header is not None:
+            headers[name] = header
+            continue
+        try:
+            owner = os.stat("/dev/shm" + name).st_uid
+        except OSError:
+            result[name] = "gone", "not in /dev/shm"
+            continue
+        result[name] = "not yours", (f"belongs to uid {owner}, not to you (uid {os.getuid()}): "
+                                     f"only its owner can map it or say what will become of it")
+    answers = _ask([f"FATE {name}\n" for name in headers])
+    unknown = []
+    for name, answer in zip(headers, answers or [None] * len(headers)):
+        if answer is None or answer[0] == "unknown":
+            unknown.append(name)
+            continue
         kind, left, pids = answer
         if kind == "held":
-            return "held", f"mapped by pid {pids}"
-        if kind == "queue":
-            return "in flight", (f"in flight in a queue: {left} handle(s) not received yet, and "
-                                 f"pid {pids} can still get them")
-        if kind == "group":
-            return "in flight", (f"in flight by a road mpviz cannot see ({left} handle(s)): "
-                                 f"kept while its sender's program (process group) lives")
-        return "unreachable", ("no live process maps it or can ever receive a handle to it "
-                               "(its queue is gone): the shm manager removes it")
-    return _fate_from_proc(name, header)
+            result[name] = "held", f"mapped by pid {pids}"
+        elif kind == "queue":
+            result[name] = "in flight", (f"in flight in a queue: {left} handle(s) not received "
+                                         f"yet, and pid {pids} can still get them")
+        elif kind == "group":
+            result[name] = "in flight", (f"in flight by a road mpviz cannot see ({left} "
+                                         f"handle(s)): kept while its sender's program (process "
+                                         f"group) lives")
+        else:
+            result[name] = "unreachable", ("no live process maps it or can ever receive a "
+                                           "handle to it (its queue is gone): the shm manager "
+                                           "removes it")
+    if unknown:
+        holders = mappers(unknown, _pids(but_me=False))
+        pipes = set().union(*(roads(headers[name])[0] for name in unknown))
+        readers = pipes_read(pipes, _pids(but_me=False))
+        for name in unknown:
+            result[name] = _fate_from_proc(headers[name], holders[name], readers)
+    return result
 
 
-def _fate_from_proc(name, header):
+def _fate_from_proc(header, holders, readers):
     """fate() without the manager: it cannot tell a dead holder's count from a handle's."""
-    short = name.lstrip("/")
-    holders = [pid for pid in _pids(but_me=False) if _maps(pid, short)]
     if holders:
         return "held", f"mapped by pid {', '.join(map(str, holders[:4]))}"
-    _, claimed, *_ = _HEADER.unpack_from(header, 0)
     pipes, unknown = roads(header)
-    readers = pipes_read(pipes, _pids(but_me=False))
-    if readers:
-        pids = sorted({p for ps in readers.values() for p in ps})
+    pids = sorted({p for ino in pipes for p in readers.get(ino, ())})
+    if pids:
         return "maybe in flight", (f"no live process maps it; pid {', '.join(map(str, pids[:4]))} "
                                    f"can still read a queue its handles went through, so one "
                                    f"may still arrive (no shm manager to ask)")
@@ -570,38 +937,48 @@ def _fate_from_proc(name, header):
                       "/dev/shm (no shm manager to remove it)")
 
 
-def _ask(line):
-    """Ask the running manager one question; its answer split in words, or None (none runs)."""
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    sock.settimeout(5)
+_KINDS = ("held", "queue", "group", "unreachable", "unknown")
+
+
+def _ask(lines, chunk=100):
+    """Ask the running manager `lines` (questions), `chunk` at a time on one connection; their
+    answers, each split in words, or None (none runs, or it refused us)."""
+    if not lines:
+        return []
     try:
-        sock.connect(address())
-        sock.sendall(line.encode())
-        answer = b""
-        while not answer.endswith(b"\n"):
-            chunk = sock.recv(256)
-            if not chunk:
-                return None
-            answer += chunk
-        return answer.decode().split()
+        sock = _connect(address())
+    except (OSError, ValueError, ManagerUnsafe):
+        return None
+    if sock is None:
+        return None
+    answers = []
+    try:
+        sock.settimeout(5)
+        buffer = b""
+        for start in range(0, len(lines), chunk):
+            asked = lines[start:start + chunk]
+            sock.sendall("".join(asked).encode())
+            while buffer.count(b"\n") < len(asked):
+                data = sock.recv(65536)
+                if not data:
+                    return None
+                buffer += data
+            *got, buffer = buffer.split(b"\n")
+            answers += [line.decode("ascii", "replace").split() for line in got]
     except OSError:
         return None
     finally:
         sock.close()
+    if any(len(a) != 3 or a[0] not in _KINDS for a in answers):
+        return None                        # a refusal, or not our manager's words
+    return answers
 
 
-def _maps(pid, short):
-    try:
-        with open(f"/proc/{pid}/maps") as f:
-            return short in f.read()
-    except OSError:
-        return False
-
-
-def _drain(conn):
-    """Read everything the client has sent so far; also say whether it has closed."""
-    chunks = []
-    while True:
+def _drain(conn, most=READ_PER_ROUND):
+    """Read what the client has sent so far, at most `most` bytes (the rest waits for the next
+    round); also say whether it has closed."""
+    chunks, size = [], 0
+    while size < most:
         try:
             data = conn.recv(65536)
         except BlockingIOError:
@@ -611,6 +988,8 @@ def _drain(conn):
         if not data:
             return b"".join(chunks), True
         chunks.append(data)
+        size += len(data)
+    return b"".join(chunks), False
 
 
 if __name__ == "__main__" and sys.argv[1:] == ["--serve"]:

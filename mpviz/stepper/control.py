@@ -13,10 +13,14 @@ Settling is how the controller knows the run has done what it can: no process of
 starting (each says hello at once), no thread of the run runnable (state R in /proc), and no new
 message, for a short quiet time. Then every thread is either paused at a stop (a choice) or
 blocked in the OS (shown as blocked: it waits for something only another thread can do).
-No choice left and nothing runnable while the processes live = a deadlock: nobody can ever move.
+No choice left and nothing runnable while the processes live = a deadlock: nobody can ever move
+-- unless a thread waits for *time* (``time.sleep``, a wait with a timeout: /proc says so, see
+``_timed_wait``), or one still computes between two stops. Then time will move it, so the
+choices offer "let time pass" (``op == "time"``), never a deadlock; and a stall after a
+process of the run died of an error is that error (``_died``), not a deadlock.
 
-Undo restarts the run and replays the same choices (a run cannot be rewound; it is deterministic
-at the stops, because between two stops only one thread of the run moves).
+Each run lives in a private /tmp/mpviz-step-*, removed by ``close()`` (or, after a killed
+kernel, by the next Stepper's ``_sweep``). Undo restarts the run and replays the same choices.
 """
 import atexit
 import json
@@ -27,6 +31,7 @@ import selectors
 import shutil
 import socket
 import signal
+import stat
 import subprocess
 import sys
 import tempfile
@@ -45,6 +50,11 @@ STEP_QUIET_S = 0.1        # after a step, until the thread stops again: a thread
                           # may sleep a moment (a busy machine) before it runs on
 DEADLOCK_QUIET_S = 0.4    # no choice and nothing runnable for this long: a deadlock
 SETTLE_LIMIT_S = 20.0     # a spawned child may take seconds to import; never wait longer
+RUNNING_CPU_S = 1.5       # nobody paused, a thread computing between two stops: once the run
+                          # has used this much CPU time (not wall time: on a loaded machine a
+                          # child still importing gets little of it), choices() offers to
+                          # "let time pass" instead of waiting on
+TIME_STEP_S = 5.0         # stepping "let time pass" waits at most this long for a change
 PIPE_BYTES = 65536        # a Linux pipe's default capacity
 _ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 _open = weakref.WeakSet()
@@ -58,7 +68,9 @@ class Choice(NamedTuple):
     """A thread paused before an operation: ``step(choice)`` lets it do that operation."""
     index: int
     who: str              # "process/thread", e.g. "child/main"
-    op: str               # the kind: "lock.acquire", "queue.put", ...
+    op: str               # the kind: "lock.acquire", "queue.put", ...; "time": nobody is
+                          # paused, but this thread sleeps or computes -- stepping it lets
+                          # time pass
     text: str             # "acquire lock L (held by main/library-worker)"
     pid: int
     tid: int
@@ -105,6 +117,18 @@ def step(function, *args, **kwargs):
             f"mpviz.step: {getattr(function, '__qualname__', function)!r} is defined in __main__ "
             f"(a notebook cell?) or inside a function; a fresh interpreter cannot import it. "
             f"Fix: define it at the top level of a module (a .py file) and import it from there.")
+    for where, value in [(f"argument {i + 1}", a) for i, a in enumerate(args)] + \
+            [(f"argument {k}=", v) for k, v in kwargs.items()]:
+        try:
+            pickle.dumps(value)
+        except Exception as exc:
+            kind = "an open file" if hasattr(value, "fileno") and hasattr(value, "read") \
+                else f"a {type(value).__name__}"
+            raise TypeError(
+                f"mpviz.step: {where} ({kind}) cannot travel to the stepped run: the run is a "
+                f"fresh interpreter, which gets the arguments pickled, and pickle says: {exc}. "
+                f"Fix: pass plain data (an open file: its path, f.name, and open it inside "
+                f"{getattr(function, '__name__', 'the function')}).") from None
     return Stepper(("function", function, args, kwargs))
 
 
@@ -121,7 +145,10 @@ class Stepper:
     # --- starting and ending a run ---------------------------------------------------------
 
     def _launch(self):
-        self._dir = tempfile.mkdtemp(prefix="mpviz-step-")
+        _sweep()
+        self._dir = tempfile.mkdtemp(prefix=_PREFIX)       # private: 0700
+        with open(os.path.join(self._dir, "owner"), "w") as f:
+            f.write(_identity(os.getpid()))                # who removes it (see _sweep)
         self.trace_dir = os.path.join(self._dir, "trace")
         with open(os.path.join(self._dir, "run.pickle"), "wb") as f:
             pickle.dump(self._what, f)
@@ -188,7 +215,10 @@ class Stepper:
         return self
 
     def undo(self):
-        """Take back the last step: restart the run and replay every step but the last."""
+        """Take back the last step: restart the run and replay every step but the last.
+
+        (A run cannot be rewound; it is deterministic at the stops, because between two stops
+        only one thread of the run moves.)"""
         if not self.history:
             raise ChoiceError("nothing to undo: no step taken yet")
         return self.restart(self.history[:-1])
@@ -268,27 +298,46 @@ class Stepper:
 
     def _busy(self):
         """Is anything of the run still moving: a process not yet started, a thread runnable?"""
+        starting, running = self._activity()
+        return starting or bool(running)
+
+    def _activity(self):
+        """(starting, running): is a process of the run still starting (each says hello first
+        thing), and which threads of the run are runnable ([(pid, tid)], state R or D)."""
+        running = []
         for pid in runner._session_pids(self._proc.pid):
             if pid not in self._procs and not _is_helper(pid):
-                return True                       # still starting: it says hello first thing
-            try:
-                tasks = os.listdir(f"/proc/{pid}/task")
-            except OSError:
-                continue
-            for tid in tasks:
+                return True, running
+            for tid in _tasks(pid):
                 try:
                     with open(f"/proc/{pid}/task/{tid}/stat") as f:
                         state = f.read().rsplit(")", 1)[1].split()[0]
                 except (OSError, IndexError):
                     continue
                 if state in ("R", "D"):
-                    return True
-        return False
+                    running.append((pid, tid))
+        return False, running
+
+    def _moved_by_time(self):
+        """[(pid, tid, what)]: the threads of the run that time will move -- computing between
+        two stops ("running"), or in ``time.sleep`` or a wait with a timeout (``_timed_wait``)."""
+        starting, running = self._activity()
+        out = [(pid, tid, "running") for pid, tid in running]
+        for pid in runner._session_pids(self._proc.pid):
+            if pid not in self._procs:               # a helper (resource tracker, fork server)
+                continue
+            for tid in _tasks(pid):
+                what = _timed_wait(pid, tid)
+                if what is not None and (pid, tid) not in running:
+                    out.append((pid, tid, what))
+        return out
 
     def _settle(self, quiet=QUIET_S, until=None):
         """Wait until the run has done all it can without a step (see the top). `until`: return
-        as soon as it is true (checked under the lock)."""
-        deadline, calm_since = time.monotonic() + SETTLE_LIMIT_S, None
+        as soon as it is true (checked under the lock). While nobody is paused, a thread that
+        computes on between two stops is waited for RUNNING_CPU_S of CPU time (then choices()
+        offers to let time pass); otherwise, up to SETTLE_LIMIT_S."""
+        deadline, calm_since, cpu_at = time.monotonic() + SETTLE_LIMIT_S, None, None
         if self._stable and until is None and quiet == QUIET_S:
             return                  # nothing moves between two steps: settled stays settled
         while time.monotonic() < deadline and not self._closing:
@@ -299,7 +348,17 @@ class Stepper:
                     return
                 last = self._last_msg
             now = time.monotonic()
-            if now - last < QUIET_S or self._busy():
+            starting, running = self._activity()
+            with self._cv:
+                paused = bool(self._waiting)
+            if running and not starting and not paused and now - last >= QUIET_S:
+                cpu = runner._session_cpu(self._proc.pid)
+                cpu_at = cpu if cpu_at is None else cpu_at
+                if cpu - cpu_at >= RUNNING_CPU_S:
+                    return          # computing: choices() says so, and offers to wait on
+            else:
+                cpu_at = None
+            if now - last < QUIET_S or starting or running:
                 calm_since = None
             elif calm_since is None:
                 calm_since = now
@@ -321,8 +380,27 @@ class Stepper:
         holders = self._holders()
         with self._cv:
             waiting = sorted(self._waiting.values(), key=self._sort_key)
-            return [Choice(i, m["who"], m["op"], self._describe(m, holders), m["pid"], m["tid"])
-                    for i, m in enumerate(waiting)]
+            if waiting:
+                return [Choice(i, m["who"], m["op"], self._describe(m, holders), m["pid"],
+                               m["tid"]) for i, m in enumerate(waiting)]
+        return self._time_choices()
+
+    def _time_choices(self):
+        """Nobody is paused at a stop, but time will move someone: one "let time pass" choice
+        per such thread (stepping any of them waits; see ``_let_time_pass``)."""
+        names = {pid: name for name, pid, _ in self.state_processes()}
+        out = []
+        for pid, tid, what in self._moved_by_time():
+            with self._cv:
+                known = self._threads.get((pid, tid))
+            who = known["who"] if known else (
+                f"{names.get(pid, pid)}/{'main' if pid == tid else f'thread {tid}'}")
+            text = {"running": "running: it computes between two stops",
+                    "sleeping": "sleeping (time.sleep): it waits for time, not for another "
+                                "thread"}.get(what, f"{what}: it waits for time (or for another "
+                                                    f"thread, whichever comes first)")
+            out.append(Choice(len(out), who, "time", text + _LET_TIME_PASS, pid, tid))
+        return out
 
     def _sort_key(self, m):
         proc = self._procs.get(m["pid"], {}).get("order", 1 << 30)
@@ -332,8 +410,23 @@ class Stepper:
         """Let one paused thread do its next operation: `choice` is a Choice, its index, its
         label (or the start of it: "child/main: acquire lock A"), or its who ("child/main").
         Returns the choices after the step."""
-        choices = self.choices()
-        picked = _pick(choice, choices, self._outcome)
+        if isinstance(choice, Choice) and choice.op == "time" or \
+                isinstance(choice, str) and choice.endswith(_LET_TIME_PASS):
+            # (time may have moved the run already: then there is nothing left to wait for)
+            choices = self.choices()
+            if not any(c.op == "time" for c in choices):
+                return choices
+        else:
+            choices = self.choices()
+        picked = _pick(choice, choices, self._outcome, self._why_not)
+        if picked.op == "time":
+            self.history.append(picked.label)
+            self._let_time_pass()
+            return self.choices()
+        ended = _process_end(picked.pid)
+        if ended is not None:            # killed since the choices were listed (from outside)
+            raise ChoiceError(self._ended_words(picked.who, picked.pid, ended) + " Nothing "
+                              "was stepped. Fix: step another choice (s.choices() lists them).")
         with self._cv:
             m = self._waiting.pop((picked.pid, picked.tid), None)
             if m is None:
@@ -348,6 +441,44 @@ class Stepper:
                      until=lambda: key in self._waiting or not self._threads[key]["alive"])
         self._settle()
         return self.choices()
+
+    def _why_not(self, choice):
+        """"who cannot step: its process (pid N) has ended (killed by SIGKILL) ... " when
+        `choice` (a Choice, or a label or who) names a thread whose process has ended."""
+        if isinstance(choice, Choice):
+            found = [(choice.who, choice.pid)]
+        elif isinstance(choice, str):
+            with self._cv:
+                found = [(t["who"], pid) for (pid, _), t in self._threads.items()
+                         if t.get("who") == _who_of(choice)]
+        else:
+            return ""
+        for who, pid in found:
+            ended = _process_end(pid)
+            if ended is not None:
+                return self._ended_words(who, pid, ended) + " "
+        return ""
+
+    def _ended_words(self, who, pid, ended):
+        how = "" if ended == "ended" else f" ({ended})"
+        return (f"{who} cannot step: its process (pid {pid}) has ended{how}, so that thread "
+                f"will never do its next operation.")
+
+    def _let_time_pass(self):
+        """The step "let time pass": wait (at most TIME_STEP_S) until a thread stops at its
+        next operation, a process ends, or nobody sleeps or computes any more."""
+        deadline = time.monotonic() + TIME_STEP_S
+        with self._cv:
+            self._stable = False
+            procs = sum(p["alive"] for p in self._procs.values())
+        while time.monotonic() < deadline and not self._closing and self._proc.poll() is None:
+            with self._cv:
+                if self._waiting or sum(p["alive"] for p in self._procs.values()) != procs:
+                    break
+                self._cv.wait(0.05)
+            if not self._moved_by_time():
+                break
+        self._settle()
 
     def run_until(self, predicate, choose=None, max_steps=10000):
         """Step until ``predicate(self)`` is true or the run is over; `choose(choices)` picks each
@@ -392,24 +523,53 @@ class Stepper:
             with self._cv:
                 if self._waiting:
                     return                        # someone can step: still running
+            if self._activity()[1]:
+                return                            # someone computes: not over, not stuck
             self._settle(quiet=DEADLOCK_QUIET_S, until=lambda: bool(self._waiting))
             with self._cv:
                 if self._waiting:
                     return
             if self._proc.poll() is None:
-                if not self._busy():              # (busy: still computing after the limit)
+                # still computing after the limit, or waiting for time: not over
+                if not self._busy() and not self._moved_by_time():
                     self._deadlock()
                 return
         self._finish()
 
     def _deadlock(self):
         with self._cv:
-            blocked = [t["who"] for t in self._threads.values() if t["alive"]]
-        self._outcome = "deadlock"
-        self.explanation = ("No thread can take a step, and the processes are alive: "
-                            + ", ".join(blocked) + " wait(s) in the OS for something that only "
-                            "another of them could do. Nobody will ever move again.")
+            blocked = [t["who"] for t in self._threads.values() if t["alive"]] or \
+                [f"{n}/main" for n, _, s in self.state_processes() if s == "alive"]
+        died = self._died()
+        if died:
+            # a process of the run died of an error; the others wait for what it would have done
+            self._outcome = "error"
+            self.explanation = (f"{died} The run can never finish: " + ", ".join(blocked) +
+                                " wait(s) in the OS for what it would have done (a stall caused "
+                                "by that death, not a deadlock between the others).")
+        else:
+            self._outcome = "deadlock"
+            self.explanation = ("No thread can take a step, and the processes are alive: "
+                                + ", ".join(blocked) + " wait(s) in the OS for something that "
+                                "only another of them could do. Nobody will ever move again.")
         self._apply_verdict()
+
+    def _died(self):
+        """Words for the processes of the run that ended badly (an exception, a signal), or ""."""
+        out = []
+        output = self._read_output()
+        for name, pid, status in self.state_processes():
+            if status == "alive" or "exit code 0" in status:
+                continue
+            if status == "ended":
+                ended = _process_end(pid)
+                if ended is None or ended == "exit code 0":
+                    continue
+                status = f"ended ({ended})"
+            error = _last_exception(output, name)
+            out.append(f"Process {name} (pid {pid}) {status}" +
+                       (f", of {error}." if error else "."))
+        return " ".join(out)
 
     def _finish(self):
         details = self.details()
@@ -643,6 +803,7 @@ class Stepper:
         return f"<Stepper {self.title or self._what[1]!s}: {self._outcome or 'running'}>"
 
 
+_LET_TIME_PASS = " -- step it to let time pass"
 _THREAD_LOCK = re.compile(r"^t\d+\.\d+$")     # locks.py's ids for threading locks
 
 # What a thread blocked in the OS waits in: its system call (/proc/PID/task/TID/syscall; x86-64
@@ -677,6 +838,92 @@ def _blocked_status(key, op, text):
     return f"blocked in {what}; its last step: {text}"
 
 
+def _tasks(pid):
+    """The thread ids of process `pid` ([] once it is gone)."""
+    try:
+        return [int(tid) for tid in os.listdir(f"/proc/{pid}/task")]
+    except OSError:
+        return []
+
+
+# The system calls that end by themselves when time passes: a sleep, or a wait given a timeout
+# (the argument that holds it is not "for ever"). {machine: {number: (what, argument index,
+# how to read it)}}: "ptr": a pointer to a timeout, NULL for ever; "ms": a timeout in
+# milliseconds, negative for ever; None: always timed. Numbers: the kernel's syscall tables.
+_TIMED = {
+    "x86_64": {35: ("sleeping", None, None), 230: ("sleeping", None, None),
+               202: ("waiting with a timeout", 3, "futex"),  # a lock/semaphore/condition
+               7: ("waiting with a timeout", 2, "ms"),       # poll: a Queue.get(timeout=)
+               271: ("waiting with a timeout", 2, "ptr"),    # ppoll
+               23: ("waiting with a timeout", 4, "ptr"),     # select
+               270: ("waiting with a timeout", 4, "ptr"),    # pselect6
+               232: ("waiting with a timeout", 3, "ms"),     # epoll_wait
+               281: ("waiting with a timeout", 3, "ms"),     # epoll_pwait
+               441: ("waiting with a timeout", 3, "ptr")},   # epoll_pwait2
+    "aarch64": {101: ("sleeping", None, None), 115: ("sleeping", None, None),
+                98: ("waiting with a timeout", 3, "futex"), 73: ("waiting with a timeout", 2, "ptr"),
+                72: ("waiting with a timeout", 4, "ptr"), 22: ("waiting with a timeout", 3, "ms"),
+                441: ("waiting with a timeout", 3, "ptr")},
+}
+_FUTEX_WAITS = (0, 9)            # FUTEX_WAIT, FUTEX_WAIT_BITSET (a timeout can only end these)
+
+
+def _timed_wait(pid, tid):
+    """"sleeping" or "waiting with a timeout" if that thread is blocked in a system call that
+    time ends (/proc/PID/task/TID/syscall: the number, then the arguments); else None."""
+    table = _TIMED.get(os.uname().machine)
+    if table is None:
+        return None
+    try:
+        with open(f"/proc/{pid}/task/{tid}/syscall") as f:
+            fields = f.read().split()
+        number, args = int(fields[0]), [int(a, 16) for a in fields[1:7]]
+    except (OSError, ValueError, IndexError):
+        return None                  # gone, running ("running"), or not readable
+    if number not in table:
+        return None
+    what, index, how = table[number]
+    if how is None:
+        return what
+    value = args[index]
+    if how == "futex":
+        return what if value and (args[1] & 127) in _FUTEX_WAITS else None
+    if how == "ms":
+        return what if value & 0xFFFFFFFF < 0x80000000 else None      # an int: -1 for ever
+    return what if value else None
+
+
+def _process_end(pid):
+    """None while process `pid` lives; else how it ended ("killed by SIGKILL", "exit code 1",
+    or "ended"): a zombie's /proc/PID/stat still holds its wait status (field 52)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return "ended"
+    if fields[0] not in ("Z", "X"):
+        return None
+    try:
+        status = int(fields[49])
+    except (IndexError, ValueError):
+        return "ended"
+    if status & 0x7F:
+        return f"killed by {_signal_name(status & 0x7F)}"
+    return f"exit code {status >> 8}"
+
+
+def _last_exception(output, name):
+    """The last line of the traceback the stdlib printed for Process `name` ("Process name:"
+    then a traceback), e.g. "MemoryError"; "" if there is none."""
+    at = output.rfind(f"Process {name}:\nTraceback")
+    if at < 0:
+        return ""
+    for line in output[at:].splitlines()[2:]:
+        if line and not line.startswith(" "):
+            return line.strip()[:300]
+    return ""
+
+
 def _is_helper(pid):
     """The stdlib's resource tracker and fork server: they never say hello."""
     try:
@@ -698,8 +945,9 @@ def _who_of(label):
     return label.split(": ", 1)[0] if isinstance(label, str) else label
 
 
-def _pick(choice, choices, outcome):
-    """The Choice that `choice` names, or a ChoiceError that lists the choices."""
+def _pick(choice, choices, outcome, why_not=lambda choice: ""):
+    """The Choice that `choice` names, or a ChoiceError that lists the choices (beginning with
+    ``why_not(choice)``: the thread it names has ended, say)."""
     if isinstance(choice, Choice):
         for c in choices:
             if (c.pid, c.tid) == (choice.pid, choice.tid):
@@ -719,12 +967,58 @@ def _pick(choice, choices, outcome):
         raise TypeError(f"step(choice): a Choice, its index or its label, not "
                         f"{type(choice).__name__}")
     if not choices:
-        raise ChoiceError(f"{choice!r} cannot step: no thread can take a step now (the run's "
+        why = why_not(choice)
+        raise ChoiceError(f"{why}{choice!r} cannot step: no thread can take a step now (the run's "
                           f"outcome: {outcome}).")
+    why = why_not(choice)
     listed = "\n".join(f"  {c.index}: {c.label}" for c in choices)
-    raise ChoiceError(f"{choice!r} is not a choice now. The threads that can step are:\n{listed}\n"
+    raise ChoiceError(f"{why}{choice!r} is not a choice now. The threads that can step are:\n{listed}\n"
                       f"Fix: pass one of these indexes or labels (a thread blocked in the OS, "
                       f"or one that ended, cannot step).")
+
+
+# --- run directories left behind -------------------------------------------------------------
+
+_PREFIX = "mpviz-step-"
+
+
+def _identity(pid):
+    """"PID START": a process, told apart from a later one given the same pid (its start time,
+    in clock ticks since boot, field 22 of /proc/PID/stat); "" if it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return ""
+    return "" if fields[0] in ("Z", "X") else f"{pid} {fields[19]}"
+
+
+def _sweep():
+    """Remove the run directories of Steppers whose process is gone without closing them (a
+    kernel killed, or interrupted hard). Only this user's, only real directories (never a
+    symlink someone planted), only those whose ``owner`` file names a process that is not
+    alive any more; a run's own processes end themselves when their controller goes (gate.py)."""
+    top = tempfile.gettempdir()
+    try:
+        entries = os.listdir(top)
+    except OSError:
+        return
+    for entry in entries:
+        if not entry.startswith(_PREFIX):
+            continue
+        path = os.path.join(top, entry)
+        try:
+            st = os.lstat(path)
+            if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid():
+                continue
+            fd = os.open(os.path.join(path, "owner"), os.O_RDONLY | os.O_NOFOLLOW)
+            with os.fdopen(fd) as f:
+                owner = f.read().strip()
+        except (OSError, ValueError):
+            continue                 # not ours, or no owner file (made before there was one)
+        pid = owner.split(" ", 1)[0]
+        if pid.isdigit() and _identity(int(pid)) != owner:
+            shutil.rmtree(path, ignore_errors=True)
 
 
 @atexit.register

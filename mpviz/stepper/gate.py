@@ -58,7 +58,14 @@ def activate(path=None):
         _fork_hook = True
     from . import patches
     patches.install()
-    _hello("start")
+    try:
+        _hello("start")
+    except OSError as exc:
+        raise RuntimeError(
+            f"{ENV}={_path!r}: no stepper listens there ({exc.strerror or exc}), so this "
+            f"process cannot be stepped. mpviz.step sets {ENV} for the processes of a stepped "
+            f"run only; elsewhere (a shell export, a notebook's %env, a run that has ended) it "
+            f"must not be set. Fix: unset {ENV}.") from None
     pause = _pause
     return True
 

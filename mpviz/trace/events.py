@@ -62,19 +62,25 @@ KINDS = {
     "queue.get_failed": Kind(
         "queue, error",
         "mpviz's Queue.get, when the bytes it read could not be rebuilt (sender exited ...)"),
-    "pipe.send": Kind("pipe, msg, nbytes, handles", "the sender (Connection.send)"),
-    "pipe.recv": Kind("pipe, msg", "the receiver, as it unpickles"),
+    "pipe.send": Kind("pipe ('args-<pid>': a Process's arguments), msg, nbytes, handles",
+                      "the sender (Connection.send); Process.start, when the arguments it "
+                      "pickled for a spawn/forkserver child carried handles (hooks.py)"),
+    "pipe.recv": Kind("pipe, msg", "the receiver, as it unpickles (a child: in _bootstrap)"),
     "pool.task": Kind(
         "phase (submit/start/done), job, index, chunk, func, ok (done only)",
         "submit: the Pool's task thread; start/done: the worker"),
 
     # -- shared memory and fds (mpviz.storage, sharing, reductions; torch_hooks.py) -----------
-    "shm.create": Kind("name, strategy, nbytes, via (torch's), torch",
-                       "whoever makes a segment: sharing, cuda/refcount.py, torch_hooks.py"),
+    "shm.create": Kind("name, strategy, nbytes, via (torch's; 'multiprocessing.heap'), torch",
+                       "whoever makes a segment: sharing, cuda/refcount.py, torch_hooks.py, "
+                       "the stdlib heap's Arena (sharedctypes: hooks.py)"),
     "shm.attach": Kind(
-        "name, strategy, nbytes, kept (revived from the cache), how ('fork': inherited), torch",
+        "name, strategy, nbytes, kept (revived from the cache), how ('fork': inherited), "
+        "via ('multiprocessing.heap': a sharedctypes arena), torch",
         "a process that maps a segment it did not make"),
-    "shm.detach": Kind("name, strategy, nbytes", "a process that unmaps a segment"),
+    "shm.detach": Kind("name, strategy, nbytes, how (torch's unmap, unseen: 'storage freed' "
+                       "or '/proc/self/maps'), torch", "a process that unmaps a segment "
+                       "(torch_hooks.py: found freed, or gone from /proc/self/maps)"),
     "shm.unlink": Kind(
         "name, strategy, by (refcount / producer / shm manager)",
         "whoever removes the name: the last count (file_system), the CUDA producer's counts, "
@@ -142,6 +148,9 @@ KINDS = {
                               "recorded"),
     "torch.hook_failed": Kind("error, reason, torch",
                               "a hook raised: torch's sharing stops being recorded"),
+    "not_recorded": Kind("what, why, fix, torch",
+                         "a framework mpviz does not hook, when the program uses it "
+                         "(torch.distributed's init_process_group: torch_hooks.py)"),
 
     # -- the recorder, observers, users ------------------------------------------------------
     "record.dropped": Kind("kind, error",

@@ -20,6 +20,7 @@ How each kind of child starts recording, with no change to user code::
                  stopped, so the next Process starts a fresh one.
     exec'd       ``python -m mpviz trace``: a sitecustomize on PYTHONPATH calls boot() in every
     programs     Python process, which records when MPVIZ_TRACE_DIR is set (autostart/).
+A Process's pickled arguments and sharedctypes' arenas cross too: see their sections below.
 
 Adapted from VizTracer's patch.py (spawnv_passfds rewriting); left out: Windows.
 """
@@ -29,9 +30,9 @@ import sys
 import threading
 import time
 
-from multiprocessing import process, spawn, util
+from multiprocessing import heap, process, reduction, spawn, util
 
-from . import locks, messages, recorder, waits
+from . import frames, locks, messages, recorder, waits
 from ..stepper import gate as _gate
 
 TRACE_KEY = "mpviz_trace"               # our key in the spawn preparation data
@@ -42,15 +43,52 @@ _role = None                             # "forkserver" in a fork server and its
 
 
 # --- processes, seen from the parent ------------------------------------------------------
+#
+# A Process's arguments: under spawn/forkserver the parent pickles the whole Process object
+# (target, args) into the pipe that starts the child. A handle pickled there (a torch tensor's
+# fd, a sharedctypes arena) is a message like any other: the parent records ``pipe.send`` on the
+# pipe ``args-<child pid>`` with the number of handles, the child ``pipe.recv`` once it has
+# unpickled them -- so the picture draws the arrow (mnist_hogwild's model reaching its workers).
+# Under fork nothing is pickled: the child inherits the mappings (``shm.attach how="fork"``).
 
 def _process_start(self):
     if _gate.pause: _gate.pause("process.start", None, name=self.name)  # stepped: stepper/gate.py
     if not recorder.ENABLED:
         return _orig["start"](self)
     ts = time.monotonic_ns()
-    _orig["start"](self)
+    recorder.take_handles()
+    _orig["start"](self)                     # spawn/forkserver: pickles self (args) here
+    handles = recorder.take_handles()
     recorder.emit_at(ts, "process.launch", child=self.pid, name=self.name,
                      start_method=getattr(self._popen, "method", None))
+    nbytes = self.__dict__.pop("_mpviz_pickled", None)
+    if handles:                              # the arguments carried handles: a message
+        recorder.emit_at(ts, "pipe.send", pipe=f"args-{self.pid}", msg=f"args-{self.pid}",
+                         nbytes=nbytes, handles=handles)
+
+
+def _dump(obj, file, protocol=None):
+    """reduction.dump, which spawn/forkserver's Popen pickles the Process object with: its size
+    is the size of the arguments' message."""
+    if not recorder.ENABLED or not isinstance(obj, process.BaseProcess):
+        return _orig["dump"](obj, file, protocol)
+    try:
+        start = file.tell()
+    except (AttributeError, OSError):
+        return _orig["dump"](obj, file, protocol)
+    _orig["dump"](obj, file, protocol)
+    obj._mpviz_pickled = file.tell() - start
+
+
+_args_received = None       # a spawned child, until _bootstrap: handles its arguments brought
+
+
+def received_at_start():
+    """Count one handle rebuilt while this child unpickles its Process object (torch_hooks.py
+    calls this too): from spawn.prepare to _bootstrap, all that is unpickled is the arguments."""
+    global _args_received
+    if _args_received is not None:
+        _args_received += 1
 
 
 def _observe_exit(self):
@@ -92,13 +130,20 @@ _exit_code = None              # 3.13+: what _bootstrap returned, until the exit
 
 
 def _process_bootstrap(self, parent_sentinel=None):
-    global _exit_code
+    global _args_received, _exit_code
+    if recorder.ENABLED and _args_received:  # the other end of _process_start's pipe.send
+        pid = os.getpid()
+        recorder.emit("pipe.recv", pipe=f"args-{pid}", msg=f"args-{pid}")
+    _args_received = None
     if recorder.ENABLED:
         target = getattr(self, "_target", None)
         recorder.emit("process.bootstrap", name=self.name,
                       target=getattr(target, "__qualname__", None) if target else None)
     code = _orig["_bootstrap"](self, parent_sentinel)
     if recorder.ENABLED:
+        torch_hooks = sys.modules.get("mpviz.trace.torch_hooks")
+        if torch_hooks is not None:
+            torch_hooks.looked_at_exit()     # what torch still maps, as Linux says
         if "_exit_function" in _orig:
             _exit_code = code          # recorded by _last_finalizers, after the exit functions
         else:
@@ -181,7 +226,9 @@ def _get_preparation_data(name):
 
 
 def _prepare(data):
+    global _args_received
     cfg = data.pop(TRACE_KEY, None)
+    _args_received = 0                       # the Process object is unpickled next
     if cfg is not None and recorder.current_directory() != cfg["dir"]:
         locks.user_lock_ids.update(cfg.get("locks", ()))
         if cfg.get("threading_locks"):
@@ -189,6 +236,67 @@ def _prepare(data):
         how = "forkserver" if _role == "forkserver" else "spawn"   # forked by a fork server
         recorder.start(cfg["dir"], how, ppid=cfg.get("parent"))
     _orig["prepare"](data)
+
+
+# --- sharedctypes: the stdlib heap's arenas ----------------------------------------------------
+#
+# ``Value``, ``Array``, ``RawArray`` live in the stdlib heap's *arenas* (multiprocessing/heap.py):
+# each arena is one file in /dev/shm, unlinked at once and kept by its fd, mmapped -- a
+# ``file_descriptor`` segment in our words, named by its file (``/pym-<pid>-<rand>``).
+# ``Arena.__init__`` records ``shm.create`` (a new arena) or ``shm.attach`` (one rebuilt from a
+# pickled fd in a spawned child); a forked child records ``shm.attach how="fork"`` for each arena
+# it inherits. Not seen: the unmap when an arena is garbage-collected (rare before exit; an ended
+# process maps nothing).
+
+def _arena_init(self, size, fd=-1):
+    _orig["Arena.__init__"](self, size, fd)
+    if recorder.ENABLED:
+        name = _arena_name(self)
+        if name is not None:
+            if fd != -1:
+                received_at_start()
+            recorder.emit("shm.create" if fd == -1 else "shm.attach", name=name,
+                          strategy="file_descriptor", nbytes=size, via="multiprocessing.heap")
+
+
+def _arena_name(arena):
+    """The arena's file, as /proc/PID/maps names it: /dev/shm/pym-7-abc (deleted) -> /pym-7-abc."""
+    try:
+        target = os.readlink(f"/proc/self/fd/{arena.fd}")
+    except (OSError, TypeError):
+        return None
+    return "/" + os.path.basename(target.removesuffix(" (deleted)"))
+
+
+def _reduce_arena(arena):
+    result = _orig["reduce_arena"](arena)
+    if recorder.ENABLED:
+        recorder.count_handle()              # this message (or Process start) carries its fd
+    return result
+
+
+def _arenas_inherited():
+    """A forked child maps every arena its parent had: say so, for each."""
+    if not recorder.ENABLED:
+        return
+    for arena in list(getattr(heap.BufferWrapper._heap, "_arenas", ())):
+        name = _arena_name(arena)
+        if name is not None:
+            recorder.emit("shm.attach", name=name, strategy="file_descriptor",
+                          nbytes=arena.size, how="fork", via="multiprocessing.heap")
+
+
+def _install_heap():
+    """Arena.__init__ and its reducer (the pickler's table holds the function itself)."""
+    if "Arena.__init__" in _orig or not hasattr(heap, "rebuild_arena"):
+        return                               # (done, or Windows: no fd-backed arenas)
+    _orig["Arena.__init__"] = heap.Arena.__init__
+    heap.Arena.__init__ = _arena_init
+    _orig["reduce_arena"] = reduction.ForkingPickler._extra_reducers.get(heap.Arena)
+    if _orig["reduce_arena"] is not None:
+        reduction.register(heap.Arena, _reduce_arena)
+    recorder._install_fork_hooks()           # the child's log opens before ours runs
+    os.register_at_fork(after_in_child=_arenas_inherited)
 
 
 # --- installing and removing ----------------------------------------------------------------
@@ -202,6 +310,7 @@ PATCHES = [
     (util, "spawnv_passfds", _spawnv_passfds, "spawnv_passfds"),
     (spawn, "get_preparation_data", _get_preparation_data, "get_preparation_data"),
     (spawn, "prepare", _prepare, "prepare"),
+    (reduction, "dump", _dump, "dump"),
 ]
 
 
@@ -238,6 +347,8 @@ def install(threading_locks=False):
     _hook_exit_function()
     messages.install_native()                # the per-message hooks in C, where they can be
     messages.hook_mpviz_queues()             # mpviz's own Queue, if imported (see there)
+    _install_heap()                          # sharedctypes (kept: each call checks ENABLED)
+    frames.install()                         # our frames out of the tracebacks it prints
     if threading_locks:
         _patch(locks.THREADING_PATCHES)
     if fresh and not _booted:
@@ -271,6 +382,7 @@ def uninstall():
     """Put the stdlib back as it was (not in a booted child: its hooks stay for good)."""
     if _booted:
         return
+    frames.uninstall()
     while _installed:
         owner, attr, store, key = _installed.pop()
         setattr(owner, attr, store.pop(key))

@@ -6,7 +6,9 @@
        has run yet                                   DIR (autostart/: a sitecustomize put on
     2. start the program ─────────────────────────▶  PYTHONPATH), and shows its stacks on
     3. SIGTERM / SIGINT / SIGHUP to the launcher ──▶  SIGUSR1 (autostart.register_stacks)
-       are passed on to the program
+       are passed on to the program; a first
+       SIGINT (Ctrl-C) only after the report a hang
+       gets: where everyone is (Forwarder)
     4. wait; the hang watchdog (watchdog.py) looks
        at DIR and the session's CPU 10x a second:
        no progress for --hang-after S → stacks ───▶  SIGUSR1: stacks;  SIGKILL: the session
@@ -20,9 +22,12 @@ processes" (the scenarios' runner finds its runs' processes the same way). A ter
 then reaches only the launcher, which passes it on to the program's process group -- as the
 terminal would have.
 """
+import io
+import json
 import os
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import tempfile
@@ -44,10 +49,20 @@ def say(message):
 
 # --- 1. the trace directory, checked before anything runs ----------------------------------
 
+# What mpviz writes beside the logs, by these names: a directory that already holds one of them
+# is refused (mpviz never overwrites a file it did not write in this run).
+OUTPUTS = ("trace.json", "timeline.png", "wait_for.png", "verdict.txt", recorder.NOTES,
+           ".stacks")                      # (trace.VERDICT_FILE, watchdog.STACKS)
+
+
 def prepare_directory(output):
     """(absolute path, created by us?) of a writable, empty-of-logs trace directory.
 
-    Raises ``Refused`` with one line that says what, why and how to fix it."""
+    A new directory is made private (0700). An existing one must be yours and not writable by
+    every user (else another user could plant a link or a log in it), and must not hold a
+    recording or a file by one of the names mpviz writes (``OUTPUTS``). A symbolic link is
+    followed only if you made it and it leads somewhere. Raises ``Refused`` with one line that
+    says what, why and how to fix it."""
     if output is None:
         try:
             return os.path.abspath(tempfile.mkdtemp(prefix="mpviz-trace-", dir=".")), True
@@ -55,16 +70,13 @@ def prepare_directory(output):
             raise Refused(f"cannot create a trace directory in {os.getcwd()!r} "
                           f"({exc.strerror}). Fix: give one you can write with -o DIR") from None
     path = os.path.abspath(output)
-    created = not os.path.exists(path)
+    _check_link(output, path)
+    created = not os.path.lexists(path)
     try:
         if created:
-            os.makedirs(path)
-        elif not os.path.isdir(path):
-            raise Refused(f"-o {output!r} is a file, not a directory. Fix: give a new or "
-                          f"empty directory")
-        elif any(f.endswith(recorder.SUFFIX) for f in os.listdir(path)):
-            raise Refused(f"-o {output!r} already holds a recording; mixing two runs would "
-                          f"draw a false picture. Fix: give a new or empty directory")
+            os.makedirs(path, mode=0o700)
+        else:
+            _check_existing(output, path)
         with tempfile.TemporaryFile(dir=path):     # can we write there? (root ignores modes)
             pass
     except OSError as exc:
@@ -73,6 +85,54 @@ def prepare_directory(output):
         raise Refused(f"cannot write the trace to {output!r} ({exc.strerror or exc}). Fix: "
                       f"give -o a directory you can write, e.g. -o ./trace") from None
     return path, created
+
+
+def _check_link(output, path):
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return
+    if not stat.S_ISLNK(st.st_mode):
+        return
+    target = os.path.join(os.path.dirname(path), os.readlink(path))
+    if st.st_uid != os.getuid():
+        raise Refused(f"-o {output!r} is a symbolic link made by uid {st.st_uid}, not by you: "
+                      f"following it would write the trace where another user chose. Fix: "
+                      f"give -o a new directory")
+    if not os.path.exists(path):
+        raise Refused(f"-o {output!r} is a symbolic link to {target!r}, which does not exist. "
+                      f"Fix: create it first (mkdir -p {target}), or give -o a new directory")
+
+
+def _check_existing(output, path):
+    if not os.path.isdir(path):
+        raise Refused(f"-o {output!r} is a file, not a directory. Fix: give a new or "
+                      f"empty directory")
+    _check_owner("-o", output, path)
+    entries = os.listdir(path)
+    if any(f.endswith(recorder.SUFFIX) for f in entries):
+        raise Refused(f"-o {output!r} already holds a recording; mixing two runs would "
+                      f"draw a false picture. Fix: give a new or empty directory")
+    taken = [name for name in OUTPUTS if name in entries]
+    if taken:
+        raise Refused(f"-o {output!r} already holds {', '.join(taken)}: mpviz writes files by "
+                      f"those names and never overwrites one it did not write. Fix: give a new "
+                      f"or empty directory, or move {'them' if len(taken) > 1 else 'it'} away")
+
+
+def _check_owner(option, output, path):
+    """Refuse a trace directory that is another user's, or that every user can write: its
+    owner (or anyone) could plant links or logs in it, and mpviz would read and write there."""
+    st = os.stat(path)
+    if st.st_uid != os.getuid():
+        raise Refused(f"{option} {output!r} belongs to uid {st.st_uid}, not to you: its owner "
+                      f"could plant links or logs in it. Fix: give a directory of your own "
+                      f"(with -o, a new one: mpviz makes it, private to you)")
+    if st.st_mode & 0o002:
+        raise Refused(f"{option} {output!r} is writable by every user (mode "
+                      f"{stat.S_IMODE(st.st_mode):o}): anyone could plant links or logs in it. "
+                      f"Fix: give a new directory inside it, e.g. "
+                      f"-o {os.path.join(output, 'trace')}")
 
 
 def _environment(directory, threading_locks, stacks_dir):
@@ -96,12 +156,24 @@ class Forwarder:
     """While installed, SIGTERM/SIGINT/SIGHUP to this process are sent on to the program.
 
     Installed before the program starts: a signal that arrives meanwhile is kept, and sent as
-    soon as ``attach(child)`` names the program."""
+    soon as ``attach(child)`` names the program.
+
+    Ctrl-C is a diagnosis: the first SIGINT is held (``interrupted``) until the wait loop has
+    reported where everyone is (``_report_interrupt``) and calls ``pass_on_interrupt()`` -- the
+    program would start unwinding at once, and the report must show where it waited, not its
+    exception handling. Another SIGINT meanwhile is passed on at once (you insist)."""
 
     def __init__(self):
         self.child, self.received, self.pending, self._old = None, [], [], {}
+        self.interrupted, self._held = False, False
         for sig in FORWARDED:
             self._old[sig] = signal.signal(sig, self._forward)
+
+    def pass_on_interrupt(self):
+        """Send the held SIGINT on (after the report)."""
+        if self._held:
+            self._held = False
+            self._send(signal.SIGINT)
 
     def attach(self, child):
         self.child = child
@@ -110,6 +182,9 @@ class Forwarder:
 
     def _forward(self, signum, frame):
         self.received.append(signal.Signals(signum).name)
+        if signum == signal.SIGINT and not self.interrupted and self.child is not None:
+            self.interrupted = self._held = True     # the wait loop reports, then sends it
+            return
         if self.child is None:
             self.pending.append(signum)
         else:
@@ -140,13 +215,14 @@ def run(program, output=None, hang_after=10.0, plot=None, threading_locks=False)
     docs/PERFORMANCE.md). They are drawn when asked (``--plot``) or when the run ended in a way
     worth looking at: a hang verdict, a signal, a non-zero exit status. ``--no-plot`` never draws;
     ``mpviz.trace.load(DIR).plot()`` draws later."""
-    from .watchdog import HANG_EXIT_STATUS, STACKS, Watchdog
-    if hang_after < 0:
-        raise Refused(f"--hang-after must be 0 (off) or a number of seconds, not {hang_after}")
+    from .watchdog import HANG_EXIT_STATUS, STACKS, Watchdog, check_hang_after
+    try:
+        hang_after = check_hang_after(hang_after, "--hang-after")
+    except ValueError as exc:
+        raise Refused(str(exc)) from None
     directory, created = prepare_directory(output)
-    stacks_dir = os.path.join(directory, STACKS) if hang_after else None
-    if stacks_dir:
-        os.makedirs(stacks_dir, exist_ok=True)
+    stacks_dir = os.path.join(directory, STACKS)     # (for the watchdog, and for a Ctrl-C)
+    os.makedirs(stacks_dir, mode=0o700, exist_ok=True)
     # The launcher records too (as the program's parent): the trace shows how the program ended
     # even if it was killed.
     recording = recorder.start(directory, "launcher")
@@ -169,15 +245,15 @@ def run(program, output=None, hang_after=10.0, plot=None, threading_locks=False)
     _say_how_to_finish(directory)
     watchdog, verdict = None, None
     try:
-        if hang_after:
-            from ..scenarios.runner import _session_pids
-            watchdog = Watchdog(directory, hang_after, lambda: _session_pids(child.pid))
-        code = _wait(child, watchdog)
+        from ..scenarios.runner import _session_pids
+        eyes = Watchdog(directory, hang_after, lambda: _session_pids(child.pid))
+        watchdog = eyes if hang_after else None
+        code = _wait(child, watchdog, forwarder, eyes)
         if code is None:                          # hung: stacks, then end the whole session
             verdict = _stop_hung(child, watchdog)
             code = HANG_EXIT_STATUS
         else:
-            _wait_for_the_rest(child)
+            _wait_for_the_rest(child, stop=forwarder.interrupted, trace=eyes.trace)
     finally:
         forwarder.remove()
     if recording:
@@ -189,44 +265,163 @@ def run(program, output=None, hang_after=10.0, plot=None, threading_locks=False)
         # this (trace.json, the pictures) is not recorded.
         recorder.emit("process.exit", exitcode=code, how="launcher")
         recorder.stop()
+    _note_a_silent_program(directory, child, program)
     _report(directory, child, code, watchdog, verdict, forwarder.received, plot)
     _tidy(directory)
     return code
 
 
-def _wait(child, watchdog):
-    """The program's exit status (shell style), or None when the watchdog found it stuck."""
+def _note_a_silent_program(directory, child, program):
+    """No process of the program wrote a log: mpviz never started inside it. Say so, with why
+    (Python's -I/-S/-E switch off what loads mpviz), as a note: never "4 events from 1 process"
+    read as a program that did nothing."""
+    if _program_recorded(directory):
+        return
+    from .trace import UNKNOWN
+    command = " ".join(program)
+    switches = _python_switches(program)
+    blocking = sorted(switches & {"I", "S", "E"})
+    if blocking:
+        why = {"I": "python -I (isolated mode) ignores PYTHONPATH and skips site",
+               "S": "python -S skips site, which loads sitecustomize",
+               "E": "python -E ignores PYTHONPATH"}[blocking[0]]
+        flags = " ".join(f"-{f}" for f in blocking)
+        line = (f"the program (pid {child.pid}: {command}) recorded nothing: {why}, so mpviz's "
+                f"autostart (a sitecustomize on PYTHONPATH) never ran in it. Its processes, "
+                f"messages and shared memory are {UNKNOWN}. Fix: run it without {flags} "
+                f"({' '.join(_without(program, blocking))}), or record from inside the "
+                f"program: with mpviz.trace.record('DIR'): main()")
+    else:
+        line = (f"the program (pid {child.pid}: {command}) recorded nothing: mpviz's autostart "
+                f"(a sitecustomize on PYTHONPATH) did not run in it (not a Python program, a "
+                f"Python without site, or one that replaced PYTHONPATH?). Its processes, "
+                f"messages and shared memory are {UNKNOWN}. Fix: run the script with "
+                f"python directly (mpviz trace -- python prog.py), or record from inside it: "
+                f"with mpviz.trace.record('DIR'): main()")
+    recorder.note(directory, line)
+
+
+def _without(program, letters):
+    """`program` with Python's one-letter switches `letters` taken out (-IS -> -S, -I -> )."""
+    out, switches = [program[0]], True
+    for arg in program[1:]:
+        if switches and arg.startswith("-") and not arg.startswith("--") and len(arg) > 1:
+            if arg[1] in "cm":
+                switches = False
+            else:
+                arg = "-" + "".join(c for c in arg[1:] if c not in letters)
+                if arg == "-":
+                    continue
+        else:
+            switches = False
+        out.append(arg)
+    return out
+
+
+def _program_recorded(directory):
+    """Did any process of the program write a log? (The recorder names a log "<pid>-<n>"; the
+    launcher's own, and its watchdog's, carry the launcher's pid. A program that is not Python
+    itself -- bash -c "python prog.py" -- records through its Python children.)"""
+    mine = f"{os.getpid()}-"
+    return any(f.endswith(recorder.SUFFIX) and not f.startswith(mine)
+               for f in os.listdir(directory))
+
+
+def _python_switches(program):
+    """The one-letter switches given to Python before its script (``-IS`` -> {"I", "S"})."""
+    if not program or not os.path.basename(program[0]).startswith("python"):
+        return set()
+    letters, args = set(), iter(program[1:])
+    for arg in args:
+        if not arg.startswith("-") or arg.startswith("--") or arg == "-":
+            break                         # the script (or --version ...): no more switches
+        for i, letter in enumerate(arg[1:]):
+            if letter in "cmWX":          # -c CMD / -m MOD end the switches; -W/-X take a value
+                if letter in "cm":
+                    return letters
+                if i == len(arg) - 2:
+                    next(args, None)
+                break
+            letters.add(letter)
+    return letters
+
+
+def _wait(child, watchdog, forwarder, eyes):
+    """The program's exit status (shell style), or None when the watchdog found it stuck.
+    A Ctrl-C meanwhile: the report (``_report_interrupt``), then the SIGINT passed on."""
     while True:
         try:
-            returncode = child.wait(timeout=0.1 if watchdog else None)
+            returncode = child.wait(timeout=0.1)
             return returncode if returncode >= 0 else 128 - returncode
         except subprocess.TimeoutExpired:
             pass
-        if watchdog.poll():
+        if forwarder.interrupted and forwarder._held:
+            _report_interrupt(eyes)
+            forwarder.pass_on_interrupt()
+        elif watchdog is not None and watchdog.poll():
             return None
 
 
-def _wait_for_the_rest(child, seconds=1.0):
+def _report_interrupt(eyes):
+    """Ctrl-C is a diagnosis: where each process is, what each waits for, who must act -- the
+    hang verdict's report, said before the program hears the SIGINT and starts unwinding; kept
+    in the trace directory as the verdict (``load(DIR).verdict``)."""
+    import time
+    from .trace import VERDICT_FILE
+    from .watchdog import interrupt_report
+    began = time.monotonic()
+    try:
+        eyes.trace.refresh()                      # (every process started so far is named)
+        stacks = eyes.capture_stacks()
+        eyes.trace.refresh()
+        report = interrupt_report(eyes.trace, stacks)
+    except Exception as exc:                      # the SIGINT goes on whatever happens here
+        report = f"mpviz trace: INTERRUPTED (Ctrl-C); no report ({exc!r})"
+    print(report, file=sys.stderr, flush=True)
+    say(f"(that took {time.monotonic() - began:.1f} s) passing SIGINT on to the program, as "
+        f"the terminal would; Ctrl-C again passes another one on")
+    try:
+        with open(os.path.join(eyes.directory, VERDICT_FILE), "w") as f:
+            f.write(report)
+    except OSError:
+        pass
+
+
+def _wait_for_the_rest(child, seconds=1.0, stop=False, trace=None):
     """The program has exited; give the processes it left (a resource tracker, a fork server)
     a moment to exit too, so that their last events are in the trace. Any still running after
-    that are left alone, as they would be without mpviz, and named."""
+    that are left alone, as they would be without mpviz, and named -- unless you pressed
+    Ctrl-C (`stop`): you asked for the program to stop, so they are killed, and the shared
+    memory its processes left is removed."""
     import time
-    from ..scenarios.runner import _session_pids
+    from ..scenarios.runner import _kill_session, _remove_segments, _session_pids
     deadline = time.monotonic() + seconds
     left = _session_pids(child.pid)
     while left and time.monotonic() < deadline:
         time.sleep(0.02)        # polling /proc: there is nothing to wait on for a non-child
         left = _session_pids(child.pid)
-    if left:
+    if left and stop:
+        killed = _kill_session(child.pid, child, graceful=False)
+        say(f"after the Ctrl-C, stopped {len(killed)} process(es) the program left running "
+            f"(pids {', '.join(map(str, killed[:10]))}) with SIGKILL")
+    elif left:
         say(f"{len(left)} process(es) the program started still run after it exited (pids "
             f"{', '.join(map(str, left[:10]))}); what they do from now on is not in trace.json")
+    if stop and trace is not None:
+        trace.refresh()
+        removed = _remove_segments(trace, wait=0.5)
+        if removed:
+            say(f"after the Ctrl-C, removed {len(removed)} shared-memory segment(s) the "
+                f"program left in /dev/shm")
 
 
 def _stop_hung(child, watchdog):
     from ..scenarios.runner import _kill_session, _remove_segments
+    import time
     stacks = watchdog.capture_stacks()
+    kill_ns = time.monotonic_ns()
     killed = _kill_session(child.pid, child, graceful=False)
-    watchdog.record_verdict(stacks, killed)
+    watchdog.record_verdict(stacks, killed, kill_ns)
     watchdog.trace.refresh(final=True)
     _remove_segments(watchdog.trace, wait=0.0)
     return watchdog.verdict(stacks, killed)
@@ -245,8 +440,8 @@ def _report(directory, child, code, watchdog, verdict, received, plot):
                 trace.refresh()
         else:
             trace = load(directory)
-        chrome = os.path.join(directory, "trace.json")
-        trace.to_chrome(chrome)
+        chrome = _write_private(directory, "trace.json",
+                                lambda f: _json_into(f, trace.to_chrome()))
     except (Exception, KeyboardInterrupt) as exc:    # (a Ctrl-C now stops only this)
         say(f"could not write {directory}/trace.json ({exc!r}); the raw logs are in "
             f"{directory} (mpviz.trace.load() reads them)")
@@ -255,14 +450,17 @@ def _report(directory, child, code, watchdog, verdict, received, plot):
         print(verdict, file=sys.stderr, flush=True)
         trace.verdict = verdict
         try:                                   # kept with the trace: load(directory).verdict
-            with open(os.path.join(directory, VERDICT_FILE), "w") as f:
-                f.write(verdict)
+            _write_private(directory, VERDICT_FILE, lambda f: f.write(verdict.encode()))
         except OSError as exc:
             say(f"could not keep the verdict in {directory} ({exc})")
     elif received:
         say(f"passed {', '.join(received)} on to the program, which ended with status {code}")
     program = [p for p in trace.processes() if p.how not in ("launcher", "watchdog")]
-    say(f"{len(trace.events)} events from {len(program)} processes in {directory}")
+    if child is not None and not _program_recorded(directory):
+        say(f"{len(trace.events)} events in {directory}, all of them mpviz's own: the program "
+            f"recorded nothing (NOT RECORDED below says why)")
+    else:
+        say(f"{len(trace.events)} events from {len(program)} processes in {directory}")
     say(f"Chrome/Perfetto JSON: {chrome} (open it at https://ui.perfetto.dev)")
     for problem in trace.problems:
         say(f"could not read: {problem}")
@@ -314,9 +512,9 @@ def _draw(trace, directory, hang):
         drawings.append(("wait-for graph", "wait_for.png", viz.wait_for))
     notes = trace.notes                       # (reads notes.txt and every event: once)
     for what, name, draw in drawings:
-        path = os.path.join(directory, name)
         try:
-            _save_with_notes(draw(trace), notes, path)
+            path = _write_private(directory, name,
+                                  lambda f: _save_with_notes(draw(trace), notes, f))
         except KeyboardInterrupt:
             say("drawing interrupted; the trace is complete")
             return
@@ -344,6 +542,8 @@ def finish(directory, plot=None):
     at its exit that the launcher is gone, and ``python -m mpviz trace --finish DIR`` -- said at
     the start, when it still can be -- writes trace.json from the logs afterwards (this)."""
     path = os.path.abspath(directory)
+    if os.path.isdir(path):
+        _check_owner("--finish", directory, path)
     if not os.path.isdir(path) or not any(f.endswith(recorder.SUFFIX) for f in os.listdir(path)):
         raise Refused(f"--finish {directory!r}: no recording there (no *{recorder.SUFFIX} "
                       f"logs). Fix: give the directory that `mpviz trace -o DIR` recorded into")
@@ -370,18 +570,39 @@ def _note_a_killed_launcher(directory, trace):
             recorder.note(directory, line)
 
 
-def _save_with_notes(fig, notes, path):
-    """Save `fig`; under it, in red, what could not be recorded (a picture is believed: one that
-    is missing something says so on itself, not only on the terminal)."""
+def _write_private(directory, name, write):
+    """Write `name` in `directory` with `write(binary file)`, private and never over a file
+    that is there already (recorder.create_private); its path. A name already taken (by a file
+    that appeared during the run, or an earlier --finish) is said, with the one used instead."""
+    f, path = recorder.create_private(directory, name)
+    try:
+        with f:
+            write(f)
+    except BaseException:
+        os.unlink(path)
+        raise
+    if os.path.basename(path) != name:
+        say(f"{os.path.join(directory, name)} is there already and is not this run's: left as "
+            f"it is; wrote {path}")
+    return path
+
+
+def _json_into(f, data):
+    text = io.TextIOWrapper(f, encoding="utf-8")
+    json.dump(data, text)
+    text.detach()                          # (flushed into f, which its caller closes)
+
+
+def _save_with_notes(fig, notes, f):
+    """Save `fig` as PNG into the file `f`; under it, in red, what could not be recorded (a
+    picture is believed: one that is missing something says so on itself, not only on the
+    terminal)."""
     if not notes:
-        fig.savefig(path)
+        fig.savefig(f, format="png")
         return
-    import textwrap
-    lines = [textwrap.shorten(f"NOT RECORDED: {n}", 220) for n in notes[:5]]
-    if len(notes) > 5:
-        lines.append(f"... and {len(notes) - 5} more (mpviz.trace.load(DIR).notes)")
-    fig.text(0.01, 0.0, "\n".join(lines), color="#b00000", fontsize=8, va="top", ha="left")
-    fig.savefig(path, bbox_inches="tight")
+    from mpviz.viz import notes_under
+    notes_under(fig, notes)
+    fig.savefig(f, format="png", bbox_inches="tight")
 
 
 def _remove_what_we_made(directory, created):
@@ -397,13 +618,15 @@ def _remove_what_we_made(directory, created):
 
 
 def _tidy(directory):
-    """Remove the stacks folder's empty files (every process made one, in case it hung)."""
+    """Remove the stacks folder's empty files (every process made one, in case it hung), and
+    the stacks written at a SIGINT (the report said what they hold)."""
+    from .autostart import INTERRUPT_SUFFIX
     from .watchdog import STACKS
     folder = os.path.join(directory, STACKS)
     try:
         for f in os.listdir(folder):
             path = os.path.join(folder, f)
-            if os.path.getsize(path) == 0:
+            if os.path.getsize(path) == 0 or f.endswith(INTERRUPT_SUFFIX):
                 os.unlink(path)
         os.rmdir(folder)
     except OSError:

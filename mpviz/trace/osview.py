@@ -49,3 +49,178 @@ def os_view(pid=None):
             if name not in memfd:
                 memfd.append(name)
     return OSView(pid, tuple(shm), tuple(memfd), nfds)
+
+
+# --- threads: is each one running, waiting with a deadline, or waiting for ever? ---------------
+#
+# The hang watchdog (watchdog.py) judges every thread of every watched process from three files:
+#
+#   /proc/PID/task/TID/schedstat   CPU nanoseconds it ran, how many times it was put on a CPU
+#                                  (that count moves each time a wait of it ends)
+#   /proc/PID/task/TID/syscall     the system call it is blocked in and its six arguments
+#                                  (see proc(5)); "running" when it is not in one
+#   /proc/PID/task/TID/wchan       the kernel function it sleeps in (futex_wait_queue, ...)
+#
+# The system call says what the thread waits for, and whether the wait has a deadline:
+#
+#   clock_nanosleep, nanosleep          time.sleep(t)                      deadline
+#   futex WAIT with a timeout pointer   lock.acquire(timeout=t), Event.wait(t)   deadline
+#   futex WAIT, timeout NULL            lock.acquire(), join(), Event.wait()     for ever
+#   poll/epoll_wait timeout >= 0 (ms)   Connection.poll(t), Queue.get(timeout=t) deadline
+#   ppoll/select/pselect6 timeout ptr   select.select(..., t)              deadline (NULL: for ever)
+#   read, write, accept, recv..., wait4 a pipe, a socket, a child          for ever
+#
+# A futex with FUTEX_PRIVATE_FLAG (128) lives in this process's own memory: only a thread of the
+# same process can wake it. (A multiprocessing Lock's semaphore is shared memory: not private.)
+# Linux only, x86_64 and aarch64 (other machines: every wait reads as "unknown").
+
+_SYSCALLS = {      # number: (name, where its timeout is: ("ms", arg) an int, ("ptr", arg), None)
+    "x86_64": {0: ("read", None), 1: ("write", None), 7: ("poll", ("ms", 2)),
+               23: ("select", ("ptr", 4)), 35: ("nanosleep", "sleep"),
+               43: ("accept", None), 45: ("recvfrom", None), 47: ("recvmsg", None),
+               44: ("sendto", None), 46: ("sendmsg", None), 61: ("wait4", None),
+               202: ("futex", ("ptr", 3)), 230: ("clock_nanosleep", "sleep"),
+               232: ("epoll_wait", ("ms", 3)), 247: ("waitid", None),
+               270: ("pselect6", ("ptr", 4)), 271: ("ppoll", ("ptr", 2)),
+               281: ("epoll_pwait", ("ms", 3)), 288: ("accept4", None),
+               441: ("epoll_pwait2", ("ptr", 3))},
+    "aarch64": {63: ("read", None), 64: ("write", None), 73: ("ppoll", ("ptr", 2)),
+                72: ("pselect6", ("ptr", 4)), 101: ("nanosleep", "sleep"),
+                115: ("clock_nanosleep", "sleep"), 202: ("accept", None),
+                207: ("recvfrom", None), 212: ("recvmsg", None), 206: ("sendto", None),
+                211: ("sendmsg", None), 260: ("wait4", None), 95: ("waitid", None),
+                98: ("futex", ("ptr", 3)), 22: ("epoll_pwait", ("ms", 3)),
+                242: ("accept4", None), 441: ("epoll_pwait2", ("ptr", 3))},
+}
+_FUTEX_WAITS = {0, 9, 6, 11}      # FUTEX_WAIT, _WAIT_BITSET, _LOCK_PI, _WAIT_REQUEUE_PI
+_FUTEX_PRIVATE = 128
+
+
+class ThreadView(NamedTuple):
+    pid: int
+    tid: int
+    state: str         # R running, S sleeping, D in the disk/kernel, T stopped, Z ...
+    cpu_ns: int        # CPU time it has used
+    runs: int          # times it was put on a CPU: moves whenever a wait of it ends
+    call: str          # the system call it waits in ("running", "unknown", "futex", ...)
+    args: tuple        # that call's six arguments (ints)
+    wait: str          # "running", "deadline", "forever", "sleep" (a deadline: time itself),
+                       # "terminal" (reading a terminal: waits for you), "unknown"
+    private: bool      # a futex wait only a thread of this same process can end
+    wchan: str         # the kernel function it sleeps in: "" (read only for a verdict: wchan())
+
+    @property
+    def key(self):
+        """What it waits on: the call and the argument that names the thing (a lock's address,
+        an fd; for poll/ppoll the number of fds -- their array is on the stack, which moves)."""
+        if self.wait == "running":
+            return None
+        return (self.call, self.args[1:2] if self.call in ("poll", "ppoll") else self.args[:1])
+
+
+def threads(pid, before=None):
+    """A ``ThreadView`` of each thread of process `pid` ([] when it has gone).
+
+    `before`: ``{tid: ThreadView}`` from the last look. A thread that has not run since (same
+    CPU time and run count in its schedstat) is where it was: its view is reused, and only one
+    small file is read for it -- the watchdog looks 10 times a second at every thread."""
+    try:
+        tids = sorted(int(t) for t in os.listdir(f"/proc/{pid}/task"))
+    except OSError:
+        return []
+    out = []
+    for tid in tids:
+        old = (before or {}).get(tid)
+        if old is not None and old.wait != "running":
+            sched = _read(f"/proc/{pid}/task/{tid}/schedstat")
+            if sched and sched.split()[0:3:2] == [str(old.cpu_ns), str(old.runs)]:
+                out.append(old)
+                continue
+        view = _thread(pid, tid)
+        if view is not None:
+            out.append(view)
+    return out
+
+
+def wchan(pid, tid):
+    """The kernel function thread `tid` sleeps in ("" when running, or unreadable)."""
+    text = (_read(f"/proc/{pid}/task/{tid}/wchan") or "").strip()
+    return "" if text == "0" else text
+
+
+def _read(path):
+    try:
+        with open(path) as f:
+            return f.read()
+    except OSError:
+        return None
+
+
+def _thread(pid, tid):
+    base = f"/proc/{pid}/task/{tid}"
+    stat, sched = _read(f"{base}/stat"), _read(f"{base}/schedstat")
+    if stat is None:
+        return None
+    try:
+        state = stat.rsplit(")", 1)[1].split()[0]
+    except IndexError:
+        return None
+    cpu_ns, runs = 0, 0
+    if sched:
+        fields = sched.split()
+        cpu_ns, runs = int(fields[0]), int(fields[2])
+    else:                                   # no schedstat: CPU ticks, and no run count
+        fields = stat.rsplit(")", 1)[1].split()
+        cpu_ns = (int(fields[11]) + int(fields[12])) * 10_000_000
+    call, args, wait, private = _syscall(pid, (_read(f"{base}/syscall") or "").split())
+    if state == "R":
+        wait = "running"
+    return ThreadView(pid, tid, state, cpu_ns, runs, call, args, wait, private, "")
+
+
+def _syscall(pid, fields):
+    """(call, args, wait, private) from the fields of /proc/PID/task/TID/syscall."""
+    if not fields or fields[0] == "running":
+        return "running", (), "running", False
+    table = _SYSCALLS.get(os.uname().machine)
+    try:
+        number, args = int(fields[0]), tuple(int(a, 16) for a in fields[1:7])
+    except ValueError:
+        return "unknown", (), "unknown", False
+    if table is None or number not in table or len(args) < 6:
+        return (f"syscall {number}" if number >= 0 else "unknown"), args, "unknown", False
+    call, timeout = table[number]
+    if timeout == "sleep":
+        return call, args, "sleep", False
+    if call == "futex":
+        op = args[1]
+        if op & 0x7f not in _FUTEX_WAITS:
+            return call, args, "unknown", False
+        wait = "deadline" if args[3] else "forever"
+        return call, args, wait, bool(op & _FUTEX_PRIVATE) and wait == "forever"
+    if timeout is None:
+        if call == "read" and _is_terminal(pid, args[0]):
+            return call, args, "terminal", False
+        return call, args, "forever", False
+    how, where = timeout
+    if how == "ms":
+        value = args[where] & 0xffffffff                      # an int: -1 means no deadline
+        value = value - (1 << 32) if value >= 1 << 31 else value
+        return call, args, "forever" if value < 0 else "deadline", False
+    return call, args, "deadline" if args[where] else "forever", False
+
+
+def _is_terminal(pid, fd):
+    try:
+        target = os.readlink(f"/proc/{pid}/fd/{fd}")
+    except OSError:
+        return False
+    return target.startswith(("/dev/pts/", "/dev/tty"))
+
+
+def fd_target(pid, fd):
+    """What fd `fd` of `pid` is: "pipe:[123]", a path, "socket:[...]" ("" if unknown)."""
+    try:
+        return os.readlink(f"/proc/{pid}/fd/{fd}")
+    except OSError:
+        return ""

@@ -240,7 +240,10 @@ class _Log:
         for n in range(1000):   # a reused pid, or a second record() in this process
             self.path = os.path.join(directory, f"{pid}-{n}{SUFFIX}")
             try:
-                self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+                # 0600: a log holds argv and what the program marked; O_EXCL never follows a
+                # link another user planted, nor reuses a file that is not ours
+                self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW,
+                                  0o600)
                 break
             except FileExistsError:
                 continue
@@ -530,8 +533,8 @@ def note(directory, text):
     """Append the line `text` to the trace directory's NOTES file; never raises."""
     line = " ".join(str(text).split()) + "\n"           # one line, whatever it held
     try:
-        fd = os.open(os.path.join(directory, NOTES), os.O_WRONLY | os.O_APPEND | os.O_CREAT,
-                     0o644)
+        fd = os.open(os.path.join(directory, NOTES),
+                     os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o600)
     except OSError:
         return
     try:
@@ -540,6 +543,25 @@ def note(directory, text):
         pass
     finally:
         os.close(fd)
+
+
+def create_private(directory, name):
+    """Create the file `name` in the trace `directory` for writing, private (0600), never
+    through a link and never over an existing file: a link another user planted would make us
+    overwrite what it points to, and a file already there is not ours to replace. When `name`
+    is taken, the first free ``stem-2.ext``, ``stem-3.ext``... is used. Returns (binary file,
+    its path): the caller says where it wrote when the name is not the one asked for."""
+    stem, ext = os.path.splitext(name)
+    for n in range(1, 1000):
+        path = os.path.join(directory, name if n == 1 else f"{stem}-{n}{ext}")
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                         0o600)
+        except FileExistsError:
+            continue
+        return os.fdopen(fd, "wb"), path
+    raise FileExistsError(f"{directory} holds {name} and 998 more of its kind: give -o a new "
+                          f"directory")
 
 
 def read_notes(directory):
@@ -562,7 +584,7 @@ def start(directory, how, ppid=None, **info):
     _install_fork_hooks()
     ppid = ppid if ppid is not None else os.getppid()
     try:
-        os.makedirs(directory, exist_ok=True)
+        os.makedirs(directory, mode=0o700, exist_ok=True)
         log = _Log(directory, ppid, on_error=_recording_failed)
     except OSError as exc:
         warnings.warn(RecorderWarning(

@@ -19,9 +19,9 @@ process boundary goes through (torch/multiprocessing/reductions.py, torch/storag
 
 Every event says ``torch=True``. Names are torch's own: ``/torch_<pid>_<rand>_<n>``, the name
 /proc/PID/maps shows under /dev/shm (file_descriptor segments show it "(deleted)": torch unlinks
-the name at once and keeps the fd). What is *not* seen: when torch unmaps a segment or the
-manager unlinks it (C++ with no Python on the way), so a torch segment is never drawn as leaked
-or freed by us; the pictures say "unlink not seen (torch)".
+the name at once and keeps the fd). What is *not* seen: when torch unmaps a segment (looked for
+instead: ``_mapped_now``) or the manager unlinks it (C++ with no Python on the way), so a torch
+segment is never drawn as leaked or freed by us; the pictures say "unlink not seen (torch)".
 """
 import functools
 import hashlib
@@ -38,6 +38,10 @@ _disabled = None                  # why recording torch's sharing stopped, or No
 _sizes = {}                       # segment name -> nbytes, for segments this process knows
 _managers = set()                 # torch_shm_manager socket paths seen by this process
 _here = threading.local()         # .handle: (name, strategy, nbytes) of the last share call
+_mine = {}                        # name -> (strategy, StorageWeakRef or None): torch segments
+                                  # this process maps, as far as we know
+_looked = [0, 0.0]                # segments mapped since the last look; when /proc was last read
+LOOK_EVERY, READ_MAPS_EVERY_S = 8, 1.0
 _orig = {}
 
 
@@ -91,8 +95,9 @@ def install():
         Tensor.share_memory_(), Module.share_memory()  ─► shm.create + copy (via="share_memory_")
         a CUDA tensor: reduce_tensor's CUDA branch ─► cuda.send {block, nbytes} (an IPC handle)
           rebuild_cuda_tensor, in the receiver   ─► cuda.ipc_open {block} (unless torch's cache has it)
-        a DataLoader worker's collate             ─► shm.create, no copy (via="_new_shared": the batch
-                                                     is built in shared memory)
+        a DataLoader worker's collate             ─► shm.create (via="_new_shared") + copy (via=
+                                                     "collate"): the samples are copied into a new
+                                                     segment, which the batch then is
         a forked child                            ─► shm.attach (how="fork") for every torch segment
                                                      it inherits (read from /proc/self/maps)
         DataLoader's _worker_loop                 ─► dataloader.worker {phase: start/exit, worker_id}
@@ -149,10 +154,42 @@ def install():
     _wrap_function(pin_memory, "_pin_memory_loop", _pin_memory_loop)
     _wrap_function(pin_memory, "pin_memory", _pin_batch)
     _wrap_method(dataloader._BaseDataLoaderIter, "__init__", _loader_iter_init)
+    _watch_distributed(torch)
     sharer = resource_sharer._resource_sharer
     _orig["register"] = sharer.register
     sharer.register = _register
     os.register_at_fork(after_in_child=_inherited_by_fork)
+
+
+def _watch_distributed(torch):
+    """torch.distributed is not hooked (yet): its collectives move tensors over sockets or
+    shared memory in C++. A program that starts a process group gets a ``not_recorded`` event
+    (a NOT RECORDED line in the report), so its silence is never read as "nothing happened"."""
+    dist = getattr(torch, "distributed", None)
+    if dist is None or not getattr(dist, "is_available", lambda: False)():
+        return
+    from .trace import UNKNOWN
+    original = dist.init_process_group
+
+    @functools.wraps(original)
+    def init_process_group(*args, **kwargs):
+        if recorder.ENABLED:
+            backend = kwargs.get("backend", args[0] if args else None)
+            recorder.emit(
+                "not_recorded", what="torch.distributed",
+                why=f"init_process_group(backend={backend!r}) started a process group; mpviz "
+                    f"does not hook torch.distributed: its rendezvous, collectives (all_reduce, "
+                    f"broadcast, DDP's gradient buckets) and the bytes they move are "
+                    f"NOT recorded ({UNKNOWN}), and time spent in them shows as nothing "
+                    f"recorded",
+                fix="read them with torch.profiler or py-spy dump; mpviz shows the processes "
+                    "and what they share outside torch.distributed",
+                torch=True)
+        return original(*args, **kwargs)
+    dist.init_process_group = init_process_group
+    import torch.distributed.distributed_c10d as c10d   # (where DDP's own helpers look it up)
+    if getattr(c10d, "init_process_group", None) is original:
+        c10d.init_process_group = init_process_group
 
 
 def version_supported(version):
@@ -250,6 +287,7 @@ def _shared(storage, strategy, handle, nbytes, was_shared):
     _here.handle = (name, strategy, nbytes)
     if not was_shared:                           # the bytes moved: a new segment, one copy
         _sizes[name] = nbytes
+        _mapped_now(name, strategy, storage)
         via = "reduce_storage" if getattr(_here, "reducing", False) else "share_memory_"
         recorder.emit("shm.create", name=name, strategy=strategy, nbytes=nbytes, via=via,
                       torch=True)
@@ -278,8 +316,13 @@ def _created_shared(storage):
         fd, nbytes = _orig["_share_fd_cpu_"](storage)
         name, strategy = _fd_name(fd), "file_descriptor"
     _sizes[name] = nbytes
+    _mapped_now(name, strategy, storage)
     recorder.emit("shm.create", name=name, strategy=strategy, nbytes=nbytes, via="_new_shared",
                   torch=True)
+    from torch.utils.data import get_worker_info
+    if get_worker_info() is not None:  # a DataLoader worker's collate: stack(samples, out=this)
+        recorder.emit("copy", name=name, strategy=strategy, nbytes=nbytes, via="collate",
+                      torch=True)
 
 
 def _module_share_memory(original, module):
@@ -315,8 +358,7 @@ def _handle_sent(result):
     token = _token(getattr(df, "_id", None))
     via = ("process start" if context.get_spawning_popen() is not None else
            "resource_sharer" if token is not None else "name")
-    if via != "process start":
-        recorder.count_handle()    # the message being pickled carries one more (state.py)
+    recorder.count_handle()        # the message (or a Process's arguments) carries one more
     recorder.emit("shm.handle", name=name, strategy=strategy, nbytes=nbytes, via=via,
                   token=token, torch=True)
     if token is not None:
@@ -429,7 +471,10 @@ def _mapped(name, strategy, storage, hit):
                       torch=True)
     else:
         _sizes[name] = nbytes
+        _mapped_now(name, strategy, storage)
         recorder.emit("shm.attach", name=name, strategy=strategy, nbytes=nbytes, torch=True)
+    from . import hooks
+    hooks.received_at_start()      # a spawned child unpickling its arguments: one handle more
 
 
 # --- CUDA tensors: an IPC handle to GPU memory travels, never the bytes ---------------------------
@@ -469,11 +514,9 @@ def _cuda_block(args):
 
 
 def _cuda_sent(args):
-    from multiprocessing import context
     if args["storage_handle"] is None or not args["storage_size_bytes"]:
         return                                   # an empty storage: no handle, nothing shared
-    if context.get_spawning_popen() is None:
-        recorder.count_handle()    # the message being pickled carries one more (state.py)
+    recorder.count_handle()        # the message (or a Process's arguments) carries one more
     recorder.emit("cuda.send", block=_cuda_block(args), nbytes=args["storage_size_bytes"],
                   device=args["storage_device"], torch=True)
 
@@ -486,6 +529,8 @@ def _rebuild_cuda_tensor(original, *args, **kwargs):
         recorder.emit("cuda.ipc_open", block=_cuda_block(named),
                       nbytes=named["storage_size_bytes"], device=named["storage_device"],
                       torch=True)
+        from . import hooks
+        hooks.received_at_start()
     return tensor
 
 
@@ -519,10 +564,73 @@ def _scan_maps():
             if name in seen:
                 continue
             seen.add(name)
+            _mine[name] = ("file_descriptor" if deleted else "file_system", None)
             lo, hi = (int(x, 16) for x in line.split(None, 1)[0].split("-"))
             recorder.emit("shm.attach", name=name, how="fork", torch=True,
                           strategy="file_descriptor" if deleted else "file_system",
                           nbytes=_sizes.get(name, hi - lo))
+
+
+# --- torch's unmaps, looked for -----------------------------------------------------------------
+#
+# Each process keeps the torch segments it mapped, with a weak reference to the storage that maps
+# each, and after every 8 more it looks: a storage torch has freed is unmapped (``shm.detach``
+# how="storage freed"); at most once a second, and when the process leaves ``_bootstrap``, it
+# reads what Linux says, /proc/self/maps, and a segment gone from there is unmapped too
+# (how="/proc/self/maps"; the segments a fork inherited have no storage to ask). So the memory
+# map counts what was really mapped, to within the 8 not looked at yet -- not every segment the
+# run ever made (a loop that sends 10,000 tensors maps a few at a time).
+
+def _mapped_now(name, strategy, storage=None):
+    """This process maps torch segment `name` now (through `storage`); every LOOK_EVERY such
+    (more when it maps many at once: the look is then as cheap per segment), look which of them
+    torch has let go of."""
+    import time
+
+    from torch.multiprocessing.reductions import StorageWeakRef
+    _mine[name] = (strategy, StorageWeakRef(storage) if storage is not None else None)
+    _looked[0] += 1
+    if _looked[0] >= max(LOOK_EVERY, len(_mine) // 4):
+        _looked[0] = 0
+        if time.monotonic() - _looked[1] >= READ_MAPS_EVERY_S:
+            _look_at_maps()
+        else:
+            _sweep_freed()
+
+
+def _sweep_freed():
+    """A segment whose storage torch has freed is unmapped (torch unmaps as it frees, in C++):
+    its ``shm.detach`` now. (A weak reference to torch's storage: ~0.5 us to ask, where reading
+    /proc/self/maps costs ~0.5 ms; /proc is read too, every READ_MAPS_EVERY_S, as the truth.)"""
+    for name in [n for n, (_, ref) in _mine.items() if ref is not None and ref.expired()]:
+        strategy, _ = _mine.pop(name)
+        recorder.emit("shm.detach", name=name, strategy=strategy, nbytes=_sizes.get(name),
+                      how="storage freed", torch=True)
+
+
+def _look_at_maps():
+    """Read /proc/self/maps; every segment of ours not there any more was unmapped by torch
+    (in C++, unseen) since the last look: record its ``shm.detach`` now."""
+    import time
+    _looked[0], _looked[1] = 0, time.monotonic()
+    if not _mine:
+        return
+    there = set()
+    with open("/proc/self/maps") as f:
+        for line in f:
+            at = line.find("/dev/shm/torch_")
+            if at != -1:
+                there.add(line[at + 8:].rstrip("\n").removesuffix(" (deleted)"))
+    for name in [n for n in _mine if n not in there]:
+        strategy, _ = _mine.pop(name)
+        recorder.emit("shm.detach", name=name, strategy=strategy, nbytes=_sizes.get(name),
+                      how="/proc/self/maps", torch=True)
+
+
+def looked_at_exit():
+    """A process leaving _bootstrap (hooks.py): what it still maps, as Linux says."""
+    if _mine and _on():
+        _guard(_look_at_maps)
 
 
 def _worker_loop(original, *args, **kwargs):

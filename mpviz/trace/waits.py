@@ -14,7 +14,8 @@ To see that in a trace, every wait that can hang records when it starts and when
     fut.result(), wait(), as_completed()   wait.begin {on: "future", ...}     ... wait.end
     a feeder thread's write into a full pipe   {on: "pipe.write", id: <queue id>, nbytes}
     a process at exit, waiting for its queue's feeder to finish writing
-                          wait.begin {on: "thread", id: <feeder's OS thread id>, name}
+                          wait.begin {on: "thread", id: <feeder's OS thread id>, name, at_exit}
+    (``at_exit: true`` on a join made by multiprocessing's exit function: see _at_exit)
 
 ``id`` names what is waited on, in the words the rest of the trace uses (a pid, a queue id as
 in ``queue.put``, a lock id as in ``lock.wait``), so that a wait-for graph can follow the arrow
@@ -23,11 +24,12 @@ the trace ended: in a hang, that is the picture. Two events per wait (a get's en
 ``queue.get``: get_wait); waits inside waits are recorded once (:func:`_outermost`). A
 multiprocessing ``Lock``/``Semaphore`` made by user code records its waits already (locks.py).
 """
+import os
 import sys
 import threading
 from concurrent import futures
 from concurrent.futures import _base
-from multiprocessing import pool, process, queues, synchronize
+from multiprocessing import pool, process, queues, synchronize, util
 
 from . import recorder
 from .events import queue_id as _queue_id
@@ -163,8 +165,16 @@ def process_join(join, self, timeout=None):
     popen = self._popen
     if not _outermost() or popen is None or popen.returncode is not None:
         return join(self, timeout)
-    return _recorded(join, "process", self.pid, {"name": self.name, "timeout": timeout},
+    return _recorded(join, "process", self.pid, {"name": self.name, "timeout": timeout,
+                                                 **_at_exit()},
                      (self, timeout), {}, lambda _: popen.returncode is not None)
+
+
+def _at_exit():
+    """``{"at_exit": True}`` while multiprocessing's exit function runs (``util._exiting``):
+    at the end of a child's run, or in a program's atexit -- it joins the children a program
+    did not join and each queue's feeder thread; a wait there is a wait at interpreter exit."""
+    return {"at_exit": True} if util._exiting else {}
 
 
 def _joinable_join(self):
@@ -199,7 +209,7 @@ def _finalize_join(twr):
     if thread is None or not _outermost():
         return _inner("Queue._finalize_join")(twr)
     return _recorded(_inner("Queue._finalize_join"), "thread", thread.native_id,
-                     {"name": thread.name}, (twr,), {})
+                     {"name": thread.name, **_at_exit()}, (twr,), {})
 
 
 # --- synchronisation objects -------------------------------------------------------------------
@@ -280,30 +290,43 @@ _DONE = object()                              # as_completed has no more futures
 def feeder_writes(send_bytes, qid, fd):
     """Wrap a feeder thread's write into the pipe `fd`: record a wait when it may block.
 
-    A pipe holds about 64 KiB; a write that does not fit blocks until the reader has made room.
-    Before each write (while recording) one ``ioctl(FIONREAD)`` asks how much the pipe holds
-    now; only a write that may not fit is recorded, as ``wait.begin {on: "pipe.write"}`` ...
-    ``wait.end``. (Counting our own writes instead of asking would miss the bytes that other
-    processes put into the same queue: a hang could go unrecorded.)"""
+    A Linux pipe is a ring of `size` / page-size slots (16 pages: 64 KiB); a write takes a new
+    slot unless it fits in what is left of the last page. So a pipe can be full with fewer than
+    64 KiB in it: 10,000 small messages of 24 bytes fill it at 65,280 bytes, messages of 3,000
+    bytes at 48,000 (one per page). Counting bytes is not enough; asking whether a slot is free
+    is -- ``poll(POLLOUT)`` says exactly that, and a write of at most one page needs at most one
+    slot. Before each write (while recording) the feeder asks: a write of at most a page with a
+    free slot cannot block; any other is recorded as ``wait.begin {on: "pipe.write"}`` ...
+    ``wait.end`` (for a bigger write, also when the bytes already in the pipe plus the write
+    and a page per slot it may take do not fit). Asking the pipe, not counting our own writes,
+    also sees the bytes other processes put into the same queue: a hang is never unrecorded;
+    a write recorded as a wait that did not block is a wait of a few microseconds."""
     import fcntl
+    import select
     import termios
     try:
         size = fcntl.fcntl(fd, fcntl.F_GETPIPE_SZ)
     except (AttributeError, OSError):
         return send_bytes                    # not a Linux pipe: nothing we can ask
+    page = os.sysconf("SC_PAGE_SIZE")
+    writable = select.poll()
+    writable.register(fd, select.POLLOUT)
     answer = bytearray(4)
 
     def send(buf):
         if not recorder.ENABLED:
             return send_bytes(buf)
         n = len(buf) + 4                     # + the length word
-        if n <= size:
-            try:
+        try:
+            slot_free = bool(writable.poll(0))
+            if n <= page and slot_free:
+                return send_bytes(buf)       # one slot at most, and one is free: cannot block
+            if slot_free and n <= size:
                 fcntl.ioctl(fd, termios.FIONREAD, answer, True)
-            except OSError:                  # (the write will say what is wrong)
-                return send_bytes(buf)
-            if int.from_bytes(answer, sys.byteorder) + n <= size:
-                return send_bytes(buf)       # it fits: the write cannot block
+                if int.from_bytes(answer, sys.byteorder) + n + page * (n // page + 2) <= size:
+                    return send_bytes(buf)   # room for it, with a page to spare per slot
+        except OSError:                      # (the write will say what is wrong)
+            return send_bytes(buf)
         return _recorded(send_bytes, "pipe.write", qid, {"nbytes": len(buf)}, (buf,), {})
     send._mpviz = True                       # messages._hooked: already wrapped
     return send

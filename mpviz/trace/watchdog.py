@@ -2,10 +2,26 @@
 
 A scenario's watchdog (scenarios/runner.py) does this for the workshop's cases; this module does
 the same for the learner's own program, and reuses that file's helpers (processes of a session,
-their CPU time, asking them for their stacks)::
+asking them for their stacks). Hangs are judged by what each thread waits on, not by silence:
 
-    every 0.1 s:  new events in the trace directory?  the watched processes used CPU?  → progress
-                  no progress for `hang_after` seconds                                → a hang
+    every 0.1 s, each thread of each watched process (osview.threads: /proc/PID/task/TID):
+        it ran (its run count moved: a wait of it ended), or used CPU     → it moved
+        it waits with a deadline: time.sleep(t), get(timeout=t), select   → it moves when that
+                                                                             wait ends (a loop
+              that waits again on the same lock or fd with no work between is one long wait)
+        it waits for ever: a lock with no timeout, a read on a pipe, join → only another
+                                                                             thread can end it
+        it reads a terminal (input())                                     → it waits for you:
+                                                                             never a hang
+    DEADLOCK, one process:  every thread of it has waited for `hang_after` s, with no time
+                            limit, on a lock of its own memory (a private futex) -- only a
+                            thread of that same process could release it, and none can. It
+                            can never move, whatever other processes (or CPU use) do.
+    DEADLOCK, everyone:     no thread of any process moved (and no event was recorded) for
+                            `hang_after` s, and every one waits for ever: nobody can ever move.
+    STALLED:                the same, but some threads wait with a deadline longer than
+                            `hang_after` (a sleep of an hour, a get(timeout=60)): they would
+                            move one day, later than you said you would wait.
 
     a hang:   SIGUSR1 to each recorded process still running; faulthandler (registered in every
               process at start-up by ``autostart.register_stacks``) writes its threads' Python
@@ -13,76 +29,163 @@ their CPU time, asking them for their stacks)::
               the caller ends the processes (the launcher: the program's whole session;
               ``record()``: the block's children, see ``Guard``)
               the stacks become ``watchdog.stuck`` events (the pictures mark those lanes stuck)
-              ``verdict()``: the same in words -- how long nothing happened, where each process
-              was, and who waits for whom as far as the trace recorded it
+              ``verdict()``: the same in words -- the kind of hang, where each thread was and
+              what it waits on (stuck.py), and who waits for whom as far as the trace recorded it
 
-"Progress" is what the trace can see: an event, or CPU time. A process whose main thread sleeps
-(``time.sleep``) or reads from a terminal (``input()``) is waiting for time or for you, not
-stuck: that counts as progress too (seen in /proc: the system call it is blocked in). Anything
-else that waits longer than `hang_after` without recording an event looks the same as a hang --
-a slow network read, say -- which is why the verdict says what was seen and shows the stacks,
-and why ``--hang-after 0`` turns this off.
+Ctrl-C is a diagnosis too: the launcher (its ``Forwarder``) and a ``record()`` block (``Guard.
+on_interrupt``) print the same report at a SIGINT -- ``interrupt_report``: the stacks (a process
+the same Ctrl-C reached wrote its own at the signal: ``interrupt_stacks``), what each waits for,
+who must act -- before the program hears it; then the processes it leaves are ended.
+
+A wait on something outside the program (a slow network read) looks the same as a hang, which is
+why the verdict says what was seen and shows the stacks, and why ``--hang-after 0`` turns this
+off. Below MIN_HANG_AFTER the watchdog refuses: it judges a thread by what it did between two
+looks, 0.1 s apart, and needs several looks (and a program time to start) before "nothing moved"
+means anything.
 """
+import math
 import os
 import signal
 import time
 
-from . import recorder
+from . import osview, recorder
 from .trace import Trace
 
 POLL_SECONDS = 0.1
-CPU_PROGRESS_SECONDS = 0.25   # this much CPU used by the watched processes = progress
+MIN_HANG_AFTER = 0.5          # seconds: 5 looks; below it, a starting program reads as stuck
+MOVE_CPU_NS = 20_000_000      # a thread that used this much CPU since it last moved: it works
 STACKS = ".stacks"            # the folder in the trace directory where the stacks go
 HANG_EXIT_STATUS = 124        # what `timeout` returns when it had to stop its command
+
+
+def check_hang_after(value, name="hang_after"):
+    """`value` as seconds (float), or 0.0 for "off"; ``ValueError`` saying why otherwise."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ValueError(f"{name} must be a number of seconds, not {value!r}. Fix: e.g. "
+                         f"{name}=10, or 0 to turn the watchdog off")
+    if math.isnan(value) or math.isinf(value) or value < 0:
+        raise ValueError(f"{name} must be 0 (off) or a finite number of seconds >= "
+                         f"{MIN_HANG_AFTER}, not {value}. Fix: e.g. 10; 0 turns the watchdog off")
+    if 0 < value < MIN_HANG_AFTER:
+        raise ValueError(
+            f"{name}={value} is too short to judge a hang: the watchdog looks at each thread "
+            f"every {POLL_SECONDS} s and needs several looks before 'nothing moved' means "
+            f"anything (below {MIN_HANG_AFTER} s a program that is still starting, or busy, "
+            f"would be called stuck). Fix: give at least {MIN_HANG_AFTER} s, or 0 to turn it off")
+    return float(value)
+
+
+def _progress(event):
+    """Is this recorded event progress? A wait that begins, or ends without what it waited for
+    (a timeout), is not: a loop of get(timeout=...) records them and moves nothing."""
+    return not (event.kind == "wait.begin" or
+                (event.kind == "wait.end" and event.args.get("ok") is False))
+
+
+class _Seen:
+    """What the watchdog last saw of one thread."""
+    __slots__ = ("view", "moved", "since", "cpu_since_move")
+
+    def __init__(self, view, now):
+        self.view, self.moved, self.since, self.cpu_since_move = view, now, now, 0
 
 
 class Watchdog:
     """Watches a trace directory and a set of processes; ``poll()`` says when they are stuck.
 
     `pids()`: the processes to watch, asked at every poll (the launcher: the program's session;
-    ``record()``: this process's descendants). `cpu()`: their CPU seconds so far (default: summed
-    over `pids()` from /proc).
+    ``record()``: this process and its descendants). `ignore()`: thread ids not to judge (the
+    guard's own thread, in ``record()``).
+
+    After ``poll()`` returned True: ``kind`` ("deadlock" or "stalled"), ``stuck_pids`` (the
+    processes that can never move; empty when the whole program stalled), ``stalled_for``.
     """
 
-    def __init__(self, directory, hang_after, pids, cpu=None):
+    def __init__(self, directory, hang_after, pids, ignore=None):
         from ..scenarios import runner
         self._runner = runner
-        self.directory, self.hang_after, self.pids = directory, float(hang_after), pids
+        self.directory, self.pids = directory, pids
+        self.hang_after = check_hang_after(hang_after)
+        self._ignore = ignore or (lambda: ())
         self.stacks_dir = os.path.join(directory, STACKS)
         os.makedirs(self.stacks_dir, exist_ok=True)
         self.trace = Trace(directory)       # live: refreshed at every poll, complete at the end
-        self._cpu = cpu or self._cpu_of_pids
         self.last_progress = time.monotonic()
-        self.cpu_mark = self._cpu()
         self.stalled_for = 0.0
-
-    def _cpu_of_pids(self):
-        total = 0.0
-        for pid in self.pids():
-            st = self._runner._stat(pid)
-            if st is not None:
-                total += st[3]
-        return total
+        self.seen = {}                      # (pid, tid) -> _Seen
+        self.kind, self.stuck_pids, self.facts = None, [], None
 
     def poll(self):
-        """Look once: True when nothing has progressed for `hang_after` seconds."""
+        """Look once: True when a process can never move, or nothing moved for `hang_after`."""
         try:
-            new = self.trace.refresh()
+            self.trace.refresh()
+            new = any(_progress(e) for e in self.trace.last_read)
         except Exception:         # a log being created right now; the next poll reads it
-            new = 0
-        now, cpu = time.monotonic(), self._cpu()
-        if new or cpu - self.cpu_mark > CPU_PROGRESS_SECONDS:
-            self.last_progress, self.cpu_mark = now, cpu
+            new = False
+        now = time.monotonic()
+        moved = self._look(now)
+        if new or moved:
+            self.last_progress = now
         self.stalled_for = now - self.last_progress
-        if self.stalled_for > self.hang_after and self._waiting_for_time_or_user():
-            self.last_progress = now                      # not stuck: asleep, or asking you
-            self.stalled_for = 0.0
-        return self.stalled_for > self.hang_after
+        self.stuck_pids = self._never_moving(now)
+        if self.stuck_pids:
+            self.kind = "deadlock"
+            self.stalled_for = max(now - self.seen[k].moved for k in self.seen
+                                   if k[0] in self.stuck_pids)
+        elif self.stalled_for > self.hang_after:
+            waits = {s.view.wait for s in self.seen.values()}
+            self.kind = "stalled" if waits & {"sleep", "deadline"} else "deadlock"
+        else:
+            return False
+        from . import stuck
+        self.facts = stuck.Facts(self, now)      # read /proc now: the processes die next
+        return True
 
-    def _waiting_for_time_or_user(self):
-        """True if a watched process's main thread sleeps (``time.sleep``) or reads from a
-        terminal (``input()``): its wait ends by itself, or when you type -- not a hang."""
-        return any(waits_for_time_or_user(pid, pid) for pid in self.pids())
+    def _look(self, now):
+        """Read every thread; update what was seen; True if any moved (or came, or went)."""
+        ignore = set(self._ignore())
+        views, before = {}, {}
+        for (pid, tid), s in self.seen.items():
+            before.setdefault(pid, {})[tid] = s.view
+        for pid in self.pids():
+            for view in osview.threads(pid, before.get(pid)):
+                if view.tid not in ignore:
+                    views[(pid, view.tid)] = view
+        moved = set(views) != set(self.seen)          # a thread (or process) started or ended
+        seen = {}
+        for key, view in views.items():
+            old = self.seen.get(key)
+            if old is None:
+                seen[key] = _Seen(view, now)
+                continue
+            seen[key] = old
+            prev, old.view = old.view, view
+            old.cpu_since_move += view.cpu_ns - prev.cpu_ns
+            ran = view.runs != prev.runs or view.cpu_ns != prev.cpu_ns
+            if view.wait == "terminal" or old.cpu_since_move >= MOVE_CPU_NS or (
+                    ran and (view.key != prev.key or prev.wait in ("sleep", "running"))):
+                old.moved, old.since, old.cpu_since_move = now, now, 0
+                moved = True
+        self.seen = seen
+        return moved
+
+    def _never_moving(self, now):
+        """Processes whose every thread waits for ever on a lock of its own (a private futex),
+        for `hang_after` s: none of them can release another. [] when there is none."""
+        by_pid = {}
+        for (pid, _tid), s in self.seen.items():
+            by_pid.setdefault(pid, []).append(s)
+        return [pid for pid, threads in by_pid.items()
+                if all(s.view.private and now - s.moved > self.hang_after for s in threads)]
+
+    def reason(self, pid):
+        """What the verdict says of process `pid`, for its ``watchdog.stuck`` event (the
+        pictures frame "deadlock" as STUCK FOR GOOD): "deadlock" (it can never move),
+        "stalled" (a deadline longer than --hang-after holds it up), or "stopped" (it could
+        still move, but was ended with the processes that cannot)."""
+        if self.stuck_pids:
+            return "deadlock" if pid in self.stuck_pids else "stopped"
+        return self.kind or "deadlock"
 
     def capture_stacks(self, extra=None):
         """``{pid: {"name", "stacks"}}`` of every recorded process still running, asked with
@@ -95,9 +198,12 @@ class Watchdog:
             out[pid] = {"name": names.get(pid), "stacks": text}
         return out
 
-    def record_verdict(self, stacks, killed):
+    def record_verdict(self, stacks, killed, kill_ns=None):
         """Write the stacks as ``watchdog.stuck`` events and the kill as ``watchdog.kill``
-        (a log of the watchdog's own, merged into the trace like any process's)."""
+        (a log of the watchdog's own, merged into the trace like any process's). `kill_ns`:
+        when the killing began (``time.monotonic_ns()``): what the kill set off -- a worker's
+        get() that ends in EOFError as its parent dies -- comes after it, and the waits are
+        judged just before it (``state.stuck_moment``)."""
         try:
             log = recorder.SideLog(self.directory, "watchdog")
         except OSError:
@@ -105,8 +211,9 @@ class Watchdog:
         try:
             for pid, info in stacks.items():
                 log.emit("watchdog.stuck", pid=pid, name=info["name"], stacks=info["stacks"],
-                         reason="stuck", seconds=round(self.stalled_for, 2))
-            log.emit("watchdog.kill", pids=list(killed), reason="stuck")
+                         reason=self.reason(pid), seconds=round(self.stalled_for, 2))
+            log.emit("watchdog.kill", pids=list(killed), reason="stuck",
+                     **({"at_ns": kill_ns} if kill_ns else {}))
             recorded = {p.pid for p in self.trace.processes()}
             for pid in killed:       # how they ended, for the pictures: not "still running"
                 if pid in recorded:
@@ -116,15 +223,67 @@ class Watchdog:
             log.close()
 
     def verdict(self, stacks, killed):
-        """The hang in words: what was seen, where each process was, who waits for whom."""
-        lines = [f"mpviz trace: HANG: no process made progress for {self.stalled_for:.1f} s "
-                 f"(no event recorded, no CPU used), so mpviz stopped "
-                 f"{len(killed)} process(es) with SIGKILL.",
-                 "Where each process was (Python stacks captured before they were killed, "
-                 "innermost call first; ... leads to the program's own line):",
-                 stack_summary(stacks)]
+        """The hang in words: its kind, where each thread was and what it waits on, who waits
+        for whom."""
+        from . import stuck
+        lines = stuck.headline(self, len(killed))
+        lines += stuck.threads_in_words(self, stacks)
+        lines += ["Where each process was (Python stacks captured before they were killed, "
+                  "innermost call first; ... leads to the program's own line):",
+                  stack_summary(stacks)]
         lines += waits_in_words(self.trace)
         return "\n".join(lines)
+
+
+def interrupt_report(trace, stacks, at=None, who="mpviz trace"):
+    """Ctrl-C is a diagnosis: the hang verdict's report, at the moment of an interrupt -- each
+    process's stack down to the program's own line, what each waits for, who must act. `at`:
+    the instant to judge the waits at (default: the trace's end)."""
+    return "\n".join([f"{who}: INTERRUPTED (Ctrl-C): where each process was when it came "
+                      f"(Python stacks, innermost call first; ... leads to the program's own "
+                      f"line):", stack_summary(stacks)] + waits_in_words(trace, at))
+
+
+def interrupt_stacks(stacks, stacks_dir):
+    """`stacks` (``capture_stacks``'s), with each process's stacks at the SIGINT itself where it
+    wrote them (``autostart.register_stacks``: PID.int.txt) -- a process the same Ctrl-C
+    reached unwinds at once, and what SIGUSR1 finds afterwards is its exception handling, or
+    nothing (it has exited). Processes found only there are added."""
+    from .autostart import INTERRUPT_SUFFIX
+    out = dict(stacks)
+    try:
+        names = os.listdir(stacks_dir)
+    except OSError:
+        return out
+    for name in names:
+        if not name.endswith(INTERRUPT_SUFFIX) or not name[:-len(INTERRUPT_SUFFIX)].isdigit():
+            continue
+        try:
+            with open(os.path.join(stacks_dir, name), errors="replace") as f:
+                text = f.read()
+        except OSError:
+            continue
+        last = _last_dump(text)
+        if "File " not in last:
+            continue
+        pid = int(name[:-len(INTERRUPT_SUFFIX)])
+        out[pid] = {"name": (out.get(pid) or {}).get("name"), "stacks": last}
+    return out
+
+
+def _last_dump(text):
+    """The last of the faulthandler dumps appended to one file: a dump lists each thread once
+    ("Thread 0x..." / "Current thread 0x..."), so a thread seen again starts the next one."""
+    dumps, seen = [[]], set()
+    for line in text.splitlines():
+        if line.startswith(("Thread 0x", "Current thread 0x")):
+            tid = line.split()[2 if line.startswith("Current") else 1]
+            if tid in seen:
+                dumps.append([])
+                seen = set()
+            seen.add(tid)
+        dumps[-1].append(line)
+    return "\n".join(dumps[-1]).strip()
 
 
 def stack_summary(stacks, frames=3):
@@ -157,6 +316,7 @@ def parse_stacks(text):
                                                   sysconfig.get_paths()["purelib"],
                                                   sysconfig.get_paths()["platlib"]})
     mpviz_dir = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    recorder_dir = os.path.join(mpviz_dir, "trace") + os.sep   # our hooks: never the user's
     threads = []
     for line in text.splitlines():
         line = line.strip()
@@ -170,6 +330,8 @@ def parse_stacks(text):
                 threads[-1].append((line, False))
                 continue
             real = os.path.realpath(path)
+            if real.startswith(recorder_dir):
+                continue                   # a recording hook's frame (waits.py, locks.py ...)
             mine = not real.startswith(library + (mpviz_dir,)) and not path.startswith("<")
             threads[-1].append((f"{fn} ({os.path.basename(path)}:{lineno})", mine))
     # faulthandler does not say which thread is the main one: the others began in threading's
@@ -178,42 +340,14 @@ def parse_stacks(text):
              "main thread", calls) for calls in threads]
 
 
-# System call numbers, by machine, of the waits that end by themselves or by the user's typing
-# (see syscall(2) and /proc/PID/task/TID/syscall in proc(5)): "sleep" and "read".
-_SLEEPS = {"x86_64": {35, 230}, "aarch64": {101, 115}}
-_READ = {"x86_64": 0, "aarch64": 63}
-
-
-def waits_for_time_or_user(pid, tid):
-    """Is thread `tid` of process `pid` in a sleep, or reading a terminal? (Linux: the system
-    call it is blocked in, from /proc; False where that cannot be read.)"""
-    machine = os.uname().machine
-    try:
-        with open(f"/proc/{pid}/task/{tid}/syscall") as f:
-            fields = f.read().split()
-    except OSError:
-        return False
-    if not fields or not fields[0].isdigit() or machine not in _SLEEPS:
-        return False                        # running, or not in a system call
-    number = int(fields[0])
-    if number in _SLEEPS[machine]:
-        return True
-    if number == _READ[machine] and len(fields) > 1:
-        try:
-            target = os.readlink(f"/proc/{pid}/fd/{int(fields[1], 16)}")
-        except (OSError, ValueError):
-            return False
-        return target.startswith(("/dev/pts/", "/dev/tty"))
-    return False
-
-
-def waits_in_words(trace):
-    """Who waits for whom when the run got stuck, as far as the trace recorded it."""
+def waits_in_words(trace, at=None):
+    """Who waits for whom when the run got stuck (or at instant `at`), as far as the trace
+    recorded it."""
     try:
         from mpviz.viz import state as st
     except ImportError:            # no matplotlib: mpviz.viz cannot be imported
         return ["(The wait-for graph needs mpviz.viz, which needs matplotlib.)"]
-    at = st.stuck_moment(trace)
+    at = st.stuck_moment(trace) if at is None else at
     state = st.state_at(trace, at)
     lines = []
     for lk in state.locks:
@@ -221,27 +355,92 @@ def waits_in_words(trace):
                            + (f" ({o.ghost})" if o.ghost else "") for o in lk.owners)
         for pid, tid, since in lk.waiters:
             who = f"{state.labels.get(pid, pid)}'s {state.thread_names.get((pid, tid), tid)}"
-            lines.append(f"  {who} waits for {lk.type or 'lock'} {lk.id}"
+            lines.append(f"  {who} waits for {lk.name or lk.type or 'a lock'}"
                          + (f", held by {owners}" if owners else ", which nobody holds"))
+    idle = st.idle_pool_workers(trace, at)
     for b in state.blocked:       # joins, q.join, a full pipe, Events ... (waits.py)
+        if b.pid in idle:
+            continue
         lines.append(f"  {_thread_words(state, b.pid, b.tid)} waits: {b.what} -- "
-                     f"{_who_must_act(state, b)}")
+                     f"{_who_must_act(state, b, trace)}")
+    for pid in sorted(idle):
+        lines.append(f"  {state.labels.get(pid, pid)} is idle, not stuck: it waits for its next "
+                     f"task from the Pool, and goes on when the program gives the Pool work")
     for d in state.deadlocks:
         if d.cycle or "watchdog" not in d.reason:
             lines.append(f"  STUCK FOR GOOD: {d.reason}")
+    lines += _hang_at_exit(state, trace)
     if not lines:
         return ["Who waits for whom: the trace recorded no wait that was still open (read the "
                 "stacks above: the innermost call is where each thread waits)."]
     return ["Who waits for whom (recorded waits still open when it stopped):"] + lines
 
 
+def _hang_at_exit(state, trace):
+    """The queue-join deadlock at interpreter exit, told as one story (the queue-join-deadlock
+    scenario's words): a process that put more on a queue than its pipe holds ends its work;
+    at exit it joins its queue's feeder thread, which waits to write into the full pipe; the
+    process that would read the queue waits in ``join`` for it first."""
+    from mpviz.viz import state as st
+    joins = {(b.pid, b.target): b for b in state.blocked if b.on == "thread"}
+    out = []
+    for write in (b for b in state.blocked if b.on == "pipe.write"):
+        exiting = joins.get((write.pid, write.tid))
+        if exiting is None:
+            continue
+        child, queue = state.labels.get(write.pid, write.pid), \
+            state.channel_names.get(write.target, write.target)
+        joiners = [b for b in state.blocked if b.on == "process" and b.target == write.pid]
+        never_got = sum(1 for f in trace.flows() if f.channel == write.target and f.get is None)
+        at_exit = exiting.what.endswith("at exit")
+        feeder = state.thread_names.get((write.pid, write.tid), "thread")
+        out.append(f"  {'HANG AT EXIT' if at_exit else 'HANG'}: {child} has done its work but "
+                   f"cannot {'exit' if at_exit else 'go on'}: "
+                   f"{'at exit' if at_exit else 'in q.join_thread()'} it waits for its feeder "
+                   f"thread ({feeder}), which waits to write into the full pipe of {queue} "
+                   f"({never_got:,} message{'s' * (never_got != 1)} put there and never got; a "
+                   f"pipe holds {st.PIPE_BYTES // 1024} KiB).")
+        for b in joiners:
+            if b.what.endswith("at exit"):
+                how = (f" at exit (multiprocessing joins the children a program did not join), "
+                       f"and will read {queue} no more")
+            else:
+                where = _user_line(trace, b.pid)
+                how = (f" {where}" if where else "") + \
+                    "; the get() that would empty the pipe comes after the join"
+            out.append(f"  {_thread_words(state, b.pid, b.tid)} waits in `join` for {child}"
+                       f"{how}: each waits for the other, for ever.")
+        out.append(f"  Fix: get everything a process put on a queue before joining it (the "
+                   f"stdlib's \"Joining processes that use queues\"), or call "
+                   f"q.cancel_join_thread() in {child} if losing what it put is fine.")
+    return out
+
+
+def _user_line(trace, pid):
+    """" (at your line ...)" from the watchdog's stacks of `pid`, or ""."""
+    from mpviz.viz import state as st
+    for e in trace.of_kind("watchdog.stuck"):
+        if e.args.get("pid") == pid:
+            return st.user_line(e.args.get("stacks")).strip()
+    return ""
+
+
 def _thread_words(state, pid, tid):
     return f"{state.labels.get(pid, pid)}'s {state.thread_names.get((pid, tid), f'thread {tid}')}"
 
 
-def _who_must_act(state, blocked):
+def _who_must_act(state, blocked, trace=None):
     """The end of a wait's line: who must act, as the wait-for graph's arrows say it."""
     from mpviz.viz.wait_for import MUST
+    if blocked.on == "pool.result" and trace is not None:
+        from mpviz.viz import state as st
+        lost = st.lost_pool_tasks(trace, blocked.target, state.t_ns)
+        if lost:
+            return ("; ".join(task.words() for task in lost) +
+                    " (a Pool replaces a worker that ends, not the task it was running: "
+                    "bpo-22393). Fix: raise an exception in the task instead of sys.exit() or "
+                    "os._exit() (the Pool sends an exception back to the caller), or use "
+                    "concurrent.futures.ProcessPoolExecutor, which raises BrokenProcessPool")
     if blocked.waits_for:
         who = " or ".join(_thread_words(state, pid, tid) for pid, tid in blocked.waits_for)
         alive = {(p.pid, tid) for p in state.processes for tid, _ in p.threads}
@@ -313,8 +512,8 @@ class HangError(RuntimeError):
 class Guard:
     """The watchdog of one ``record(hang_after=S)`` block, in a thread of this process.
 
-    Watched: this process's children and their descendants (by parent pid in /proc), and this
-    process's own threads (their CPU time, from /proc/self/task, the guard's own excluded).
+    Watched: this process's threads (the guard's own excluded), its children and their
+    descendants (by parent pid in /proc).
     Stuck: stacks (SIGUSR1 to the children; faulthandler for this process), SIGKILL to the
     descendants, the verdict on stderr; if the block still does not end within a second, a
     SIGINT to the thread that entered it, and ``record`` raises ``HangError`` at its end.
@@ -330,30 +529,85 @@ class Guard:
         self._owner = threading.get_ident()
         self._old_env = os.environ.get(_env_stacks())
         self._tid = None
-        self.watchdog = Watchdog(directory, hang_after, self._pids, cpu=self._cpu)
+        self.watchdog = Watchdog(directory, hang_after or 0, self._pids,
+                                 ignore=lambda: {self._tid})
         os.environ[_env_stacks()] = self.watchdog.stacks_dir   # spawned children show stacks
         _fork_children_show_stacks()
-        self.verdict, self._done = None, threading.Event()
-        self._old_sigint = self._take_sigint()
+        self.verdict, self.interrupted, self._done = None, None, threading.Event()
         self._thread = threading.Thread(target=self._watch, name="mpviz-hang-watchdog",
                                         daemon=True)
-        self._thread.start()
+        if hang_after:               # (none: only the stacks, for a Ctrl-C: ``on_interrupt``)
+            self._thread.start()
+        self._old_sigint = None
+        if self._owner == threading.main_thread().ident:
+            current = signal.getsignal(signal.SIGINT)
+            if current is signal.default_int_handler:
+                self._old_sigint = signal.signal(signal.SIGINT, self.on_interrupt)
+            elif current in (signal.SIG_IGN, signal.SIG_DFL):   # nohup ... &, or killed by it
+                self._old_sigint = signal.signal(signal.SIGINT, self._on_sigint)
 
-    def _take_sigint(self):
-        """SIGINT's handler before, when the guard replaced it (ignored, or the default action:
-        neither would end the block); None when it was left as it was."""
-        import signal
-        import threading
-        if threading.get_ident() != threading.main_thread().ident:
-            return None                      # (only the main thread sets handlers or is woken)
-        old = signal.getsignal(signal.SIGINT)
-        if old not in (signal.SIG_IGN, signal.SIG_DFL):
-            return None                      # Python's KeyboardInterrupt, or the program's own
-        signal.signal(signal.SIGINT, self._on_sigint)
-        return old
+    def on_interrupt(self, signum, frame):
+        """Ctrl-C (a Jupyter cell's interrupt) in the block: the hang verdict's report first --
+        each process's stacks (this one's from `frame`, where the SIGINT found it; its children's
+        as each wrote them at the SIGINT, ``interrupt_stacks``), what each waited for just
+        before, who must act -- then the KeyboardInterrupt, as always. ``record`` then ends the
+        block's processes (``clean_up``) and raises it on."""
+        import sys
+        import time
+        if self.verdict is not None:          # the hang watchdog's own SIGINT (``_fire``): it
+            raise KeyboardInterrupt           # has said everything; this only wakes the block
+        now = time.monotonic_ns()
+        try:
+            self.watchdog.trace.refresh()
+            stacks = self.watchdog.capture_stacks(extra={os.getpid(): _own_stacks(frame)})
+            stacks = interrupt_stacks(stacks, self.watchdog.stacks_dir)
+            self.watchdog.trace.refresh()
+            from mpviz.viz.state import process_labels
+            names = process_labels(self.watchdog.trace)     # "main", as in the pictures
+            for pid, info in stacks.items():
+                info["name"] = names.get(pid) or info["name"]
+            ends = [e.ts_ns for e in self.watchdog.trace.of_kind("wait.end")
+                    if e.args.get("error") == "KeyboardInterrupt"]
+            at = min(ends + [now]) - 1            # just before the first wait it ended
+            self.interrupted = interrupt_report(self.watchdog.trace, stacks, at, who="mpviz")
+        except Exception as exc:                  # the KeyboardInterrupt comes whatever happens
+            self.interrupted = f"mpviz: INTERRUPTED (Ctrl-C); no report ({exc!r})"
+        print(self.interrupted, file=sys.stderr, flush=True)
+        raise KeyboardInterrupt
+
+    @staticmethod
+    def hide_handler(exc):
+        """Cut ``on_interrupt``'s own frame off the end of the KeyboardInterrupt's traceback (in
+        place: the ``with`` statement puts back the same chain): the learner's traceback ends
+        at the line the Ctrl-C interrupted, as without mpviz."""
+        tb = exc.__traceback__
+        while tb is not None and tb.tb_next is not None:
+            if tb.tb_next.tb_frame.f_code is Guard.on_interrupt.__code__:
+                tb.tb_next = None
+                break
+            tb = tb.tb_next
+
+    def clean_up(self):
+        """After a Ctrl-C: end the processes started in the block (those the same Ctrl-C did
+        not end) and remove the shared memory they left: the block has stopped."""
+        import sys
+        import time
+        from ..scenarios.runner import _remove_segments
+        recorded = {p.pid for p in self.watchdog.trace.processes()}
+        killed = kill_descendants(os.getpid(), recorded)
+        deadline = time.monotonic() + 2.0
+        while any(pid in killed for pid in descendants(os.getpid())) and \
+                time.monotonic() < deadline:
+            time.sleep(0.02)      # reaped by multiprocessing's next active_children(); bounded
+        self.watchdog.trace.refresh()
+        removed = _remove_segments(self.watchdog.trace, wait=0.5)
+        if killed or removed:
+            print(f"mpviz: after the Ctrl-C, stopped {len(killed)} process(es) started in the "
+                  f"block and removed {len(removed)} shared-memory segment(s) they left",
+                  file=sys.stderr, flush=True)
 
     def _on_sigint(self, signum, frame):
-        import signal
+        """SIGINT in a block started with SIGINT ignored or at its default action."""
         if self.verdict is not None:
             raise KeyboardInterrupt          # the guard's own: end the block
         if self._old_sigint == signal.SIG_DFL:       # someone else's, as before the block
@@ -366,39 +620,26 @@ class Guard:
     def _watch(self):
         import threading
         self._tid = threading.get_native_id()
-        self.watchdog.cpu_mark = self._cpu()       # now without this thread's own
         while not self._done.wait(POLL_SECONDS):
             if self.watchdog.poll():
                 self._fire()
                 return
-
-    def _cpu(self):
-        """CPU seconds of the children and of this process's threads but this one."""
-        from ..scenarios.runner import _stat as stat
-        total = sum(st[3] for st in map(stat, descendants(os.getpid())) if st is not None)
-        try:
-            tasks = os.listdir("/proc/self/task")
-        except OSError:
-            tasks = []
-        for tid in tasks:
-            if int(tid) != self._tid:
-                st = stat(f"self/task/{tid}")
-                total += st[3] if st is not None else 0.0
-        return total
 
     def _fire(self):
         import faulthandler
         import threading
         import sys
         mine = os.path.join(self.watchdog.stacks_dir, f"{os.getpid()}.self.txt")
-        with open(mine, "w") as f:
+        private = lambda path, flags: os.open(path, flags | os.O_NOFOLLOW, 0o600)  # noqa: E731
+        with open(mine, "w", opener=private) as f:
             faulthandler.dump_traceback(file=f, all_threads=True)
         with open(mine) as f:
             own = f.read().strip()
         own = "\n".join(block for block in own.split("\n\n") if "_fire" not in block) or own
         stacks = self.watchdog.capture_stacks(extra={os.getpid(): own})
+        kill_ns = time.monotonic_ns()
         killed = kill_descendants(os.getpid(), {p.pid for p in self.watchdog.trace.processes()})
-        self.watchdog.record_verdict(stacks, killed)
+        self.watchdog.record_verdict(stacks, killed, kill_ns)
         self.watchdog.trace.refresh()
         self.verdict = self.watchdog.verdict(stacks, killed).replace("mpviz trace: ", "mpviz: ")
         print(self.verdict, file=sys.stderr, flush=True)
@@ -407,16 +648,40 @@ class Guard:
             _signal.pthread_kill(self._owner, _signal.SIGINT)   # wake a wait in the block
 
     def stop(self):
-        """The block has ended: stop watching; give the environment back."""
+        """The block has ended: stop watching; give the environment (and SIGINT) back."""
         self._done.set()
-        self._thread.join()
+        if self._thread.is_alive():
+            self._thread.join()
         if self._old_sigint is not None:
-            import signal
             signal.signal(signal.SIGINT, self._old_sigint)
+        from .launcher import _tidy
+        _tidy(self.watchdog.directory)    # the stacks folder's empty files
         if self._old_env is None:
             os.environ.pop(_env_stacks(), None)
         else:
             os.environ[_env_stacks()] = self._old_env
+
+
+def _own_stacks(frame):
+    """This process's threads' stacks in faulthandler's words, the main thread's from `frame`
+    (where a signal found it, not the handler's own frames), the guard's thread left out."""
+    import sys
+    import threading
+    me = threading.get_ident()
+    skip = {t.ident for t in threading.enumerate() if t.name == "mpviz-hang-watchdog"}
+    blocks = []
+    for ident, top in sys._current_frames().items():
+        if ident in skip:
+            continue
+        top = frame if ident == me else top
+        lines = [f"{'Current thread' if ident == me else 'Thread'} 0x{ident:016x} "
+                 f"(most recent call first):"]
+        while top is not None:
+            lines.append(f'  File "{top.f_code.co_filename}", line {top.f_lineno} in '
+                         f'{top.f_code.co_name}')
+            top = top.f_back
+        blocks.append("\n".join(lines))
+    return "\n\n".join(blocks)
 
 
 def _env_stacks():
@@ -432,10 +697,19 @@ def _fork_children_show_stacks():
     cannot be removed; outside a guarded block the variable is unset and it does nothing)."""
     global _fork_hook
     if not _fork_hook:
-        from . import autostart
-        os.register_at_fork(after_in_child=lambda: os.environ.get(_env_stacks())
-                            and autostart.register_stacks())
+        os.register_at_fork(after_in_child=_in_forked_child)
         _fork_hook = True
+
+
+def _in_forked_child():
+    """A forked child inherits the block's SIGINT handler (``Guard.on_interrupt``), which is
+    the recording process's: Python's own is put back first, then the stacks registered."""
+    from . import autostart
+    handler = signal.getsignal(signal.SIGINT)
+    if getattr(handler, "__func__", None) is Guard.on_interrupt:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    if os.environ.get(_env_stacks()):
+        autostart.register_stacks()
 
 
 def _shared_helper(pid):

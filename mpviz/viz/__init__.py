@@ -57,6 +57,7 @@ def plot(obj, at=None):
         for draw, sub in zip(panels, bottom.subfigures(1, len(panels)) if len(panels) > 1
                              else [bottom]):
             draw(sub.add_subplot())
+    notes_under(fig, getattr(trace, "notes", ()))
     if hasattr(obj, "outcome"):
         title = f"{getattr(obj, 'name', '') or 'run'}: {str(obj.outcome).upper()}"
         words = " ".join(str(obj.explanation or "").split())
@@ -64,6 +65,19 @@ def plot(obj, at=None):
         fig.suptitle("\n".join([title] + lines), x=0.01, ha="left", fontsize=10,
                      linespacing=1.4)
     return fig
+
+
+def notes_under(fig, notes, most=5):
+    """Under `fig`, in red, what could not be recorded (``Trace.notes``): a picture is believed,
+    so one that is missing something says so on itself, not only on the terminal. (Saved with
+    ``bbox_inches="tight"``, as a notebook shows it, the lines are inside the image.)"""
+    import textwrap
+    if not notes:
+        return
+    lines = [textwrap.shorten(f"NOT RECORDED: {n}", 220) for n in notes[:most]]
+    if len(notes) > most:
+        lines.append(f"... and {len(notes) - most} more (mpviz.trace.load(DIR).notes)")
+    fig.text(0.01, 0.0, "\n".join(lines), color="#b00000", fontsize=8, va="top", ha="left")
 
 
 def _map_panel(trace, at):
@@ -86,6 +100,8 @@ def _map_panel(trace, at):
 
 def summary(trace):
     """The run in words: processes, messages (handles vs copies), segments, deadlocks."""
+    from mpviz.trace.trace import UNKNOWN
+
     from .state import _index, torch_not_recorded
     st = state_at(trace)
     flows = trace.flows()
@@ -95,7 +111,10 @@ def summary(trace):
     carried = [handles[f.put.args["msg"]] for f in flows if f.put.args.get("msg") in handles]
     ran = [p for p in trace.processes() if p.how not in ("launcher", "watchdog")]  # not mpviz's
     # where torch's sharing could not be seen, its counts are unknown: never say "0" for them
+    notes = list(getattr(trace, "notes", ()))
     blind = " (torch's: unknown, NOT recorded)" if torch_not_recorded(trace) else ""
+    if not blind and any(UNKNOWN in n for n in notes):     # a part of the run is missing
+        blind = " + unknown (NOT RECORDED below)"
     lines = [f"{len(ran)} processes, {len(trace.events)} events",
              f"{len(flows)} messages: {len(carried)} carried shared-memory handles{blind} "
              f"({sum(carried)} in all, as their senders counted them); "
@@ -105,8 +124,8 @@ def summary(trace):
              + (f"; maybe in flight in a queue (not got yet): "
                 f"{sum(s.status == 'in flight?' for s in segs)}"
                 if any(s.status == "in flight?" for s in segs) else "")]
-    lines += _torch_lines(trace)
-    lines += [f"NOT RECORDED: {line}" for line in getattr(trace, "notes", ())
+    lines += _torch_lines(trace) + _heap_lines(trace)
+    lines += [f"NOT RECORDED: {line}" for line in notes
               if "torch's shared memory" not in line]          # (torch's: said just above)
     lines += [f"STUCK: {d.reason}" for d in deadlocks(trace)]
     return "\n".join(lines)
@@ -124,4 +143,18 @@ def _torch_lines(trace):
     hits = [e for e in trace.of_kind("shm.cache") if e.args.get("torch") and e.args.get("hit")]
     nbytes = human_bytes(sum(e.args["nbytes"] for e in made))
     return [f"torch: {len(made)} segments made ({nbytes}), {len(fds)} fds handed over, "
-            f"{len(hits)} receive-cache hits; when torch unmaps or unlinks a segment is not seen"]
+            f"{len(hits)} receive-cache hits; torch's unmaps are read from /proc/PID/maps (a few "
+            f"segments behind at most), its unlinks are not seen"]
+
+
+def _heap_lines(trace):
+    """sharedctypes (Value, Array): the stdlib heap's arenas, and who mapped them."""
+    made = [e for e in trace.of_kind("shm.create") if e.args.get("via") == "multiprocessing.heap"]
+    if not made:
+        return []
+    names = {e.args.get("name") for e in made}
+    mappers = {e.pid for e in trace.of_kind("shm.create", "shm.attach")
+               if e.args.get("name") in names}
+    nbytes = human_bytes(sum(e.args.get("nbytes") or 0 for e in made))
+    return [f"sharedctypes (Value, Array): {len(made)} heap arena{'s' * (len(made) > 1)} "
+            f"({nbytes}) in shared memory, mapped by {len(mappers)} processes"]

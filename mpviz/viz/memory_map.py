@@ -38,8 +38,10 @@ def memory_map(trace, at=None, ax=None, check_os=False, max_segments=30, title=N
     """Draw processes × shared-memory segments at instant `at` (None: the end); return the Figure.
 
     * Real torch's segments: their creation and mapping are seen (torch_hooks.py), their unmap
-      is not (torch frees a storage in C++). A cell says "mapped it (unmap not seen)", never
-      "maps it", and the fate "in use, unless torch has let go".
+      is not (torch frees a storage in C++) -- it is read from /proc/PID/maps instead, every few
+      segments a process maps, so a segment can still be drawn mapped a little after torch let
+      go of it. A cell says "mapped it (unmap not seen)", never "maps it", and the fate "in
+      use, unless torch has let go".
     * Nobody maps it is not always lost: a handle to it may still be **in flight** in a queue, and
       arrive later (a producer put a tensor and exited). From the trace alone, a ``file_system``
       segment nobody maps while a message put by one of its holders has not been got yet is drawn
@@ -143,6 +145,7 @@ def memory_map(trace, at=None, ax=None, check_os=False, max_segments=30, title=N
     if unseen:                              # torch's are unknown: not "0 segments, none leaked"
         summary = "\n".join(textwrap.wrap(f"{len(segs)} segment(s) recorded, not counting "
                                            f"torch's: {unseen}", 90))
+    summary += _not_recorded(trace)
     ax.set_title(title or f"Who maps which shared-memory segment{when}\n{summary}",
                  loc="left", fontsize=10, color=COLORS["leak"] if leaked else "black")
     leg = legend(ax, [k for k in ("mapped", "leak", "freed") if k in used] or ["mapped"],
@@ -159,6 +162,15 @@ def memory_map(trace, at=None, ax=None, check_os=False, max_segments=30, title=N
         ax.legend(handles=leg.legend_handles + extra, loc="upper left",
                   bbox_to_anchor=(0.0, -0.02), ncols=2, frameon=False, fontsize=8)
     return fig
+
+
+def _not_recorded(trace):
+    """What the trace says it could not see (a program run with -I, torch.distributed), in red
+    words under the title: a map without it reads as "that is all there was"."""
+    from mpviz.trace.trace import UNKNOWN
+    missing = [n for n in getattr(trace, "notes", ()) if UNKNOWN in n and
+               "torch's shared memory" not in n]          # (torch's own: said just above)
+    return "".join("\n" + textwrap.shorten(f"NOT RECORDED: {n}", 110) for n in missing[:2])
 
 
 def _fate(s, ix, t, check_os):

@@ -10,12 +10,15 @@ answered once, here, in plain Python (no matplotlib), and can be tested without 
     state.in_flight    messages put but not yet got (``Flow``s)
     state.blocked      threads blocked in a recorded wait (a join, q.join, Event.wait, a full
                        pipe ...): on what, since when, and who must act so that they go on
-    state.deadlocks    threads that can never go on, each with the reason in words
+    state.deadlocks    threads that can never go on, each with the reason in words (an idle
+                       Pool worker, waiting for its next task, is not one: idle_pool_workers)
+    lost_pool_tasks(trace, job)   a Pool job's tasks whose worker ended while running them
     print(state.text())
     failures(trace)    actions that failed (a put or get that raised, a blocked write, ...)
 
-Names are for people: a lock is called by the variable the waiting code used for it (or
-"Queue 1's lock", "Lock 2"), a queue "Queue 1", and a stuck process's reason points at the
+Names are for people (mpviz/trace/names.py, shared with trace.json): a lock is called by the
+variable the waiting code used for it (or "Queue 1's lock", "Lock 2"), a queue "Queue 1" or
+"the Pool's result queue", and a stuck process's reason points at the
 user's line in its stack (``user_line``), not at the stdlib's or mpviz's frame it sat in.
 
 How each answer is found is told where it is worked out: a lock's owner (and its ghost) at
@@ -26,6 +29,9 @@ import re
 import weakref
 from dataclasses import dataclass, field
 from typing import Optional
+
+from mpviz.trace import names
+from mpviz.trace.trace import without_gc
 
 from .colors import human_bytes
 
@@ -165,6 +171,25 @@ class Blocked:
 
 
 @dataclass(frozen=True)
+class LostTask:
+    """A Pool task whose worker ended while running it: its result never comes."""
+    pid: int
+    label: str                         # "worker 0"
+    exitcode: Optional[int]
+    signal: Optional[str]
+    job: object
+    index: object
+    func: Optional[str]
+
+    def words(self):
+        """"worker 0 exited (exit 1) while running job 0: Pool waits for its result for ever"."""
+        how = (f"was killed ({self.signal})" if self.signal else
+               f"exited (exit {self.exitcode})" if self.exitcode is not None else "ended")
+        return (f"{self.label} {how} while running job {self.job}: Pool waits for its result "
+                f"for ever")
+
+
+@dataclass(frozen=True)
 class Deadlock:
     """A thread that can never go on, and why.
 
@@ -263,7 +288,8 @@ def _index(trace):
     key = (len(trace.events), trace.events[-1].ts_ns if trace.events else 0)
     found = _cache.get(trace)
     if found is None or found.key != key:
-        found = _Index(trace, key)
+        with without_gc():        # (many small objects, no cycles: see trace.without_gc)
+            found = _Index(trace, key)
         _cache[trace] = found
     return found
 
@@ -284,11 +310,14 @@ class _Index:
         self.lock_infos = {lk.id: lk for lk in trace.locks()}
         self.threads, self.thread_end, self.forker = {}, {}, {}
         self.shm, self.waits, self.stuck = [], [], []
+        self.kill_ns = None            # when a watchdog began to kill (watchdog.kill's at_ns)
         self.blocked = []              # (pid, tid, begin event, end ts or None): recorded waits
         self.gave_up = set()           # id() of the wait.begin of each wait that timed out
         self.getters = {}              # queue id -> [(pid, tid, ts) of its first get per thread]
         self.putters = {}              # queue id -> [(pid, tid, ts) of its first put per thread]
+        self.pipe_of = {}              # a SimpleQueue's id -> its pipe's (its sends are there)
         open_waits, counted, open_blocks = {}, {}, {}
+        recv_pipes = {}                # (pid, tid) -> the pipes it read messages from
         self.busy, self.first_seen, self.by_kind, self.ticks = {}, {}, {}, {}
         self.handles = {}              # message id -> how many handles its sender pickled in it
         self.writes = {}               # message id -> (its queue.feed,) when a feeder wrote it
@@ -297,6 +326,8 @@ class _Index:
         self.lock_names = {}           # lock id -> the variable name a waiter used for it
         self.dataloader_workers = {}   # pid -> worker_id, from real torch's DataLoader
         self.torch_segments = set()    # names of real torch's segments (their unlink is unseen)
+        self.unmap_unseen = set()      # names of segments unmapped unseen: torch's, and the
+                                       # stdlib heap's arenas (sharedctypes: hooks.py)
         self.torch_unseen = []         # (pid, why) where torch's sharing was NOT recorded
         self.fd_messages = {}          # an fd hand-over (_fd_key) -> the message it serves
         tokens = {}                    # (pid, tid) -> fd hand-overs waiting for their message
@@ -311,6 +342,8 @@ class _Index:
                         self.ticks.setdefault((pid, pid), []).append(e.ts_ns)
                 if k == "watchdog.stuck":
                     self.stuck.append(e)
+                elif k == "watchdog.kill" and e.args.get("at_ns"):
+                    self.kill_ns = min(self.kill_ns or e.args["at_ns"], e.args["at_ns"])
                 continue
             if who not in self.first_seen:
                 self.first_seen[who] = e.ts_ns
@@ -349,6 +382,8 @@ class _Index:
                 self.forker[e.args.get("child")] = (e.pid, e.tid, e.ts_ns)
             elif k in _SHM_KINDS:
                 self.shm.append(e)
+                if e.args.get("via") == "multiprocessing.heap" or e.args.get("torch"):
+                    self.unmap_unseen.add(e.args.get("name"))
             elif k == "lock.wait":
                 open_waits[(e.args["lock"], e.pid, e.tid)] = e.ts_ns
                 if e.args.get("name"):
@@ -368,11 +403,18 @@ class _Index:
                     self.blocked.append((e.pid, e.tid, begin, e.ts_ns))
                     if e.args.get("ok") is False:      # it gave up (a timeout ran out)
                         self.gave_up.add(id(begin))
-            elif k == "queue.get" or k == "queue.put":
-                seen = (self.getters if k == "queue.get" else
-                        self.putters).setdefault(e.args.get("queue"), [])
+            elif k == "queue.get" or k == "queue.put" or k == "pipe.send":
+                seen = (self.getters if k == "queue.get" else self.putters).setdefault(
+                    e.args.get("pipe" if k == "pipe.send" else "queue"), [])
                 if all(g[:2] != who for g in seen):
                     seen.append((e.pid, e.tid, e.ts_ns))
+            elif k == "pipe.recv":
+                # a SimpleQueue (a Pool's task queue): its get waits on the queue's id, its
+                # messages are sent and read on its pipe's; who puts into one puts into both
+                recv_pipes.setdefault(who, set()).add(e.args.get("pipe"))
+                if open_blocks.get(who) and open_blocks[who][-1].args.get("on") == "queue.get":
+                    self.pipe_of.setdefault(open_blocks[who][-1].args.get("id"),
+                                            e.args.get("pipe"))
             elif k == "pool.task":
                 key = (e.pid, e.args.get("job"), e.args.get("index"))
                 if e.args.get("phase") == "start":
@@ -390,10 +432,19 @@ class _Index:
             self.waits.append((lid, pid, tid, since, None))
         for (pid, tid), begins in open_blocks.items():
             self.blocked.extend((pid, tid, b, None) for b in begins)
+        # A get that read its first message without waiting left no wait open at its read: a
+        # thread that reads one pipe only, and waits in a SimpleQueue get, reads it from there.
+        for pid, tid, begin, _ in self.blocked:
+            pipes = recv_pipes.get((pid, tid), ())
+            if begin.args.get("on") == "queue.get" and len(pipes) == 1:
+                self.pipe_of.setdefault(begin.args.get("id"), next(iter(pipes)))
         self.pool_tasks = [e for e in self.by_kind.get("pool.task", ())]
         self.fd_passes = [(d["fd.send"], d["fd.recv"]) for d in fds.values() if len(d) == 2]
         self.labels = _make_labels(self.procs, self.watchdogs, self.scripts)
-        self.channel_names = _number_channels(self.flows)
+        self.channel_names = names.channel_names(self.flows, self.threads,
+                                                 self.dataloader_workers)
+        self.names = names.LockNames({i: lk.type for i, lk in self.lock_infos.items()},
+                                     self.lock_names, self.channel_names)
         self.waitable_names = _number_waitables(self.blocked)
         self.failures = self._failures()
         for pid, worker_id in self.dataloader_workers.items():
@@ -408,27 +459,9 @@ class _Index:
         elif e.kind in ("torch.unsupported", "torch.hook_failed"):
             self.torch_unseen.append((e.pid, e.args.get("reason")))
 
-    def _variable_name(self, lid):
-        """The variable name a waiter called lock `lid` by, if no other lock was waited for under
-        that name: ``take_both(first, second)`` called with (a, b) in one process and (b, a) in
-        another waits for both locks as ``second``, and two nodes both called 'second' would
-        read as one lock."""
-        name = self.lock_names.get(lid)
-        if name is not None and list(self.lock_names.values()).count(name) == 1:
-            return name
-        return None
-
     def lock_name(self, lid):
-        if self._variable_name(lid) is not None:
-            return f"lock '{self._variable_name(lid)}'"
-        if lid in self.channel_names:
-            return f"{self.channel_names[lid]}'s lock"
-        info = self.lock_infos.get(lid)
-        typ = info.type if info and info.type else "lock"
-        same = [i for i in self.lock_infos if self._variable_name(i) is None and
-                i not in self.channel_names and (self.lock_infos[i].type or "lock") == typ]
-        kind = "threading." if is_thread_lock(lid) else ""
-        return f"{kind}{typ} {same.index(lid) + 1}" if lid in same else f"{kind}{typ}"
+        """"lock 'forks'", "Queue 1's lock", "Lock 2" (mpviz/trace/names.py)."""
+        return self.names.name(lid)
 
     def _failures(self):
         out = []
@@ -542,15 +575,30 @@ class _Index:
                 found.setdefault(node, Deadlock(node[0], node[1], reason, tuple(cycle)))
         for e in self.stuck:
             pid = e.args.get("pid", e.pid)
-            if e.ts_ns <= t and (pid, pid) not in found and not any(k[0] == pid for k in found):
-                found[(pid, pid)] = Deadlock(pid, pid, "the watchdog found it stuck" +
+            if self.idle_pool_worker(pid, t):      # waiting for work: not stuck for good
+                continue
+            if e.args.get("reason") in ("stalled", "stopped"):
+                continue            # the watchdog's verdict: it could still move (watchdog.py)
+            if self._found_at(e) <= t and (pid, pid) not in found and \
+                    not any(k[0] == pid for k in found):
+                lost = [task.words() for _, _, b, until in self.blocked
+                        if b.pid == pid and b.args.get("on") == "pool.result" and
+                        b.ts_ns <= t and (until is None or t < until)
+                        for task in self.lost_tasks(b.args.get("id"), t)]
+                found[(pid, pid)] = Deadlock(pid, pid, (lost[0] if lost else
+                                                        "the watchdog found it stuck") +
                                              user_line(e.args.get("stacks")))
         return list(found.values())
+
+    def _found_at(self, stuck):
+        """When a ``watchdog.stuck`` event's finding holds: it is written after the kill, but
+        says where the process was before it (just before the kill began, where known)."""
+        return stuck.ts_ns if self.kill_ns is None else min(stuck.ts_ns, self.kill_ns - 1)
 
     def _user_line(self, pid, t):
         """" (at your line ...)" from the watchdog's stacks of `pid`, if it took them by `t`."""
         for e in self.stuck:
-            if e.args.get("pid", e.pid) == pid and e.ts_ns <= t:
+            if e.args.get("pid", e.pid) == pid and self._found_at(e) <= t:
                 return user_line(e.args.get("stacks"))
         return ""
 
@@ -570,20 +618,23 @@ class _Index:
     def queue_name(self, qid):
         """"Queue 2": the name the pictures give a queue (one that carried no message gets the
         next number), never its internal id."""
+        if qid not in self.channel_names and self.pipe_of.get(qid) in self.channel_names:
+            self.channel_names[qid] = self.channel_names[self.pipe_of[qid]]  # a SimpleQueue
         if qid not in self.channel_names:
-            n = sum(v.startswith("Queue ") for v in self.channel_names.values()) + 1
-            self.channel_names[qid] = f"Queue {n}"
+            self.channel_names[qid] = names.next_queue_name(self.channel_names)
         return self.channel_names[qid]
 
     def wait_words(self, begin):
         """What a wait waits for, in words (a label on the timeline, a line of text)."""
         a = begin.args
         on, target = a.get("on"), a.get("id")
+        exiting = " at exit" if a.get("at_exit") else ""    # in multiprocessing's exit function
         if on == "process":
             label = self.labels.get(target, f"pid {target}")
-            return f"join {label}" + (f" (pid {target})" if label != f"pid {target}" else "")
+            return (f"join {label}" + (f" (pid {target})" if label != f"pid {target}" else "")
+                    + exiting)
         if on == "thread":
-            return f"join thread {a.get('name') or target}"
+            return f"join thread {a.get('name') or target}{exiting}"
         if on == "pipe.write":
             return f"write {human_bytes(a.get('nbytes'))} into the full pipe of {self.queue_name(target)}"
         if on == "queue.join":
@@ -613,12 +664,57 @@ class _Index:
             return [(p, d) for p, d, first in self.getters.get(target, ())   # not: a consumer
                     if first <= t]                     # that ended without task_done() is the story
         if on == "queue.get":                          # those that have put into it, ended or
-            return [(p, d) for p, d, first in self.putters.get(target, ())   # not (a producer
-                    if first <= t and (p, d) != (begin.pid, begin.tid)]       # that ended early)
+            putters = self.putters.get(target, []) + \
+                self.putters.get(self.pipe_of.get(target), [])  # not (a producer that ended
+            return [(p, d) for p, d, first in putters          # early)
+                    if first <= t and (p, d) != (begin.pid, begin.tid)]
         if on == "pool.result":
             return [(pid, tid) for pid, tid, a, b in self.tasks_of(target)
-                    if a <= t and (b is None or t < b) and self.thread_alive(pid, tid, t)]
+                    if a <= t and (b is None or t < b) and self.thread_alive(pid, tid, t)] + \
+                [(lost.pid, lost.pid) for lost in self.lost_tasks(target, t)]
         return []
+
+    def lost_tasks(self, job, t):
+        """The tasks of Pool job `job` whose result will never come: started by a worker that
+        ended by `t` and sent nothing after the task began (``sys.exit``/``os._exit`` in the
+        task, a crash, a kill). The Pool replaces the worker but not the task (bpo-22393)."""
+        out = []
+        for pid, tid, start, done in self.tasks_of(job):
+            p = self.procs.get(pid)
+            if start > t or p is None or self.alive(pid, t):
+                continue
+            if any(f.put.pid == pid and start <= f.put.ts_ns <= t for f in self.flows):
+                continue                               # its result (or an error) went out
+            begin = next(e for e in self.pool_tasks if e.pid == pid and e.ts_ns == start)
+            out.append(LostTask(pid, self.labels.get(pid, f"pid {pid}"), p.exitcode, p.signal,
+                                job, begin.args.get("index"), begin.args.get("func")))
+        return out
+
+    def idle_pool_worker(self, pid, t):
+        """True if `pid` is a Pool worker that waits for its next task at `t`: no task of its
+        own running, and its only open waits are a get() (the Pool's task queue) -- idle, not
+        stuck: it goes on as soon as the program gives the Pool work."""
+        p = self.procs.get(pid)
+        if p is None or "PoolWorker" not in (p.name or ""):
+            return False
+        if any(e.pid == pid and e.ts_ns <= t for e in self._running_tasks(t)):
+            return False
+        waits = [b for b_pid, _, b, until in self.blocked if b_pid == pid and b.ts_ns <= t
+                 and (until is None or t < until)]
+        return bool(waits) and all(b.args.get("on") == "queue.get" for b in waits)
+
+    def _running_tasks(self, t):
+        """The ``pool.task`` start events of tasks still running at `t` (no done by then)."""
+        starts = {}
+        for e in self.pool_tasks:
+            if e.ts_ns > t:
+                break
+            key = (e.pid, e.args.get("job"), e.args.get("index"))
+            if e.args.get("phase") == "start":
+                starts[key] = e
+            elif e.args.get("phase") == "done":
+                starts.pop(key, None)
+        return list(starts.values())
 
     def tasks_of(self, job):
         """(pid, tid, start, done or None) of Pool job `job`'s tasks."""
@@ -666,9 +762,10 @@ class _Index:
         for s in order:
             mapped = tuple(p for p, n in s["maps"].items() if n > 0 and self.alive(p, t))
             died = tuple(p for p, n in s["maps"].items() if n > 0 and not self.alive(p, t)
-                         and (s["name"] not in self.torch_segments or self.procs[p].signal))
-            # (torch unmaps in C++, unseen: a torch segment's holder that ended by itself let go
-            # at its exit; only one killed by a signal is said to have died holding it)
+                         and (s["name"] not in self.unmap_unseen or self.procs[p].signal))
+            # (torch unmaps in C++, a heap arena when it is collected, both unseen: a holder of
+            # one that ended by itself let go at its exit; only one killed by a signal is said
+            # to have died holding it)
             named = s["strategy"] in ("file_system", None) or str(s["name"]).startswith(
                 ("/mpviz_fs", "mpviz_fs"))
             if mapped:
@@ -760,17 +857,6 @@ def _cycles(edges):
                 elif nxt not in path[::2] and len(path) < 40:
                     stack.append((nxt, path + [lid, nxt]))
     return found
-
-
-def _number_channels(flows):
-    names, counts = {}, {}
-    for f in flows:
-        ch = f.channel
-        if ch is not None and ch not in names:
-            kind = "Pipe" if f.put.kind == "pipe.send" else "Queue"
-            counts[kind] = counts.get(kind, 0) + 1
-            names[ch] = f"{kind} {counts[kind]}"
-    return names
 
 
 _FRAME = re.compile(r'File "(?P<file>[^"]+)", line (?P<line>\d+),? in (?P<func>\S+)')
@@ -874,6 +960,19 @@ def torch_not_recorded(trace):
             f"unknown, not zero")
 
 
+def lost_pool_tasks(trace, job, t_ns=None):
+    """The ``LostTask``s of Pool job `job` by instant `t_ns` (None: the trace's end)."""
+    ix = _index(trace)
+    return ix.lost_tasks(job, ix.t1 if t_ns is None else int(t_ns))
+
+
+def idle_pool_workers(trace, t_ns=None):
+    """The pids of the Pool workers waiting for their next task at `t_ns` (idle, not stuck)."""
+    ix = _index(trace)
+    t = ix.t1 if t_ns is None else int(t_ns)
+    return {pid for pid in ix.procs if ix.idle_pool_worker(pid, t)}
+
+
 def trace_span(trace):
     """``(first_ns, last_ns)`` of the trace's events."""
     ix = _index(trace)
@@ -891,16 +990,24 @@ def state_at(trace, t_ns=None):
     locks = ix.lock_states(t)
     in_flight = tuple(f for f in ix.flows
                       if f.put.ts_ns <= t and (f.get is None or f.get.ts_ns > t))
+    blocked = tuple(ix.blocked_states(t))   # (first: it names the queues nobody put into yet)
     return State(t, ix.t0, procs, tuple(ix.segment_states(t)), tuple(locks), in_flight,
                  tuple(ix.deadlocks(locks, t)), dict(ix.labels),
                  {(p, t): ix.thread_name(p, t) for p in ix.procs for t in ix.procs[p].threads},
-                 dict(ix.channel_names), tuple(ix.blocked_states(t)))
+                 dict(ix.channel_names), blocked)
 
 
 def stuck_moment(trace):
     """The instant to judge a deadlock at: just before the first still-waiting thread's process
     ended (a watchdog or a test kills stuck processes), or the trace's end; None if no thread was
-    left waiting (for a lock, or in any recorded wait)."""
+    left waiting (for a lock, or in any recorded wait). Never after a watchdog began to kill:
+    what the kill set off (a get() ended by EOFError as its writer died) is not the hang."""
+    t = _stuck_moment(trace)
+    kill = _index(trace).kill_ns
+    return kill - 1 if t is not None and kill is not None and t >= kill else t
+
+
+def _stuck_moment(trace):
     ix = _index(trace)
     open_waits = [(pid, since) for _, pid, _, since, until in ix.waits if until is None]
     open_waits += [(pid, b.ts_ns) for pid, _, b, until in ix.blocked if until is None]
@@ -919,7 +1026,13 @@ def busiest_moment(trace):
     no segment was ever mapped: where a memory map of a clean run has the most to show."""
     ix = _index(trace)
     counts, live, best, best_t = {}, 0, 0, None
+    ends = sorted((p.exit_ns, p.pid) for p in ix.procs.values() if p.exit_ns is not None)
     for e in ix.shm:
+        while ends and ends[0][0] <= e.ts_ns:      # an ended process maps nothing
+            _, pid = ends.pop(0)
+            for key in [k for k, n in counts.items() if k[0] == pid and n > 0]:
+                counts[key] = 0
+                live -= 1
         key = (e.pid, e.args.get("name"))
         if e.kind in ("shm.create", "shm.attach"):
             counts[key] = counts.get(key, 0) + 1

@@ -22,6 +22,7 @@ and drawn as a handful of collections, not one artist per event.
 """
 import bisect
 import math
+import re
 from collections import defaultdict
 
 import numpy as np
@@ -69,14 +70,16 @@ def timeline(trace, ax=None, at=None, title=None, max_arrows=300, max_labels=24,
                                   p.start_ns))
     busy, first_seen = ix.busy, ix.first_seen
     by_kind = defaultdict(list, ix.by_kind)       # the kinds drawn specially (one pass, cached)
-    dead = {d.pid: d for d in st.deadlocks(trace)}
+    deadlocks = st.deadlocks(trace)
+    dead = {d.pid: d for d in deadlocks}
+    own_lane, folded = _thread_lanes(ix, deadlocks)
     rows, row_of, proc_row = [], {}, {}
     for p in procs:
         proc_row[p.pid] = len(rows)
         row_of[(p.pid, p.pid)] = len(rows)
         rows.append(("process", p))
         for tid in p.threads:
-            if tid != p.pid and busy.get((p.pid, tid)):
+            if (p.pid, tid) in own_lane:
                 row_of[(p.pid, tid)] = len(rows)
                 rows.append(("thread", (p, tid)))
         if p.pid in dead:      # as many rows as its explanation needs, wrapped
@@ -131,8 +134,17 @@ def timeline(trace, ax=None, at=None, title=None, max_arrows=300, max_labels=24,
     span = axis.span
     raster = np.zeros((5 * len(rows), _BINS, 4))           # 5 sub-rows per row
 
-    def paint(r, subrows, x0, x1, color):
-        """Colour the pixel columns covered by the spans [x0, x1] in sub-rows of row r."""
+    def paint(r, subrows, x0, x1, color, share=False):
+        """Colour the pixel columns covered by the spans [x0, x1] in sub-rows of row r; with
+        `share`, each column as opaque as the share of its width the spans cover."""
+        if share:
+            cover = _coverage(np.asarray(x0, dtype=float), np.asarray(x1, dtype=float),
+                              span / _BINS, _BINS)
+            rgba = np.tile(to_rgba(color), (_BINS, 1))
+            rgba[:, 3] = np.clip(cover, 0.0, 1.0)
+            band = raster[5 * r + subrows[0]:5 * r + subrows[1]]
+            band[:, cover > 0] = rgba[cover > 0]
+            return
         c0 = np.clip((np.asarray(x0) / span * _BINS).astype(np.int64), 0, _BINS - 1)
         c1 = np.clip((np.asarray(x1) / span * _BINS).astype(np.int64), 0, _BINS - 1)
         cover = np.zeros(_BINS + 1, dtype=np.int64)      # +1 where a span starts, -1 after
@@ -145,6 +157,8 @@ def timeline(trace, ax=None, at=None, title=None, max_arrows=300, max_labels=24,
     # is drawn at least MIN_PX pixels wide (at draw time, when the pixel size is known) ---
     waits = defaultdict(list)                     # (row, stuck) -> [(x0, x1)]
     for lid, pid, tid, since, until in ix.waits:
+        if (pid, tid) in folded:     # (a hatched process lane says its main thread waits)
+            continue
         end = until or _end_of(ix, pid, None, t1)          # (as the time axis judges it)
         waits[(row(pid, tid), until is None and pid in dead)].append((x(since), x(end)))
     for (r, stuck), spans in waits.items():
@@ -180,7 +194,8 @@ def timeline(trace, ax=None, at=None, title=None, max_arrows=300, max_labels=24,
         used.add("holding")
 
     # --- blocked in a recorded wait (join, q.join, a full pipe ...): cross-hatched, labelled ---
-    _draw_blocked(ax, ix, x, row, t1, span, labels, max_labels, used)
+    said = []                 # what was aggregated, and how many of each: written under the lanes
+    _draw_blocked(ax, ix, x, row, t1, span, labels, max_labels, used, folded, said, paint)
 
     # --- pool tasks: white boxes on the worker's lane ---
     tasks = [(x(a), x(b), row(pid, tid) - 0.18, 0.36) for pid, tid, a, b in ix.tasks]
@@ -218,7 +233,9 @@ def timeline(trace, ax=None, at=None, title=None, max_arrows=300, max_labels=24,
             keep = np.unique(np.stack([my, (mx / span * _BINS).astype(int)]), axis=1,
                              return_index=True)[1]
             mx, my = mx[keep], my[keep]
-        ax.scatter(mx, my, marker="|", s=90, color=COLORS["mark"], zorder=5, linewidths=1.5)
+            said.append(f"{len(marks):,} marks drawn as {len(mx):,} ticks (one per pixel column)")
+        ax.scatter(mx, my, marker="|", s=90, color=COLORS["mark"], zorder=5, linewidths=1.5,
+                   gid="marks")
         if len(marks) <= max_labels:
             for e in marks:
                 name = str(e.args.get("name", ""))
@@ -243,6 +260,8 @@ def timeline(trace, ax=None, at=None, title=None, max_arrows=300, max_labels=24,
             np.add.at(total, inverse, sizes)
             cx = ((keys % _BINS) + 0.5) * span / _BINS
             cy, sizes = keys // _BINS, total
+            said.append(f"{len(copies):,} copies drawn as {len(keys):,} squares (one per pixel "
+                        f"column, sized by their bytes)")
         area = 20 + 180 * np.sqrt(sizes / max(sizes.max(), 1.0))
         labels.marks += [(a, b, math.sqrt(s) / 2) for a, b, s in zip(cx, cy, area)]
         ax.scatter(cx, cy, s=area,
@@ -298,8 +317,8 @@ def timeline(trace, ax=None, at=None, title=None, max_arrows=300, max_labels=24,
                                                  ec="none", alpha=0.85)),
                            rank[g[0][1][2]] + 0.5 / len(g), _ON_ARROW)
     else:
-        _bundled_arrows(ax, flows, handles, axis, row, span, used)
-    labels.lines += _draw_fd_passes(ax, ix, x, row, span, max_arrows, used)
+        _bundled_arrows(ax, flows, handles, axis, row, span, used, said)
+    labels.lines += _draw_fd_passes(ax, ix, x, row, span, max_arrows, used, said)
     for f in lost:
         ax.plot([x(f.put.ts_ns)], [row(f.put.pid, f.put.tid)], marker=">", ms=6,
                 color=COLORS["message"], zorder=6)
@@ -354,6 +373,10 @@ def timeline(trace, ax=None, at=None, title=None, max_arrows=300, max_labels=24,
                    0, _ABOVE)
         used.add("warning")
 
+    if folded:
+        said.append(f"{len(folded)} helper thread{'s' * (len(folded) > 1)} (Pool handlers, Queue "
+                    f"feeders, fd servers) drawn on their process's lane")
+
     # --- axes, labels, legend ---
     names = []
     for kind, obj in rows:
@@ -392,11 +415,16 @@ def timeline(trace, ax=None, at=None, title=None, max_arrows=300, max_labels=24,
     order = ["handle", "fd", "copy", "message", "lost", "failed", "blocked", "waiting", "holding",
              "deadlock", "warning", "task", "task_failed", "exit0", "exitcode", "signal",
              "running", "mark", "event"]
+    note = _wrap(" · ".join(said), 160) if said else ""
     if not fast:
         keys = [k for k in order if k in used]
-        _legend_below(ax, keys, bool(axis.gaps))
+        _legend_below(ax, keys, bool(axis.gaps), note)
         if owned:                  # room for the legend's rows, the lanes keep their height
-            fig.set_figheight(fig.get_figheight() + 0.2 * _legend_rows(keys) + 0.2)
+            fig.set_figheight(fig.get_figheight() + 0.2 * _legend_rows(keys) + 0.2 +
+                              0.15 * (note.count("\n") + 1 if note else 0))
+    elif note:
+        ax.text(0.0, -0.02, note, transform=ax.transAxes, fontsize=7.5, va="top", ha="left",
+                color="#555555", gid="aggregated")
     return fig
 
 
@@ -724,11 +752,19 @@ def _legend_rows(keys):
     return math.ceil(len(keys) / 2)
 
 
-def _legend_below(ax, keys, gaps):
+def _legend_below(ax, keys, gaps, note=""):
     """The legend in two columns under the time axis: the lanes get the figure's width (a
-    notebook is about 1000 pixels wide)."""
+    notebook is about 1000 pixels wide). `note`: what was aggregated, written between the
+    axis' name and the legend."""
     from matplotlib.transforms import blended_transform_factory, offset_copy
     below = 44 if gaps else 36              # points: past the tick labels and the axis' name
+    if note:
+        where = blended_transform_factory(
+            offset_copy(ax.figure.transSubfigure, fig=ax.figure, x=4, units="points"),
+            offset_copy(ax.transAxes, fig=ax.figure, y=-below, units="points"))
+        ax.text(0.0, 0.0, note, transform=where, fontsize=7.5, va="top", ha="left",
+                color="#555555", gid="aggregated")
+        below += 10 * (note.count("\n") + 1) + 4
     # from the figure's left edge (under the lane names too), below the axes' bottom
     where = blended_transform_factory(
         offset_copy(ax.figure.transSubfigure, fig=ax.figure, x=4, units="points"),
@@ -739,7 +775,7 @@ def _legend_below(ax, keys, gaps):
 
 # --- helpers --------------------------------------------------------------------------------
 
-MAX_PROCESS_LANES = 40   # more processes than this: the telling ones and the first to start
+MAX_PROCESS_LANES = 40   # more lanes (threads' too): the telling processes, then the first
 
 
 def _fewer_lanes(trace, ix):
@@ -750,15 +786,23 @@ def _fewer_lanes(trace, ix):
     recorded (the program's own) -- and then the first to start, up to the limit; the others'
     events (their messages too) are left out of the picture, and the title says how many."""
     procs = [p for p in ix.procs.values() if p.pid not in ix.watchdogs]
-    if len(procs) <= MAX_PROCESS_LANES:
+    deadlocks = st.deadlocks(trace)
+    lanes = defaultdict(lambda: 1)                 # pid -> its lanes: its own and its threads'
+    for pid, _ in _thread_lanes(ix, deadlocks)[0]:
+        lanes[pid] += 1
+    if sum(lanes[p.pid] for p in procs) <= MAX_PROCESS_LANES:
         return trace, ix, None
-    stuck = {d.pid for d in st.deadlocks(trace)}
+    stuck = {d.pid for d in deadlocks}
 
     def telling(p):
         return (p.pid in stuck or p.signal or p.exitcode not in (0, None) or p.exit_ns is None
                 or p.ppid not in ix.procs)
 
-    first = sorted(procs, key=lambda p: (not telling(p), p.start_ns))[:MAX_PROCESS_LANES]
+    first, used = [], 0                            # the 40-lane cap counts thread lanes too
+    for p in sorted(procs, key=lambda p: (not telling(p), p.start_ns)):
+        if used + lanes[p.pid] <= MAX_PROCESS_LANES or not first:
+            first.append(p)
+            used += lanes[p.pid]
     keep = {p.pid for p in first} | set(ix.watchdogs)
     hidden = [p for p in procs if p.pid not in keep]
     # a message between a lane drawn and one left out goes too: its put alone would be drawn
@@ -777,6 +821,45 @@ def _fewer_lanes(trace, ix):
              f"left out with their messages ({how}). All are in the trace: viz.summary, or "
              f"Perfetto (trace.to_chrome(path))")
     return shown, st._index(shown), _wrap(words, 110)
+
+
+# Threads that multiprocessing and torch start for their own work: a Pool's three handlers, a
+# Queue's feeder, resource_sharer's fd server (mpviz's: mpviz-fd-peer), the DataLoader's
+# pin-memory thread. A DataLoader with 8 workers has 24 of them; a lane each would bury the
+# processes. So a Pool's handlers are always drawn on their process's lane, and the others too
+# when the picture would have more than _FOLD_ABOVE lanes (in a small picture a feeder's lane
+# is a lesson: it writes a big item into the pipe after put returned). Their events stay on the
+# picture, on their process's lane (a message their process sent, an fd it handed over); their
+# waits do not (a hatched process lane says its main thread waits) -- unless the thread is the
+# story: stuck, still waiting when the trace ends, waited for by a wait that never ended (a
+# feeder its process joins at exit), or the one where something failed. Then it keeps its lane.
+_POOL_THREAD = re.compile(r"\((_handle_workers|_handle_tasks|_handle_results)\)$")
+_HELPER_THREAD = re.compile(r"^QueueFeederThread$|^mpviz-fd-peer$|\((_serve|_pin_memory_loop)\)$")
+_FOLD_ABOVE = 12
+
+
+def _thread_lanes(ix, deadlocks):
+    """({(pid, tid)} of the threads drawn in a lane of their own, {(pid, tid)} of the helper
+    threads folded into their process's lane): a thread gets a lane when it recorded something
+    and is not a helper thread, or is one that is the story (see ``_HELPER_THREAD``)."""
+    story = {(d.pid, d.tid) for d in deadlocks} | {(f.pid, f.tid) for f in ix.failures}
+    for pid, tid, begin, until in ix.blocked:
+        proc = ix.procs.get(pid)
+        ended = proc is not None and proc.exit_ns is not None and \
+            (ix.kill_ns is None or proc.exit_ns < ix.kill_ns)
+        if until is None and not ended:  # it still waits (not: a Pool worker terminated in its
+            story.add((pid, tid))        # get), and so do those it waits for
+            story.update(ix.must_act(begin, begin.ts_ns))
+    story |= {(pid, tid) for _, pid, tid, _, until in ix.waits if until is None}
+    threads = [who for who, n in ix.busy.items()
+               if n and who[0] != who[1] and who[0] not in ix.watchdogs]
+    crowded = len(ix.procs) - len(ix.watchdogs) + len(threads) > _FOLD_ABOVE
+    own, folded = set(), set()
+    for who in threads:
+        name = ix.thread_name(*who)
+        helper = _POOL_THREAD.search(name) or (crowded and _HELPER_THREAD.search(name))
+        (folded if helper and who not in story else own).add(who)
+    return own, folded
 
 
 WIDTH = 10     # inches: 1000 pixels at the notebook's 100 dpi, the legend under the lanes
@@ -959,7 +1042,7 @@ def _message_kind(flow, handles):
     return "message"
 
 
-def _bundled_arrows(ax, flows, handles, axis, row, span, used):
+def _bundled_arrows(ax, flows, handles, axis, row, span, used, said):
     """Too many arrows to see one by one: one line per (from row, to row, kind, time bin)."""
     groups = defaultdict(lambda: ([], []))
     for f in flows:
@@ -971,21 +1054,26 @@ def _bundled_arrows(ax, flows, handles, axis, row, span, used):
     for (ra, rb, key), (puts, gets) in groups.items():
         xa = np.interp(np.asarray(puts, dtype=float), axis.real, axis.disp)
         xb = np.interp(np.asarray(gets, dtype=float), axis.real, axis.disp)
-        bins = np.clip((xa / span * 16).astype(np.int64), 0, 15)
-        n = np.bincount(bins, minlength=16)
-        sa, sb = np.bincount(bins, xa, 16), np.bincount(bins, xb, 16)
-        for i in np.nonzero(n)[0]:
-            segs.append(((sa[i] / n[i], ra), (sb[i] / n[i], rb)))
+        for seg, n in _bundle(xa, xb, ra, rb, span):
+            segs.append(seg)
             colors.append(COLORS[key])
-            widths.append(min(5.0, 0.6 + 0.8 * math.log10(n[i])))
+            widths.append(min(5.0, 0.6 + 0.8 * math.log10(n)))
         used.add(key)
     ax.add_collection(LineCollection(segs, colors=colors, linewidths=widths, alpha=0.6,
-                                     zorder=5))
-    ax.text(0.0, -0.02, f"{len(flows)} messages drawn as {len(segs)} bundles (thicker = more)",
-            transform=ax.transAxes, fontsize=7.5, va="top", ha="left", color="#555555")
+                                     zorder=5, gid="messages"))
+    said.append(f"{len(flows):,} messages drawn as {len(segs):,} bundles (thicker = more)")
 
 
-def _draw_fd_passes(ax, ix, x, row, span, max_arrows, used):
+def _bundle(xa, xb, ra, rb, span, nbins=16):
+    """Lines from row `ra` at xa[i] to row `rb` at xb[i] (arrays), as ((start, end), count)
+    bundles: one per `nbins`-th of the time axis, from the mean start to the mean end."""
+    bins = np.clip((xa / span * nbins).astype(np.int64), 0, nbins - 1)
+    n = np.bincount(bins, minlength=nbins)
+    sa, sb = np.bincount(bins, xa, nbins), np.bincount(bins, xb, nbins)
+    return [(((sa[i] / n[i], ra), (sb[i] / n[i], rb)), int(n[i])) for i in np.nonzero(n)[0]]
+
+
+def _draw_fd_passes(ax, ix, x, row, span, max_arrows, used, said):
     """Each fd handed over on a Unix socket (SCM_RIGHTS) as a thin dashed arrow from the thread
     that sent it (torch: the producer's resource_sharer ``_serve`` thread, when the consumer
     asked; mpviz: the thread that pickled the handle and offered the fd) to the thread that
@@ -1014,13 +1102,31 @@ def _draw_fd_passes(ax, ix, x, row, span, max_arrows, used):
             ax.add_patch(FancyArrowPatch(a, b, arrowstyle="-|>", mutation_scale=7, lw=0.9,
                                          connectionstyle=f"arc3,rad={bow}", shrinkA=0,
                                          shrinkB=1, gid="fd", **style))
-    else:                                          # too many for heads: dashed lines only
-        ax.add_collection(LineCollection(ends, linewidths=0.7, alpha=0.6, gid="fd", **style))
+    else:                             # too many for heads: dashed bundles, thicker for more
+        ends, widths = _bundle_lines(ends, span)
+        said.append(f"{len(passes):,} fds handed over drawn as {len(ends):,} bundles")
+        ax.add_collection(LineCollection(ends, linewidths=widths, alpha=0.6, gid="fd", **style))
+        if len(links) > max_arrows:
+            links = _bundle_lines(links, span)[0]
     if links:
         ax.add_collection(LineCollection(links, colors=COLORS["fd"], linestyles=":",
                                          linewidths=0.8, zorder=5.5, gid="fd link"))
     used.add("fd")
     return ends if len(ends) <= max_arrows else []     # (where labels had better not go)
+
+
+def _bundle_lines(lines, span):
+    """((x0, y0), (x1, y1)) lines bundled per pair of rows and time bin: (lines, widths)."""
+    by_rows = defaultdict(list)
+    for a, b in lines:
+        by_rows[(a[1], b[1])].append((a[0], b[0]))
+    out, widths = [], []
+    for (ra, rb), xs in by_rows.items():
+        xs = np.array(xs, dtype=float)
+        for seg, n in _bundle(xs[:, 0], xs[:, 1], ra, rb, span):
+            out.append(seg)
+            widths.append(min(4.0, 0.5 + 0.7 * math.log10(n)))
+    return out, widths
 
 
 def _end_of(ix, pid, tid, t1):
@@ -1053,12 +1159,37 @@ def _runs_of_waits(ix, t1):
     return [r[:7] for r in runs]
 
 
-def _draw_blocked(ax, ix, x, row, t1, span, labels, max_labels, used):
+_MANY_WAITS = 200     # more finished waits than this: painted as a share of each pixel column
+
+
+def _draw_blocked(ax, ix, x, row, t1, span, labels, max_labels, used, folded=(), said=None,
+                  paint=None):
     """Each recorded wait as a cross-hatched box on its thread's lane, labelled with what it
     waits on ("join producer (pid 12)"); a wait with no end lasts to its process's end.
-    A short wait is drawn at least MIN_PX pixels wide, and then says how long it truly was."""
+    A short wait is drawn at least MIN_PX pixels wide, and then says how long it truly was.
+    A folded helper thread's waits are not drawn (see ``_HELPER_THREAD``).
+
+    Thousands of finished waits (a DataLoader's worker waits for each index) cannot be boxes:
+    ten of them share a pixel column. Each column is then painted as dark as the share of its
+    time the thread spent waiting -- never a box over the whole stretch, which would say it
+    waited all along -- in a band over its lane, and the note under the lanes says how many
+    waits were painted so. An unfinished wait is the story: it is always a box."""
+    runs = [w for w in _runs_of_waits(ix, t1) if (w[0], w[1]) not in folded]
+    done = [w for w in runs if w[4]]
+    if len(done) > _MANY_WAITS and paint is not None:
+        per_row = defaultdict(list)
+        for pid, tid, since, end, _, _, _ in done:
+            per_row[row(pid, tid)].append((x(since), x(end)))
+        for r, spans in per_row.items():
+            paint(r, (0, 1), [a for a, _ in spans], [b for _, b in spans], COLORS["blocked"],
+                  share=True)
+        if said is not None:
+            said.append(f"{sum(w[6] for w in done):,} waits painted as the share of each pixel "
+                        f"column spent waiting (the band over a lane: darker = longer)")
+        runs = [w for w in runs if not w[4]]
+        used.add("blocked")
     boxes, texts, short = [], [], []
-    for pid, tid, since, end, finished, words, n in _runs_of_waits(ix, t1):
+    for pid, tid, since, end, finished, words, n in runs:
         a, b, r = x(since), x(end), row(pid, tid)
         boxes.append((a, b, r - 0.26, 0.52))
         if n > 1:                 # a get(timeout=...) in a loop: one box, said how many
@@ -1092,6 +1223,24 @@ def _draw_blocked(ax, ix, x, row, t1, span, labels, max_labels, used):
                        1, _LEFT_OF_SPAN if left else _ON_SPAN, own=(a, b, r - 0.26, 0.52))
     else:
         labels.unsaid += len(texts)
+
+
+def _coverage(x0, x1, width, nbins):
+    """For `nbins` columns `width` wide from 0: the share of each covered by the spans
+    [x0[i], x1[i]] (spans that do not overlap, as one thread's waits)."""
+    x0, x1 = np.clip(x0, 0, nbins * width), np.clip(np.maximum(x1, x0), 0, nbins * width)
+    c0 = np.minimum((x0 / width).astype(np.int64), nbins - 1)
+    c1 = np.minimum((x1 / width).astype(np.int64), nbins - 1)
+    out = np.zeros(nbins)
+    same = c0 == c1
+    np.add.at(out, c0[same], x1[same] - x0[same])
+    c0, c1, x0, x1 = c0[~same], c1[~same], x0[~same], x1[~same]
+    np.add.at(out, c0, (c0 + 1) * width - x0)            # the first column's part
+    np.add.at(out, c1, x1 - c1 * width)                  # the last column's
+    full = np.zeros(nbins + 1)                           # the columns wholly inside
+    np.add.at(full, c0 + 1, 1)
+    np.add.at(full, c1, -1)
+    return out / width + np.cumsum(full[:-1])
 
 
 def _merge(spans, tolerance):

@@ -31,7 +31,9 @@ ENV_DIR = "MPVIZ_TRACE_DIR"
 ENV_THREADING_LOCKS = "MPVIZ_TRACE_THREADING_LOCKS"
 ENV_LAUNCHER = "MPVIZ_TRACE_LAUNCHER"   # the pid of `mpviz trace`, for its program to check
 ENV_STACKS = "MPVIZ_SCENARIO_STACKS"     # the scenarios' runner uses the same variable
-_stacks = None        # (fd, (st_dev, st_ino)) of the stacks file this process (or its parent) opened
+_stacks_file = None
+_interrupt_file = None
+INTERRUPT_SUFFIX = ".int.txt"           # where a process's stacks at a SIGINT go
 
 
 def role():
@@ -49,24 +51,29 @@ def role():
 
 def boot():
     """Install the recording hooks in this interpreter (once); record if asked by the env."""
-    from .. import hooks, recorder
-    if hooks._booted:
+    if sys.modules.get("mpviz.trace.hooks") and sys.modules["mpviz.trace.hooks"]._booted:
         return
     me = role()
     if me == "resource_tracker":
         return
+    directory = os.environ.get(ENV_DIR)
+    if directory and me == "program":
+        # Registered before multiprocessing is imported (the hooks import it), because atexit
+        # runs its functions last-registered first: multiprocessing's own exit function
+        # (which joins the children and the queues' feeder threads, and can hang there) then
+        # runs before this one, and the process's recorded end comes after it, not before.
+        # (Taken out of the environment: only the program the launcher started checks it.)
+        launcher = os.environ.pop(ENV_LAUNCHER, "")
+        atexit.register(_record_exit, directory, launcher.isdigit() and int(launcher))
+    from .. import hooks, recorder
     hooks.mark_booted(me)
     if os.environ.get(ENV_STACKS) and not getattr(sys, "_mpviz_scenario_site", False):
         register_stacks()            # (a scenario's site has registered them already)
     hooks.install(threading_locks=os.environ.get(ENV_THREADING_LOCKS) == "1")
     __import__("mpviz.stepper.gate").stepper.gate.activate_from_env()  # a stepped run's child
-    directory = os.environ.get(ENV_DIR)
     if directory and me == "program":
         if recorder.start(directory, "exec"):
             hooks.say_missing(directory)
-            # (taken out of the environment: only the program the launcher started checks it)
-            launcher = os.environ.pop(ENV_LAUNCHER, "")
-            atexit.register(_record_exit, directory, launcher.isdigit() and int(launcher))
     from .. import torch_hooks      # real torch's sharing, once the program imports torch
     torch_hooks.watch()
 
@@ -74,55 +81,57 @@ def boot():
 def register_stacks():
     """On SIGUSR1, write all threads' Python stacks to $MPVIZ_SCENARIO_STACKS/PID.txt; a forked
     child registers again, with a file of its own. A program that sets its own SIGUSR1 handler
-    replaces this one: the watchdog then says "(no stacks captured)" for it."""
+    replaces this one: the watchdog then says "(no stacks captured)" for it.
+
+    And on SIGINT (Ctrl-C), the same into PID.int.txt, then Python's own handler runs as always
+    (``chain``: the KeyboardInterrupt comes as it would). A terminal, or Jupyter's "interrupt",
+    sends SIGINT to every process of the group at once: by the time ``record()``'s process asks
+    its children for their stacks, they are already unwinding. This file holds where each was at
+    the interrupt itself (``watchdog.interrupt_stacks`` reads it). A program that sets its own
+    SIGINT handler (a Pool initializer ignoring it, say) replaces this one."""
     import faulthandler
     import signal
-    global _stacks
+    global _stacks_file, _interrupt_file
     directory = os.environ.get(ENV_STACKS)
     if not directory or not os.path.isdir(directory):
         return
-    old = _stacks
+    old = (_stacks_file, _interrupt_file)
     try:
-        fd = _open_stacks_file(os.path.join(directory, f"{os.getpid()}.txt"))
-        try:
-            faulthandler.register(signal.SIGUSR1, file=fd, all_threads=True)
-        except BaseException:
-            os.close(fd)
-            raise
+        _stacks_file = _open_own(os.path.join(directory, f"{os.getpid()}.txt"))
+        faulthandler.register(signal.SIGUSR1, file=_stacks_file[0], all_threads=True)
+        _interrupt_file = None
+        if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+            _interrupt_file = _open_own(os.path.join(directory,
+                                                     f"{os.getpid()}{INTERRUPT_SUFFIX}"))
+            faulthandler.register(signal.SIGINT, file=_interrupt_file[0], all_threads=True,
+                                  chain=True)
     except (OSError, RuntimeError, ValueError) as exc:
         print(f"mpviz.trace: pid {os.getpid()} cannot show its stacks to the hang watchdog "
               f"({exc})", file=sys.stderr)
-        if old is not None:          # (a forked child: not into the parent's file, or the
-            faulthandler.unregister(signal.SIGUSR1)  # program's file that took its number)
         return
-    st = os.fstat(fd)
-    _stacks = (fd, (st.st_dev, st.st_ino))
-    if old is not None:
-        _close_if_still(*old)         # a forked child: that one was the parent's
-    else:
+    if old[0] is not None:
+        for fd_and_file in old:     # a forked child: those were the parent's ...
+            if fd_and_file is not None and _still_ours(fd_and_file):
+                os.close(fd_and_file[0])   # ... unless the program closed that number and
+    else:                                  # reused it (os.closerange, then open: a daemon)
         os.register_at_fork(after_in_child=register_stacks)
 
 
-# The stacks file is kept as a bare fd number, never a Python file object: a forked child must
-# close its parent's stacks file, but by then the program may have closed that number
-# (``os.closerange``, as a daemon does) and opened a file of its own that got it. Closing by
-# number would take the program's file away (and the next file opened would get its number), so
-# the number is closed only while it still names the file we opened -- the same (st_dev,
-# st_ino) -- and a file object that closes its number when collected is never made.
-
-def _open_stacks_file(path):
-    """A new, private (0600), close-on-exec file at `path`; its fd."""
-    return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+def _open_own(path):
+    """(fd, (device, inode)) of `path`, opened for writing: a plain fd (faulthandler takes
+    one), and what it is, to know it again after a fork."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC | os.O_NOFOLLOW,
+                 0o600)
+    st = os.fstat(fd)
+    return fd, (st.st_dev, st.st_ino)
 
 
-def _close_if_still(fd, identity):
-    """Close `fd` if it still names the file whose (st_dev, st_ino) is `identity`."""
+def _still_ours(fd_and_file):
     try:
-        st = os.fstat(fd)
+        st = os.fstat(fd_and_file[0])
     except OSError:
-        return                       # closed already: nothing of ours there
-    if (st.st_dev, st.st_ino) == identity:
-        os.close(fd)
+        return False
+    return (st.st_dev, st.st_ino) == fd_and_file[1]
 
 
 def _record_exit(directory, launcher):

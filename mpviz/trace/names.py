@@ -1,0 +1,128 @@
+"""Names for people: what a verdict, a summary, a picture and trace.json call queues and locks.
+
+The recorder knows a queue or a lock by an id every process can compute (events.py): the
+semaphore under it (``sem-7fe2fbe4b000``: its address under fork, its name under spawn), a
+Connection's ``pipe-<pid>-<fd>``, a threading lock's ``t<pid>.<n>``. Those mean nothing to a
+learner, so nothing a person reads shows them. Instead::
+
+    a Pool's queues             "the Pool's result queue"   (its _handle_results thread gets)
+                                "the Pool's change notifier" (_handle_workers gets: wake-ups)
+                                "the Pool's task queue"     (its _handle_tasks thread puts)
+    a DataLoader's queues       "DataLoader worker 0's index queue"   (only that worker gets)
+                                "the DataLoader's data queue"          (the workers put)
+    a Process's arguments       "the arguments of pid 7"    (hooks.py: a pickled Process)
+    any other queue, pipe       "Queue 1", "Pipe 1"         in the order of their first message
+    a lock                      "lock 'forks'"   the variable a waiter called it by, if only one
+                                                 lock was called so
+                                "Queue 1's lock" a queue's own lock
+                                "Lock 2"         its type and its number among locks of that
+                                                 type, in the order of first use
+
+Who puts into and gets from a queue is read off the messages (``Trace.flows()``) and the
+threads' names (``thread.start``): plain loops, no picture needed -- the launcher names things
+in trace.json without importing matplotlib. mpviz.viz.state uses the same functions.
+"""
+
+# (which side, the Pool thread's target, the name): the first that fits names the channel
+_POOL_THREADS = (("get", "_handle_results", "the Pool's result queue"),
+                 ("get", "_handle_workers", "the Pool's change notifier"),
+                 ("put", "_handle_tasks", "the Pool's task queue"))
+
+
+def channel_names(flows, thread_names=None, dataloader_workers=None):
+    """``{queue or pipe id: name}`` for every channel that carried a message (see the top).
+
+    `thread_names`: ``{(pid, tid): name}`` from ``thread.start``; `dataloader_workers`:
+    ``{pid: worker_id}`` from ``dataloader.worker``. Either may be None (plain numbers)."""
+    thread_names, workers = thread_names or {}, dataloader_workers or {}
+    putters, getters = {}, {}
+    for f in flows:
+        putters.setdefault(f.channel, set()).add((f.put.pid, f.put.tid))
+        if f.get is not None:
+            getters.setdefault(f.channel, set()).add((f.get.pid, f.get.tid))
+    names, counts = {}, {}
+    for f in flows:
+        ch = f.channel
+        if ch is None or ch in names:
+            continue
+        role = _role(ch, putters.get(ch, ()), getters.get(ch, ()), thread_names, workers)
+        if role is None:
+            kind = "Pipe" if f.put.kind == "pipe.send" else "Queue"
+            counts[kind] = counts.get(kind, 0) + 1
+            role = f"{kind} {counts[kind]}"
+        names[ch] = role
+    return names
+
+
+def _role(ch, putters, getters, thread_names, workers):
+    """The part a channel plays in a library we know, or None."""
+    if str(ch).startswith("args-"):              # a Process's pickled arguments (hooks.py)
+        return f"the arguments of pid {str(ch)[5:]}"
+    for side, target, name in _POOL_THREADS:
+        if any(target in (thread_names.get(w) or "") for w in
+               (getters if side == "get" else putters)):
+            return name
+    if workers:
+        got_by = {pid for pid, _ in getters}
+        if len(got_by) == 1 and next(iter(got_by)) in workers:
+            return f"DataLoader worker {workers[next(iter(got_by))]}'s index queue"
+        if putters and all(pid in workers for pid, _ in putters):
+            return "the DataLoader's data queue"
+    return None
+
+
+def next_queue_name(names):
+    """The name for a queue that carried no message yet: the next "Queue N"."""
+    return f"Queue {sum(v.startswith('Queue ') for v in names.values()) + 1}"
+
+
+class LockNames:
+    """A reader's name for each lock (see the top): ``LockNames(...).name(lock_id)``.
+
+    `lock_types`: ``{lock id: type or None}`` in the order of first use (``Trace.locks()``);
+    `variables`: ``{lock id: the variable name a waiter used}``; `channels`: channel_names."""
+
+    def __init__(self, lock_types, variables, channels):
+        self.types, self.variables, self.channels = dict(lock_types), variables, channels
+
+    def variable(self, lid):
+        """The variable name a waiter called lock `lid` by, if no other lock was waited for under
+        that name: ``take_both(first, second)`` called with (a, b) in one process and (b, a) in
+        another waits for both locks as ``second``, and two nodes both called 'second' would
+        read as one lock."""
+        name = self.variables.get(lid)
+        if name is not None and list(self.variables.values()).count(name) == 1:
+            return name
+        return None
+
+    def name(self, lid):
+        if self.variable(lid) is not None:
+            return f"lock '{self.variable(lid)}'"
+        if lid in self.channels:
+            return f"{self.channels[lid]}'s lock"
+        typ = self.types.get(lid) or "lock"
+        same = [i for i in self.types if self.variable(i) is None and i not in self.channels
+                and (self.types[i] or "lock") == typ]
+        kind = "threading." if _is_thread_lock(lid) else ""
+        return f"{kind}{typ} {same.index(lid) + 1}" if lid in same else f"{kind}{typ}"
+
+
+def _is_thread_lock(lock_id):
+    """A ``threading`` lock's id is ``t<pid>.<n>`` (locks.py)."""
+    head, _, tail = str(lock_id).partition(".")
+    return head[:1] == "t" and head[1:].isdigit() and tail.isdigit()
+
+
+def for_trace(trace):
+    """(channel names, LockNames) of a whole trace, read off its events (trace.json's names)."""
+    threads, workers, variables = {}, {}, {}
+    for e in trace.events:
+        if e.kind == "thread.start":
+            threads[(e.pid, e.tid)] = e.args.get("name")
+        elif e.kind == "dataloader.worker":
+            workers[e.pid] = e.args.get("worker_id")
+        elif e.kind == "lock.wait" and e.args.get("name"):
+            variables.setdefault(e.args["lock"], e.args["name"])
+    channels = channel_names(trace.flows(), threads, workers)
+    locks = LockNames({lk.id: lk.type for lk in trace.locks()}, variables, channels)
+    return channels, locks

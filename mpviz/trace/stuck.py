@@ -1,0 +1,349 @@
+"""A hang's verdict in words: what kind of hang, where each thread is, why it cannot move.
+
+The watchdog (watchdog.py) decides *that* a program hangs from what each thread waits on
+(osview.threads); this module says it so that a learner can act on it:
+
+    headline            DEADLOCK (one process can never move, or nobody can) or STALLED
+                        (waits with a deadline longer than --hang-after), how long, what was done
+    each thread         "ForkPoolWorker-2 (pid 7), main thread: waits for a lock of its own
+                        process, with no time limit, for 1.6 s -- at task (prog.py:21):
+                        `log.info(...)`"  -- the call from /proc, the line from its Python stack
+    why (one process)   forked while Python threads of its parent ran: a lock one of them held
+                        is copied held, and the thread that would release it is not copied;
+                        forked after native threads (a thread pool Python did not start, such
+                        as torch's OpenMP threads): the child waits for threads it does not have
+    chains              a DataLoader's main thread waits for a batch -- from the worker that
+                        sleeps, or waits for ever, in its dataset's ``__getitem__``
+
+The names are the trace's (``ForkPoolWorker-2``, "DataLoader worker 0"); thread names come from
+the recorded ``thread.start`` events; a thread with none, in a process's memory but not started
+by Python, is a "native thread".
+"""
+import linecache
+import os
+import sysconfig
+
+from . import osview
+
+FORK_FIX = ("start the children with 'spawn' or 'forkserver' "
+            "(multiprocessing.get_context('forkserver'), or a Pool's context=...): a fresh "
+            "interpreter has no lock copied while held, and no thread missing; or fork before "
+            "any thread starts")
+MAX_THREAD_LINES = 24       # a program of many processes: the first ones, then a count
+NATIVE_FIX = "or call torch.set_num_threads(1) before forking (no OpenMP threads to lose)"
+
+
+def headline(watchdog, nkilled):
+    """The verdict's first lines: the kind of hang and what mpviz did."""
+    t, stop = watchdog.stalled_for, (f"mpviz stopped {nkilled} process(es) with SIGKILL.")
+    if watchdog.stuck_pids:
+        names = _names(watchdog.trace)
+        who = _and([f"{names.get(p, '?')} (pid {p})" for p in watchdog.stuck_pids])
+        it = "it" if len(watchdog.stuck_pids) == 1 else "each"
+        return [f"mpviz trace: HANG: DEADLOCK -- {who} can never move: for {t:.1f} s every "
+                f"thread of {it} has waited, with no time limit, for a lock in its own memory "
+                f"(a private futex), which only a thread of that same process could release "
+                f"-- and none of them can (only a signal handler still could). CPU used by "
+                f"other threads or processes does not change that. {stop}"]
+    if watchdog.kind == "stalled":
+        return [f"mpviz trace: HANG: STALLED -- for {t:.1f} s no thread of any process moved "
+                f"and no event was recorded. Some threads wait with a deadline (a sleep, a "
+                f"timeout), but none of those waits ended within --hang-after "
+                f"{watchdog.hang_after:g} s: a wait that ends within it is progress, one that "
+                f"does not is a stall (not a deadlock: they may move later). {stop}"]
+    return [f"mpviz trace: HANG: DEADLOCK -- for {t:.1f} s no thread of any process moved "
+            f"and no event was recorded, and every thread waits with no time limit (no "
+            f"sleep, no timeout): nobody can ever move. {stop}"]
+
+
+class Facts:
+    """What /proc says at the moment of the verdict, read before the processes are killed:
+    each thread's wait in words, how long it has waited, and each process's native threads."""
+
+    def __init__(self, watchdog, now):
+        self.words = {key: what(s.view._replace(wchan=osview.wchan(*key)))
+                      for key, s in watchdog.seen.items()}
+        self.waited = {key: now - s.since for key, s in watchdog.seen.items()}
+        pids = {pid for pid, _ in watchdog.seen}
+        self.native = {pid: [(v.tid, what(v._replace(wchan=osview.wchan(pid, v.tid))),
+                              v.args[:1] if v.call == "futex" else None)
+                             for v in _native_threads(watchdog.trace, pid)] for pid in pids}
+
+
+def _and(items):
+    """"A", "A and B", "A, B and C"."""
+    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
+
+
+def threads_in_words(watchdog, stacks):
+    """Where each thread is (the stuck processes', or everyone's), chains, why, the fix."""
+    trace, seen, facts = watchdog.trace, watchdog.seen, watchdog.facts
+    names, tnames = _names(trace), _thread_names(trace)
+    pids = watchdog.stuck_pids or sorted({pid for pid, _ in seen})
+    lines = ["Where each thread is (from /proc/PID/task/TID: its system call, how long it has "
+             "waited there):"]
+    for pid in pids:
+        frames = _stacks_by_thread(trace, pid, (stacks.get(pid) or {}).get("stacks", ""))
+        for (p, tid), s in sorted(seen.items()):
+            if p != pid:
+                continue
+            who = f"{names.get(pid, '?')} (pid {pid}), {tnames.get((pid, tid), _thread(pid, tid))}"
+            line = f"  {who}: {facts.words[(pid, tid)]}"
+            if s.view.wait != "running":
+                line += f" for {facts.waited[(pid, tid)]:.1f} s"
+            own = own_line(frames.get(tid))
+            lines.append(line + (f" -- at {own}" if own else ""))
+    if len(lines) > MAX_THREAD_LINES + 1:
+        more = len(lines) - 1 - MAX_THREAD_LINES
+        lines[MAX_THREAD_LINES + 1:] = [f"  ... and {more} more thread(s): their stacks are below"]
+    lines += _dataloader_chains(watchdog, stacks, names)
+    lines += _why(watchdog, stacks, names)
+    return lines
+
+
+def what(view):
+    """What a thread does, in words, from its ``osview.ThreadView``."""
+    kernel = f", kernel: {view.wchan}" if view.wchan else ""
+    if view.wait == "running":
+        return "running (using CPU)"
+    if view.wait == "sleep":
+        return "in `time.sleep` (a deadline)"
+    if view.wait == "terminal":
+        return "reading the terminal (waits for you)"
+    if view.call == "futex":
+        if view.wait == "deadline":
+            return f"waits for a lock or condition, with a timeout (futex{kernel})"
+        whose = "of its own process" if view.private else "shared between processes"
+        return f"waits for a lock {whose}, with no time limit (futex{kernel})"
+    target = _fd_words(view) if view.call in ("read", "write", "recvfrom", "recvmsg",
+                                               "sendto", "sendmsg", "accept", "accept4") else ""
+    if view.call == "read":
+        return f"reads {target}, with no time limit"
+    if view.call == "write":
+        return f"writes into {target}, which is full, with no time limit"
+    if view.call in ("wait4", "waitid"):
+        return "waits for a child process to end (join, wait), with no time limit"
+    if view.call in ("accept", "accept4"):
+        return f"waits for a connection on {target}"
+    if view.call in ("poll", "ppoll", "select", "pselect6", "epoll_wait", "epoll_pwait",
+                     "epoll_pwait2"):
+        how = "with a timeout" if view.wait == "deadline" else "with no time limit"
+        return f"waits for a pipe, socket or file to be ready ({view.call}, {how})"
+    return f"in the system call {view.call}{kernel}"
+
+
+def _fd_words(view):
+    target = osview.fd_target(view.pid, view.args[0]) if view.args else ""
+    kind = ("a pipe" if target.startswith("pipe:") else "a socket" if
+            target.startswith("socket:") else target or "a file")
+    return f"{kind} (fd {view.args[0]})" if view.args else kind
+
+
+# --- names ------------------------------------------------------------------------------------
+
+def _names(trace):
+    """``{pid: name}``: a DataLoader worker as "DataLoader worker N", others as labels() does."""
+    from .watchdog import labels
+    names = labels(trace)
+    for e in trace.of_kind("dataloader.worker"):
+        if e.args.get("phase") == "start":
+            names[e.pid] = f"DataLoader worker {e.args.get('worker_id')}"
+    return names
+
+
+def _thread_names(trace):
+    out = {}
+    for e in trace.of_kind("thread.start"):
+        out[(e.pid, e.tid)] = f"thread `{e.args.get('name')}`"
+    return out
+
+
+def _thread(pid, tid):
+    return "main thread" if pid == tid else f"native thread {tid}"
+
+
+# --- Python stacks, by thread -----------------------------------------------------------------
+
+_LIBRARY = None
+_HOOKS = os.path.dirname(os.path.abspath(__file__)) + os.sep    # mpviz/trace/: never the user's
+
+
+def _library():
+    global _LIBRARY
+    if _LIBRARY is None:
+        paths = sysconfig.get_paths()
+        mpviz_dir = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+        _LIBRARY = tuple(os.path.realpath(paths[k]) for k in ("stdlib", "purelib", "platlib"))
+        _LIBRARY += (mpviz_dir,)
+    return _LIBRARY
+
+
+def _stacks_by_thread(trace, pid, text):
+    """``{tid: [(function, path, line), ...innermost first]}`` from faulthandler's `text`:
+    a thread's block is named by its ident (``Thread 0x...``), which the recorded
+    ``thread.start`` event ties to its OS thread id; the block not started by threading's
+    ``_bootstrap`` is the main thread's (tid == pid)."""
+    idents = {e.args.get("ident"): e.tid for e in trace.of_kind("thread.start") if e.pid == pid}
+    out, calls = {}, None
+    for line in text.splitlines():
+        line = line.strip()
+        if line.startswith(("Thread 0x", "Current thread 0x")):
+            ident = int(line.split("0x", 1)[1].split()[0], 16)
+            calls = out.setdefault(ident, [])
+        elif line.startswith("File ") and calls is not None:
+            try:
+                path, rest = line[6:].split('", line ', 1)
+                lineno, fn = rest.split(" in ", 1)
+            except ValueError:
+                continue
+            if not os.path.realpath(path).startswith(_HOOKS):    # a recording hook's frame
+                calls.append((fn.strip(), path, int(lineno)))
+    by_tid = {}
+    for ident, calls in out.items():
+        if ident in idents:
+            by_tid[idents[ident]] = calls
+        elif calls and calls[-1][0] != "_bootstrap":
+            by_tid[pid] = calls
+    return by_tid
+
+
+def _mine(path):
+    return not path.startswith("<") and not os.path.realpath(path).startswith(_library())
+
+
+def own_line(calls):
+    """"task (prog.py:21): `log.info(...)`": the innermost call in the program's own code."""
+    for fn, path, lineno in calls or ():
+        if _mine(path):
+            text = linecache.getline(path, lineno).split("  #")[0].strip()
+            return f"{fn} ({os.path.basename(path)}:{lineno})" + (f": `{text}`" if text else "")
+    return None
+
+
+def _native_call(calls):
+    """The library call the program's line made, when the innermost frame is not its own:
+    "torch's `einsum` (torch/functional.py:402)"."""
+    if not calls or _mine(calls[0][1]):
+        return None
+    fn, path, lineno = calls[0]
+    parts = os.path.realpath(path).split(os.sep)
+    package = next((parts[i + 1] for i, p in enumerate(parts)
+                    if p == "site-packages" and i + 1 < len(parts)), None)
+    where = os.sep.join(parts[-2:]) if package else os.path.basename(path)
+    return f"{package + chr(39) + 's ' if package else ''}`{fn}` ({where}:{lineno})"
+
+
+# --- why one process can never move --------------------------------------------------------------
+
+def _why(watchdog, stacks, names):
+    """Why the processes that can never move cannot: a fork while threads ran, a fork after
+    native threads, the native call their line made; then the fix (once)."""
+    trace, reasons, native_seen = watchdog.trace, {}, False
+    for pid in watchdog.stuck_pids:
+        start = next((e for e in trace.of_kind("process.start")
+                      if e.pid == pid and e.args.get("how") == "fork"), None)
+        if start is None:
+            reasons.setdefault(
+                "{who}: its threads wait for each other (a lock taken twice, or a join of a "
+                "thread that waits for the joiner); the stacks say where.", []).append(pid)
+            continue
+        ppid = start.args.get("ppid")
+        parent = f"{names.get(ppid, '?')} (pid {ppid})"
+        running = _python_threads_at(trace, ppid, start.ts_ns, pid)
+        if running:
+            which = " and ".join(f"`{n}`" for n in running)
+            s = "s" if len(running) > 1 else ""
+            reasons.setdefault(
+                f"{{who}} {{was}} forked while thread{s} {which} {'were' if s else 'was'} "
+                f"running in {parent}: a lock held at the fork is never released in the child "
+                f"(fork copies the lock, held, but not the thread that would release it).",
+                []).append(pid)
+        native = watchdog.facts.native.get(ppid) or []
+        if native:
+            native_seen = True
+            where = "; ".join(f"native thread {tid} {words}" for tid, words, _ in native[:4])
+            reasons.setdefault(
+                f"{{who}} {{was}} forked after native threads: {parent} runs {len(native)} "
+                f"thread(s) Python did not start (a library's thread pool, such as torch's "
+                f"OpenMP threads) -- {where}. fork copies none of them: what waits for them in "
+                f"the child waits for ever.", []).append(pid)
+            calls = _stacks_by_thread(trace, pid,
+                                      (stacks.get(pid) or {}).get("stacks", "")).get(pid)
+            call, view = _native_call(calls), watchdog.seen[(pid, pid)].view
+            same = [tid for tid, _, addr in native
+                    if view.call == "futex" and addr == view.args[:1]]
+            if call:
+                reasons.setdefault(
+                    f"{{who}}: {own_line(calls) or 'its line'} called {call}, a native call "
+                    f"that never returned: the main thread {watchdog.facts.words[(pid, pid)]}"
+                    + (f", on the same futex address as the parent's native thread {same[0]} "
+                       f"-- it waits for a thread it does not have" if same else "") + ".",
+                    []).append(pid)
+        if not running and not native:
+            reasons.setdefault(
+                f"{{who}} {{was}} forked by {parent}; a lock it waits for was copied held, or "
+                f"its threads wait for each other; the stacks say where.", []).append(pid)
+    lines = []
+    for text, pids in reasons.items():
+        who = _and([names.get(p, str(p)) for p in pids])
+        lines.append("  " + text.format(who=who, was="were" if len(pids) > 1 else "was"))
+    if lines:
+        lines.append(f"  Fix: {FORK_FIX}" + (f"; {NATIVE_FIX}." if native_seen else "."))
+    return lines
+
+
+def _python_threads_at(trace, pid, ts_ns, child):
+    """Names of the threads Python started in `pid` that were running at `ts_ns` (the fork of
+    `child`), but the one that forked it and mpviz's own."""
+    forker = next((e.tid for e in trace.of_kind("process.launch")
+                   if e.pid == pid and e.args.get("child") == child), None)
+    alive = {}
+    for e in trace.events:
+        if e.ts_ns > ts_ns:
+            break
+        if e.pid == pid and e.kind == "thread.start":
+            alive[e.tid] = e.args.get("name")
+        elif e.pid == pid and e.kind == "thread.exit":
+            alive.pop(e.tid, None)
+    return [n for tid, n in alive.items() if tid != forker and not str(n).startswith("mpviz")]
+
+
+def _native_threads(trace, pid):
+    """``ThreadView``s of `pid`'s threads that Python did not start (no ``thread.start``
+    recorded, not its main thread) and that recorded nothing: native threads."""
+    python = {e.tid for e in trace.events if e.pid == pid}
+    return [v for v in osview.threads(pid) if v.tid != pid and v.tid not in python]
+
+
+# --- chains: a DataLoader waits for its workers ----------------------------------------------------
+
+def _dataloader_chains(watchdog, stacks, names):
+    """"main waits for a batch from worker 0 -- worker 0 has been in `time.sleep` for N s"."""
+    trace, lines = watchdog.trace, []
+    workers = {e.pid: e.args.get("worker_id") for e in trace.of_kind("dataloader.worker")
+               if e.args.get("phase") == "start"}
+    for pid in {s.view.pid for s in watchdog.seen.values()}:
+        calls = _stacks_by_thread(trace, pid, (stacks.get(pid) or {}).get("stacks", "")).get(pid)
+        if not calls or not any(fn in ("_get_data", "_next_data") and
+                                path.endswith("dataloader.py") for fn, path, _ in calls):
+            continue
+        for wpid, wid in sorted(workers.items(), key=lambda kv: kv[1] or 0):
+            s, waited = watchdog.seen.get((wpid, wpid)), watchdog.facts.waited.get((wpid, wpid))
+            if s is None or s.view.wait == "running" or waited <= watchdog.hang_after:
+                continue
+            wcalls = _stacks_by_thread(trace, wpid,
+                                       (stacks.get(wpid) or {}).get("stacks", "")).get(wpid)
+            doing = watchdog.facts.words[(wpid, wpid)].replace(" (a deadline)", "")
+            own = own_line(wcalls)
+            lines.append(f"  {names.get(pid, pid)}'s main thread waits for a batch from worker "
+                         f"{wid} -- worker {wid} has been {_has_been(doing)} for "
+                         f"{waited:.1f} s" + (f", at {own}" if own else ""))
+    if lines:
+        lines.insert(0, "Who waits for whom (the DataLoader):")
+        lines.append("  Fix: find why that line never returns; DataLoader(..., timeout=S) "
+                     "makes the main process raise instead of waiting for ever.")
+    return lines
+
+
+def _has_been(doing):
+    return doing if doing.startswith("in ") else "waiting: " + doing

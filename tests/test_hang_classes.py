@@ -1,0 +1,228 @@
+"""Hangs are judged by what each thread waits on, not by silence (issue 27, item 1 a, b, e).
+
+Each test runs a real program through ``python -m mpviz trace --hang-after S``, as a learner
+would, and reads the verdict's words:
+
+    a  Pool workers forked while a logging thread runs: one waits for ever on a lock copied held,
+       while the parent's thread keeps using CPU                           -> DEADLOCK, the worker
+    b  a DataLoader whose __getitem__ sleeps for an hour                  -> STALLED, the chain
+    e  a child forked after torch's OpenMP threads, stuck in einsum       -> DEADLOCK, native
+    the rule in every thread: a busy thread elsewhere hides nothing; sleeps that end within
+    --hang-after are progress; a longer one is STALLED; a wait that times out and starts again
+    on the same pipe is one wait; --hang-after below the floor, nan or inf is refused.
+"""
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+import mpviz.trace as mt
+from mpviz.trace.watchdog import MIN_HANG_AFTER, descendants
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PROGRAMS = os.path.join(ROOT, "notebooks", "programs")
+PY = sys.executable
+
+
+def trace(tmp_path, program, *args, hang_after="1.5", timeout=45):
+    """Run `program` (a path, or the text of a prog.py) under the launcher; the result."""
+    if "\n" in program:
+        (tmp_path / "prog.py").write_text(textwrap.dedent(program))
+        program = "prog.py"
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([ROOT] + [p for p in [env.get("PYTHONPATH")] if p])
+    launcher = subprocess.Popen([PY, "-m", "mpviz", "trace", "--hang-after", hang_after,
+                                 "--no-plot", "-o", str(tmp_path / "out"), "--", PY, program,
+                                 *args], cwd=tmp_path, env=env, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)
+    try:
+        out, err = launcher.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:       # no verdict: end the program's session, then fail
+        for pid in descendants(launcher.pid):
+            try:
+                os.killpg(pid, signal.SIGKILL)
+            except OSError:
+                pass
+        launcher.kill()
+        out, err = launcher.communicate()
+        pytest.fail(f"no verdict within {timeout} s:\n{err}")
+    return subprocess.CompletedProcess(launcher.args, launcher.returncode, out, err)
+
+
+# --- a: a thread that keeps running elsewhere ------------------------------------------------------
+
+@pytest.mark.timeout(120)
+def test_a_pool_worker_forked_while_a_logging_thread_runs_is_named_and_the_fork_blamed(tmp_path):
+    run = trace(tmp_path, os.path.join(PROGRAMS, "hang_logging_pool.py"))
+    err = run.stderr
+    assert run.returncode == 124, err
+    assert "HANG: DEADLOCK -- ForkPoolWorker-" in err and "can never move" in err
+    assert "CPU used by other threads or processes does not change that" in err
+    assert ('square (hang_logging_pool.py:29): `log.info("worker %d squares %d", os.getpid(), '
+            'n)`') in err
+    assert "forked while thread" in err and "`write_logs`" in err
+    assert "a lock held at the fork is never released in the child" in err
+    assert "Fix: start the children with 'spawn' or 'forkserver'" in err
+
+
+@pytest.mark.timeout(60)
+def test_a_busy_thread_elsewhere_does_not_hide_a_process_that_can_never_move(tmp_path):
+    run = trace(tmp_path, """
+        import multiprocessing as mp, threading
+
+        def spin():
+            while True:
+                pass
+
+        def child():
+            lock = threading.Lock()
+            lock.acquire()
+            lock.acquire()            # a lock taken twice: nobody in this process can release it
+
+        if __name__ == "__main__":
+            threading.Thread(target=spin, name="spinner", daemon=True).start()
+            p = mp.get_context("spawn").Process(target=child)
+            p.start()
+            p.join()
+    """, hang_after="1")
+    err = run.stderr
+    assert run.returncode == 124, err
+    assert "HANG: DEADLOCK -- SpawnProcess-1" in err and "can never move" in err
+    assert "child (prog.py:11): `lock.acquire()`" in err
+    assert "its threads wait for each other" in err
+
+
+# --- b: a producer that sleeps for ever ----------------------------------------------------------
+
+@pytest.mark.timeout(120)
+def test_a_dataloader_whose_getitem_sleeps_is_stalled_with_the_chain_to_the_worker(tmp_path):
+    pytest.importorskip("torch")
+    run = trace(tmp_path, os.path.join(PROGRAMS, "hang_dataloader.py"))
+    err = run.stderr
+    assert run.returncode == 124, err
+    assert "HANG: STALLED" in err and "DEADLOCK" not in err
+    assert ("hang_dataloader.py's main thread waits for a batch from worker 0 -- worker 0 has "
+            "been in `time.sleep` for ") in err
+    assert "__getitem__ (hang_dataloader.py:30): `time.sleep(3600)`" in err
+    assert "DataLoader worker 0 (pid " in err
+
+
+@pytest.mark.timeout(60)
+def test_sleeps_that_end_within_hang_after_are_progress_in_any_thread(tmp_path):
+    run = trace(tmp_path, """
+        import threading, time
+
+        def naps():
+            for _ in range(5):
+                time.sleep(0.6)
+
+        t = threading.Thread(target=naps, name="sleeper")
+        t.start()
+        t.join()                      # the main thread waits for ever; the sleeper moves
+        print("joined")
+    """, hang_after="1")
+    assert run.returncode == 0 and "HANG" not in run.stderr, run.stderr
+    assert run.stdout == "joined\n"
+
+
+@pytest.mark.timeout(60)
+def test_a_sleep_longer_than_hang_after_in_any_thread_is_stalled_not_a_deadlock(tmp_path):
+    run = trace(tmp_path, """
+        import threading, time
+        t = threading.Thread(target=time.sleep, args=(30,), name="sleeper")
+        t.start()
+        t.join()
+    """, hang_after="1")
+    err = run.stderr
+    assert run.returncode == 124, err
+    assert "HANG: STALLED" in err and "DEADLOCK" not in err
+    assert "thread `sleeper`: in `time.sleep` (a deadline) for " in err
+    assert "main thread: waits for a lock of its own process, with no time limit" in err
+    assert "<module> (prog.py:5): `t.join()`" in err
+
+
+@pytest.mark.timeout(60)
+def test_a_wait_that_times_out_and_starts_again_on_the_same_pipe_is_one_wait(tmp_path):
+    run = trace(tmp_path, """
+        import multiprocessing as mp, queue, time
+
+        def produce(q):
+            time.sleep(3600)
+            q.put(1)
+
+        if __name__ == "__main__":
+            q = mp.Queue()
+            mp.Process(target=produce, args=(q,)).start()
+            while True:               # wakes every 0.3 s: alive, but nothing moves
+                try:
+                    print(q.get(timeout=0.3))
+                    break
+                except queue.Empty:
+                    pass
+    """, hang_after="1")
+    err = run.stderr
+    assert run.returncode == 124, err
+    assert "HANG: STALLED" in err
+    assert "Process-1 (pid " in err and "in `time.sleep`" in err
+
+
+# --- e: a child stuck in native code after a fork from a multi-threaded parent ---------------------
+
+@pytest.mark.timeout(120)
+def test_a_child_forked_after_openmp_threads_is_named_stuck_in_its_native_call(tmp_path):
+    pytest.importorskip("torch")
+    run = trace(tmp_path, os.path.join(PROGRAMS, "hang_torch_fork.py"))
+    err = run.stderr
+    assert run.returncode == 124, err
+    assert "HANG: DEADLOCK -- ForkProcess-1" in err and "can never move" in err
+    assert "ForkProcess-1 was forked after native threads" in err
+    assert "thread(s) Python did not start" in err and "native thread " in err
+    assert ("features (hang_torch_fork.py:21): `y = torch.einsum(\"ij,jk->ik\", x, x)` called "
+            "torch's `einsum` (torch/functional.py:") in err
+    assert "a native call that never returned" in err
+    assert "main thread waits for a lock of its own process, with no time limit (futex" in err
+    assert "'spawn' or 'forkserver'" in err and "torch.set_num_threads(1) before forking" in err
+
+
+@pytest.mark.timeout(60)
+def test_the_torch_fork_program_with_one_thread_before_forking_ends(tmp_path):
+    pytest.importorskip("torch")
+    run = trace(tmp_path, os.path.join(PROGRAMS, "hang_torch_fork.py"), "--fix")
+    assert run.returncode == 0 and "HANG" not in run.stderr, run.stderr
+    assert "child exit code 0" in run.stdout
+
+
+# --- --hang-after: a floor, and only finite numbers (issue 28, item 8) -----------------------------
+
+@pytest.mark.parametrize("value, words", [
+    ("0.2", "too short to judge a hang"), ("0.001", "too short to judge a hang"),
+    ("nan", "finite number of seconds"), ("inf", "finite number of seconds"),
+    ("-1", "finite number of seconds")])
+def test_hang_after_below_the_floor_or_not_finite_is_refused_before_anything_runs(
+        tmp_path, value, words):
+    run = trace(tmp_path, "import sys\nprint('ran')\n", hang_after=value, timeout=30)
+    assert run.returncode == 2, run.stderr
+    assert words in run.stderr and "Fix:" in run.stderr and "ran" not in run.stdout
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("value", [0.2, float("nan"), float("inf"), True, "10"])
+def test_record_refuses_the_same_hang_after_values(value):
+    with pytest.raises(ValueError, match="hang_after"):
+        with mt.record(hang_after=value):
+            pass
+
+
+@pytest.mark.timeout(60)
+def test_a_program_at_full_cpu_is_not_stuck_at_the_shortest_hang_after(tmp_path):
+    run = trace(tmp_path, """
+        import time
+        end = time.monotonic() + 2
+        while time.monotonic() < end:
+            pass
+        print("done")
+    """, hang_after=str(MIN_HANG_AFTER))
+    assert run.returncode == 0 and "HANG" not in run.stderr, run.stderr

@@ -1,0 +1,212 @@
+"""Three hangs a learner meets, judged in words by `mpviz trace` and ``record()`` (issue 27).
+
+Each test runs a real program from tests/exit_programs/, written as its author would write it,
+in real processes, and asserts the words of the verdict:
+
+* a hang at interpreter exit: a worker fills its queue's pipe, and exits -- its feeder thread is
+  joined at exit while the main program joins the worker before reading (CPython issue 91594);
+* a Pool worker that exits inside a task: the Pool waits for that result for ever (bpo-22393),
+  while the replacement worker it started is idle, not stuck;
+* Ctrl-C, to the launcher's process group as a terminal sends it, and to a ``record()`` block's
+  process group as Jupyter's "interrupt" sends it: the same where-everyone-is report first.
+"""
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from mpviz.trace import load
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PROGRAMS = os.path.join(ROOT, "tests", "exit_programs")
+HANG_STATUS = 124
+
+
+def trace(program, *args, hang_after=1, directory):
+    """Run tests/exit_programs/`program` under ``python -m mpviz trace``; (status, stderr)."""
+    done = subprocess.run([sys.executable, "-m", "mpviz", "trace", "--hang-after", str(hang_after),
+                           "--no-plot", "-o", str(directory), "--", sys.executable,
+                           os.path.join(PROGRAMS, program), *args],
+                          capture_output=True, text=True, timeout=90, env=_env())
+    return done.returncode, done.stderr
+
+
+def _env():
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([ROOT] + [p for p in [env.get("PYTHONPATH")] if p])
+    return env
+
+
+# --- c. a hang at interpreter exit -------------------------------------------------------------
+
+def test_a_worker_that_fills_its_queue_and_is_joined_first_hangs_at_exit_and_the_verdict_says_so(
+        tmp_path):
+    status, err = trace("results_join_first.py", directory=tmp_path)
+    assert status == HANG_STATUS, err
+    # the chain, each wait in words: the feeder's write into the full pipe is recorded too
+    assert "Process-1's main thread waits: join thread QueueFeederThread at exit" in err
+    assert ("Process-1's QueueFeederThread waits: write 15 B into the full pipe of Queue 1 -- "
+            "someone must read Queue 1, and nobody has read it yet") in err
+    # and the story: at exit, the feeder, the full pipe of Queue 1, the main program's join
+    assert ("HANG AT EXIT: Process-1 has done its work but cannot exit: at exit it waits for "
+            "its feeder thread (QueueFeederThread), which waits to write into the full pipe of "
+            "Queue 1") in err
+    assert ("results_join_first.py's main thread waits in `join` for Process-1 (at your line "
+            "results_join_first.py:19 in <module>(): `p.join()`)") in err
+    assert "Fix: get everything a process put on a queue before joining it" in err
+    assert "sem-" not in err                       # a learner's name, not an internal id
+
+
+def test_a_worker_joined_by_multiprocessing_at_exit_keeps_its_parent_lane_until_the_kill(
+        tmp_path, fonts_loaded):
+    status, err = trace("reports_never_joined.py", directory=tmp_path)
+    assert status == HANG_STATUS, err
+    assert ("reports_never_joined.py's main thread waits in `join` for Process-1 at exit "
+            "(multiprocessing joins the children a program did not join)") in err
+    assert "into the full pipe of Queue 1" in err
+    t = load(str(tmp_path))
+    kill = t.of_kind("watchdog.kill")[0].ts_ns
+    main, worker = [p for p in t.processes() if p.how in ("exec", "fork")]
+    # The program recorded its exit in an atexit function, and then hung in multiprocessing's
+    # own (which runs first now): it lived until it was killed, not until its exit record.
+    atexit = [e.ts_ns for e in t.of_kind("process.exit") if e.pid == main.pid]
+    assert atexit and atexit[0] < kill
+    assert main.exit_ns >= kill and worker.exit_ns >= kill
+    # the picture: both lanes end at the kill, at the same x (the main one ended at the
+    # atexit record before: killed there, seconds early)
+    import mpviz.viz as viz
+    fig = viz.timeline(t)
+    lives = next(c for c in fig.axes[0].collections if c.get_gid() == "lives")
+    ends = [path.vertices[:, 0].max() for path in lives.get_paths()]
+    assert len(ends) == 2 and abs(ends[0] - ends[1]) < 1.0, ends        # (ms: the axis's unit)
+
+
+# --- d. a Pool worker that exits holding a job -------------------------------------------------
+
+@pytest.mark.parametrize("how", ["sys", "os"])
+def test_a_pool_worker_that_exits_in_its_task_leaves_the_pool_waiting_for_ever(how, tmp_path,
+                                                                               fonts_loaded):
+    status, err = trace("pool_task_exits.py", how, directory=tmp_path)
+    assert status == HANG_STATUS, err
+    # (which of the two workers takes the bad number varies from run to run)
+    died = re.search(r"pool_task_exits.py's main thread waits: the result of Pool job 0 -- "
+                     r"worker (\d) exited \(exit 1\) while running job 0: Pool waits for its "
+                     r"result for ever", err)
+    assert died and died.group(1) in "01", err
+    assert "bpo-22393" in err and "BrokenProcessPool" in err
+    # the worker the Pool started in its place (worker 2), and the other one, wait for work
+    for idle in {"0", "1", "2"} - {died.group(1)}:
+        assert f"worker {idle} is idle, not stuck" in err, err
+    t = load(str(tmp_path))
+    from mpviz.viz import state as st
+    stuck = {d.pid: d.reason for d in st.deadlocks(t)}
+    main = next(p.pid for p in t.processes() if p.how == "exec")
+    assert list(stuck) == [main], stuck
+    assert stuck[main].startswith(f"worker {died.group(1)} exited (exit 1) while running job 0")
+    import mpviz.viz as viz
+    texts = [a.get_text() for a in viz.timeline(t).axes[0].texts
+             if a.get_gid() == "stuck text"]
+    assert len(texts) == 1 and "Pool waits for its result for ever" in texts[0], texts
+    # the Pool's task queue is empty, but its task handler put tasks there and would put more:
+    # the wait-for graph says who must put, not "nobody has put into it yet"
+    graph = [a.get_text() for a in viz.wait_for(t).axes[0].texts]
+    assert not any("nobody has put" in text for text in graph), graph
+    assert any("_handle_tasks" in text for text in graph), graph
+
+
+# --- f. Ctrl-C is a diagnosis ------------------------------------------------------------------
+
+def _wait_until(directory, ready, timeout=30):
+    """Poll the trace being written until `ready(trace)` (a deadline, not a sleep to hope)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if ready(load(directory)):
+                return
+        except (FileNotFoundError, ValueError):
+            pass
+        time.sleep(0.1)
+    raise AssertionError(f"the program did not reach its wait within {timeout} s")
+
+
+def _session_alive(sid):
+    from mpviz.scenarios.runner import _session_pids
+    return _session_pids(sid)
+
+
+def test_ctrl_c_to_the_launcher_reports_where_everyone_waits_then_stops_the_program(tmp_path):
+    # A terminal's Ctrl-C goes to its foreground process group: here, the launcher's own.
+    launcher = subprocess.Popen(
+        [sys.executable, "-m", "mpviz", "trace", "--hang-after", "1", "--no-plot", "-o",
+         str(tmp_path), "--", sys.executable, os.path.join(PROGRAMS, "wait_for_file.py"),
+         str(tmp_path / "never-written.txt")],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env(),
+        start_new_session=True)
+    try:
+        assert launcher.stdout.readline().strip() == "waiting for the reader"
+        _wait_until(str(tmp_path), lambda t: any(
+            e.kind == "wait.begin" and e.args.get("on") == "process" for e in t.events) and any(
+            e.kind == "process.bootstrap" and e.args.get("name") == "reader" for e in t.events))
+        os.killpg(launcher.pid, signal.SIGINT)
+        _, err = launcher.communicate(timeout=60)
+    finally:
+        if launcher.poll() is None:
+            os.killpg(launcher.pid, signal.SIGKILL)
+            launcher.wait()
+    assert launcher.returncode == 128 + signal.SIGINT, err
+    report = err.index("mpviz trace: INTERRUPTED (Ctrl-C)")
+    # each process's stack down to the program's own line, and what each waits for ...
+    assert "wait_for_input (wait_for_file.py:14)" in err, err      # the reader, in its sleep
+    assert "<module> (wait_for_file.py:22)" in err                 # the main program's join
+    assert ("wait_for_file.py's main thread waits: join reader (pid ") in err
+    assert "reader's main thread must exit" in err
+    # ... said before the program heard the SIGINT (its KeyboardInterrupt comes after)
+    assert report < err.index("KeyboardInterrupt")
+    assert "passed SIGINT on to the program, which ended with status 130" in err
+    program = next(p.pid for p in load(str(tmp_path)).processes() if p.how == "exec")
+    assert not _session_alive(program)
+    assert "INTERRUPTED (Ctrl-C)" in load(str(tmp_path)).verdict
+
+
+@pytest.mark.parametrize("to", ["group", "process"])
+def test_interrupting_a_record_block_reports_where_everyone_waits_then_ends_its_processes(
+        to, tmp_path):
+    # Jupyter's "interrupt" sends SIGINT to the kernel's process group: the block's child hears
+    # it too (`group`); `kill -INT` reaches the recording process only (`process`).
+    directory = tmp_path / "trace"
+    program = subprocess.Popen(
+        [sys.executable, os.path.join(PROGRAMS, "record_interrupted.py"), str(directory)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env(),
+        start_new_session=True)
+    try:
+        assert program.stdout.readline().strip() == "waiting for the first result"
+        _wait_until(str(directory), lambda t: sum(
+            e.kind == "wait.begin" and e.args.get("on") == "queue.get" for e in t.events) == 2)
+        children = [p.pid for p in load(str(directory)).processes() if p.pid != program.pid]
+        (os.killpg if to == "group" else os.kill)(program.pid, signal.SIGINT)
+        _, err = program.communicate(timeout=60)
+    finally:
+        if program.poll() is None:
+            os.killpg(program.pid, signal.SIGKILL)
+            program.wait()
+    assert program.returncode == -signal.SIGINT, err      # the KeyboardInterrupt went on
+    # the report first, then the block's KeyboardInterrupt (the worker, which heard the same
+    # SIGINT, may print its own before)
+    assert err.index("mpviz: INTERRUPTED (Ctrl-C)") < err.rindex("Traceback")
+    assert "(squarer):" in err and "(main):" in err
+    assert "square_all (record_interrupted.py:15)" in err            # the worker's own line
+    assert "<module> (record_interrupted.py:25)" in err              # the cell's line
+    assert "on_interrupt" not in err                                 # not mpviz's handler
+    # each waits on the other's queue (numbered in the order their waits began), which nobody
+    # has put into
+    waits = re.findall(r"(squarer|main)'s main thread waits: get\(\) on (Queue \d): nothing in "
+                       r"it yet -- someone must put into \2, and nobody has put into it yet", err)
+    assert sorted(who for who, _ in waits) == ["main", "squarer"], err
+    assert waits[0][1] != waits[1][1], err
+    assert len(children) == 1 and not _session_alive(program.pid)
+    if to == "process":                  # the worker did not hear it: the block ended it
+        assert "stopped 1 process(es) started in the block" in err

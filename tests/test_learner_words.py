@@ -1,0 +1,216 @@
+"""A learner's words (issue 27): no internal id in what a person reads, and no frame of
+mpviz's own in a traceback or in a verdict's stacks.
+
+The programs are the classic ones a learner writes (two locks taken in opposite orders, a get
+from a queue nobody puts into, a join before the get, a Pool) plus one whose calls raise in
+every way a traceback gets printed; all run as a user runs them, under
+``python -m mpviz trace``, started at once by the first test that needs them.
+"""
+import json
+import os
+import re
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+import mpviz.trace as mt
+import mpviz.viz as viz
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TRACE_DIR = os.path.join(ROOT, "mpviz", "trace")
+OURS = sorted(f for f in os.listdir(TRACE_DIR) if f.endswith(".py"))
+# the recorder's ids: a semaphore's, an mpviz queue's, a Connection's, a threading lock's
+INTERNAL_ID = re.compile(r"sem-[0-9a-f]{6,}|\bmp-[a-z0-9]{6,}|pipe-\d+-\d+|\bt\d+\.\d+\b|"
+                         r"0x[0-9a-f]{6,}|\b[0-9a-f]{12,}\b")
+SETUP_TIMEOUT = 180
+
+TWO_LOCKS = textwrap.dedent("""
+    import multiprocessing as mp
+    import time
+
+    def transfer(first, second):
+        with first:
+            time.sleep(0.3)
+            with second:
+                pass
+
+    if __name__ == "__main__":
+        a, b = mp.Lock(), mp.Lock()
+        p = mp.Process(target=transfer, args=(a, b))
+        q = mp.Process(target=transfer, args=(b, a))
+        p.start(); q.start(); p.join(); q.join()
+""")
+
+NOBODY_PUTS = textwrap.dedent("""
+    import multiprocessing as mp
+
+    def echo(requests, replies):
+        replies.put(requests.get())
+
+    if __name__ == "__main__":
+        requests, replies = mp.Queue(), mp.Queue()
+        p = mp.Process(target=echo, args=(requests, replies))
+        p.start()
+        print(replies.get())
+        p.join()
+""")
+
+JOIN_BEFORE_GET = textwrap.dedent("""
+    import multiprocessing as mp
+
+    def produce(q):
+        q.put(b"x" * 200_000)
+
+    if __name__ == "__main__":
+        q = mp.Queue()
+        p = mp.Process(target=produce, args=(q,))
+        p.start()
+        p.join()
+        print(len(q.get()))
+""")
+
+POOL = textwrap.dedent("""
+    import multiprocessing as mp
+
+    def square(x):
+        return x * x
+
+    if __name__ == "__main__":
+        with mp.Pool(2) as pool:
+            print(sum(pool.map(square, range(20))))
+""")
+
+RAISES = textwrap.dedent("""
+    import multiprocessing as mp
+    import queue
+    import threading
+    import traceback
+
+    def divide(x):
+        return 1 / x
+
+    def worker(q):
+        q.get(timeout=0.1)             # Empty in a child: printed by Process._bootstrap
+
+    if __name__ == "__main__":
+        q = mp.Queue()
+        try:
+            q.get(timeout=0.1)         # Empty, printed by the program
+        except queue.Empty:
+            traceback.print_exc()
+        p = mp.Process(target=worker, args=(q,))
+        p.start()
+        p.join()
+        t = threading.Thread(target=q.get, kwargs={"timeout": 0.1})   # threading.excepthook
+        t.start()
+        t.join()
+        with mp.Pool(1) as pool:
+            try:
+                pool.map(divide, [0])  # the worker's traceback, re-raised here
+            except ZeroDivisionError:
+                traceback.print_exc()
+        q.get(timeout=0.1)             # uncaught: sys.excepthook
+""")
+
+
+@pytest.fixture(autouse=True)
+def _fonts(fonts_loaded):
+    """(see conftest.fonts_loaded: the pictures' fonts stay open once loaded)"""
+
+
+def _start(tmp, name, source, *options):
+    (tmp / name).write_text(source)
+    return subprocess.Popen(
+        [sys.executable, "-m", "mpviz", "trace", "-o", str(tmp / "trace"), *options, "--",
+         sys.executable, name], cwd=tmp, env=dict(os.environ, PYTHONPATH=ROOT),
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    """{name: (trace directory, the launcher's stderr)}, every program run at once."""
+    programs = {"two locks": (TWO_LOCKS, "--hang-after", "2"),
+                "nobody puts": (NOBODY_PUTS, "--hang-after", "2"),
+                "join before get": (JOIN_BEFORE_GET, "--hang-after", "2"),
+                "pool": (POOL,),
+                "raises": (RAISES,)}
+    started = {}
+    for name, (source, *options) in programs.items():
+        tmp = tmp_path_factory.mktemp(name.replace(" ", "_"))
+        started[name] = (tmp, _start(tmp, name.replace(" ", "_") + ".py", source,
+                                     "--no-plot", *options))
+    out = {}
+    for name, (tmp, proc) in started.items():
+        try:
+            _, err = proc.communicate(timeout=SETUP_TIMEOUT - 30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            _, err = proc.communicate()
+        out[name] = (tmp / "trace", err)
+    return out
+
+
+def _texts(directory):
+    """Everything a person reads about a run: {where: text}."""
+    from matplotlib.text import Text
+    trace = mt.load(directory)
+    texts = {"verdict": trace.verdict or "", "summary": viz.summary(trace),
+             "state": viz.state_at(trace, viz.stuck_moment(trace)).text()}
+    for name, draw in (("timeline", viz.timeline), ("wait-for graph", viz.wait_for),
+                       ("memory map", viz.memory_map), ("plot", viz.plot)):
+        texts[name] = "\n".join(t.get_text() for t in draw(trace).findobj(Text))
+    with open(os.path.join(directory, "trace.json")) as f:
+        events = json.load(f)["traceEvents"]
+    texts["trace.json names"] = "\n".join(str(e.get("name")) for e in events)
+    return texts
+
+
+@pytest.mark.timeout(SETUP_TIMEOUT)
+@pytest.mark.parametrize("name", ["two locks", "nobody puts", "join before get", "pool"])
+def test_no_internal_id_in_a_verdict_summary_picture_or_trace_json(runs, name):
+    directory, err = runs[name]
+    texts = _texts(directory)
+    texts["the launcher's report"] = err
+    found = {where: sorted(set(INTERNAL_ID.findall(text))) for where, text in texts.items()}
+    assert not {w: ids for w, ids in found.items() if ids}, found
+    if name == "two locks":
+        assert "waits for Lock 1, held by" in err and "waits for Lock 2, held by" in err
+        assert "hold Lock 1" in texts["trace.json names"]
+    elif name == "nobody puts":
+        assert "someone must put into Queue 1, and nobody has put into it yet" in err
+        assert "someone must put into Queue 2, and nobody has put into it yet" in err
+    elif name == "join before get":
+        assert "write 195 KiB into the full pipe of Queue 1 -- someone must read Queue 1" in err
+    else:
+        names = set(viz.channel_names(mt.load(directory)).values())
+        assert {"the Pool's task queue", "the Pool's result queue"} <= names
+        assert "get the Pool's result queue" in texts["trace.json names"]
+
+
+@pytest.mark.timeout(SETUP_TIMEOUT)
+@pytest.mark.parametrize("name", ["two locks", "join before get"])
+def test_no_mpviz_frame_in_the_stacks_of_a_verdict(runs, name):
+    directory, err = runs[name]
+    verdict = mt.load(directory).verdict
+    assert "Where each process was" in verdict
+    frames = re.findall(r"\(([\w.]+\.py):\d+\)", verdict)
+    assert frames and name.replace(" ", "_") + ".py" in frames
+    assert not [f for f in frames if f in OURS and f != name.replace(" ", "_") + ".py"], verdict
+
+
+@pytest.mark.timeout(SETUP_TIMEOUT)
+def test_no_mpviz_frame_in_a_users_traceback(runs):
+    directory, err = runs["raises"]
+    assert TRACE_DIR not in err, err
+    # every traceback is still there, with the user's lines and the stdlib's raise
+    assert err.count("Traceback (most recent call last):") == 6, err
+    assert err.count("_queue.Empty") == 4 and "ZeroDivisionError: division by zero" in err
+    lines = RAISES.splitlines()
+    for code, where in (("q.get(timeout=0.1)         # Empty, printed", "<module>"),
+                        ("q.get(timeout=0.1)             # Empty in a child", "worker"),
+                        ("return 1 / x", "divide"), ("pool.map(divide", "<module>"),
+                        ("q.get(timeout=0.1)             # uncaught", "<module>")):
+        number = next(i for i, line in enumerate(lines, 1) if code in line)
+        assert f"raises.py\", line {number}, in {where}" in err, (code, err)
