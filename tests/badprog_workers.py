@@ -11,13 +11,14 @@ import time
 
 def fork_after_closerange():
     """Close every fd above stderr (as a daemon does), open three files -- they get the lowest
-    numbers, which were the recorder's -- then fork: the child writes to two of them."""
+    numbers, which were the recorder's -- then fork: the child writes to each of them, then the
+    parent to the first."""
     os.closerange(3, 1024)
     a, b, c = open("a.txt", "w"), open("b.txt", "w"), open("c.txt", "w")
     pid = os.fork()
     if pid == 0:
         try:
-            for f in (b, c):
+            for f in (a, b, c):
                 f.write("child\n")
                 f.flush()
             os._exit(0)

@@ -209,9 +209,21 @@ def leak_check(request):
 # tracker. A notebook kernel that is killed (nbval and the browser tests stop kernels that way)
 # takes its tracker with it, so whatever it still held stays in /dev/shm. Check, once at the end,
 # that this run left none: the notebooks' cleanup cells must let such objects go.
+#
+# A run judges only itself. A semaphore's name does not say who made it, and other programs on a
+# shared machine leave theirs in /dev/shm too. `./run test` as root gives the run a private
+# /dev/shm (its own mount namespace, see ./run): there every new entry is the run's, and one left
+# is a failure. Anywhere else the run cannot tell its own from another program's: a new one left
+# is named in a warning, and the run's exit status is not changed.
 
 def _semaphores():
     return {f for f in os.listdir("/dev/shm") if f.startswith("sem.mp-")}
+
+
+def private_dev_shm():
+    """True when this run has /dev/shm to itself: ./run mounted a tmpfs there in a mount
+    namespace of the run's own, and said so."""
+    return os.environ.get("MPVIZ_PRIVATE_SHM") == "1"
 
 
 def _mapped_somewhere(names):
@@ -241,9 +253,21 @@ def pytest_sessionfinish(session, exitstatus):
         new &= _semaphores()
     if new:
         new -= _mapped_somewhere(new)   # still in use by a live process: not (yet) a leak
-    if new:
-        session.config.get_terminal_writer().line(
-            f"LEAK: this test run left {len(new)} multiprocessing semaphore(s) in /dev/shm "
-            f"that no live process maps: {sorted(new)[:5]}... A killed process (a notebook "
-            f"kernel?) still held spawn-context Locks/Queues/Events.", red=True)
+    if not new:
+        return
+    writer = session.config.get_terminal_writer()
+    writer.line()
+    if private_dev_shm():
+        writer.line(
+            f"LEAK: this test run left {len(new)} multiprocessing semaphore(s) in its private "
+            f"/dev/shm that no live process maps: {sorted(new)[:5]}... A killed process (a "
+            f"notebook kernel?) still held spawn-context Locks/Queues/Events.", red=True)
         session.exitstatus = 1
+    else:
+        writer.line(
+            f"WARNING: {len(new)} multiprocessing semaphore(s) appeared in /dev/shm during this "
+            f"run and no live process maps them: {sorted(new)[:5]}... This run shares /dev/shm "
+            f"with the machine's other programs, so it cannot tell whether it left them (a "
+            f"killed notebook kernel holding spawn-context Locks/Queues/Events) or another "
+            f"program did; not counted as a failure. `./run test` as root runs the suite with a "
+            f"private /dev/shm, where a semaphore left is this run's and fails it.", yellow=True)

@@ -106,6 +106,8 @@ def test_unguarded_code_that_spawn_runs_again_is_still_refused(tmp_path, how):
     assert out.returncode == 1
     assert f"MissingMainGuardError: {name}, line 5, starts a process" in out.stderr
     assert "if __name__ == '__main__':" in out.stderr
+    # the stdlib's words kept (CPython's fork-bomb test looks for RuntimeError in the output)
+    assert "raises RuntimeError there" in out.stderr and "bootstrapping phase" in out.stderr
 
 
 # --- a __main__ function the child will not have: refused by Process too -----------------

@@ -82,13 +82,25 @@ def test_a_queue_used_after_close_names_the_call_and_why(call, use):
     q = mp.get_context("fork").Queue()
     q.close()
     q.join_thread()
-    with pytest.raises(queues.QueueClosedError, match=rf"Queue\.{call}\(\) on .* closed: "
+    with pytest.raises(queues.QueueClosedError, match=rf"Queue\.{call}\(\): .* is closed in this process: "
                        r"close\(\) .*Fix: ") as info:
         use(q)
     assert isinstance(info.value, ValueError) and info.value.call == call
     import pickle
     again = pickle.loads(pickle.dumps(info.value))
     assert str(again) == str(info.value)
+
+
+def test_a_closed_queue_says_is_closed_as_the_stdlibs_does():
+    # CPython's own test (test_closed_queue_put_get_exceptions) and code written against the
+    # stdlib match these words: mpviz's longer message keeps them
+    for q in mp.Queue(), mp.JoinableQueue():
+        q.close()
+        with pytest.raises(ValueError, match="is closed"):
+            q.put("foo")
+        with pytest.raises(ValueError, match="is closed"):
+            q.get()
+        q.join_thread()
 
 
 # -- handles in flight: scenarios, each in a fresh interpreter with its own manager ---------------

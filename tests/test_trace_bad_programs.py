@@ -52,11 +52,13 @@ def _files(folder):
 # --- the recorder's fds, closed or replaced by the program --------------------------------------
 
 def test_a_fork_after_closerange_keeps_the_programs_files(tmp_path):
-    # The program reuses the numbers of the recorder's fds; the forked child's recorder must not
-    # close "its parent's log" (now the program's file) and open its own log on that number.
+    # The program reuses the numbers of the recorder's fds (its log, its stacks file); the forked
+    # child's recorder must not close "its parent's log" or "its parent's stacks file" (now the
+    # program's files: the first file opened gets the stacks file's number, 3) and open its own
+    # on that number.
     a, b, plain, rec = both(tmp_path, "fork_after_closerange")
     assert (b.returncode, b.stdout) == (a.returncode, a.stdout) == (0, "child status 0\n"), b.stderr
-    assert rec == plain == {"a.txt": "parent\n", "b.txt": "child\n", "c.txt": "child\n"}
+    assert rec == plain == {"a.txt": "child\nparent\n", "b.txt": "child\n", "c.txt": "child\n"}
     trace = mt.load(tmp_path / "traced" / "out")
     assert not trace.problems                          # no log overwritten by the program
     assert [e.args["how"] for e in trace.of_kind("process.start")] == ["launcher", "exec", "fork"]

@@ -330,6 +330,18 @@ def test_record_with_hang_after_gives_the_same_verdict(tmp_path, method):
     assert "INTERRUPTED" not in run.stderr           # its SIGINT only wakes the block's wait
 
 
+@pytest.mark.timeout(120)
+def test_record_with_hang_after_ends_the_hang_of_a_program_started_with_sigint_ignored(tmp_path):
+    # `nohup python prog.py &`: a shell starts a background job with SIGINT ignored, so the
+    # watchdog's SIGINT alone would leave the block waiting forever
+    (tmp_path / "prog.py").write_text(RECORD_HANG)
+    run = subprocess.run(["bash", "-c", f"trap '' INT; exec {PY} prog.py fork"], cwd=tmp_path,
+                         env=env(), capture_output=True, text=True, timeout=100)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.split() == ["HangError", "True", "True", "-9"], run.stderr
+    assert "mpviz: HANG: DEADLOCK -- for" in run.stderr
+
+
 def test_record_refuses_a_bad_hang_after():
     with pytest.raises(ValueError, match="hang_after"):
         with mt.record(hang_after=-1):

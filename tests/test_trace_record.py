@@ -1,6 +1,7 @@
 """Recording real processes under every start method (issue #4)."""
 import multiprocessing as mp
 import os
+import subprocess
 import sys
 import time
 import uuid
@@ -16,6 +17,7 @@ from mpviz.trace import recorder  # noqa: E402
 from mpviz.trace.testing import check_sequence_matches  # noqa: E402
 
 pytestmark = pytest.mark.timeout(60)
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 @pytest.fixture(params=["fork", "spawn", "forkserver"])
@@ -143,6 +145,57 @@ def test_threading_locks_on_request():
                            ["lock.acquire", "lock.release"])
     assert plain.of_kind("lock.") == []
     assert threading.Lock is mt.locks._orig.get("threading.Lock", threading.Lock)
+
+
+def test_a_lock_the_stdlib_makes_is_not_taken_for_the_users():
+    # The stdlib makes locks of its own in modules no list names (a sched.scheduler's here;
+    # 3.13's sysconfig one when first imported): where the lock is made says whose it is
+    import sched
+    import threading
+    with mt.record(threading_locks=True) as trace:
+        s = sched.scheduler()
+        s.enter(0, 0, lambda: None)
+        s.run()
+        with threading.Lock():
+            pass
+    assert type(s._lock) is type(threading.RLock())        # the real lock, not a traced one
+    check_sequence_matches([e.kind for e in trace.of_kind("lock.")],
+                           ["lock.acquire", "lock.release"])       # only the user's
+
+
+def test_every_internal_the_recorder_hooks_is_in_this_python():
+    # run on each Python the suite runs on (tests/pythons/run): a Python that renames one fails
+    from mpviz.trace import internals
+    assert internals.missing() == []
+
+
+CHANGED_PYTHON = """
+import warnings
+from multiprocessing import forkserver
+import mpviz.trace as mt
+import mpviz.viz as viz
+del forkserver.ForkServer._stop        # as a Python that renamed it would be
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    with mt.record() as trace:
+        pass
+print([str(w.message) for w in caught])
+print(trace.notes)
+print(viz.summary(trace))
+"""
+
+
+def test_a_python_without_an_internal_the_recorder_hooks_says_what_is_not_recorded():
+    run = subprocess.run([sys.executable, "-c", CHANGED_PYTHON], capture_output=True, text=True,
+                         timeout=60, env={**os.environ, "PYTHONPATH": ROOT})
+    assert run.returncode == 0, run.stderr
+    warned, notes, summary = run.stdout.split("\n", 2)
+    line = ("children of a fork server started before recording (mpviz hooks "
+            "multiprocessing.forkserver.ForkServer._stop, which this Python "
+            f"{'.'.join(map(str, sys.version_info[:3]))} does not have)")
+    assert warned == repr([f"mpviz.trace: NOT RECORDED: {line}"])
+    assert notes == repr([line])
+    assert f"NOT RECORDED: {line}" in summary
 
 
 def test_pipes_are_linked():

@@ -136,7 +136,10 @@ def check_main_guard(start_method, stack_depth=3):
                     f"{os.path.basename(path)}, line {frame.f_lineno}, starts a process from "
                     f"module-level code without a main guard. Under '{start_method}' each child "
                     f"runs {os.path.basename(path)} again to find its functions, so every "
-                    f"unguarded statement runs again in every child — including this one. Fix:\n\n"
+                    f"unguarded statement runs again in every child — including this one. (The "
+                    f"stdlib finds out later, in the first child, and raises RuntimeError there: "
+                    f"\"An attempt has been made to start a new process before the current "
+                    f"process has finished its bootstrapping phase.\") Fix:\n\n"
                     f"    if __name__ == '__main__':\n"
                     f"        ...  # create and start processes here\n")
             return

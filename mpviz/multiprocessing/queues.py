@@ -38,8 +38,9 @@ from ._pipe import DirectWrite, read_message
 class QueueClosedError(ValueError):
     """Raised when a Queue is used in a process after that process called its ``close()``.
 
-    A ``ValueError``, as the stdlib's "Queue ... is closed" is, so ``except ValueError`` still
-    catches it; it says which call it was and why that call cannot work any more.
+    A ``ValueError`` whose message says "... is closed", as the stdlib's "Queue ... is closed"
+    does, so ``except ValueError`` and code that matches the stdlib's words still work; it also
+    says which call it was and why that call cannot work any more.
     """
 
     _WHY = {
@@ -56,7 +57,7 @@ class QueueClosedError(ValueError):
         self.queue = queue
         why = self._WHY.get(call.split("_")[0], "close() released what it needs")
         super().__init__(
-            f"Queue.{call}() on {queue or 'a Queue'} that this process has closed: {why}. "
+            f"Queue.{call}(): {queue or 'the Queue'} is closed in this process: {why}. "
             f"(Other processes that still have the queue can use it.) Fix: call close() only "
             f"once this process is done with the queue (usually just before it exits), or make "
             f"a new Queue.")

@@ -120,8 +120,17 @@ def _process_is_alive(self):
 
 # --- processes, seen from the child -------------------------------------------------------
 
+# A child's end is recorded once its exit functions have run: ``util._exit_function`` joins the
+# Queues' feeder threads (a feeder still writing into a full pipe keeps the child alive). Up to
+# 3.12 it ran inside ``_bootstrap``; since 3.13 (CPython gh-83856) it runs from ``atexit``, after
+# ``_bootstrap`` has returned. There, the exit code is kept and ``process.exit`` is recorded at
+# the end of _exit_function's last step (``_run_finalizers()``, held in its default arguments).
+
+_exit_code = None              # 3.13+: what _bootstrap returned, until the exit functions ran
+
+
 def _process_bootstrap(self, parent_sentinel=None):
-    global _args_received
+    global _args_received, _exit_code
     if recorder.ENABLED and _args_received:  # the other end of _process_start's pipe.send
         pid = os.getpid()
         recorder.emit("pipe.recv", pipe=f"args-{pid}", msg=f"args-{pid}")
@@ -135,8 +144,34 @@ def _process_bootstrap(self, parent_sentinel=None):
         torch_hooks = sys.modules.get("mpviz.trace.torch_hooks")
         if torch_hooks is not None:
             torch_hooks.looked_at_exit()     # what torch still maps, as Linux says
-        recorder.emit("process.exit", exitcode=code)
+        if "_exit_function" in _orig:
+            _exit_code = code          # recorded by _last_finalizers, after the exit functions
+        else:
+            recorder.emit("process.exit", exitcode=code)
     return code
+
+
+def _last_finalizers(minpriority=None, _run=util._run_finalizers):
+    global _exit_code
+    _run(minpriority)
+    if minpriority is None and _exit_code is not None:
+        code, _exit_code = _exit_code, None
+        if recorder.ENABLED:
+            recorder.emit("process.exit", exitcode=code)
+
+
+def _hook_exit_function():
+    """3.13+: put _last_finalizers in util._exit_function's defaults (undone by uninstall)."""
+    if sys.version_info < (3, 13) or "_exit_function" in _orig:
+        return
+    fn = util._exit_function
+    defaults = fn.__defaults__ or ()
+    if util._run_finalizers not in defaults:
+        return                         # another Python: process.exit when _bootstrap returns
+    _orig["_exit_function"] = defaults
+    fn.__defaults__ = tuple(_last_finalizers if d is util._run_finalizers else d
+                            for d in defaults)
+    _installed.append((fn, "__defaults__", _orig, "_exit_function"))
 
 
 # --- threads ------------------------------------------------------------------------------
@@ -284,6 +319,10 @@ def _patch(patches):
         store = _store_for(replacement)
         if key in store:                     # already installed
             continue
+        if not hasattr(owner, attr):         # another Python: say_missing says so
+            where = f"{getattr(owner, '__module__', '')}.{getattr(owner, '__qualname__', owner)}"
+            _skipped.append(f"{where}.{attr}".replace("builtins.", "").lstrip("."))
+            continue
         store[key] = owner.__dict__[attr] if attr in owner.__dict__ else getattr(owner, attr)
         setattr(owner, attr, replacement)
         _installed.append((owner, attr, store, key))
@@ -305,6 +344,7 @@ def install(threading_locks=False):
     writing into a full pipe) are recorded by the wrappers in waits.py, installed with these."""
     fresh = "start" not in _orig
     _patch(PATCHES + messages.PATCHES + locks.PATCHES + waits.PATCHES)
+    _hook_exit_function()
     messages.install_native()                # the per-message hooks in C, where they can be
     messages.hook_mpviz_queues()             # mpviz's own Queue, if imported (see there)
     _install_heap()                          # sharedctypes (kept: each call checks ENABLED)
@@ -313,6 +353,29 @@ def install(threading_locks=False):
         _patch(locks.THREADING_PATCHES)
     if fresh and not _booted:
         _restart_forkserver()
+
+
+_said_missing = False
+_skipped = []                            # hooks whose target this Python lacks: "module.Class.attr"
+
+
+def say_missing(directory):
+    """What this Python's internals keep from the recorder (internals.py), as notes of the trace
+    in `directory` (each process may add them: a trace shows each line once) and, the first
+    time in this process, as a RecorderWarning."""
+    global _said_missing
+    from . import internals
+    version = ".".join(map(str, sys.version_info[:3]))
+    lines = internals.missing() + [
+        f"what mpviz records through {where} (this Python {version} does not have it)"
+        for where in dict.fromkeys(_skipped)]
+    for line in lines:
+        recorder.note(directory, line)
+    if lines and not _said_missing:
+        import warnings
+        _said_missing = True
+        warnings.warn(recorder.RecorderWarning(
+            "mpviz.trace: " + "; ".join(f"NOT RECORDED: {line}" for line in lines)), stacklevel=4)
 
 
 def uninstall():

@@ -15,14 +15,19 @@ A ``Condition`` needs nothing of its own: its ``wait`` releases and re-acquires 
 
 "User" locks are those created by code outside the stdlib's own machinery: the locks inside a
 Queue, a Pool, a Manager, an Event or a Barrier are left alone (they would bury the picture in
-noise). A spawned child cannot see who created a lock it unpickles, so the parent passes the ids
-of its instrumented locks along with the spawn preparation data (see ``hooks.py``).
+noise). Where a lock comes from is told by the file of the code that created it -- the stdlib's
+directory, or an installed package's -- not by a list of module names: a new Python adds locks
+of its own (3.13's ``sysconfig`` makes one when it is first imported, mid-run). A spawned child
+cannot see who created a lock it unpickles, so the parent passes the ids of its instrumented
+locks along with the spawn preparation data (see ``hooks.py``).
 
 On request (``record(threading_locks=True)``) ``threading.Lock``/``RLock`` made by user code are
 wrapped the same way (``_TracedThreadLock``).
 """
+import functools
 import os
 import sys
+import sysconfig
 import threading
 import time
 import weakref
@@ -36,8 +41,8 @@ from .events import semlock_id
 
 user_lock_ids = set()           # ids of instrumented multiprocessing locks (sent to children)
 _orig = {}
-_INTERNAL = ("multiprocessing.", "concurrent.", "mpviz.", "threading", "queue", "logging",
-             "asyncio.", "importlib")
+_LIBRARY_DIRS = tuple({os.path.join(os.path.realpath(sysconfig.get_paths()[name]), "")
+                       for name in ("stdlib", "platstdlib", "purelib", "platlib")})
 _QUIET_OWNERS = ("Event", "Barrier")
 
 
@@ -56,14 +61,26 @@ def _creator_is_user(skip_modules, lock_type):
     if f is None:
         return False
     module = f.f_globals.get("__name__", "")
-    if module == "mpviz.trace.testing" or not module.startswith(_INTERNAL) or \
-            module.startswith("mpviz.scenarios"):
+    if module.startswith("mpviz."):      # mpviz's own, but for the programs that play a user's
+        user = module == "mpviz.trace.testing" or module.startswith("mpviz.scenarios")
+    else:
+        user = not _in_library(f.f_code.co_filename)
+    if user:
         if any(q.startswith(o + ".") for q in inside for o in _QUIET_OWNERS):
             return False
         if any(q.startswith("Condition.") for q in inside):
             return lock_type == "RLock"         # a Condition's own mutex, not its semaphores
         return True
     return False
+
+
+@functools.lru_cache(maxsize=512)
+def _in_library(filename):
+    """True for a file of the stdlib (a frozen module of it included) or of an installed
+    package: code that no user of mpviz wrote."""
+    if filename.startswith("<frozen "):
+        return True
+    return os.path.realpath(filename).startswith(_LIBRARY_DIRS)
 
 
 def _user_name(obj):

@@ -360,6 +360,7 @@ def record(path=None, *, threading_locks=False, hang_after=None):
         trace._detach()
     else:
         hooks.install(threading_locks=threading_locks)
+        hooks.say_missing(directory)
         _install_depth += 1
         from . import torch_hooks   # real torch's sharing, now or once torch is imported
         torch_hooks.watch()

@@ -497,6 +497,11 @@ class Guard:
     Stuck: stacks (SIGUSR1 to the children; faulthandler for this process), SIGKILL to the
     descendants, the verdict on stderr; if the block still does not end within a second, a
     SIGINT to the thread that entered it, and ``record`` raises ``HangError`` at its end.
+
+    A process started with SIGINT ignored (``nohup python x.py &``: a shell starts background
+    jobs so) or set to its default action (killed by it) would not be woken, or would die: for
+    the block, SIGINT then gets a handler of the guard's, which raises KeyboardInterrupt only
+    for the guard's own SIGINT and otherwise does what was set before.
     """
 
     def __init__(self, directory, hang_after):
@@ -514,9 +519,12 @@ class Guard:
         if hang_after:               # (none: only the stacks, for a Ctrl-C: ``on_interrupt``)
             self._thread.start()
         self._old_sigint = None
-        if self._owner == threading.main_thread().ident and \
-                signal.getsignal(signal.SIGINT) is signal.default_int_handler:
-            self._old_sigint = signal.signal(signal.SIGINT, self.on_interrupt)
+        if self._owner == threading.main_thread().ident:
+            current = signal.getsignal(signal.SIGINT)
+            if current is signal.default_int_handler:
+                self._old_sigint = signal.signal(signal.SIGINT, self.on_interrupt)
+            elif current in (signal.SIG_IGN, signal.SIG_DFL):   # nohup ... &, or killed by it
+                self._old_sigint = signal.signal(signal.SIGINT, self._on_sigint)
 
     def on_interrupt(self, signum, frame):
         """Ctrl-C (a Jupyter cell's interrupt) in the block: the hang verdict's report first --
@@ -577,6 +585,14 @@ class Guard:
             print(f"mpviz: after the Ctrl-C, stopped {len(killed)} process(es) started in the "
                   f"block and removed {len(removed)} shared-memory segment(s) they left",
                   file=sys.stderr, flush=True)
+
+    def _on_sigint(self, signum, frame):
+        """SIGINT in a block started with SIGINT ignored or at its default action."""
+        if self.verdict is not None:
+            raise KeyboardInterrupt          # the guard's own: end the block
+        if self._old_sigint == signal.SIG_DFL:       # someone else's, as before the block
+            signal.signal(signal.SIGINT, signal.SIG_DFL)
+            os.kill(os.getpid(), signal.SIGINT)
 
     def _pids(self):
         return [os.getpid()] + descendants(os.getpid())

@@ -15,15 +15,25 @@ import sys
 def _register():
     import faulthandler
     import signal
-    global _stacks_file
+    global _stacks
     directory = os.environ.get("MPVIZ_SCENARIO_STACKS")
     if not directory or not os.path.isdir(directory):
         return
-    old = globals().get("_stacks_file")
-    _stacks_file = open(os.path.join(directory, f"{os.getpid()}.txt"), "w")
-    faulthandler.register(signal.SIGUSR1, file=_stacks_file, all_threads=True)
+    old = globals().get("_stacks")
+    fd = os.open(os.path.join(directory, f"{os.getpid()}.txt"),
+                 os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+    faulthandler.register(signal.SIGUSR1, file=fd, all_threads=True)
+    st = os.fstat(fd)
+    _stacks = (fd, (st.st_dev, st.st_ino))
     if old is not None:
-        old.close()          # a forked child: that one was the parent's
+        # A forked child: that one was the parent's. Closed only if its number still names that
+        # file: the program may have closed it (os.closerange) and opened one of its own there.
+        try:
+            st = os.fstat(old[0])
+        except OSError:
+            return
+        if (st.st_dev, st.st_ino) == old[1]:
+            os.close(old[0])
 
 
 def _run_shadowed():

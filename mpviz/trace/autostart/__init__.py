@@ -72,7 +72,8 @@ def boot():
     hooks.install(threading_locks=os.environ.get(ENV_THREADING_LOCKS) == "1")
     __import__("mpviz.stepper.gate").stepper.gate.activate_from_env()  # a stepped run's child
     if directory and me == "program":
-        recorder.start(directory, "exec")
+        if recorder.start(directory, "exec"):
+            hooks.say_missing(directory)
     from .. import torch_hooks      # real torch's sharing, once the program imports torch
     torch_hooks.watch()
 
