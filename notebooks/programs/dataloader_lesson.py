@@ -7,6 +7,7 @@ Run one:  python dataloader_lesson.py workers N     12 images of 256 KiB, batch_
           python dataloader_lesson.py persistent    two epochs: the workers' pids, without and
                                                     with persistent_workers=True
           python dataloader_lesson.py pin           pin_memory=True: is the batch pinned?
+          python dataloader_lesson.py persistent pin   several in one run
 The datasets are in mpviz/examples/dataloader.py (importable: forked and spawned workers alike
 find them there).
 """
@@ -24,8 +25,9 @@ def workers(n):
     loader = DataLoader(Images(), batch_size=4, num_workers=n)
     for step, batch in enumerate(loader):
         made_by = sorted(set(batch["worker"].tolist()))
-        print(f"batch {step}: images {batch['image'][:, 0].int().tolist()} made by worker "
-              f"{made_by[0] if len(made_by) == 1 else made_by} (pid {batch['pid'][0].item()}); "
+        who = "the main process" if made_by == [-1] else f"worker {', '.join(map(str, made_by))}"
+        print(f"batch {step}: images {batch['image'][:, 0].int().tolist()} made by {who} "
+              f"(pid {batch['pid'][0].item()}); "
               f"in shared memory: {batch['image'].is_shared()}", flush=True)
 
 
@@ -60,15 +62,22 @@ def pin():
           f"{batch['image'].is_shared()}", flush=True)
 
 
+def main(args):
+    """Run each program named in `args` in turn (one torch import for several)."""
+    args = list(args) or ["workers"]
+    while args:
+        what = args.pop(0)
+        if what == "workers":
+            workers(int(args.pop(0)) if args and args[0].isdigit() else 2)
+        elif what in ("seeds", "seeds-fixed"):
+            seeds(what == "seeds-fixed")
+        elif what == "persistent":
+            persistent()
+        elif what == "pin":
+            pin()
+        else:
+            sys.exit(f"unknown program {what!r}: workers N, seeds, seeds-fixed, persistent or pin")
+
+
 if __name__ == "__main__":
-    what = sys.argv[1] if len(sys.argv) > 1 else "workers"
-    if what == "workers":
-        workers(int(sys.argv[2]) if len(sys.argv) > 2 else 2)
-    elif what in ("seeds", "seeds-fixed"):
-        seeds(what == "seeds-fixed")
-    elif what == "persistent":
-        persistent()
-    elif what == "pin":
-        pin()
-    else:
-        sys.exit(f"unknown program {what!r}: workers N, seeds, seeds-fixed, persistent or pin")
+    main(sys.argv[1:])
