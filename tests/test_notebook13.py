@@ -93,7 +93,11 @@ def test_persistent_workers_keep_their_pids_and_pin_memory_without_a_gpu_pins_no
     assert fresh0 != fresh1 and kept0 == kept1, out
     if torch.cuda.is_available():
         pytest.skip("a GPU is here: pin_memory pins; the notebook's claim is for CPU-only torch")
-    assert "no accelerator is found, then device pinned memory won't be used" in out, out
+    warning = re.search(r"warning: (.*)", out).group(1)
+    assert "no accelerator is found, then device pinned memory won't be used" in warning, out
+    notebook = json.load(open(os.path.join(ROOT, "notebooks", "13_dataloader.ipynb")))
+    text = " ".join("".join(c["source"]) for c in notebook["cells"] if c["cell_type"] == "markdown")
+    assert f'*"{warning}"*' in " ".join(text.split()), "the notebook quotes torch's warning wrongly"
     assert "pinned: False, in shared memory: True" in out, out
 
 
