@@ -8,7 +8,8 @@ checked here by running real torch (CPU), the notebook's own programs as it runs
     persistent pin          persistent workers keep their pids; pin_memory without a GPU warns
                             and pins nothing
     (inline)                Python's random is reseeded per worker, a random.Random() made in
-                            __init__ is copied; torch.manual_seed(0) makes the workers' seeds repeat
+                            __init__ is copied; torch.manual_seed(0) makes the workers' seeds repeat;
+                            with persistent_workers a Generator repeats across workers, not epochs
 The hang verdict the notebook quotes is checked in tests/test_hang_classes.py, and the timeout
 fix by tests/test_exercises.py (13.fix-timeout, on real torch).
 """
@@ -115,21 +116,34 @@ for run in range(2):
     torch.manual_seed(0)
     out.append([dict(b)
                 for b in DataLoader(D(), batch_size=None, num_workers=2)])
+import numpy as np
+class G:
+    def __init__(self): self.rng = np.random.default_rng()
+    def __len__(self): return 2
+    def __getitem__(self, i): return int(self.rng.integers(0, 10**9))
+kept = DataLoader(G(), batch_size=None, num_workers=2, persistent_workers=True)
+out.append([[int(x) for x in kept] for epoch in range(2)])
 print(json.dumps(out))
 """
 
 
 @pytest.mark.timeout(120)
 def test_python_random_is_reseeded_a_random_instance_is_copied_and_manual_seed_repeats_seeds():
+    """Also: with persistent_workers a Generator from __init__ stops repeating across epochs,
+    not across workers."""
     done = subprocess.run([sys.executable, "-c", _INLINE], capture_output=True, text=True,
                           timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
-    first, second = json.loads(done.stdout.strip().splitlines()[-1])
+    first, second, persistent = json.loads(done.stdout.strip().splitlines()[-1])
     assert [item["w"] for item in first] == [0, 1]
     assert first[0]["module"] != first[1]["module"]           # random: reseeded per worker
     assert first[0]["own"] == first[1]["own"]                 # random.Random() from __init__
     assert [i["seed"] for i in first] == [i["seed"] for i in second]     # manual_seed(0)
     assert first[1]["seed"] == first[0]["seed"] + 1           # base_seed + worker_id
+    # persistent workers: a Generator from __init__ goes on in each worker (epoch 1 is new) but
+    # the two workers still draw the same numbers
+    (a0, b0), (a1, b1) = persistent
+    assert a0 == b0 and a1 == b1 and a0 != a1, persistent
 
 
 @pytest.mark.timeout(60)
