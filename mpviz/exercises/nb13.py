@@ -41,8 +41,10 @@ def _program(*args, timeout=60):
 @measured
 def _collated():
     """{worker name: batches it collated into shared memory}, from a traced run."""
+    import tempfile
     from ..examples.your_program import trace_program
-    run = trace_program("dataloader_lesson.py", "workers", 2)
+    with tempfile.TemporaryDirectory(prefix="mpviz-13-") as folder:    # the trace is read: drop it
+        run = trace_program("dataloader_lesson.py", "workers", 2, directory=folder)
     names = {e.pid: f"DataLoader worker {e.args.get('worker_id')}"
              for e in run.trace.of_kind("dataloader.worker")}
     counts = {}
