@@ -20,7 +20,8 @@ from mpviz.examples import notebook_workers_2 as nw2
 ROOT = Path(__file__).resolve().parent.parent
 SOLUTIONS = ROOT / "notebooks" / "solutions"
 # the notebooks whose exercise cells are in place (00, 02, 03 and 06 get theirs separately)
-NOTEBOOKS_WITH_CELLS = ["00", "01", "02", "03", "04", "05", "06", "07", "08", "09", "11"]
+NOTEBOOKS_WITH_CELLS = ["00", "01", "02", "03", "04", "05", "06", "07", "08", "09", "11",
+                        "13"]
 ALL = ex.exercises()
 
 
@@ -77,6 +78,9 @@ WRONG = {
     "09.play-torn-read": 1,
     "11.predict-autograd-forkserver": "error",
     "11.fix-small-shm": {"workers": 5},
+    "13.picture-collate": 3,
+    "13.predict-own-rng": 4,
+    "13.fix-timeout": {"persistent_workers": True},
     "11.predict-forkserver-global": "error",
     "11.picture-small-shm": 8,
 }

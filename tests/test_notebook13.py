@@ -1,0 +1,154 @@
+"""Notebook 13 (DataLoader workers) says true things about torch 2.13: each claim it makes is
+checked here by running real torch (CPU), the notebook's own programs as it runs them.
+
+    seeds / seeds-fixed     np.random is reseeded per worker; a Generator made in __init__ is not
+                            (the same numbers in every worker and every epoch); seed_worker fixes it
+    workers 2 / workers 0   one collate copy of 1 MiB per batch into shared memory, in the worker
+                            that made it (round robin); no shared memory without workers
+    persistent pin          persistent workers keep their pids; pin_memory without a GPU warns
+                            and pins nothing
+    (inline)                Python's random is reseeded per worker, a random.Random() made in
+                            __init__ is copied; torch.manual_seed(0) makes the workers' seeds repeat;
+                            with persistent_workers a Generator repeats across workers, not epochs
+The hang verdict the notebook quotes is checked in tests/test_hang_classes.py, and the timeout
+fix by tests/test_exercises.py (13.fix-timeout, on real torch).
+"""
+import json
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+
+pytest.importorskip("torch")
+
+from mpviz.examples.your_program import ROOT, trace_program  # noqa: E402
+
+PROGRAM = os.path.join(ROOT, "notebooks", "programs", "dataloader_lesson.py")
+ENV = dict(os.environ, PYTHONPATH=os.pathsep.join([ROOT, os.environ.get("PYTHONPATH", "")]))
+
+
+def run_program(*args):
+    done = subprocess.run([sys.executable, PROGRAM, *args], capture_output=True, text=True,
+                          timeout=120, env=ENV)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return done.stdout
+
+
+def draws(*args):
+    """{(epoch, worker): ([np.random values], [self.rng values])} of a seeds run."""
+    out = {}
+    for epoch, worker, glob, own in re.findall(
+            r"epoch (\d) item \d+ worker (\d): np.random +(\d+) +self.rng +(\d+)",
+            run_program(*args)):
+        got = out.setdefault((int(epoch), int(worker)), ([], []))
+        got[0].append(int(glob))
+        got[1].append(int(own))
+    assert sorted(out) == [(0, 0), (0, 1), (1, 0), (1, 1)], out
+    return out
+
+
+@pytest.mark.timeout(120)
+def test_torch_reseeds_np_random_per_worker_but_a_generator_made_in_init_repeats_everywhere():
+    got = draws("seeds")
+    # np.random: 2 draws of 0..999 per worker; equal pairs by chance: 1 in a million
+    assert got[0, 0][0] != got[0, 1][0] and got[0, 0][0] != got[1, 0][0], got
+    own = [got[key][1] for key in sorted(got)]
+    assert own[0] == own[1] == own[2] == own[3], got      # every worker, every epoch: the same
+
+
+@pytest.mark.timeout(120)
+def test_seed_worker_gives_every_worker_and_every_epoch_numbers_of_its_own():
+    got = draws("seeds-fixed")
+    own = [tuple(got[key][1]) for key in sorted(got)]
+    assert len(set(own)) == 4, got
+
+
+@pytest.mark.timeout(120)
+def test_each_worker_collates_its_batches_straight_into_shared_memory(tmp_path):
+    run = trace_program("dataloader_lesson.py", "workers", 2, directory=str(tmp_path / "two"))
+    assert run.status == 0 and run.output.count("in shared memory: True") == 3, run.messages
+    workers = {e.pid: e.args["worker_id"] for e in run.trace.of_kind("dataloader.worker")}
+    collates = [e for e in run.trace.of_kind("copy") if e.args.get("via") == "collate"]
+    assert [e.args["nbytes"] for e in collates] == [2**20] * 3
+    assert sorted(workers[e.pid] for e in collates) == [0, 0, 1]      # round robin
+    assert re.findall(r"made by (worker \d)", run.output) == ["worker 0", "worker 1", "worker 0"]
+    # what travels on the queue is a handle: well under a KiB, not the 1 MiB
+    handles = [e for e in run.trace.events if e.kind == "queue.put" and e.pid in workers]
+    assert handles and max(e.args.get("nbytes", 0) for e in handles) < 1024, handles
+
+    zero = trace_program("dataloader_lesson.py", "workers", 0, directory=str(tmp_path / "zero"))
+    assert zero.output.count("made by the main process") == 3, zero.output
+    assert zero.output.count("in shared memory: False") == 3
+    assert not zero.trace.of_kind("copy") and not zero.trace.of_kind("shm.create")
+
+
+@pytest.mark.timeout(120)
+def test_persistent_workers_keep_their_pids_and_pin_memory_without_a_gpu_pins_nothing():
+    import torch
+    out = run_program("persistent", "pin")
+    (fresh0, fresh1), (kept0, kept1) = [
+        re.search(rf"persistent_workers={keep}: worker pids, epoch 0 (\[.*?\]), epoch 1 (\[.*?\])",
+                  out).groups() for keep in ("False", "True")]
+    assert fresh0 != fresh1 and kept0 == kept1, out
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is here: pin_memory pins; the notebook's claim is for CPU-only torch")
+    warning = re.search(r"warning: (.*)", out).group(1)
+    assert "no accelerator is found, then device pinned memory won't be used" in warning, out
+    notebook = json.load(open(os.path.join(ROOT, "notebooks", "13_dataloader.ipynb")))
+    text = " ".join("".join(c["source"]) for c in notebook["cells"] if c["cell_type"] == "markdown")
+    assert f'*"{warning}"*' in " ".join(text.split()), "the notebook quotes torch's warning wrongly"
+    assert "pinned: False, in shared memory: True" in out, out
+
+
+_INLINE = """
+import json, random, torch
+from torch.utils.data import DataLoader, get_worker_info
+class D:
+    def __init__(self): self.rand = random.Random()
+    def __len__(self): return 2
+    def __getitem__(self, i):
+        return {"w": get_worker_info().id, "seed": get_worker_info().seed,
+                "module": random.random(), "own": self.rand.random()}
+out = []
+for run in range(2):
+    torch.manual_seed(0)
+    out.append([dict(b)
+                for b in DataLoader(D(), batch_size=None, num_workers=2)])
+import numpy as np
+class G:
+    def __init__(self): self.rng = np.random.default_rng()
+    def __len__(self): return 2
+    def __getitem__(self, i): return int(self.rng.integers(0, 10**9))
+kept = DataLoader(G(), batch_size=None, num_workers=2, persistent_workers=True)
+out.append([[int(x) for x in kept] for epoch in range(2)])
+print(json.dumps(out))
+"""
+
+
+@pytest.mark.timeout(120)
+def test_python_random_is_reseeded_a_random_instance_is_copied_and_manual_seed_repeats_seeds():
+    """Also: with persistent_workers a Generator from __init__ stops repeating across epochs,
+    not across workers."""
+    done = subprocess.run([sys.executable, "-c", _INLINE], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    first, second, persistent = json.loads(done.stdout.strip().splitlines()[-1])
+    assert [item["w"] for item in first] == [0, 1]
+    assert first[0]["module"] != first[1]["module"]           # random: reseeded per worker
+    assert first[0]["own"] == first[1]["own"]                 # random.Random() from __init__
+    assert [i["seed"] for i in first] == [i["seed"] for i in second]     # manual_seed(0)
+    assert first[1]["seed"] == first[0]["seed"] + 1           # base_seed + worker_id
+    # persistent workers: a Generator from __init__ goes on in each worker (epoch 1 is new) but
+    # the two workers still draw the same numbers
+    (a0, b0), (a1, b1) = persistent
+    assert a0 == b0 and a1 == b1 and a0 != a1, persistent
+
+
+@pytest.mark.timeout(60)
+def test_timeout_zero_is_not_a_fix_it_is_torchs_wait_for_ever():
+    """DataLoader(timeout=0) is the default, "no timeout": the check must not call it a fix."""
+    import mpviz.exercises as ex
+    verdict = ex.judge("13.fix-timeout", {"timeout": 0})
+    assert verdict.right is False and "still waiting" in verdict.why, verdict.why
