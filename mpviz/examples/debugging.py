@@ -257,3 +257,16 @@ def wait_for_work(queue, seconds):
         return queue.get(timeout=seconds)      # the line the stacks should point at
     except Exception:
         return None
+
+
+def wait_for_dump(path, seconds, process=None):
+    """The stacks faulthandler wrote to `path`, once it has written them (up to `seconds`, and
+    no longer than `process`, the child that writes them, is alive)."""
+    deadline = time.monotonic() + seconds
+    text = ""
+    while time.monotonic() < deadline and (process is None or process.is_alive()):
+        text = open(path).read() if os.path.exists(path) else ""
+        if text.rstrip().endswith("in <module>"):        # the outermost frame: the dump is whole
+            return text
+        time.sleep(0.05)
+    raise TimeoutError(f"no stack dump in {path} after {seconds:g} s: {text[-300:]!r}")
