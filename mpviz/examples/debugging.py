@@ -252,6 +252,12 @@ def stuck_in_get(queue, path, seconds):
     wait_for_work(queue, seconds)
 
 
+def ready_then_wait(ready, queue, seconds):
+    """Say "ready" on `ready`, then wait for work on `queue` (up to `seconds`)."""
+    ready.put(os.getpid())
+    wait_for_work(queue, seconds)
+
+
 def wait_for_work(queue, seconds):
     try:
         return queue.get(timeout=seconds)      # the line the stacks should point at
