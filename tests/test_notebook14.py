@@ -64,10 +64,15 @@ class Kernel:
     def close(self):
         self.kc.stop_channels()
         self.km.shutdown_kernel(now=True)
-        from jupyter_core.utils import _loop      # the event loop jupyter_client's calls made:
-        loop = _loop.get()                       # close it, or its fds outlive the test
-        if loop is not None and not loop.is_closed():
-            loop.close()
+        _close_jupyters_loop()
+
+
+def _close_jupyters_loop():
+    """Close the event loop that jupyter_client's calls made, or its fds outlive the test."""
+    from jupyter_core.utils import _loop
+    loop = _loop.get()
+    if loop is not None and not loop.is_closed():
+        loop.close()
 
 
 @pytest.fixture(params=[False], ids=["as JupyterLab starts it"])
@@ -314,3 +319,22 @@ def test_the_notebook_has_a_cell_per_check_and_stays_small():
         assert f'check("{exercise_id}", ...)' in code
     assert len(cells) < 60
     assert "def " not in code              # workers live in modules, never in cells
+
+
+@pytest.mark.timeout(120)
+def test_nbconvert_keeps_no_line_a_forked_child_prints_after_its_cell_ended():
+    import nbformat
+    from nbclient import NotebookClient
+    nb = nbformat.v4.new_notebook(cells=[
+        nbformat.v4.new_code_cell("import multiprocessing as mp\n"
+                                  "from mpviz.examples import debugging as dbg\n"
+                                  "p = mp.get_context('fork').Process(target=dbg.talk_later, "
+                                  "args=('late fork', 1.0))\np.start()"),
+        nbformat.v4.new_code_cell("p.join(10)\nprint('joined', p.exitcode)")])
+    try:
+        NotebookClient(nb, timeout=60, kernel_name="python3",
+                       resources={"metadata": {"path": str(ROOT)}}).execute()
+    finally:
+        _close_jupyters_loop()
+    outputs = json.dumps([cell.outputs for cell in nb.cells])
+    assert "joined 0" in outputs and "late fork" not in outputs, outputs
