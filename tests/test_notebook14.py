@@ -38,23 +38,28 @@ class Kernel:
             env.pop("PYTEST_CURRENT_TEST", None)
         self.km = KernelManager()
         self.terminal = terminal      # the kernel's own stdout and stderr: Jupyter's terminal
-        with open(terminal, "wb") as out:
-            self.km.start_kernel(stdout=out, stderr=subprocess.STDOUT, cwd=str(ROOT), env=env)
+        self.out = open(terminal, "wb")          # kept open: a restart starts it again
+        self.km.start_kernel(stdout=self.out, stderr=subprocess.STDOUT, cwd=str(ROOT), env=env)
         self.kc = self.km.client()
         self.kc.start_channels()
         self.kc.wait_for_ready(timeout=60)
         self.cells = {}
 
     def run(self, code, name, timeout=30):
-        msg_id = self.kc.execute(code)
-        self.cells[msg_id] = name
+        self.cells[self.kc.execute(code)] = name
+        return self.finish(name, timeout)
+
+    def finish(self, name, timeout=30, raised=None):
+        """Wait until cell `name` has finished; its streams and any others that came. An
+        error in it fails the test, unless it is the exception named `raised`."""
         streams = []
         while True:
             msg = self.kc.get_iopub_msg(timeout=timeout)
             parent = self.cells.get(msg["parent_header"].get("msg_id"))
             if msg["msg_type"] == "stream":
                 streams.append((parent, msg["content"]["name"], msg["content"]["text"]))
-            elif msg["msg_type"] == "error":
+            elif msg["msg_type"] == "error" and parent == name and \
+                    msg["content"]["ename"] != raised:
                 raise AssertionError(f"{name}: {msg['content']['ename']}: "
                                      f"{msg['content']['evalue']}")
             elif msg["msg_type"] == "status" and parent == name and \
@@ -64,6 +69,7 @@ class Kernel:
     def close(self):
         self.kc.stop_channels()
         self.km.shutdown_kernel(now=True)
+        self.out.close()
         _close_jupyters_loop()
 
 
@@ -147,13 +153,44 @@ def test_jupyters_interrupt_reaches_the_kernels_children(kernel, tmp_path):
                f"for p in ps: p.start()\n"
                f"while len(open({str(notes)!r}).read().splitlines()) < 2 if os.path.exists("
                f"{str(notes)!r}) else True: time.sleep(0.05)", "start")
-    kernel.kc.execute("for p in ps: p.join()")
+    kernel.cells[kernel.kc.execute("for p in ps: p.join()")] = "join"        # runs on
     time.sleep(0.5)                      # the kernel is in join(): interrupt it there
     kernel.km.interrupt_kernel()
     pids = dbg.child_pids(notes)
     assert not dbg.wait_until_gone(pids, 10)
     got = [line for line in dbg.read_notes(notes) if line.startswith("KeyboardInterrupt")]
     assert len(got) == 2, dbg.read_notes(notes)
+    kernel.finish("join", raised="KeyboardInterrupt")      # the interrupted cell
+    streams = kernel.run("print([p.exitcode for p in ps])", "exit codes")
+    assert "[1, 1]" in _text(streams, "exit codes"), [s for s in streams if s[0] != "start"]
+
+
+@pytest.mark.timeout(120)
+def test_a_kernel_restart_ends_the_children_in_its_group_not_one_in_its_own_session(
+        kernel, tmp_path):
+    notes = tmp_path / "notes"
+    kernel.run(f"ps = [fork.Process(target=dbg.wait_for_interrupt, args=({str(notes)!r}, 20)),\n"
+               f"      fork.Process(target=dbg.orphan_candidate,\n"
+               f"                   args=({str(notes)!r}, 20, True, False))]\n"
+               f"for p in ps: p.start()\n"
+               f"while len(open({str(notes)!r}).read().splitlines()) < 2 if os.path.exists("
+               f"{str(notes)!r}) else True: time.sleep(0.05)", "start")
+    in_group, own_session = dbg.child_pids(notes)
+    try:
+        kernel.km.restart_kernel(now=False)
+        assert not dbg.wait_until_gone([in_group], 10)
+        assert dbg.is_running(own_session)            # an orphan now
+        assert dbg.parent_of(own_session) != kernel.km.provisioner.pid
+    finally:
+        if dbg.is_running(own_session):
+            os.kill(own_session, signal.SIGKILL)
+
+
+def test_a_program_started_in_the_background_by_a_script_ignores_sigint():
+    out = subprocess.run(["sh", "-c", f"{sys.executable} -c 'import signal; "
+                          f"print(signal.getsignal(signal.SIGINT) == signal.SIG_IGN)' & wait"],
+                         capture_output=True, text=True, timeout=30).stdout
+    assert out.strip() == "True", out
 
 
 # --- the stand-in parent ------------------------------------------------------------------------

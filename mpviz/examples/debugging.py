@@ -105,8 +105,8 @@ def parent_main(path, methods, seconds, ignore=False, daemon=False, own_session=
     import multiprocessing as mp
     children = []
     for method in methods:
-        target = _orphan_candidate if (own_session or pdeathsig) else wait_for_interrupt
-        args = ((path, seconds, own_session, pdeathsig) if target is _orphan_candidate
+        target = orphan_candidate if (own_session or pdeathsig) else wait_for_interrupt
+        args = ((path, seconds, own_session, pdeathsig) if target is orphan_candidate
                 else (path, seconds, ignore))
         child = mp.get_context(method).Process(target=target, args=args, daemon=daemon,
                                                name=f"child-{method}")
@@ -121,7 +121,7 @@ def parent_main(path, methods, seconds, ignore=False, daemon=False, own_session=
         raise
 
 
-def _orphan_candidate(path, seconds, own_session, pdeathsig):
+def orphan_candidate(path, seconds, own_session, pdeathsig):
     if own_session:
         os.setsid()                       # leave the parent's process group and session
     if pdeathsig:
