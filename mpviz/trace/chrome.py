@@ -28,6 +28,7 @@ from . import names
 SHORT_US = 1.0
 _MESSAGE_OUT = ("queue.put", "pipe.send")
 _MESSAGE_IN = ("queue.get", "pipe.recv")
+_PLAIN_KINDS = ("queue.", "pipe.", "pool.", "shm.", "lock.")   # the kinds not drawn as instants
 
 
 def to_chrome(trace, path=None):
@@ -64,9 +65,14 @@ def to_chrome(trace, path=None):
     next_ts = _next_event_ts(events)
     starts = {}                                               # pool task (pid, tid, job, index)
     depth, live_bytes, lock_open = {}, 0, {}
+    plain = _PLAIN_KINDS
     for i, e in enumerate(events):
-        ts, base = us(e.ts_ns), dict(pid=e.pid, tid=e.tid, ts=us(e.ts_ns))
-        a = e.args
+        ts, a, kind = (e.ts_ns - t0) / 1000.0, e.args, e.kind
+        if not kind.startswith(plain):       # (most events: one dict, made at once)
+            out.append({"pid": e.pid, "tid": e.tid, "ts": ts, "ph": "i", "s": "t",
+                        "cat": kind.partition(".")[0], "name": kind, "args": dict(a)})
+            continue
+        base = dict(pid=e.pid, tid=e.tid, ts=ts)
         if e.kind in _MESSAGE_OUT or e.kind in _MESSAGE_IN:
             channel = channel_name(a.get("queue") or a.get("pipe"))
             dur = min(SHORT_US, us(next_ts[i]) - ts) if next_ts[i] is not None else SHORT_US

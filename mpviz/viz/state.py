@@ -734,7 +734,15 @@ class _Index:
     # --- segments ---
 
     def segment_states(self, t):
-        """Every segment created (or first seen) by `t`, with its status at `t`."""
+        """Every segment created (or first seen) by `t`, with its status at `t`. Kept per `t`
+        (the index is built again when the trace grows): the memory map, the wait-for graph
+        and the pictures' notes each ask for the end (1 s a time with 20,000 segments)."""
+        kept = self.__dict__.setdefault("_kept_segment_states", {})
+        if t not in kept:
+            kept[t] = tuple(self._segment_states(t))
+        return list(kept[t])
+
+    def _segment_states(self, t):
         segs, order = {}, []
         for e in self.shm:
             if e.ts_ns > t:
