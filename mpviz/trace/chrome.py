@@ -44,7 +44,8 @@ def to_chrome(trace, path=None):
     recorded = {e.pid for e in events}
     root = procs[0].pid if procs else 0
     _names(trace, procs, out)
-    channels, locks = names.for_trace(trace)
+    flows = trace.flows()
+    channels, locks = names.for_trace(trace, flows)
 
     def channel_name(ch):
         if ch not in channels:                 # (a queue that carried no message)
@@ -59,7 +60,6 @@ def to_chrome(trace, path=None):
         out.append(dict(common, ph="e", ts=us(p.exit_ns) if p.exit_ns else end_us,
                         args=dict(exitcode=p.exitcode, signal=p.signal)))
 
-    flows = trace.flows()
     gets = {f.get.args["msg"] for f in flows if f.get is not None}
     puts = {f.put.args["msg"] for f in flows}
     next_ts = _next_event_ts(events)

@@ -122,26 +122,8 @@ class Trace:
 
     # --- views ---------------------------------------------------------------------------
 
-    def _cached(self, name, build):
-        """`build()`, kept until the events change: the pictures, trace.json and the verdict
-        each ask for ``processes()`` and ``flows()``, and each is a pass over every event (0.4 s
-        a time for a 290,000-event DataLoader trace). Changed: another list, another length
-        (``refresh``), another first or last event."""
-        events = self.events
-        ends = (events[0], events[-1]) if events else (None, None)
-        got = self.__dict__.setdefault("_cache", {}).get(name)
-        if got is not None and got[0] is events and got[1] == len(events) and \
-                got[2][0] is ends[0] and got[2][1] is ends[1]:
-            return list(got[3])
-        value = build()
-        self._cache[name] = (events, len(events), ends, value)
-        return list(value)
-
     def processes(self):
         """One ``ProcessInfo`` per process seen (recorded, launched or reaped), by start time."""
-        return self._cached("processes", self._processes)
-
-    def _processes(self):
         info = {}
 
         def get(pid, ts):
@@ -190,9 +172,6 @@ class Trace:
     def flows(self):
         """Every message from its put/send to its get/recv, in the order they were put (not a
         put that raised: ``queue.put_failed``)."""
-        return self._cached("flows", self._flows)
-
-    def _flows(self):
         puts, gets, sizes = {}, {}, {}
         for e in self.events:
             if e.kind in ("queue.put", "pipe.send"):
