@@ -10,7 +10,8 @@
        SIGINT (Ctrl-C) only after the report a hang
        gets: where everyone is (Forwarder)
     4. wait; the hang watchdog (watchdog.py) looks
-       at DIR and the session's CPU 10x a second:
+       at the session's threads 10x a second (and
+       at DIR when none of them moved):
        no progress for --hang-after S → stacks ───▶  SIGUSR1: stacks;  SIGKILL: the session
        + verdict, the session killed, exit 124
     5. always: DIR/trace.json; the pictures when they are worth their cost (below); where they
