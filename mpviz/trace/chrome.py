@@ -28,6 +28,7 @@ from . import names
 SHORT_US = 1.0
 _MESSAGE_OUT = ("queue.put", "pipe.send")
 _MESSAGE_IN = ("queue.get", "pipe.recv")
+_PLAIN_KINDS = ("queue.", "pipe.", "pool.", "shm.", "lock.")   # the kinds not drawn as instants
 
 
 def to_chrome(trace, path=None):
@@ -43,7 +44,8 @@ def to_chrome(trace, path=None):
     recorded = {e.pid for e in events}
     root = procs[0].pid if procs else 0
     _names(trace, procs, out)
-    channels, locks = names.for_trace(trace)
+    flows = trace.flows()
+    channels, locks = names.for_trace(trace, flows)
 
     def channel_name(ch):
         if ch not in channels:                 # (a queue that carried no message)
@@ -58,15 +60,19 @@ def to_chrome(trace, path=None):
         out.append(dict(common, ph="e", ts=us(p.exit_ns) if p.exit_ns else end_us,
                         args=dict(exitcode=p.exitcode, signal=p.signal)))
 
-    flows = trace.flows()
     gets = {f.get.args["msg"] for f in flows if f.get is not None}
     puts = {f.put.args["msg"] for f in flows}
     next_ts = _next_event_ts(events)
     starts = {}                                               # pool task (pid, tid, job, index)
     depth, live_bytes, lock_open = {}, 0, {}
+    plain = _PLAIN_KINDS
     for i, e in enumerate(events):
-        ts, base = us(e.ts_ns), dict(pid=e.pid, tid=e.tid, ts=us(e.ts_ns))
-        a = e.args
+        ts, a, kind = (e.ts_ns - t0) / 1000.0, e.args, e.kind
+        if not kind.startswith(plain):       # (most events: one dict, made at once)
+            out.append({"pid": e.pid, "tid": e.tid, "ts": ts, "ph": "i", "s": "t",
+                        "cat": kind.partition(".")[0], "name": kind, "args": dict(a)})
+            continue
+        base = dict(pid=e.pid, tid=e.tid, ts=ts)
         if e.kind in _MESSAGE_OUT or e.kind in _MESSAGE_IN:
             channel = channel_name(a.get("queue") or a.get("pipe"))
             dur = min(SHORT_US, us(next_ts[i]) - ts) if next_ts[i] is not None else SHORT_US

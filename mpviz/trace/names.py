@@ -113,8 +113,9 @@ def _is_thread_lock(lock_id):
     return head[:1] == "t" and head[1:].isdigit() and tail.isdigit()
 
 
-def for_trace(trace):
-    """(channel names, LockNames) of a whole trace, read off its events (trace.json's names)."""
+def for_trace(trace, flows=None):
+    """(channel names, LockNames) of a whole trace, read off its events (trace.json's names).
+    `flows`: ``trace.flows()`` where the caller has it already (a pass over every event)."""
     threads, workers, variables = {}, {}, {}
     for e in trace.events:
         if e.kind == "thread.start":
@@ -123,6 +124,6 @@ def for_trace(trace):
             workers[e.pid] = e.args.get("worker_id")
         elif e.kind == "lock.wait" and e.args.get("name"):
             variables.setdefault(e.args["lock"], e.args["name"])
-    channels = channel_names(trace.flows(), threads, workers)
+    channels = channel_names(trace.flows() if flows is None else flows, threads, workers)
     locks = LockNames({lk.id: lk.type for lk in trace.locks()}, variables, channels)
     return channels, locks

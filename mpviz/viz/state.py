@@ -733,7 +733,14 @@ class _Index:
     # --- segments ---
 
     def segment_states(self, t):
-        """Every segment created (or first seen) by `t`, with its status at `t`."""
+        """Every segment created (or first seen) by `t`, with its status at `t`. (The cyclic
+        collector off meanwhile: tens of thousands of small dicts, in no cycle, each 700 of
+        which set it walking the whole trace: 0.6 s of the wait-for graph's 0.75 s of CPU
+        at 20,000 segments, 0.4 s without it.)"""
+        with without_gc():
+            return self._segment_states(t)
+
+    def _segment_states(self, t):
         segs, order = {}, []
         for e in self.shm:
             if e.ts_ns > t:
