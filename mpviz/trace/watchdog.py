@@ -234,9 +234,14 @@ def interrupt_report(trace, stacks, at=None, who="mpviz trace"):
     """Ctrl-C is a diagnosis: the hang verdict's report, at the moment of an interrupt -- each
     process's stack down to the program's own line, what each waits for, who must act. `at`:
     the instant to judge the waits at (default: the trace's end)."""
+    where = stack_summary(stacks) if stacks else (
+        "  (no process left to ask: the same Ctrl-C reached them all, and each had already "
+        "raised KeyboardInterrupt and ended -- a Ctrl-C to this process alone, `kill -INT PID`, "
+        "shows where they were)")
+    waits = waits_in_words(trace, at) or ["  (no recorded wait was open at the interrupt)"]
     return "\n".join([f"{who}: INTERRUPTED (Ctrl-C): where each process was when it came "
                       f"(Python stacks, innermost call first; ... leads to the program's own "
-                      f"line):", stack_summary(stacks)] + waits_in_words(trace, at))
+                      f"line):", where] + waits)
 
 
 def interrupt_stacks(stacks, stacks_dir):
