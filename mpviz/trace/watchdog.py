@@ -238,7 +238,7 @@ def interrupt_report(trace, stacks, at=None, who="mpviz trace"):
         "  (no process left to ask: the same Ctrl-C reached them all, and each had already "
         "raised KeyboardInterrupt and ended -- a Ctrl-C to this process alone, `kill -INT PID`, "
         "shows where they were)")
-    waits = waits_in_words(trace, at) or ["  (no recorded wait was open at the interrupt)"]
+    waits = waits_in_words(trace, at)
     return "\n".join([f"{who}: INTERRUPTED (Ctrl-C): where each process was when it came "
                       f"(Python stacks, innermost call first; ... leads to the program's own "
                       f"line):", where] + waits)
