@@ -226,3 +226,20 @@ def test_a_program_at_full_cpu_is_not_stuck_at_the_shortest_hang_after(tmp_path)
         print("done")
     """, hang_after=str(MIN_HANG_AFTER))
     assert run.returncode == 0 and "HANG" not in run.stderr, run.stderr
+
+
+def test_a_stack_line_faulthandler_could_not_number_is_read_not_a_crash():
+    """faulthandler writes ``line ???`` for a frame whose line it cannot tell; the launcher
+    crashed on it (ValueError in the verdict, exit 1 instead of 124: seen once in CI's run of
+    the class-a program). The frame is kept, without a line number."""
+    import mpviz.trace as mt
+    from mpviz.trace import stuck
+    text = ('Thread 0x00007f0000000001 (most recent call first):\n'
+            '  File "/usr/lib/python3.11/threading.py", line ??? in wait\n'
+            '  File "/work/prog.py", line ??? in task\n'
+            '  File "/work/prog.py", line 12 in <module>\n')
+    with mt.record() as trace:
+        pass
+    calls = stuck._stacks_by_thread(trace, 1, text)[1]
+    assert calls[0] == ("wait", "/usr/lib/python3.11/threading.py", None)
+    assert stuck.own_line(calls[1:]) == "task (prog.py)"

@@ -196,8 +196,10 @@ def _stacks_by_thread(trace, pid, text):
                 lineno, fn = rest.split(" in ", 1)
             except ValueError:
                 continue
+            # faulthandler writes "line ???" where it cannot tell the line (a frame mid-call)
+            lineno = int(lineno) if lineno.isdigit() else None
             if not os.path.realpath(path).startswith(_HOOKS):    # a recording hook's frame
-                calls.append((fn.strip(), path, int(lineno)))
+                calls.append((fn.strip(), path, lineno))
     by_tid = {}
     for ident, calls in out.items():
         if ident in idents:
@@ -215,6 +217,8 @@ def own_line(calls):
     """"task (prog.py:21): `log.info(...)`": the innermost call in the program's own code."""
     for fn, path, lineno in calls or ():
         if _mine(path):
+            if lineno is None:                   # (faulthandler could not tell the line)
+                return f"{fn} ({os.path.basename(path)})"
             text = linecache.getline(path, lineno).split("  #")[0].strip()
             return f"{fn} ({os.path.basename(path)}:{lineno})" + (f": `{text}`" if text else "")
     return None
@@ -230,7 +234,8 @@ def _native_call(calls):
     package = next((parts[i + 1] for i, p in enumerate(parts)
                     if p == "site-packages" and i + 1 < len(parts)), None)
     where = os.sep.join(parts[-2:]) if package else os.path.basename(path)
-    return f"{package + chr(39) + 's ' if package else ''}`{fn}` ({where}:{lineno})"
+    where += "" if lineno is None else f":{lineno}"
+    return f"{package + chr(39) + 's ' if package else ''}`{fn}` ({where})"
 
 
 # --- why one process can never move --------------------------------------------------------------
