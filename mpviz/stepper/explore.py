@@ -39,19 +39,41 @@ def all_schedules(make, limit=200):
         runs += 1
         if runs > limit:
             raise ValueError(f"more than {limit} schedules; use random_schedules, or raise limit")
-        with make() as s:
-            taken = []
-            while True:
-                choices = s.choices()
-                if not choices:
-                    break
-                depth = len(taken)
-                pick = prefix[depth] if depth < len(prefix) else 0
-                if depth >= len(prefix):          # a new stop: its other choices are for later
-                    todo.extend(taken + [i] for i in range(len(choices) - 1, 0, -1))
-                taken.append(pick)
-                s.step(choices[pick])
-            outcome = s.outcome
-            outcomes[outcome] += 1
-            examples.setdefault(outcome, list(s.history))
+        for attempt in range(3):
+            ran = _run_prefix(make, prefix)
+            if ran is not None:
+                break
+        else:
+            raise RuntimeError(
+                f"all_schedules: replaying the schedule {prefix} found fewer choices at a stop "
+                f"than its first run did, three times: the run is not the same at its stops from "
+                f"one run to the next (a thread reaching its stop late, on a loaded machine?). "
+                f"Fix: use random_schedules, or make the stepped function's threads reach their "
+                f"stops without depending on time.")
+        outcome, history, later = ran
+        todo.extend(later)
+        outcomes[outcome] += 1
+        examples.setdefault(outcome, history)
     return outcomes, examples
+
+
+def _run_prefix(make, prefix):
+    """One fresh run that takes the choices `prefix` names, then the first choice at each stop:
+    (outcome, the labels stepped, the prefixes of the other choices at the new stops), or None
+    when a stop offered fewer choices than `prefix` names (the replay went another way)."""
+    later = []
+    with make() as s:
+        taken = []
+        while True:
+            choices = s.choices()
+            if not choices:
+                break
+            depth = len(taken)
+            pick = prefix[depth] if depth < len(prefix) else 0
+            if pick >= len(choices):
+                return None
+            if depth >= len(prefix):          # a new stop: its other choices are for later
+                later.extend(taken + [i] for i in range(len(choices) - 1, 0, -1))
+            taken.append(pick)
+            s.step(choices[pick])
+        return s.outcome, list(s.history), later
