@@ -7,6 +7,7 @@ start method on Linux, ``fork``. fork copies the parent's memory, locks included
 thread that called it: if ``write_logs`` was inside ``queue.Queue.put`` at that instant, the
 queue's lock is copied *held*, and in the child no thread exists that will ever release it. The
 worker's first ``log.info`` waits on it for ever, and the Pool waits for that worker's job.
+(The listener writes to os.devnull: a run that hangs is killed, and would leave its log file.)
 
 Run it:   python hang_logging_pool.py          (hangs within a few of its 40 batches; Ctrl-C)
           python hang_logging_pool.py --fix    (forkserver workers: fresh locks; exits 0)
@@ -18,7 +19,6 @@ import multiprocessing as mp
 import os
 import queue
 import sys
-import tempfile
 import threading
 import time
 
@@ -42,8 +42,8 @@ def main():
     fix = "--fix" in sys.argv[1:]
     batches = int(sys.argv[sys.argv.index("--batches") + 1]) if "--batches" in sys.argv else 40
     records = queue.Queue()
-    logfile = os.path.join(tempfile.mkdtemp(prefix="hang-logging-"), "run.log")
-    listener = logging.handlers.QueueListener(records, logging.FileHandler(logfile))
+    # (a service writes a file; os.devnull here: a run that hangs is killed, and would leave it)
+    listener = logging.handlers.QueueListener(records, logging.FileHandler(os.devnull))
     listener.start()
     logging.basicConfig(level=logging.DEBUG, handlers=[logging.handlers.QueueHandler(records)])
     stop = threading.Event()
