@@ -222,8 +222,13 @@ def _semaphores():
 
 def private_dev_shm():
     """True when this run has /dev/shm to itself: ./run mounted a tmpfs there in a mount
-    namespace of the run's own, and said so."""
-    return os.environ.get("MPVIZ_PRIVATE_SHM") == "1"
+    namespace of the run's own, and said so by putting that namespace's name in
+    MPVIZ_PRIVATE_SHM. Any other value (set by hand, or inherited from another namespace) is
+    not believed: this run then shares /dev/shm with the machine."""
+    try:
+        return os.environ.get("MPVIZ_PRIVATE_SHM") == os.readlink("/proc/self/ns/mnt")
+    except OSError:
+        return False
 
 
 def _mapped_somewhere(names):
@@ -270,4 +275,6 @@ def pytest_sessionfinish(session, exitstatus):
             f"with the machine's other programs, so it cannot tell whether it left them (a "
             f"killed notebook kernel holding spawn-context Locks/Queues/Events) or another "
             f"program did; not counted as a failure. `./run test` as root runs the suite with a "
-            f"private /dev/shm, where a semaphore left is this run's and fails it.", yellow=True)
+            f"private /dev/shm, where a semaphore left is this run's and fails it."
+            + (" (MPVIZ_PRIVATE_SHM is set, but not by ./run for this run's mount namespace: "
+               "not believed.)" if os.environ.get("MPVIZ_PRIVATE_SHM") else ""), yellow=True)
