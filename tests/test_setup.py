@@ -202,6 +202,25 @@ def test_a_private_dev_shm_claimed_by_hand_is_not_believed(checkout):
     assert "WARNING: 1 multiprocessing semaphore(s) appeared" in out and name in out, out
 
 
+def test_run_test_says_why_when_root_cannot_mount_a_private_dev_shm(checkout, tmp_path_factory):
+    """As root where mounting is refused (a container's policy; here a `mount` that fails is the
+    only thing pretended): ./run says in one line that this run has no private /dev/shm and what
+    that means, and the run goes on, judging the semaphores it sees with a warning."""
+    if os.geteuid() != 0:
+        pytest.skip("./run tries a private /dev/shm only as root")
+    bin_dir = tmp_path_factory.mktemp("refusing-mount")
+    (bin_dir / "mount").write_text("#!/bin/sh\necho 'mount: /dev/shm: permission denied.' >&2\n"
+                                   "exit 32\n")
+    (bin_dir / "mount").chmod(0o755)
+    returncode, out, name = run_beside_a_leaking_program(
+        checkout, f"PATH={bin_dir}:$PATH; source ./run; run_pytest {INNER_RUN}")
+    assert returncode == 0 and "1 passed" in out, out
+    assert "./run: no private /dev/shm for this test run (mounting a tmpfs there failed: " \
+           "mount: /dev/shm: permission denied.)" in out, out
+    assert "LEAK" not in out, out
+    assert "WARNING: 1 multiprocessing semaphore(s) appeared" in out and name in out, out
+
+
 def test_plot_without_matplotlib_is_an_error():
     """`mpviz run ... --plot` in a Python without matplotlib (the system one, say): the verdict,
     then one clear error and a non-zero exit, not a silent 0."""
