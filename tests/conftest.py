@@ -112,15 +112,15 @@ def _expected_fds():
 
 def _heap_arena_fds():
     """The stdlib's shared heap (multiprocessing.heap: RawValue, RawArray) keeps each arena's
-    file open for the life of the process, on purpose, as matplotlib keeps its font file. And
-    an mpviz Event keeps its sleepers' slots (a memfd) open while the Event lives: a widget test
-    whose Live (kept by ipywidgets' registry) holds its Event keeps them past the test."""
-    prefixes = (f"/dev/shm/pym-{os.getpid()}-",   # (the arena's fd, and its mmap's own copy)
-                "/memfd:mpviz-event-slots")
+    file open for the life of the process, on purpose, as matplotlib keeps its font file. (An
+    mpviz Event's sleepers' slots, a memfd, are not among them: they go with their Event, and
+    an Event that outlives its test is a leak. tests/test_widgets.py closes its widgets, which
+    would otherwise keep their Live's Event alive in ipywidgets' registry.)"""
+    prefix = f"/dev/shm/pym-{os.getpid()}-"    # (the arena's fd, and its mmap's own copy)
     fds = set()
     for fd in os.listdir("/proc/self/fd"):
         try:
-            if os.readlink(f"/proc/self/fd/{fd}").startswith(prefixes):
+            if os.readlink(f"/proc/self/fd/{fd}").startswith(prefix):
                 fds.add(int(fd))
         except OSError:
             pass
