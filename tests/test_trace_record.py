@@ -198,6 +198,35 @@ def test_a_python_without_an_internal_the_recorder_hooks_says_what_is_not_record
     assert f"NOT RECORDED: {line}" in summary
 
 
+MISSING_HOOK_TARGET = """
+import warnings
+from multiprocessing import queues, spawn, util
+import mpviz.trace as mt
+del {target}                           # as a Python that renamed it would be
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    with mt.record() as trace:
+        pass
+print(repr(trace.notes))
+"""
+
+
+@pytest.mark.parametrize("target, named", [
+    ("spawn.prepare", "multiprocessing.spawn.get_preparation_data and prepare"),
+    ("util.spawnv_passfds", "multiprocessing.util.spawnv_passfds"),
+    ("queues.Queue._start_thread", "multiprocessing.queues.Queue._start_thread")])
+def test_a_missing_internal_that_a_hook_patches_is_said_once_by_its_name(target, named):
+    """An internal both checked (internals.py) and patched (hooks.py): one NOT RECORDED line,
+    that names it -- not a second line for the skipped patch, nor a module's repr."""
+    run = subprocess.run([sys.executable, "-c", MISSING_HOOK_TARGET.format(target=target)],
+                         capture_output=True, text=True, timeout=60,
+                         env={**os.environ, "PYTHONPATH": ROOT})
+    assert run.returncode == 0, run.stderr
+    notes = eval(run.stdout)
+    assert len(notes) == 1, notes
+    assert named in notes[0] and "<module" not in notes[0], notes
+
+
 def test_pipes_are_linked():
     ctx = mp.get_context("spawn")
     with mt.record() as trace:

@@ -74,7 +74,8 @@ CHECKS = [
     ("when a child ends: after its exit functions, which join its Queues' feeders (it is "
      "recorded when _bootstrap returns)", "multiprocessing.util._exit_function's _run_finalizers",
      _exit_function_runs_finalizers),
-    ("spawned children", "multiprocessing.spawn.get_preparation_data and prepare",
+    ("spawned children", "multiprocessing.spawn.get_preparation_data and prepare, "
+     "multiprocessing.util.spawnv_passfds",
      lambda: _has(spawn, "get_preparation_data", "prepare") and _has(util, "spawnv_passfds")),
     ("children's start and exit", "multiprocessing.process.BaseProcess._bootstrap",
      lambda: _has(process.BaseProcess, "_bootstrap")),
