@@ -200,7 +200,7 @@ def test_a_python_without_an_internal_the_recorder_hooks_says_what_is_not_record
 
 MISSING_HOOK_TARGET = """
 import warnings
-from multiprocessing import queues, spawn, util
+from multiprocessing import heap, queues, spawn, util
 import mpviz.trace as mt
 del {target}                           # as a Python that renamed it would be
 with warnings.catch_warnings(record=True) as caught:
@@ -214,7 +214,8 @@ print(repr(trace.notes))
 @pytest.mark.parametrize("target, named", [
     ("spawn.prepare", "multiprocessing.spawn.get_preparation_data and prepare"),
     ("util.spawnv_passfds", "multiprocessing.util.spawnv_passfds"),
-    ("queues.Queue._start_thread", "multiprocessing.queues.Queue._start_thread")])
+    ("queues.Queue._start_thread", "multiprocessing.queues.Queue._start_thread"),
+    ("heap.Arena", "multiprocessing.heap.Arena")])
 def test_a_missing_internal_that_a_hook_patches_is_said_once_by_its_name(target, named):
     """An internal both checked (internals.py) and patched (hooks.py): one NOT RECORDED line,
     that names it -- not a second line for the skipped patch, nor a module's repr."""

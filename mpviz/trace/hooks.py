@@ -290,6 +290,8 @@ def _install_heap():
     """Arena.__init__ and its reducer (the pickler's table holds the function itself)."""
     if "Arena.__init__" in _orig or not hasattr(heap, "rebuild_arena"):
         return                               # (done, or Windows: no fd-backed arenas)
+    if not hasattr(heap, "Arena"):
+        return                               # another Python: internals.py says so
     _orig["Arena.__init__"] = heap.Arena.__init__
     heap.Arena.__init__ = _arena_init
     _orig["reduce_arena"] = reduction.ForkingPickler._extra_reducers.get(heap.Arena)

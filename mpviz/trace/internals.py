@@ -18,7 +18,7 @@ of a silently empty picture.
 """
 import inspect
 import sys
-from multiprocessing import process, queues, spawn, synchronize, util
+from multiprocessing import heap, process, queues, spawn, synchronize, util
 
 
 def _has(owner, *names):
@@ -74,6 +74,8 @@ CHECKS = [
     ("when a child ends: after its exit functions, which join its Queues' feeders (it is "
      "recorded when _bootstrap returns)", "multiprocessing.util._exit_function's _run_finalizers",
      _exit_function_runs_finalizers),
+    ("Value, Array and RawArray's shared memory (the stdlib heap's arenas)",
+     "multiprocessing.heap.Arena", lambda: _has(heap, "Arena")),
     ("spawned children", "multiprocessing.spawn.get_preparation_data and prepare, "
      "multiprocessing.util.spawnv_passfds",
      lambda: _has(spawn, "get_preparation_data", "prepare") and _has(util, "spawnv_passfds")),
