@@ -163,6 +163,16 @@ def test_a_lock_the_stdlib_makes_is_not_taken_for_the_users():
                            ["lock.acquire", "lock.release"])       # only the user's
 
 
+def test_a_file_in_any_site_directory_is_a_librarys_not_the_users():
+    # Debian's Python keeps apt's packages in /usr/lib/python3/dist-packages, which is not
+    # sysconfig's purelib (/usr/local's); pip install --user puts them in the user's site: a
+    # lock one of them makes is the library's, as one a venv's site-packages' module makes is
+    import site
+    for directory in site.getsitepackages() + [site.getusersitepackages()]:
+        assert mt.locks._in_library(os.path.join(directory, "somelib", "__init__.py")), directory
+    assert not mt.locks._in_library(os.path.join(ROOT, "tests", "a_users_program.py"))
+
+
 def test_every_internal_the_recorder_hooks_is_in_this_python():
     # run on each Python the suite runs on (tests/pythons/run): a Python that renames one fails
     from mpviz.trace import internals
