@@ -112,15 +112,15 @@ def _expected_fds():
 
 def _heap_arena_fds():
     """The stdlib's shared heap (multiprocessing.heap: RawValue, RawArray) keeps each arena's
-    file open for the life of the process, on purpose, as matplotlib keeps its font file. And
-    an mpviz Event keeps its sleepers' slots (a memfd) open while the Event lives: a widget test
-    whose Live (kept by ipywidgets' registry) holds its Event keeps them past the test."""
-    prefixes = (f"/dev/shm/pym-{os.getpid()}-",   # (the arena's fd, and its mmap's own copy)
-                "/memfd:mpviz-event-slots")
+    file open for the life of the process, on purpose, as matplotlib keeps its font file. (An
+    mpviz Event's sleepers' slots, a memfd, are not among them: they go with their Event, and
+    an Event that outlives its test is a leak. tests/test_widgets.py closes its widgets, which
+    would otherwise keep their Live's Event alive in ipywidgets' registry.)"""
+    prefix = f"/dev/shm/pym-{os.getpid()}-"    # (the arena's fd, and its mmap's own copy)
     fds = set()
     for fd in os.listdir("/proc/self/fd"):
         try:
-            if os.readlink(f"/proc/self/fd/{fd}").startswith(prefixes):
+            if os.readlink(f"/proc/self/fd/{fd}").startswith(prefix):
                 fds.add(int(fd))
         except OSError:
             pass
@@ -222,8 +222,13 @@ def _semaphores():
 
 def private_dev_shm():
     """True when this run has /dev/shm to itself: ./run mounted a tmpfs there in a mount
-    namespace of the run's own, and said so."""
-    return os.environ.get("MPVIZ_PRIVATE_SHM") == "1"
+    namespace of the run's own, and said so by putting that namespace's name in
+    MPVIZ_PRIVATE_SHM. Any other value (set by hand, or inherited from another namespace) is
+    not believed: this run then shares /dev/shm with the machine."""
+    try:
+        return os.environ.get("MPVIZ_PRIVATE_SHM") == os.readlink("/proc/self/ns/mnt")
+    except OSError:
+        return False
 
 
 def _mapped_somewhere(names):
@@ -270,4 +275,6 @@ def pytest_sessionfinish(session, exitstatus):
             f"with the machine's other programs, so it cannot tell whether it left them (a "
             f"killed notebook kernel holding spawn-context Locks/Queues/Events) or another "
             f"program did; not counted as a failure. `./run test` as root runs the suite with a "
-            f"private /dev/shm, where a semaphore left is this run's and fails it.", yellow=True)
+            f"private /dev/shm, where a semaphore left is this run's and fails it."
+            + (" (MPVIZ_PRIVATE_SHM is set, but not by ./run for this run's mount namespace: "
+               "not believed.)" if os.environ.get("MPVIZ_PRIVATE_SHM") else ""), yellow=True)

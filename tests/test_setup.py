@@ -140,10 +140,10 @@ def test_waits_while_another_program_leaks_a_semaphore():
 """
 
 
-def test_a_test_run_passes_while_another_program_leaks_a_semaphore_beside_it(checkout):
-    """The session's end-of-run check for leaked multiprocessing semaphores judges only what this
-    run made: a run started as ./run test starts it (this suite's conftest.py, one tiny test)
-    goes on while another program on the machine leaves a sem.mp-* in /dev/shm; it passes."""
+def run_beside_a_leaking_program(checkout, command):
+    """Run `command` (a bash line in `checkout` that starts this suite's conftest.py on one tiny
+    test) while another program on the machine leaves a sem.mp-* in /dev/shm. Returns (the run's
+    exit status, its output, the semaphore's name)."""
     (checkout / "test_inner.py").write_text(INNER_TEST)
     ready, done = checkout / "ready", checkout / "done"
     os.mkfifo(ready)
@@ -154,8 +154,7 @@ def test_a_test_run_passes_while_another_program_leaks_a_semaphore_beside_it(che
     env.pop("MPVIZ_PRIVATE_SHM", None)                  # (this run's own namespace is not its)
     env.pop("MPVIZ_SKIP_SEMAPHORE_CHECK", None)
     inner = subprocess.Popen(
-        [shutil.which("bash"), "-c", "source ./run; run_pytest -p conftest -p no:cacheprovider "
-         "-o addopts= -q test_inner.py"], cwd=checkout, env=env, stdout=subprocess.PIPE,
+        [shutil.which("bash"), "-c", command], cwd=checkout, env=env, stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT, text=True)
     try:
         with open(ready) as f:
@@ -173,10 +172,55 @@ def test_a_test_run_passes_while_another_program_leaks_a_semaphore_beside_it(che
         inner.wait()
         if os.path.exists(f"/dev/shm/sem.{name}"):
             os.unlink(f"/dev/shm/sem.{name}")
-    assert inner.returncode == 0 and "1 passed" in out, out
+    return inner.returncode, out, name
+
+
+INNER_RUN = "-p conftest -p no:cacheprovider -o addopts= -q test_inner.py"
+
+
+def test_a_test_run_passes_while_another_program_leaks_a_semaphore_beside_it(checkout):
+    """The session's end-of-run check for leaked multiprocessing semaphores judges only what this
+    run made: a run started as ./run test starts it (this suite's conftest.py, one tiny test)
+    goes on while another program on the machine leaves a sem.mp-* in /dev/shm; it passes."""
+    returncode, out, name = run_beside_a_leaking_program(
+        checkout, f"source ./run; run_pytest {INNER_RUN}")
+    assert returncode == 0 and "1 passed" in out, out
     assert "LEAK" not in out, out
     if os.geteuid() != 0:            # no private /dev/shm: it saw the semaphore, and says so
         assert "WARNING: 1 multiprocessing semaphore(s) appeared" in out and name in out, out
+    else:                            # a private /dev/shm never sees it, or ./run said why not
+        assert "WARNING" not in out or "./run: no private /dev/shm" in out, out
+
+
+def test_a_private_dev_shm_claimed_by_hand_is_not_believed(checkout):
+    """MPVIZ_PRIVATE_SHM=1 exported by hand (or inherited from another namespace) while the run
+    shares /dev/shm with the machine: another program's semaphore is still a warning, not a
+    LEAK that fails the run. Only ./run's own value, the name of the mount namespace in which it
+    mounted a fresh /dev/shm, is believed."""
+    returncode, out, name = run_beside_a_leaking_program(
+        checkout, f"MPVIZ_PRIVATE_SHM=1 {sys.executable} -m pytest {INNER_RUN}")
+    assert returncode == 0 and "1 passed" in out, out
+    assert "LEAK" not in out, out
+    assert "WARNING: 1 multiprocessing semaphore(s) appeared" in out and name in out, out
+
+
+def test_run_test_says_why_when_root_cannot_mount_a_private_dev_shm(checkout, tmp_path_factory):
+    """As root where mounting is refused (a container's policy; here a `mount` that fails is the
+    only thing pretended): ./run says in one line that this run has no private /dev/shm and what
+    that means, and the run goes on, judging the semaphores it sees with a warning."""
+    if os.geteuid() != 0:
+        pytest.skip("./run tries a private /dev/shm only as root")
+    bin_dir = tmp_path_factory.mktemp("refusing-mount")
+    (bin_dir / "mount").write_text("#!/bin/sh\necho 'mount: /dev/shm: permission denied.' >&2\n"
+                                   "exit 32\n")
+    (bin_dir / "mount").chmod(0o755)
+    returncode, out, name = run_beside_a_leaking_program(
+        checkout, f"PATH={bin_dir}:$PATH; source ./run; run_pytest {INNER_RUN}")
+    assert returncode == 0 and "1 passed" in out, out
+    assert "./run: no private /dev/shm for this test run (mounting a tmpfs there failed: " \
+           "mount: /dev/shm: permission denied.)" in out, out
+    assert "LEAK" not in out, out
+    assert "WARNING: 1 multiprocessing semaphore(s) appeared" in out and name in out, out
 
 
 def test_plot_without_matplotlib_is_an_error():

@@ -163,6 +163,16 @@ def test_a_lock_the_stdlib_makes_is_not_taken_for_the_users():
                            ["lock.acquire", "lock.release"])       # only the user's
 
 
+def test_a_file_in_any_site_directory_is_a_librarys_not_the_users():
+    # Debian's Python keeps apt's packages in /usr/lib/python3/dist-packages, which is not
+    # sysconfig's purelib (/usr/local's); pip install --user puts them in the user's site: a
+    # lock one of them makes is the library's, as one a venv's site-packages' module makes is
+    import site
+    for directory in site.getsitepackages() + [site.getusersitepackages()]:
+        assert mt.locks._in_library(os.path.join(directory, "somelib", "__init__.py")), directory
+    assert not mt.locks._in_library(os.path.join(ROOT, "tests", "a_users_program.py"))
+
+
 def test_every_internal_the_recorder_hooks_is_in_this_python():
     # run on each Python the suite runs on (tests/pythons/run): a Python that renames one fails
     from mpviz.trace import internals
@@ -196,6 +206,36 @@ def test_a_python_without_an_internal_the_recorder_hooks_says_what_is_not_record
     assert warned == repr([f"mpviz.trace: NOT RECORDED: {line}"])
     assert notes == repr([line])
     assert f"NOT RECORDED: {line}" in summary
+
+
+MISSING_HOOK_TARGET = """
+import warnings
+from multiprocessing import heap, queues, spawn, util
+import mpviz.trace as mt
+del {target}                           # as a Python that renamed it would be
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    with mt.record() as trace:
+        pass
+print(repr(trace.notes))
+"""
+
+
+@pytest.mark.parametrize("target, named", [
+    ("spawn.prepare", "multiprocessing.spawn.get_preparation_data and prepare"),
+    ("util.spawnv_passfds", "multiprocessing.util.spawnv_passfds"),
+    ("queues.Queue._start_thread", "multiprocessing.queues.Queue._start_thread"),
+    ("heap.Arena", "multiprocessing.heap.Arena")])
+def test_a_missing_internal_that_a_hook_patches_is_said_once_by_its_name(target, named):
+    """An internal both checked (internals.py) and patched (hooks.py): one NOT RECORDED line,
+    that names it -- not a second line for the skipped patch, nor a module's repr."""
+    run = subprocess.run([sys.executable, "-c", MISSING_HOOK_TARGET.format(target=target)],
+                         capture_output=True, text=True, timeout=60,
+                         env={**os.environ, "PYTHONPATH": ROOT})
+    assert run.returncode == 0, run.stderr
+    notes = eval(run.stdout)
+    assert len(notes) == 1, notes
+    assert named in notes[0] and "<module" not in notes[0], notes
 
 
 def test_pipes_are_linked():

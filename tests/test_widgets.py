@@ -29,6 +29,17 @@ from mpviz.widgets import Live  # noqa: E402
 pytestmark = pytest.mark.timeout(180)
 
 
+@pytest.fixture(autouse=True)
+def widgets_closed():
+    """Each test's widgets are closed at its end, as a notebook's kernel shutdown would: ipywidgets
+    keeps every open widget in its registry (and a Live's buttons keep the Live, by their
+    callbacks), and so whatever the Live's work holds -- a multiprocessing Event, whose slots
+    are two fds -- would outlive the test, and the leak check would count them."""
+    yield
+    import ipywidgets
+    ipywidgets.Widget.close_all()
+
+
 @pytest.fixture(scope="module", autouse=True)
 def fonts_loaded():
     """matplotlib keeps a font file open once it has used it: load them before the leak check."""

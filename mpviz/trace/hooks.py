@@ -290,6 +290,8 @@ def _install_heap():
     """Arena.__init__ and its reducer (the pickler's table holds the function itself)."""
     if "Arena.__init__" in _orig or not hasattr(heap, "rebuild_arena"):
         return                               # (done, or Windows: no fd-backed arenas)
+    if not hasattr(heap, "Arena"):
+        return                               # another Python: internals.py says so
     _orig["Arena.__init__"] = heap.Arena.__init__
     heap.Arena.__init__ = _arena_init
     _orig["reduce_arena"] = reduction.ForkingPickler._extra_reducers.get(heap.Arena)
@@ -320,8 +322,9 @@ def _patch(patches):
         if key in store:                     # already installed
             continue
         if not hasattr(owner, attr):         # another Python: say_missing says so
-            where = f"{getattr(owner, '__module__', '')}.{getattr(owner, '__qualname__', owner)}"
-            _skipped.append(f"{where}.{attr}".replace("builtins.", "").lstrip("."))
+            where = (owner.__name__ if isinstance(owner, type(sys)) else   # a module
+                     f"{owner.__module__}.{owner.__qualname__}".removeprefix("builtins."))
+            _skipped.append(f"{where}.{attr}")
             continue
         store[key] = owner.__dict__[attr] if attr in owner.__dict__ else getattr(owner, attr)
         setattr(owner, attr, replacement)
@@ -366,9 +369,10 @@ def say_missing(directory):
     global _said_missing
     from . import internals
     version = ".".join(map(str, sys.version_info[:3]))
-    lines = internals.missing() + [
+    checked = internals.missing()
+    lines = checked + [
         f"what mpviz records through {where} (this Python {version} does not have it)"
-        for where in dict.fromkeys(_skipped)]
+        for where in dict.fromkeys(_skipped) if not _named_in(where, checked)]
     for line in lines:
         recorder.note(directory, line)
     if lines and not _said_missing:
@@ -376,6 +380,18 @@ def say_missing(directory):
         _said_missing = True
         warnings.warn(recorder.RecorderWarning(
             "mpviz.trace: " + "; ".join(f"NOT RECORDED: {line}" for line in lines)), stacklevel=4)
+
+
+def _named_in(where, lines):
+    """True when one of internals.py's lines already names the hook target `where`
+    ("multiprocessing.spawn.prepare" in "... multiprocessing.spawn.get_preparation_data and
+    prepare ..."): a missing internal is said once, with what it keeps from the recorder."""
+    owner, _, attr = where.rpartition(".")
+    for line in lines:
+        names = {word.strip("(),").rpartition(".")[2] for word in line.split()}
+        if owner + "." in line and attr in names:
+            return True
+    return False
 
 
 def uninstall():

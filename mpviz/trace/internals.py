@@ -16,9 +16,8 @@ once, by looking at it -- not by a Python version number::
 trace`` then say each line as ``NOT RECORDED: ...`` (a warning, and the trace's notes), instead
 of a silently empty picture.
 """
-import inspect
 import sys
-from multiprocessing import process, queues, spawn, synchronize, util
+from multiprocessing import heap, process, queues, spawn, synchronize, util
 
 
 def _has(owner, *names):
@@ -26,10 +25,11 @@ def _has(owner, *names):
 
 
 def _feed_takes_send_bytes():
-    try:
-        return "send_bytes" in inspect.signature(queues.Queue._feed).parameters
-    except (AttributeError, TypeError, ValueError):
-        return False
+    # (its code's parameter names, as inspect.signature would read them, without importing
+    # inspect: 4 ms, at the start of every recording)
+    code = getattr(getattr(queues.Queue, "_feed", None), "__code__", None)
+    return code is not None and \
+        "send_bytes" in code.co_varnames[:code.co_argcount + code.co_kwonlyargcount]
 
 
 def _forkserver_can_stop():
@@ -74,7 +74,10 @@ CHECKS = [
     ("when a child ends: after its exit functions, which join its Queues' feeders (it is "
      "recorded when _bootstrap returns)", "multiprocessing.util._exit_function's _run_finalizers",
      _exit_function_runs_finalizers),
-    ("spawned children", "multiprocessing.spawn.get_preparation_data and prepare",
+    ("Value, Array and RawArray's shared memory (the stdlib heap's arenas)",
+     "multiprocessing.heap.Arena", lambda: _has(heap, "Arena")),
+    ("spawned children", "multiprocessing.spawn.get_preparation_data and prepare, "
+     "multiprocessing.util.spawnv_passfds",
      lambda: _has(spawn, "get_preparation_data", "prepare") and _has(util, "spawnv_passfds")),
     ("children's start and exit", "multiprocessing.process.BaseProcess._bootstrap",
      lambda: _has(process.BaseProcess, "_bootstrap")),

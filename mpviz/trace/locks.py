@@ -26,6 +26,7 @@ wrapped the same way (``_TracedThreadLock``).
 """
 import functools
 import os
+import site
 import sys
 import sysconfig
 import threading
@@ -41,8 +42,13 @@ from .events import semlock_id
 
 user_lock_ids = set()           # ids of instrumented multiprocessing locks (sent to children)
 _orig = {}
-_LIBRARY_DIRS = tuple({os.path.join(os.path.realpath(sysconfig.get_paths()[name]), "")
-                       for name in ("stdlib", "platstdlib", "purelib", "platlib")})
+# The stdlib's directories and every site directory: a venv's site-packages, and also Debian's
+# /usr/lib/python3/dist-packages (apt's packages: not sysconfig's purelib, which is /usr/local's)
+# and the user's (pip install --user).
+_LIBRARY_DIRS = tuple({os.path.join(os.path.realpath(path), "") for path in
+                       [sysconfig.get_paths()[name]
+                        for name in ("stdlib", "platstdlib", "purelib", "platlib")]
+                       + site.getsitepackages() + [site.getusersitepackages()]})
 _QUIET_OWNERS = ("Event", "Barrier")
 
 
