@@ -152,3 +152,20 @@ def test_timeout_zero_is_not_a_fix_it_is_torchs_wait_for_ever():
     import mpviz.exercises as ex
     verdict = ex.judge("13.fix-timeout", {"timeout": 0})
     assert verdict.right is False and "still waiting" in verdict.why, verdict.why
+
+
+@pytest.mark.timeout(60)
+def test_a_loader_still_waiting_is_told_why_for_its_own_arguments(monkeypatch):
+    """The check stops a loader that is still waiting; its reason must fit the learner's
+    arguments: num_workers=0 has no worker to wait for, and a timeout longer than the check's
+    wait is a timeout, not its absence."""
+    import mpviz.exercises as ex
+    from mpviz.exercises import nb13
+    monkeypatch.setattr(nb13, "LIMIT_S", 3)
+    verdict = ex.judge("13.fix-timeout", {"num_workers": 0})
+    assert verdict.right is False and "still waiting" in verdict.why, verdict.why
+    assert "no worker" in verdict.why and "worker is alive" not in verdict.why, verdict.why
+    verdict = ex.judge("13.fix-timeout", {"timeout": 20})
+    assert verdict.right is False and "still waiting" in verdict.why, verdict.why
+    assert "timeout is 20 s" in verdict.why and "Without a timeout" not in verdict.why, \
+        verdict.why
