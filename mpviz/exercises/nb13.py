@@ -18,8 +18,8 @@ import signal
 import subprocess
 import sys
 
-from .base import (BadAnswer, Exercise, Verdict, as_number, finite_number, judged, measured,
-                   shown)
+from .base import (BadAnswer, Exercise, Verdict, as_kwargs, as_number, finite_number, judged,
+                   measured, shown)
 
 LIMIT_S = 10                 # 13.fix-timeout: a fix must end the program within this
 NEED_TORCH = ("this exercise runs real torch, which is not installed here, so no answer can be "
@@ -151,9 +151,7 @@ def _why_still_waiting(kwargs):
 
 @judged
 def _judge_timeout(answer):
-    if not isinstance(answer, dict) or not all(isinstance(k, str) for k in answer):
-        raise BadAnswer(f"a fix is a dict of DataLoader keyword arguments, e.g. "
-                        f"{{'num_workers': 2}}, not {shown(answer)}")
+    as_kwargs(answer, "DataLoader keyword arguments", "{'num_workers': 2}")
     try:
         kwargs = json.loads(json.dumps(answer, allow_nan=False))
     except (TypeError, ValueError, RecursionError):
