@@ -125,17 +125,11 @@ def orphan_candidate(path, seconds, own_session, pdeathsig):
     if own_session:
         os.setsid()                       # leave the parent's process group and session
     if pdeathsig:
-        set_pdeathsig(signal.SIGTERM)
+        # prctl(PR_SET_PDEATHSIG): Linux sends SIGTERM to this process when the thread that
+        # started it ends; the very call mpviz.multiprocessing.spawn makes in each child
+        from ..multiprocessing.spawn import _set_pdeathsig
+        _set_pdeathsig(signal.SIGTERM)
     wait_for_interrupt(path, seconds)
-
-
-def set_pdeathsig(sig):
-    """Ask Linux to send `sig` to this process when the thread that started it ends
-    (prctl(PR_SET_PDEATHSIG)): what mpviz.multiprocessing.spawn does in each child."""
-    import ctypes
-    libc = ctypes.CDLL(None, use_errno=True)
-    if libc.prctl(1, int(sig), 0, 0, 0) != 0:          # 1 = PR_SET_PDEATHSIG
-        raise OSError(ctypes.get_errno(), "prctl(PR_SET_PDEATHSIG) failed")
 
 
 def start_parent(path, methods=("fork", "spawn"), seconds=20.0, **options):
