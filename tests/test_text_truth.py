@@ -690,3 +690,36 @@ def test_a_headless_notebook_holds_the_live_widgets_final_picture():
     for notebook in ("00_overview.ipynb", "05_buffer_reuse.ipynb", "07_spawn_and_errors.ipynb",
                      "08_hogwild.ipynb"):
         assert any("live.wait(" in text for text in sources(notebook, "code")), notebook
+
+
+@pytest.mark.timeout(120)
+def test_notebook_09_names_the_locks_as_its_timeline_does():
+    # notebook 09 drew a timeline saying "lock '_library_lock'" and "Lock 2" under text and a
+    # wait-for graph that say L, A and B, and never said they are the same locks. Its text now
+    # says how the timeline names them: each claim is checked on the runs it describes
+    from mpviz.scenarios.puzzles import PUZZLES
+    from mpviz.trace.names import for_trace
+    text = "\n".join(markdown("09_be_the_scheduler.ipynb"))
+    assert "`'_library_lock'`" in text and "`Lock 1` is whichever of `A` and `B`" in text
+
+    def timeline_names(s):
+        trace = s.trace.snapshot()
+        _, locks = for_trace(trace)
+        return {lk.id: locks.name(lk.id) for lk in trace.locks()}
+
+    with sc.step("fork-held-lock") as s:
+        for label in PUZZLES["fork-held-lock"].goal_schedule:
+            s.step(label)
+        assert "lock '_library_lock'" in timeline_names(s).values(), timeline_names(s)
+    orders = (("main/main: acquire lock A", "child/main: acquire lock B"),
+              ("child/main: acquire lock B", "main/main: acquire lock A"))
+    for first, second in orders:
+        with sc.step("lock-order") as s:
+            s.step("main/main: start process child")
+            s.step(first)
+            [(taken, name)] = timeline_names(s).items()
+            assert name == "Lock 1" and list(s.state().locks) == [first[-1]], (first, name)
+            s.step(second)
+            names = timeline_names(s)
+            assert names[taken] == "Lock 1" and sorted(names.values()) == ["Lock 1", "Lock 2"], \
+                (first, names)
