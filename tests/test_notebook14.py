@@ -375,3 +375,13 @@ def test_nbconvert_keeps_no_line_a_forked_child_prints_after_its_cell_ended():
         _close_jupyters_loop()
     outputs = json.dumps([cell.outputs for cell in nb.cells])
     assert "joined 0" in outputs and "late fork" not in outputs, outputs
+
+
+@pytest.mark.timeout(60)
+def test_under_forkserver_the_orphan_check_says_the_fork_server_is_the_childs_parent():
+    """A forkserver child's parent is the fork server, which outlives the SIGKILLed program (the
+    child holds its 'alive' pipe): pdeathsig watches the fork server and never fires. The
+    verdict once called it 'an orphan' whose parent 'is now pid X (it was X)'."""
+    verdict = ex.judge("14.fix-orphan", {"method": "forkserver", "pdeathsig": True})
+    assert verdict.right is False, verdict.why
+    assert "fork server" in verdict.why and "an orphan" not in verdict.why, verdict.why

@@ -215,8 +215,10 @@ def orphan_case(path, daemon=False, own_session=False, pdeathsig=False, kill="pa
                 method="fork"):
     """Start the stand-in parent with one child, SIGKILL the parent alone (`kill="parent"`: the
     OOM killer, `kill -9 PID`) or its whole group (`kill="group"`: a Jupyter restart's last
-    step), and say whether the child outlived it: {"child", "ppid_before", "alive",
-    "ppid_after"}. The child is killed before this returns."""
+    step), and say whether the child outlived it: {"parent", "child", "ppid_before", "alive",
+    "ppid_after"}. "parent" is the stand-in's pid; "ppid_before" is the child's parent, the same
+    pid but under forkserver (the fork server forks the child). The child is killed before this
+    returns."""
     popen = start_parent(path, (method,), 20.0, daemon=daemon, own_session=own_session,
                          pdeathsig=pdeathsig)
     [child] = child_pids(path)
@@ -231,7 +233,8 @@ def orphan_case(path, daemon=False, own_session=False, pdeathsig=False, kill="pa
         after = parent_of(child) if alive else None
     finally:
         stop(popen, path)
-    return {"child": child, "ppid_before": before, "alive": alive, "ppid_after": after}
+    return {"parent": popen.pid, "child": child, "ppid_before": before, "alive": alive,
+            "ppid_after": after}
 
 
 # --- 4. faulthandler: a stuck child's stack, on demand ----------------------------------------
