@@ -385,3 +385,31 @@ def test_under_forkserver_the_orphan_check_says_the_fork_server_is_the_childs_pa
     verdict = ex.judge("14.fix-orphan", {"method": "forkserver", "pdeathsig": True})
     assert verdict.right is False, verdict.why
     assert "fork server" in verdict.why and "an orphan" not in verdict.why, verdict.why
+
+
+@pytest.mark.timeout(90)
+def test_record_reports_both_waiting_children_when_the_whole_group_is_interrupted():
+    """Jupyter's ■ sends SIGINT to the whole group: the children unwind at once, yet the report
+    holds their stacks (each wrote them at the SIGINT). The notebook once said the children
+    usually die before the parent reads their stacks, and interrupted the parent alone."""
+    prog = subprocess.Popen([sys.executable, "programs/interrupt_recorded.py"],
+                            cwd=ROOT / "notebooks", stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    try:
+        assert prog.stdout.readline().strip() == "ready"
+        os.killpg(prog.pid, signal.SIGINT)
+        out, _ = prog.communicate(timeout=60)
+    finally:
+        if prog.poll() is None:
+            os.killpg(prog.pid, signal.SIGKILL)
+            prog.communicate()
+    start = out.index("mpviz: INTERRUPTED")
+    assert "Process worker-" in out[:start], out                   # they unwound first ...
+    report = out[start:out.index("Traceback", start)]
+    assert "wait_for_work (debugging.py" in report, report          # ... yet their stacks are here
+    assert report.count("waits: get() on Queue") == 2, report
+    assert sum(f"(worker-{i}):" in report for i in range(2)) == 2, report
+    text = json.loads(NOTEBOOK.read_text())["cells"]
+    cells = ["".join(c["source"]) for c in text]
+    assert any("os.killpg(prog.pid, signal.SIGINT)" in c for c in cells)
+    assert not any("usually before the parent reads their stacks" in c for c in cells)
