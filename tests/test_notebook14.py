@@ -312,19 +312,27 @@ def test_faulthandler_dumps_after_a_second_and_on_sigusr1_innermost_first(tmp_pa
     assert child.exitcode == 0
 
 
-@pytest.mark.timeout(90)
-def test_record_reports_both_waiting_children_when_the_parent_alone_is_interrupted():
+def interrupted_recorded_program(kill):
+    """Run programs/interrupt_recorded.py in a session of its own; once both children wait,
+    send SIGINT with `kill` (os.kill: the parent alone; os.killpg: its whole group, as Jupyter's
+    interrupt does). Returns everything it printed."""
     prog = subprocess.Popen([sys.executable, "programs/interrupt_recorded.py"],
                             cwd=ROOT / "notebooks", stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, start_new_session=True)
     try:
         assert prog.stdout.readline().strip() == "ready"
-        os.kill(prog.pid, signal.SIGINT)
+        kill(prog.pid, signal.SIGINT)
         out, _ = prog.communicate(timeout=60)
     finally:
         if prog.poll() is None:
             os.killpg(prog.pid, signal.SIGKILL)
             prog.communicate()
+    return out
+
+
+@pytest.mark.timeout(90)
+def test_record_reports_both_waiting_children_when_the_parent_alone_is_interrupted():
+    out = interrupted_recorded_program(os.kill)
     report = out[out.index("mpviz: INTERRUPTED"):]
     assert "wait_for_work (debugging.py" in report, report
     assert report.count("waits: get() on Queue") == 2, report
@@ -392,17 +400,7 @@ def test_record_reports_both_waiting_children_when_the_whole_group_is_interrupte
     """Jupyter's ■ sends SIGINT to the whole group: the children unwind at once, yet the report
     holds their stacks (each wrote them at the SIGINT). The notebook once said the children
     usually die before the parent reads their stacks, and interrupted the parent alone."""
-    prog = subprocess.Popen([sys.executable, "programs/interrupt_recorded.py"],
-                            cwd=ROOT / "notebooks", stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
-    try:
-        assert prog.stdout.readline().strip() == "ready"
-        os.killpg(prog.pid, signal.SIGINT)
-        out, _ = prog.communicate(timeout=60)
-    finally:
-        if prog.poll() is None:
-            os.killpg(prog.pid, signal.SIGKILL)
-            prog.communicate()
+    out = interrupted_recorded_program(os.killpg)
     start = out.index("mpviz: INTERRUPTED")
     assert "Process worker-" in out[:start], out                   # they unwound first ...
     report = out[start:out.index("Traceback", start)]
