@@ -723,3 +723,17 @@ def test_notebook_09_names_the_locks_as_its_timeline_does():
             names = timeline_names(s)
             assert names[taken] == "Lock 1" and sorted(names.values()) == ["Lock 1", "Lock 2"], \
                 (first, names)
+
+
+@pytest.mark.parametrize("notebook", ALL_NOTEBOOKS)
+def test_try_it_live_is_followed_by_the_live_widget(notebook):
+    # notebook 03 put its torch_shm_fills cell (and the text about its six files) between
+    # "Try it live (Run, then try `wait` and `strategy`):" and the Live("producer-exits") it
+    # meant; the file_system text then sat under the file_descriptor heading
+    with open(os.path.join(NOTEBOOKS, notebook)) as f:
+        cells = json.load(f)["cells"]
+    for i, cell in enumerate(cells):
+        text = "".join(cell["source"])
+        if cell["cell_type"] == "markdown" and re.search(r"Try it live\b.*:\s*$", text, re.S):
+            following = [c for c in cells[i + 1:] if c["cell_type"] == "code"][:1]
+            assert following and "Live(" in "".join(following[0]["source"]), (notebook, i)
