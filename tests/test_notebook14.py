@@ -153,8 +153,12 @@ def test_jupyters_interrupt_reaches_the_kernels_children(kernel, tmp_path):
                f"for p in ps: p.start()\n"
                f"while len(open({str(notes)!r}).read().splitlines()) < 2 if os.path.exists("
                f"{str(notes)!r}) else True: time.sleep(0.05)", "start")
-    kernel.cells[kernel.kc.execute("for p in ps: p.join()")] = "join"        # runs on
-    time.sleep(0.5)                      # the kernel is in join(): interrupt it there
+    kernel.cells[kernel.kc.execute("print('joining', flush=True)\n"
+                                   "for p in ps: p.join()")] = "join"        # runs on
+    while True:                          # until the cell runs: the interrupt must land in it
+        msg = kernel.kc.get_iopub_msg(timeout=30)
+        if msg["msg_type"] == "stream" and "joining" in msg["content"]["text"]:
+            break
     kernel.km.interrupt_kernel()
     pids = dbg.child_pids(notes)
     assert not dbg.wait_until_gone(pids, 10)
