@@ -737,3 +737,22 @@ def test_try_it_live_is_followed_by_the_live_widget(notebook):
         if cell["cell_type"] == "markdown" and re.search(r"Try it live\b.*:\s*$", text, re.S):
             following = [c for c in cells[i + 1:] if c["cell_type"] == "code"][:1]
             assert following and "Live(" in "".join(following[0]["source"]), (notebook, i)
+
+
+def test_notebook_10_says_forkserver_workers_are_forked_from_one_server():
+    # notebook 10 once said "each forkserver worker starts a new interpreter": the fork server is
+    # the one new interpreter, and every worker is forked from it (its parent is the server)
+    import gc
+    import multiprocessing
+    pool = multiprocessing.get_context("forkserver").Pool(2)
+    try:
+        parents = {pool.apply(os.getppid) for _ in range(4)}
+    finally:
+        pool.close()
+        pool.join()
+        del pool
+        gc.collect()              # the Pool's pipes are closed when it is collected
+    assert len(parents) == 1 and os.getpid() not in parents, parents
+    nb = _flat(markdown("10_your_own_program.ipynb"))
+    assert "each forkserver worker starts a new interpreter" not in nb
+    assert "each worker is forked from that server" in nb
