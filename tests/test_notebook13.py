@@ -77,6 +77,15 @@ def test_each_worker_collates_its_batches_straight_into_shared_memory(tmp_path):
     # what travels on the queue is a handle: well under a KiB, not the 1 MiB
     handles = [e for e in run.trace.events if e.kind == "queue.put" and e.pid in workers]
     assert handles and max(e.args.get("nbytes", 0) for e in handles) < 1024, handles
+    # the notebook: the requests into a worker's _serve thread are "about 90 B each, one per
+    # tensor of a batch" (it once said "3× 91 B", which the picture did not show)
+    requests = [f for f in run.trace.flows() if f.get is not None and f.get.pid in workers
+                and f.get.tid != f.get.pid]
+    assert len(requests) == 3 * 3, requests                 # 3 batches × (image, worker, pid)
+    assert all(85 <= f.put.args["nbytes"] <= 95 for f in requests), requests
+    with open(os.path.join(ROOT, "notebooks", "13_dataloader.ipynb")) as f:
+        text = " ".join("".join(json.load(f)["cells"][9]["source"]).split())
+    assert "(about 90 B each, one per tensor of a batch" in text, text
 
     zero = trace_program("dataloader_lesson.py", "workers", 0, directory=str(tmp_path / "zero"))
     assert zero.output.count("made by the main process") == 3, zero.output
@@ -152,3 +161,20 @@ def test_timeout_zero_is_not_a_fix_it_is_torchs_wait_for_ever():
     import mpviz.exercises as ex
     verdict = ex.judge("13.fix-timeout", {"timeout": 0})
     assert verdict.right is False and "still waiting" in verdict.why, verdict.why
+
+
+@pytest.mark.timeout(60)
+def test_a_loader_still_waiting_is_told_why_for_its_own_arguments(monkeypatch):
+    """The check stops a loader that is still waiting; its reason must fit the learner's
+    arguments: num_workers=0 has no worker to wait for, and a timeout longer than the check's
+    wait is a timeout, not its absence."""
+    import mpviz.exercises as ex
+    from mpviz.exercises import nb13
+    monkeypatch.setattr(nb13, "LIMIT_S", 3)
+    verdict = ex.judge("13.fix-timeout", {"num_workers": 0})
+    assert verdict.right is False and "still waiting" in verdict.why, verdict.why
+    assert "no worker" in verdict.why and "worker is alive" not in verdict.why, verdict.why
+    verdict = ex.judge("13.fix-timeout", {"timeout": 20})
+    assert verdict.right is False and "still waiting" in verdict.why, verdict.why
+    assert "timeout is 20 s" in verdict.why and "Without a timeout" not in verdict.why, \
+        verdict.why

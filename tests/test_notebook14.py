@@ -153,8 +153,12 @@ def test_jupyters_interrupt_reaches_the_kernels_children(kernel, tmp_path):
                f"for p in ps: p.start()\n"
                f"while len(open({str(notes)!r}).read().splitlines()) < 2 if os.path.exists("
                f"{str(notes)!r}) else True: time.sleep(0.05)", "start")
-    kernel.cells[kernel.kc.execute("for p in ps: p.join()")] = "join"        # runs on
-    time.sleep(0.5)                      # the kernel is in join(): interrupt it there
+    kernel.cells[kernel.kc.execute("print('joining', flush=True)\n"
+                                   "for p in ps: p.join()")] = "join"        # runs on
+    while True:                          # until the cell runs: the interrupt must land in it
+        msg = kernel.kc.get_iopub_msg(timeout=30)
+        if msg["msg_type"] == "stream" and "joining" in msg["content"]["text"]:
+            break
     kernel.km.interrupt_kernel()
     pids = dbg.child_pids(notes)
     assert not dbg.wait_until_gone(pids, 10)
@@ -312,19 +316,27 @@ def test_faulthandler_dumps_after_a_second_and_on_sigusr1_innermost_first(tmp_pa
     assert child.exitcode == 0
 
 
-@pytest.mark.timeout(90)
-def test_record_reports_both_waiting_children_when_the_parent_alone_is_interrupted():
+def interrupted_recorded_program(kill):
+    """Run programs/interrupt_recorded.py in a session of its own; once both children wait,
+    send SIGINT with `kill` (os.kill: the parent alone; os.killpg: its whole group, as Jupyter's
+    interrupt does). Returns everything it printed."""
     prog = subprocess.Popen([sys.executable, "programs/interrupt_recorded.py"],
                             cwd=ROOT / "notebooks", stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, start_new_session=True)
     try:
         assert prog.stdout.readline().strip() == "ready"
-        os.kill(prog.pid, signal.SIGINT)
+        kill(prog.pid, signal.SIGINT)
         out, _ = prog.communicate(timeout=60)
     finally:
         if prog.poll() is None:
             os.killpg(prog.pid, signal.SIGKILL)
             prog.communicate()
+    return out
+
+
+@pytest.mark.timeout(90)
+def test_record_reports_both_waiting_children_when_the_parent_alone_is_interrupted():
+    out = interrupted_recorded_program(os.kill)
     report = out[out.index("mpviz: INTERRUPTED"):]
     assert "wait_for_work (debugging.py" in report, report
     assert report.count("waits: get() on Queue") == 2, report
@@ -375,3 +387,31 @@ def test_nbconvert_keeps_no_line_a_forked_child_prints_after_its_cell_ended():
         _close_jupyters_loop()
     outputs = json.dumps([cell.outputs for cell in nb.cells])
     assert "joined 0" in outputs and "late fork" not in outputs, outputs
+
+
+@pytest.mark.timeout(60)
+def test_under_forkserver_the_orphan_check_says_the_fork_server_is_the_childs_parent():
+    """A forkserver child's parent is the fork server, which outlives the SIGKILLed program (the
+    child holds its 'alive' pipe): pdeathsig watches the fork server and never fires. The
+    verdict once called it 'an orphan' whose parent 'is now pid X (it was X)'."""
+    verdict = ex.judge("14.fix-orphan", {"method": "forkserver", "pdeathsig": True})
+    assert verdict.right is False, verdict.why
+    assert "fork server" in verdict.why and "an orphan" not in verdict.why, verdict.why
+
+
+@pytest.mark.timeout(90)
+def test_record_reports_both_waiting_children_when_the_whole_group_is_interrupted():
+    """Jupyter's ■ sends SIGINT to the whole group: the children unwind at once, yet the report
+    holds their stacks (each wrote them at the SIGINT). The notebook once said the children
+    usually die before the parent reads their stacks, and interrupted the parent alone."""
+    out = interrupted_recorded_program(os.killpg)
+    start = out.index("mpviz: INTERRUPTED")
+    assert "Process worker-" in out[:start], out                   # they unwound first ...
+    report = out[start:out.index("Traceback", start)]
+    assert "wait_for_work (debugging.py" in report, report          # ... yet their stacks are here
+    assert report.count("waits: get() on Queue") == 2, report
+    assert sum(f"(worker-{i}):" in report for i in range(2)) == 2, report
+    text = json.loads(NOTEBOOK.read_text())["cells"]
+    cells = ["".join(c["source"]) for c in text]
+    assert any("os.killpg(prog.pid, signal.SIGINT)" in c for c in cells)
+    assert not any("usually before the parent reads their stacks" in c for c in cells)

@@ -690,3 +690,69 @@ def test_a_headless_notebook_holds_the_live_widgets_final_picture():
     for notebook in ("00_overview.ipynb", "05_buffer_reuse.ipynb", "07_spawn_and_errors.ipynb",
                      "08_hogwild.ipynb"):
         assert any("live.wait(" in text for text in sources(notebook, "code")), notebook
+
+
+@pytest.mark.timeout(120)
+def test_notebook_09_names_the_locks_as_its_timeline_does():
+    # notebook 09 drew a timeline saying "lock '_library_lock'" and "Lock 2" under text and a
+    # wait-for graph that say L, A and B, and never said they are the same locks. Its text now
+    # says how the timeline names them: each claim is checked on the runs it describes
+    from mpviz.scenarios.puzzles import PUZZLES
+    from mpviz.trace.names import for_trace
+    text = "\n".join(markdown("09_be_the_scheduler.ipynb"))
+    assert "`'_library_lock'`" in text and "`Lock 1` is whichever of `A` and `B`" in text
+
+    def timeline_names(s):
+        trace = s.trace.snapshot()
+        _, locks = for_trace(trace)
+        return {lk.id: locks.name(lk.id) for lk in trace.locks()}
+
+    with sc.step("fork-held-lock") as s:
+        for label in PUZZLES["fork-held-lock"].goal_schedule:
+            s.step(label)
+        assert "lock '_library_lock'" in timeline_names(s).values(), timeline_names(s)
+    orders = (("main/main: acquire lock A", "child/main: acquire lock B"),
+              ("child/main: acquire lock B", "main/main: acquire lock A"))
+    for first, second in orders:
+        with sc.step("lock-order") as s:
+            s.step("main/main: start process child")
+            s.step(first)
+            [(taken, name)] = timeline_names(s).items()
+            assert name == "Lock 1" and list(s.state().locks) == [first[-1]], (first, name)
+            s.step(second)
+            names = timeline_names(s)
+            assert names[taken] == "Lock 1" and sorted(names.values()) == ["Lock 1", "Lock 2"], \
+                (first, names)
+
+
+@pytest.mark.parametrize("notebook", ALL_NOTEBOOKS)
+def test_try_it_live_is_followed_by_the_live_widget(notebook):
+    # notebook 03 put its torch_shm_fills cell (and the text about its six files) between
+    # "Try it live (Run, then try `wait` and `strategy`):" and the Live("producer-exits") it
+    # meant; the file_system text then sat under the file_descriptor heading
+    with open(os.path.join(NOTEBOOKS, notebook)) as f:
+        cells = json.load(f)["cells"]
+    for i, cell in enumerate(cells):
+        text = "".join(cell["source"])
+        if cell["cell_type"] == "markdown" and re.search(r"Try it live\b.*:\s*$", text, re.S):
+            following = [c for c in cells[i + 1:] if c["cell_type"] == "code"][:1]
+            assert following and "Live(" in "".join(following[0]["source"]), (notebook, i)
+
+
+def test_notebook_10_says_forkserver_workers_are_forked_from_one_server():
+    # notebook 10 once said "each forkserver worker starts a new interpreter": the fork server is
+    # the one new interpreter, and every worker is forked from it (its parent is the server)
+    import gc
+    import multiprocessing
+    pool = multiprocessing.get_context("forkserver").Pool(2)
+    try:
+        parents = {pool.apply(os.getppid) for _ in range(4)}
+    finally:
+        pool.close()
+        pool.join()
+        del pool
+        gc.collect()              # the Pool's pipes are closed when it is collected
+    assert len(parents) == 1 and os.getpid() not in parents, parents
+    nb = _flat(markdown("10_your_own_program.ipynb"))
+    assert "each forkserver worker starts a new interpreter" not in nb
+    assert "each worker is forked from that server" in nb

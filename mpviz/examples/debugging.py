@@ -125,17 +125,11 @@ def orphan_candidate(path, seconds, own_session, pdeathsig):
     if own_session:
         os.setsid()                       # leave the parent's process group and session
     if pdeathsig:
-        set_pdeathsig(signal.SIGTERM)
+        # prctl(PR_SET_PDEATHSIG): Linux sends SIGTERM to this process when the thread that
+        # started it ends; the very call mpviz.multiprocessing.spawn makes in each child
+        from ..multiprocessing.spawn import _set_pdeathsig
+        _set_pdeathsig(signal.SIGTERM)
     wait_for_interrupt(path, seconds)
-
-
-def set_pdeathsig(sig):
-    """Ask Linux to send `sig` to this process when the thread that started it ends
-    (prctl(PR_SET_PDEATHSIG)): what mpviz.multiprocessing.spawn does in each child."""
-    import ctypes
-    libc = ctypes.CDLL(None, use_errno=True)
-    if libc.prctl(1, int(sig), 0, 0, 0) != 0:          # 1 = PR_SET_PDEATHSIG
-        raise OSError(ctypes.get_errno(), "prctl(PR_SET_PDEATHSIG) failed")
 
 
 def start_parent(path, methods=("fork", "spawn"), seconds=20.0, **options):
@@ -221,8 +215,10 @@ def orphan_case(path, daemon=False, own_session=False, pdeathsig=False, kill="pa
                 method="fork"):
     """Start the stand-in parent with one child, SIGKILL the parent alone (`kill="parent"`: the
     OOM killer, `kill -9 PID`) or its whole group (`kill="group"`: a Jupyter restart's last
-    step), and say whether the child outlived it: {"child", "ppid_before", "alive",
-    "ppid_after"}. The child is killed before this returns."""
+    step), and say whether the child outlived it: {"parent", "child", "ppid_before", "alive",
+    "ppid_after"}. "parent" is the stand-in's pid; "ppid_before" is the child's parent, the same
+    pid but under forkserver (the fork server forks the child). The child is killed before this
+    returns."""
     popen = start_parent(path, (method,), 20.0, daemon=daemon, own_session=own_session,
                          pdeathsig=pdeathsig)
     [child] = child_pids(path)
@@ -237,7 +233,8 @@ def orphan_case(path, daemon=False, own_session=False, pdeathsig=False, kill="pa
         after = parent_of(child) if alive else None
     finally:
         stop(popen, path)
-    return {"child": child, "ppid_before": before, "alive": alive, "ppid_after": after}
+    return {"parent": popen.pid, "child": child, "ppid_before": before, "alive": alive,
+            "ppid_after": after}
 
 
 # --- 4. faulthandler: a stuck child's stack, on demand ----------------------------------------

@@ -157,12 +157,18 @@ def as_bool(answer):
     return answer
 
 
+def as_kwargs(answer, of, example):
+    """A fix given as keyword arguments: a dict whose keys are strings. `of` says whose they
+    are ("lock-order's parameters"), `example` shows one ("{'start_method': 'spawn'}")."""
+    if not isinstance(answer, dict) or not all(isinstance(k, str) for k in answer):
+        raise BadAnswer(f"a fix is a dict of {of}, e.g. {example}, not {shown(answer)}")
+    return answer
+
+
 def as_params(answer, scenario, keep=None, start=None):
     """The parameters `scenario` runs with: the broken program's `start` (which the fix may
     change), then the learner's `answer` (a dict), then `keep` (which the fix must not change)."""
-    if not isinstance(answer, dict) or not all(isinstance(k, str) for k in answer):
-        raise BadAnswer(f"a fix is a dict of {scenario}'s parameters, e.g. "
-                        f"{{'strategy': 'file_system'}}, not {shown(answer)}")
+    as_kwargs(answer, f"{scenario}'s parameters", "{'strategy': 'file_system'}")
     keep = keep or {}
     changed = {k: v for k, v in answer.items() if k in keep and not _same(v, keep[k])}
     if changed:

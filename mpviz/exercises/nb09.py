@@ -9,8 +9,8 @@ closed run is "not quite", with the schedule taken so far.
 import functools
 
 from .. import scenarios as sc
-from .base import (BadAnswer, Exercise, Verdict, _measured, as_bool, describe, judged, measured,
-                   shown)
+from .base import (BadAnswer, Exercise, Verdict, _measured, as_bool, as_kwargs, describe, judged,
+                   measured, shown)
 
 # the outcome each puzzle's goal is: a deadlock, except torn-read's mixed values
 _GOAL_OUTCOME = {"fork-held-lock": "deadlock", "queue-feeder-hang": "deadlock",
@@ -116,9 +116,7 @@ _measured.append(_fix_outcomes)         # forget() drops these runs too
 @judged
 def _judge_fix(answer):
     from ..scenarios.puzzles import resolve
-    if not isinstance(answer, dict) or not all(isinstance(k, str) for k in answer):
-        raise BadAnswer(f"a fix is a dict of lock-order's parameters, e.g. "
-                        f"{{'start_method': 'spawn'}}, not {shown(answer)}")
+    as_kwargs(answer, "lock-order's parameters", "{'start_method': 'spawn'}")
     try:
         _, params = resolve("lock-order", answer)
     except (ValueError, TypeError) as exc:

@@ -18,7 +18,8 @@ import signal
 import subprocess
 import sys
 
-from .base import BadAnswer, Exercise, Verdict, as_number, judged, measured, shown
+from .base import (BadAnswer, Exercise, Verdict, as_kwargs, as_number, finite_number, judged,
+                   measured, shown)
 
 LIMIT_S = 10                 # 13.fix-timeout: a fix must end the program within this
 NEED_TORCH = ("this exercise runs real torch, which is not installed here, so no answer can be "
@@ -134,11 +135,23 @@ def _run_hang(kwargs):
             pass
 
 
+def _why_still_waiting(kwargs):
+    """Why a loader made with `kwargs` was still waiting when the check stopped it."""
+    if kwargs.get("num_workers", 1) == 0:
+        return ("With num_workers=0 there is no worker: the main process calls __getitem__ "
+                "itself and sleeps in it, and nothing can time out (torch refuses a timeout "
+                "without workers).")
+    timeout = kwargs.get("timeout", 0)
+    if finite_number(timeout) and timeout > LIMIT_S:
+        return (f"Your timeout is {timeout:g} s: the loader would raise only after that, later "
+                f"than the {LIMIT_S} s the check waits. Choose one under {LIMIT_S} s.")
+    return ("Without a timeout the main process waits for a worker's batch for ever (every 5 s "
+            "it checks that the worker is alive -- it is, asleep).")
+
+
 @judged
 def _judge_timeout(answer):
-    if not isinstance(answer, dict) or not all(isinstance(k, str) for k in answer):
-        raise BadAnswer(f"a fix is a dict of DataLoader keyword arguments, e.g. "
-                        f"{{'num_workers': 2}}, not {shown(answer)}")
+    as_kwargs(answer, "DataLoader keyword arguments", "{'num_workers': 2}")
     try:
         kwargs = json.loads(json.dumps(answer, allow_nan=False))
     except (TypeError, ValueError, RecursionError):
@@ -150,9 +163,7 @@ def _judge_timeout(answer):
     if not ended:
         return Verdict(False, (
             f"With {shown(answer)} the loader was still waiting for the batch that holds item 5 "
-            f"after {LIMIT_S} s, and the check stopped it. Without a timeout the main process "
-            f"waits for a worker's batch for ever (every 5 s it checks that the worker is "
-            f"alive -- it is, asleep)."))
+            f"after {LIMIT_S} s, and the check stopped it. {_why_still_waiting(kwargs)}"))
     if "timed out" in said:
         line = next(l for l in said.splitlines() if "timed out" in l)
         return Verdict(True, (

@@ -95,6 +95,16 @@ def _judge_orphan(answer):
         case = debugging.orphan_case(os.path.join(where, "notes"), kill="parent", **params)
     finally:
         shutil.rmtree(where, ignore_errors=True)
+    if case["alive"] and case["ppid_before"] != case["parent"]:
+        return Verdict(False, (
+            f"With {describe(params)} the child (pid {case['child']}) was still running a "
+            f"second after the program that asked for it was SIGKILLed. Its parent was never "
+            f"that program: under forkserver the fork server (pid {case['ppid_before']}) forks "
+            f"each child, and it was still its parent after the kill: the fork server stays "
+            f"alive while any child it made lives (each child holds the pipe whose end tells it "
+            f"to exit). So the program's death tells the child nothing, and PR_SET_PDEATHSIG, "
+            f"which watches the child's parent, watches the fork server. Start the child with "
+            f"fork or spawn, and ask for the signal."))
     if case["alive"]:
         return Verdict(False, (
             f"With {describe(params)} the child (pid {case['child']}) was still running a "
