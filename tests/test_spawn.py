@@ -92,18 +92,22 @@ def test_exceptions_survive_pickling(exc):
     assert vars(back) == vars(exc)
 
 
-def test_children_die_with_the_parent():
-    # A parent that spawns a rank, reports its pid, and is then SIGKILLed.
+@pytest.mark.parametrize("method", ["spawn", "forkserver"])
+def test_children_die_with_the_parent(method):
+    # A parent that spawns a rank, reports its pid, and is then SIGKILLed. Under forkserver the
+    # rank's parent (for Linux's death signal) is the fork server, which outlived the program.
     code = textwrap.dedent("""
         import sys
         sys.path.insert(0, %r)
         import mpviz.multiprocessing as mp, workers
         if __name__ == "__main__":
-            event = mp.get_context("spawn").Event()
-            ctx = mp.spawn(workers.rank_wait, args=(event,), nprocs=1, join=False)
+            ready, event = mp.get_context(%r).Event(), mp.get_context(%r).Event()
+            ctx = mp.start_processes(workers.rank_ready_then_wait, args=(ready, event),
+                                     nprocs=1, join=False, start_method=%r)
+            ready.wait(60)          # the rank runs its function: killed now, nothing else ends it
             print(ctx.pids()[0], flush=True)
             ctx.join()
-    """ % os.path.dirname(__file__))
+    """ % (os.path.dirname(__file__), method, method, method))
     parent = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, env=ENV)
     child = int(parent.stdout.readline())
     parent.kill()

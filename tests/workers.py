@@ -146,6 +146,12 @@ def rank_wait(i, event):
     event.wait(60)
 
 
+def rank_ready_then_wait(i, ready, event):
+    """Say it runs (its arguments unpickled, fn called), then wait."""
+    ready.set()
+    event.wait(60)
+
+
 def rank_ignore_sigterm(i, ready):
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     if i == 0:
