@@ -134,3 +134,12 @@ def busy(seconds=8.0):
     end = time.monotonic() + seconds
     while time.monotonic() < end:
         pass
+
+
+def naps_then_takes_a_lock(seconds=3.0):
+    """main sleeps, then takes a lock: time alone brings it to its first stop."""
+    import time
+    lock = name(multiprocessing.Lock(), "L")
+    time.sleep(seconds)
+    with lock:
+        pass

@@ -32,6 +32,39 @@ def test_a_sleeping_main_thread_is_a_choice_to_let_time_pass_not_a_deadlock():
         assert "main/main: sleeping" in s.history[0]
 
 
+
+def _until_paused_at_a_stop(s):
+    """(the learner reads the choices a while; meanwhile time brings the run to a stop)"""
+    deadline = time.monotonic() + 30
+    while True:
+        with s._cv:
+            if s._waiting:
+                return
+        assert time.monotonic() < deadline, "the run never reached its stop"
+        time.sleep(0.02)
+
+
+def test_stepping_the_index_of_let_time_pass_after_time_moved_the_run_steps_nothing_unseen():
+    with mpviz.step(w.naps_then_takes_a_lock, 3.0) as s:
+        listed = s.choices()
+        assert [c.op for c in listed] == ["time"], listed
+        _until_paused_at_a_stop(s)
+        after = s.step(0)                  # 0 was "let time pass": the acquire was never listed
+        assert "main/main: acquire" not in " ".join(s.history), s.history
+        assert [c.label for c in after] == ["main/main: acquire lock L (free)"], after
+
+
+def test_undo_after_time_moved_the_run_replays_the_steps_taken_not_a_wait():
+    with mpviz.step(w.naps_then_takes_a_lock, 3.0) as s:
+        assert [c.op for c in s.choices()] == ["time"]
+        _until_paused_at_a_stop(s)
+        s.step(s.choices()[0])             # acquire lock L
+        assert s.history == ["main/main: acquire lock L (free)"]
+        s.step(0)                          # release it
+        s.undo()
+        assert s.history == ["main/main: acquire lock L (free)"], s.history
+        assert [c.label for c in s.choices()] == ["main/main: release lock L"]
+
 def test_a_parent_blocked_in_get_while_its_child_sleeps_is_not_a_deadlock():
     with mpviz.step(w.parent_gets_while_child_sleeps, 2.0) as s:
         seen = []

@@ -55,6 +55,7 @@ RUNNING_CPU_S = 1.5       # nobody paused, a thread computing between two stops:
                           # child still importing gets little of it), choices() offers to
                           # "let time pass" instead of waiting on
 TIME_STEP_S = 5.0         # stepping "let time pass" waits at most this long for a change
+REPLAY_TIME_S = 60.0      # undo/restart: how long time may take to bring the run to a stop
 PIPE_BYTES = 65536        # a Linux pipe's default capacity
 _ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 _open = weakref.WeakSet()
@@ -158,6 +159,7 @@ class Stepper:
         self._free, self._closing, self._outcome, self.explanation = False, False, None, None
         self._last_msg, self._order = time.monotonic(), 0
         self._stable = False                      # settled, and nothing happened since
+        self._listed = []                         # what choices() last returned
         self._holders_cache = (None, {})          # (events seen, threads known) -> holders
         self._trace = mtrace.Trace(self.trace_dir)
         self._listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -211,8 +213,27 @@ class Stepper:
         self.history = []
         self._launch()
         for choice in replay:
+            if choice.endswith(_LET_TIME_PASS):
+                self.step(choice)    # (nothing to wait for if time has moved the run already)
+                continue
+            self._until_a_stop(choice)
             self.step(_who_of(choice))
         return self
+
+    def _until_a_stop(self, label):
+        """Replaying: let time pass while nobody is paused at a stop (the first run got to the
+        stop `label` names by time alone, while the learner read the choices)."""
+        deadline = time.monotonic() + REPLAY_TIME_S
+        while True:
+            choices = self.choices()
+            if not choices or any(c.op != "time" for c in choices):
+                return
+            if time.monotonic() > deadline:
+                raise ChoiceError(
+                    f"replaying {label!r}: after {REPLAY_TIME_S:.0f} s of letting time pass, "
+                    f"nobody is paused at a stop yet (the run is not the same as the one that "
+                    f"took that step: it depends on time). Fix: step it by hand (s.choices()).")
+            self._let_time_pass()
 
     def undo(self):
         """Take back the last step: restart the run and replay every step but the last.
@@ -381,9 +402,11 @@ class Stepper:
         with self._cv:
             waiting = sorted(self._waiting.values(), key=self._sort_key)
             if waiting:
-                return [Choice(i, m["who"], m["op"], self._describe(m, holders), m["pid"],
-                               m["tid"]) for i, m in enumerate(waiting)]
-        return self._time_choices()
+                self._listed = [Choice(i, m["who"], m["op"], self._describe(m, holders),
+                                       m["pid"], m["tid"]) for i, m in enumerate(waiting)]
+                return self._listed
+        self._listed = self._time_choices()
+        return self._listed
 
     def _time_choices(self):
         """Nobody is paused at a stop, but time will move someone: one "let time pass" choice
@@ -410,6 +433,13 @@ class Stepper:
         """Let one paused thread do its next operation: `choice` is a Choice, its index, its
         label (or the start of it: "child/main: acquire lock A"), or its who ("child/main").
         Returns the choices after the step."""
+        if not isinstance(choice, Choice) and any(c.op == "time" for c in self._listed):
+            # what the learner saw: time may have brought a thread to a stop since, and
+            # step(0) is still "let time pass" (never that stop, which was not listed)
+            try:
+                choice = _pick(choice, self._listed, self._outcome)
+            except (ChoiceError, TypeError):
+                pass
         if isinstance(choice, Choice) and choice.op == "time" or \
                 isinstance(choice, str) and choice.endswith(_LET_TIME_PASS):
             # (time may have moved the run already: then there is nothing left to wait for)
