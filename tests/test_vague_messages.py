@@ -171,6 +171,24 @@ def test_event_set_returns_after_a_waiter_was_killed_inside_wait_and_names_it(ct
     assert again.exitcode == 0
 
 
+
+def test_an_event_of_a_fork_context_holds_no_file_descriptor_as_the_stdlibs_holds_none():
+    """(Each once held two -- its slots' memfd and the mmap's copy of it -- in every process
+    that had it: 512 Events filled a 1,024-fd limit, and a forked child inherited them all.)"""
+    ctx = mp.get_context("fork")
+    before = len(os.listdir("/proc/self/fd"))
+    events = [ctx.Event() for _ in range(50)]
+    assert len(os.listdir("/proc/self/fd")) - before == 0
+    waiter = ctx.Process(target=_wait_for, args=(events[-1],))    # and it works across fork
+    waiter.start()
+    deadline = time.monotonic() + 30
+    while events[-1]._cond._sleeping_count.get_value() < 1:
+        assert time.monotonic() < deadline, "the waiter never went to sleep"
+        time.sleep(0.01)
+    events[-1].set()
+    waiter.join(10)
+    assert waiter.exitcode == 0
+
 def _hold_the_events_lock(ev, held):
     ev._cond.__enter__()         # inside one of the Event's methods, the instant it is killed
     held.set()
