@@ -189,6 +189,36 @@ def test_an_event_of_a_fork_context_holds_no_file_descriptor_as_the_stdlibs_hold
     waiter.join(10)
     assert waiter.exitcode == 0
 
+
+def _forty_threads_wait_for(ev):
+    threads = [threading.Thread(target=ev.wait) for _ in range(40)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+
+
+def test_event_set_returns_after_a_process_with_forty_waiting_threads_was_killed():
+    """More sleepers than the Event once had slots for (32): the ones without a slot, killed,
+    made set() wait for ever, as the stdlib's."""
+    ev = mp.get_context("fork").Event()
+    waiter = mp.get_context("fork").Process(target=_forty_threads_wait_for, args=(ev,))
+    waiter.start()
+    deadline = time.monotonic() + 30
+    while ev._cond._sleeping_count.get_value() < 40:
+        assert time.monotonic() < deadline, "the 40 threads never went to sleep"
+        time.sleep(0.01)
+    os.kill(waiter.pid, signal.SIGKILL)
+    waiter.join()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        setter = threading.Thread(target=ev.set, daemon=True)
+        setter.start()
+        setter.join(10)
+    assert not setter.is_alive(), "Event.set() hangs after 40 waiters were killed in wait()"
+    assert ev.is_set()
+    assert any(f"process {waiter.pid} was waiting" in str(w.message) for w in caught)
+
 def _hold_the_events_lock(ev, held):
     ev._cond.__enter__()         # inside one of the Event's methods, the instant it is killed
     held.set()

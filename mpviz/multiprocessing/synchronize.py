@@ -30,7 +30,8 @@ import warnings
 import weakref
 from multiprocessing import context, reduction, synchronize
 
-SLOTS = 32           # sleepers tracked at once
+SLOTS = 1023         # sleepers tracked at once (16 KiB; a page holds 255 of them, and only
+                     # the pages the sleepers write to take memory)
 POLL_S = 0.2         # how long set() waits for an "awake" (or for the lock) before it looks
 
 
@@ -226,7 +227,7 @@ class Event(synchronize.Event):
     the lock leaves it held for good, and ``set()`` (or ``wait()``, ``clear()``, ``is_set()``)
     then raises ``BrokenEventError`` naming that pid, instead of hanging.
 
-    Left out: more than ``SLOTS`` processes asleep at once (the extra ones have no slot: one of
+    Left out: more than ``SLOTS`` threads asleep at once (the extra ones have no slot: one of
     them killed hangs ``set()`` as in the stdlib), and a kill in the instant between a waiter
     clearing its slot and saying "awake". The Condition is the Event's own (it only notifies all).
     """
