@@ -143,3 +143,32 @@ def naps_then_takes_a_lock(seconds=3.0):
     time.sleep(seconds)
     with lock:
         pass
+
+
+def _bad_config():
+    raise ValueError("bad config")
+
+
+def _worker_takes(a, b):
+    import time
+    with b:
+        time.sleep(0.2)
+        with a:
+            pass
+
+
+def helper_crashed_then_lock_order_deadlock():
+    """A helper process dies of an error (main joins it and goes on); then main and a worker
+    take two locks in opposite orders: a deadlock between the two, the death unrelated."""
+    import time
+    helper = multiprocessing.Process(target=_bad_config, name="helper")
+    helper.start()
+    helper.join()
+    a, b = name(multiprocessing.Lock(), "A"), name(multiprocessing.Lock(), "B")
+    worker = multiprocessing.Process(target=_worker_takes, args=(a, b), name="worker")
+    worker.start()
+    with a:
+        time.sleep(0.2)
+        with b:
+            pass
+    worker.join()

@@ -83,6 +83,15 @@ def test_a_child_dead_of_memory_error_is_the_outcome_not_a_deadlock():
         assert "not a deadlock" in s.explanation
 
 
+
+def test_a_deadlock_after_an_unrelated_child_died_of_an_error_is_still_a_deadlock():
+    with mpviz.step(w.helper_crashed_then_lock_order_deadlock) as s:
+        assert s.run_until(lambda s: False) == "deadlock", s.explanation
+        assert "Nobody will ever move again" in s.explanation
+        assert "main/main" in s.explanation and "worker/main" in s.explanation
+        assert "Process helper" in s.explanation and "ValueError: bad config" in s.explanation
+        assert "not a deadlock" not in s.explanation
+
 def test_a_puzzle_refuses_an_item_its_child_cannot_allocate():
     with pytest.raises(ValueError, match=r"nbytes=1000000000000 is out of range.*Fix: nbytes "
                                          r"between 1 and 268,435,456"):

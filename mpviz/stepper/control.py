@@ -571,7 +571,7 @@ class Stepper:
             blocked = [t["who"] for t in self._threads.values() if t["alive"]] or \
                 [f"{n}/main" for n, _, s in self.state_processes() if s == "alive"]
         died = self._died()
-        if died:
+        if died and not self._lock_cycle():
             # a process of the run died of an error; the others wait for what it would have done
             self._outcome = "error"
             self.explanation = (f"{died} The run can never finish: " + ", ".join(blocked) +
@@ -581,8 +581,31 @@ class Stepper:
             self._outcome = "deadlock"
             self.explanation = ("No thread can take a step, and the processes are alive: "
                                 + ", ".join(blocked) + " wait(s) in the OS for something that "
-                                "only another of them could do. Nobody will ever move again.")
+                                "only another of them could do. Nobody will ever move again."
+                                + (f" (Besides: {died})" if died else ""))
         self._apply_verdict()
+
+    def _lock_cycle(self):
+        """The live threads that wait in a circle, each for a lock the next one holds (["main/main",
+        "worker/main"]), or []: a deadlock between them, whoever else has died."""
+        holders = self._holders()
+        waits_for = {}
+        with self._cv:
+            for (pid, _), t in self._threads.items():
+                m = t.get("last")
+                if t["alive"] and m is not None and m["op"] == "lock.acquire":
+                    obj = m.get("obj")
+                    holder = holders.get((obj, pid if obj and _THREAD_LOCK.match(obj) else None))
+                    if holder is not None and holder != t["who"]:
+                        waits_for[t["who"]] = holder
+        for who in waits_for:
+            path = []
+            while who in waits_for and who not in path:
+                path.append(who)
+                who = waits_for[who]
+            if who in path:
+                return path[path.index(who):]
+        return []
 
     def _died(self):
         """Words for the processes of the run that ended badly (an exception, a signal), or ""."""
