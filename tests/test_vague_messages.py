@@ -59,6 +59,45 @@ def test_pipe_send_of_a_lambda_says_what_it_is_and_the_pipe_stays_usable():
         b.close()
 
 
+
+def test_queue_put_of_a_multiprocessing_lock_says_to_pass_it_when_the_child_starts():
+    q = mp.Queue()
+    try:
+        with pytest.raises(RuntimeError, match=r"Lock objects should only be shared between "
+                                               r"processes through inheritance: put\(obj\).*"
+                                               r"Nothing was sent. Fix: pass it to the child "
+                                               r"when it starts"):
+            q.put(mp.Lock())
+    finally:
+        q.close()
+        q.join_thread()
+
+
+def test_pipe_send_of_an_event_says_to_pass_it_when_the_child_starts():
+    a, b = mp.Pipe()
+    try:
+        with pytest.raises(RuntimeError, match=r"should only be shared between processes "
+                                               r"through inheritance: send\(obj\).*Fix: pass "
+                                               r"it to the child when it starts"):
+            a.send(mp.Event())
+    finally:
+        a.close()
+        b.close()
+
+
+def test_put_of_an_object_of_no_known_kind_says_it_once():
+    q = mp.Queue()
+    try:
+        with pytest.raises(TypeError) as caught:
+            q.put(memoryview(b"x"))
+        said = str(caught.value)
+        assert said.startswith("cannot pickle memoryview objects: put(obj) pickles")
+        assert said.count("cannot carry") == 1, said
+        assert "Fix: send plain data" in said
+    finally:
+        q.close()
+        q.join_thread()
+
 def _echo(conn):
     conn.send(conn.recv())
 
