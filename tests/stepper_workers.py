@@ -172,3 +172,17 @@ def helper_crashed_then_lock_order_deadlock():
         with b:
             pass
     worker.join()
+
+
+def _poll_until_set(ev, seconds):
+    import time
+    while not ev.is_set():
+        time.sleep(seconds)
+
+
+def child_polls_an_event_nobody_sets(seconds=0.3):
+    """The child looks at an Event every `seconds` (no stop between two looks); main joins it."""
+    ev = name(multiprocessing.Event(), "E")
+    p = multiprocessing.Process(target=_poll_until_set, args=(ev, seconds), name="child")
+    p.start()
+    p.join()

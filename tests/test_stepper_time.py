@@ -65,6 +65,23 @@ def test_undo_after_time_moved_the_run_replays_the_steps_taken_not_a_wait():
         assert s.history == ["main/main: acquire lock L (free)"], s.history
         assert [c.label for c in s.choices()] == ["main/main: release lock L"]
 
+
+def test_letting_time_pass_lasts_until_the_sleeper_wakes_not_a_fixed_five_seconds():
+    with mpviz.step(w.child_polls_an_event_nobody_sets, 0.3) as s:
+        for _ in range(10):
+            choices = s.choices()
+            if choices and choices[0].op == "time" and choices[0].who == "child/main":
+                break
+            s.step(0)
+        assert choices[0].label.startswith("child/main: sleeping"), choices
+        for _ in range(2):                 # each a 0.3 s sleep, a look at the Event, a sleep
+            started = time.monotonic()
+            after = s.step(choices[0])
+            took = time.monotonic() - started
+            assert took < 4, f"letting time pass took {took:.1f} s for a 0.3 s sleep"
+            assert [c.op for c in after] == ["time"], after
+            choices = after
+
 def test_a_parent_blocked_in_get_while_its_child_sleeps_is_not_a_deadlock():
     with mpviz.step(w.parent_gets_while_child_sleeps, 2.0) as s:
         seen = []

@@ -496,17 +496,22 @@ class Stepper:
 
     def _let_time_pass(self):
         """The step "let time pass": wait (at most TIME_STEP_S) until a thread stops at its
-        next operation, a process ends, or nobody sleeps or computes any more."""
+        next operation, a process ends, a thread that slept has woken (and run: its count of
+        context switches moved), or nobody sleeps or computes any more."""
         deadline = time.monotonic() + TIME_STEP_S
         with self._cv:
             self._stable = False
             procs = sum(p["alive"] for p in self._procs.values())
+        asleep = {(pid, tid): _switches(pid, tid) for pid, tid, what in self._moved_by_time()
+                  if what != "running"}
         while time.monotonic() < deadline and not self._closing and self._proc.poll() is None:
             with self._cv:
                 if self._waiting or sum(p["alive"] for p in self._procs.values()) != procs:
                     break
                 self._cv.wait(0.05)
             if not self._moved_by_time():
+                break
+            if any(_switches(pid, tid) != n for (pid, tid), n in asleep.items()):
                 break
         self._settle()
 
@@ -889,6 +894,16 @@ def _blocked_status(key, op, text):
         return f"blocked in: {text}"
     what = _SYSCALLS.get(call, f"system call {call}") if call is not None else "the OS"
     return f"blocked in {what}; its last step: {text}"
+
+
+def _switches(pid, tid):
+    """How many times thread `tid` of `pid` has left the CPU (a sleeper that woke and ran
+    adds at least one), from /proc/PID/task/TID/status; None once it is gone."""
+    try:
+        with open(f"/proc/{pid}/task/{tid}/status") as f:
+            return sum(int(line.split()[1]) for line in f if "ctxt_switches:" in line)
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 def _tasks(pid):
