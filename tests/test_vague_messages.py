@@ -159,6 +159,18 @@ def test_numel_written_as_1e3_is_a_thousand_and_a_fraction_is_refused_clearly():
     assert "numel=1000" in out.stdout
 
 
+
+def test_numel_inf_or_nan_is_refused_as_not_finite_on_the_command_line_and_in_python():
+    for text in ("inf", "nan"):
+        out = _cli("run", "queue-sharing", "--numel", text)
+        assert out.returncode == 2, out.stderr[-800:]
+        assert "Traceback" not in out.stderr, out.stderr[-800:]
+        assert (f"numel must be a finite number, not {float(text)!r}. Fix: --numel 65536 "
+                f"(its default)") in out.stderr, out.stderr
+    import mpviz.scenarios as sc
+    with pytest.raises(ValueError, match=r"numel must be a finite number, not nan"):
+        sc.run("queue-sharing", numel=float("nan"))
+
 def test_a_plot_format_matplotlib_cannot_write_is_refused_before_the_run(tmp_path):
     started = time.monotonic()
     out = _cli("run", "fork-held-lock", "--plot", str(tmp_path / "x.xyz"))
