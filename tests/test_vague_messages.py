@@ -289,6 +289,57 @@ def test_event_whose_lock_died_with_its_holder_raises_naming_the_pid(ctx):
         ev.set()
 
 
+
+def _hold_then_let_go(ev, held, go, seconds):
+    ev._cond.__enter__()
+    held.set()
+    go.wait()
+    time.sleep(seconds)
+    ev._cond.__exit__()
+
+
+def test_a_lock_holder_that_let_go_and_exited_while_another_looked_is_not_called_dead():
+    """A process kept waiting for the Event's lock looks at its holder (pid, then start time);
+    if in between the holder lets go and exits, and another takes the lock, the Event is not
+    broken. (The reads are paused after the pid to make that instant happen every time.)"""
+    from mpviz.multiprocessing.synchronize import BrokenEventError
+    ctx = mp.get_context("fork")
+    ev = ctx.Event()
+    held1, go1, held2, go2 = (ctx.Event() for _ in range(4))
+    first = ctx.Process(target=_hold_then_let_go, args=(ev, held1, go1, 0))
+    first.start()
+    assert held1.wait(30)
+    second = ctx.Process(target=_hold_then_let_go, args=(ev, held2, go2, 0.3))
+    slots = ev._cond._slots
+
+    class PausedAfterThePid:
+        def __getitem__(self, i):
+            value = slots[i]
+            if i == 0 and value == first.pid and not second.pid:
+                second.start()                     # the first lets go and exits; the second
+                go1.set()                          # takes the lock; then the look goes on
+                assert held2.wait(30)
+                first.join(30)
+                go2.set()
+            return value
+
+        def __setitem__(self, i, value):
+            slots[i] = value
+
+    ev._cond._slots = PausedAfterThePid()
+    try:
+        assert ev.is_set() is False                # waits for the second to let go
+    except BrokenEventError as exc:
+        pytest.fail(f"a false BrokenEventError: {exc}")
+    finally:
+        ev._cond._slots = slots
+        go1.set()
+        go2.set()
+        first.join(30)
+        if second.pid:
+            second.join(30)
+    assert second.pid and first.exitcode == 0 and second.exitcode == 0
+
 def test_an_events_own_memory_is_not_drawn_as_the_programs_shared_memory(ctx):
     """The Event keeps its sleepers' slots in a memfd of its own, not in the stdlib heap where
     Value/Array live: a program that shares only an Event shows 0 segments and 0 handles, as

@@ -141,7 +141,9 @@ class Condition(synchronize.Condition):
         if not self._lock.acquire(False):             # (the usual case: free, one C call)
             while not self._lock.acquire(True, POLL_S):
                 pid, start = self._slots[0], self._slots[1]
-                if pid and not _alive(pid, start):
+                # (still written down once found dead: it died holding the lock; a holder
+                # that let go meanwhile -- and perhaps exited -- has cleared it)
+                if pid and not _alive(pid, start) and self._slots[0] == pid:
                     raise BrokenEventError(pid, "set/clear/is_set/wait")
         pid, start = _me if _me is not None and _me[0] == os.getpid() else _identity()
         slots = self._slots
