@@ -45,7 +45,7 @@ def _until_paused_at_a_stop(s):
 
 
 def test_stepping_the_index_of_let_time_pass_after_time_moved_the_run_steps_nothing_unseen():
-    with mpviz.step(w.naps_then_takes_a_lock, 3.0) as s:
+    with mpviz.step(w.naps_then_takes_a_lock, 2.0) as s:
         listed = s.choices()
         assert [c.op for c in listed] == ["time"], listed
         _until_paused_at_a_stop(s)
@@ -55,7 +55,7 @@ def test_stepping_the_index_of_let_time_pass_after_time_moved_the_run_steps_noth
 
 
 def test_undo_after_time_moved_the_run_replays_the_steps_taken_not_a_wait():
-    with mpviz.step(w.naps_then_takes_a_lock, 3.0) as s:
+    with mpviz.step(w.naps_then_takes_a_lock, 2.0) as s:
         assert [c.op for c in s.choices()] == ["time"]
         _until_paused_at_a_stop(s)
         s.step(s.choices()[0])             # acquire lock L
