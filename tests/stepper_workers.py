@@ -186,3 +186,14 @@ def child_polls_an_event_nobody_sets(seconds=0.3):
     p = multiprocessing.Process(target=_poll_until_set, args=(ev, seconds), name="child")
     p.start()
     p.join()
+
+
+def two_children_sleep(seconds=2.0):
+    """Two children sleep, then end; main joins them. One schedule: no stop has two choices."""
+    import time
+    children = [multiprocessing.Process(target=time.sleep, args=(seconds,), name=f"c{i}")
+                for i in range(2)]
+    for child in children:
+        child.start()
+    for child in children:
+        child.join()

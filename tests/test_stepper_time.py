@@ -82,6 +82,14 @@ def test_letting_time_pass_lasts_until_the_sleeper_wakes_not_a_fixed_five_second
             assert [c.op for c in after] == ["time"], after
             choices = after
 
+
+def test_all_schedules_does_not_branch_on_which_sleeper_time_moves():
+    """Two children asleep at once are two "let time pass" choices, both the same wait: not
+    two schedules (each such place doubled the runs, every one the same)."""
+    from mpviz.stepper import all_schedules
+    outcomes, examples = all_schedules(lambda: mpviz.step(w.two_children_sleep, 2.0), limit=4)
+    assert outcomes == {"ok": 1}, (outcomes, examples)
+
 def test_a_parent_blocked_in_get_while_its_child_sleeps_is_not_a_deadlock():
     with mpviz.step(w.parent_gets_while_child_sleeps, 2.0) as s:
         seen = []
