@@ -17,7 +17,8 @@ No choice left and nothing runnable while the processes live = a deadlock: nobod
 -- unless a thread waits for *time* (``time.sleep``, a wait with a timeout: /proc says so, see
 ``_timed_wait``), or one still computes between two stops. Then time will move it, so the
 choices offer "let time pass" (``op == "time"``), never a deadlock; and a stall after a
-process of the run died of an error is that error (``_died``), not a deadlock.
+process of the run died of an error is that error (``_died``), not a deadlock -- unless live
+threads wait in a circle, each for a lock the next one holds (``_lock_cycle``).
 
 Each run lives in a private /tmp/mpviz-step-*, removed by ``close()`` (or, after a killed
 kernel, by the next Stepper's ``_sweep``). Undo restarts the run and replays the same choices.
