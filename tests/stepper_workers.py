@@ -197,3 +197,22 @@ def two_children_sleep(seconds=2.0):
         child.start()
     for child in children:
         child.join()
+
+
+def _take_one(lock):
+    with lock:
+        pass
+
+
+def helper_crashed_then_join_while_holding_the_lock():
+    """A helper dies of an error (joined); then main joins a worker while holding the lock the
+    worker needs: a deadlock between the two (the join waits for the worker, the worker for
+    the lock), the death unrelated."""
+    helper = multiprocessing.Process(target=_bad_config, name="helper")
+    helper.start()
+    helper.join()
+    lock = name(multiprocessing.Lock(), "A")
+    worker = multiprocessing.Process(target=_take_one, args=(lock,), name="worker")
+    with lock:
+        worker.start()
+        worker.join()

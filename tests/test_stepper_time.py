@@ -117,6 +117,13 @@ def test_a_deadlock_after_an_unrelated_child_died_of_an_error_is_still_a_deadloc
         assert "Process helper" in s.explanation and "ValueError: bad config" in s.explanation
         assert "not a deadlock" not in s.explanation
 
+
+def test_joining_a_worker_while_holding_its_lock_after_an_unrelated_death_is_a_deadlock():
+    with mpviz.step(w.helper_crashed_then_join_while_holding_the_lock) as s:
+        assert s.run_until(lambda s: False) == "deadlock", s.explanation
+        assert "Nobody will ever move again" in s.explanation
+        assert "Process helper" in s.explanation and "ValueError: bad config" in s.explanation
+
 def test_a_puzzle_refuses_an_item_its_child_cannot_allocate():
     with pytest.raises(ValueError, match=r"nbytes=1000000000000 is out of range.*Fix: nbytes "
                                          r"between 1 and 268,435,456"):

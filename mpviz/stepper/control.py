@@ -18,7 +18,7 @@ No choice left and nothing runnable while the processes live = a deadlock: nobod
 ``_timed_wait``), or one still computes between two stops. Then time will move it, so the
 choices offer "let time pass" (``op == "time"``), never a deadlock; and a stall after a
 process of the run died of an error is that error (``_died``), not a deadlock -- unless live
-threads wait in a circle, each for a lock the next one holds (``_lock_cycle``).
+threads wait in a circle, each for a lock the next one holds or for its end (``_lock_cycle``).
 
 Each run lives in a private /tmp/mpviz-step-*, removed by ``close()`` (or, after a killed
 kernel, by the next Stepper's ``_sweep``). Undo restarts the run and replays the same choices.
@@ -592,18 +592,23 @@ class Stepper:
         self._apply_verdict()
 
     def _lock_cycle(self):
-        """The live threads that wait in a circle, each for a lock the next one holds (["main/main",
-        "worker/main"]), or []: a deadlock between them, whoever else has died."""
+        """The live threads that wait in a circle, each for a lock the next one holds or for the
+        next one's process to end (a join), e.g. ["main/main", "worker/main"]; or []: a
+        deadlock between them, whoever else has died."""
         holders = self._holders()
         waits_for = {}
         with self._cv:
             for (pid, _), t in self._threads.items():
                 m = t.get("last")
-                if t["alive"] and m is not None and m["op"] == "lock.acquire":
+                if not t["alive"] or m is None:
+                    continue
+                if m["op"] == "lock.acquire":
                     obj = m.get("obj")
                     holder = holders.get((obj, pid if obj and _THREAD_LOCK.match(obj) else None))
                     if holder is not None and holder != t["who"]:
                         waits_for[t["who"]] = holder
+                elif m["op"] == "process.join":
+                    waits_for[t["who"]] = f"{(m.get('info') or {}).get('name')}/main"
         for who in waits_for:
             path = []
             while who in waits_for and who not in path:
