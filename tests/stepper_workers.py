@@ -134,3 +134,85 @@ def busy(seconds=8.0):
     end = time.monotonic() + seconds
     while time.monotonic() < end:
         pass
+
+
+def naps_then_takes_a_lock(seconds=3.0):
+    """main sleeps, then takes a lock: time alone brings it to its first stop."""
+    import time
+    lock = name(multiprocessing.Lock(), "L")
+    time.sleep(seconds)
+    with lock:
+        pass
+
+
+def _bad_config():
+    raise ValueError("bad config")
+
+
+def _worker_takes(a, b):
+    import time
+    with b:
+        time.sleep(0.2)
+        with a:
+            pass
+
+
+def helper_crashed_then_lock_order_deadlock():
+    """A helper process dies of an error (main joins it and goes on); then main and a worker
+    take two locks in opposite orders: a deadlock between the two, the death unrelated."""
+    import time
+    helper = multiprocessing.Process(target=_bad_config, name="helper")
+    helper.start()
+    helper.join()
+    a, b = name(multiprocessing.Lock(), "A"), name(multiprocessing.Lock(), "B")
+    worker = multiprocessing.Process(target=_worker_takes, args=(a, b), name="worker")
+    worker.start()
+    with a:
+        time.sleep(0.2)
+        with b:
+            pass
+    worker.join()
+
+
+def _poll_until_set(ev, seconds):
+    import time
+    while not ev.is_set():
+        time.sleep(seconds)
+
+
+def child_polls_an_event_nobody_sets(seconds=0.3):
+    """The child looks at an Event every `seconds` (no stop between two looks); main joins it."""
+    ev = name(multiprocessing.Event(), "E")
+    p = multiprocessing.Process(target=_poll_until_set, args=(ev, seconds), name="child")
+    p.start()
+    p.join()
+
+
+def two_children_sleep(seconds=2.0):
+    """Two children sleep, then end; main joins them. One schedule: no stop has two choices."""
+    import time
+    children = [multiprocessing.Process(target=time.sleep, args=(seconds,), name=f"c{i}")
+                for i in range(2)]
+    for child in children:
+        child.start()
+    for child in children:
+        child.join()
+
+
+def _take_one(lock):
+    with lock:
+        pass
+
+
+def helper_crashed_then_join_while_holding_the_lock():
+    """A helper dies of an error (joined); then main joins a worker while holding the lock the
+    worker needs: a deadlock between the two (the join waits for the worker, the worker for
+    the lock), the death unrelated."""
+    helper = multiprocessing.Process(target=_bad_config, name="helper")
+    helper.start()
+    helper.join()
+    lock = name(multiprocessing.Lock(), "A")
+    worker = multiprocessing.Process(target=_take_one, args=(lock,), name="worker")
+    with lock:
+        worker.start()
+        worker.join()

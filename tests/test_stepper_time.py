@@ -32,6 +32,64 @@ def test_a_sleeping_main_thread_is_a_choice_to_let_time_pass_not_a_deadlock():
         assert "main/main: sleeping" in s.history[0]
 
 
+
+def _until_paused_at_a_stop(s):
+    """(the learner reads the choices a while; meanwhile time brings the run to a stop)"""
+    deadline = time.monotonic() + 30
+    while True:
+        with s._cv:
+            if s._waiting:
+                return
+        assert time.monotonic() < deadline, "the run never reached its stop"
+        time.sleep(0.02)
+
+
+def test_stepping_the_index_of_let_time_pass_after_time_moved_the_run_steps_nothing_unseen():
+    with mpviz.step(w.naps_then_takes_a_lock, 2.0) as s:
+        listed = s.choices()
+        assert [c.op for c in listed] == ["time"], listed
+        _until_paused_at_a_stop(s)
+        after = s.step(0)                  # 0 was "let time pass": the acquire was never listed
+        assert "main/main: acquire" not in " ".join(s.history), s.history
+        assert [c.label for c in after] == ["main/main: acquire lock L (free)"], after
+
+
+def test_undo_after_time_moved_the_run_replays_the_steps_taken_not_a_wait():
+    with mpviz.step(w.naps_then_takes_a_lock, 2.0) as s:
+        assert [c.op for c in s.choices()] == ["time"]
+        _until_paused_at_a_stop(s)
+        s.step(s.choices()[0])             # acquire lock L
+        assert s.history == ["main/main: acquire lock L (free)"]
+        s.step(0)                          # release it
+        s.undo()
+        assert s.history == ["main/main: acquire lock L (free)"], s.history
+        assert [c.label for c in s.choices()] == ["main/main: release lock L"]
+
+
+def test_letting_time_pass_lasts_until_the_sleeper_wakes_not_a_fixed_five_seconds():
+    with mpviz.step(w.child_polls_an_event_nobody_sets, 0.3) as s:
+        for _ in range(10):
+            choices = s.choices()
+            if choices and choices[0].op == "time" and choices[0].who == "child/main":
+                break
+            s.step(0)
+        assert choices[0].label.startswith("child/main: sleeping"), choices
+        for _ in range(2):                 # each a 0.3 s sleep, a look at the Event, a sleep
+            started = time.monotonic()
+            after = s.step(choices[0])
+            took = time.monotonic() - started
+            assert took < 4, f"letting time pass took {took:.1f} s for a 0.3 s sleep"
+            assert [c.op for c in after] == ["time"], after
+            choices = after
+
+
+def test_all_schedules_does_not_branch_on_which_sleeper_time_moves():
+    """Two children asleep at once are two "let time pass" choices, both the same wait: not
+    two schedules (each such place doubled the runs, every one the same)."""
+    from mpviz.stepper import all_schedules
+    outcomes, examples = all_schedules(lambda: mpviz.step(w.two_children_sleep, 2.0), limit=4)
+    assert outcomes == {"ok": 1}, (outcomes, examples)
+
 def test_a_parent_blocked_in_get_while_its_child_sleeps_is_not_a_deadlock():
     with mpviz.step(w.parent_gets_while_child_sleeps, 2.0) as s:
         seen = []
@@ -49,6 +107,22 @@ def test_a_child_dead_of_memory_error_is_the_outcome_not_a_deadlock():
         assert "MemoryError" in s.explanation
         assert "not a deadlock" in s.explanation
 
+
+
+def test_a_deadlock_after_an_unrelated_child_died_of_an_error_is_still_a_deadlock():
+    with mpviz.step(w.helper_crashed_then_lock_order_deadlock) as s:
+        assert s.run_until(lambda s: False) == "deadlock", s.explanation
+        assert "Nobody will ever move again" in s.explanation
+        assert "main/main" in s.explanation and "worker/main" in s.explanation
+        assert "Process helper" in s.explanation and "ValueError: bad config" in s.explanation
+        assert "not a deadlock" not in s.explanation
+
+
+def test_joining_a_worker_while_holding_its_lock_after_an_unrelated_death_is_a_deadlock():
+    with mpviz.step(w.helper_crashed_then_join_while_holding_the_lock) as s:
+        assert s.run_until(lambda s: False) == "deadlock", s.explanation
+        assert "Nobody will ever move again" in s.explanation
+        assert "Process helper" in s.explanation and "ValueError: bad config" in s.explanation
 
 def test_a_puzzle_refuses_an_item_its_child_cannot_allocate():
     with pytest.raises(ValueError, match=r"nbytes=1000000000000 is out of range.*Fix: nbytes "

@@ -59,6 +59,45 @@ def test_pipe_send_of_a_lambda_says_what_it_is_and_the_pipe_stays_usable():
         b.close()
 
 
+
+def test_queue_put_of_a_multiprocessing_lock_says_to_pass_it_when_the_child_starts():
+    q = mp.Queue()
+    try:
+        with pytest.raises(RuntimeError, match=r"Lock objects should only be shared between "
+                                               r"processes through inheritance: put\(obj\).*"
+                                               r"Nothing was sent. Fix: pass it to the child "
+                                               r"when it starts"):
+            q.put(mp.Lock())
+    finally:
+        q.close()
+        q.join_thread()
+
+
+def test_pipe_send_of_an_event_says_to_pass_it_when_the_child_starts():
+    a, b = mp.Pipe()
+    try:
+        with pytest.raises(RuntimeError, match=r"should only be shared between processes "
+                                               r"through inheritance: send\(obj\).*Fix: pass "
+                                               r"it to the child when it starts"):
+            a.send(mp.Event())
+    finally:
+        a.close()
+        b.close()
+
+
+def test_put_of_an_object_of_no_known_kind_says_it_once():
+    q = mp.Queue()
+    try:
+        with pytest.raises(TypeError) as caught:
+            q.put(memoryview(b"x"))
+        said = str(caught.value)
+        assert said.startswith("cannot pickle memoryview objects: put(obj) pickles")
+        assert said.count("cannot carry") == 1, said
+        assert "Fix: send plain data" in said
+    finally:
+        q.close()
+        q.join_thread()
+
 def _echo(conn):
     conn.send(conn.recv())
 
@@ -120,6 +159,18 @@ def test_numel_written_as_1e3_is_a_thousand_and_a_fraction_is_refused_clearly():
     assert "numel=1000" in out.stdout
 
 
+
+def test_numel_inf_or_nan_is_refused_as_not_finite_on_the_command_line_and_in_python():
+    for text in ("inf", "nan"):
+        out = _cli("run", "queue-sharing", "--numel", text)
+        assert out.returncode == 2, out.stderr[-800:]
+        assert "Traceback" not in out.stderr, out.stderr[-800:]
+        assert (f"numel must be a finite number, not {float(text)!r}. Fix: --numel 65536 "
+                f"(its default)") in out.stderr, out.stderr
+    import mpviz.scenarios as sc
+    with pytest.raises(ValueError, match=r"numel must be a finite number, not nan"):
+        sc.run("queue-sharing", numel=float("nan"))
+
 def test_a_plot_format_matplotlib_cannot_write_is_refused_before_the_run(tmp_path):
     started = time.monotonic()
     out = _cli("run", "fork-held-lock", "--plot", str(tmp_path / "x.xyz"))
@@ -171,6 +222,54 @@ def test_event_set_returns_after_a_waiter_was_killed_inside_wait_and_names_it(ct
     assert again.exitcode == 0
 
 
+
+def test_an_event_of_a_fork_context_holds_no_file_descriptor_as_the_stdlibs_holds_none():
+    """(Each once held two -- its slots' memfd and the mmap's copy of it -- in every process
+    that had it: 512 Events filled a 1,024-fd limit, and a forked child inherited them all.)"""
+    ctx = mp.get_context("fork")
+    before = len(os.listdir("/proc/self/fd"))
+    events = [ctx.Event() for _ in range(50)]
+    assert len(os.listdir("/proc/self/fd")) - before == 0
+    waiter = ctx.Process(target=_wait_for, args=(events[-1],))    # and it works across fork
+    waiter.start()
+    deadline = time.monotonic() + 30
+    while events[-1]._cond._sleeping_count.get_value() < 1:
+        assert time.monotonic() < deadline, "the waiter never went to sleep"
+        time.sleep(0.01)
+    events[-1].set()
+    waiter.join(10)
+    assert waiter.exitcode == 0
+
+
+def _forty_threads_wait_for(ev):
+    threads = [threading.Thread(target=ev.wait) for _ in range(40)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+
+
+def test_event_set_returns_after_a_process_with_forty_waiting_threads_was_killed():
+    """More sleepers than the Event once had slots for (32): the ones without a slot, killed,
+    made set() wait for ever, as the stdlib's."""
+    ev = mp.get_context("fork").Event()
+    waiter = mp.get_context("fork").Process(target=_forty_threads_wait_for, args=(ev,))
+    waiter.start()
+    deadline = time.monotonic() + 30
+    while ev._cond._sleeping_count.get_value() < 40:
+        assert time.monotonic() < deadline, "the 40 threads never went to sleep"
+        time.sleep(0.01)
+    os.kill(waiter.pid, signal.SIGKILL)
+    waiter.join()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        setter = threading.Thread(target=ev.set, daemon=True)
+        setter.start()
+        setter.join(10)
+    assert not setter.is_alive(), "Event.set() hangs after 40 waiters were killed in wait()"
+    assert ev.is_set()
+    assert any(f"process {waiter.pid} was waiting" in str(w.message) for w in caught)
+
 def _hold_the_events_lock(ev, held):
     ev._cond.__enter__()         # inside one of the Event's methods, the instant it is killed
     held.set()
@@ -189,6 +288,57 @@ def test_event_whose_lock_died_with_its_holder_raises_naming_the_pid(ctx):
                                                rf"Fix: make a new Event"):
         ev.set()
 
+
+
+def _hold_then_let_go(ev, held, go, seconds):
+    ev._cond.__enter__()
+    held.set()
+    go.wait()
+    time.sleep(seconds)
+    ev._cond.__exit__()
+
+
+def test_a_lock_holder_that_let_go_and_exited_while_another_looked_is_not_called_dead():
+    """A process kept waiting for the Event's lock looks at its holder (pid, then start time);
+    if in between the holder lets go and exits, and another takes the lock, the Event is not
+    broken. (The reads are paused after the pid to make that instant happen every time.)"""
+    from mpviz.multiprocessing.synchronize import BrokenEventError
+    ctx = mp.get_context("fork")
+    ev = ctx.Event()
+    held1, go1, held2, go2 = (ctx.Event() for _ in range(4))
+    first = ctx.Process(target=_hold_then_let_go, args=(ev, held1, go1, 0))
+    first.start()
+    assert held1.wait(30)
+    second = ctx.Process(target=_hold_then_let_go, args=(ev, held2, go2, 0.3))
+    slots = ev._cond._slots
+
+    class PausedAfterThePid:
+        def __getitem__(self, i):
+            value = slots[i]
+            if i == 0 and value == first.pid and not second.pid:
+                second.start()                     # the first lets go and exits; the second
+                go1.set()                          # takes the lock; then the look goes on
+                assert held2.wait(30)
+                first.join(30)
+                go2.set()
+            return value
+
+        def __setitem__(self, i, value):
+            slots[i] = value
+
+    ev._cond._slots = PausedAfterThePid()
+    try:
+        assert ev.is_set() is False                # waits for the second to let go
+    except BrokenEventError as exc:
+        pytest.fail(f"a false BrokenEventError: {exc}")
+    finally:
+        ev._cond._slots = slots
+        go1.set()
+        go2.set()
+        first.join(30)
+        if second.pid:
+            second.join(30)
+    assert second.pid and first.exitcode == 0 and second.exitcode == 0
 
 def test_an_events_own_memory_is_not_drawn_as_the_programs_shared_memory(ctx):
     """The Event keeps its sleepers' slots in a memfd of its own, not in the stdlib heap where

@@ -105,6 +105,11 @@ _KINDS = [
      "an object tied to this process (a lock, a socket, a generator)",
      "send the plain data it holds; make locks with multiprocessing.Lock() and pass them to "
      "Process(args=...) when the child starts"),
+    (("through inheritance",),           # (the stdlib's words for its Lock, Event, Queue, ...)
+     "a multiprocessing Lock, Semaphore, Condition, Event or Queue (a process can only be "
+     "given one as it starts: a child inherits it)",
+     "pass it to the child when it starts: Process(target=f, args=(it,)), or "
+     "Pool(initializer=f, initargs=(it,)); put plain data on queues"),
 ]
 
 
@@ -115,18 +120,19 @@ def explain_pickling_error(exc, call):
     words = str(exc)
     if not isinstance(exc, pickle.PicklingError) and not (
             isinstance(exc, (TypeError, AttributeError)) and
-            ("pickle" in words.lower())):
+            ("pickle" in words.lower())) and not (
+            isinstance(exc, RuntimeError) and "through inheritance" in words):
         return None
-    what, fix = "an object pickle cannot carry", (
+    said, fix = "pickle cannot carry it (or something it holds)", (
         "send plain data (numbers, str, lists, dicts, tensors) or objects of classes defined at "
         "the top level of a module")
     for needles, kind, how in _KINDS:
         if any(n in words for n in needles):
-            what, fix = kind, how
+            said, fix = f"it is (or holds) {kind}, which pickle cannot carry", how
             break
     return type(exc)(
-        f"{words}: {call} pickles the object to send it to another process, and it is (or "
-        f"holds) {what}, which pickle cannot carry. Nothing was sent. Fix: {fix}.")
+        f"{words}: {call} pickles the object to send it to another process, and {said}. "
+        f"Nothing was sent. Fix: {fix}.")
 
 
 def raise_explained(exc, call):

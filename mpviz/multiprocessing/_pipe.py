@@ -160,7 +160,7 @@ class Connection(connection.Connection):
     def send(self, obj):
         try:
             return super().send(obj)
-        except (pickle.PicklingError, TypeError, AttributeError) as exc:
+        except (pickle.PicklingError, TypeError, AttributeError, RuntimeError) as exc:
             raise_explained(exc, "send(obj)")
             raise
 

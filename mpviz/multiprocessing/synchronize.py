@@ -30,7 +30,8 @@ import warnings
 import weakref
 from multiprocessing import context, reduction, synchronize
 
-SLOTS = 32           # sleepers tracked at once
+SLOTS = 1023         # sleepers tracked at once (16 KiB; a page holds 255 of them, and only
+                     # the pages the sleepers write to take memory)
 POLL_S = 0.2         # how long set() waits for an "awake" (or for the lock) before it looks
 
 
@@ -73,24 +74,32 @@ def _identity():
 
 
 class _Slots:
-    """The slots' memory: ``n`` 64-bit ints in a small shared file of the Event's own (a memfd,
-    mapped), not in the stdlib heap where ``Value``/``Array`` live. It is the Event's machinery,
-    not the program's shared memory: the recorder draws the heap's arenas as the program's
-    segments, and an Event must not add one there (torch's Event has none). Passed to a child as
+    """The slots' memory: ``n`` 64-bit ints of the Event's own, not in the stdlib heap where
+    ``Value``/``Array`` live. It is the Event's machinery, not the program's shared memory: the
+    recorder draws the heap's arenas as the program's segments, and an Event must not add one
+    there (torch's Event has none). In a fork context the memory is anonymous and shared
+    (``fd == -1``): a forked child inherits the mapping, and no other process can ever get the
+    Event (a fork context's semaphores cannot travel to a spawned child), so it holds no fd, as
+    the stdlib's Event holds none. Under spawn or forkserver it is a memfd, passed to a child as
     the heap's arenas are (heap.py's ``reduce_arena``): by inheritance only, its fd duplicated
-    into a spawned or forkserver child."""
+    into the spawned or forkserver child."""
 
-    def __init__(self, n, fd=-1):
-        if fd == -1:
+    def __init__(self, n, fd=-1, forked_only=False):
+        if fd == -1 and not forked_only:
             fd = os.memfd_create("mpviz-event-slots", os.MFD_CLOEXEC)
             os.ftruncate(fd, 8 * n)
         self.n, self.fd = n, fd
-        self.buffer = mmap.mmap(fd, 8 * n)
+        self.buffer = mmap.mmap(fd, 8 * n)              # (fd -1: anonymous, MAP_SHARED)
         self.ints = memoryview(self.buffer).cast("q")   # (faster to index than ctypes')
-        weakref.finalize(self, os.close, fd)
+        if fd != -1:
+            weakref.finalize(self, os.close, fd)
 
     def __reduce__(self):
         context.assert_spawning(self)
+        if self.fd == -1:
+            raise RuntimeError("An Event created in a fork context is being shared with a "
+                               "process in a spawn context. Fix: make the Event with the "
+                               "context that starts the process (ctx.Event()).")
         return _rebuild_slots, (self.n, reduction.DupFd(self.fd))
 
 
@@ -109,7 +118,7 @@ class Condition(synchronize.Condition):
 
     def __init__(self, lock=None, *, ctx):
         super().__init__(lock, ctx=ctx)
-        self._array = _Slots(2 * (SLOTS + 1))
+        self._array = _Slots(2 * (SLOTS + 1), forked_only=ctx.get_start_method() == "fork")
         self._slots = self._array.ints
 
     def __getstate__(self):
@@ -132,7 +141,9 @@ class Condition(synchronize.Condition):
         if not self._lock.acquire(False):             # (the usual case: free, one C call)
             while not self._lock.acquire(True, POLL_S):
                 pid, start = self._slots[0], self._slots[1]
-                if pid and not _alive(pid, start):
+                # (still written down once found dead: it died holding the lock; a holder
+                # that let go meanwhile -- and perhaps exited -- has cleared it)
+                if pid and not _alive(pid, start) and self._slots[0] == pid:
                     raise BrokenEventError(pid, "set/clear/is_set/wait")
         pid, start = _me if _me is not None and _me[0] == os.getpid() else _identity()
         slots = self._slots
@@ -218,7 +229,7 @@ class Event(synchronize.Event):
     the lock leaves it held for good, and ``set()`` (or ``wait()``, ``clear()``, ``is_set()``)
     then raises ``BrokenEventError`` naming that pid, instead of hanging.
 
-    Left out: more than ``SLOTS`` processes asleep at once (the extra ones have no slot: one of
+    Left out: more than ``SLOTS`` threads asleep at once (the extra ones have no slot: one of
     them killed hangs ``set()`` as in the stdlib), and a kill in the instant between a waiter
     clearing its slot and saying "awake". The Condition is the Event's own (it only notifies all).
     """

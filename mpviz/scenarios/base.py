@@ -14,6 +14,7 @@ A scenario is one module in this package (see ``__init__.py`` for the list). It 
 and optionally ``STALL_SECONDS`` (how long without a new event counts as stuck),
 ``TIME_LIMIT`` (seconds) and ``THREADING_LOCKS`` (record ``threading.Lock`` too).
 """
+import math
 from typing import Any, NamedTuple, Optional
 
 OUTCOMES = ("ok", "deadlock", "error", "warning", "leak")
@@ -84,6 +85,8 @@ def coerce(name, param, value, scenario):
                         number = None
                     if number is not None and number.is_integer():
                         value = int(number)
+                    elif number is not None and not math.isfinite(number):
+                        value = number       # "inf", "nan": refused below, as from Python
                     elif number is not None:
                         raise ValueError(
                             f"scenario {scenario!r}: {name} must be a whole number (a count), "
@@ -101,6 +104,10 @@ def coerce(name, param, value, scenario):
         if not isinstance(value, (int, float)):
             raise ValueError(f"scenario {scenario!r}: {name} must be a number, not {value!r}. "
                              f"Fix: --{name.replace('_', '-')} {default!r} (its default)")
+        if isinstance(value, float) and not math.isfinite(value):
+            raise ValueError(f"scenario {scenario!r}: {name} must be a finite number, not "
+                             f"{value!r}. Fix: --{name.replace('_', '-')} {default!r} (its "
+                             f"default)")
         if isinstance(default, int) and isinstance(value, float) and not value.is_integer():
             raise ValueError(f"scenario {scenario!r}: {name} must be a whole number (a count), "
                              f"not {value!r}. Fix: {name}={max(1, round(value))}")

@@ -17,7 +17,8 @@ No choice left and nothing runnable while the processes live = a deadlock: nobod
 -- unless a thread waits for *time* (``time.sleep``, a wait with a timeout: /proc says so, see
 ``_timed_wait``), or one still computes between two stops. Then time will move it, so the
 choices offer "let time pass" (``op == "time"``), never a deadlock; and a stall after a
-process of the run died of an error is that error (``_died``), not a deadlock.
+process of the run died of an error is that error (``_died``), not a deadlock -- unless live
+threads wait in a circle, each for a lock the next one holds or for its end (``_lock_cycle``).
 
 Each run lives in a private /tmp/mpviz-step-*, removed by ``close()`` (or, after a killed
 kernel, by the next Stepper's ``_sweep``). Undo restarts the run and replays the same choices.
@@ -55,6 +56,7 @@ RUNNING_CPU_S = 1.5       # nobody paused, a thread computing between two stops:
                           # child still importing gets little of it), choices() offers to
                           # "let time pass" instead of waiting on
 TIME_STEP_S = 5.0         # stepping "let time pass" waits at most this long for a change
+REPLAY_TIME_S = 60.0      # undo/restart: how long time may take to bring the run to a stop
 PIPE_BYTES = 65536        # a Linux pipe's default capacity
 _ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 _open = weakref.WeakSet()
@@ -158,6 +160,7 @@ class Stepper:
         self._free, self._closing, self._outcome, self.explanation = False, False, None, None
         self._last_msg, self._order = time.monotonic(), 0
         self._stable = False                      # settled, and nothing happened since
+        self._listed = []                         # what choices() last returned
         self._holders_cache = (None, {})          # (events seen, threads known) -> holders
         self._trace = mtrace.Trace(self.trace_dir)
         self._listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -211,8 +214,27 @@ class Stepper:
         self.history = []
         self._launch()
         for choice in replay:
+            if choice.endswith(_LET_TIME_PASS):
+                self.step(choice)    # (nothing to wait for if time has moved the run already)
+                continue
+            self._until_a_stop(choice)
             self.step(_who_of(choice))
         return self
+
+    def _until_a_stop(self, label):
+        """Replaying: let time pass while nobody is paused at a stop (the first run got to the
+        stop `label` names by time alone, while the learner read the choices)."""
+        deadline = time.monotonic() + REPLAY_TIME_S
+        while True:
+            choices = self.choices()
+            if not choices or any(c.op != "time" for c in choices):
+                return
+            if time.monotonic() > deadline:
+                raise ChoiceError(
+                    f"replaying {label!r}: after {REPLAY_TIME_S:.0f} s of letting time pass, "
+                    f"nobody is paused at a stop yet (the run is not the same as the one that "
+                    f"took that step: it depends on time). Fix: step it by hand (s.choices()).")
+            self._let_time_pass()
 
     def undo(self):
         """Take back the last step: restart the run and replay every step but the last.
@@ -381,9 +403,11 @@ class Stepper:
         with self._cv:
             waiting = sorted(self._waiting.values(), key=self._sort_key)
             if waiting:
-                return [Choice(i, m["who"], m["op"], self._describe(m, holders), m["pid"],
-                               m["tid"]) for i, m in enumerate(waiting)]
-        return self._time_choices()
+                self._listed = [Choice(i, m["who"], m["op"], self._describe(m, holders),
+                                       m["pid"], m["tid"]) for i, m in enumerate(waiting)]
+                return self._listed
+        self._listed = self._time_choices()
+        return self._listed
 
     def _time_choices(self):
         """Nobody is paused at a stop, but time will move someone: one "let time pass" choice
@@ -410,6 +434,13 @@ class Stepper:
         """Let one paused thread do its next operation: `choice` is a Choice, its index, its
         label (or the start of it: "child/main: acquire lock A"), or its who ("child/main").
         Returns the choices after the step."""
+        if not isinstance(choice, Choice) and any(c.op == "time" for c in self._listed):
+            # what the learner saw: time may have brought a thread to a stop since, and
+            # step(0) is still "let time pass" (never that stop, which was not listed)
+            try:
+                choice = _pick(choice, self._listed, self._outcome)
+            except (ChoiceError, TypeError):
+                pass
         if isinstance(choice, Choice) and choice.op == "time" or \
                 isinstance(choice, str) and choice.endswith(_LET_TIME_PASS):
             # (time may have moved the run already: then there is nothing left to wait for)
@@ -466,17 +497,22 @@ class Stepper:
 
     def _let_time_pass(self):
         """The step "let time pass": wait (at most TIME_STEP_S) until a thread stops at its
-        next operation, a process ends, or nobody sleeps or computes any more."""
+        next operation, a process ends, a thread that slept has woken (and run: its count of
+        context switches moved), or nobody sleeps or computes any more."""
         deadline = time.monotonic() + TIME_STEP_S
         with self._cv:
             self._stable = False
             procs = sum(p["alive"] for p in self._procs.values())
+        asleep = {(pid, tid): _switches(pid, tid) for pid, tid, what in self._moved_by_time()
+                  if what != "running"}
         while time.monotonic() < deadline and not self._closing and self._proc.poll() is None:
             with self._cv:
                 if self._waiting or sum(p["alive"] for p in self._procs.values()) != procs:
                     break
                 self._cv.wait(0.05)
             if not self._moved_by_time():
+                break
+            if any(_switches(pid, tid) != n for (pid, tid), n in asleep.items()):
                 break
         self._settle()
 
@@ -541,7 +577,7 @@ class Stepper:
             blocked = [t["who"] for t in self._threads.values() if t["alive"]] or \
                 [f"{n}/main" for n, _, s in self.state_processes() if s == "alive"]
         died = self._died()
-        if died:
+        if died and not self._lock_cycle():
             # a process of the run died of an error; the others wait for what it would have done
             self._outcome = "error"
             self.explanation = (f"{died} The run can never finish: " + ", ".join(blocked) +
@@ -551,8 +587,36 @@ class Stepper:
             self._outcome = "deadlock"
             self.explanation = ("No thread can take a step, and the processes are alive: "
                                 + ", ".join(blocked) + " wait(s) in the OS for something that "
-                                "only another of them could do. Nobody will ever move again.")
+                                "only another of them could do. Nobody will ever move again."
+                                + (f" (Besides: {died})" if died else ""))
         self._apply_verdict()
+
+    def _lock_cycle(self):
+        """The live threads that wait in a circle, each for a lock the next one holds or for the
+        next one's process to end (a join), e.g. ["main/main", "worker/main"]; or []: a
+        deadlock between them, whoever else has died."""
+        holders = self._holders()
+        waits_for = {}
+        with self._cv:
+            for (pid, _), t in self._threads.items():
+                m = t.get("last")
+                if not t["alive"] or m is None:
+                    continue
+                if m["op"] == "lock.acquire":
+                    obj = m.get("obj")
+                    holder = holders.get((obj, pid if obj and _THREAD_LOCK.match(obj) else None))
+                    if holder is not None and holder != t["who"]:
+                        waits_for[t["who"]] = holder
+                elif m["op"] == "process.join":
+                    waits_for[t["who"]] = f"{(m.get('info') or {}).get('name')}/main"
+        for who in waits_for:
+            path = []
+            while who in waits_for and who not in path:
+                path.append(who)
+                who = waits_for[who]
+            if who in path:
+                return path[path.index(who):]
+        return []
 
     def _died(self):
         """Words for the processes of the run that ended badly (an exception, a signal), or ""."""
@@ -836,6 +900,16 @@ def _blocked_status(key, op, text):
         return f"blocked in: {text}"
     what = _SYSCALLS.get(call, f"system call {call}") if call is not None else "the OS"
     return f"blocked in {what}; its last step: {text}"
+
+
+def _switches(pid, tid):
+    """How many times thread `tid` of `pid` has left the CPU (a sleeper that woke and ran
+    adds at least one), from /proc/PID/task/TID/status; None once it is gone."""
+    try:
+        with open(f"/proc/{pid}/task/{tid}/status") as f:
+            return sum(int(line.split()[1]) for line in f if "ctxt_switches:" in line)
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 def _tasks(pid):
