@@ -324,6 +324,32 @@ def test_trace_never_overwrites_a_file_it_did_not_write(tmp_path):
     assert (out / "trace.json").read_text() == "my own notes\n"
 
 
+def test_the_report_a_ctrl_c_leaves_is_private_like_every_other_trace_file(tmp_path):
+    # The user's own -o directory, readable by others (mode 755, as mkdir makes it): what mpviz
+    # writes there must still be 0600 -- the Ctrl-C report names processes, argv and stacks.
+    out = tmp_path / "mine"
+    out.mkdir()
+    out.chmod(0o755)
+    launcher = subprocess.Popen(
+        [PY, "-m", "mpviz", "trace", "--no-plot", "--hang-after", "0", "-o", str(out), "--",
+         PY, os.path.join(ROOT, "tests", "exit_programs", "wait_for_file.py"),
+         str(tmp_path / "never-written.txt")],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+        env=dict(os.environ, PYTHONPATH=ROOT))
+    try:
+        assert launcher.stdout.readline().strip() == "waiting for the reader"
+        os.killpg(launcher.pid, signal.SIGINT)          # a terminal's Ctrl-C
+        _, err = launcher.communicate(timeout=60)
+    finally:
+        if launcher.poll() is None:
+            os.killpg(launcher.pid, signal.SIGKILL)
+            launcher.wait()
+    verdict = out / "verdict.txt"
+    assert "INTERRUPTED (Ctrl-C)" in verdict.read_text(), err
+    for f in out.iterdir():
+        assert f.stat().st_mode & 0o077 == 0, f"{f.name} is readable by others"
+
+
 def test_a_dangling_output_link_is_named_with_its_target(tmp_path):
     (tmp_path / "out").symlink_to(tmp_path / "nowhere" / "trace")
     run = _trace(str(tmp_path / "out"), PY, "-c", "pass")

@@ -387,8 +387,7 @@ def _report_interrupt(eyes):
     say(f"(that took {time.monotonic() - began:.1f} s) passing SIGINT on to the program, as "
         f"the terminal would; Ctrl-C again passes another one on")
     try:
-        with open(os.path.join(eyes.directory, VERDICT_FILE), "w") as f:
-            f.write(report)
+        _write_private(eyes.directory, VERDICT_FILE, lambda f: f.write(report.encode()))
     except OSError:
         pass
 
