@@ -597,17 +597,10 @@ def serve():
 
     def check_in_flight(now):
         """Names in flight for a while: can a live process still receive one of their handles?
-
-        Every ``CHECK_SECONDS``: the sender wrote its road in the header (the queue pipe's
-        inode; -1 for a ``Pipe``, ``SimpleQueue``, ``Pool``)::
-
-            the pipe is named, and a live process has its reading end open      -> keep it
-              (/proc/PID/fd/N -> "pipe:[inode]", /proc/PID/fdinfo/N)
-            no road named, and a process of a holder's process group lives      -> keep it
-            otherwise: no live process can ever receive a handle to it          -> unlink it
-
-        So a tensor put on a queue arrives however long after its sender died, while anyone can
-        still ``get`` from that queue (a forked child that inherited the pipe counts too)."""
+        Every ``CHECK_SECONDS`` each is looked at again (``keep_or_unlink``); one that nobody
+        can ever receive is unlinked. So a tensor put on a queue arrives however long after its
+        sender died, while anyone can still ``get`` from that queue (a forked child that
+        inherited the pipe counts too)."""
         waiting = {}
         for name, since in list(in_flight.items()):
             if held(name):
@@ -617,45 +610,57 @@ def serve():
                 if header is None or header[0] - dead.get(name, 0) <= 0:
                     unlink(name)           # its last handle arrived, and was let go
                 else:
-                    waiting[name] = roads(header)
-        if not waiting:
-            return
-        readable = pipes_read({ino for pipes, _ in waiting.values() for ino in pipes})
-        lives = groups_alive({g for name in waiting for g in groups.get(name, ())})
-        for name, (pipes, unknown) in waiting.items():
-            if pipes & readable.keys():
-                continue                   # a live process can still get it from that queue
-            if (unknown or not pipes) and groups.get(name, set()) & lives:
-                continue                   # a road we cannot see, and its senders' program lives
-            unlink(name)                   # no live process can ever receive a handle to it
+                    waiting[name] = header
+        readers, lives = look_at_proc(waiting)
+        for name, header in waiting.items():
+            if keep_or_unlink(name, header, readers, lives)[0] == "unreachable":
+                unlink(name)               # no live process can ever receive a handle to it
 
-    def judge_all(names):
-        """Our view of each of `names`, one line each: what decide() and check_in_flight() go
-        by. /proc is read once for all of them."""
-        headers = {name: _header(name) for name in names}
-        pipes = set()
-        for header in headers.values():
-            if header is not None:
-                pipes |= roads(header)[0]
-        readers = pipes_read(pipes)
-        lives = groups_alive({g for name in names for g in groups.get(name, ())})
-        return [judge(name, headers[name], readers, lives) for name in names]
+    def look_at_proc(headers):
+        """For `headers` ({name: header}): which of their queue pipes a live process reads,
+        and which of their holders' process groups live (/proc read once for all)."""
+        if not headers:
+            return {}, set()
+        pipes = set().union(*(roads(header)[0] for header in headers.values()))
+        return (pipes_read(pipes),
+                groups_alive({g for name in headers for g in groups.get(name, ())}))
 
-    def judge(name, header, readers, lives):
-        pids = [p.pid for p in peers.values() if name in p.holds] + sorted(adopted.get(name, ()))
-        if pids:
-            return f"held 0 {','.join(map(str, pids))}\n"
-        if name not in known or header is None or name not in counted:
-            return "unknown 0 -\n"
+    def keep_or_unlink(name, header, readers, lives):
+        """For a name nobody alive holds: (kind, handles left in flight, pids that can read its
+        queue), kind as decided from the road each sender wrote in the header (the queue pipe's
+        inode; -1 for a ``Pipe``, ``SimpleQueue``, ``Pool``)::
+
+            the pipe is named, and a live process has its reading end open   -> "queue": kept
+              (/proc/PID/fd/N -> "pipe:[inode]", /proc/PID/fdinfo/N)
+            no road named, and a process of a holder's process group lives   -> "group": kept
+            otherwise: no live process can ever receive a handle to it       -> "unreachable"
+        """
         left = header[0] - dead.get(name, 0)
         pipes, unknown = roads(header)
-        mine = {ino: ps for ino, ps in readers.items() if ino in pipes}
-        if left > 0 and mine:
-            pids = sorted({p for ps in mine.values() for p in ps})
-            return f"queue {left} {','.join(map(str, pids))}\n"
+        pids = sorted({p for ino in pipes for p in readers.get(ino, ())})
+        if left > 0 and pids:
+            return "queue", left, pids
         if left > 0 and (unknown or not pipes) and groups.get(name, set()) & lives:
-            return f"group {left} -\n"
-        return f"unreachable {left} -\n"
+            return "group", left, []
+        return "unreachable", left, []
+
+    def judge_all(names):
+        """Our view of each of `names`, a line each (``FATE``'s answer): what decide() and
+        check_in_flight() go by."""
+        headers = {name: _header(name) for name in names}
+        readers, lives = look_at_proc({n: h for n, h in headers.items() if h is not None})
+        answers = []
+        for name in names:
+            pids = ([p.pid for p in peers.values() if name in p.holds]
+                    + sorted(adopted.get(name, ())))
+            if pids:
+                kind, left = "held", 0
+            elif name not in known or headers[name] is None or name not in counted:
+                kind, left = "unknown", 0
+            else:
+                kind, left, pids = keep_or_unlink(name, headers[name], readers, lives)
+            answers.append(f"{kind} {left} {','.join(map(str, pids)) or '-'}\n")
+        return answers
 
     def accept():
         """A new client, if it is of our user. Out of descriptors: the spare one is given up
