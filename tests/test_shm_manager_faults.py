@@ -273,3 +273,28 @@ def test_a_relative_manager_directory_is_refused_clearly(tag):
     assert run.returncode != 0
     assert "MPVIZ_SHM_MANAGER_DIR='run' is not an absolute path" in run.stderr, run.stderr
     assert "Fix:" in run.stderr and not _names(tag)
+
+
+def test_mpviz_shm_says_why_a_leaked_name_stays_while_a_manager_runs_and_how_to_remove_it(tag):
+    p, held = holder(tag, 1)                     # the tag's manager runs (and answers for it)
+    leaker = subprocess.run(
+        [sys.executable, "-c", "import os, signal, mpviz, mpviz.multiprocessing as mp; "
+         "mp.set_sharing_strategy('file_system'); t = mpviz.zeros(4).share_memory_(); "
+         "print(t.untyped_storage().segment_name, flush=True); "
+         "os.kill(os.getpid(), signal.SIGKILL)"],
+        capture_output=True, text=True, timeout=60,
+        env=dict(os.environ, MPVIZ_SHM_TAG=tag, MPVIZ_SHM_MANAGER="off", PYTHONPATH=ROOT))
+    leaked = leaker.stdout.strip()
+    try:
+        run = subprocess.run([sys.executable, "-m", "mpviz", "shm"], capture_output=True,
+                             text=True, timeout=60,
+                             env=dict(os.environ, MPVIZ_SHM_TAG=tag, PYTHONPATH=ROOT))
+    finally:
+        kill(p)
+    lines = {line.split()[0]: line for line in run.stdout.splitlines() if line.startswith("/dev")}
+    assert "HELD" in lines["/dev/shm" + held[0]], run.stdout
+    said = lines["/dev/shm" + leaked]
+    assert "LEAKED" in said, said
+    assert "no shm manager" not in said, said    # one runs: it answered for the held name
+    assert "never told of it" in said and "manager off" in said, said
+    assert f"Fix: rm /dev/shm{leaked}" in run.stdout, run.stdout

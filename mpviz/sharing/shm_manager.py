@@ -520,13 +520,18 @@ def fates(names):
         holders = mappers(unknown, _pids(but_me=False))
         pipes = set().union(*(roads(headers[name])[0] for name in unknown))
         readers = pipes_read(pipes, _pids(but_me=False))
+        # Why the manager cannot say: none runs, or the one that runs never heard of the name
+        # (shared with the manager off; it adopts what it finds only when it starts).
+        why = ("no shm manager runs" if answers is None else
+               "the running shm manager was never told of it: shared with the manager off")
         for name in unknown:
-            result[name] = _fate_from_proc(headers[name], holders[name], readers)
+            result[name] = _fate_from_proc(headers[name], holders[name], readers, why)
     return result
 
 
-def _fate_from_proc(header, holders, readers):
-    """fate() without the manager: it cannot tell a dead holder's count from a handle's."""
+def _fate_from_proc(header, holders, readers, why):
+    """fate() without the manager (`why`: why it was not asked): it cannot tell a dead
+    holder's count from a handle's."""
     if holders:
         return "held", f"mapped by pid {', '.join(map(str, holders[:4]))}"
     pipes, unknown = roads(header)
@@ -534,12 +539,12 @@ def _fate_from_proc(header, holders, readers):
     if pids:
         return "maybe in flight", (f"no live process maps it; pid {', '.join(map(str, pids[:4]))} "
                                    f"can still read a queue its handles went through, so one "
-                                   f"may still arrive (no shm manager to ask)")
+                                   f"may still arrive ({why})")
     if unknown:
         return "maybe in flight", ("no live process maps it; a handle went by a road mpviz "
-                                   "cannot see, and may still arrive (no shm manager to ask)")
+                                   f"cannot see, and may still arrive ({why})")
     return "leaked", ("no live process maps it, and none can receive a handle to it: left in "
-                      "/dev/shm (no shm manager to remove it)")
+                      f"/dev/shm ({why})")
 
 
 _KINDS = ("held", "queue", "group", "unreachable", "unknown")
