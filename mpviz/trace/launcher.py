@@ -587,8 +587,9 @@ def _write_private(directory, name, write):
         os.unlink(path)
         raise
     if os.path.basename(path) != name:
-        say(f"{os.path.join(directory, name)} is there already and is not this run's: left as "
-            f"it is; wrote {path}")
+        say(f"{os.path.join(directory, name)} is there already (an earlier --finish, or a file "
+            f"made during the run): left as it is, as mpviz never writes over a file; wrote "
+            f"{path}")
     return path
 
 
