@@ -298,3 +298,19 @@ def test_mpviz_shm_says_why_a_leaked_name_stays_while_a_manager_runs_and_how_to_
     assert "no shm manager" not in said, said    # one runs: it answered for the held name
     assert "never told of it" in said and "manager off" in said, said
     assert f"Fix: rm /dev/shm{leaked}" in run.stdout, run.stdout
+
+
+def test_a_manager_directory_that_cannot_be_made_is_refused_clearly_not_a_silent_leak(tag,
+                                                                                       tmp_path):
+    # A typo in MPVIZ_SHM_MANAGER_DIR: before, the manager silently never started, and the
+    # names of a killed process stayed in /dev/shm.
+    missing = tmp_path / "no" / "such"
+    run = subprocess.run([sys.executable, "-c", "import mpviz, mpviz.multiprocessing as mp; "
+                          "mp.set_sharing_strategy('file_system'); mpviz.zeros(1).share_memory_()"],
+                         capture_output=True, text=True, timeout=60,
+                         env=dict(os.environ, MPVIZ_SHM_TAG=tag, MPVIZ_SHM_MANAGER_DIR=str(missing),
+                                  PYTHONPATH=ROOT))
+    assert run.returncode != 0, "shared without a manager, and said nothing"
+    assert f"MPVIZ_SHM_MANAGER_DIR={str(missing)!r}" in run.stderr, run.stderr
+    assert "No such file or directory" in run.stderr and "Fix:" in run.stderr, run.stderr
+    assert not _names(tag)

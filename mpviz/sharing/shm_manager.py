@@ -87,6 +87,13 @@ def _private_directory():
         os.mkdir(path, 0o700)
     except FileExistsError:
         pass
+    except OSError as exc:
+        if not os.environ.get(_ENV_DIR):
+            raise                          # /tmp itself: the next message tries again
+        raise ValueError(f"{_ENV_DIR}={os.environ[_ENV_DIR]!r}: the shm manager's directory "
+                         f"{path} cannot be made there ({exc.strerror}), so no manager could "
+                         f"remove the segments of a killed process. Fix: an existing directory "
+                         f"you can write, or unset {_ENV_DIR} (/tmp)") from None
     st = os.lstat(path)
     if stat.S_ISLNK(st.st_mode):
         problem = f"is a symbolic link (to {os.readlink(path)!r})"
