@@ -300,17 +300,32 @@ def test_mpviz_shm_says_why_a_leaked_name_stays_while_a_manager_runs_and_how_to_
     assert f"Fix: rm /dev/shm{leaked}" in run.stdout, run.stdout
 
 
+def share_one(tag, **env):
+    """A fresh Python that shares one tensor by file_system, with `env`: its CompletedProcess."""
+    return subprocess.run([sys.executable, "-c", "import mpviz, mpviz.multiprocessing as mp; "
+                           "mp.set_sharing_strategy('file_system'); "
+                           "mpviz.zeros(1).share_memory_()"],
+                          capture_output=True, text=True, timeout=60,
+                          env=dict(os.environ, MPVIZ_SHM_TAG=tag, PYTHONPATH=ROOT, **env))
+
+
 def test_a_manager_directory_that_cannot_be_made_is_refused_clearly_not_a_silent_leak(tag,
                                                                                        tmp_path):
     # A typo in MPVIZ_SHM_MANAGER_DIR: before, the manager silently never started, and the
     # names of a killed process stayed in /dev/shm.
     missing = tmp_path / "no" / "such"
-    run = subprocess.run([sys.executable, "-c", "import mpviz, mpviz.multiprocessing as mp; "
-                          "mp.set_sharing_strategy('file_system'); mpviz.zeros(1).share_memory_()"],
-                         capture_output=True, text=True, timeout=60,
-                         env=dict(os.environ, MPVIZ_SHM_TAG=tag, MPVIZ_SHM_MANAGER_DIR=str(missing),
-                                  PYTHONPATH=ROOT))
+    run = share_one(tag, MPVIZ_SHM_MANAGER_DIR=str(missing))
     assert run.returncode != 0, "shared without a manager, and said nothing"
     assert f"MPVIZ_SHM_MANAGER_DIR={str(missing)!r}" in run.stderr, run.stderr
     assert "No such file or directory" in run.stderr and "Fix:" in run.stderr, run.stderr
+    assert not _names(tag)
+
+
+def test_a_manager_directory_of_yours_left_open_is_refused_with_chmod_as_the_fix(tag, tmp_path):
+    (tmp_path / f"mpviz-{os.getuid()}").mkdir(mode=0o755)
+    os.chmod(tmp_path / f"mpviz-{os.getuid()}", 0o755)     # yours, readable by others
+    run = share_one(tag, MPVIZ_SHM_MANAGER_DIR=str(tmp_path))
+    assert run.returncode != 0 and "mode 755" in run.stderr, run.stderr
+    assert "another user may have made it" not in run.stderr, run.stderr   # you did
+    assert f"Fix: chmod 700 {tmp_path / f'mpviz-{os.getuid()}'}" in run.stderr, run.stderr
     assert not _names(tag)

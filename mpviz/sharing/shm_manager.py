@@ -102,7 +102,10 @@ def _private_directory():
     elif st.st_uid != os.getuid():
         problem = f"belongs to uid {st.st_uid}, not to you (uid {os.getuid()})"
     elif st.st_mode & 0o077:
-        problem = f"is open to other users (mode {stat.S_IMODE(st.st_mode):o}, not 700)"
+        raise ManagerUnsafe(
+            f"the shm manager's private directory {path} is yours but open to other users "
+            f"(mode {stat.S_IMODE(st.st_mode):o}, not 700): mpviz keeps the manager's socket "
+            f"where only you can reach it. Fix: chmod 700 {path}")
     else:
         return path
     raise ManagerUnsafe(
