@@ -51,8 +51,8 @@ PROTOCOL = 5  # in the address: a manager that speaks older lines never serves n
 
 class ManagerUnsafe(RuntimeError):
     """Raised when the shm manager's private directory, or the process listening at its socket,
-    is not this user's: another user could read every segment name this program shares, or
-    make it wait. The message names what was found and how to fix it."""
+    is not this user's alone: another user could read every segment name this program shares,
+    or make it wait. The message names what was found and how to fix it."""
 
 
 _ON, _OFF_WORDS = ("", "1", "on", "true", "yes"), ("0", "off", "false", "no")
