@@ -329,3 +329,33 @@ def test_a_manager_directory_of_yours_left_open_is_refused_with_chmod_as_the_fix
     assert "another user may have made it" not in run.stderr, run.stderr   # you did
     assert f"Fix: chmod 700 {tmp_path / f'mpviz-{os.getuid()}'}" in run.stderr, run.stderr
     assert not _names(tag)
+
+
+SHARE_AGAIN = """
+    import json, sys
+    import mpviz, mpviz.multiprocessing as mp
+    mp.set_sharing_strategy("file_system")
+    kept = [mpviz.zeros(4).share_memory_() for _ in range(3)]
+    print(json.dumps([t.untyped_storage().segment_name for t in kept]), flush=True)
+    sys.stdin.readline()
+    kept.append(mpviz.zeros(4).share_memory_())   # one message, to a manager that is gone
+    print("shared", flush=True)
+    sys.stdin.read()
+"""
+
+
+def test_a_client_whose_manager_was_killed_starts_the_next_one_at_once(tag):
+    p = subprocess.Popen([sys.executable, "-c", textwrap.dedent(SHARE_AGAIN)],
+                         env=dict(os.environ, MPVIZ_SHM_TAG=tag, PYTHONPATH=ROOT),
+                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                         start_new_session=True)
+    json.loads(p.stdout.readline())
+    os.kill(manager_pid(tag), signal.SIGKILL)    # (the OOM killer's choice, or a kill -9)
+    p.stdin.write("go\n")
+    p.stdin.flush()
+    assert p.stdout.readline().strip() == "shared"
+    # That one message found the manager gone: the client must start the next one then, and
+    # tell it all it holds -- not at some later message, which may never come ...
+    kill(p)
+    # ... so that its names still go when it is killed, with no other client to help.
+    assert gone_within(tag, 4), f"{len(_names(tag))} of 4 names left after the holder died"

@@ -222,7 +222,7 @@ class _Client:
         lines += [f"HOLD {name}\n" for name in self.plain]
         return "".join(lines)
 
-    def _write(self, line):
+    def _write(self, line, again=True):
         if self.fd is None:
             if time.monotonic() < self.refused_until:
                 return
@@ -243,11 +243,15 @@ class _Client:
         except OSError:
             reason = _refusal(self.fd)
             os.close(self.fd)
-            self.fd = None  # the manager is gone; the next message starts a new one
+            self.fd = None  # the manager is gone
             if reason:
                 self.refused_until = time.monotonic() + REFUSED_SECONDS
                 warnings.warn(f"the mpviz shm manager refused this process (pid {os.getpid()}): "
                               f"{reason}", RuntimeWarning, stacklevel=2)
+            elif again:
+                # It was killed: start the next one now and tell it all we hold. Waiting for
+                # our next message could mean never, and then our names outlive us if we die.
+                self._write(line, again=False)
 
 
 def _refusal(fd):
