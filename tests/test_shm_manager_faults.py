@@ -344,13 +344,27 @@ SHARE_AGAIN = """
 """
 
 
+def _state(pid):
+    """The state letter of process `pid` in /proc ("Z": a zombie; None: gone)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return None
+
+
 def test_a_client_whose_manager_was_killed_starts_the_next_one_at_once(tag):
     p = subprocess.Popen([sys.executable, "-c", textwrap.dedent(SHARE_AGAIN)],
                          env=dict(os.environ, MPVIZ_SHM_TAG=tag, PYTHONPATH=ROOT),
                          stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
                          start_new_session=True)
     json.loads(p.stdout.readline())
-    os.kill(manager_pid(tag), signal.SIGKILL)    # (the OOM killer's choice, or a kill -9)
+    manager = manager_pid(tag)
+    os.kill(manager, signal.SIGKILL)             # (the OOM killer's choice, or a kill -9)
+    deadline = time.monotonic() + 10             # dead, its socket closed: not only signalled
+    while os.path.exists(f"/proc/{manager}") and _state(manager) != "Z":
+        assert time.monotonic() < deadline, "the manager did not die of SIGKILL in 10 s"
+        time.sleep(0.01)
     p.stdin.write("go\n")
     p.stdin.flush()
     assert p.stdout.readline().strip() == "shared"
@@ -359,3 +373,4 @@ def test_a_client_whose_manager_was_killed_starts_the_next_one_at_once(tag):
     kill(p)
     # ... so that its names still go when it is killed, with no other client to help.
     assert gone_within(tag, 4), f"{len(_names(tag))} of 4 names left after the holder died"
+
