@@ -374,3 +374,29 @@ def test_a_client_whose_manager_was_killed_starts_the_next_one_at_once(tag):
     # ... so that its names still go when it is killed, with no other client to help.
     assert gone_within(tag, 4), f"{len(_names(tag))} of 4 names left after the holder died"
 
+
+def test_a_manager_that_cannot_start_is_said_once_and_the_program_does_not_crawl(tag, tmp_path):
+    # Something sits where the manager's socket must go (here a directory): every start fails.
+    # Before, each message to the manager tried again and waited 5 s: 3 shares took ~45 s,
+    # and nothing was said.
+    old = os.environ.get("MPVIZ_SHM_MANAGER_DIR")
+    os.environ["MPVIZ_SHM_MANAGER_DIR"] = str(tmp_path)
+    try:
+        os.makedirs(address(tag))
+    finally:
+        if old is None:
+            del os.environ["MPVIZ_SHM_MANAGER_DIR"]
+        else:
+            os.environ["MPVIZ_SHM_MANAGER_DIR"] = old
+    t0 = time.monotonic()
+    run = subprocess.run([sys.executable, "-c", "import mpviz, mpviz.multiprocessing as mp; "
+                          "mp.set_sharing_strategy('file_system'); "
+                          "kept = [mpviz.zeros(1).share_memory_() for _ in range(3)]"],
+                         capture_output=True, text=True, timeout=120,
+                         env=dict(os.environ, MPVIZ_SHM_TAG=tag, PYTHONPATH=ROOT,
+                                  MPVIZ_SHM_MANAGER_DIR=str(tmp_path)))
+    took = time.monotonic() - t0
+    assert run.returncode == 0, run.stderr
+    assert run.stderr.count("could not be started") == 1, run.stderr
+    assert "shares without it" in run.stderr and "Fix:" in run.stderr, run.stderr
+    assert took < 15, f"3 shares took {took:.0f} s"

@@ -177,6 +177,7 @@ class _Client:
         self.plain = set()  # names with no count in them (simulated CUDA memory) we hold
         self.refused_until = 0.0   # the manager refused us (out of descriptors): not before then
         self.unsafe = False        # its directory or listener is another user's: raised once
+        self.failed = False        # no manager could be started: said once, not tried again
 
     def change(self, name, counted=0, uncounted=0):
         """`counted`/`uncounted` more (or fewer, if negative) of our mappings of the file_system
@@ -226,12 +227,20 @@ class _Client:
         if self.fd is None:
             if time.monotonic() < self.refused_until:
                 return
-            if self.unsafe:
-                return      # said once (raised): this process shares without the manager
+            if self.unsafe or self.failed:
+                return      # said once: this process shares without the manager
             try:
                 self.fd = _connect_or_start().detach()
-            except OSError:
-                return      # no manager could be started: the next message tries again
+            except OSError as exc:
+                # Not tried at every message: a start that fails can take seconds each time.
+                self.failed = True
+                warnings.warn(f"the mpviz shm manager could not be started ({exc}): this "
+                              f"process (pid {os.getpid()}) shares without it, so if it is "
+                              f"killed its file_system segments stay in /dev/shm (python -m "
+                              f"mpviz shm lists them). Fix: rm -r {runtime_directory()} (the "
+                              f"manager's directory: the next start makes it afresh), or "
+                              f"{_ENV}=0 to share without it", RuntimeWarning, stacklevel=3)
+                return
             except ManagerUnsafe:
                 self.unsafe = True
                 raise
@@ -329,7 +338,7 @@ def _connect_or_start():
         if sock is not None:
             return sock
         time.sleep(0.005)
-    raise OSError("the mpviz shm manager did not start")
+    raise OSError(f"nothing listened at {path} 5 s after it was started")
 
 
 def _daemon_environment():
