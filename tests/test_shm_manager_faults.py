@@ -400,3 +400,5 @@ def test_a_manager_that_cannot_start_is_said_once_and_the_program_does_not_crawl
     assert run.stderr.count("could not be started") == 1, run.stderr
     assert "shares without it" in run.stderr and "Fix:" in run.stderr, run.stderr
     assert took < 15, f"3 shares took {took:.0f} s"
+    assert "Is a directory" in run.stderr, run.stderr   # the daemon's own reason, passed on
+    assert took < 4, f"3 shares took {took:.1f} s: the failed start was waited for"

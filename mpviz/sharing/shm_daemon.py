@@ -44,17 +44,24 @@ MAX_NAMES = 1 << 16     # names one client may hold (a process cannot map more: 
 
 
 def main():
-    """Become a daemon, then serve (or exit at once if another manager serves this address)."""
+    """Become a daemon, then serve (or exit at once if another manager serves this address).
+    The starter reads our stderr to its end: it ends when we listen (``_quiet`` in serve), or
+    when we die of an error, whose traceback it then has to say why."""
     _daemonize()
     serve()
 
 
 def _daemonize():
+    """Double fork and ``setsid()``: no terminal, no parent that waits for us."""
     if os.fork():
-        os._exit(0)  # the starter waits only for this first child
+        os._exit(0)
     os.setsid()
     if os.fork():
         os._exit(0)
+
+
+def _quiet():
+    """stdin, stdout, stderr on /dev/null: the starter's read of our stderr ends."""
     devnull = os.open(os.devnull, os.O_RDWR)
     for fd in (0, 1, 2):
         os.dup2(devnull, fd)
@@ -179,7 +186,8 @@ def _ours(prefix):
 
 
 def serve():
-    listener = _listen()
+    listener = _listen()           # (an error here reaches the starter: see main())
+    _quiet()
     if listener is None:
         return  # another manager is already serving this user
     _raise_fd_limit()

@@ -327,18 +327,21 @@ def _connect_or_start():
     if sock is not None:
         return sock
     # Nobody is listening: start the daemon. Two processes racing here is fine: the second
-    # daemon finds the lock taken and exits.
-    subprocess.run([sys.executable, "-I", "-S", os.path.abspath(__file__), "--serve"],
-                   env=_daemon_environment(), stdin=subprocess.DEVNULL,
-                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                   close_fds=True, check=False, timeout=10)
+    # daemon finds the lock taken and exits. Its stderr ends once it listens, or once it died
+    # of an error (the traceback): run() returns then (shm_daemon.main).
+    started = subprocess.run([sys.executable, "-I", "-S", os.path.abspath(__file__), "--serve"],
+                             env=_daemon_environment(), stdin=subprocess.DEVNULL,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                             close_fds=True, check=False, timeout=10)
+    said = started.stderr.decode("utf-8", "replace").strip().splitlines()
     deadline = time.monotonic() + 5
-    while time.monotonic() < deadline:
+    while time.monotonic() < deadline and not said:   # (the lock's holder may be starting)
         sock = _connect(path)
         if sock is not None:
             return sock
         time.sleep(0.005)
-    raise OSError(f"nothing listened at {path} 5 s after it was started")
+    raise OSError(f"nothing listened at {path} after it was started"
+                  + (f" (it said: {said[-1]})" if said else " (in 5 s)"))
 
 
 def _daemon_environment():
