@@ -344,15 +344,6 @@ SHARE_AGAIN = """
 """
 
 
-def _state(pid):
-    """The state letter of process `pid` in /proc ("Z": a zombie; None: gone)."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return None
-
-
 def test_a_client_whose_manager_was_killed_starts_the_next_one_at_once(tag):
     p = subprocess.Popen([sys.executable, "-c", textwrap.dedent(SHARE_AGAIN)],
                          env=dict(os.environ, MPVIZ_SHM_TAG=tag, PYTHONPATH=ROOT),
@@ -362,7 +353,7 @@ def test_a_client_whose_manager_was_killed_starts_the_next_one_at_once(tag):
     manager = manager_pid(tag)
     os.kill(manager, signal.SIGKILL)             # (the OOM killer's choice, or a kill -9)
     deadline = time.monotonic() + 10             # dead, its socket closed: not only signalled
-    while os.path.exists(f"/proc/{manager}") and _state(manager) != "Z":
+    while shm_manager._stat(manager)[0] not in (None, "Z"):   # (state: None once gone)
         assert time.monotonic() < deadline, "the manager did not die of SIGKILL in 10 s"
         time.sleep(0.01)
     p.stdin.write("go\n")
