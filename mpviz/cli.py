@@ -158,9 +158,17 @@ def _shm_run(args):
         print(f"{len(mine):,} segments of yours; asking the shm manager and reading /proc once "
               f"for all of them...", flush=True)
     fates = shm_manager.fates(["/" + name for name, _ in mine])
+    leaked = []
     for name, size in mine:
         kind, words = fates["/" + name]
         print(f"/dev/shm/{name}  {size:,} bytes  {kind.upper()}: {words}")
+        if kind == "leaked":
+            leaked.append(f"/dev/shm/{name}")
+    if leaked:
+        paths = " ".join(leaked) if len(leaked) <= 5 else "each LEAKED path above"
+        print(f"{len(leaked):,} LEAKED segment(s): no process can ever use them again, and "
+              f"they hold RAM until removed. Fix: rm {paths} (or let a shm manager start when "
+              f"none runs: it adopts the names it finds, and removes these)")
     for uid, count in sorted(others.items()):
         print(f"(and {count:,} mpviz segment(s) of uid {uid}: not yours, left out)")
     return 0

@@ -324,6 +324,47 @@ def test_trace_never_overwrites_a_file_it_did_not_write(tmp_path):
     assert (out / "trace.json").read_text() == "my own notes\n"
 
 
+def test_the_report_a_ctrl_c_leaves_is_private_like_every_other_trace_file(tmp_path):
+    # The user's own -o directory, readable by others (mode 755, as mkdir makes it): what mpviz
+    # writes there must still be 0600 -- the Ctrl-C report names processes, argv and stacks.
+    out = tmp_path / "mine"
+    out.mkdir()
+    out.chmod(0o755)
+    launcher = subprocess.Popen(
+        [PY, "-m", "mpviz", "trace", "--no-plot", "--hang-after", "0", "-o", str(out), "--",
+         PY, os.path.join(ROOT, "tests", "exit_programs", "wait_for_file.py"),
+         str(tmp_path / "never-written.txt")],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+        env=dict(os.environ, PYTHONPATH=ROOT))
+    try:
+        assert launcher.stdout.readline().strip() == "waiting for the reader"
+        os.killpg(launcher.pid, signal.SIGINT)          # a terminal's Ctrl-C
+        _, err = launcher.communicate(timeout=60)
+    finally:
+        if launcher.poll() is None:
+            os.killpg(launcher.pid, signal.SIGKILL)
+            launcher.wait()
+    verdict = out / "verdict.txt"
+    assert "INTERRUPTED (Ctrl-C)" in verdict.read_text(), err
+    for f in out.iterdir():
+        assert f.stat().st_mode & 0o077 == 0, f"{f.name} is readable by others"
+
+
+def test_finish_run_again_writes_a_new_file_beside_the_trace_never_over_it(tmp_path):
+    out = tmp_path / "t"
+    assert _trace(str(out), PY, "-c", "pass").returncode == 0
+    first = (out / "trace.json").read_bytes()
+    again = subprocess.run([PY, "-m", "mpviz", "trace", "--finish", str(out), "--no-plot"],
+                           capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=ROOT),
+                           timeout=60)
+    assert again.returncode == 0, again.stderr
+    assert (out / "trace.json").read_bytes() == first
+    assert f"wrote {out / 'trace-2.json'}" in again.stderr and (out / "trace-2.json").exists()
+    # the trace.json left alone is this recording's own (the launcher wrote it): never called
+    # another run's
+    assert "not this run's" not in again.stderr, again.stderr
+
+
 def test_a_dangling_output_link_is_named_with_its_target(tmp_path):
     (tmp_path / "out").symlink_to(tmp_path / "nowhere" / "trace")
     run = _trace(str(tmp_path / "out"), PY, "-c", "pass")

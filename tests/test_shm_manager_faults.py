@@ -273,3 +273,123 @@ def test_a_relative_manager_directory_is_refused_clearly(tag):
     assert run.returncode != 0
     assert "MPVIZ_SHM_MANAGER_DIR='run' is not an absolute path" in run.stderr, run.stderr
     assert "Fix:" in run.stderr and not _names(tag)
+
+
+def test_mpviz_shm_says_why_a_leaked_name_stays_while_a_manager_runs_and_how_to_remove_it(tag):
+    p, held = holder(tag, 1)                     # the tag's manager runs (and answers for it)
+    leaker = subprocess.run(
+        [sys.executable, "-c", "import os, signal, mpviz, mpviz.multiprocessing as mp; "
+         "mp.set_sharing_strategy('file_system'); t = mpviz.zeros(4).share_memory_(); "
+         "print(t.untyped_storage().segment_name, flush=True); "
+         "os.kill(os.getpid(), signal.SIGKILL)"],
+        capture_output=True, text=True, timeout=60,
+        env=dict(os.environ, MPVIZ_SHM_TAG=tag, MPVIZ_SHM_MANAGER="off", PYTHONPATH=ROOT))
+    leaked = leaker.stdout.strip()
+    try:
+        run = subprocess.run([sys.executable, "-m", "mpviz", "shm"], capture_output=True,
+                             text=True, timeout=60,
+                             env=dict(os.environ, MPVIZ_SHM_TAG=tag, PYTHONPATH=ROOT))
+    finally:
+        kill(p)
+    lines = {line.split()[0]: line for line in run.stdout.splitlines() if line.startswith("/dev")}
+    assert "HELD" in lines["/dev/shm" + held[0]], run.stdout
+    said = lines["/dev/shm" + leaked]
+    assert "LEAKED" in said, said
+    assert "no shm manager" not in said, said    # one runs: it answered for the held name
+    assert "never told of it" in said and "manager off" in said, said
+    assert f"Fix: rm /dev/shm{leaked}" in run.stdout, run.stdout
+
+
+def share_one(tag, **env):
+    """A fresh Python that shares one tensor by file_system, with `env`: its CompletedProcess."""
+    return subprocess.run([sys.executable, "-c", "import mpviz, mpviz.multiprocessing as mp; "
+                           "mp.set_sharing_strategy('file_system'); "
+                           "mpviz.zeros(1).share_memory_()"],
+                          capture_output=True, text=True, timeout=60,
+                          env=dict(os.environ, MPVIZ_SHM_TAG=tag, PYTHONPATH=ROOT, **env))
+
+
+def test_a_manager_directory_that_cannot_be_made_is_refused_clearly_not_a_silent_leak(tag,
+                                                                                       tmp_path):
+    # A typo in MPVIZ_SHM_MANAGER_DIR: before, the manager silently never started, and the
+    # names of a killed process stayed in /dev/shm.
+    missing = tmp_path / "no" / "such"
+    run = share_one(tag, MPVIZ_SHM_MANAGER_DIR=str(missing))
+    assert run.returncode != 0, "shared without a manager, and said nothing"
+    assert f"MPVIZ_SHM_MANAGER_DIR={str(missing)!r}" in run.stderr, run.stderr
+    assert "No such file or directory" in run.stderr and "Fix:" in run.stderr, run.stderr
+    assert not _names(tag)
+
+
+def test_a_manager_directory_of_yours_left_open_is_refused_with_chmod_as_the_fix(tag, tmp_path):
+    (tmp_path / f"mpviz-{os.getuid()}").mkdir(mode=0o755)
+    os.chmod(tmp_path / f"mpviz-{os.getuid()}", 0o755)     # yours, readable by others
+    run = share_one(tag, MPVIZ_SHM_MANAGER_DIR=str(tmp_path))
+    assert run.returncode != 0 and "mode 755" in run.stderr, run.stderr
+    assert "another user may have made it" not in run.stderr, run.stderr   # you did
+    assert f"Fix: chmod 700 {tmp_path / f'mpviz-{os.getuid()}'}" in run.stderr, run.stderr
+    assert not _names(tag)
+
+
+SHARE_AGAIN = """
+    import json, sys
+    import mpviz, mpviz.multiprocessing as mp
+    mp.set_sharing_strategy("file_system")
+    kept = [mpviz.zeros(4).share_memory_() for _ in range(3)]
+    print(json.dumps([t.untyped_storage().segment_name for t in kept]), flush=True)
+    sys.stdin.readline()
+    kept.append(mpviz.zeros(4).share_memory_())   # one message, to a manager that is gone
+    print("shared", flush=True)
+    sys.stdin.read()
+"""
+
+
+def test_a_client_whose_manager_was_killed_starts_the_next_one_at_once(tag):
+    p = subprocess.Popen([sys.executable, "-c", textwrap.dedent(SHARE_AGAIN)],
+                         env=dict(os.environ, MPVIZ_SHM_TAG=tag, PYTHONPATH=ROOT),
+                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                         start_new_session=True)
+    json.loads(p.stdout.readline())
+    manager = manager_pid(tag)
+    os.kill(manager, signal.SIGKILL)             # (the OOM killer's choice, or a kill -9)
+    deadline = time.monotonic() + 10             # dead, its socket closed: not only signalled
+    while shm_manager._stat(manager)[0] not in (None, "Z"):   # (state: None once gone)
+        assert time.monotonic() < deadline, "the manager did not die of SIGKILL in 10 s"
+        time.sleep(0.01)
+    p.stdin.write("go\n")
+    p.stdin.flush()
+    assert p.stdout.readline().strip() == "shared"
+    # That one message found the manager gone: the client must start the next one then, and
+    # tell it all it holds -- not at some later message, which may never come ...
+    kill(p)
+    # ... so that its names still go when it is killed, with no other client to help.
+    assert gone_within(tag, 4), f"{len(_names(tag))} of 4 names left after the holder died"
+
+
+def test_a_manager_that_cannot_start_is_said_once_and_the_program_does_not_crawl(tag, tmp_path):
+    # Something sits where the manager's socket must go (here a directory): every start fails.
+    # Before, each message to the manager tried again and waited 5 s: 3 shares took ~45 s,
+    # and nothing was said.
+    old = os.environ.get("MPVIZ_SHM_MANAGER_DIR")
+    os.environ["MPVIZ_SHM_MANAGER_DIR"] = str(tmp_path)
+    try:
+        os.makedirs(address(tag))
+    finally:
+        if old is None:
+            del os.environ["MPVIZ_SHM_MANAGER_DIR"]
+        else:
+            os.environ["MPVIZ_SHM_MANAGER_DIR"] = old
+    t0 = time.monotonic()
+    run = subprocess.run([sys.executable, "-c", "import mpviz, mpviz.multiprocessing as mp; "
+                          "mp.set_sharing_strategy('file_system'); "
+                          "kept = [mpviz.zeros(1).share_memory_() for _ in range(3)]"],
+                         capture_output=True, text=True, timeout=120,
+                         env=dict(os.environ, MPVIZ_SHM_TAG=tag, PYTHONPATH=ROOT,
+                                  MPVIZ_SHM_MANAGER_DIR=str(tmp_path)))
+    took = time.monotonic() - t0
+    assert run.returncode == 0, run.stderr
+    assert run.stderr.count("could not be started") == 1, run.stderr
+    assert "shares without it" in run.stderr and "Fix:" in run.stderr, run.stderr
+    assert took < 15, f"3 shares took {took:.0f} s"
+    assert "Is a directory" in run.stderr, run.stderr   # the daemon's own reason, passed on
+    assert took < 4, f"3 shares took {took:.1f} s: the failed start was waited for"

@@ -15,22 +15,17 @@ would stay in /dev/shm, using RAM, until reboot. The manager watches instead::
   followed link; ``MPVIZ_SHM_MANAGER_DIR`` moves it); each side checks the other's uid with
   ``SO_PEERCRED`` (an abstract name, as before, anyone could take first). torch's does the same.
 * **Bad clients cannot break it**: bounded ASCII lines, bounded reads, ``UNLINKED`` believed only
-  if the name is gone, fd limits raised or refused with a reason (see ``MAX_LINE``, :func:`serve`).
-* **Handles in flight are read from the segment's header** (``check_in_flight`` in :func:`serve`; :func:`fate`);
-  a manager that was killed is followed by one that *adopts* the names it finds in /dev/shm.
-* Idle for ``IDLE_SECONDS``: it unlinks what it knows and exits. Off: ``MPVIZ_SHM_MANAGER=0``.
+  if the name is gone, fd limits raised or refused with a reason.
+* **Handles in flight are read from the segment's header** (:func:`fate`); a manager that was
+  killed is followed by one that *adopts* the names it finds in /dev/shm.
+* Idle for a second: it unlinks what it knows and exits. Off: ``MPVIZ_SHM_MANAGER=0``.
 
-Adapted from torch's ``libshm`` (``torch_shm_manager``), which cleans up when all clients are
-gone; mpviz also cleans up after each dead client. This file is the client (as a module) and the
-daemon (as a script), standard library only so the daemon starts fast.
+Adapted from torch's ``libshm``. This file is the client, and what both sides read of /proc
+and of a segment's header; the daemon is :mod:`mpviz.sharing.shm_daemon`, started as this file
+run with ``--serve``. Standard library only, so that the daemon starts fast.
 """
-import errno
-import fcntl
 import hashlib
 import os
-import re
-import resource
-import selectors
 import socket
 import stat
 import struct
@@ -40,12 +35,7 @@ import threading
 import time
 import warnings
 
-IDLE_SECONDS = 1.0
-CHECK_SECONDS = 1.0     # how often names in flight are looked at again (a scan of /proc)
-BATCH_SECONDS = 0.001   # see serve(): longer, and a busy client fills its socket buffer and waits
 MAX_LINE = 1024         # bytes: a message is a word and a name of at most 255 bytes
-READ_PER_ROUND = 1 << 20  # bytes read from one client per round: a flood cannot grow us
-MAX_NAMES = 1 << 16     # names one client may hold (a process cannot map more: vm.max_map_count)
 REFUSED_SECONDS = 10.0  # a refused client tries again after this long
 _ENV = "MPVIZ_SHM_MANAGER"
 _ENV_DIR = "MPVIZ_SHM_MANAGER_DIR"
@@ -61,8 +51,8 @@ PROTOCOL = 5  # in the address: a manager that speaks older lines never serves n
 
 class ManagerUnsafe(RuntimeError):
     """Raised when the shm manager's private directory, or the process listening at its socket,
-    is not this user's: another user could read every segment name this program shares, or
-    make it wait. The message names what was found and how to fix it."""
+    is not this user's alone: another user could read every segment name this program shares,
+    or make it wait. The message names what was found and how to fix it."""
 
 
 _ON, _OFF_WORDS = ("", "1", "on", "true", "yes"), ("0", "off", "false", "no")
@@ -97,6 +87,13 @@ def _private_directory():
         os.mkdir(path, 0o700)
     except FileExistsError:
         pass
+    except OSError as exc:
+        if not os.environ.get(_ENV_DIR):
+            raise                          # /tmp itself: the next message tries again
+        raise ValueError(f"{_ENV_DIR}={os.environ[_ENV_DIR]!r}: the shm manager's directory "
+                         f"{path} cannot be made there ({exc.strerror}), so no manager could "
+                         f"remove the segments of a killed process. Fix: an existing directory "
+                         f"you can write, or unset {_ENV_DIR} (/tmp)") from None
     st = os.lstat(path)
     if stat.S_ISLNK(st.st_mode):
         problem = f"is a symbolic link (to {os.readlink(path)!r})"
@@ -105,7 +102,10 @@ def _private_directory():
     elif st.st_uid != os.getuid():
         problem = f"belongs to uid {st.st_uid}, not to you (uid {os.getuid()})"
     elif st.st_mode & 0o077:
-        problem = f"is open to other users (mode {stat.S_IMODE(st.st_mode):o}, not 700)"
+        raise ManagerUnsafe(
+            f"the shm manager's private directory {path} is yours but open to other users "
+            f"(mode {stat.S_IMODE(st.st_mode):o}, not 700): mpviz keeps the manager's socket "
+            f"where only you can reach it. Fix: chmod 700 {path}")
     else:
         return path
     raise ManagerUnsafe(
@@ -177,6 +177,7 @@ class _Client:
         self.plain = set()  # names with no count in them (simulated CUDA memory) we hold
         self.refused_until = 0.0   # the manager refused us (out of descriptors): not before then
         self.unsafe = False        # its directory or listener is another user's: raised once
+        self.failed = False        # no manager could be started: said once, not tried again
 
     def change(self, name, counted=0, uncounted=0):
         """`counted`/`uncounted` more (or fewer, if negative) of our mappings of the file_system
@@ -222,16 +223,24 @@ class _Client:
         lines += [f"HOLD {name}\n" for name in self.plain]
         return "".join(lines)
 
-    def _write(self, line):
+    def _write(self, line, again=True):
         if self.fd is None:
             if time.monotonic() < self.refused_until:
                 return
-            if self.unsafe:
-                return      # said once (raised): this process shares without the manager
+            if self.unsafe or self.failed:
+                return      # said once: this process shares without the manager
             try:
                 self.fd = _connect_or_start().detach()
-            except OSError:
-                return      # no manager could be started: the next message tries again
+            except OSError as exc:
+                # Not tried at every message: a start that fails can take seconds each time.
+                self.failed = True
+                warnings.warn(f"the mpviz shm manager could not be started ({exc}): this "
+                              f"process (pid {os.getpid()}) shares without it, so if it is "
+                              f"killed its file_system segments stay in /dev/shm (python -m "
+                              f"mpviz shm lists them). Fix: rm -r {runtime_directory()} (the "
+                              f"manager's directory: the next start makes it afresh), or "
+                              f"{_ENV}=0 to share without it", RuntimeWarning, stacklevel=3)
+                return
             except ManagerUnsafe:
                 self.unsafe = True
                 raise
@@ -243,11 +252,15 @@ class _Client:
         except OSError:
             reason = _refusal(self.fd)
             os.close(self.fd)
-            self.fd = None  # the manager is gone; the next message starts a new one
+            self.fd = None  # the manager is gone
             if reason:
                 self.refused_until = time.monotonic() + REFUSED_SECONDS
                 warnings.warn(f"the mpviz shm manager refused this process (pid {os.getpid()}): "
                               f"{reason}", RuntimeWarning, stacklevel=2)
+            elif again:
+                # It was killed: start the next one now and tell it all we hold. Waiting for
+                # our next message could mean never, and then our names outlive us if we die.
+                self._write(line, again=False)
 
 
 def _refusal(fd):
@@ -314,18 +327,21 @@ def _connect_or_start():
     if sock is not None:
         return sock
     # Nobody is listening: start the daemon. Two processes racing here is fine: the second
-    # daemon finds the lock taken and exits.
-    subprocess.run([sys.executable, "-I", "-S", os.path.abspath(__file__), "--serve"],
-                   env=_daemon_environment(), stdin=subprocess.DEVNULL,
-                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                   close_fds=True, check=False, timeout=10)
+    # daemon finds the lock taken and exits. Its stderr ends once it listens, or once it died
+    # of an error (the traceback): run() returns then (shm_daemon.main).
+    started = subprocess.run([sys.executable, "-I", "-S", os.path.abspath(__file__), "--serve"],
+                             env=_daemon_environment(), stdin=subprocess.DEVNULL,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                             close_fds=True, check=False, timeout=10)
+    said = started.stderr.decode("utf-8", "replace").strip().splitlines()
     deadline = time.monotonic() + 5
-    while time.monotonic() < deadline:
+    while time.monotonic() < deadline and not said:   # (the lock's holder may be starting)
         sock = _connect(path)
         if sock is not None:
             return sock
         time.sleep(0.005)
-    raise OSError("the mpviz shm manager did not start")
+    raise OSError(f"nothing listened at {path} after it was started"
+                  + (f" (it said: {said[-1]})" if said else " (in 5 s)"))
 
 
 def _daemon_environment():
@@ -366,414 +382,6 @@ def infrastructure_fds():
     c = _client
     fd = getattr(c, "fd", None) if c is not None and getattr(c, "pid", None) == os.getpid() else None
     return {fd} if fd is not None else set()
-
-
-# -- the daemon ---------------------------------------------------------------------------------
-
-def _daemonize():
-    if os.fork():
-        os._exit(0)  # the starter waits only for this first child
-    os.setsid()
-    if os.fork():
-        os._exit(0)
-    devnull = os.open(os.devnull, os.O_RDWR)
-    for fd in (0, 1, 2):
-        os.dup2(devnull, fd)
-
-
-def _listen():
-    """Our listening socket, or None when another manager already serves this address. The
-    lock file (held while we live, released by the kernel even after a SIGKILL) says who
-    serves: a socket file a killed manager left is removed only by the one holding the lock."""
-    path = address()
-    if not _lock(_lock_path(path)):
-        return None
-    try:
-        os.unlink(path)            # left by a manager that was killed
-    except FileNotFoundError:
-        pass
-    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    listener.bind(path)
-    listener.listen(128)
-    listener.setblocking(False)
-    return listener                # (the lock's descriptor stays open: we hold it till we exit)
-
-
-def _lock_path(path):
-    return path[:-len(".sock")] + ".lock"
-
-
-def _lock(path):
-    """Take the lock file `path` for as long as we live; False if another process holds it.
-    A manager removes its lock file when it exits (see serve()), so the file we locked must
-    still be the one at `path`: else we locked one just removed, and try again."""
-    for _ in range(100):
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            os.close(fd)
-            return False
-        try:
-            if os.stat(path).st_ino == os.fstat(fd).st_ino:
-                return True        # (the descriptor stays open: the lock is ours till we exit)
-        except FileNotFoundError:
-            pass
-        os.close(fd)
-    return False
-
-
-def _raise_fd_limit():
-    """Raise our soft limit on descriptors to the hard one: each client is one descriptor."""
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if soft != hard:
-        try:
-            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
-        except (OSError, ValueError):
-            pass
-
-
-class _Peer:
-    """One client: its pid and process group (a handle's road may be unknown), what it holds
-    ({name: how many counts in its header are the client's (0: it maps it, counted out), None:
-    a name with no count}), and the part of a line not yet ended."""
-
-    def __init__(self, pid):
-        self.pid, self.group = pid, _stat(pid)[1]
-        self.holds = {}
-        self.buffer = b""
-        self.skipping = False      # inside a line longer than MAX_LINE: dropped to its end
-
-    def lines(self, data):
-        """The complete lines in `data` (after what came before), each at most MAX_LINE bytes;
-        longer ones are dropped whole, so a client cannot make us keep more than that."""
-        self.buffer += data
-        *lines, self.buffer = self.buffer.split(b"\n")
-        if self.skipping and lines:
-            lines, self.skipping = lines[1:], False        # the end of the long line
-        if len(self.buffer) > MAX_LINE:
-            self.buffer, self.skipping = b"", True
-        return [line for line in lines if len(line) <= MAX_LINE]
-
-
-_NAME = re.compile(r"/mpviz_[\x21-\x2e\x30-\x7e]{1,248}")   # printable ASCII, no space, no '/'
-
-
-def parse(line):
-    """(op, name, n) of one message, or None if it is not one we know: ``GROUP g``, ``HOLD name
-    [n]``, ``DROP name``, ``UNLINKED name``, ``FATE name``. n is None or 0..2**31."""
-    try:
-        words = line.decode("ascii").split(" ")
-    except UnicodeDecodeError:
-        return None
-    if len(words) == 2 and words[0] == "GROUP" and words[1].isdigit() and len(words[1]) < 11:
-        return "GROUP", None, int(words[1])
-    if len(words) == 3 and words[0] == "HOLD" and words[2].isdigit() and len(words[2]) < 10:
-        op, name, n = words[0], words[1], int(words[2])
-    elif len(words) == 2 and words[0] in ("HOLD", "DROP", "UNLINKED", "FATE"):
-        op, name, n = words[0], words[1], None
-    else:
-        return None
-    return (op, name, n) if _NAME.fullmatch(name) else None
-
-
-def _ours(prefix):
-    """The names in /dev/shm of our user that a client of ours makes (``prefix`` + 20 hex
-    digits: file_system; ``cuda_``/``cudarc_`` + pid + 12: simulated CUDA), as
-    {name: counted?}. A tagged run's names do not match an untagged prefix: hex follows it."""
-    found = {}
-    shape = re.compile(re.escape(prefix) + r"(?:([0-9a-f]{20})|cuda(?:rc)?_\d+_[0-9a-f]{12})")
-    try:
-        entries = os.listdir("/dev/shm")
-    except OSError:
-        return found
-    for entry in entries:
-        match = shape.fullmatch(entry)
-        if match:
-            try:
-                if os.lstat("/dev/shm/" + entry).st_uid != os.getuid():
-                    continue
-            except OSError:
-                continue
-            found["/" + entry] = match.group(1) is not None
-    return found
-
-
-def mappers(names, pids=None):
-    """{name: [pids of live processes that map it]} for the /dev/shm `names`: each process's
-    maps read once (not once per name: 1,500 names took 25 s that way)."""
-    found = {name: [] for name in names}
-    if not names:
-        return found
-    shorts = {"/dev/shm" + name: name for name in names}
-    for pid in pids if pids is not None else _pids():
-        try:
-            with open(f"/proc/{pid}/maps") as f:
-                text = f.read()
-        except OSError:
-            continue
-        for line in text.splitlines():
-            fields = line.split(maxsplit=5)  # address perms offset device inode [path]
-            if len(fields) < 6 or not fields[5].startswith("/dev/shm/"):
-                continue
-            name = shorts.get(fields[5].removesuffix(" (deleted)"))
-            if name is not None and pid not in found[name]:
-                found[name].append(pid)
-    return found
-
-
-def serve():
-    listener = _listen()
-    if listener is None:
-        return  # another manager is already serving this user
-    _raise_fd_limit()
-    spare = os.open(os.devnull, os.O_RDONLY)   # given up to accept, and refuse, one client
-    sel = selectors.DefaultSelector()
-    sel.register(listener, selectors.EVENT_READ)
-    peers = {}      # client socket -> _Peer
-    counted = set() # names whose header counts holders and handles in flight (file_system)
-    dead = {}       # name -> counts in its header that belong to clients that died holding it
-    groups = {}     # name -> the process groups of the clients that ever held it
-    known = set()   # every name ever mentioned, for the final sweep
-    in_flight = {}  # name -> since when nobody holds it, with handles still in flight
-    adopted = {}    # name -> pids that mapped it when we found it (a killed manager's names)
-    idle_since = last_check = time.monotonic()
-    paused_until = 0.0
-
-    def unlink(name):
-        try:
-            import _posixshmem
-            _posixshmem.shm_unlink(name)
-        except OSError:
-            pass
-        forget(name)
-
-    def forget(name):
-        known.discard(name)
-        counted.discard(name)
-        dead.pop(name, None)
-        groups.pop(name, None)
-        in_flight.pop(name, None)
-        adopted.pop(name, None)
-
-    def held(name):
-        return name in adopted or any(name in p.holds for p in peers.values())
-
-    def decide(name):
-        """For a name nobody alive holds: unlink it, or keep it in flight."""
-        if name not in counted:
-            return unlink(name)
-        header = _header(name)
-        if header is None or header[0] - dead.get(name, 0) <= 0:
-            return unlink(name)            # no handle in flight: nobody can come for it
-        in_flight.setdefault(name, time.monotonic())
-
-    def adopt():
-        """A manager killed before us left these names: each is held for the live processes
-        that map it. One that nobody maps is judged at the first check (CHECK_SECONDS from now),
-        not at once: its creator may be between creating and mapping it."""
-        found = _ours("mpviz_" + os.environ.get("MPVIZ_SHM_TAG", ""))
-        holders = mappers(list(found))
-        for name, has_count in found.items():
-            known.add(name)
-            if has_count:
-                counted.add(name)
-            groups[name] = {g for g in (_stat(p)[1] for p in holders[name]) if g is not None}
-            adopted[name] = set(holders[name])
-
-    def check_adopted():
-        """Adopted names that no live process maps any more are nobody's now (unless a
-        client said it holds them since): judged as if their last holder had just gone.
-        (Their holders' counts in the header are not known: they count as in flight, and
-        go with their holders' process groups, or when no live process can read their
-        queue.)"""
-        alive = mappers(list(adopted))
-        for name in list(adopted):
-            adopted[name] = set(alive[name])
-            if not adopted[name]:
-                del adopted[name]
-                if not held(name):
-                    decide(name)
-
-    def check_in_flight(now):
-        """Names in flight for a while: can a live process still receive one of their handles?
-
-        Every ``CHECK_SECONDS``: the sender wrote its road in the header (the queue pipe's
-        inode; -1 for a ``Pipe``, ``SimpleQueue``, ``Pool``)::
-
-            the pipe is named, and a live process has its reading end open      -> keep it
-              (/proc/PID/fd/N -> "pipe:[inode]", /proc/PID/fdinfo/N)
-            no road named, and a process of a holder's process group lives      -> keep it
-            otherwise: no live process can ever receive a handle to it          -> unlink it
-
-        So a tensor put on a queue arrives however long after its sender died, while anyone can
-        still ``get`` from that queue (a forked child that inherited the pipe counts too)."""
-        waiting = {}
-        for name, since in list(in_flight.items()):
-            if held(name):
-                del in_flight[name]        # it arrived: its receiver holds it now
-            elif now - since >= CHECK_SECONDS:
-                header = _header(name)
-                if header is None or header[0] - dead.get(name, 0) <= 0:
-                    unlink(name)           # its last handle arrived, and was let go
-                else:
-                    waiting[name] = roads(header)
-        if not waiting:
-            return
-        readable = pipes_read({ino for pipes, _ in waiting.values() for ino in pipes})
-        lives = groups_alive({g for name in waiting for g in groups.get(name, ())})
-        for name, (pipes, unknown) in waiting.items():
-            if pipes & readable.keys():
-                continue                   # a live process can still get it from that queue
-            if (unknown or not pipes) and groups.get(name, set()) & lives:
-                continue                   # a road we cannot see, and its senders' program lives
-            unlink(name)                   # no live process can ever receive a handle to it
-
-    def judge_all(names):
-        """Our view of each of `names`, one line each: what decide() and check_in_flight() go
-        by. /proc is read once for all of them."""
-        headers = {name: _header(name) for name in names}
-        pipes = set()
-        for header in headers.values():
-            if header is not None:
-                pipes |= roads(header)[0]
-        readers = pipes_read(pipes)
-        lives = groups_alive({g for name in names for g in groups.get(name, ())})
-        return [judge(name, headers[name], readers, lives) for name in names]
-
-    def judge(name, header, readers, lives):
-        pids = [p.pid for p in peers.values() if name in p.holds] + sorted(adopted.get(name, ()))
-        if pids:
-            return f"held 0 {','.join(map(str, pids))}\n"
-        if name not in known or header is None or name not in counted:
-            return "unknown 0 -\n"
-        left = header[0] - dead.get(name, 0)
-        pipes, unknown = roads(header)
-        mine = {ino: ps for ino, ps in readers.items() if ino in pipes}
-        if left > 0 and mine:
-            pids = sorted({p for ps in mine.values() for p in ps})
-            return f"queue {left} {','.join(map(str, pids))}\n"
-        if left > 0 and (unknown or not pipes) and groups.get(name, set()) & lives:
-            return f"group {left} -\n"
-        return f"unreachable {left} -\n"
-
-    def accept():
-        """A new client, if it is of our user. Out of descriptors: the spare one is given up
-        to take the client, tell it why, and close it (else it would wait, and we would spin
-        on a listener that stays readable)."""
-        nonlocal spare, paused_until
-        try:
-            conn, _ = listener.accept()
-        except OSError as exc:
-            if exc.errno not in (errno.EMFILE, errno.ENFILE):
-                return
-            os.close(spare)
-            try:
-                conn, _ = listener.accept()
-                conn.setblocking(False)
-                soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
-                conn.send(f"REFUSED the shm manager (pid {os.getpid()}) serves {len(peers)} "
-                          f"processes and has no descriptor left for more (limit {soft}): this "
-                          f"process shares without it, so its segments stay in /dev/shm if it "
-                          f"is killed. Fix: raise the hard limit (ulimit -Hn) before the first "
-                          f"share, or run fewer processes at once\n".encode())
-                conn.close()
-            except OSError:
-                paused_until = time.monotonic() + 0.5  # not even that: stop looking a while
-            spare = os.open(os.devnull, os.O_RDONLY)
-            return
-        pid, uid, _ = _peer(conn)
-        if uid != os.getuid():
-            conn.close()
-            return
-        conn.setblocking(False)
-        sel.register(conn, selectors.EVENT_READ)
-        peers[conn] = _Peer(pid)
-
-    def receive(conn, peer, candidates, questions):
-        data, closed = _drain(conn)
-        for line in peer.lines(data):
-            message = parse(line)
-            if message is None:
-                continue                   # not a message: skipped, the client stays
-            op, name, n = message
-            if op == "GROUP":              # the client's process group, said first
-                peer.group = n
-            elif op == "HOLD":
-                if name not in peer.holds and len(peer.holds) >= MAX_NAMES:
-                    continue
-                peer.holds[name] = n
-                known.add(name)
-                groups.setdefault(name, set()).add(peer.group)
-                in_flight.pop(name, None)  # held again: it arrived
-                if n is not None:
-                    counted.add(name)
-            elif op == "DROP":
-                if peer.holds.pop(name, False) is not False:
-                    candidates.add(name)
-            elif op == "UNLINKED":
-                if not os.path.exists("/dev/shm" + name):
-                    forget(name)           # believed only when it is true: the name is gone
-            elif op == "FATE":             # a question (see fate()): answered after the round
-                questions.append((conn, name))
-        if closed:
-            # The client exited, normally or killed: what it held may be nobody's now, and
-            # the counts it held in headers will never be given back.
-            sel.unregister(conn)
-            for name, n in peers.pop(conn).holds.items():
-                if n:                      # counts of ours it will never give back
-                    dead[name] = dead.get(name, 0) + n
-                candidates.add(name)
-            conn.close()
-
-    adopt()
-    while True:
-        events = sel.select(timeout=0.1)
-        # Nobody waits for our answers, so there is no hurry: gather what arrives in the next
-        # millisecond into one round. On a busy machine that is one wake-up instead of one per
-        # message (each costs the sender a context switch), for 1 ms more cleanup latency. Not
-        # much longer: each small message takes ~1 KiB of its sender's socket buffer (212 KiB),
-        # so a client sending more than ~200 messages per pause would block until we read.
-        time.sleep(BATCH_SECONDS)
-        events = sel.select(timeout=0) or events
-        candidates = set()  # names that may have lost their last holder in this round
-        questions = []
-        now = time.monotonic()
-        for key, _ in events:
-            if key.fileobj is listener:
-                if now >= paused_until:
-                    accept()
-            elif key.fileobj in peers:
-                receive(key.fileobj, peers[key.fileobj], candidates, questions)
-        if paused_until > now:
-            time.sleep(0.01)
-        # Decide only after reading every socket that was readable: a message that *caused*
-        # another (the sender's HOLD before the receiver's DROP) was written earlier, so it is
-        # in this round too, whichever socket we happened to read first.
-        for name in candidates:
-            if name in known and not held(name):
-                decide(name)
-        if questions:
-            answers = judge_all([name for _, name in questions])
-            for (conn, _), answer in zip(questions, answers):
-                try:
-                    conn.send(answer.encode())
-                except OSError:
-                    pass
-        now = time.monotonic()
-        if (in_flight or adopted) and now - last_check >= CHECK_SECONDS:
-            last_check = now
-            check_adopted()
-            check_in_flight(now)
-        if peers or in_flight or adopted:
-            idle_since = now
-        elif now - idle_since > IDLE_SECONDS:
-            for name in list(known):
-                unlink(name)
-            path = listener.getsockname()      # (we still hold the lock: both are ours to remove)
-            os.unlink(path)
-            os.unlink(_lock_path(path))
-            return
 
 
 def roads(header):
@@ -863,6 +471,29 @@ def groups_alive(wanted):
     return alive
 
 
+def mappers(names, pids=None):
+    """{name: [pids of live processes that map it]} for the /dev/shm `names`: each process's
+    maps read once (not once per name: 1,500 names took 25 s that way)."""
+    found = {name: [] for name in names}
+    if not names:
+        return found
+    shorts = {"/dev/shm" + name: name for name in names}
+    for pid in pids if pids is not None else _pids():
+        try:
+            with open(f"/proc/{pid}/maps") as f:
+                text = f.read()
+        except OSError:
+            continue
+        for line in text.splitlines():
+            fields = line.split(maxsplit=5)  # address perms offset device inode [path]
+            if len(fields) < 6 or not fields[5].startswith("/dev/shm/"):
+                continue
+            name = shorts.get(fields[5].removesuffix(" (deleted)"))
+            if name is not None and pid not in found[name]:
+                found[name].append(pid)
+    return found
+
+
 def fate(name):
     """What will become of the file_system segment `name`, as ``(kind, words)``, for pictures
     and the learner. The running manager is asked (it alone knows which counts belong to dead
@@ -915,13 +546,18 @@ def fates(names):
         holders = mappers(unknown, _pids(but_me=False))
         pipes = set().union(*(roads(headers[name])[0] for name in unknown))
         readers = pipes_read(pipes, _pids(but_me=False))
+        # Why the manager cannot say: none runs, or the one that runs never heard of the name
+        # (shared with the manager off; it adopts what it finds only when it starts).
+        why = ("no shm manager runs" if answers is None else
+               "the running shm manager was never told of it: shared with the manager off")
         for name in unknown:
-            result[name] = _fate_from_proc(headers[name], holders[name], readers)
+            result[name] = _fate_from_proc(headers[name], holders[name], readers, why)
     return result
 
 
-def _fate_from_proc(header, holders, readers):
-    """fate() without the manager: it cannot tell a dead holder's count from a handle's."""
+def _fate_from_proc(header, holders, readers, why):
+    """fate() without the manager (`why`: why it was not asked): it cannot tell a dead
+    holder's count from a handle's."""
     if holders:
         return "held", f"mapped by pid {', '.join(map(str, holders[:4]))}"
     pipes, unknown = roads(header)
@@ -929,12 +565,12 @@ def _fate_from_proc(header, holders, readers):
     if pids:
         return "maybe in flight", (f"no live process maps it; pid {', '.join(map(str, pids[:4]))} "
                                    f"can still read a queue its handles went through, so one "
-                                   f"may still arrive (no shm manager to ask)")
+                                   f"may still arrive ({why})")
     if unknown:
         return "maybe in flight", ("no live process maps it; a handle went by a road mpviz "
-                                   "cannot see, and may still arrive (no shm manager to ask)")
+                                   f"cannot see, and may still arrive ({why})")
     return "leaked", ("no live process maps it, and none can receive a handle to it: left in "
-                      "/dev/shm (no shm manager to remove it)")
+                      f"/dev/shm ({why})")
 
 
 _KINDS = ("held", "queue", "group", "unreachable", "unknown")
@@ -974,24 +610,9 @@ def _ask(lines, chunk=100):
     return answers
 
 
-def _drain(conn, most=READ_PER_ROUND):
-    """Read what the client has sent so far, at most `most` bytes (the rest waits for the next
-    round); also say whether it has closed."""
-    chunks, size = [], 0
-    while size < most:
-        try:
-            data = conn.recv(65536)
-        except BlockingIOError:
-            return b"".join(chunks), False
-        except OSError:
-            return b"".join(chunks), True
-        if not data:
-            return b"".join(chunks), True
-        chunks.append(data)
-        size += len(data)
-    return b"".join(chunks), False
-
-
 if __name__ == "__main__" and sys.argv[1:] == ["--serve"]:
-    _daemonize()
-    serve()
+    # Started by _connect_or_start as `python -I -S shm_manager.py --serve`: no site, no mpviz
+    # package (nor numpy) to import; the daemon is the module beside this file.
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import shm_daemon
+    shm_daemon.main()

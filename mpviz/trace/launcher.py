@@ -387,8 +387,7 @@ def _report_interrupt(eyes):
     say(f"(that took {time.monotonic() - began:.1f} s) passing SIGINT on to the program, as "
         f"the terminal would; Ctrl-C again passes another one on")
     try:
-        with open(os.path.join(eyes.directory, VERDICT_FILE), "w") as f:
-            f.write(report)
+        _write_private(eyes.directory, VERDICT_FILE, lambda f: f.write(report.encode()))
     except OSError:
         pass
 
@@ -588,8 +587,9 @@ def _write_private(directory, name, write):
         os.unlink(path)
         raise
     if os.path.basename(path) != name:
-        say(f"{os.path.join(directory, name)} is there already and is not this run's: left as "
-            f"it is; wrote {path}")
+        say(f"{os.path.join(directory, name)} is there already (an earlier --finish, or a file "
+            f"made during the run): left as it is, as mpviz never writes over a file; wrote "
+            f"{path}")
     return path
 
 
