@@ -59,6 +59,9 @@ def test_a_worker_that_fills_its_queue_and_is_joined_first_hangs_at_exit_and_the
             "results_join_first.py:19 in <module>(): `p.join()`)") in err
     assert "Fix: get everything a process put on a queue before joining it" in err
     assert "sem-" not in err                       # a learner's name, not an internal id
+    # the worker waits at exit, not at the parent's line that started it (a forked child's
+    # stack goes on below the fork into its parent's: those frames are not where it is)
+    assert "`p.start()`" not in err and "results_join_first.py:18" not in err, err
 
 
 def test_a_worker_joined_by_multiprocessing_at_exit_keeps_its_parent_lane_until_the_kill(
@@ -101,6 +104,11 @@ def test_a_pool_worker_that_exits_in_its_task_leaves_the_pool_waiting_for_ever(h
     # the worker the Pool started in its place (worker 2), and the other one, wait for work
     for idle in {"0", "1", "2"} - {died.group(1)}:
         assert f"worker {idle} is idle, not stuck" in err, err
+    # each worker's one thread is its main thread, even the one the Pool's helper thread
+    # forked (its stack below the fork is that thread's); none waits at `with Pool(2)`
+    workers = re.findall(r"\(ForkPoolWorker-\d\):\n    (\w+ ?\w*):", err)
+    assert len(workers) == 2 and set(workers) == {"main thread"}, err   # (one has exited)
+    assert "`with Pool(2) as pool:`" not in err and "pool_task_exits.py:21" not in err, err
     t = load(str(tmp_path))
     from mpviz.viz import state as st
     stuck = {d.pid: d.reason for d in st.deadlocks(t)}

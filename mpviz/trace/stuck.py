@@ -202,11 +202,23 @@ def _stacks_by_thread(trace, pid, text):
                 calls.append((fn.strip(), path, lineno))
     by_tid = {}
     for ident, calls in out.items():
+        calls = own_frames(calls)
         if ident in idents:
             by_tid[idents[ident]] = calls
-        elif calls and calls[-1][0] != "_bootstrap":
+        elif calls and not (calls[-1][0] == "_bootstrap" and calls[-1][1].endswith("threading.py")):
             by_tid[pid] = calls
     return by_tid
+
+
+def own_frames(calls):
+    """`calls` (innermost first) without the frames a forked child inherited: its stack goes on
+    below the fork (``popen_fork.py``'s ``_launch``) into its parent's, down to the parent's
+    line that started it -- not where the child is (``state.user_line`` cuts them too). A
+    child forked by a Pool's helper thread would otherwise read as a thread, not a main one."""
+    for i, (fn, path, _) in enumerate(calls):
+        if fn == "_launch" and path.endswith("popen_fork.py"):
+            return calls[:i]
+    return calls
 
 
 def _mine(path):

@@ -300,7 +300,8 @@ def stack_summary(stacks, frames=3):
             lines.append(f"    {info['stacks'].strip()[:200]}")
         for thread, calls in threads:
             shown = [call for call, _ in calls[:frames]]
-            own = next((call for call, mine in calls[frames:] if mine), None)
+            own = None if any(mine for _, mine in calls[:frames]) else \
+                next((call for call, mine in calls[frames:] if mine), None)
             if own:
                 shown.append(f"... {own}")
             elif len(calls) > frames:
@@ -317,12 +318,13 @@ def parse_stacks(text):
                                                   sysconfig.get_paths()["platlib"]})
     mpviz_dir = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     recorder_dir = os.path.join(mpviz_dir, "trace") + os.sep   # our hooks: never the user's
-    threads = []
+    threads, forked = [], False       # forked: below a fork, the parent's frames (own_frames)
     for line in text.splitlines():
         line = line.strip()
         if line.startswith(("Thread 0x", "Current thread 0x")):
             threads.append([])
-        elif line.startswith("File ") and threads:
+            forked = False
+        elif line.startswith("File ") and threads and not forked:
             try:
                 path, rest = line[6:].split('", line ', 1)
                 lineno, fn = rest.split(" in ", 1)
@@ -330,6 +332,9 @@ def parse_stacks(text):
                 threads[-1].append((line, False))
                 continue
             real = os.path.realpath(path)
+            if fn == "_launch" and path.endswith("popen_fork.py"):
+                forked = True
+                continue
             if real.startswith(recorder_dir):
                 continue                   # a recording hook's frame (waits.py, locks.py ...)
             mine = not real.startswith(library + (mpviz_dir,)) and not path.startswith("<")
