@@ -169,6 +169,37 @@ def test_a_wait_that_times_out_and_starts_again_on_the_same_pipe_is_one_wait(tmp
     assert "Process-1 (pid " in err and "in `time.sleep`" in err
 
 
+@pytest.mark.timeout(60)
+def test_a_loop_that_polls_while_everyone_else_waits_for_ever_is_a_deadlock_not_a_stall(tmp_path):
+    # A DataLoader's main thread waits so (get(timeout=5) until a batch comes): once a timeout
+    # has run out and the same wait began again, that deadline proved nothing comes. The
+    # verdict said STALLED, "none of those waits ended within --hang-after" (they had ended).
+    run = trace(tmp_path, """
+        import multiprocessing as mp, queue
+
+        def produce(conn, q):
+            q.put(conn.recv())        # waits for a message nobody sends
+
+        if __name__ == "__main__":
+            q = mp.Queue()
+            reader, writer = mp.Pipe(duplex=False)
+            mp.Process(target=produce, args=(reader, q)).start()
+            while True:               # checks every 0.3 s: the deadline passes, nothing comes
+                try:
+                    print(q.get(timeout=0.3))
+                    break
+                except queue.Empty:
+                    pass
+    """, hang_after="1")
+    err = run.stderr
+    assert run.returncode == 124, err
+    assert "HANG: DEADLOCK" in err and "STALLED" not in err
+    assert "or waits again for the same thing each time its timeout runs out" in err
+    assert "(poll, with a timeout) for " in err
+    assert "(its timeout ran out, and it began the same wait again)" in err
+    assert "Process-1 (pid " in err and "reads a pipe (fd " in err
+
+
 # --- e: a child stuck in native code after a fork from a multi-threaded parent ---------------------
 
 @pytest.mark.timeout(120)

@@ -48,12 +48,16 @@ def headline(watchdog, nkilled):
     if watchdog.kind == "stalled":
         return [f"mpviz trace: HANG: STALLED -- for {t:.1f} s no thread of any process moved "
                 f"and no event was recorded. Some threads wait with a deadline (a sleep, a "
-                f"timeout), but none of those waits ended within --hang-after "
-                f"{watchdog.hang_after:g} s: a wait that ends within it is progress, one that "
-                f"does not is a stall (not a deadlock: they may move later). {stop}"]
+                f"timeout) that has not run out within --hang-after {watchdog.hang_after:g} s: "
+                f"a wait that ends within it is progress, one that does not is a stall (not a "
+                f"deadlock: they may move later). {stop}"]
+    again = any(s.again for s in watchdog.seen.values())
+    how = ("with no time limit, or waits again for the same thing each time its timeout runs "
+           "out (a loop that polls: the deadline passed and nothing came)" if again else
+           "with no time limit (no sleep, no timeout)")
     return [f"mpviz trace: HANG: DEADLOCK -- for {t:.1f} s no thread of any process moved "
-            f"and no event was recorded, and every thread waits with no time limit (no "
-            f"sleep, no timeout): nobody can ever move. {stop}"]
+            f"and no event was recorded, and every thread waits {how}: nobody can ever move. "
+            f"{stop}"]
 
 
 class Facts:
@@ -91,6 +95,8 @@ def threads_in_words(watchdog, stacks):
             line = f"  {who}: {facts.words[(pid, tid)]}"
             if s.view.wait != "running":
                 line += f" for {facts.waited[(pid, tid)]:.1f} s"
+            if s.again:
+                line += " (its timeout ran out, and it began the same wait again)"
             own = own_line(frames.get(tid))
             lines.append(line + (f" -- at {own}" if own else ""))
     if len(lines) > MAX_THREAD_LINES + 1:

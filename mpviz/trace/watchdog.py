@@ -10,6 +10,8 @@ no timeout, a pipe, a join: only another thread can end it), or reads a terminal
     DEADLOCK, everyone:     nothing moved and nothing was recorded for `hang_after` s, and every
                             thread waits for ever
     STALLED:                the same, but some wait with a deadline longer than `hang_after`
+                            that has not run out yet (a timeout that ran out, and the same
+                            wait began again, is a loop that polls: it waits for ever too)
 
 A hang: SIGUSR1 to each recorded process (faulthandler, registered at start-up by
 ``autostart.register_stacks``, writes its stacks to DIR/.stacks/PID.txt); the caller ends the
@@ -63,11 +65,14 @@ def _progress(event):
 
 
 class _Seen:
-    """What the watchdog last saw of one thread."""
-    __slots__ = ("view", "moved", "since", "cpu_since_move")
+    """What the watchdog last saw of one thread. `again`: since it last moved, a wait of it
+    with a deadline ran out and the same wait began again (a loop that polls: get(timeout=5)
+    until something comes, as a DataLoader's main thread does)."""
+    __slots__ = ("view", "moved", "since", "cpu_since_move", "again")
 
     def __init__(self, view, now):
         self.view, self.moved, self.since, self.cpu_since_move = view, now, now, 0
+        self.again = False
 
 
 class Watchdog:
@@ -112,7 +117,8 @@ class Watchdog:
             self.stalled_for = max(now - self.seen[k].moved for k in self.seen
                                    if k[0] in self.stuck_pids)
         elif self.stalled_for > self.hang_after:
-            waits = {s.view.wait for s in self.seen.values()}
+            # (a deadline that ran out and began again proved nothing comes: not a stall)
+            waits = {s.view.wait for s in self.seen.values() if not s.again}
             self.kind = "stalled" if waits & {"sleep", "deadline"} else "deadlock"
         else:
             return False
@@ -159,8 +165,10 @@ class Watchdog:
             ran = view.runs != prev.runs or view.cpu_ns != prev.cpu_ns
             if view.wait == "terminal" or old.cpu_since_move >= MOVE_CPU_NS or (
                     ran and (view.key != prev.key or prev.wait in ("sleep", "running"))):
-                old.moved, old.since, old.cpu_since_move = now, now, 0
+                old.moved, old.since, old.cpu_since_move, old.again = now, now, 0, False
                 moved = True
+            elif ran and prev.wait == "deadline":
+                old.again = True
         self.seen = seen
         return moved
 
