@@ -111,6 +111,24 @@ def test_a_dataloader_whose_getitem_sleeps_is_stalled_with_the_chain_to_the_work
 
 
 @pytest.mark.timeout(60)
+def test_a_thread_blocked_in_socket_recv_is_said_to_read_a_socket(tmp_path):
+    # a dataset that asks a feature server over a socket, and the answer never comes: the
+    # verdict said "in the system call recvfrom, kernel: unix_stream_read_generic"
+    run = trace(tmp_path, """
+        import socket
+        client, server = socket.socketpair()
+        client.sendall(b"item 5")
+        features = client.recv(256)   # the server never answers
+    """, hang_after="1")
+    err = run.stderr
+    assert run.returncode == 124, err
+    assert "HANG: DEADLOCK" in err
+    assert "main thread: reads a socket (fd " in err and "), with no time limit for " in err
+    assert "<module> (prog.py:5): `features = client.recv(256)`" in err
+    assert "system call recvfrom" not in err
+
+
+@pytest.mark.timeout(60)
 def test_sleeps_that_end_within_hang_after_are_progress_in_any_thread(tmp_path):
     run = trace(tmp_path, """
         import threading, time

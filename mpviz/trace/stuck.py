@@ -123,9 +123,9 @@ def what(view):
         return f"waits for a lock {whose}, with no time limit (futex{kernel})"
     target = _fd_words(view) if view.call in ("read", "write", "recvfrom", "recvmsg",
                                                "sendto", "sendmsg", "accept", "accept4") else ""
-    if view.call == "read":
+    if view.call in ("read", "recvfrom", "recvmsg"):       # (socket.recv is recvfrom)
         return f"reads {target}, with no time limit"
-    if view.call == "write":
+    if view.call in ("write", "sendto", "sendmsg"):
         return f"writes into {target}, which is full, with no time limit"
     if view.call in ("wait4", "waitid"):
         return "waits for a child process to end (join, wait), with no time limit"
