@@ -101,6 +101,9 @@ def test_a_pool_worker_that_exits_in_its_task_leaves_the_pool_waiting_for_ever(h
                      r"result for ever", err)
     assert died and died.group(1) in "01", err
     assert "bpo-22393" in err and "BrokenProcessPool" in err
+    # (ProcessPoolExecutor raises BrokenProcessPool for a worker that dies, not for a task's
+    # sys.exit(): that comes back as SystemExit and ends the caller, silently, with status 1)
+    assert "raises a task's sys.exit() in the caller as SystemExit" in err, err
     # the worker the Pool started in its place (worker 2), and the other one, wait for work
     for idle in {"0", "1", "2"} - {died.group(1)}:
         assert f"worker {idle} is idle, not stuck" in err, err

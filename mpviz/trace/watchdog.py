@@ -453,7 +453,10 @@ def _who_must_act(state, blocked, trace=None):
                     " (a Pool replaces a worker that ends, not the task it was running: "
                     "bpo-22393). Fix: raise an exception in the task instead of sys.exit() or "
                     "os._exit() (the Pool sends an exception back to the caller), or use "
-                    "concurrent.futures.ProcessPoolExecutor, which raises BrokenProcessPool")
+                    "concurrent.futures.ProcessPoolExecutor, which raises BrokenProcessPool "
+                    "when a worker dies (os._exit, a crash) and raises a task's sys.exit() in "
+                    "the caller as SystemExit (uncaught, it ends the program with that status "
+                    "and no traceback)")
     if blocked.waits_for:
         who = " or ".join(_thread_words(state, pid, tid) for pid, tid in blocked.waits_for)
         alive = {(p.pid, tid) for p in state.processes for tid, _ in p.threads}
