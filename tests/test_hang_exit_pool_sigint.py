@@ -149,25 +149,33 @@ def _session_alive(sid):
     return _session_pids(sid)
 
 
-def test_ctrl_c_to_the_launcher_reports_where_everyone_waits_then_stops_the_program(tmp_path):
-    # A terminal's Ctrl-C goes to its foreground process group: here, the launcher's own.
+def _ctrl_c_to_the_launcher(directory, program, *args, said, ready):
+    """Trace tests/exit_programs/`program`; once it printed `said` and `ready(trace)` holds, a
+    Ctrl-C as a terminal sends it (to the launcher's process group); (launcher, stderr)."""
     launcher = subprocess.Popen(
         [sys.executable, "-m", "mpviz", "trace", "--hang-after", "1", "--no-plot", "-o",
-         str(tmp_path), "--", sys.executable, os.path.join(PROGRAMS, "wait_for_file.py"),
-         str(tmp_path / "never-written.txt")],
+         str(directory), "--", sys.executable, os.path.join(PROGRAMS, program), *args],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env(),
         start_new_session=True)
     try:
-        assert launcher.stdout.readline().strip() == "waiting for the reader"
-        _wait_until(str(tmp_path), lambda t: any(
-            e.kind == "wait.begin" and e.args.get("on") == "process" for e in t.events) and any(
-            e.kind == "process.bootstrap" and e.args.get("name") == "reader" for e in t.events))
+        assert launcher.stdout.readline().strip() == said
+        _wait_until(str(directory), ready)
         os.killpg(launcher.pid, signal.SIGINT)
         _, err = launcher.communicate(timeout=60)
     finally:
         if launcher.poll() is None:
             os.killpg(launcher.pid, signal.SIGKILL)
             launcher.wait()
+    return launcher, err
+
+
+def test_ctrl_c_to_the_launcher_reports_where_everyone_waits_then_stops_the_program(tmp_path):
+    # A terminal's Ctrl-C goes to its foreground process group: here, the launcher's own.
+    launcher, err = _ctrl_c_to_the_launcher(
+        tmp_path, "wait_for_file.py", str(tmp_path / "never-written.txt"),
+        said="waiting for the reader", ready=lambda t: any(
+            e.kind == "wait.begin" and e.args.get("on") == "process" for e in t.events) and any(
+            e.kind == "process.bootstrap" and e.args.get("name") == "reader" for e in t.events))
     assert launcher.returncode == 128 + signal.SIGINT, err
     report = err.index("mpviz trace: INTERRUPTED (Ctrl-C)")
     # each process's stack down to the program's own line, and what each waits for ...
@@ -181,6 +189,21 @@ def test_ctrl_c_to_the_launcher_reports_where_everyone_waits_then_stops_the_prog
     program = next(p.pid for p in load(str(tmp_path)).processes() if p.how == "exec")
     assert not _session_alive(program)
     assert "INTERRUPTED (Ctrl-C)" in load(str(tmp_path)).verdict
+
+
+def test_ctrl_c_to_a_program_that_is_only_busy_says_it_runs_and_invents_no_wait(tmp_path):
+    # The report said only its stack, then "the innermost call is where each thread waits":
+    # a learner read a wait into a loop that counts.
+    launcher, err = _ctrl_c_to_the_launcher(
+        tmp_path, "busy_computing.py", said="counting",
+        ready=lambda t: any(e.kind == "process.start" for e in t.events))
+    assert launcher.returncode == 128 + signal.SIGINT, err
+    report = err[err.index("mpviz trace: INTERRUPTED (Ctrl-C)"):err.index("passing SIGINT on")]
+    assert "busy_computing.py (pid " in report, report
+    assert "), main thread: running (using CPU) -- at <module> (busy_computing.py:" in report
+    mine = [line for line in report.splitlines() if line.startswith("  busy_computing.py (pid")]
+    assert len(mine) == 1 and "wait" not in mine[0], report
+    assert "where each thread waits" not in report, report
 
 
 @pytest.mark.parametrize("to", ["group", "process"])

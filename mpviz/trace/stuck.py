@@ -79,8 +79,9 @@ def _and(items):
     return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
 
 
-def threads_in_words(watchdog, stacks):
-    """Where each thread is (the stuck processes', or everyone's), chains, why, the fix."""
+def threads_in_words(watchdog, stacks, chains=True):
+    """Where each thread is (the stuck processes', or everyone's), chains, why, the fix.
+    `chains` False (a Ctrl-C's report: nothing is judged stuck): where each thread is, only."""
     trace, seen, facts = watchdog.trace, watchdog.seen, watchdog.facts
     names, tnames = _names(trace), _thread_names(trace)
     pids = watchdog.stuck_pids or sorted({pid for pid, _ in seen})
@@ -93,8 +94,8 @@ def threads_in_words(watchdog, stacks):
                 continue
             who = f"{names.get(pid, '?')} (pid {pid}), {tnames.get((pid, tid), _thread(pid, tid))}"
             line = f"  {who}: {facts.words[(pid, tid)]}"
-            if s.view.wait != "running":
-                line += f" for {facts.waited[(pid, tid)]:.1f} s"
+            if s.view.wait != "running" and facts.waited[(pid, tid)] >= 0.05:
+                line += f" for {facts.waited[(pid, tid)]:.1f} s"   # (unknown at a first look)
             if s.again:
                 line += " (its timeout ran out, and it began the same wait again)"
             own = own_line(frames.get(tid))
@@ -102,8 +103,9 @@ def threads_in_words(watchdog, stacks):
     if len(lines) > MAX_THREAD_LINES + 1:
         more = len(lines) - 1 - MAX_THREAD_LINES
         lines[MAX_THREAD_LINES + 1:] = [f"  ... and {more} more thread(s): their stacks are below"]
-    lines += _dataloader_chains(watchdog, stacks, names)
-    lines += _why(watchdog, stacks, names)
+    if chains:
+        lines += _dataloader_chains(watchdog, stacks, names)
+        lines += _why(watchdog, stacks, names)
     return lines
 
 

@@ -225,6 +225,16 @@ class Watchdog:
         finally:
             log.close()
 
+    def look_now(self):
+        """Look at every thread once more, for a Ctrl-C's report (``stuck.threads_in_words``
+        with ``chains=False`` says it: a busy program's threads work, they do not wait).
+        Before the stacks are asked for: a thread that wrote its stack has run."""
+        from . import stuck
+        now = time.monotonic()
+        if self._look(now):
+            self.last_progress = now          # (a move this look saw is not lost to poll())
+        self.facts = stuck.Facts(self, now)
+
     def verdict(self, stacks, killed):
         """The hang in words: its kind, where each thread was and what it waits on, who waits
         for whom."""
@@ -238,10 +248,11 @@ class Watchdog:
         return "\n".join(lines)
 
 
-def interrupt_report(trace, stacks, at=None, who="mpviz trace"):
+def interrupt_report(trace, stacks, at=None, who="mpviz trace", threads=()):
     """Ctrl-C is a diagnosis: the hang verdict's report, at the moment of an interrupt -- each
     process's stack down to the program's own line, what each waits for, who must act. `at`:
-    the instant to judge the waits at (default: the trace's end)."""
+    the instant to judge the waits at (default: the trace's end). `threads`: lines saying
+    where each thread is by /proc (``Watchdog.look_now``): working, or waiting on what."""
     where = stack_summary(stacks) if stacks else (
         "  (no process left to ask: the same Ctrl-C reached them all, and each had already "
         "raised KeyboardInterrupt and ended -- a Ctrl-C to this process alone, `kill -INT PID`, "
@@ -249,7 +260,7 @@ def interrupt_report(trace, stacks, at=None, who="mpviz trace"):
     waits = waits_in_words(trace, at)
     return "\n".join([f"{who}: INTERRUPTED (Ctrl-C): where each process was when it came "
                       f"(Python stacks, innermost call first; ... leads to the program's own "
-                      f"line):", where] + waits)
+                      f"line):", where] + list(threads) + waits)
 
 
 def interrupt_stacks(stacks, stacks_dir):
@@ -385,7 +396,7 @@ def waits_in_words(trace, at=None):
     lines += _hang_at_exit(state, trace)
     if not lines:
         return ["Who waits for whom: the trace recorded no wait that was still open (read the "
-                "stacks above: the innermost call is where each thread waits)."]
+                "stacks above: the innermost call is where each thread was)."]
     return ["Who waits for whom (recorded waits still open when it stopped):"] + lines
 
 
