@@ -107,6 +107,9 @@ def test_a_pool_worker_that_exits_in_its_task_leaves_the_pool_waiting_for_ever(h
     # the worker the Pool started in its place (worker 2), and the other one, wait for work
     for idle in {"0", "1", "2"} - {died.group(1)}:
         assert f"worker {idle} is idle, not stuck" in err, err
+        # ... and the lines of where each thread is name it so too, beside its process name
+        # (ForkPoolWorker-2 is worker 1: the learner could not tell which line was which)
+        assert re.search(rf"ForkPoolWorker-\d \(worker {idle}, pid \d+\), main thread: ", err), err
     # each worker's one thread is its main thread, even the one the Pool's helper thread
     # forked (its stack below the fork is that thread's); none waits at `with Pool(2)`
     workers = re.findall(r"\(ForkPoolWorker-\d\):\n    (\w+ ?\w*):", err)

@@ -38,7 +38,7 @@ def headline(watchdog, nkilled):
     t, stop = watchdog.stalled_for, (f"mpviz stopped {nkilled} process(es) with SIGKILL.")
     if watchdog.stuck_pids:
         names = _names(watchdog.trace)
-        who = _and([f"{names.get(p, '?')} (pid {p})" for p in watchdog.stuck_pids])
+        who = _and([_who(watchdog.trace, names, p) for p in watchdog.stuck_pids])
         it = "it" if len(watchdog.stuck_pids) == 1 else "each"
         return [f"mpviz trace: HANG: DEADLOCK -- {who} can never move: for {t:.1f} s every "
                 f"thread of {it} has waited, with no time limit, for a lock in its own memory "
@@ -92,7 +92,7 @@ def threads_in_words(watchdog, stacks, chains=True):
         for (p, tid), s in sorted(seen.items()):
             if p != pid:
                 continue
-            who = f"{names.get(pid, '?')} (pid {pid}), {tnames.get((pid, tid), _thread(pid, tid))}"
+            who = f"{_who(trace, names, pid)}, {tnames.get((pid, tid), _thread(pid, tid))}"
             line = f"  {who}: {facts.words[(pid, tid)]}"
             if s.view.wait != "running" and facts.waited[(pid, tid)] >= 0.05:
                 line += f" for {facts.waited[(pid, tid)]:.1f} s"   # (unknown at a first look)
@@ -157,6 +157,18 @@ def _names(trace):
         if e.args.get("phase") == "start":
             names[e.pid] = f"DataLoader worker {e.args.get('worker_id')}"
     return names
+
+
+def _who(trace, names, pid):
+    """"ForkPoolWorker-2 (worker 1, pid 7)": the process's name and, where the pictures and the
+    wait lines call it otherwise ("worker 1 is idle"), that name too; "Process-1 (pid 7)"."""
+    try:
+        from mpviz.viz.state import process_labels
+        alias = process_labels(trace).get(pid)
+    except ImportError:                  # (no matplotlib: mpviz.viz cannot be imported)
+        alias = None
+    name = names.get(pid, "?")
+    return f"{name} ({alias}, pid {pid})" if alias and alias != name else f"{name} (pid {pid})"
 
 
 def _thread_names(trace):
