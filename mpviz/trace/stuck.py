@@ -72,6 +72,13 @@ class Facts:
         self.native = {pid: [(v.tid, what(v._replace(wchan=osview.wchan(pid, v.tid))),
                               v.args[:1] if v.call == "futex" else None)
                              for v in _native_threads(watchdog.trace, pid)] for pid in pids}
+        self.other_end = {}              # (pid, tid) -> the pids that hold the pipe's other end
+        for key, s in watchdog.seen.items():
+            v = s.view
+            end = {"read": "write", "write": "read"}.get(v.call)
+            target = osview.fd_target(v.pid, v.args[0]) if end and v.args else ""
+            if target.startswith("pipe:"):
+                self.other_end[key] = (end, osview.pipe_ends(sorted(pids), target)[end])
 
 
 def _and(items):
@@ -98,6 +105,8 @@ def threads_in_words(watchdog, stacks, chains=True):
                 line += f" for {facts.waited[(pid, tid)]:.1f} s"   # (unknown at a first look)
             if s.again:
                 line += " (its timeout ran out, and it began the same wait again)"
+            if (pid, tid) in facts.other_end:
+                line += _other_end(trace, names, pid, *facts.other_end[(pid, tid)])
             own = own_line(frames.get(tid))
             lines.append(line + (f" -- at {own}" if own else ""))
     if len(lines) > MAX_THREAD_LINES + 1:
@@ -138,6 +147,16 @@ def what(view):
         how = "with a timeout" if view.wait == "deadline" else "with no time limit"
         return f"waits for a pipe, socket or file to be ready ({view.call}, {how})"
     return f"in the system call {view.call}{kernel}"
+
+
+def _other_end(trace, names, pid, end, holders):
+    """"; its write end is open in X (pid 5) and in this process": who could end the wait of a
+    thread that reads (writes) a pipe. Its own process counts: a thread of it could."""
+    who = [("this process" if p == pid else _who(trace, names, p)) for p in holders]
+    if not who:
+        return (f"; its {end} end is open in no process of the program (one outside it "
+                f"could {end})")
+    return f"; its {end} end is open in {_and(who)}"
 
 
 def _fd_words(view):
