@@ -330,13 +330,9 @@ def stack_summary(stacks, frames=3):
 
 
 def parse_stacks(text):
-    """faulthandler's text as [(thread label, [("fn (file.py:line)", in the program?)])]."""
-    import sysconfig
-    library = tuple(os.path.realpath(p) for p in {sysconfig.get_paths()["stdlib"],
-                                                  sysconfig.get_paths()["purelib"],
-                                                  sysconfig.get_paths()["platlib"]})
-    mpviz_dir = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    recorder_dir = os.path.join(mpviz_dir, "trace") + os.sep   # our hooks: never the user's
+    """faulthandler's text as [(thread label, [("fn (file.py:line)", in the program?)])]
+    (in the program: stuck's test, which the verdict's own lines use)."""
+    from .stuck import _HOOKS, _mine
     threads, forked = [], False       # forked: below a fork, the parent's frames (own_frames)
     for line in text.splitlines():
         line = line.strip()
@@ -350,14 +346,12 @@ def parse_stacks(text):
             except ValueError:
                 threads[-1].append((line, False))
                 continue
-            real = os.path.realpath(path)
             if fn == "_launch" and path.endswith("popen_fork.py"):
                 forked = True
                 continue
-            if real.startswith(recorder_dir):
+            if os.path.realpath(path).startswith(_HOOKS):
                 continue                   # a recording hook's frame (waits.py, locks.py ...)
-            mine = not real.startswith(library + (mpviz_dir,)) and not path.startswith("<")
-            threads[-1].append((f"{fn} ({os.path.basename(path)}:{lineno})", mine))
+            threads[-1].append((f"{fn} ({os.path.basename(path)}:{lineno})", _mine(path)))
     # faulthandler does not say which thread is the main one: the others began in threading's
     # Thread._bootstrap
     return [("thread" if calls and calls[-1][0].startswith("_bootstrap (threading.py") else
