@@ -132,6 +132,27 @@ def test_a_pool_worker_that_exits_in_its_task_leaves_the_pool_waiting_for_ever(h
     assert any("_handle_tasks" in text for text in graph), graph
 
 
+def test_a_pool_job_lost_to_a_worker_exit_is_told_when_the_program_waits_in_pool_join(tmp_path):
+    # apply_async without get(), then close() and join(): no wait on the job's own result, and
+    # the verdict said only "worker 0 is idle" -- not why pool.join() never returns
+    status, err = trace("pool_tasks_then_join.py", directory=tmp_path)
+    assert status == HANG_STATUS, err
+    assert re.search(r"worker \d exited \(exit 1\) while running job \d+: Pool waits for its "
+                     r"result for ever, and so does whatever waits for all its jobs "
+                     r"\(pool.join\(\) after close\(\)\) \(a Pool replaces a worker", err), err
+    assert "bpo-22393" in err
+    assert "<module> (pool_tasks_then_join.py:19): `pool.join()`" in err
+
+
+def test_a_pool_ended_by_its_with_block_is_not_said_to_wait_for_the_task_it_killed(tmp_path):
+    # terminate() (leaving `with Pool()`) kills a busy worker: its task is gone, and nobody
+    # waits for it -- the hang is elsewhere (a join before the get)
+    status, err = trace("pool_left_then_join_first.py", directory=tmp_path, hang_after=1.5)
+    assert status == HANG_STATUS, err
+    assert "HANG AT EXIT: Process-3 has done its work but cannot exit" in err, err
+    assert "while running job" not in err and "bpo-22393" not in err, err
+
+
 # --- f. Ctrl-C is a diagnosis ------------------------------------------------------------------
 
 def _wait_until(directory, ready, timeout=30):

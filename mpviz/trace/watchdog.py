@@ -381,6 +381,11 @@ def waits_in_words(trace, at=None):
             continue
         lines.append(f"  {_thread_words(state, b.pid, b.tid)} waits: {b.what} -- "
                      f"{_who_must_act(state, b, trace)}")
+    told = {b.target for b in state.blocked if b.on == "pool.result"}
+    for task in st.every_lost_pool_task(trace, state.t_ns):    # (no get() of its own waits)
+        if task.job not in told:
+            lines.append(f"  {task.words()}, and so does whatever waits for all its jobs "
+                         f"(pool.join() after close()){LOST_WHY}")
     for pid in sorted(idle):
         lines.append(f"  {state.labels.get(pid, pid)} is idle, not stuck: it waits for its next "
                      f"task from the Pool, and goes on when the program gives the Pool work")
@@ -447,6 +452,14 @@ def _thread_words(state, pid, tid):
     return f"{state.labels.get(pid, pid)}'s {state.thread_names.get((pid, tid), f'thread {tid}')}"
 
 
+LOST_WHY = (" (a Pool replaces a worker that ends, not the task it was running: bpo-22393). "
+            "Fix: raise an exception in the task instead of sys.exit() or os._exit() (the Pool "
+            "sends an exception back to the caller), or use "
+            "concurrent.futures.ProcessPoolExecutor, which raises BrokenProcessPool when a "
+            "worker dies (os._exit, a crash) and raises a task's sys.exit() in the caller as "
+            "SystemExit (uncaught, it ends the program with that status and no traceback)")
+
+
 def _who_must_act(state, blocked, trace=None):
     """The end of a wait's line: who must act, as the wait-for graph's arrows say it."""
     from mpviz.viz.wait_for import MUST
@@ -454,14 +467,7 @@ def _who_must_act(state, blocked, trace=None):
         from mpviz.viz import state as st
         lost = st.lost_pool_tasks(trace, blocked.target, state.t_ns)
         if lost:
-            return ("; ".join(task.words() for task in lost) +
-                    " (a Pool replaces a worker that ends, not the task it was running: "
-                    "bpo-22393). Fix: raise an exception in the task instead of sys.exit() or "
-                    "os._exit() (the Pool sends an exception back to the caller), or use "
-                    "concurrent.futures.ProcessPoolExecutor, which raises BrokenProcessPool "
-                    "when a worker dies (os._exit, a crash) and raises a task's sys.exit() in "
-                    "the caller as SystemExit (uncaught, it ends the program with that status "
-                    "and no traceback)")
+            return "; ".join(task.words() for task in lost) + LOST_WHY
     if blocked.waits_for:
         who = " or ".join(_thread_words(state, pid, tid) for pid, tid in blocked.waits_for)
         alive = {(p.pid, tid) for p in state.processes for tid, _ in p.threads}
