@@ -151,6 +151,11 @@ def test_a_pool_ended_by_its_with_block_is_not_said_to_wait_for_the_task_it_kill
     assert status == HANG_STATUS, err
     assert "HANG AT EXIT: Process-3 has done its work but cannot exit" in err, err
     assert "while running job" not in err and "bpo-22393" not in err, err
+    # the program never reads the queue: no "get() that comes after the join" to blame
+    assert ("pool_left_then_join_first.py's main thread waits in `join` for Process-3 (at your "
+            "line pool_left_then_join_first.py:24 in <module>(): `p.join()`); nothing reads "
+            "Queue 1 meanwhile (a get() before the join would empty its pipe)") in err, err
+    assert "comes after the join" not in err, err
 
 
 # --- f. Ctrl-C is a diagnosis ------------------------------------------------------------------

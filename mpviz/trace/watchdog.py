@@ -429,8 +429,9 @@ def _hang_at_exit(state, trace):
                        f"and will read {queue} no more")
             else:
                 where = _user_line(trace, b.pid)
-                how = (f" {where}" if where else "") + \
-                    "; the get() that would empty the pipe comes after the join"
+                how = (f" {where}" if where else "") + (
+                    f"; nothing reads {queue} meanwhile (a get() before the join would empty "
+                    f"its pipe)")
             out.append(f"  {_thread_words(state, b.pid, b.tid)} waits in `join` for {child}"
                        f"{how}: each waits for the other, for ever.")
         out.append(f"  Fix: get everything a process put on a queue before joining it (the "

@@ -1,5 +1,5 @@
 """A Pool block left while a task still runs (its exit terminates the Pool: the busy worker is
-killed), then a worker joined before its result is taken -- the hang is the join, not the Pool.
+killed), then a worker's result forgotten, and the worker joined -- the hang is the join.
 """
 from multiprocessing import Pool, Process, Queue
 import time
@@ -21,5 +21,4 @@ if __name__ == "__main__":
     q = Queue()
     p = Process(target=big, args=(q,))
     p.start()
-    p.join()
-    print(len(q.get()))
+    p.join()                              # (its result is never read)
