@@ -279,6 +279,20 @@ class State:
 # The watchdog (a scenario's side process, ``process.start how="watchdog"``) is not a lane of
 # its own: its ``watchdog.stuck`` / ``watchdog.kill`` events are filed under the pids they name.
 
+_WATCHDOG_KINDS = frozenset({"watchdog.stuck", "watchdog.kill", "process.reaped",
+                             "process.start"})
+
+
+def _watchdogs_own(e):
+    """Is `e` the watchdog's, in a process that records too? (record(hang_after=S) runs its
+    watchdog in the recording process itself: that process is a lane, and only these events of
+    it are the watchdog's.)"""
+    k = e.kind
+    return (k == "watchdog.stuck" or k == "watchdog.kill" or
+            (k == "process.reaped" and e.args.get("by") == "watchdog") or
+            (k == "process.start" and e.args.get("how") == "watchdog"))
+
+
 _cache = weakref.WeakKeyDictionary()
 
 
@@ -334,7 +348,8 @@ class _Index:
         for e in events:
             k = e.kind
             who = (e.pid, e.tid)
-            if e.pid in self.watchdogs:                 # file its findings under their pids
+            if e.pid in self.watchdogs or (k in _WATCHDOG_KINDS and _watchdogs_own(e)):
+                # the watchdog's: file its findings under the pids they name
                 named = e.args.get("pids") or [e.args.get("pid")]
                 for pid in named if isinstance(named, (list, tuple)) else [named]:
                     if pid in self.procs and k not in GLYPH_KINDS:
