@@ -12,6 +12,7 @@ would, and reads the verdict's words:
     on the same pipe is one wait; --hang-after below the floor, nan or inf is refused.
 """
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -111,6 +112,24 @@ def test_a_dataloader_whose_getitem_sleeps_is_stalled_with_the_chain_to_the_work
 
 
 @pytest.mark.timeout(60)
+def test_a_thread_blocked_in_socket_recv_is_said_to_read_a_socket(tmp_path):
+    # a dataset that asks a feature server over a socket, and the answer never comes: the
+    # verdict said "in the system call recvfrom, kernel: unix_stream_read_generic"
+    run = trace(tmp_path, """
+        import socket
+        client, server = socket.socketpair()
+        client.sendall(b"item 5")
+        features = client.recv(256)   # the server never answers
+    """, hang_after="1")
+    err = run.stderr
+    assert run.returncode == 124, err
+    assert "HANG: DEADLOCK" in err
+    assert "main thread: reads a socket (fd " in err and "), with no time limit for " in err
+    assert "<module> (prog.py:5): `features = client.recv(256)`" in err
+    assert "system call recvfrom" not in err
+
+
+@pytest.mark.timeout(60)
 def test_sleeps_that_end_within_hang_after_are_progress_in_any_thread(tmp_path):
     run = trace(tmp_path, """
         import threading, time
@@ -167,6 +186,41 @@ def test_a_wait_that_times_out_and_starts_again_on_the_same_pipe_is_one_wait(tmp
     assert run.returncode == 124, err
     assert "HANG: STALLED" in err
     assert "Process-1 (pid " in err and "in `time.sleep`" in err
+
+
+@pytest.mark.timeout(60)
+def test_a_loop_that_polls_while_everyone_else_waits_for_ever_is_a_deadlock_not_a_stall(tmp_path):
+    # A DataLoader's main thread waits so (get(timeout=5) until a batch comes): once a timeout
+    # has run out and the same wait began again, that deadline proved nothing comes. The
+    # verdict said STALLED, "none of those waits ended within --hang-after" (they had ended).
+    run = trace(tmp_path, """
+        import multiprocessing as mp, queue
+
+        def produce(conn, q):
+            q.put(conn.recv())        # waits for a message nobody sends
+
+        if __name__ == "__main__":
+            q = mp.Queue()
+            reader, writer = mp.Pipe(duplex=False)
+            mp.Process(target=produce, args=(reader, q)).start()
+            while True:               # checks every 0.3 s: the deadline passes, nothing comes
+                try:
+                    print(q.get(timeout=0.3))
+                    break
+                except queue.Empty:
+                    pass
+    """, hang_after="1")
+    err = run.stderr
+    assert run.returncode == 124, err
+    assert "HANG: DEADLOCK" in err and "STALLED" not in err
+    assert "or waits again for the same thing each time its timeout runs out" in err
+    assert "(poll, with a timeout) for " in err
+    assert "(its timeout ran out, and it began the same wait again)" in err
+    assert "Process-1 (pid " in err and "reads a pipe (fd " in err
+    # what it waits for: who could write into that pipe (the parent kept its write end open,
+    # and so did the forked child itself)
+    assert re.search(r"reads a pipe \(fd \d+\), with no time limit for [\d.]+ s; its write end "
+                     r"is open in prog.py \(pid \d+\) and this process", err), err
 
 
 # --- e: a child stuck in native code after a fork from a multi-threaded parent ---------------------

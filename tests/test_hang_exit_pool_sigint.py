@@ -59,6 +59,9 @@ def test_a_worker_that_fills_its_queue_and_is_joined_first_hangs_at_exit_and_the
             "results_join_first.py:19 in <module>(): `p.join()`)") in err
     assert "Fix: get everything a process put on a queue before joining it" in err
     assert "sem-" not in err                       # a learner's name, not an internal id
+    # the worker waits at exit, not at the parent's line that started it (a forked child's
+    # stack goes on below the fork into its parent's: those frames are not where it is)
+    assert "`p.start()`" not in err and "results_join_first.py:18" not in err, err
 
 
 def test_a_worker_joined_by_multiprocessing_at_exit_keeps_its_parent_lane_until_the_kill(
@@ -98,9 +101,20 @@ def test_a_pool_worker_that_exits_in_its_task_leaves_the_pool_waiting_for_ever(h
                      r"result for ever", err)
     assert died and died.group(1) in "01", err
     assert "bpo-22393" in err and "BrokenProcessPool" in err
+    # (ProcessPoolExecutor raises BrokenProcessPool for a worker that dies, not for a task's
+    # sys.exit(): that comes back as SystemExit and ends the caller, silently, with status 1)
+    assert "raises a task's sys.exit() in the caller as SystemExit" in err, err
     # the worker the Pool started in its place (worker 2), and the other one, wait for work
     for idle in {"0", "1", "2"} - {died.group(1)}:
         assert f"worker {idle} is idle, not stuck" in err, err
+        # ... and the lines of where each thread is name it so too, beside its process name
+        # (ForkPoolWorker-2 is worker 1: the learner could not tell which line was which)
+        assert re.search(rf"ForkPoolWorker-\d \(worker {idle}, pid \d+\), main thread: ", err), err
+    # each worker's one thread is its main thread, even the one the Pool's helper thread
+    # forked (its stack below the fork is that thread's); none waits at `with Pool(2)`
+    workers = re.findall(r"\(ForkPoolWorker-\d\):\n    (\w+ ?\w*):", err)
+    assert len(workers) == 2 and set(workers) == {"main thread"}, err   # (one has exited)
+    assert "`with Pool(2) as pool:`" not in err and "pool_task_exits.py:21" not in err, err
     t = load(str(tmp_path))
     from mpviz.viz import state as st
     stuck = {d.pid: d.reason for d in st.deadlocks(t)}
@@ -116,6 +130,32 @@ def test_a_pool_worker_that_exits_in_its_task_leaves_the_pool_waiting_for_ever(h
     graph = [a.get_text() for a in viz.wait_for(t).axes[0].texts]
     assert not any("nobody has put" in text for text in graph), graph
     assert any("_handle_tasks" in text for text in graph), graph
+
+
+def test_a_pool_job_lost_to_a_worker_exit_is_told_when_the_program_waits_in_pool_join(tmp_path):
+    # apply_async without get(), then close() and join(): no wait on the job's own result, and
+    # the verdict said only "worker 0 is idle" -- not why pool.join() never returns
+    status, err = trace("pool_tasks_then_join.py", directory=tmp_path)
+    assert status == HANG_STATUS, err
+    assert re.search(r"worker \d exited \(exit 1\) while running job \d+: Pool waits for its "
+                     r"result for ever, and so does whatever waits for all its jobs "
+                     r"\(pool.join\(\) after close\(\)\) \(a Pool replaces a worker", err), err
+    assert "bpo-22393" in err
+    assert "<module> (pool_tasks_then_join.py:19): `pool.join()`" in err
+
+
+def test_a_pool_ended_by_its_with_block_is_not_said_to_wait_for_the_task_it_killed(tmp_path):
+    # terminate() (leaving `with Pool()`) kills a busy worker: its task is gone, and nobody
+    # waits for it -- the hang is elsewhere (a join before the get)
+    status, err = trace("pool_left_then_join_first.py", directory=tmp_path, hang_after=1.5)
+    assert status == HANG_STATUS, err
+    assert "HANG AT EXIT: Process-3 has done its work but cannot exit" in err, err
+    assert "while running job" not in err and "bpo-22393" not in err, err
+    # the program never reads the queue: no "get() that comes after the join" to blame
+    assert ("pool_left_then_join_first.py's main thread waits in `join` for Process-3 (at your "
+            "line pool_left_then_join_first.py:24 in <module>(): `p.join()`); nothing reads "
+            "Queue 1 meanwhile (a get() before the join would empty its pipe)") in err, err
+    assert "comes after the join" not in err, err
 
 
 # --- f. Ctrl-C is a diagnosis ------------------------------------------------------------------
@@ -138,25 +178,33 @@ def _session_alive(sid):
     return _session_pids(sid)
 
 
-def test_ctrl_c_to_the_launcher_reports_where_everyone_waits_then_stops_the_program(tmp_path):
-    # A terminal's Ctrl-C goes to its foreground process group: here, the launcher's own.
+def _ctrl_c_to_the_launcher(directory, program, *args, said, ready):
+    """Trace tests/exit_programs/`program`; once it printed `said` and `ready(trace)` holds, a
+    Ctrl-C as a terminal sends it (to the launcher's process group); (launcher, stderr)."""
     launcher = subprocess.Popen(
         [sys.executable, "-m", "mpviz", "trace", "--hang-after", "1", "--no-plot", "-o",
-         str(tmp_path), "--", sys.executable, os.path.join(PROGRAMS, "wait_for_file.py"),
-         str(tmp_path / "never-written.txt")],
+         str(directory), "--", sys.executable, os.path.join(PROGRAMS, program), *args],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env(),
         start_new_session=True)
     try:
-        assert launcher.stdout.readline().strip() == "waiting for the reader"
-        _wait_until(str(tmp_path), lambda t: any(
-            e.kind == "wait.begin" and e.args.get("on") == "process" for e in t.events) and any(
-            e.kind == "process.bootstrap" and e.args.get("name") == "reader" for e in t.events))
+        assert launcher.stdout.readline().strip() == said
+        _wait_until(str(directory), ready)
         os.killpg(launcher.pid, signal.SIGINT)
         _, err = launcher.communicate(timeout=60)
     finally:
         if launcher.poll() is None:
             os.killpg(launcher.pid, signal.SIGKILL)
             launcher.wait()
+    return launcher, err
+
+
+def test_ctrl_c_to_the_launcher_reports_where_everyone_waits_then_stops_the_program(tmp_path):
+    # A terminal's Ctrl-C goes to its foreground process group: here, the launcher's own.
+    launcher, err = _ctrl_c_to_the_launcher(
+        tmp_path, "wait_for_file.py", str(tmp_path / "never-written.txt"),
+        said="waiting for the reader", ready=lambda t: any(
+            e.kind == "wait.begin" and e.args.get("on") == "process" for e in t.events) and any(
+            e.kind == "process.bootstrap" and e.args.get("name") == "reader" for e in t.events))
     assert launcher.returncode == 128 + signal.SIGINT, err
     report = err.index("mpviz trace: INTERRUPTED (Ctrl-C)")
     # each process's stack down to the program's own line, and what each waits for ...
@@ -170,6 +218,21 @@ def test_ctrl_c_to_the_launcher_reports_where_everyone_waits_then_stops_the_prog
     program = next(p.pid for p in load(str(tmp_path)).processes() if p.how == "exec")
     assert not _session_alive(program)
     assert "INTERRUPTED (Ctrl-C)" in load(str(tmp_path)).verdict
+
+
+def test_ctrl_c_to_a_program_that_is_only_busy_says_it_runs_and_invents_no_wait(tmp_path):
+    # The report said only its stack, then "the innermost call is where each thread waits":
+    # a learner read a wait into a loop that counts.
+    launcher, err = _ctrl_c_to_the_launcher(
+        tmp_path, "busy_computing.py", said="counting",
+        ready=lambda t: any(e.kind == "process.start" for e in t.events))
+    assert launcher.returncode == 128 + signal.SIGINT, err
+    report = err[err.index("mpviz trace: INTERRUPTED (Ctrl-C)"):err.index("passing SIGINT on")]
+    assert "busy_computing.py (pid " in report, report
+    assert "), main thread: running (using CPU) -- at <module> (busy_computing.py:" in report
+    mine = [line for line in report.splitlines() if line.startswith("  busy_computing.py (pid")]
+    assert len(mine) == 1 and "wait" not in mine[0], report
+    assert "where each thread waits" not in report, report
 
 
 @pytest.mark.parametrize("to", ["group", "process"])

@@ -5,6 +5,7 @@ the launcher puts the program in a session of its own and installs signal handle
 test must not do to the pytest process itself.
 """
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -326,6 +327,13 @@ def test_record_with_hang_after_gives_the_same_verdict(tmp_path, method):
     assert "mpviz: HANG: DEADLOCK -- for" in run.stderr
     assert "... <module> (prog.py:17)" in run.stderr        # the line that waited: join
     assert "_feed (queues.py" in run.stderr
+    # who waits for whom, as the launcher says it: the recording process is "main", and its
+    # join is there (its own watchdog's log made it read as the watchdog: its waits were lost,
+    # and the child was called "main")
+    assert re.search(r"main's main thread waits: join \w*Process-1 \(pid \d+\)", run.stderr), \
+        run.stderr
+    assert "has done its work but cannot exit" in run.stderr
+    assert "HANG AT EXIT: main " not in run.stderr, run.stderr
     assert "Traceback" not in run.stderr             # the helpers it shares were left alone
     assert "INTERRUPTED" not in run.stderr           # its SIGINT only wakes the block's wait
 

@@ -374,13 +374,16 @@ def _report_interrupt(eyes):
     in the trace directory as the verdict (``load(DIR).verdict``)."""
     import time
     from .trace import VERDICT_FILE
+    from . import stuck
     from .watchdog import interrupt_report
     began = time.monotonic()
     try:
         eyes.trace.refresh()                      # (every process started so far is named)
+        eyes.look_now()                           # each thread: working, or waiting on what
         stacks = eyes.capture_stacks()
         eyes.trace.refresh()
-        report = interrupt_report(eyes.trace, stacks)
+        report = interrupt_report(eyes.trace, stacks,
+                                  threads=stuck.threads_in_words(eyes, stacks, chains=False))
     except Exception as exc:                      # the SIGINT goes on whatever happens here
         report = f"mpviz trace: INTERRUPTED (Ctrl-C); no report ({exc!r})"
     print(report, file=sys.stderr, flush=True)

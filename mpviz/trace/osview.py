@@ -5,7 +5,8 @@ The recorder writes down what mpviz and multiprocessing *did*; Linux's ``/proc``
     /proc/PID/maps   one line per mapping; a shared-memory segment appears as its path,
                      ``/dev/shm/NAME`` (file_system strategy) or ``/memfd:NAME (deleted)``
                      (file_descriptor strategy: an anonymous file that has no name in /dev/shm)
-    /proc/PID/fd     one symbolic link per open file descriptor
+    /proc/PID/fd     one symbolic link per open file descriptor ("pipe:[123]": both ends of
+                     a pipe read so; /proc/PID/fdinfo/FD's flags say which end: pipe_ends)
 
 so ``os_view(pid).shm`` should list the segments the trace says ``pid`` attached and has not
 detached, and ``nfds`` grows by one per tensor shared with the file_descriptor strategy.
@@ -216,6 +217,31 @@ def _is_terminal(pid, fd):
     except OSError:
         return False
     return target.startswith(("/dev/pts/", "/dev/tty"))
+
+
+def pipe_ends(pids, target):
+    """``{"read": [pid, ...], "write": [pid, ...]}``: which of `pids` hold pipe `target`
+    ("pipe:[123]", as ``fd_target`` says it) open for reading, for writing (its fdinfo's
+    access mode). A pipe's two ends are one inode: who holds which is only said by the flags."""
+    ends = {"read": [], "write": []}
+    for pid in pids:
+        try:
+            fds = os.listdir(f"/proc/{pid}/fd")
+        except OSError:
+            continue
+        for fd in fds:
+            if fd_target(pid, fd) != target:
+                continue
+            info = _read(f"/proc/{pid}/fdinfo/{fd}") or ""
+            flags = next((int(line.split()[1], 8) for line in info.splitlines()
+                          if line.startswith("flags:")), None)
+            if flags is None:
+                continue
+            for end, modes in (("read", (os.O_RDONLY, os.O_RDWR)),
+                               ("write", (os.O_WRONLY, os.O_RDWR))):
+                if flags & 3 in modes and pid not in ends[end]:
+                    ends[end].append(pid)
+    return ends
 
 
 def fd_target(pid, fd):

@@ -38,7 +38,7 @@ def headline(watchdog, nkilled):
     t, stop = watchdog.stalled_for, (f"mpviz stopped {nkilled} process(es) with SIGKILL.")
     if watchdog.stuck_pids:
         names = _names(watchdog.trace)
-        who = _and([f"{names.get(p, '?')} (pid {p})" for p in watchdog.stuck_pids])
+        who = _and([_who(watchdog.trace, names, p) for p in watchdog.stuck_pids])
         it = "it" if len(watchdog.stuck_pids) == 1 else "each"
         return [f"mpviz trace: HANG: DEADLOCK -- {who} can never move: for {t:.1f} s every "
                 f"thread of {it} has waited, with no time limit, for a lock in its own memory "
@@ -48,12 +48,16 @@ def headline(watchdog, nkilled):
     if watchdog.kind == "stalled":
         return [f"mpviz trace: HANG: STALLED -- for {t:.1f} s no thread of any process moved "
                 f"and no event was recorded. Some threads wait with a deadline (a sleep, a "
-                f"timeout), but none of those waits ended within --hang-after "
-                f"{watchdog.hang_after:g} s: a wait that ends within it is progress, one that "
-                f"does not is a stall (not a deadlock: they may move later). {stop}"]
+                f"timeout) that has not run out within --hang-after {watchdog.hang_after:g} s: "
+                f"a wait that ends within it is progress, one that does not is a stall (not a "
+                f"deadlock: they may move later). {stop}"]
+    again = any(s.again for s in watchdog.seen.values())
+    how = ("with no time limit, or waits again for the same thing each time its timeout runs "
+           "out (a loop that polls: the deadline passed and nothing came)" if again else
+           "with no time limit (no sleep, no timeout)")
     return [f"mpviz trace: HANG: DEADLOCK -- for {t:.1f} s no thread of any process moved "
-            f"and no event was recorded, and every thread waits with no time limit (no "
-            f"sleep, no timeout): nobody can ever move. {stop}"]
+            f"and no event was recorded, and every thread waits {how}: nobody can ever move. "
+            f"{stop}"]
 
 
 class Facts:
@@ -68,6 +72,13 @@ class Facts:
         self.native = {pid: [(v.tid, what(v._replace(wchan=osview.wchan(pid, v.tid))),
                               v.args[:1] if v.call == "futex" else None)
                              for v in _native_threads(watchdog.trace, pid)] for pid in pids}
+        self.other_end = {}              # (pid, tid) -> the pids that hold the pipe's other end
+        for key, s in watchdog.seen.items():
+            v = s.view
+            end = {"read": "write", "write": "read"}.get(v.call)
+            target = osview.fd_target(v.pid, v.args[0]) if end and v.args else ""
+            if target.startswith("pipe:"):
+                self.other_end[key] = (end, osview.pipe_ends(sorted(pids), target)[end])
 
 
 def _and(items):
@@ -75,8 +86,9 @@ def _and(items):
     return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
 
 
-def threads_in_words(watchdog, stacks):
-    """Where each thread is (the stuck processes', or everyone's), chains, why, the fix."""
+def threads_in_words(watchdog, stacks, chains=True):
+    """Where each thread is (the stuck processes', or everyone's), chains, why, the fix.
+    `chains` False (a Ctrl-C's report: nothing is judged stuck): where each thread is, only."""
     trace, seen, facts = watchdog.trace, watchdog.seen, watchdog.facts
     names, tnames = _names(trace), _thread_names(trace)
     pids = watchdog.stuck_pids or sorted({pid for pid, _ in seen})
@@ -87,17 +99,22 @@ def threads_in_words(watchdog, stacks):
         for (p, tid), s in sorted(seen.items()):
             if p != pid:
                 continue
-            who = f"{names.get(pid, '?')} (pid {pid}), {tnames.get((pid, tid), _thread(pid, tid))}"
+            who = f"{_who(trace, names, pid)}, {tnames.get((pid, tid), _thread(pid, tid))}"
             line = f"  {who}: {facts.words[(pid, tid)]}"
-            if s.view.wait != "running":
-                line += f" for {facts.waited[(pid, tid)]:.1f} s"
+            if s.view.wait != "running" and facts.waited[(pid, tid)] >= 0.05:
+                line += f" for {facts.waited[(pid, tid)]:.1f} s"   # (unknown at a first look)
+            if s.again:
+                line += " (its timeout ran out, and it began the same wait again)"
+            if (pid, tid) in facts.other_end:
+                line += _other_end(trace, names, pid, *facts.other_end[(pid, tid)])
             own = own_line(frames.get(tid))
             lines.append(line + (f" -- at {own}" if own else ""))
     if len(lines) > MAX_THREAD_LINES + 1:
         more = len(lines) - 1 - MAX_THREAD_LINES
         lines[MAX_THREAD_LINES + 1:] = [f"  ... and {more} more thread(s): their stacks are below"]
-    lines += _dataloader_chains(watchdog, stacks, names)
-    lines += _why(watchdog, stacks, names)
+    if chains:
+        lines += _dataloader_chains(watchdog, stacks, names)
+        lines += _why(watchdog, stacks, names)
     return lines
 
 
@@ -117,9 +134,9 @@ def what(view):
         return f"waits for a lock {whose}, with no time limit (futex{kernel})"
     target = _fd_words(view) if view.call in ("read", "write", "recvfrom", "recvmsg",
                                                "sendto", "sendmsg", "accept", "accept4") else ""
-    if view.call == "read":
+    if view.call in ("read", "recvfrom", "recvmsg"):       # (socket.recv is recvfrom)
         return f"reads {target}, with no time limit"
-    if view.call == "write":
+    if view.call in ("write", "sendto", "sendmsg"):
         return f"writes into {target}, which is full, with no time limit"
     if view.call in ("wait4", "waitid"):
         return "waits for a child process to end (join, wait), with no time limit"
@@ -130,6 +147,16 @@ def what(view):
         how = "with a timeout" if view.wait == "deadline" else "with no time limit"
         return f"waits for a pipe, socket or file to be ready ({view.call}, {how})"
     return f"in the system call {view.call}{kernel}"
+
+
+def _other_end(trace, names, pid, end, holders):
+    """"; its write end is open in X (pid 5) and in this process": who could end the wait of a
+    thread that reads (writes) a pipe. Its own process counts: a thread of it could."""
+    who = [("this process" if p == pid else _who(trace, names, p)) for p in holders]
+    if not who:
+        return (f"; its {end} end is open in no process of the program (one outside it "
+                f"could {end})")
+    return f"; its {end} end is open in {_and(who)}"
 
 
 def _fd_words(view):
@@ -149,6 +176,18 @@ def _names(trace):
         if e.args.get("phase") == "start":
             names[e.pid] = f"DataLoader worker {e.args.get('worker_id')}"
     return names
+
+
+def _who(trace, names, pid):
+    """"ForkPoolWorker-2 (worker 1, pid 7)": the process's name and, where the pictures and the
+    wait lines call it otherwise ("worker 1 is idle"), that name too; "Process-1 (pid 7)"."""
+    try:
+        from mpviz.viz.state import process_labels
+        alias = process_labels(trace).get(pid)
+    except ImportError:                  # (no matplotlib: mpviz.viz cannot be imported)
+        alias = None
+    name = names.get(pid, "?")
+    return f"{name} ({alias}, pid {pid})" if alias and alias != name else f"{name} (pid {pid})"
 
 
 def _thread_names(trace):
@@ -202,11 +241,23 @@ def _stacks_by_thread(trace, pid, text):
                 calls.append((fn.strip(), path, lineno))
     by_tid = {}
     for ident, calls in out.items():
+        calls = own_frames(calls)
         if ident in idents:
             by_tid[idents[ident]] = calls
-        elif calls and calls[-1][0] != "_bootstrap":
+        elif calls and not (calls[-1][0] == "_bootstrap" and calls[-1][1].endswith("threading.py")):
             by_tid[pid] = calls
     return by_tid
+
+
+def own_frames(calls):
+    """`calls` (innermost first) without the frames a forked child inherited: its stack goes on
+    below the fork (``popen_fork.py``'s ``_launch``) into its parent's, down to the parent's
+    line that started it -- not where the child is (``state.user_line`` cuts them too). A
+    child forked by a Pool's helper thread would otherwise read as a thread, not a main one."""
+    for i, (fn, path, _) in enumerate(calls):
+        if fn == "_launch" and path.endswith("popen_fork.py"):
+            return calls[:i]
+    return calls
 
 
 def _mine(path):

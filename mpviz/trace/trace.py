@@ -140,6 +140,9 @@ class Trace:
                 p["threads"].append(e.tid)
             a = e.args
             if e.kind == "process.start":
+                if a.get("how") == "watchdog" and p["how"] not in (None, "launcher"):
+                    continue    # record(hang_after=S)'s watchdog log, in the recording process:
+                                # that process is still the program's (the launcher's is mpviz's)
                 p.update(ppid=a.get("ppid"), how=a.get("how"), start_ns=min(p["start_ns"], e.ts_ns))
                 p["name"] = p["name"] or a.get("name")
             elif e.kind == "process.bootstrap":

@@ -10,6 +10,8 @@ no timeout, a pipe, a join: only another thread can end it), or reads a terminal
     DEADLOCK, everyone:     nothing moved and nothing was recorded for `hang_after` s, and every
                             thread waits for ever
     STALLED:                the same, but some wait with a deadline longer than `hang_after`
+                            that has not run out yet (a timeout that ran out, and the same
+                            wait began again, is a loop that polls: it waits for ever too)
 
 A hang: SIGUSR1 to each recorded process (faulthandler, registered at start-up by
 ``autostart.register_stacks``, writes its stacks to DIR/.stacks/PID.txt); the caller ends the
@@ -63,11 +65,14 @@ def _progress(event):
 
 
 class _Seen:
-    """What the watchdog last saw of one thread."""
-    __slots__ = ("view", "moved", "since", "cpu_since_move")
+    """What the watchdog last saw of one thread. `again`: since it last moved, a wait of it
+    with a deadline ran out and the same wait began again (a loop that polls: get(timeout=5)
+    until something comes, as a DataLoader's main thread does)."""
+    __slots__ = ("view", "moved", "since", "cpu_since_move", "again")
 
     def __init__(self, view, now):
         self.view, self.moved, self.since, self.cpu_since_move = view, now, now, 0
+        self.again = False
 
 
 class Watchdog:
@@ -112,7 +117,8 @@ class Watchdog:
             self.stalled_for = max(now - self.seen[k].moved for k in self.seen
                                    if k[0] in self.stuck_pids)
         elif self.stalled_for > self.hang_after:
-            waits = {s.view.wait for s in self.seen.values()}
+            # (a deadline that ran out and began again proved nothing comes: not a stall)
+            waits = {s.view.wait for s in self.seen.values() if not s.again}
             self.kind = "stalled" if waits & {"sleep", "deadline"} else "deadlock"
         else:
             return False
@@ -159,8 +165,10 @@ class Watchdog:
             ran = view.runs != prev.runs or view.cpu_ns != prev.cpu_ns
             if view.wait == "terminal" or old.cpu_since_move >= MOVE_CPU_NS or (
                     ran and (view.key != prev.key or prev.wait in ("sleep", "running"))):
-                old.moved, old.since, old.cpu_since_move = now, now, 0
+                old.moved, old.since, old.cpu_since_move, old.again = now, now, 0, False
                 moved = True
+            elif ran and prev.wait == "deadline":
+                old.again = True
         self.seen = seen
         return moved
 
@@ -217,6 +225,16 @@ class Watchdog:
         finally:
             log.close()
 
+    def look_now(self):
+        """Look at every thread once more, for a Ctrl-C's report (``stuck.threads_in_words``
+        with ``chains=False`` says it: a busy program's threads work, they do not wait).
+        Before the stacks are asked for: a thread that wrote its stack has run."""
+        from . import stuck
+        now = time.monotonic()
+        if self._look(now):
+            self.last_progress = now          # (a move this look saw is not lost to poll())
+        self.facts = stuck.Facts(self, now)
+
     def verdict(self, stacks, killed):
         """The hang in words: its kind, where each thread was and what it waits on, who waits
         for whom."""
@@ -230,10 +248,11 @@ class Watchdog:
         return "\n".join(lines)
 
 
-def interrupt_report(trace, stacks, at=None, who="mpviz trace"):
+def interrupt_report(trace, stacks, at=None, who="mpviz trace", threads=()):
     """Ctrl-C is a diagnosis: the hang verdict's report, at the moment of an interrupt -- each
     process's stack down to the program's own line, what each waits for, who must act. `at`:
-    the instant to judge the waits at (default: the trace's end)."""
+    the instant to judge the waits at (default: the trace's end). `threads`: lines saying
+    where each thread is by /proc (``Watchdog.look_now``): working, or waiting on what."""
     where = stack_summary(stacks) if stacks else (
         "  (no process left to ask: the same Ctrl-C reached them all, and each had already "
         "raised KeyboardInterrupt and ended -- a Ctrl-C to this process alone, `kill -INT PID`, "
@@ -241,7 +260,7 @@ def interrupt_report(trace, stacks, at=None, who="mpviz trace"):
     waits = waits_in_words(trace, at)
     return "\n".join([f"{who}: INTERRUPTED (Ctrl-C): where each process was when it came "
                       f"(Python stacks, innermost call first; ... leads to the program's own "
-                      f"line):", where] + waits)
+                      f"line):", where] + list(threads) + waits)
 
 
 def interrupt_stacks(stacks, stacks_dir):
@@ -300,7 +319,8 @@ def stack_summary(stacks, frames=3):
             lines.append(f"    {info['stacks'].strip()[:200]}")
         for thread, calls in threads:
             shown = [call for call, _ in calls[:frames]]
-            own = next((call for call, mine in calls[frames:] if mine), None)
+            own = None if any(mine for _, mine in calls[:frames]) else \
+                next((call for call, mine in calls[frames:] if mine), None)
             if own:
                 shown.append(f"... {own}")
             elif len(calls) > frames:
@@ -310,30 +330,28 @@ def stack_summary(stacks, frames=3):
 
 
 def parse_stacks(text):
-    """faulthandler's text as [(thread label, [("fn (file.py:line)", in the program?)])]."""
-    import sysconfig
-    library = tuple(os.path.realpath(p) for p in {sysconfig.get_paths()["stdlib"],
-                                                  sysconfig.get_paths()["purelib"],
-                                                  sysconfig.get_paths()["platlib"]})
-    mpviz_dir = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    recorder_dir = os.path.join(mpviz_dir, "trace") + os.sep   # our hooks: never the user's
-    threads = []
+    """faulthandler's text as [(thread label, [("fn (file.py:line)", in the program?)])]
+    (in the program: stuck's test, which the verdict's own lines use)."""
+    from .stuck import _HOOKS, _mine
+    threads, forked = [], False       # forked: below a fork, the parent's frames (own_frames)
     for line in text.splitlines():
         line = line.strip()
         if line.startswith(("Thread 0x", "Current thread 0x")):
             threads.append([])
-        elif line.startswith("File ") and threads:
+            forked = False
+        elif line.startswith("File ") and threads and not forked:
             try:
                 path, rest = line[6:].split('", line ', 1)
                 lineno, fn = rest.split(" in ", 1)
             except ValueError:
                 threads[-1].append((line, False))
                 continue
-            real = os.path.realpath(path)
-            if real.startswith(recorder_dir):
+            if fn == "_launch" and path.endswith("popen_fork.py"):
+                forked = True
+                continue
+            if os.path.realpath(path).startswith(_HOOKS):
                 continue                   # a recording hook's frame (waits.py, locks.py ...)
-            mine = not real.startswith(library + (mpviz_dir,)) and not path.startswith("<")
-            threads[-1].append((f"{fn} ({os.path.basename(path)}:{lineno})", mine))
+            threads[-1].append((f"{fn} ({os.path.basename(path)}:{lineno})", _mine(path)))
     # faulthandler does not say which thread is the main one: the others began in threading's
     # Thread._bootstrap
     return [("thread" if calls and calls[-1][0].startswith("_bootstrap (threading.py") else
@@ -363,6 +381,11 @@ def waits_in_words(trace, at=None):
             continue
         lines.append(f"  {_thread_words(state, b.pid, b.tid)} waits: {b.what} -- "
                      f"{_who_must_act(state, b, trace)}")
+    told = {b.target for b in state.blocked if b.on == "pool.result"}
+    for task in st.every_lost_pool_task(trace, state.t_ns):    # (no get() of its own waits)
+        if task.job not in told:
+            lines.append(f"  {task.words()}, and so does whatever waits for all its jobs "
+                         f"(pool.join() after close()){LOST_WHY}")
     for pid in sorted(idle):
         lines.append(f"  {state.labels.get(pid, pid)} is idle, not stuck: it waits for its next "
                      f"task from the Pool, and goes on when the program gives the Pool work")
@@ -372,7 +395,7 @@ def waits_in_words(trace, at=None):
     lines += _hang_at_exit(state, trace)
     if not lines:
         return ["Who waits for whom: the trace recorded no wait that was still open (read the "
-                "stacks above: the innermost call is where each thread waits)."]
+                "stacks above: the innermost call is where each thread was)."]
     return ["Who waits for whom (recorded waits still open when it stopped):"] + lines
 
 
@@ -406,8 +429,9 @@ def _hang_at_exit(state, trace):
                        f"and will read {queue} no more")
             else:
                 where = _user_line(trace, b.pid)
-                how = (f" {where}" if where else "") + \
-                    "; the get() that would empty the pipe comes after the join"
+                how = (f" {where}" if where else "") + (
+                    f"; nothing reads {queue} meanwhile (a get() before the join would empty "
+                    f"its pipe)")
             out.append(f"  {_thread_words(state, b.pid, b.tid)} waits in `join` for {child}"
                        f"{how}: each waits for the other, for ever.")
         out.append(f"  Fix: get everything a process put on a queue before joining it (the "
@@ -429,6 +453,14 @@ def _thread_words(state, pid, tid):
     return f"{state.labels.get(pid, pid)}'s {state.thread_names.get((pid, tid), f'thread {tid}')}"
 
 
+LOST_WHY = (" (a Pool replaces a worker that ends, not the task it was running: bpo-22393). "
+            "Fix: raise an exception in the task instead of sys.exit() or os._exit() (the Pool "
+            "sends an exception back to the caller), or use "
+            "concurrent.futures.ProcessPoolExecutor, which raises BrokenProcessPool when a "
+            "worker dies (os._exit, a crash) and raises a task's sys.exit() in the caller as "
+            "SystemExit (uncaught, it ends the program with that status and no traceback)")
+
+
 def _who_must_act(state, blocked, trace=None):
     """The end of a wait's line: who must act, as the wait-for graph's arrows say it."""
     from mpviz.viz.wait_for import MUST
@@ -436,11 +468,7 @@ def _who_must_act(state, blocked, trace=None):
         from mpviz.viz import state as st
         lost = st.lost_pool_tasks(trace, blocked.target, state.t_ns)
         if lost:
-            return ("; ".join(task.words() for task in lost) +
-                    " (a Pool replaces a worker that ends, not the task it was running: "
-                    "bpo-22393). Fix: raise an exception in the task instead of sys.exit() or "
-                    "os._exit() (the Pool sends an exception back to the caller), or use "
-                    "concurrent.futures.ProcessPoolExecutor, which raises BrokenProcessPool")
+            return "; ".join(task.words() for task in lost) + LOST_WHY
     if blocked.waits_for:
         who = " or ".join(_thread_words(state, pid, tid) for pid, tid in blocked.waits_for)
         alive = {(p.pid, tid) for p in state.processes for tid, _ in p.threads}

@@ -279,6 +279,20 @@ class State:
 # The watchdog (a scenario's side process, ``process.start how="watchdog"``) is not a lane of
 # its own: its ``watchdog.stuck`` / ``watchdog.kill`` events are filed under the pids they name.
 
+_WATCHDOG_KINDS = frozenset({"watchdog.stuck", "watchdog.kill", "process.reaped",
+                             "process.start"})
+
+
+def _watchdogs_own(e):
+    """Is `e` the watchdog's, in a process that records too? (record(hang_after=S) runs its
+    watchdog in the recording process itself: that process is a lane, and only these events of
+    it are the watchdog's.)"""
+    k = e.kind
+    return (k == "watchdog.stuck" or k == "watchdog.kill" or
+            (k == "process.reaped" and e.args.get("by") == "watchdog") or
+            (k == "process.start" and e.args.get("how") == "watchdog"))
+
+
 _cache = weakref.WeakKeyDictionary()
 
 
@@ -334,7 +348,8 @@ class _Index:
         for e in events:
             k = e.kind
             who = (e.pid, e.tid)
-            if e.pid in self.watchdogs:                 # file its findings under their pids
+            if e.pid in self.watchdogs or (k in _WATCHDOG_KINDS and _watchdogs_own(e)):
+                # the watchdog's: file its findings under the pids they name
                 named = e.args.get("pids") or [e.args.get("pid")]
                 for pid in named if isinstance(named, (list, tuple)) else [named]:
                     if pid in self.procs and k not in GLYPH_KINDS:
@@ -689,6 +704,11 @@ class _Index:
                                 job, begin.args.get("index"), begin.args.get("func")))
         return out
 
+    def pool_runs(self, pid, t):
+        """Does a Pool of process `pid` run at `t` (a result handler thread of it alive)?"""
+        return any(p == pid and "_handle_results" in str(name) and self.thread_alive(p, tid, t)
+                   for (p, tid), name in self.threads.items())
+
     def idle_pool_worker(self, pid, t):
         """True if `pid` is a Pool worker that waits for its next task at `t`: no task of its
         own running, and its only open waits are a get() (the Pool's task queue) -- idle, not
@@ -970,6 +990,19 @@ def lost_pool_tasks(trace, job, t_ns=None):
     """The ``LostTask``s of Pool job `job` by instant `t_ns` (None: the trace's end)."""
     ix = _index(trace)
     return ix.lost_tasks(job, ix.t1 if t_ns is None else int(t_ns))
+
+
+def every_lost_pool_task(trace, t_ns=None):
+    """The ``LostTask``s of every Pool job by instant `t_ns` (None: the trace's end) whose Pool
+    still runs (its result handler thread is alive: a Pool ended by terminate() -- leaving a
+    ``with Pool()`` block -- kills its busy workers, and waits for nothing). A program that
+    waits for all the jobs at once (``pool.join()`` after ``apply_async``) waits on no one
+    job's result."""
+    ix = _index(trace)
+    t = ix.t1 if t_ns is None else int(t_ns)
+    jobs = dict.fromkeys(e.args.get("job") for e in ix.pool_tasks if e.ts_ns <= t)
+    return [task for job in jobs for task in ix.lost_tasks(job, t)
+            if ix.pool_runs(ix.procs[task.pid].ppid, t)]
 
 
 def idle_pool_workers(trace, t_ns=None):
