@@ -103,12 +103,13 @@ class LockNames:
         typ = self.types.get(lid) or "lock"
         same = [i for i in self.types if self.variable(i) is None and i not in self.channels
                 and (self.types[i] or "lock") == typ]
-        kind = "threading." if _is_thread_lock(lid) else ""
+        kind = "threading." if is_thread_lock(lid) else ""
         return f"{kind}{typ} {same.index(lid) + 1}" if lid in same else f"{kind}{typ}"
 
 
-def _is_thread_lock(lock_id):
-    """A ``threading`` lock's id is ``t<pid>.<n>`` (locks.py)."""
+def is_thread_lock(lock_id):
+    """True for a ``threading`` lock (private to a process; ``fork`` copies it): its id is
+    ``t<pid>.<n>`` (locks.py)."""
     head, _, tail = str(lock_id).partition(".")
     return head[:1] == "t" and head[1:].isdigit() and tail.isdigit()
 

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from mpviz.trace import names
+from mpviz.trace.names import is_thread_lock
 from mpviz.trace.trace import without_gc
 
 from .colors import human_bytes
@@ -70,11 +71,6 @@ def lock_name(trace, lock_id):
 def failures(trace):
     """The actions that failed, each ``Failure(ts_ns, pid, tid, what)`` (see ``_Index``)."""
     return list(_index(trace).failures)
-
-
-def is_thread_lock(lock_id):
-    """True for a ``threading`` lock (private to a process; ``fork`` copies it)."""
-    return _THREAD_LOCK.match(str(lock_id)) is not None
 
 
 # --- the records -------------------------------------------------------------------------------
