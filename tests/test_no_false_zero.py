@@ -294,6 +294,7 @@ def test_a_program_run_with_python_I_is_not_recorded_and_the_report_says_why(run
     summary = viz.summary(mt.load(run.tmp / "trace"))
     assert "0 segments + unknown (NOT RECORDED below)" in summary
     assert "NOT RECORDED: the program" in summary
+    assert "0 messages + unknown (NOT RECORDED below): " in summary     # not "0 messages"
 
 
 @pytest.mark.timeout(SETUP_TIMEOUT)
@@ -308,3 +309,4 @@ def test_torch_distributed_is_a_not_recorded_line(runs):
     assert "Fix: " in run.stderr.split(line)[1]
     summary = viz.summary(trace)
     assert f"NOT RECORDED: {line}" in summary and "0 segments + unknown" in summary
+    assert "0 messages + unknown (NOT RECORDED below): " in summary  # all_reduce moved bytes

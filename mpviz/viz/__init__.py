@@ -113,10 +113,13 @@ def summary(trace):
     # where torch's sharing could not be seen, its counts are unknown: never say "0" for them
     notes = list(getattr(trace, "notes", ()))
     blind = " (torch's: unknown, NOT recorded)" if torch_not_recorded(trace) else ""
-    if not blind and any(UNKNOWN in n for n in notes):     # a part of the run is missing
-        blind = " + unknown (NOT RECORDED below)"
+    missing = ""               # a part of the run is missing: its messages too (a program run
+    if any(UNKNOWN in n for n in notes):     # with -I; torch.distributed's collectives)
+        missing = " + unknown (NOT RECORDED below)"
+        blind = blind or missing
     lines = [f"{len(ran)} processes, {len(trace.events)} events",
-             f"{len(flows)} messages: {len(carried)} carried shared-memory handles{blind} "
+             f"{len(flows)} messages{missing}: {len(carried)} carried shared-memory "
+             f"handles{blind} "
              f"({sum(carried)} in all, as their senders counted them); "
              f"{len(copies)} copies into shared memory "
              f"({human_bytes(sum(e.args.get('nbytes') or 0 for e in copies))}){blind}",
