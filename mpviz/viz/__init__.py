@@ -113,10 +113,12 @@ def summary(trace):
     # where torch's sharing could not be seen, its counts are unknown: never say "0" for them
     notes = list(getattr(trace, "notes", ()))
     blind = " (torch's: unknown, NOT recorded)" if torch_not_recorded(trace) else ""
-    missing = ""               # a part of the run is missing: its messages too (a program run
-    if any(UNKNOWN in n for n in notes):     # with -I; torch.distributed's collectives)
-        missing = " + unknown (NOT RECORDED below)"
-        blind = blind or missing
+    if not blind and any(UNKNOWN in n for n in notes):     # a part of the run is missing
+        blind = " + unknown (NOT RECORDED below)"
+    # ... and its messages too (a program run with -I; torch.distributed's collectives), unless
+    # only torch's sharing is missing: the messages that carried it were recorded
+    missing = " + unknown (NOT RECORDED below)" if any(
+        UNKNOWN in n and "torch's shared memory" not in n for n in notes) else ""
     lines = [f"{len(ran)} processes, {len(trace.events)} events",
              f"{len(flows)} messages{missing}: {len(carried)} carried shared-memory "
              f"handles{blind} "
