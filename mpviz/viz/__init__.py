@@ -70,14 +70,16 @@ def plot(obj, at=None):
 def notes_under(fig, notes, most=5):
     """Under `fig`, in red, what could not be recorded (``Trace.notes``): a picture is believed,
     so one that is missing something says so on itself, not only on the terminal. (Saved with
-    ``bbox_inches="tight"``, as a notebook shows it, the lines are inside the image.)"""
+    ``bbox_inches="tight"``, as a notebook shows it, the lines are inside the image.) Once per
+    figure: a second call adds nothing."""
     import textwrap
-    if not notes:
-        return
+    if not notes or any(t.get_gid() == "not recorded" for t in fig.texts):
+        return                           # (once: timeline() and wait_for() write them too)
     lines = [textwrap.shorten(f"NOT RECORDED: {n}", 220) for n in notes[:most]]
     if len(notes) > most:
         lines.append(f"... and {len(notes) - most} more (mpviz.trace.load(DIR).notes)")
-    fig.text(0.01, 0.0, "\n".join(lines), color="#b00000", fontsize=8, va="top", ha="left")
+    fig.text(0.01, 0.0, "\n".join(lines), color="#b00000", fontsize=8, va="top", ha="left",
+             gid="not recorded")
 
 
 def _map_panel(trace, at):

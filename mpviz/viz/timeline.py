@@ -425,6 +425,9 @@ def timeline(trace, ax=None, at=None, title=None, max_arrows=300, max_labels=24,
     elif note:
         ax.text(0.0, -0.02, note, transform=ax.transAxes, fontsize=7.5, va="top", ha="left",
                 color="#555555", gid="aggregated")
+    if owned and not fast:               # (in viz.plot's figure, plot writes them once)
+        from . import notes_under
+        notes_under(fig, getattr(whole, "notes", ()))
     return fig
 
 

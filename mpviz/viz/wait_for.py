@@ -97,7 +97,8 @@ def wait_for(trace, at=None, ax=None, title=None):
     ys = [y for _, y in pos.values()] or [0]
     top = max(ys)                        # arrows that go back or skip a column arc above it
     arcs = any(_arc(pos[a], pos[b], top) for a, b, _, _ in edges if a not in in_cycle)
-    if ax is None:
+    owned = ax is None
+    if owned:
         fig = Figure(figsize=(min(14, max(7.5, 1.5 + 1.7 * (max(xs) - min(xs) + 1.6))),
                               1.6 + 1.0 * (max(ys) - min(ys) + 1.4 + (0.6 if arcs else 0)) +
                               0.45 * len(state.deadlocks)), layout="constrained")
@@ -161,6 +162,9 @@ def wait_for(trace, at=None, ax=None, title=None):
     keys = [k for k in ("holding", "waiting", "blocked", "deadlock", "ghost") if k in used]
     if keys:
         legend(ax, keys, loc="upper left", bbox_to_anchor=(0.0, 0.0), ncols=len(keys))
+    if owned:                            # (in viz.plot's figure, plot writes them once)
+        from . import notes_under
+        notes_under(fig, getattr(trace, "notes", ()))
     return fig
 
 
