@@ -214,3 +214,19 @@ def test_no_mpviz_frame_in_a_users_traceback(runs):
                         ("q.get(timeout=0.1)             # uncaught", "<module>")):
         number = next(i for i, line in enumerate(lines, 1) if code in line)
         assert f"raises.py\", line {number}, in {where}" in err, (code, err)
+
+
+def test_an_error_raised_in_mpvizs_own_code_keeps_that_frame_in_the_printed_traceback():
+    # a bug of ours (or our clear error about bad input) must point at us: here record()'s
+    # check of hang_after, in watchdog.py, called from trace.py's record (hidden: a frame of
+    # ours the error only passed through)
+    import traceback
+
+    from mpviz.trace import frames
+    with pytest.raises(ValueError, match="hang_after must be a number of seconds") as info:
+        with mt.record(hang_after="soon"):
+            pass
+    shown = traceback.extract_tb(frames.without_ours(info.value.__traceback__))
+    files = [os.path.basename(f.filename) for f in shown]
+    assert files[0] == os.path.basename(__file__) and files[-1] == "watchdog.py", files
+    assert shown[-1].name == "check_hang_after" and "trace.py" not in files, files
