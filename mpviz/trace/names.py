@@ -54,9 +54,19 @@ def channel_names(flows, thread_names=None, dataloader_workers=None):
     return names
 
 
+def arguments_pipe(pid):
+    """The channel of the arguments a Process pickled for child `pid` (hooks.py): one message,
+    read in the child's _bootstrap -- not a pipe any get() of the program reads."""
+    return f"args-{pid}"
+
+
+def is_arguments(channel):
+    return str(channel).startswith("args-")
+
+
 def _role(ch, putters, getters, thread_names, workers):
     """The part a channel plays in a library we know, or None."""
-    if str(ch).startswith("args-"):              # a Process's pickled arguments (hooks.py)
+    if is_arguments(ch):                         # a Process's pickled arguments (hooks.py)
         return f"the arguments of pid {str(ch)[5:]}"
     for side, target, name in _POOL_THREADS:
         if any(target in (thread_names.get(w) or "") for w in

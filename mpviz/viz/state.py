@@ -403,9 +403,10 @@ class _Index:
                     e.args.get("pipe" if k == "pipe.send" else "queue"), [])
                 if all(g[:2] != who for g in seen):
                     seen.append((e.pid, e.tid, e.ts_ns))
-            elif k == "pipe.recv":
+            elif k == "pipe.recv" and not names.is_arguments(e.args.get("pipe")):
                 # a SimpleQueue (a Pool's task queue): its get waits on the queue's id, its
                 # messages are sent and read on its pipe's; who puts into one puts into both
+                # (not a child's arguments, read in its _bootstrap: no get reads them)
                 recv_pipes.setdefault(who, set()).add(e.args.get("pipe"))
                 if open_blocks.get(who) and open_blocks[who][-1].args.get("on") == "queue.get":
                     self.pipe_of.setdefault(open_blocks[who][-1].args.get("id"),
@@ -429,10 +430,21 @@ class _Index:
             self.blocked.extend((pid, tid, b, None) for b in begins)
         # A get that read its first message without waiting left no wait open at its read: a
         # thread that reads one pipe only, and waits in a SimpleQueue get, reads it from there.
+        # A Pool worker given no task yet has read nothing (its arguments are not a pipe it
+        # reads): its Pool's task queue is the one pipe its sibling workers read.
         for pid, tid, begin, _ in self.blocked:
             pipes = recv_pipes.get((pid, tid), ())
             if begin.args.get("on") == "queue.get" and len(pipes) == 1:
                 self.pipe_of.setdefault(begin.args.get("id"), next(iter(pipes)))
+        for pid, tid, begin, _ in self.blocked:
+            p = self.procs.get(pid)
+            if begin.args.get("on") != "queue.get" or begin.args.get("id") in self.pipe_of or \
+                    p is None or "PoolWorker" not in (p.name or ""):
+                continue
+            pipes = set().union(*(recv_pipes.get((s.pid, s.pid), ()) for s in self.procs.values()
+                                  if s.ppid == p.ppid and "PoolWorker" in (s.name or "")))
+            if len(pipes) == 1:
+                self.pipe_of[begin.args.get("id")] = next(iter(pipes))
         self.pool_tasks = [e for e in self.by_kind.get("pool.task", ())]
         self.fd_passes = [(d["fd.send"], d["fd.recv"]) for d in fds.values() if len(d) == 2]
         self.labels = _make_labels(self.procs, self.watchdogs, self.scripts)
