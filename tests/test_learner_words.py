@@ -110,6 +110,28 @@ POOL_WORKER_EXITS = textwrap.dedent("""
             print(pool.map(task, [0]))
 """)
 
+# one job for two workers, on a SimpleQueue: the worker that finds none waits for ever
+ONE_JOB = textwrap.dedent("""
+    import multiprocessing as mp
+
+    def work(jobs, done):
+        job = jobs.get()
+        with done.get_lock():
+            done.value += job
+
+    if __name__ == "__main__":
+        mp.set_start_method("spawn")
+        jobs = mp.SimpleQueue()
+        done = mp.Value("i", 0)
+        jobs.put(1)
+        workers = [mp.Process(target=work, args=(jobs, done)) for _ in range(2)]
+        for w in workers:
+            w.start()
+        for w in workers:
+            w.join()
+        print(done.value)
+""")
+
 RAISES = textwrap.dedent("""
     import multiprocessing as mp
     import queue
@@ -164,6 +186,7 @@ def runs(tmp_path_factory):
                 "join before get": (JOIN_BEFORE_GET, "--hang-after", "2"),
                 "pool": (POOL,),
                 "pool worker exits": (POOL_WORKER_EXITS, "--hang-after", "2"),
+                "one job": (ONE_JOB, "--hang-after", "2"),
                 "raises": (RAISES,)}
     started = {}
     for name, (source, *options) in programs.items():
@@ -283,3 +306,10 @@ def test_a_pool_worker_that_waits_for_its_first_task_waits_on_the_pools_task_que
         assert "_handle_tasks" in ix.thread_name(*who)
     picture = "\n".join(t.get_text() for t in viz.timeline(trace).axes[0].texts)
     assert "arguments" not in picture, picture
+
+
+@pytest.mark.timeout(SETUP_TIMEOUT)
+def test_who_must_put_into_a_simple_queue_is_named_once(runs):
+    directory, err = runs["one job"]
+    (line,) = [line for line in err.splitlines() if "waits: get() on Queue 1" in line]
+    assert line.endswith("-- one_job.py's main thread must put"), line
