@@ -436,15 +436,16 @@ class _Index:
             pipes = recv_pipes.get((pid, tid), ())
             if begin.args.get("on") == "queue.get" and len(pipes) == 1:
                 self.pipe_of.setdefault(begin.args.get("id"), next(iter(pipes)))
+        read_by_pools = {}             # a Pool's parent -> the pipes its workers read
+        for s in self.procs.values():
+            if "PoolWorker" in (s.name or ""):
+                read_by_pools.setdefault(s.ppid, set()).update(recv_pipes.get((s.pid, s.pid), ()))
         for pid, tid, begin, _ in self.blocked:
             p = self.procs.get(pid)
-            if begin.args.get("on") != "queue.get" or begin.args.get("id") in self.pipe_of or \
-                    p is None or "PoolWorker" not in (p.name or ""):
-                continue
-            pipes = set().union(*(recv_pipes.get((s.pid, s.pid), ()) for s in self.procs.values()
-                                  if s.ppid == p.ppid and "PoolWorker" in (s.name or "")))
-            if len(pipes) == 1:
-                self.pipe_of[begin.args.get("id")] = next(iter(pipes))
+            pipes = read_by_pools.get(p.ppid, ()) if p is not None and \
+                "PoolWorker" in (p.name or "") else ()
+            if begin.args.get("on") == "queue.get" and len(pipes) == 1:
+                self.pipe_of.setdefault(begin.args.get("id"), next(iter(pipes)))
         self.pool_tasks = [e for e in self.by_kind.get("pool.task", ())]
         self.fd_passes = [(d["fd.send"], d["fd.recv"]) for d in fds.values() if len(d) == 2]
         self.labels = _make_labels(self.procs, self.watchdogs, self.scripts)
