@@ -6,7 +6,8 @@ from a queue of its own and puts results into one shared queue. Between two batc
 thread waits for the shared queue while the workers that are done wait for their index queues
 -- waits that go round (main -> index queues -> workers -> data queue -> main) without being a
 deadlock. The graph of such a moment once drew the main thread's arrow to "worker 0's index
-queue" straight through worker 2's box.
+queue" straight through worker 2's box; with eight workers, a fan of straight arrows from the
+main thread to eight index queues cut the corners of the boxes beside the one each points at.
 """
 import multiprocessing
 
@@ -24,7 +25,7 @@ from mpviz import viz  # noqa: E402
 from mpviz.viz import state as st  # noqa: E402
 
 pytestmark = pytest.mark.timeout(120)
-WORKERS, STEPS = 4, 3
+WORKERS, STEPS = 8, 3
 
 
 def work(index_queue, data_queue):

@@ -125,24 +125,28 @@ def wait_for(trace, at=None, ax=None, title=None):
     ax.set_xlim(min(xs) - 0.8, max(xs) + 0.8)
     ax.set_ylim(min(ys) - 0.7, max(ys) + 0.7 + (0.6 if arcs else 0))
     aspect = _aspect(ax)
+    xs_of = [x for k, (x, _) in pos.items() if k not in in_cycle]
+    alone = {x for x in xs_of if xs_of.count(x) == 1}      # columns of one box
     for a, b, word, key in edges:
         red = key == "deadlock" or (a in in_cycle and b in in_cycle)
         color = COLORS["deadlock"] if red else COLORS.get(key, "#555555")
         if key == "ghost":
             color = COLORS["ghost"]
         used.add("deadlock" if red else key)
-        rad = 0.12 if a in in_cycle else _arc(pos[a], pos[b], top, aspect)
+        if a in in_cycle:
+            (xa, ya), (xb, yb) = pos[a], pos[b]
+            style, at = "arc3,rad=0.12", ((xa + xb) / 2, (ya + yb) / 2)
+        else:
+            style, at = _route(pos[a], pos[b], top, aspect, alone)
         arrow = FancyArrowPatch(pos[a], pos[b], arrowstyle="-|>", mutation_scale=14,
                                 lw=2.2 if red else 1.5, color=color,
                                 ls="--" if key == "ghost" else "-",
                                 patchA=texts[a].get_bbox_patch(),
                                 patchB=texts[b].get_bbox_patch(), shrinkA=4, shrinkB=4,
-                                connectionstyle=f"arc3,rad={rad}", zorder=2)
+                                connectionstyle=style, zorder=2)
         ax.add_patch(arrow)
-        (xa, ya), (xb, yb) = pos[a], pos[b]     # the word at the curve's middle
-        ax.text((xa + xb) / 2 + rad * (yb - ya) / aspect / 2,
-                (ya + yb) / 2 - rad * (xb - xa) * aspect / 2 + 0.12, word, ha="center",
-                va="bottom", fontsize=7.5, color=color, zorder=4)
+        ax.text(at[0], at[1] + 0.12, word, ha="center", va="bottom", fontsize=7.5, color=color,
+                zorder=4)
 
     when = (state.t_ns - state.t0_ns) / 1e6
     head = title or (f"Who waits for whom (at {when:.1f} ms): " +
@@ -237,6 +241,24 @@ def _arc(a, b, top, aspect=1.0):
     return round(-2 * height / ((xb - xa) * aspect), 3)
 
 
+def _route(a, b, top, aspect, alone):
+    """(matplotlib connection style, where its word goes) for an arrow from `a` to `b`.
+
+    To the next column and another row, where the box at one end is alone in its column: down
+    (or up) that column, then across into the other box -- a fan of straight lines from one box
+    to a column of many would cut the corners of the boxes next to the one it points at. Else
+    straight, or an arc above everything (``_arc``)."""
+    (xa, ya), (xb, yb) = a, b
+    if 0 < xb - xa <= COLUMN * 1.01 and abs(ya - yb) > 1e-9:
+        if xa in alone:
+            return "angle,angleA=90,angleB=0,rad=0", ((xa + xb) / 2, yb)
+        if xb in alone:
+            return "angle,angleA=0,angleB=90,rad=0", ((xa + xb) / 2, ya)
+    rad = _arc(a, b, top, aspect)
+    return f"arc3,rad={rad}", ((xa + xb) / 2 + rad * (yb - ya) / aspect / 2,
+                               (ya + yb) / 2 - rad * (xb - xa) * aspect / 2)
+
+
 def _aspect(ax):
     """How many times longer a data unit of `ax` is across than up, as it is laid out now."""
     (x0, y0), (x1, _), (_, y1) = ax.transData.transform([(0, 0), (1, 0), (0, 1)])
@@ -255,24 +277,33 @@ COLUMN, ROW = 2.2, 1.3        # data units between two columns, two rows
 
 def _layout(nodes, edges, cycle_nodes):
     """Positions: a cycle on a circle; everything else in columns (``_columns``), each column's
-    nodes in the order of those they come from, so most arrows run straight to the next column."""
+    nodes in the order of their neighbours', so most arrows run straight to the next column."""
     pos = {}
     rest = [k for k in nodes if k not in cycle_nodes]
     depth, back = _columns(rest, edges)
-    preds = {}
+    before, after = {}, {}                     # each node's neighbours in earlier, later columns
     for a, b, _, _ in edges:
         if a in depth and b in depth and depth[a] < depth[b]:
-            preds.setdefault(b, []).append(a)
+            before.setdefault(b, []).append(a)
+            after.setdefault(a, []).append(b)
+    ends = {k for e in back for k in e}        # an end of an arrow that goes back goes on top:
+    columns = {}                               # its arc runs above every column
+    for k in rest:
+        columns.setdefault(depth[k], []).append(k)
     row = {}
-    for d in sorted(set(depth.values())):
-        keys = [k for k in rest if depth[k] == d]
-        # an end of an arrow that goes back goes on top: its arc runs above every column
-        keys.sort(key=lambda k: (not any(k in e for e in back),
-                                 sum(row.get(p, 0) for p in preds.get(k, ())) /
-                                 len(preds[k]) if preds.get(k) else float("inf")))
-        for i, k in enumerate(keys):
-            row[k] = i
-            pos[k] = (COLUMN * d, -ROW * i)
+
+    def place(keys, neighbours):
+        keys.sort(key=lambda k: (k not in ends, sum(row[n] for n in neighbours[k]) /
+                                 len(neighbours[k]) if neighbours.get(k) else float("inf")))
+        row.update((k, i) for i, k in enumerate(keys))
+    for d in sorted(columns):                  # by those they come from, then by those they
+        place(columns[d], before)              # point to, then again: most arrows run straight
+    for d in sorted(columns, reverse=True)[1:]:
+        place(columns[d], after)
+    for d in sorted(columns)[1:]:
+        place(columns[d], before)
+    for k in rest:
+        pos[k] = (COLUMN * depth[k], -ROW * row[k])
     if cycle_nodes:
         n = len(cycle_nodes)
         radius = max(1.4, 0.75 * n / math.pi * 1.6)
