@@ -17,7 +17,8 @@ the same way, from whoever must act to whoever waits::
 Two pictures mean "never":
 
 * a **cycle** (drawn in crimson): T1 holds L1 and waits for L2, T2 holds L2 and waits for L1.
-  Each waits for the other; nobody goes on. Layout: the cycle's nodes on a circle.
+  Each waits for the other; nobody goes on. Layout: the cycle's nodes on a circle. (An arc
+  back above the boxes, in a wait's colour, closes a round someone can still end: ``_columns``.)
 * a **ghost owner** (a dashed box): the lock is a copy made by ``fork`` while another thread of
   the parent held it. ``fork`` copies memory, not threads: in the child that owner does not
   exist, so nobody will ever release the child's copy. (The same box marks an owner whose
