@@ -93,7 +93,9 @@ def _map_panel(trace, at):
         busiest = busiest_moment(trace)
         if end and busiest is not None and all(s.status == "freed" for s in end):
             map_at = busiest
-            title = (f"Who maps which shared-memory segment at "
+            # short lines: the panel can be narrow, and its title must not run into the
+            # wait-for graph's beside it
+            title = (f"Who maps which shared-memory segment\nat "
                      f"{(busiest - ix.t0) / 1e6:.1f} ms, when the most were mapped\n"
                      f"(by the end {'it was' if len(end) == 1 else f'all {len(end)} were'}"
                      f" freed: nothing leaked)")
