@@ -94,6 +94,7 @@ class LockNames:
 
     def __init__(self, lock_types, variables, channels):
         self.types, self.variables, self.channels = dict(lock_types), variables, channels
+        self._said, self._for = {}, None   # names given, and the channels they were given for
 
     def variable(self, lid):
         """The variable name a waiter called lock `lid` by, if no other lock was waited for under
@@ -106,6 +107,15 @@ class LockNames:
         return None
 
     def name(self, lid):
+        """(Each lock's name is worked out once -- trace.json asks at every lock event, and the
+        numbering walks every lock -- and again only if a channel got a name since.)"""
+        if self._for != len(self.channels):
+            self._said, self._for = {}, len(self.channels)
+        if lid not in self._said:
+            self._said[lid] = self._name(lid)
+        return self._said[lid]
+
+    def _name(self, lid):
         if self.variable(lid) is not None:
             return f"lock '{self.variable(lid)}'"
         if lid in self.channels:
