@@ -17,6 +17,7 @@ import pytest
 
 import mpviz.trace as mt
 import mpviz.viz as viz
+from mpviz.trace.names import is_arguments
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TRACE_DIR = os.path.join(ROOT, "mpviz", "trace")
@@ -82,6 +83,55 @@ POOL = textwrap.dedent("""
             print(sum(pool.map(square, range(20))))
 """)
 
+# bpo-22393's shape with an initializer (a sharedctypes counter, under spawn): the task's worker
+# exits, the Pool waits for its result for ever, the other worker and the replacement wait for a
+# task -- having read nothing but their pickled arguments
+POOL_WORKER_EXITS = textwrap.dedent("""
+    import multiprocessing as mp
+    import sys
+
+    counter = None
+
+    def init(shared):
+        global counter
+        counter = shared
+
+    def task(n):
+        with counter.get_lock():
+            counter.value += 1
+        if n == 0:
+            sys.exit(1)                   # gives up on a bad item
+        return n * n
+
+    if __name__ == "__main__":
+        mp.set_start_method("spawn")
+        shared = mp.Value("i", 0)
+        with mp.Pool(2, initializer=init, initargs=(shared,)) as pool:
+            print(pool.map(task, [0]))
+""")
+
+# one job for two workers, on a SimpleQueue: the worker that finds none waits for ever
+ONE_JOB = textwrap.dedent("""
+    import multiprocessing as mp
+
+    def work(jobs, done):
+        job = jobs.get()
+        with done.get_lock():
+            done.value += job
+
+    if __name__ == "__main__":
+        mp.set_start_method("spawn")
+        jobs = mp.SimpleQueue()
+        done = mp.Value("i", 0)
+        jobs.put(1)
+        workers = [mp.Process(target=work, args=(jobs, done)) for _ in range(2)]
+        for w in workers:
+            w.start()
+        for w in workers:
+            w.join()
+        print(done.value)
+""")
+
 RAISES = textwrap.dedent("""
     import multiprocessing as mp
     import queue
@@ -135,6 +185,8 @@ def runs(tmp_path_factory):
                 "nobody puts": (NOBODY_PUTS, "--hang-after", "2"),
                 "join before get": (JOIN_BEFORE_GET, "--hang-after", "2"),
                 "pool": (POOL,),
+                "pool worker exits": (POOL_WORKER_EXITS, "--hang-after", "2"),
+                "one job": (ONE_JOB, "--hang-after", "2"),
                 "raises": (RAISES,)}
     started = {}
     for name, (source, *options) in programs.items():
@@ -214,3 +266,50 @@ def test_no_mpviz_frame_in_a_users_traceback(runs):
                         ("q.get(timeout=0.1)             # uncaught", "<module>")):
         number = next(i for i, line in enumerate(lines, 1) if code in line)
         assert f"raises.py\", line {number}, in {where}" in err, (code, err)
+
+
+def test_an_error_raised_in_mpvizs_own_code_keeps_that_frame_in_the_printed_traceback():
+    # a bug of ours (or our clear error about bad input) must point at us: here record()'s
+    # check of hang_after, in watchdog.py, called from trace.py's record (hidden: a frame of
+    # ours the error only passed through)
+    import traceback
+
+    from mpviz.trace import frames
+    with pytest.raises(ValueError, match="hang_after must be a number of seconds") as info:
+        with mt.record(hang_after="soon"):
+            pass
+    shown = traceback.extract_tb(frames.without_ours(info.value.__traceback__))
+    files = [os.path.basename(f.filename) for f in shown]
+    assert files[0] == os.path.basename(__file__) and files[-1] == "watchdog.py", files
+    assert shown[-1].name == "check_hang_after" and "trace.py" not in files, files
+
+
+@pytest.mark.timeout(SETUP_TIMEOUT)
+def test_a_pool_worker_that_waits_for_its_first_task_waits_on_the_pools_task_queue(runs):
+    # not on "the arguments of pid N": the one message it had read was its arguments, in
+    # _bootstrap, which no get() reads; and the Pool's task thread is who must put
+    from mpviz.viz import state as st
+    directory, err = runs["pool worker exits"]
+    trace = mt.load(directory)
+    assert re.search(r"worker \d exited \(exit 1\) while running job 0", trace.verdict), \
+        trace.verdict
+    ix = st._index(trace)
+    workers = {p.pid for p in trace.processes() if "PoolWorker" in (p.name or "")}
+    assert len([f for f in ix.flows if is_arguments(f.channel)]) == len(workers) == 3
+    tasked = {e.pid for e in trace.of_kind("pool.task")}
+    waits = [(b, ix.wait_words(b)) for _, _, b, _ in ix.blocked
+             if b.pid in workers and b.args.get("on") == "queue.get"]
+    assert len(waits) == 2 and not {b.pid for b, _ in waits} & tasked, waits
+    assert {w for _, w in waits} == {"get() on the Pool's task queue: nothing in it yet"}, waits
+    for b, _ in waits:
+        (who,) = ix.must_act(b, trace.events[-1].ts_ns)
+        assert "_handle_tasks" in ix.thread_name(*who)
+    picture = "\n".join(t.get_text() for t in viz.timeline(trace).axes[0].texts)
+    assert "arguments" not in picture, picture
+
+
+@pytest.mark.timeout(SETUP_TIMEOUT)
+def test_who_must_put_into_a_simple_queue_is_named_once(runs):
+    directory, err = runs["one job"]
+    (line,) = [line for line in err.splitlines() if "waits: get() on Queue 1" in line]
+    assert line.endswith("-- one_job.py's main thread must put"), line

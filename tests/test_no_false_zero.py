@@ -294,6 +294,7 @@ def test_a_program_run_with_python_I_is_not_recorded_and_the_report_says_why(run
     summary = viz.summary(mt.load(run.tmp / "trace"))
     assert "0 segments + unknown (NOT RECORDED below)" in summary
     assert "NOT RECORDED: the program" in summary
+    assert "0 messages + unknown (NOT RECORDED below): " in summary     # not "0 messages"
 
 
 @pytest.mark.timeout(SETUP_TIMEOUT)
@@ -308,3 +309,19 @@ def test_torch_distributed_is_a_not_recorded_line(runs):
     assert "Fix: " in run.stderr.split(line)[1]
     summary = viz.summary(trace)
     assert f"NOT RECORDED: {line}" in summary and "0 segments + unknown" in summary
+    assert "0 messages + unknown (NOT RECORDED below): " in summary  # all_reduce moved bytes
+
+
+@pytest.mark.timeout(SETUP_TIMEOUT)
+def test_each_picture_of_a_run_with_a_part_not_recorded_says_so_under_it_once(runs,
+                                                                               fonts_loaded):
+    trace = runs["distributed"].trace()
+
+    def said(fig):
+        return [t.get_text() for t in fig.texts if t.get_gid() == "not recorded"]
+    for draw in (viz.timeline, viz.wait_for, viz.plot):     # trace.plot() is the timeline
+        fig = draw(trace)
+        (words,) = said(fig)
+        assert words.startswith("NOT RECORDED: pid ") and "torch.distributed" in words, words
+        viz.notes_under(fig, trace.notes)    # (the launcher's pictures get them so too)
+        assert len(said(fig)) == 1

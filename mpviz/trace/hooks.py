@@ -32,7 +32,7 @@ import time
 
 from multiprocessing import heap, process, reduction, spawn, util
 
-from . import frames, locks, messages, recorder, waits
+from . import frames, locks, messages, names, recorder, waits
 from ..stepper import gate as _gate
 
 TRACE_KEY = "mpviz_trace"               # our key in the spawn preparation data
@@ -63,8 +63,8 @@ def _process_start(self):
                      start_method=getattr(self._popen, "method", None))
     nbytes = self.__dict__.pop("_mpviz_pickled", None)
     if handles:                              # the arguments carried handles: a message
-        recorder.emit_at(ts, "pipe.send", pipe=f"args-{self.pid}", msg=f"args-{self.pid}",
-                         nbytes=nbytes, handles=handles)
+        pipe = names.arguments_pipe(self.pid)
+        recorder.emit_at(ts, "pipe.send", pipe=pipe, msg=pipe, nbytes=nbytes, handles=handles)
 
 
 def _dump(obj, file, protocol=None):
@@ -132,8 +132,8 @@ _exit_code = None              # 3.13+: what _bootstrap returned, until the exit
 def _process_bootstrap(self, parent_sentinel=None):
     global _args_received, _exit_code
     if recorder.ENABLED and _args_received:  # the other end of _process_start's pipe.send
-        pid = os.getpid()
-        recorder.emit("pipe.recv", pipe=f"args-{pid}", msg=f"args-{pid}")
+        pipe = names.arguments_pipe(os.getpid())
+        recorder.emit("pipe.recv", pipe=pipe, msg=pipe)
     _args_received = None
     if recorder.ENABLED:
         target = getattr(self, "_target", None)

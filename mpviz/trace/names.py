@@ -54,9 +54,19 @@ def channel_names(flows, thread_names=None, dataloader_workers=None):
     return names
 
 
+def arguments_pipe(pid):
+    """The channel of the arguments a Process pickled for child `pid` (hooks.py): one message,
+    read in the child's _bootstrap -- not a pipe any get() of the program reads."""
+    return f"args-{pid}"
+
+
+def is_arguments(channel):
+    return str(channel).startswith("args-")
+
+
 def _role(ch, putters, getters, thread_names, workers):
     """The part a channel plays in a library we know, or None."""
-    if str(ch).startswith("args-"):              # a Process's pickled arguments (hooks.py)
+    if is_arguments(ch):                         # a Process's pickled arguments (hooks.py)
         return f"the arguments of pid {str(ch)[5:]}"
     for side, target, name in _POOL_THREADS:
         if any(target in (thread_names.get(w) or "") for w in
@@ -84,6 +94,7 @@ class LockNames:
 
     def __init__(self, lock_types, variables, channels):
         self.types, self.variables, self.channels = dict(lock_types), variables, channels
+        self._said, self._for = {}, None   # names given, and the channels they were given for
 
     def variable(self, lid):
         """The variable name a waiter called lock `lid` by, if no other lock was waited for under
@@ -96,6 +107,15 @@ class LockNames:
         return None
 
     def name(self, lid):
+        """(Each lock's name is worked out once -- trace.json asks at every lock event, and the
+        numbering walks every lock -- and again only if a channel got a name since.)"""
+        if self._for != len(self.channels):
+            self._said, self._for = {}, len(self.channels)
+        if lid not in self._said:
+            self._said[lid] = self._name(lid)
+        return self._said[lid]
+
+    def _name(self, lid):
         if self.variable(lid) is not None:
             return f"lock '{self.variable(lid)}'"
         if lid in self.channels:
@@ -103,12 +123,13 @@ class LockNames:
         typ = self.types.get(lid) or "lock"
         same = [i for i in self.types if self.variable(i) is None and i not in self.channels
                 and (self.types[i] or "lock") == typ]
-        kind = "threading." if _is_thread_lock(lid) else ""
+        kind = "threading." if is_thread_lock(lid) else ""
         return f"{kind}{typ} {same.index(lid) + 1}" if lid in same else f"{kind}{typ}"
 
 
-def _is_thread_lock(lock_id):
-    """A ``threading`` lock's id is ``t<pid>.<n>`` (locks.py)."""
+def is_thread_lock(lock_id):
+    """True for a ``threading`` lock (private to a process; ``fork`` copies it): its id is
+    ``t<pid>.<n>`` (locks.py)."""
     head, _, tail = str(lock_id).partition(".")
     return head[:1] == "t" and head[1:].isdigit() and tail.isdigit()
 

@@ -70,14 +70,16 @@ def plot(obj, at=None):
 def notes_under(fig, notes, most=5):
     """Under `fig`, in red, what could not be recorded (``Trace.notes``): a picture is believed,
     so one that is missing something says so on itself, not only on the terminal. (Saved with
-    ``bbox_inches="tight"``, as a notebook shows it, the lines are inside the image.)"""
+    ``bbox_inches="tight"``, as a notebook shows it, the lines are inside the image.) Once per
+    figure: a second call adds nothing."""
     import textwrap
-    if not notes:
-        return
+    if not notes or any(t.get_gid() == "not recorded" for t in fig.texts):
+        return                           # (once: timeline() and wait_for() write them too)
     lines = [textwrap.shorten(f"NOT RECORDED: {n}", 220) for n in notes[:most]]
     if len(notes) > most:
         lines.append(f"... and {len(notes) - most} more (mpviz.trace.load(DIR).notes)")
-    fig.text(0.01, 0.0, "\n".join(lines), color="#b00000", fontsize=8, va="top", ha="left")
+    fig.text(0.01, 0.0, "\n".join(lines), color="#b00000", fontsize=8, va="top", ha="left",
+             gid="not recorded")
 
 
 def _map_panel(trace, at):
@@ -91,7 +93,9 @@ def _map_panel(trace, at):
         busiest = busiest_moment(trace)
         if end and busiest is not None and all(s.status == "freed" for s in end):
             map_at = busiest
-            title = (f"Who maps which shared-memory segment at "
+            # short lines: the panel can be narrow, and its title must not run into the
+            # wait-for graph's beside it
+            title = (f"Who maps which shared-memory segment\nat "
                      f"{(busiest - ix.t0) / 1e6:.1f} ms, when the most were mapped\n"
                      f"(by the end {'it was' if len(end) == 1 else f'all {len(end)} were'}"
                      f" freed: nothing leaked)")
@@ -115,8 +119,13 @@ def summary(trace):
     blind = " (torch's: unknown, NOT recorded)" if torch_not_recorded(trace) else ""
     if not blind and any(UNKNOWN in n for n in notes):     # a part of the run is missing
         blind = " + unknown (NOT RECORDED below)"
+    # ... and its messages too (a program run with -I; torch.distributed's collectives), unless
+    # only torch's sharing is missing: the messages that carried it were recorded
+    missing = " + unknown (NOT RECORDED below)" if any(
+        UNKNOWN in n and "torch's shared memory" not in n for n in notes) else ""
     lines = [f"{len(ran)} processes, {len(trace.events)} events",
-             f"{len(flows)} messages: {len(carried)} carried shared-memory handles{blind} "
+             f"{len(flows)} messages{missing}: {len(carried)} carried shared-memory "
+             f"handles{blind} "
              f"({sum(carried)} in all, as their senders counted them); "
              f"{len(copies)} copies into shared memory "
              f"({human_bytes(sum(e.args.get('nbytes') or 0 for e in copies))}){blind}",

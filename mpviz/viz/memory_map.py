@@ -165,7 +165,7 @@ def memory_map(trace, at=None, ax=None, check_os=False, max_segments=30, title=N
 
 
 def _not_recorded(trace):
-    """What the trace says it could not see (a program run with -I, torch.distributed), in red
+    """What the trace says it could not see (a program run with -I, torch.distributed), in
     words under the title: a map without it reads as "that is all there was"."""
     from mpviz.trace.trace import UNKNOWN
     missing = [n for n in getattr(trace, "notes", ()) if UNKNOWN in n and

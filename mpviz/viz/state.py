@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from mpviz.trace import names
+from mpviz.trace.names import is_thread_lock
 from mpviz.trace.trace import without_gc
 
 from .colors import human_bytes
@@ -70,11 +71,6 @@ def lock_name(trace, lock_id):
 def failures(trace):
     """The actions that failed, each ``Failure(ts_ns, pid, tid, what)`` (see ``_Index``)."""
     return list(_index(trace).failures)
-
-
-def is_thread_lock(lock_id):
-    """True for a ``threading`` lock (private to a process; ``fork`` copies it)."""
-    return _THREAD_LOCK.match(str(lock_id)) is not None
 
 
 # --- the records -------------------------------------------------------------------------------
@@ -422,9 +418,10 @@ class _Index:
                     e.args.get("pipe" if k == "pipe.send" else "queue"), [])
                 if all(g[:2] != who for g in seen):
                     seen.append((e.pid, e.tid, e.ts_ns))
-            elif k == "pipe.recv":
+            elif k == "pipe.recv" and not names.is_arguments(e.args.get("pipe")):
                 # a SimpleQueue (a Pool's task queue): its get waits on the queue's id, its
                 # messages are sent and read on its pipe's; who puts into one puts into both
+                # (not a child's arguments, read in its _bootstrap: no get reads them)
                 recv_pipes.setdefault(who, set()).add(e.args.get("pipe"))
                 if open_blocks.get(who) and open_blocks[who][-1].args.get("on") == "queue.get":
                     self.pipe_of.setdefault(open_blocks[who][-1].args.get("id"),
@@ -448,8 +445,20 @@ class _Index:
             self.blocked.extend((pid, tid, b, None) for b in begins)
         # A get that read its first message without waiting left no wait open at its read: a
         # thread that reads one pipe only, and waits in a SimpleQueue get, reads it from there.
+        # A Pool worker given no task yet has read nothing (its arguments are not a pipe it
+        # reads): its Pool's task queue is the one pipe its sibling workers read.
         for pid, tid, begin, _ in self.blocked:
             pipes = recv_pipes.get((pid, tid), ())
+            if begin.args.get("on") == "queue.get" and len(pipes) == 1:
+                self.pipe_of.setdefault(begin.args.get("id"), next(iter(pipes)))
+        read_by_pools = {}             # a Pool's parent -> the pipes its workers read
+        for s in self.procs.values():
+            if "PoolWorker" in (s.name or ""):
+                read_by_pools.setdefault(s.ppid, set()).update(recv_pipes.get((s.pid, s.pid), ()))
+        for pid, tid, begin, _ in self.blocked:
+            p = self.procs.get(pid)
+            pipes = read_by_pools.get(p.ppid, ()) if p is not None and \
+                "PoolWorker" in (p.name or "") else ()
             if begin.args.get("on") == "queue.get" and len(pipes) == 1:
                 self.pipe_of.setdefault(begin.args.get("id"), next(iter(pipes)))
         self.pool_tasks = [e for e in self.by_kind.get("pool.task", ())]

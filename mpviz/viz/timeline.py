@@ -54,7 +54,7 @@ def timeline(trace, ax=None, at=None, title=None, max_arrows=300, max_labels=24,
     """
     ix = st._index(trace)
     whole, whole_ix = trace, ix       # time is judged on every process, drawn or not
-    trace, ix, left_out = _fewer_lanes(trace, ix)
+    trace, ix, left_out, deadlocks = _fewer_lanes(trace, ix)
     fig = ax.figure if ax is not None else None
     if not trace.events:
         fig, ax = _new(fig, ax, 1, fast)
@@ -70,7 +70,8 @@ def timeline(trace, ax=None, at=None, title=None, max_arrows=300, max_labels=24,
                                   p.start_ns))
     busy, first_seen = ix.busy, ix.first_seen
     by_kind = defaultdict(list, ix.by_kind)       # the kinds drawn specially (one pass, cached)
-    deadlocks = st.deadlocks(trace)
+    if deadlocks is None:                         # (lanes were left out: judged again)
+        deadlocks = st.deadlocks(trace)
     dead = {d.pid: d for d in deadlocks}
     own_lane, folded = _thread_lanes(ix, deadlocks)
     rows, row_of, proc_row = [], {}, {}
@@ -425,6 +426,9 @@ def timeline(trace, ax=None, at=None, title=None, max_arrows=300, max_labels=24,
     elif note:
         ax.text(0.0, -0.02, note, transform=ax.transAxes, fontsize=7.5, va="top", ha="left",
                 color="#555555", gid="aggregated")
+    if owned and not fast:               # (in viz.plot's figure, plot writes them once)
+        from . import notes_under
+        notes_under(fig, getattr(whole, "notes", ()))
     return fig
 
 
@@ -779,8 +783,8 @@ MAX_PROCESS_LANES = 40   # more lanes (threads' too): the telling processes, the
 
 
 def _fewer_lanes(trace, ix):
-    """`trace` with at most MAX_PROCESS_LANES processes, its index, and in words what was left
-    out (None: nothing). A program that starts a thousand workers would get a picture metres tall
+    """`trace` with at most MAX_PROCESS_LANES processes, its index, in words what was left
+    out (None: nothing), and its ``st.deadlocks`` (None where lanes were left out). A program that starts a thousand workers would get a picture metres tall
     that takes minutes to draw, in which nobody finds the one that failed. So every process that
     tells something is kept -- stuck, killed, failed, still running, or started by nobody
     recorded (the program's own) -- and then the first to start, up to the limit; the others'
@@ -791,7 +795,7 @@ def _fewer_lanes(trace, ix):
     for pid, _ in _thread_lanes(ix, deadlocks)[0]:
         lanes[pid] += 1
     if sum(lanes[p.pid] for p in procs) <= MAX_PROCESS_LANES:
-        return trace, ix, None
+        return trace, ix, None, deadlocks
     stuck = {d.pid for d in deadlocks}
 
     def telling(p):
@@ -820,7 +824,7 @@ def _fewer_lanes(trace, ix):
              f"unended, and the program's own; then the first to start); {len(hidden)} more "
              f"left out with their messages ({how}). All are in the trace: viz.summary, or "
              f"Perfetto (trace.to_chrome(path))")
-    return shown, st._index(shown), _wrap(words, 110)
+    return shown, st._index(shown), _wrap(words, 110), None
 
 
 # Threads that multiprocessing and torch start for their own work: a Pool's three handlers, a

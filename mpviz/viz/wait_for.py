@@ -17,7 +17,8 @@ the same way, from whoever must act to whoever waits::
 Two pictures mean "never":
 
 * a **cycle** (drawn in crimson): T1 holds L1 and waits for L2, T2 holds L2 and waits for L1.
-  Each waits for the other; nobody goes on. Layout: the cycle's nodes on a circle.
+  Each waits for the other; nobody goes on. Layout: the cycle's nodes on a circle. (An arc
+  back above the boxes, in a wait's colour, closes a round someone can still end: ``_columns``.)
 * a **ghost owner** (a dashed box): the lock is a copy made by ``fork`` while another thread of
   the parent held it. ``fork`` copies memory, not threads: in the child that owner does not
   exist, so nobody will ever release the child's copy. (The same box marks an owner whose
@@ -95,9 +96,12 @@ def wait_for(trace, at=None, ax=None, title=None):
     pos = _layout(nodes, edges, cycle_nodes)
     xs = [x for x, _ in pos.values()] or [0]
     ys = [y for _, y in pos.values()] or [0]
-    if ax is None:
+    top = max(ys)                        # arrows that go back or skip a column arc above it
+    arcs = any(_arc(pos[a], pos[b], top) for a, b, _, _ in edges if a not in in_cycle)
+    owned = ax is None
+    if owned:
         fig = Figure(figsize=(min(14, max(7.5, 1.5 + 1.7 * (max(xs) - min(xs) + 1.6))),
-                              1.6 + 1.0 * (max(ys) - min(ys) + 1.4) +
+                              1.6 + 1.0 * (max(ys) - min(ys) + 1.4 + (0.6 if arcs else 0)) +
                               0.45 * len(state.deadlocks)), layout="constrained")
         ax = fig.add_subplot()
     fig = ax.figure
@@ -119,25 +123,31 @@ def wait_for(trace, at=None, ax=None, title=None):
                              zorder=3)
         if kind == "ghost":
             used.add("ghost")
+    ax.set_xlim(min(xs) - 0.8, max(xs) + 0.8)
+    ax.set_ylim(min(ys) - 0.7, max(ys) + 0.7 + (0.6 if arcs else 0))
+    aspect = _aspect(ax)
+    xs_of = [x for k, (x, _) in pos.items() if k not in in_cycle]
+    alone = {x for x in xs_of if xs_of.count(x) == 1}      # columns of one box
     for a, b, word, key in edges:
         red = key == "deadlock" or (a in in_cycle and b in in_cycle)
         color = COLORS["deadlock"] if red else COLORS.get(key, "#555555")
         if key == "ghost":
             color = COLORS["ghost"]
         used.add("deadlock" if red else key)
+        if a in in_cycle:
+            (xa, ya), (xb, yb) = pos[a], pos[b]
+            style, at = "arc3,rad=0.12", ((xa + xb) / 2, (ya + yb) / 2)
+        else:
+            style, at = _route(pos[a], pos[b], top, aspect, alone)
         arrow = FancyArrowPatch(pos[a], pos[b], arrowstyle="-|>", mutation_scale=14,
                                 lw=2.2 if red else 1.5, color=color,
                                 ls="--" if key == "ghost" else "-",
                                 patchA=texts[a].get_bbox_patch(),
                                 patchB=texts[b].get_bbox_patch(), shrinkA=4, shrinkB=4,
-                                connectionstyle="arc3,rad=0.12" if a in in_cycle else "arc3",
-                                zorder=2)
+                                connectionstyle=style, zorder=2)
         ax.add_patch(arrow)
-        (xa, ya), (xb, yb) = pos[a], pos[b]
-        ax.text((xa + xb) / 2, (ya + yb) / 2 + 0.12, word, ha="center", va="bottom",
-                fontsize=7.5, color=color, zorder=4)
-    ax.set_xlim(min(xs) - 0.8, max(xs) + 0.8)
-    ax.set_ylim(min(ys) - 0.7, max(ys) + 0.7)
+        ax.text(at[0], at[1] + 0.12, word, ha="center", va="bottom", fontsize=7.5, color=color,
+                zorder=4)
 
     when = (state.t_ns - state.t0_ns) / 1e6
     head = title or (f"Who waits for whom (at {when:.1f} ms): " +
@@ -157,6 +167,9 @@ def wait_for(trace, at=None, ax=None, title=None):
     keys = [k for k in ("holding", "waiting", "blocked", "deadlock", "ghost") if k in used]
     if keys:
         legend(ax, keys, loc="upper left", bbox_to_anchor=(0.0, 0.0), ncols=len(keys))
+    if owned:                            # (in viz.plot's figure, plot writes them once)
+        from . import notes_under
+        notes_under(fig, getattr(trace, "notes", ()))
     return fig
 
 
@@ -215,6 +228,44 @@ def _add_blocked(state, nodes, edges):
         edges.append((okey, wkey, "blocks", "blocked"))
 
 
+def _arc(a, b, top, aspect=1.0):
+    """How much an arrow from `a` to `b` bends (matplotlib's arc3 ``rad``): 0 to the next
+    column; an arrow that goes back, or past a column, runs above the top row (y `top`),
+    where no box is -- a straight line through a box would read as coming from it. (arc3
+    bends in display space: `aspect` is how many times longer a data unit is across than up.)"""
+    (xa, ya), (xb, yb) = a, b
+    if 0 < xb - xa <= COLUMN * 1.01:
+        return 0.0
+    if abs(xb - xa) < 1e-9:
+        return 0.5
+    height = top + 0.8 - (ya + yb) / 2        # the curve's middle this much above the chord
+    return round(-2 * height / ((xb - xa) * aspect), 3)
+
+
+def _route(a, b, top, aspect, alone):
+    """(matplotlib connection style, where its word goes) for an arrow from `a` to `b`.
+
+    To the next column and another row, where the box at one end is alone in its column: down
+    (or up) that column, then across into the other box -- a fan of straight lines from one box
+    to a column of many would cut the corners of the boxes next to the one it points at. Else
+    straight, or an arc above everything (``_arc``)."""
+    (xa, ya), (xb, yb) = a, b
+    if 0 < xb - xa <= COLUMN * 1.01 and abs(ya - yb) > 1e-9:
+        if xa in alone:
+            return "angle,angleA=90,angleB=0,rad=0", ((xa + xb) / 2, yb)
+        if xb in alone:
+            return "angle,angleA=0,angleB=90,rad=0", ((xa + xb) / 2, ya)
+    rad = _arc(a, b, top, aspect)
+    return f"arc3,rad={rad}", ((xa + xb) / 2 + rad * (yb - ya) / aspect / 2,
+                               (ya + yb) / 2 - rad * (xb - xa) * aspect / 2)
+
+
+def _aspect(ax):
+    """How many times longer a data unit of `ax` is across than up, as it is laid out now."""
+    (x0, y0), (x1, _), (_, y1) = ax.transData.transform([(0, 0), (1, 0), (0, 1)])
+    return abs(x1 - x0) / max(abs(y1 - y0), 1e-9)
+
+
 def _thread_text(labels, names, pid, tid):
     label = str(labels.get(pid, pid))
     if len(label) > 32:                   # a long command line: its end says the most
@@ -222,31 +273,97 @@ def _thread_text(labels, names, pid, tid):
     return f"{label} (pid {pid})\n{names.get((pid, tid), f'thread {tid}')}"
 
 
+COLUMN, ROW = 2.2, 1.3        # data units between two columns, two rows
+
+
 def _layout(nodes, edges, cycle_nodes):
-    """Positions: a cycle on a circle; everything else in columns by longest path from a source."""
+    """Positions: a cycle on a circle; everything else in columns (``_columns``), each column's
+    nodes in the order of their neighbours', so most arrows run straight to the next column."""
     pos = {}
     rest = [k for k in nodes if k not in cycle_nodes]
-    depth = {k: 0 for k in rest}
-    for _ in range(len(rest)):                     # longest path, by repeated relaxation
-        changed = False
-        for a, b, _, _ in edges:
-            if a in depth and b in depth and depth[b] < depth[a] + 1 <= len(rest):
-                depth[b] = depth[a] + 1
-                changed = True
-        if not changed:
-            break
-    columns = {}
+    depth, back = _columns(rest, edges)
+    before, after = {}, {}                     # each node's neighbours in earlier, later columns
+    for a, b, _, _ in edges:
+        if a in depth and b in depth and depth[a] < depth[b]:
+            before.setdefault(b, []).append(a)
+            after.setdefault(a, []).append(b)
+    ends = {k for e in back for k in e}        # an end of an arrow that goes back goes on top:
+    columns = {}                               # its arc runs above every column
     for k in rest:
         columns.setdefault(depth[k], []).append(k)
-    for d, keys in columns.items():
-        for i, k in enumerate(keys):
-            pos[k] = (2.2 * d, -1.3 * i)
+    row = {}
+
+    def place(keys, neighbours):
+        keys.sort(key=lambda k: (k not in ends, sum(row[n] for n in neighbours[k]) /
+                                 len(neighbours[k]) if neighbours.get(k) else float("inf")))
+        row.update((k, i) for i, k in enumerate(keys))
+    for d in sorted(columns):                  # by those they come from, then by those they
+        place(columns[d], before)              # point to, then again: most arrows run straight
+    for d in sorted(columns, reverse=True)[1:]:
+        place(columns[d], after)
+    for d in sorted(columns)[1:]:
+        place(columns[d], before)
+    for k in rest:
+        pos[k] = (COLUMN * depth[k], -ROW * row[k])
     if cycle_nodes:
         n = len(cycle_nodes)
         radius = max(1.4, 0.75 * n / math.pi * 1.6)
-        cx = (max((x for x, _ in pos.values()), default=-2.2) + 2.2 + radius)
+        cx = (max((x for x, _ in pos.values()), default=-COLUMN) + COLUMN + radius)
         cy = -radius
         for i, k in enumerate(cycle_nodes):
             angle = math.pi / 2 - 2 * math.pi * i / n
             pos[k] = (cx + 1.3 * radius * math.cos(angle), cy + radius * math.sin(angle))
     return pos
+
+
+def _columns(rest, edges):
+    """({node: its column}, {(a, b): the arrows that go back}) for the nodes `rest`.
+
+    Waits can go round without anyone being stuck: between two batches a DataLoader's main
+    thread waits for the data queue, which the workers put into, while they wait for their
+    index queues, which the main thread puts into. A column "one past the longest path to it"
+    has no answer on a round, so a walk from the node that must act for the most (a pipeline's
+    main thread) first marks the arrows that close a round as going back; the rest is a longest
+    path. A node nobody points to sits just before the first node it points to (a worker that
+    is computing, and must put: beside the other workers, not beside the main thread)."""
+    succ = {k: [] for k in rest}
+    for a, b, _, _ in edges:
+        if a in succ and b in succ and a != b and b not in succ[a]:
+            succ[a].append(b)
+    into = {k: 0 for k in rest}
+    for a in rest:
+        for b in succ[a]:
+            into[b] += 1
+    roots = sorted(rest, key=lambda k: (into[k] > 0, into[k] - len(succ[k])))
+    back, seen = set(), {}                     # seen: 1 on the walk's path, 2 done
+    for root in roots:
+        if root in seen:
+            continue
+        seen[root], path = 1, [(root, iter(succ[root]))]
+        while path:
+            node, todo = path[-1]
+            nxt = next(todo, None)
+            if nxt is None:
+                seen[node] = 2
+                path.pop()
+            elif seen.get(nxt) == 1:
+                back.add((node, nxt))
+            elif nxt not in seen:
+                seen[nxt] = 1
+                path.append((nxt, iter(succ[nxt])))
+    ahead = [(a, b) for a in rest for b in succ[a] if (a, b) not in back]
+    depth = {k: 0 for k in rest}
+    for _ in range(len(rest)):                 # longest path, by repeated relaxation
+        changed = False
+        for a, b in ahead:
+            if depth[b] < depth[a] + 1:
+                depth[b] = depth[a] + 1
+                changed = True
+        if not changed:
+            break
+    pointed = {b for _, b in ahead}
+    for k in rest:
+        after = [depth[b] for a, b in ahead if a == k]
+        if k not in pointed and after:
+            depth[k] = min(after) - 1
+    return depth, back
