@@ -22,8 +22,7 @@ gets the same report first (``interrupt_report``), then the processes left are e
 
 Scenarios have their own watchdog (scenarios/runner.py), whose helpers this one reuses. A wait on
 something outside the program (a slow network read) looks like a hang: the verdict shows what was
-seen and the stacks; ``--hang-after 0`` turns this off; below MIN_HANG_AFTER it is refused (it
-needs several looks, 0.1 s apart, before "nothing moved" means anything).
+seen and the stacks; ``--hang-after 0`` turns it off; below MIN_HANG_AFTER it is refused.
 """
 import math
 import os
