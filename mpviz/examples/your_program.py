@@ -53,18 +53,19 @@ class TracedRun:
         print(f"exit status: {self.status}")
 
 
-def trace_program(script, *args, hang_after=2, directory=None, timeout=60):
+def trace_program(script, *args, hang_after=2, directory=None, timeout=60, wrap=()):
     """Run ``notebooks/programs/<script>`` with `args` under ``python -m mpviz trace``.
 
     `hang_after`: the watchdog's seconds (0: off). `directory`: where the trace goes (default: a
     new temporary folder). `timeout`: a guard for the notebook itself, far above any run here.
+    `wrap`: a command that runs the rest (e.g. ``unshare ...``), as ``wrap + [python -m ...]``.
     Returns a ``TracedRun``."""
     path = os.path.join(PROGRAMS, script)
     if not os.path.isfile(path):
         raise ValueError(f"no program {script!r} in {PROGRAMS}. Fix: one of "
                          f"{', '.join(sorted(f for f in os.listdir(PROGRAMS) if f.endswith('.py')))}")
     directory = directory or tempfile.mkdtemp(prefix=f"mpviz-{script[:-3]}-")
-    command = [sys.executable, "-m", "mpviz", "trace", "--hang-after", str(hang_after),
+    command = [*wrap, sys.executable, "-m", "mpviz", "trace", "--hang-after", str(hang_after),
                "--no-plot", "-o", directory, "--", sys.executable, path, *map(str, args)]
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([ROOT] + [p for p in [env.get("PYTHONPATH")] if p])
