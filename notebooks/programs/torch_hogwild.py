@@ -7,11 +7,13 @@ A plain torch.multiprocessing script; it knows nothing of mpviz.
 It runs the example twice, with the default start method (fork before Python 3.14) as the
 example does: first the trap, without ``model.share_memory()``, then as written. The parent
 measures its own model only after both rounds: only what reached its parameters counts. (Not
-before the workers start: a forward pass in the parent starts torch's pool of math threads, and
-workers forked after that hang in it, notebook 04's pitfall. The example measures after join.)
+before the workers start: measured there, this script's forked workers hung in torch's native
+code, as the verdict of ``mpviz trace`` showed: notebook 04's pitfall. The example measures after
+join too.)
 """
 import torch
-import torch.multiprocessing as mp
+import torch._dynamo  # noqa: F401  what a worker's first optimizer would import (some 800
+import torch.multiprocessing as mp   # modules): imported once here, inherited by every fork
 import torch.nn as nn
 import torch.nn.functional as F
 
