@@ -129,7 +129,7 @@ def test_a_line_that_is_not_utf8_is_skipped_and_the_manager_goes_on(tag):
     assert ask(bad, names[0])[0] == "held"       # (old: the manager died on the first line)
     bad.close()
     kill(p)
-    assert gone_within(tag, 4), f"{len(_names(tag))} of 5 names left after the holder died"
+    assert gone_within(tag, 10), f"{len(_names(tag))} of 5 names left after the holder died"
 
 
 def test_an_unlinked_claim_for_a_name_that_still_exists_is_not_believed(tag):
@@ -139,7 +139,7 @@ def test_an_unlinked_claim_for_a_name_that_still_exists_is_not_believed(tag):
     ask(liar, names[0])                          # it has read the lie
     liar.close()
     kill(p)
-    assert gone_within(tag, 4), "the manager believed the lie and forgot the name"
+    assert gone_within(tag, 10), "the manager believed the lie and forgot the name"
 
 
 def test_a_40_mb_line_does_not_grow_the_manager(tag):
@@ -159,7 +159,7 @@ def test_a_40_mb_line_does_not_grow_the_manager(tag):
     flood.close()
     kill(p)
     assert grew < 8, f"the manager's peak memory grew by {grew} MiB for one 40 MB line"
-    assert gone_within(tag, 4)
+    assert gone_within(tag, 10)
 
 
 def test_past_its_soft_descriptor_limit_the_manager_still_serves_new_clients(tag):
@@ -175,7 +175,7 @@ def test_past_its_soft_descriptor_limit_the_manager_still_serves_new_clients(tag
         for s in idle:
             s.close()
         kill(first)
-    assert gone_within(tag, 4)
+    assert gone_within(tag, 10)
 
 
 def test_past_its_hard_descriptor_limit_the_manager_refuses_with_a_reason_and_does_not_spin(tag):
@@ -205,7 +205,7 @@ def test_past_its_hard_descriptor_limit_the_manager_refuses_with_a_reason_and_do
         kill(first)
     assert said.startswith("REFUSED") and "descriptor" in said and "Fix:" in said, said
     assert used < 0.03, f"the manager used {used:.0%} of a CPU while full"
-    assert gone_within(tag, 4)
+    assert gone_within(tag, 10)
 
 
 def test_the_names_a_killed_manager_knew_are_adopted_by_the_next_one(tag):
@@ -363,7 +363,7 @@ def test_a_client_whose_manager_was_killed_starts_the_next_one_at_once(tag):
     # tell it all it holds -- not at some later message, which may never come ...
     kill(p)
     # ... so that its names still go when it is killed, with no other client to help.
-    assert gone_within(tag, 4), f"{len(_names(tag))} of 4 names left after the holder died"
+    assert gone_within(tag, 10), f"{len(_names(tag))} of 4 names left after the holder died"
 
 
 def test_a_manager_that_cannot_start_is_said_once_and_the_program_does_not_crawl(tag, tmp_path):

@@ -231,16 +231,19 @@ def _a_short_lock_wait():
             pass
         helper.join()
     waits = [w for w in state._index(trace).waits if w[1] == os.getpid() and w[4] is not None]
+    if not waits:          # main was descheduled past the holder's 1 ms: it never had to wait
+        return trace, None
     assert len(waits) == 1, waits
     return trace, (waits[0][4] - waits[0][3]) / 1e6
 
 
 def test_a_short_lock_wait_is_drawn_wide_enough_and_says_how_long_it_waited():
     # on a 2.5 s axis a 1 ms wait is under a pixel wide. (No squeezing: the sleep is the point.)
-    for _ in range(3):                     # a loaded machine may stretch the wait: again
-        trace, true_ms = _a_short_lock_wait()
-        if true_ms < 3:
+    for _ in range(6):                     # a loaded machine may stretch the wait (or skip
+        trace, true_ms = _a_short_lock_wait()    # it: main came after the holder): again
+        if true_ms is not None and true_ms < 3:
             break
+    assert true_ms is not None, "in 6 tries main never had to wait for the holder's lock"
     fig = viz.timeline(trace, compress_idle=False)
     fig.set_dpi(100)
     FigureCanvasAgg(fig)
@@ -255,7 +258,7 @@ def test_a_short_lock_wait_is_drawn_wide_enough_and_says_how_long_it_waited():
             to_hex(t.get_color()) == COLORS["waiting"]]                    # thread is brown)
     lo, hi = ax.get_xlim()                                          # (in ms)
     if true_ms / (hi - lo) * ax.get_window_extent(renderer).width >= MIN_PX / 2:
-        pytest.skip(f"the wait lasted {true_ms} ms three times: this machine is too loaded to "
+        pytest.skip(f"the wait lasted {true_ms} ms six times: this machine is too loaded to "
                     f"make a wait short enough for the test's point")
     assert len(said) == 1, [t.get_text() for t in ax.texts if t.get_visible()]
     value, unit = re.search(r"([\d.]+) (µs|ms|s)\b", said[0]).groups()
