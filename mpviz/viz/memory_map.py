@@ -21,7 +21,6 @@ and, for a name still there that nobody maps, asks the shm manager what will bec
 (:func:`mpviz.sharing.shm_manager.fate`): in flight in a queue a live process can still read,
 unreachable (its queue is gone: the manager removes it), or leaked.
 """
-import os
 import textwrap
 
 from matplotlib.patches import Rectangle
@@ -207,10 +206,6 @@ def _fate(s, ix, t, check_os):
 def _short(name, width=24):
     name = str(name).lstrip("/")
     return name if len(name) <= width else name[:width - 1] + "…"
-
-
-def _in_dev_shm(name):
-    return os.path.exists(os.path.join("/dev/shm", str(name).lstrip("/")))
 
 
 def _os_views(procs, ix, t):
