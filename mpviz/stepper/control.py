@@ -41,6 +41,7 @@ import time
 import weakref
 from typing import NamedTuple
 
+from .. import _proc
 from ..scenarios import runner
 from ..trace import trace as mtrace
 from ..viz.colors import human_bytes
@@ -1000,11 +1001,9 @@ def _last_exception(output, name):
 
 def _is_helper(pid):
     """The stdlib's resource tracker and fork server: they never say hello."""
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as f:
-            cmd = f.read()
-    except OSError:
-        return True
+    cmd = _proc.cmdline(pid)
+    if cmd is None:
+        return True        # gone (or not ours): it will never say hello either, so wait for none
     return b"resource_tracker" in cmd or b"forkserver" in cmd
 
 
@@ -1059,12 +1058,8 @@ _PREFIX = "mpviz-step-"
 def _identity(pid):
     """"PID START": a process, told apart from a later one given the same pid (its start time,
     in clock ticks since boot, field 22 of /proc/PID/stat); "" if it is gone."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-    except (OSError, IndexError):
-        return ""
-    return "" if fields[0] in ("Z", "X") else f"{pid} {fields[19]}"
+    start = _proc.start_time(pid)          # None: gone, or a zombie
+    return "" if start is None else f"{pid} {start}"
 
 
 def _sweep():

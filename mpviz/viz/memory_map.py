@@ -190,7 +190,7 @@ def _fate(s, ix, t, check_os):
         if kind == "in flight":
             pids = words.split("pid ")[-1].split(" ")[0] if "pid " in words else ""
             return ("in flight in a queue\n" + (f"(pid {pids} can get it)" if pids else
-                                                 "(road unseen: kept)"), IN_FLIGHT, "black")
+                                                 "(channel unseen: kept)"), IN_FLIGHT, "black")
         if kind == "maybe in flight":
             return "maybe in flight\n(no shm manager\nto ask)", IN_FLIGHT, "black"
         if kind == "unreachable":

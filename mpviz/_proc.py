@@ -1,0 +1,64 @@
+"""What Linux's /proc says about one process: read in one place, answered one way.
+
+    /proc/PID/stat     "PID (comm) S PPID PGRP SID ... UTIME STIME ... STARTTIME ..."
+                        the command's name may hold spaces and ")": split after the LAST ")"
+    /proc/PID/cmdline  the arguments, each ended by a NUL byte
+
+**One answer when /proc cannot answer.** Every function here returns ``None`` when the read
+fails: the process is gone (or was never there), it is not ours to read, or this is not Linux.
+What ``None`` means is the caller's to say, at its call site ("gone: the youngest", "gone: not
+the owner"), where a reader can see it. A zombie (dead, not yet reaped) still has a stat: its
+state is "Z" (or "X" as it goes), and a caller that asks "alive?" checks :func:`alive`.
+
+A leaf: it imports nothing of mpviz, so the shm manager's daemon (standard library only) and
+the stepper, the launcher and the runner all read /proc through it.
+"""
+import collections
+import os
+
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100   # stat's time unit
+
+Stat = collections.namedtuple("Stat", "state ppid group session cpu_seconds start")
+Stat.__doc__ = """Fields of /proc/PID/stat: the state letter ("R", "S", "Z", ...), the parent's
+pid, the process group, the session, the CPU time used (user + system, seconds), and the start
+time (clock ticks since boot: with the pid, it tells a process from a later one given its pid)."""
+
+
+def stat(pid):
+    """Process `pid`'s :class:`Stat`; None if /proc cannot say (see the top)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        # after the name: state(0) ppid(1) pgrp(2) session(3) ... utime(11) stime(12) ...
+        # starttime(19): fields 3, 4, 5, 6, 14, 15 and 22 of proc(5), which counts from 1
+        return Stat(fields[0], int(fields[1]), int(fields[2]), int(fields[3]),
+                    (int(fields[11]) + int(fields[12])) / CLOCK_TICKS, int(fields[19]))
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def alive(st):
+    """True for the :class:`Stat` of a live process: not None (gone), not a zombie."""
+    return st is not None and st.state not in ("Z", "X")
+
+
+def start_time(pid):
+    """The start time of live process `pid` (clock ticks since boot); None if it is gone or a
+    zombie, or /proc cannot say."""
+    st = stat(pid)
+    return st.start if alive(st) else None
+
+
+def cmdline(pid):
+    """Process `pid`'s command line as raw bytes (arguments ended by NUL); None if /proc cannot
+    say."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read()
+    except OSError:
+        return None
+
+
+def pids():
+    """Every pid /proc lists now (a process may be gone by the time it is read)."""
+    return [int(entry) for entry in os.listdir("/proc") if entry.isdigit()]
