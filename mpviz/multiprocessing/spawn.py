@@ -36,6 +36,7 @@ import warnings
 
 from .. import _proc
 from . import checks
+from .context import _concrete
 
 log = logging.getLogger(__name__)
 
@@ -265,7 +266,6 @@ def _signal_name(signum):
 # Left out of torch's start_processes: its parallel start for forkserver (TORCH_MP_PARALLEL_START).
 def start_processes(fn, args=(), nprocs=1, join=True, daemon=False, start_method="spawn"):
     """Start `nprocs` processes running ``fn(i, *args)`` with `start_method`; see ``spawn``."""
-    from .context import _concrete
     if isinstance(nprocs, bool) or not isinstance(nprocs, int):
         raise TypeError(f"nprocs must be an int (how many processes to start), not "
                         f"{type(nprocs).__name__} {nprocs!r}. Fix: nprocs=4.")

@@ -29,6 +29,7 @@ from . import state as st
 from .colors import COLORS, human_bytes, legend
 from .figure import Figure
 from mpviz.trace.osview import os_view
+from mpviz.trace.trace import UNKNOWN
 
 IN_FLIGHT = "#fde9b6"   # pale amber: nobody maps it, but a handle to it is on its way
 
@@ -166,7 +167,6 @@ def memory_map(trace, at=None, ax=None, check_os=False, max_segments=30, title=N
 def _not_recorded(trace):
     """What the trace says it could not see (a program run with -I, torch.distributed), in
     words under the title: a map without it reads as "that is all there was"."""
-    from mpviz.trace.trace import UNKNOWN
     missing = [n for n in getattr(trace, "notes", ()) if UNKNOWN in n and
                "torch's shared memory" not in n]          # (torch's own: said just above)
     return "".join("\n" + textwrap.shorten(f"NOT RECORDED: {n}", 110) for n in missing[:2])
