@@ -1,7 +1,8 @@
 """What Linux's /proc says about one process: read in one place, answered one way.
 
-    /proc/PID/stat     "PID (comm) S PPID PGRP SID ... UTIME STIME ... STARTTIME ..."
+    /proc/PID/stat     "PID (comm) S PPID PGRP SID ... UTIME STIME ... STARTTIME ... EXIT"
                         the command's name may hold spaces and ")": split after the LAST ")"
+    /proc/PID/task/    one directory per thread, each with a stat of the same form
     /proc/PID/cmdline  the arguments, each ended by a NUL byte
 
 **One answer when /proc cannot answer.** Every function here returns ``None`` when the read
@@ -18,21 +19,26 @@ import os
 
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100   # stat's time unit
 
-Stat = collections.namedtuple("Stat", "state ppid group session cpu_seconds start")
+Stat = collections.namedtuple("Stat", "state ppid group session cpu_seconds start exit_status")
 Stat.__doc__ = """Fields of /proc/PID/stat: the state letter ("R", "S", "Z", ...), the parent's
-pid, the process group, the session, the CPU time used (user + system, seconds), and the start
-time (clock ticks since boot: with the pid, it tells a process from a later one given its pid)."""
+pid, the process group, the session, the CPU time used (user + system, seconds), the start time
+(clock ticks since boot: with the pid, it tells a process from a later one given its pid), and
+the wait status a zombie keeps for its parent (as os.waitpid gives it; None before Linux 3.5)."""
 
 
-def stat(pid):
-    """Process `pid`'s :class:`Stat`; None if /proc cannot say (see the top)."""
+def stat(pid, tid=None):
+    """Process `pid`'s :class:`Stat` (or, with `tid`, its thread `tid`'s); None if /proc cannot
+    say (see the top)."""
+    path = f"/proc/{pid}/stat" if tid is None else f"/proc/{pid}/task/{tid}/stat"
     try:
-        with open(f"/proc/{pid}/stat") as f:
+        with open(path) as f:
             fields = f.read().rsplit(")", 1)[1].split()
         # after the name: state(0) ppid(1) pgrp(2) session(3) ... utime(11) stime(12) ...
-        # starttime(19): fields 3, 4, 5, 6, 14, 15 and 22 of proc(5), which counts from 1
+        # starttime(19) ... exit_code(49): fields 3, 4, 5, 6, 14, 15, 22 and 52 of proc(5),
+        # which counts from 1
         return Stat(fields[0], int(fields[1]), int(fields[2]), int(fields[3]),
-                    (int(fields[11]) + int(fields[12])) / CLOCK_TICKS, int(fields[19]))
+                    (int(fields[11]) + int(fields[12])) / CLOCK_TICKS, int(fields[19]),
+                    int(fields[49]) if len(fields) > 49 else None)
     except (OSError, IndexError, ValueError):
         return None
 
@@ -55,6 +61,14 @@ def cmdline(pid):
     try:
         with open(f"/proc/{pid}/cmdline", "rb") as f:
             return f.read()
+    except OSError:
+        return None
+
+
+def threads(pid):
+    """The thread ids of process `pid`; None if /proc cannot say."""
+    try:
+        return [int(tid) for tid in os.listdir(f"/proc/{pid}/task")]
     except OSError:
         return None
 

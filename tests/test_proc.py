@@ -35,11 +35,13 @@ def test_a_live_child_then_its_zombie_then_nothing():
         assert st.group == os.getpgid(0) and st.cpu_seconds >= 0
         assert _proc.start_time(pid) == st.start >= _proc.stat(os.getpid()).start
         assert _proc.cmdline(pid) == _proc.cmdline(os.getpid())      # a fork: the same argv
-        assert pid in _proc.pids()
+        assert pid in _proc.pids() and _proc.threads(pid) == [pid]   # a fork has one thread
+        assert _proc.stat(pid, pid).ppid == os.getpid() and st.exit_status == 0
         os.write(w, b"x")                          # now it exits; unreaped, it is a zombie
         _wait_until(lambda: _proc.stat(pid).state in ("Z", "X"))
         assert not _proc.alive(_proc.stat(pid))
         assert _proc.start_time(pid) is None       # a zombie has no life left to tell apart
+        assert _proc.stat(pid).exit_status == 3 << 8               # what waitpid will say
     finally:
         os.close(w)
         _, status = os.waitpid(pid, 0)
@@ -47,6 +49,7 @@ def test_a_live_child_then_its_zombie_then_nothing():
     # reaped: every reader gives the one answer, None (and alive() takes it)
     assert _proc.stat(pid) is None and _proc.start_time(pid) is None
     assert _proc.cmdline(pid) is None and not _proc.alive(_proc.stat(pid))
+    assert _proc.threads(pid) is None and _proc.stat(pid, pid) is None
 
 
 def test_a_name_with_spaces_and_parentheses_does_not_shift_the_fields():
