@@ -8,7 +8,8 @@
 **One answer when /proc cannot answer.** Every function here returns ``None`` when the read
 fails: the process is gone (or was never there), it is not ours to read, or this is not Linux.
 What ``None`` means is the caller's to say, at its call site ("gone: the youngest", "gone: not
-the owner"), where a reader can see it. A zombie (dead, not yet reaped) still has a stat: its
+the owner"), where a reader can see it; the scans over many processes (at the end) leave such a
+process out. A zombie (dead, not yet reaped) still has a stat: its
 state is "Z" (or "X" as it goes), and a caller that asks "alive?" checks :func:`alive`.
 
 A leaf: it imports nothing of mpviz, so the shm manager's daemon (standard library only) and
@@ -76,3 +77,62 @@ def threads(pid):
 def pids():
     """Every pid /proc lists now (a process may be gone by the time it is read)."""
     return [int(entry) for entry in os.listdir("/proc") if entry.isdigit()]
+
+
+# -- many processes at once: one pass over /proc, a process it cannot read left out ------------
+
+def pipes_read(inodes, pids):
+    """Which of the pipes `inodes` a process among `pids` has open for reading: {inode: [pid]}
+    (a pipe nobody reads is left out). Only our own user's processes can be looked at."""
+    found = {}
+    if not inodes:
+        return found
+    wanted = {f"pipe:[{ino}]": ino for ino in inodes}
+    for pid in pids:
+        try:
+            fds = os.listdir(f"/proc/{pid}/fd")
+        except OSError:
+            continue                       # gone, or not ours
+        for fd in fds:
+            try:
+                ino = wanted.get(os.readlink(f"/proc/{pid}/fd/{fd}"))
+            except OSError:
+                continue
+            if ino is not None and _reads(pid, fd):
+                found.setdefault(ino, []).append(pid)
+    return found
+
+
+def _reads(pid, fd):
+    """Whether descriptor `fd` of process `pid` is open for reading (O_RDONLY or O_RDWR)."""
+    try:
+        with open(f"/proc/{pid}/fdinfo/{fd}") as f:
+            for line in f:
+                if line.startswith("flags:"):
+                    return int(line.split()[1], 8) & os.O_ACCMODE != os.O_WRONLY
+    except (OSError, ValueError):
+        pass
+    return False
+
+
+def mappers(names, pids):
+    """{name: [pids among `pids` that map it]} for the /dev/shm `names` ("/mpviz_…"): each
+    process's maps read once (not once per name: 1,500 names took 25 s that way)."""
+    found = {name: [] for name in names}
+    if not names:
+        return found
+    shorts = {"/dev/shm" + name: name for name in names}
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/maps") as f:
+                text = f.read()
+        except OSError:
+            continue                       # gone, or not ours
+        for line in text.splitlines():
+            fields = line.split(maxsplit=5)  # address perms offset device inode [path]
+            if len(fields) < 6 or not fields[5].startswith("/dev/shm/"):
+                continue
+            name = shorts.get(fields[5].removesuffix(" (deleted)"))
+            if name is not None and pid not in found[name]:
+                found[name].append(pid)
+    return found

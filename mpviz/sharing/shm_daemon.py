@@ -30,11 +30,11 @@ import socket
 import time
 
 if __package__:          # imported as mpviz.sharing.shm_daemon (to read it, or in a test)
-    from .shm_manager import (MAX_LINE, _header, _peer, address, groups_alive, mappers,
-                              pipes_read, process_group, channels)
+    from .shm_manager import (MAX_LINE, _header, _peer, _pids, _proc, address, channels,
+                              groups_alive, process_group)
 else:                    # in the daemon, started as shm_manager.py --serve (see its end)
-    from shm_manager import (MAX_LINE, _header, _peer, address, groups_alive, mappers,
-                             pipes_read, process_group, channels)
+    from shm_manager import (MAX_LINE, _header, _peer, _pids, _proc, address, channels,
+                             groups_alive, process_group)
 
 IDLE_SECONDS = 1.0
 CHECK_SECONDS = 1.0     # how often names in flight are looked at again (a scan of /proc)
@@ -237,7 +237,7 @@ def serve():
         that map it. One that nobody maps is judged at the first check (CHECK_SECONDS from now),
         not at once: its creator may be between creating and mapping it."""
         found = _ours("mpviz_" + os.environ.get("MPVIZ_SHM_TAG", ""))
-        holders = mappers(list(found))
+        holders = _proc.mappers(list(found), _pids())
         for name, has_count in found.items():
             known.add(name)
             if has_count:
@@ -251,7 +251,7 @@ def serve():
         (Their holders' counts in the header are not known: they count as in flight, and
         go with their holders' process groups, or when no live process can read their
         queue.)"""
-        alive = mappers(list(adopted))
+        alive = _proc.mappers(list(adopted), _pids())
         for name in list(adopted):
             adopted[name] = set(alive[name])
             if not adopted[name]:
@@ -286,7 +286,7 @@ def serve():
         if not headers:
             return {}, set()
         pipes = set().union(*(channels(header)[0] for header in headers.values()))
-        return (pipes_read(pipes),
+        return (_proc.pipes_read(pipes, _pids()),
                 groups_alive({g for name in headers for g in groups.get(name, ())}))
 
     def keep_or_unlink(name, header, readers, lives):

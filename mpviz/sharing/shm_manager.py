@@ -20,8 +20,8 @@ would stay in /dev/shm, using RAM, until reboot. The manager watches instead::
   killed is followed by one that *adopts* the names it finds in /dev/shm.
 * Idle for a second: it unlinks what it knows and exits. Off: ``MPVIZ_SHM_MANAGER=0``.
 
-Adapted from torch's ``libshm``. This file is the client, and what both sides read of /proc
-and of a segment's header; the daemon is :mod:`mpviz.sharing.shm_daemon`, started as this file
+Adapted from torch's ``libshm``. This file is the client, and what both sides read of a
+segment's header (and of /proc, through ``mpviz/_proc.py``); the daemon is :mod:`mpviz.sharing.shm_daemon`, started as this file
 run with ``--serve``. Standard library only, so that the daemon starts fast.
 """
 import hashlib
@@ -423,47 +423,12 @@ def _header(name):
     return data if len(data) == _HEADER.size else None
 
 
-# -- what /proc says: who can still read a pipe, which process groups are alive -------------------
+# -- what /proc says (through _proc.py): which processes, which process groups are alive ---------
 
 def _pids(but_me=True):
     """Every process's pid (but this one's, unless `but_me` is False: the daemon holds nothing)."""
     me = os.getpid() if but_me else None
     return [pid for pid in _proc.pids() if pid != me]
-
-
-def pipes_read(inodes, pids=None):
-    """The pipes among `inodes` that a live process has open for reading, as {inode: [pid]}
-    (empty lists never: a pipe nobody reads is left out). Only our own user's processes can be
-    looked at, and only they can have our queues."""
-    found = {}
-    if not inodes:
-        return found
-    wanted = {f"pipe:[{ino}]": ino for ino in inodes}
-    for pid in pids if pids is not None else _pids():
-        try:
-            fds = os.listdir(f"/proc/{pid}/fd")
-        except OSError:
-            continue                       # gone, or not ours
-        for fd in fds:
-            try:
-                ino = wanted.get(os.readlink(f"/proc/{pid}/fd/{fd}"))
-            except OSError:
-                continue
-            if ino is not None and _reads(pid, fd):
-                found.setdefault(ino, []).append(pid)
-    return found
-
-
-def _reads(pid, fd):
-    """Whether descriptor `fd` of process `pid` is open for reading (O_RDONLY or O_RDWR)."""
-    try:
-        with open(f"/proc/{pid}/fdinfo/{fd}") as f:
-            for line in f:
-                if line.startswith("flags:"):
-                    return int(line.split()[1], 8) & os.O_ACCMODE != os.O_WRONLY
-    except (OSError, ValueError):
-        pass
-    return False
 
 
 def process_group(pid):
@@ -482,29 +447,6 @@ def groups_alive(wanted):
         if _proc.alive(st) and st.group in wanted:
             alive.add(st.group)
     return alive
-
-
-def mappers(names, pids=None):
-    """{name: [pids of live processes that map it]} for the /dev/shm `names`: each process's
-    maps read once (not once per name: 1,500 names took 25 s that way)."""
-    found = {name: [] for name in names}
-    if not names:
-        return found
-    shorts = {"/dev/shm" + name: name for name in names}
-    for pid in pids if pids is not None else _pids():
-        try:
-            with open(f"/proc/{pid}/maps") as f:
-                text = f.read()
-        except OSError:
-            continue
-        for line in text.splitlines():
-            fields = line.split(maxsplit=5)  # address perms offset device inode [path]
-            if len(fields) < 6 or not fields[5].startswith("/dev/shm/"):
-                continue
-            name = shorts.get(fields[5].removesuffix(" (deleted)"))
-            if name is not None and pid not in found[name]:
-                found[name].append(pid)
-    return found
 
 
 def fate(name):
@@ -556,9 +498,9 @@ def fates(names):
                                            "handle to it (its queue is gone): the shm manager "
                                            "removes it")
     if unknown:
-        holders = mappers(unknown, _pids(but_me=False))
+        holders = _proc.mappers(unknown, _pids(but_me=False))
         pipes = set().union(*(channels(headers[name])[0] for name in unknown))
-        readers = pipes_read(pipes, _pids(but_me=False))
+        readers = _proc.pipes_read(pipes, _pids(but_me=False))
         # Why the manager cannot say: none runs, or the one that runs never heard of the name
         # (shared with the manager off; it adopts what it finds only when it starts).
         why = ("no shm manager runs" if answers is None else
