@@ -74,6 +74,22 @@ def threads(pid):
         return None
 
 
+def open_files(pid):
+    """{fd: what it is open on} for process `pid` ("/dev/shm/x", "pipe:[123]", "socket:[9]");
+    None if /proc cannot say. A descriptor closed while it is read is left out."""
+    try:
+        fds = os.listdir(f"/proc/{pid}/fd")
+    except OSError:
+        return None
+    found = {}
+    for fd in fds:
+        try:
+            found[int(fd)] = os.readlink(f"/proc/{pid}/fd/{fd}")
+        except OSError:
+            continue
+    return found
+
+
 def pids():
     """Every pid /proc lists now (a process may be gone by the time it is read)."""
     return [int(entry) for entry in os.listdir("/proc") if entry.isdigit()]
@@ -89,15 +105,8 @@ def pipes_read(inodes, pids):
         return found
     wanted = {f"pipe:[{ino}]": ino for ino in inodes}
     for pid in pids:
-        try:
-            fds = os.listdir(f"/proc/{pid}/fd")
-        except OSError:
-            continue                       # gone, or not ours
-        for fd in fds:
-            try:
-                ino = wanted.get(os.readlink(f"/proc/{pid}/fd/{fd}"))
-            except OSError:
-                continue
+        for fd, target in (open_files(pid) or {}).items():      # None: gone, or not ours
+            ino = wanted.get(target)
             if ino is not None and _reads(pid, fd):
                 found.setdefault(ino, []).append(pid)
     return found

@@ -23,6 +23,7 @@ def _wait_until(check, seconds=10):
 
 def test_a_live_child_then_its_zombie_then_nothing():
     r, w = os.pipe()
+    pipe = os.fstat(r).st_ino
     pid = os.fork()
     if pid == 0:                                   # the child: wait to be told, then exit 3
         os.close(w)
@@ -30,6 +31,8 @@ def test_a_live_child_then_its_zombie_then_nothing():
         os._exit(3)
     os.close(r)
     try:
+        assert f"pipe:[{pipe}]" in _proc.open_files(pid).values()
+        assert _proc.pipes_read({pipe}, [pid, os.getpid()]) == {pipe: [pid]}   # we only write
         st = _proc.stat(pid)
         assert _proc.alive(st) and st.ppid == os.getpid() and st.session == os.getsid(0)
         assert st.group == os.getpgid(0) and st.cpu_seconds >= 0
@@ -50,6 +53,7 @@ def test_a_live_child_then_its_zombie_then_nothing():
     assert _proc.stat(pid) is None and _proc.start_time(pid) is None
     assert _proc.cmdline(pid) is None and not _proc.alive(_proc.stat(pid))
     assert _proc.threads(pid) is None and _proc.stat(pid, pid) is None
+    assert _proc.open_files(pid) is None and _proc.pipes_read({pipe}, [pid]) == {}
 
 
 def test_a_name_with_spaces_and_parentheses_does_not_shift_the_fields():

@@ -308,18 +308,10 @@ def capture_stacks(pids, names, stacks_dir):
 def _holds_open(pid, path):
     """Does `pid` still have `path` open (faulthandler writes its stacks there)? True when
     /proc cannot tell (not ours to read): then SIGUSR1 is sent as before."""
-    try:
-        fds = os.listdir(f"/proc/{pid}/fd")
-    except OSError:
-        return True
-    target = os.path.realpath(path)
-    for fd in fds:
-        try:
-            if os.readlink(f"/proc/{pid}/fd/{fd}") == target:
-                return True
-        except OSError:
-            continue
-    return False
+    files = _proc.open_files(pid)
+    if files is None:
+        return True                        # /proc cannot tell: signal it as before
+    return os.path.realpath(path) in files.values()
 
 
 # --- processes of a session -----------------------------------------------------------------------
