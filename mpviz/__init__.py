@@ -77,7 +77,8 @@ class _Package(types.ModuleType):
 sys.modules[__name__].__class__ = _Package
 
 # A bad MPVIZ_* setting should fail here, at `import mpviz`, not at the first tensor sent. The
-# sharing package checks them when it loads (and needs NumPy), so load it now only if one is set.
+# sharing package checks them when it loads (it imports a handful of modules, none needed by a
+# program that shares nothing), so load it now only if one is set.
 if any(os.environ.get(name) for name in ("MPVIZ_SHARING_STRATEGY", "MPVIZ_SHM_CACHE_BYTES",
                                          "MPVIZ_SHM_TAG")):
     from . import sharing  # noqa: E402,F401

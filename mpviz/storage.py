@@ -3,7 +3,7 @@
 ::
 
     Tensor a  (shape 4x4, offset 0)  ─┐
-    Tensor b = a[1:3]  (offset 4)     ├──▶  Storage (64 floats)  ──▶  where the bytes live:
+    Tensor b = a[1:3]  (offset 4)     ├──▶  Storage (16 floats)  ──▶  where the bytes live:
     Tensor c = a[:, 0] (stride 4)    ─┘                                heap | file_descriptor
                                                                        | file_system | cuda
 

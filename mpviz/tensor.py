@@ -18,6 +18,7 @@ from multiprocessing.reduction import ForkingPickler
 
 import numpy as np
 
+from . import random
 from .storage import Storage
 
 float16, float32, float64 = np.dtype("float16"), np.dtype("float32"), np.dtype("float64")
@@ -292,12 +293,10 @@ class Tensor:
         return self
 
     def normal_(self, mean=0.0, std=1.0):
-        from . import random
         self._np[...] = random.generator().normal(mean, std, self._shape)
         return self
 
     def uniform_(self, a=0.0, b=1.0):
-        from . import random
         self._np[...] = random.generator().uniform(a, b, self._shape)
         return self
 

@@ -113,8 +113,8 @@ def add_many(tensor, n, which, go, out):
     """Add 1 to the tensor's shared count `n` times with atomic add `which` ("C" or "ctypes"):
     say "ready", and start when `go` (an Event) is set. Our own hold goes when we exit: what is
     left is exactly what the adds did."""
-    from mpviz.sharing import file_descriptor
-    add = file_descriptor.choose_atomic_add(which)
+    from mpviz.sharing import segment
+    add = segment.choose_atomic_add(which)
     buf = tensor.untyped_storage()._segment._buf
     out.put("ready")
     if not go.wait(timeout=30):

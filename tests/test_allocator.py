@@ -1,4 +1,4 @@
-"""Issue #8: the caching allocator reuses a shared segment only when nobody else can see it.
+"""The caching allocator reuses a shared segment only when nobody else can see it.
 
 Each test that could go wrong would show up as *another process seeing the next tensor's bytes*:
 the child keeps what it got (or a handle is still in the queue), the parent drops its tensor and

@@ -1,4 +1,4 @@
-"""Issue #3: mpviz.autograd against finite differences (and against torch, where installed).
+"""mpviz.autograd against finite differences (and against torch, where installed).
 
 Every op is checked the same way: build a scalar ``L = sum(w * op(inputs))`` with random weights
 ``w`` (so every output element gets a different upstream gradient), run ``L.backward()``, and

@@ -1,4 +1,4 @@
-"""Issue #8: the benchmark harness runs end to end (a smoke test: no timing is asserted here)."""
+"""The benchmark harness runs end to end (a smoke test: no timing is asserted here)."""
 import os
 import subprocess
 import sys

@@ -1,4 +1,4 @@
-"""Issue #7: CUDA tensors and CUDA IPC's lifetime rules — one conformance suite for both backends.
+"""CUDA tensors and CUDA IPC's lifetime rules — one conformance suite for both backends.
 
 Every test body runs once per backend: the simulator always, CuPy only where a GPU works (else it
 is skipped, saying why). Consumers and producers are real processes under spawn. Where torch with

@@ -1,4 +1,5 @@
-"""A send that fails half-way gives back what its handles took, on every road multiprocessing has.
+"""A send that fails half-way gives back what its handles took, on every channel multiprocessing
+has.
 
 Pickling a shared tensor makes a handle that takes something for its receiver: a count in the
 segment's header, and under ``file_descriptor`` an fd offer on the sender's fd server. A message
@@ -6,7 +7,7 @@ such as ``(t, fresh, lambda: 0)`` shares ``t`` and ``fresh``, makes their handle
 the lambda: nobody will ever receive those handles, so what they took must be given back, or the
 segment outlives everybody (a name left in /dev/shm, a descriptor open for ever in the fd server).
 
-mpviz's own Queue did so already (test_inflight.py); here, every other road, under both
+mpviz's own Queue did so already (test_inflight.py); here, every other channel, under both
 strategies: ``Connection.send`` (a Pipe), ``SimpleQueue.put`` (mpviz's context's and the
 stdlib's), ``Pool`` task arguments (parent) and results (worker), and Process arguments under
 spawn and forkserver (fork pickles none). Each test makes 100 failed sends, checks that nothing
@@ -177,7 +178,7 @@ def test_a_pool_result_that_cannot_be_pickled_gives_back_what_the_worker_took(st
         worker = pool._pool[0].pid
         t = _shared_tensor()                      # after the fork: the worker does not hold it
         segment = t.untyped_storage()._segment
-        assert pool.apply_async(echo, (t,)).get(30).tolist() == EXPECTED  # the worker's roads open
+        assert pool.apply_async(echo, (t,)).get(30).tolist() == EXPECTED  # its channels open
         gc.collect()
         names = set(shm_entries())
         assert _settles(segment.refcount, 1), "the worker still counts t after a good round trip"

@@ -169,7 +169,7 @@ def test_odd_sizes_land_after_the_header_with_the_count_of_one(strategy, nbytes)
     t.share_memory_()
     header, data = _header_and_bytes(t.untyped_storage())
     assert data == values.tobytes()
-    assert header == (1).to_bytes(8, "little") + bytes(56)    # count 1; the rest (roads) zeroed
+    assert header == (1).to_bytes(8, "little") + bytes(56)    # count 1; the rest (channels) zeroed
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float64", "int8", "int16", "int64", "uint8", "bool",

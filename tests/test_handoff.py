@@ -1,4 +1,4 @@
-"""Issue #8: the fast hand-off — a Queue.put that writes the pipe itself, a receiver that needs no
+"""The fast hand-off — a Queue.put that writes the pipe itself, a receiver that needs no
 descriptor for memory it still holds, releases sent together, and kept mappings (cache on)."""
 import gc
 import os
@@ -13,7 +13,7 @@ import mpviz
 import mpviz.multiprocessing as mp
 import mpviz.trace as mt
 from mpviz.multiprocessing import _codec, _pipe
-from mpviz.sharing import allocator, cache, fd_passing, file_descriptor, file_system
+from mpviz.sharing import allocator, cache, fd_passing, file_system, segment
 
 import handoff_workers as hw
 from proc_helpers import finish, start
@@ -27,7 +27,7 @@ fd_only = pytest.mark.parametrize("strategy", ["file_descriptor"], indirect=True
 
 def _count(tensor):
     """The count in the tensor's segment header (holders + handles in flight)."""
-    return file_descriptor.atomic_add(tensor.untyped_storage()._segment._buf, 0)
+    return segment.atomic_add(tensor.untyped_storage()._segment._buf, 0)
 
 
 # -- a lone tensor travels as a short handle ---------------------------------------------------
@@ -376,7 +376,7 @@ def test_the_count_is_exact_when_processes_add_at_once(ctx, which):
     # (a spawned child is ready ~0.3 s after this one: all wait for `go`): an add that was not
     # atomic across processes would lose some of them.
     try:
-        add = file_descriptor.choose_atomic_add(which)
+        add = segment.choose_atomic_add(which)
     except RuntimeError as e:
         pytest.skip(str(e))
     t = mpviz.zeros(4).share_memory_()

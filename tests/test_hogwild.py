@@ -1,4 +1,4 @@
-"""Issue #3: torch's Hogwild example, on mpviz, under every start method.
+"""torch's Hogwild example, on mpviz, under every start method.
 
 Four processes train one model whose parameters live in shared memory; each ``optimizer.step()``
 writes straight into those bytes, so the parent's model learns. Under ``fork`` *without*

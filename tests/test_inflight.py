@@ -7,7 +7,7 @@
 * A put that fails half-way gives back every count and fd offer it took.
 * A Queue used after ``close()`` says which call and why.
 * ``shm_manager.fate`` and the memory map tell "in flight" from "leaked"; the segment header's
-  road slots say which queues a segment's handles took.
+  channel slots say which queues a segment's handles took.
 """
 import gc
 import os
@@ -213,8 +213,9 @@ def late_runs():
 
 
 @pytest.mark.parametrize("how", ["exit", "kill"])
-def test_a_handle_on_a_road_the_manager_cannot_see_is_kept_while_its_program_lives(how, late_runs):
-    # A SimpleQueue writes its pipe itself (no mpviz put): the segment's header says "a road
+def test_a_handle_on_a_channel_the_manager_cannot_see_is_kept_while_its_program_lives(how,
+                                                                                     late_runs):
+    # A SimpleQueue writes its pipe itself (no mpviz put): the segment's header says "a channel
     # mpviz cannot name", and the manager keeps the name while its sender's process group lives.
     r = _result(late_runs[how, 3.0, "SimpleQueue"])
     assert r["result"] == "intact" and r["gone_after"] is not None, r
@@ -271,7 +272,7 @@ def test_a_sender_killed_before_the_manager_saw_it_alive_still_delivers(kind):
 
 
 def pickle_a_handle_and_exit():
-    """Make a handle by a road mpviz cannot see (ForkingPickler.dumps), deliver it nowhere, and
+    """Make a handle by a channel mpviz cannot see (ForkingPickler.dumps), deliver it nowhere, and
     exit: the count it added stays in the header."""
     from multiprocessing.reduction import ForkingPickler
     mp.set_sharing_strategy("file_system")
@@ -280,9 +281,9 @@ def pickle_a_handle_and_exit():
     return {"name": t.untyped_storage().segment_name}
 
 
-def test_a_handle_on_an_unseen_road_goes_once_its_program_has_ended():
+def test_a_handle_on_an_unseen_channel_goes_once_its_program_has_ended():
     # The program (a process group of its own) made a handle and exited: nobody of it is left
-    # to receive one by whatever road it took, so the manager removes the name.
+    # to receive one by whatever channel it took, so the manager removes the name.
     proc, tag = _run_scenario("pickle_a_handle_and_exit", new_group=True)
     (r,) = _results([(proc, tag)])
     took = _wait_for(lambda: not _names(tag), 6)
@@ -301,7 +302,7 @@ def _fresh_get(ctx, q):
 
 def late_consumer(how, delay, kind="Queue"):
     """A producer puts a tensor and ends; `delay` s later a fresh consumer gets it. `kind`:
-    an mpviz Queue (the manager sees its pipe), or a SimpleQueue (a road it cannot name)."""
+    an mpviz Queue (the manager sees its pipe), or a SimpleQueue (a channel it cannot name)."""
     import time
     ctx = mp.get_context("spawn")
     q = getattr(ctx, kind)()
@@ -457,7 +458,7 @@ def test_the_memory_map_draws_a_handle_in_a_queue_as_in_flight_not_leaked():
     q.join_thread()
 
 
-# -- the roads in a segment's header ------------------------------------------------------------
+# -- the channels in a segment's header ------------------------------------------------------------
 
 def test_the_header_names_each_queue_once_and_says_when_a_road_is_unknown():
     old = mp.get_sharing_strategy()
@@ -467,14 +468,14 @@ def test_the_header_names_each_queue_once_and_says_when_a_road_is_unknown():
     try:
         t = mpviz.zeros(4).share_memory_()
         segment = t.untyped_storage()._segment
-        roads = lambda: file_system.roads(bytes(segment._buf[:file_system.HEADER]))  # noqa: E731
+        channels = lambda: file_system.channels(bytes(segment._buf[:file_system.HEADER]))  # noqa
         for q in queues_[:2]:
             q.put(t)
             q.put(t)                              # the same queue again: nothing new written
-        assert roads() == ({q._channel for q in queues_[:2]}, False)
+        assert channels() == ({q._channel for q in queues_[:2]}, False)
         for q in queues_[2:]:
-            q.put(t)                              # one road more than there are slots
-        pipes, unknown = roads()
+            q.put(t)                              # one channel more than there are slots
+        pipes, unknown = channels()
         assert len(pipes) == file_system.SLOTS and unknown
         for q in queues_:
             while not q.empty():
@@ -486,7 +487,7 @@ def test_the_header_names_each_queue_once_and_says_when_a_road_is_unknown():
             q.join_thread()
 
 
-def test_a_segment_the_cache_hands_out_again_forgets_its_old_roads():
+def test_a_segment_the_cache_hands_out_again_forgets_its_old_channels():
     from mpviz.sharing import allocator
     old, budget = mp.get_sharing_strategy(), allocator.stats()["budget"]
     mp.set_sharing_strategy("file_system")
@@ -502,7 +503,7 @@ def test_a_segment_the_cache_hands_out_again_forgets_its_old_roads():
         again = mpviz.zeros(64).share_memory_()
         segment = again.untyped_storage()._segment
         assert segment.name == name                # the same segment, handed out again
-        assert file_system.roads(bytes(segment._buf[:file_system.HEADER])) == (set(), False)
+        assert file_system.channels(bytes(segment._buf[:file_system.HEADER])) == (set(), False)
         del again, segment
     finally:
         allocator.enable(budget)

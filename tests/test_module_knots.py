@@ -27,6 +27,8 @@ ONE_WAY = [
     ("mpviz._native", "mpviz.trace"),                 # the build helper knows nothing it builds
     ("mpviz._native", "mpviz.sharing"),
     ("mpviz.scenarios.cli", "mpviz.cli"),             # cli.py's table names scenarios/cli.py
+    ("mpviz._proc", "mpviz"),                         # a leaf: the shm daemon loads it alone
+    ("mpviz.trace.watchdog", "mpviz.scenarios.runner._stat"),   # /proc is read through _proc
 ]
 
 
@@ -265,3 +267,171 @@ def test_every_lazy_import_that_closes_a_cycle_says_why():
                           f"one line of why, or move what both need into a module of its own")
     stale = [pair for pair in LAZY_BACK_EDGES if pair not in found]
     assert not stale, f"LAZY_BACK_EDGES names lazy imports that are gone: {stale}. Fix: remove them"
+
+
+# --- every import made inside a function ------------------------------------------------------
+
+# Why each import of a module of mpviz waits inside a function (beyond LAZY_BACK_EDGES, which
+# close cycles). Each one is a place a reader jumps to mid-function: the list keeps them counted
+# and explained, and fails on a new one without a reason or an old one that is gone.
+_PROGRAM = "a program students read and run: it imports in the process that runs it"
+_CHECKER = "an exercise's check: loads what it checks when the learner runs that cell"
+_DRIVEN = "scenario modules load for the catalog; mpviz.multiprocessing only in the run's driver"
+_RECORDER_ONLY = "the recorder's own children: loaded in the run's driver, not in the catalog"
+LAZY_IMPORTS = {
+    ("mpviz", "mpviz.stepper.control"): "`import mpviz` stays cheap: the stepper loads at step()",
+    ("mpviz.cli", "mpviz.sharing.file_system"): "only `mpviz shm` reads /dev/shm's names",
+    ("mpviz.cli", "mpviz.sharing.shm_manager"): "only `mpviz shm` asks the manager",
+    ("mpviz.cli", "mpviz.trace.launcher"): "only `mpviz trace` launches a program",
+    ("mpviz.cuda.backends", "mpviz.cuda.cupy_backend"): "imports CuPy: only when CUDA is used",
+    ("mpviz.examples.debugging", "mpviz.multiprocessing.spawn"): _PROGRAM,
+    ("mpviz.examples.notebook_workers_2", "mpviz.trace"): _PROGRAM,
+    ("mpviz.examples.training", "mpviz.multiprocessing"): _PROGRAM,
+    ("mpviz.examples.your_program", "mpviz.trace"): _PROGRAM,
+    ("mpviz.exercises.nb07", "mpviz.trace"): _CHECKER,
+    ("mpviz.exercises.nb08", "mpviz.examples"): _CHECKER,
+    ("mpviz.exercises.nb08", "mpviz.examples.notebook_workers_2"): _CHECKER,
+    ("mpviz.exercises.nb08", "mpviz.multiprocessing"): _CHECKER,
+    ("mpviz.exercises.nb08", "mpviz.trace"): _CHECKER,
+    ("mpviz.exercises.nb09", "mpviz.scenarios.puzzles"): _CHECKER,
+    ("mpviz.exercises.nb09", "mpviz.stepper"): _CHECKER,
+    ("mpviz.exercises.nb09", "mpviz.stepper.control"): _CHECKER,
+    ("mpviz.exercises.nb13", "mpviz.examples.your_program"): _CHECKER,
+    ("mpviz.multiprocessing._codec", "mpviz.multiprocessing.reductions"):
+        "reductions needs NumPy: a child that passes only numbers starts without it",
+    ("mpviz.multiprocessing.queues", "mpviz.stepper.patches"):
+        "only in a stepped run (the gate module is loaded): the stepper is not the queue's",
+    ("mpviz.multiprocessing.reductions", "mpviz.cuda"): "only a CUDA tensor goes to mpviz.cuda",
+    ("mpviz.scenarios", "mpviz.scenarios.puzzles"): "the puzzles load the stepper: at step()",
+    ("mpviz.scenarios", "mpviz.scenarios.runner"): "the runner loads the recorder: at start()",
+    ("mpviz.scenarios._common", "mpviz.multiprocessing"): _DRIVEN,
+    ("mpviz.scenarios._common", "mpviz.trace.autostart"): _RECORDER_ONLY,
+    ("mpviz.scenarios._common", "mpviz.trace.recorder"): _RECORDER_ONLY,
+    ("mpviz.scenarios._driver", "mpviz.scenarios._common"):
+        "a script: its imports wait until it has set up sys.path and the recorder",
+    ("mpviz.scenarios._driver", "mpviz.trace"):
+        "a script: its imports wait until it has set up sys.path and the recorder",
+    ("mpviz.scenarios.cli", "mpviz.viz.timeline"): "matplotlib: only when a picture is asked",
+    ("mpviz.scenarios.cuda_producer_exits", "mpviz.multiprocessing"): _DRIVEN,
+    ("mpviz.scenarios.cuda_release_late", "mpviz.multiprocessing"): _DRIVEN,
+    ("mpviz.scenarios.cuda_repass", "mpviz.multiprocessing"): _DRIVEN,
+    ("mpviz.scenarios.cuda_same_queue", "mpviz.multiprocessing"): _DRIVEN,
+    ("mpviz.scenarios.fs_leak", "mpviz.multiprocessing"): _DRIVEN,
+    ("mpviz.scenarios.non_leaf_put", "mpviz.multiprocessing"): _DRIVEN,
+    ("mpviz.scenarios.oom_killed", "mpviz.multiprocessing"): _DRIVEN,
+    ("mpviz.scenarios.oom_killed", "mpviz.trace.recorder"): _RECORDER_ONLY,
+    ("mpviz.scenarios.puzzles", "mpviz.stepper.control"):
+        "the stepper imports the puzzles it runs (its _driver): loaded at step()",
+    ("mpviz.scenarios.runner", "mpviz.trace.watchdog"):
+        "the watchdog imports the runner: one stack parser, to be moved to a leaf (issue #31)",
+    ("mpviz.scenarios.small_shm", "mpviz.errors"): _PROGRAM,
+    ("mpviz.scenarios.small_shm", "mpviz.multiprocessing"): _DRIVEN,
+    ("mpviz.scenarios.small_shm", "mpviz.sharing.segment"): _PROGRAM,
+    ("mpviz.scenarios.small_shm", "mpviz.trace.autostart"): _RECORDER_ONLY,
+    ("mpviz.scenarios.small_shm", "mpviz.trace.recorder"): _RECORDER_ONLY,
+    ("mpviz.scenarios.spawn_error", "mpviz.multiprocessing"): _DRIVEN,
+    ("mpviz.sharing", "mpviz.sharing.shm_manager"):
+        "settings() for a child: the manager's module only when a child starts",
+    ("mpviz.sharing.segment", "mpviz._native"): "builds atomic.c: at the first mapping, not import",
+    ("mpviz.stepper._driver", "mpviz.scenarios._common"):
+        "a script: its imports wait until it has set up sys.path and the gate",
+    ("mpviz.stepper._driver", "mpviz.scenarios.puzzles"):
+        "a script: its imports wait until it has set up sys.path and the gate",
+    ("mpviz.stepper._driver", "mpviz.stepper.gate"):
+        "a script: its imports wait until it has set up sys.path and the gate",
+    ("mpviz.stepper._driver", "mpviz.trace"):
+        "a script: its imports wait until it has set up sys.path and the gate",
+    ("mpviz.stepper.control", "mpviz.scenarios._common"): "only a finished run's details",
+    ("mpviz.stepper.control", "mpviz.viz"): "matplotlib: only when a picture is asked",
+    ("mpviz.stepper.control", "mpviz.viz.wait_for"): "matplotlib: only when a picture is asked",
+    ("mpviz.stepper.gate", "mpviz.stepper.patches"):
+        "patches and gate use each other: the gate installs the patches when a run starts",
+    ("mpviz.stepper.patches", "mpviz.stepper.gate"):
+        "patches and gate use each other: a patched call asks the gate, once installed",
+    ("mpviz.stepper_widget", "mpviz.scenarios"): "ipywidgets' module loads for a Stepper only",
+    ("mpviz.stepper_widget", "mpviz.stepper.control"): "ipywidgets' module loads for a Stepper only",
+    ("mpviz.trace", "mpviz.trace.trace"):
+        "the core's `from ..trace import recorder` keeps `import mpviz` cheap (see there)",
+    ("mpviz.trace.autostart", "mpviz.trace.hooks"): "a fresh interpreter joins only if told to",
+    ("mpviz.trace.autostart", "mpviz.trace.recorder"): "a fresh interpreter joins only if told to",
+    ("mpviz.trace.autostart", "mpviz.trace.torch_hooks"): "only once the program imports torch",
+    ("mpviz.trace.hooks", "mpviz.trace.internals"): "the interpreter's internals: checked once",
+    ("mpviz.trace.internals", "mpviz.trace.hooks"):
+        "hooks asks internals what is missing; internals reads hooks' saved originals",
+    ("mpviz.trace.launcher", "mpviz.scenarios.runner"):
+        "the runner's session helpers, borrowed: to be moved to a leaf (issue #31)",
+    ("mpviz.trace.launcher", "mpviz.trace.autostart"): "only when a child was interrupted",
+    ("mpviz.trace.launcher", "mpviz.trace.stuck"): "only for a run that hangs",
+    ("mpviz.trace.launcher", "mpviz.trace.trace"): "only when reading the run back",
+    ("mpviz.trace.launcher", "mpviz.trace.watchdog"): "only with a hang watchdog asked for",
+    ("mpviz.trace.launcher", "mpviz.viz"): "the verdict's notes: recorder to viz, upward (#31)",
+    ("mpviz.trace.messages", "mpviz.trace.native"): "queue_hooks.c: only where the C Writer records",
+    ("mpviz.trace.recorder", "mpviz.trace.native"): "writer.c is built, once, when recording starts",
+    ("mpviz.trace.stuck", "mpviz.trace.watchdog"): "the watchdog imports stuck: labels borrowed",
+    ("mpviz.trace.stuck", "mpviz.viz.state"): "labels from viz: recorder to viz, upward (#31)",
+    ("mpviz.trace.torch_hooks", "mpviz.trace.hooks"): "hooks installs torch_hooks when torch comes",
+    ("mpviz.trace.torch_hooks", "mpviz.trace.trace"): "trace.py installs torch_hooks: words only",
+    ("mpviz.trace.trace", "mpviz.trace.chrome"): "the Chrome export: only when asked",
+    ("mpviz.trace.trace", "mpviz.trace.hooks"): "reading a trace (`mpviz trace`) patches nothing",
+    ("mpviz.trace.trace", "mpviz.trace.torch_hooks"): "real torch's sharing: only when recording",
+    ("mpviz.trace.watchdog", "mpviz.scenarios.runner"):
+        "stacks and session helpers borrowed from the runner: to be one watchdog (issue #31)",
+    ("mpviz.trace.watchdog", "mpviz.trace.autostart"): "only when a child was interrupted",
+    ("mpviz.trace.watchdog", "mpviz.trace.launcher"): "the launcher imports the watchdog",
+    ("mpviz.trace.watchdog", "mpviz.trace.stuck"): "stuck imports the watchdog",
+    ("mpviz.trace.watchdog", "mpviz.viz.state"): "the verdict's analysis: recorder to viz (#31)",
+    ("mpviz.trace.watchdog", "mpviz.viz.wait_for"): "the verdict's analysis: recorder to viz (#31)",
+    ("mpviz.viz.memory_map", "mpviz.sharing.shm_manager"):
+        "the fate of a name left in /dev/shm: only when a picture shows one",
+    ("mpviz.widgets", "mpviz.scenarios"): "a widget for a scenario loads the catalog only then",
+}
+
+
+def lazy_imports():
+    """{(importer, imported): first line} for each import of a module of mpviz made inside a
+    function (or under a top-level ``if``/``try`` that runs later: not at the top level). The
+    imported module is the deepest one named: ``from mpviz.viz import timeline`` is timeline."""
+    modules = all_modules()
+    known = set(modules)
+    found = {}
+    for module in modules:
+        at_top = {name for name, _ in imports_of(module, top_level_only=True)}
+        by_line = {}
+        for name, line in imports_of(module):
+            if name in at_top:
+                continue
+            parts = name.split(".")
+            target = next((".".join(parts[:i]) for i in range(len(parts), 0, -1)
+                           if ".".join(parts[:i]) in known), None)
+            if target and target != module and not module.startswith(target + "."):
+                by_line.setdefault(line, set()).add(target)
+        for line, targets in sorted(by_line.items()):
+            for target in targets:
+                if not any(other.startswith(target + ".") for other in targets):
+                    found.setdefault((module, target), line)
+    return found
+
+
+def _says_why(importer, imported):
+    if (importer, imported) in LAZY_IMPORTS:
+        return True
+    parts = imported.split(".")        # a back edge names the package the cycle runs through
+    return any((importer, ".".join(parts[:i])) in LAZY_BACK_EDGES for i in range(1, len(parts) + 1))
+
+
+def test_every_import_inside_a_function_says_why():
+    found = lazy_imports()
+    unlisted = {pair: line for pair, line in found.items() if not _says_why(*pair)}
+    assert not unlisted, (f"imports made inside a function, with no reason given: {unlisted} "
+                          f"((importer, imported): line). Fix: import at the top, or add the pair "
+                          f"to LAZY_IMPORTS with one line of why")
+    stale = [pair for pair in LAZY_IMPORTS if pair not in found]
+    assert not stale, f"LAZY_IMPORTS names imports that are gone: {stale}. Fix: remove them"
+    assert not set(LAZY_IMPORTS) & set(LAZY_BACK_EDGES), "a pair is in both lists: keep one"
+
+
+def test_the_lazy_scan_counts_an_import_inside_a_function():
+    found = lazy_imports()
+    assert ("mpviz.trace.recorder", "mpviz.trace.native") in found       # inside writer_class
+    assert ("mpviz.trace.trace", "mpviz.viz.timeline") in found          # inside Trace.plot
+    assert not any(importer == "mpviz._proc" for importer, _ in found)   # imports none of ours

@@ -1,4 +1,4 @@
-"""Issue #3: mpviz.nn (Module, Parameter, layers, functional) and mpviz.optim.SGD."""
+"""mpviz.nn (Module, Parameter, layers, functional) and mpviz.optim.SGD."""
 import pickle
 
 import numpy as np

@@ -102,7 +102,7 @@ def test_outcome_on_each_side_of_the_flip(case):
         assert stuck and all(e.args["stacks"] for e in stuck)
         assert result.stacks and "faulthandler" in result.explanation
         assert "most recent call first" in next(iter(result.stacks.values()))
-        assert took <= 15, "a deadlock must be caught within 10 s of setting in"
+        assert took <= 15, f"a deadlocked run must be caught and ended within 15 s (took {took:.1f} s)"
         assert result.details["cleanup"]["killed"], "the stuck processes were killed"
 
 

@@ -1,4 +1,4 @@
-"""Issue #2: tensors whose storages move into shared memory, under every start method and strategy."""
+"""Tensors whose storages move into shared memory, under every start method and strategy."""
 import os
 import pickle
 import signal

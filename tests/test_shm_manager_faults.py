@@ -19,6 +19,7 @@ import time
 
 import pytest
 
+from mpviz import _proc
 from mpviz.sharing import shm_manager
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -192,9 +193,7 @@ def test_past_its_hard_descriptor_limit_the_manager_refuses_with_a_reason_and_do
         extra.close()
 
         def cpu():
-            with open(f"/proc/{manager}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-            return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+            return _proc.stat(manager).cpu_seconds
 
         start, t0 = cpu(), time.monotonic()
         time.sleep(1.0)                          # measuring its CPU over a second
@@ -353,7 +352,7 @@ def test_a_client_whose_manager_was_killed_starts_the_next_one_at_once(tag):
     manager = manager_pid(tag)
     os.kill(manager, signal.SIGKILL)             # (the OOM killer's choice, or a kill -9)
     deadline = time.monotonic() + 10             # dead, its socket closed: not only signalled
-    while shm_manager._stat(manager)[0] not in (None, "Z"):   # (state: None once gone)
+    while _proc.alive(_proc.stat(manager)):      # (a zombie counts as dead)
         assert time.monotonic() < deadline, "the manager did not die of SIGKILL in 10 s"
         time.sleep(0.01)
     p.stdin.write("go\n")

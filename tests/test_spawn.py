@@ -1,4 +1,4 @@
-"""Issue #3: spawn/start_processes with torch's error propagation; errors instead of hangs."""
+"""spawn/start_processes with torch's error propagation; errors instead of hangs."""
 import os
 import pickle
 import signal

@@ -1,4 +1,4 @@
-"""Issue #4: a Queue's puts and gets linked by pipe order (no envelope), checked against marks.
+"""A Queue's puts and gets linked by pipe order (no envelope), checked against marks.
 
 Each producer marks ``("put", tag, i)`` right before its put and each consumer ``("got", tag, i)``
 right after its get; a flow is right when the mark before its put and the mark after its get name

@@ -2,7 +2,7 @@
 
 Everything of the stdlib module is here under the same names. What mpviz adds or changes:
 
-* tensors and storages travel as shared-memory handles through every road multiprocessing
+* tensors and storages travel as shared-memory handles through every channel multiprocessing
   pickles on (:mod:`~mpviz.multiprocessing.reductions`);
 * ``Queue.put`` shares the tensor before it returns (:mod:`~mpviz.multiprocessing.queues`);
   it and ``Pipe``'s ``send`` say what a pickling error means (``_codec.explain_pickling_error``);

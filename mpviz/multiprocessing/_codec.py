@@ -24,6 +24,8 @@ import marshal
 import pickle
 from multiprocessing.reduction import ForkingPickler
 
+from ..sharing import handles
+
 # reductions.py (how a tensor travels) needs NumPy; it is imported by the first message, so that a
 # spawned child that only passes numbers, or nothing, starts without it.
 reductions = None
@@ -47,7 +49,7 @@ def encode(obj, channel=None):
     handle = red.pack_tensor(obj, channel)
     if handle is not None:
         return TENSOR + marshal.dumps(handle, _MARSHAL_VERSION)
-    return red.dumps_or_give_back(dumps, obj, channel)
+    return handles.dumps_or_give_back(dumps, obj, channel)   # a half-made pickle gives back
 
 
 def decode(data):

@@ -11,15 +11,15 @@ pickles it later and writes it to a pipe::
     mpviz:    put(t) ─▶ encode(t) here ─┬─▶ pipe ─────────────────────────▶ get(): decode
                            │            │   (small, and nothing of ours waits before it)
                            │            └─▶ buffer ─▶ [feeder thread] ─▶ pipe
-                           │                (otherwise: the stdlib's road, bytes and all)
+                           │                (otherwise: the stdlib's way, bytes and all)
                            └─ t is in shared memory now; errors are raised to the caller.
 
-Follow one tensor through put → get in four files: this one (the queue), ``_codec.py`` (the
-bytes of a message: a tensor's short handle, or a pickle), ``reductions.py`` (what the handle
-holds, and the tensor rebuilt from it) and the sharing strategy whose memory it names
-(``mpviz/sharing/file_descriptor.py`` or ``file_system.py``, reached by ``share_memory_``).
-``_pipe.py`` holds a speed-up you can skip on a first reading: the pipe's framing, and writing
-a message in without the feeder thread when that cannot block.
+Follow one tensor through put → get in ten files, step by step, under either strategy:
+docs/TOUR.md, "put → get under file_descriptor" and "put → get under file_system". In short: this
+file (the queue), ``_codec.py`` (the bytes of a message: a tensor's short handle, or a pickle),
+``reductions.py`` (what the handle holds, and the tensor rebuilt from it), the storage and the
+sharing strategy whose memory it names (``mpviz/sharing/``), and ``_pipe.py`` (the pipe's
+framing, and writing a message in without the feeder thread when that cannot block).
 
 Also unlike the stdlib: a call after ``close()`` raises :class:`QueueClosedError` (and see
 ``close``). Recording wraps some methods from outside (see :class:`Queue`).

@@ -2,15 +2,15 @@
 
 ``multiprocessing`` pickles everything it sends (Queue, SimpleQueue, Pipe, Pool tasks and results,
 Process arguments under spawn/forkserver) with its ``ForkingPickler``. ``init_reductions()``
-registers two functions with it, so every one of those roads carries handles::
+registers two functions with it, so every one of those channels carries handles::
 
     reduce_tensor(t)   ->  rebuild, ("tensor", class (None: Tensor), <storage>, offset, shape,
                                      strides, dtype code, requires_grad, grad)
     reduce_storage(s)  ->  s.share_memory_()  (moves the bytes, in place, if they were private)
                            then by strategy:
                              file_descriptor: rebuild, ("storage_fd", sender's address, sender
-                                              pid, key (strategy, device, inode), token, nbytes,
-                                              name)
+                                              pid, key (strategy, st_dev, st_ino: which
+                                              file the memory is), token, nbytes, name)
                              file_system:     rebuild, ("storage_filename", "/mpviz_…", nbytes,
                                               sender pid)
 
@@ -90,7 +90,7 @@ def rebuild(kind, *args):
 def _stop_before_attach(kind, args):
     """In a stepped run (mpviz.stepper), wait for the learner's "go" before this process maps
     the segment a handle names -- unless it maps that segment already (the receive cache), which
-    attaches nothing. Every road a storage arrives by (a queue, a pipe, a spawned child's
+    attaches nothing. Every channel a storage arrives by (a queue, a pipe, a spawned child's
     Process arguments) comes through here. Costs a dict lookup when nothing is stepped."""
     gate = sys.modules.get("mpviz.stepper.gate")
     if gate is None or gate.pause is None:
@@ -162,7 +162,7 @@ def storage_handle(storage, channel=None):
     atomic add); the receiver that maps the segment takes the count over, one that maps it already
     gives it back. So 1 means "one process maps it, no message names it": what the allocator needs
     to reuse a segment, ``file_system`` to unlink a name, the shm manager to keep one. A message
-    that fails half-way (``q.put((t, lambda: 0))``, ``conn.send((t, lambda: 0))``, any road)
+    that fails half-way (``q.put((t, lambda: 0))``, ``conn.send((t, lambda: 0))``, any channel)
     gives back what its handles took (:mod:`mpviz.sharing.handles`). Under ``file_system`` a
     handle also writes which queue pipe carries it (``channel``; ``None`` for a ``Pipe``,
     ``SimpleQueue``, ``Pool``, a Process argument), for the shm manager."""
@@ -187,7 +187,7 @@ def storage_handle(storage, channel=None):
             recorder.emit("fd.offer", name=segment.name, token=token, nbytes=segment.nbytes)
         return ("storage_fd", address, os.getpid(), segment.key, token, segment.nbytes,
                 segment.name)
-    # file_system: say which road the handle takes (before it is counted: killed in between, the
+    # file_system: say which channel the handle takes (before it is counted: killed in between, the
     # manager would see one pipe too many, never one too few), then count it, which also makes
     # the name outlive us if we let go first, or die (the shm manager reads both).
     segment.note_channel(channel)
@@ -195,15 +195,6 @@ def storage_handle(storage, channel=None):
     handles.note_taken(segment, None)
     file_system.keep_after_send(storage)  # if received: kept a moment, in case it comes back
     return ("storage_filename", segment.name, segment.nbytes, os.getpid())
-
-
-# -- a message that fails gives back what it took ----------------------------------------------
-#
-# Every road multiprocessing pickles on does so in ForkingPickler.dump, which mpviz.storage made a
-# *scope* (mpviz/sharing/handles.py): a pickling that fails gives back what its handles took.
-# mpviz's Queue pickles with a pickler of its own (_codec.py), and opens the scope with this:
-
-dumps_or_give_back = handles.dumps_or_give_back   # (dumps, obj, channel): see there
 
 
 def rebuild_storage_fd(address, sender_pid, key, token, nbytes, name):

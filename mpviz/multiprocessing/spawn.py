@@ -34,7 +34,9 @@ import threading
 import time
 import warnings
 
+from .. import _proc
 from . import checks
+from .context import _concrete
 
 log = logging.getLogger(__name__)
 
@@ -97,7 +99,10 @@ def _watch_parent(parent):
         pidfd = os.pidfd_open(parent.pid)
     except (AttributeError, OSError):     # no pidfd (an old kernel), or the parent is gone
         pidfd = None
-    if pidfd is None or _start_time(parent.pid) > _start_time(os.getpid()):
+    # None from /proc: the parent is gone (or a zombie); where /proc says nothing of us either
+    # (not Linux), the pidfd alone decides
+    mine, theirs = _proc.start_time(os.getpid()), _proc.start_time(parent.pid)
+    if pidfd is None or (mine is not None and (theirs is None or theirs > mine)):
         os.kill(os.getpid(), signal.SIGINT)
         return
 
@@ -112,16 +117,6 @@ def _watch_parent(parent):
             signal.pthread_kill(main, signal.SIGINT)
             time.sleep(0.2)
     threading.Thread(target=watch, name="mpviz-parent-watch", daemon=True).start()
-
-
-def _start_time(pid):
-    """Process `pid`'s start time (clock ticks since boot: /proc/PID/stat field 22); a gone
-    process counts as the youngest."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return int(f.read().rsplit(")", 1)[1].split()[19])
-    except (OSError, IndexError, ValueError):
-        return float("inf")
 
 
 def _wrap(fn, i, args, error_pipe):
@@ -271,7 +266,6 @@ def _signal_name(signum):
 # Left out of torch's start_processes: its parallel start for forkserver (TORCH_MP_PARALLEL_START).
 def start_processes(fn, args=(), nprocs=1, join=True, daemon=False, start_method="spawn"):
     """Start `nprocs` processes running ``fn(i, *args)`` with `start_method`; see ``spawn``."""
-    from .context import _concrete
     if isinstance(nprocs, bool) or not isinstance(nprocs, int):
         raise TypeError(f"nprocs must be an int (how many processes to start), not "
                         f"{type(nprocs).__name__} {nprocs!r}. Fix: nprocs=4.")

@@ -30,6 +30,8 @@ import warnings
 import weakref
 from multiprocessing import context, reduction, synchronize
 
+from .. import _proc
+
 SLOTS = 1023         # sleepers tracked at once (16 KiB; a page holds 255 of them, and only
                      # the pages the sleepers write to take memory)
 POLL_S = 0.2         # how long set() waits for an "awake" (or for the lock) before it looks
@@ -52,24 +54,13 @@ class BrokenEventError(RuntimeError):
         return type(self), (self.pid, self.call)
 
 
-def _start_time(pid):
-    """The start time of process `pid` (clock ticks since boot, /proc/PID/stat field 22), or
-    None if it is gone (or a zombie: dead, not yet reaped)."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-    except (OSError, IndexError):
-        return None
-    return None if fields[0] in ("Z", "X") else int(fields[19])
-
-
 _me = None           # (pid, start time) of this process, read once per process
 
 
 def _identity():
     global _me
     if _me is None or _me[0] != os.getpid():
-        _me = (os.getpid(), _start_time(os.getpid()) or 0)
+        _me = (os.getpid(), _proc.start_time(os.getpid()) or 0)
     return _me
 
 
@@ -108,7 +99,7 @@ def _rebuild_slots(n, dupfd):
 
 
 def _alive(pid, start):
-    now = _start_time(pid)
+    now = _proc.start_time(pid)          # None: gone, or a zombie
     return now is not None and (not start or now == start)
 
 

@@ -27,7 +27,7 @@ import threading
 from typing import Callable, NamedTuple
 
 from ..stepper import name, point
-from .base import Param
+from .base import Param, coerce
 
 START = Param("fork", ["fork", "spawn", "forkserver"], "how children start")
 
@@ -325,7 +325,6 @@ PUZZLES = {p.name: p for p in [
 
 def resolve(puzzle_name, params):
     """The puzzle and its full parameters (defaults, then `params`), each checked."""
-    from .base import coerce
     if puzzle_name not in PUZZLES:
         raise ValueError(f"unknown puzzle {puzzle_name!r}; the puzzles are: {', '.join(PUZZLES)}")
     puzzle = PUZZLES[puzzle_name]

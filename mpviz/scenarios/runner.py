@@ -36,6 +36,7 @@ import threading
 import time
 import weakref
 
+from .. import _proc
 from .. import trace as mtrace
 from ..trace import autostart, recorder
 from . import module as _scenario_module
@@ -48,7 +49,6 @@ POLL_SECONDS = 0.1
 CPU_PROGRESS_SECONDS = 0.25      # this much CPU used by the run since the last progress = progress
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SITE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_site")
-_CLK_TCK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
 _active = weakref.WeakSet()     # runs still going (stopped when this process exits)
 _temporary = []                 # trace directories to remove when this process exits
@@ -308,58 +308,36 @@ def capture_stacks(pids, names, stacks_dir):
 def _holds_open(pid, path):
     """Does `pid` still have `path` open (faulthandler writes its stacks there)? True when
     /proc cannot tell (not ours to read): then SIGUSR1 is sent as before."""
-    try:
-        fds = os.listdir(f"/proc/{pid}/fd")
-    except OSError:
-        return True
-    target = os.path.realpath(path)
-    for fd in fds:
-        try:
-            if os.readlink(f"/proc/{pid}/fd/{fd}") == target:
-                return True
-        except OSError:
-            continue
-    return False
+    files = _proc.open_files(pid)
+    if files is None:
+        return True                        # /proc cannot tell: signal it as before
+    return os.path.realpath(path) in files.values()
 
 
 # --- processes of a session -----------------------------------------------------------------------
 
-def _stat(pid):
-    """(state, ppid, session, cpu seconds) of `pid` from /proc, or None if it is gone."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-    except (OSError, IndexError):
-        return None
-    return fields[0], int(fields[1]), int(fields[3]), (int(fields[11]) + int(fields[12])) / _CLK_TCK
-
-
 def _session_pids(sid):
     """Live (not zombie) processes of session `sid`."""
     out = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            st = _stat(entry)
-            if st is not None and st[2] == sid and st[0] != "Z":
-                out.append(int(entry))
+    for pid in _proc.pids():
+        st = _proc.stat(pid)
+        if _proc.alive(st) and st.session == sid:
+            out.append(pid)
     return out
 
 
 def _session_cpu(sid):
     total = 0.0
     for pid in _session_pids(sid):
-        st = _stat(pid)
-        if st is not None:
-            total += st[3]
+        st = _proc.stat(pid)
+        if st is not None:                 # (gone since: its time is no longer counted)
+            total += st.cpu_seconds
     return total
 
 
 def _is_resource_tracker(pid):
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as f:
-            return b"resource_tracker" in f.read()
-    except OSError:
-        return False
+    cmd = _proc.cmdline(pid)               # None: gone, so not a tracker left to wait for
+    return cmd is not None and b"resource_tracker" in cmd
 
 
 def _kill_session(sid, proc, graceful):

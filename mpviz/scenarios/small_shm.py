@@ -84,7 +84,7 @@ def _count_against_cap(used, cap, nbytes):
     """The fallback: the run's shared bytes so far + this batch must fit in `cap`, counted as
     tmpfs counts them: the segment's header included, in whole pages. Returns what it counted."""
     from ..errors import SharedMemoryFullError
-    from ..sharing.file_descriptor import HEADER
+    from ..sharing.segment import HEADER
     page = os.sysconf("SC_PAGE_SIZE")
     size = -(-(HEADER + nbytes) // page) * page
     with used.get_lock():

@@ -1,7 +1,7 @@
 """Handing a file descriptor to another process: a small server per process, over a Unix socket.
 
 A file descriptor is a number that means something only inside one process. To give another
-process the same open file, the kernel must copy it across, and the one road for that is a Unix
+process the same open file, the kernel must copy it across, and the one way for that is a Unix
 socket message with ``SCM_RIGHTS`` ancillary data. So the *sender* of a shared storage keeps
 the segment open and, when the receiver asks, passes the descriptor over a socket::
 

@@ -29,9 +29,7 @@ from ..errors import TooManyFdsError
 from ..trace import recorder
 from .fd_passing import fd_limit
 from .mapping import map_shared
-from .segment import HEADER, Hold, Segment, add_at, fill_and_map, fills_every_page, release_all, reserve
-# older names, still imported from here by tests (test_handoff, handoff_workers)
-from .segment import atomic_add, choose_atomic_add  # noqa: F401
+from .segment import HEADER, Hold, Segment, add_at, fill_and_map, fills_every_page, reserve
 
 try:
     import _posixshmem
@@ -116,4 +114,4 @@ def from_received_fd(fd, nbytes, name, key=None):
     return segment
 
 
-__all__ = ["FdSegment", "create", "from_received_fd", "release_all", "atomic_add", "HEADER"]
+__all__ = ["FdSegment", "create", "from_received_fd"]

@@ -1,14 +1,9 @@
 """The ``file_system`` strategy: named segments in /dev/shm, handed over by name, reference counted.
 
-How it works::
-
-    /dev/shm/mpviz_3f9c…  (mode 0600)
-    +----------------+-------------+--------------------------+-----------+
-    | refcount (8 B) | roads (8 B) | 6 road slots (6 x 8 B)   | the bytes |
-    +----------------+-------------+--------------------------+-----------+
-      how many holders and in-flight handles exist, in all processes
-                       how many roads its handles took; which ones (a queue
-                       pipe's inode, or -1: a road mpviz cannot name)
+How it works: a segment is a file ``/dev/shm/mpviz_3f9c…`` (mode 0600), a 64-byte header and
+then the bytes. The header holds the refcount (how many holders and in-flight handles exist, in
+all processes), then which channels its handles took, for the shm manager (the layout is
+defined, and drawn, in :mod:`~mpviz.sharing.shm_manager`, which reads it).
 
 * ``create``: ``shm_open(O_CREAT|O_EXCL)``, size it and reserve its pages, write the bytes in
   and map it (see :mod:`~mpviz.sharing.segment`), **close the descriptor** (holders keep no fds:
@@ -37,9 +32,9 @@ from ..trace import recorder
 from . import allocator, shm_manager
 from .mapping import map_shared
 from .segment import HEADER, Hold, Segment, add_at, atomic_add, fill_and_map, fills_every_page, reserve
-# The header after the count (see the picture above). The shm manager reads it too, and uses
-# only the standard library, so the layout is written down there.
-from .shm_manager import ROADS_AT, SLOTS_AT, SLOTS, UNKNOWN_ROAD, roads  # noqa: F401
+# The header after the count: defined and drawn in shm_manager.py (which reads it too, with the
+# standard library only).
+from .shm_manager import CHANNELS_AT, SLOTS_AT, SLOTS, UNKNOWN_CHANNEL, channels  # noqa: F401
 
 try:
     import _posixshmem
@@ -95,9 +90,9 @@ class FsHold(Hold):
         return count <= 0
 
     def reused(self):
-        # Only we count it (sole_holder): no handle of its old life is on its way, so the roads
+        # Only we count it (sole_holder): no handle of its old life is on its way, so the channels
         # those took are history. Forget them, or they would fill the slots over many reuses.
-        self.buf[ROADS_AT:HEADER] = bytes(HEADER - ROADS_AT)
+        self.buf[CHANNELS_AT:HEADER] = bytes(HEADER - CHANNELS_AT)
 
 
 class FsSegment(Segment):
@@ -110,28 +105,29 @@ class FsSegment(Segment):
 
     def __init__(self, hold):
         super().__init__(hold)
-        self._roads = set()            # roads this mapping has seen written in the header
+        self._channels = set()         # channels this mapping has seen written in the header
 
     def note_channel(self, channel):
         """Note in the header that a handle travels in the queue pipe whose inode is `channel`
-        (None: a road mpviz cannot name). Costs a set lookup when this road is known already.
+        (None: a channel mpviz cannot name). Costs a set lookup when this channel is known.
 
-        This is how the shm manager knows which roads a name's handles took. Before a handle is
-        counted, its sender notes in the header which queue pipe will carry it: a slot claimed with
-        one atomic add on "roads", then the pipe's inode written in it — once per segment and pipe,
-        so a tensor sent again and again on one queue writes nothing more. The manager reads those
-        slots for a name no live process holds that still has handles in flight: it keeps the name
-        while a live process can still read one of those pipes. A road it cannot see (a ``Pipe``, a
-        ``SimpleQueue``, more than 6 roads) is marked -1, and then it keeps the name longer."""
-        road = UNKNOWN_ROAD if channel is None else channel
-        if road in self._roads:
+        This is how the shm manager knows which channels a name's handles took. Before a handle
+        is counted, its sender notes in the header which queue pipe will carry it: a slot claimed
+        with one atomic add on "channels", then the pipe's inode written in it — once per segment
+        and pipe, so a tensor sent again and again on one queue writes nothing more. The manager
+        reads those slots for a name no live process holds that still has handles in flight: it
+        keeps the name while a live process can still read one of those pipes. A channel it
+        cannot see (a ``Pipe``, a ``SimpleQueue``, more than 6 channels) is marked -1, and then
+        it keeps the name longer."""
+        channel = UNKNOWN_CHANNEL if channel is None else channel
+        if channel in self._channels:
             return
-        self._roads.add(road)
-        if road in _SLOTS.unpack_from(self._buf, SLOTS_AT):
+        self._channels.add(channel)
+        if channel in _SLOTS.unpack_from(self._buf, SLOTS_AT):
             return                     # another process wrote it
-        slot = _claim_road(self.name, self._buf)
-        if slot < SLOTS:               # past the last slot the count of roads says "more"
-            _COUNT.pack_into(self._buf, SLOTS_AT + 8 * slot, road)
+        slot = _claim_channel_slot(self.name, self._buf)
+        if slot < SLOTS:               # past the last slot the count of channels says "more"
+            _COUNT.pack_into(self._buf, SLOTS_AT + 8 * slot, channel)
 
 
 FsHold.segment_class = FsSegment
@@ -198,13 +194,14 @@ def _add_mapped(name, buf, delta):
     return count
 
 
-def _claim_road(name, buf):
-    """Claim the next road slot of the header (an atomic add on its count of roads); its index."""
-    n = atomic_add((ctypes.c_char * 8).from_buffer(buf, ROADS_AT), 1)
+def _claim_channel_slot(name, buf):
+    """Claim the next channel slot of the header (an atomic add on its count of channels); its
+    index."""
+    n = atomic_add((ctypes.c_char * 8).from_buffer(buf, CHANNELS_AT), 1)
     if n is None:                      # no atomics here: the locked add needs a descriptor
         fd = _open(name, os.O_RDWR)
         try:
-            n = add_at(buf, fd, 1, ROADS_AT)
+            n = add_at(buf, fd, 1, CHANNELS_AT)
         finally:
             os.close(fd)
     return n - 1
@@ -320,7 +317,8 @@ def keep_after_send(storage):
 
 
 def _forget_linger_after_fork():
-    # A child keeps nothing for its parent's sends. Registered after the counting-in above, so
+    # A child keeps nothing for its parent's sends. Registered after segment.py's counting-in
+    # (_count_inherited_after_fork: segment.py is imported first, at the top of this file), so
     # the references dropped here were counted for this child first.
     global _linger
     old, _linger = _linger, _Linger()

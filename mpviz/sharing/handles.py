@@ -18,7 +18,7 @@ took (:func:`note_taken`); a pickling that raises gives all of it back before th
 (:func:`dumps_or_give_back`). A pickle made inside another is a message of its own: its scope
 gives back only what it took itself (once made, its bytes may travel on their own).
 
-One place opens the scope for every road ``multiprocessing`` pickles on: ``ForkingPickler.dump``
+One place opens the scope for every channel ``multiprocessing`` pickles on: ``ForkingPickler.dump``
 (:func:`install`). ``ForkingPickler.dumps`` (``Connection.send``: a ``Pipe``, Pool tasks;
 ``SimpleQueue.put``: Pool results) and ``reduction.dump`` (Process arguments under spawn and
 forkserver) both call it. mpviz's own ``Queue`` pickles with a pickler of its own (``_codec.py``)
@@ -48,7 +48,7 @@ def note_taken(taken, token):
 
 def channel():
     """The inode of the queue pipe the message now being pickled will travel in; None where
-    that is not known (any road but mpviz's Queue)."""
+    that is not known (any channel but mpviz's Queue)."""
     message = _scope.__dict__.get("message")
     return None if message is None else message[0]
 
@@ -78,7 +78,7 @@ def give_back(message):
     del message[1:]
 
 
-# -- the one place every multiprocessing road pickles through -------------------------------------
+# -- the one place every multiprocessing channel pickles through --------------------------------
 
 _pickler_dump = pickle.Pickler.dump   # what ForkingPickler.dump is without this module
 
@@ -88,7 +88,7 @@ def _forking_dump(self, obj):
     a pickler (this runs for every message multiprocessing sends, so it costs one store)."""
     scope = _scope.__dict__
     outer = scope.get("message")
-    message = scope["message"] = [None]          # its road: not one of mpviz's queues
+    message = scope["message"] = [None]          # its channel: not one of mpviz's queues
     try:
         return _pickler_dump(self, obj)
     except BaseException:

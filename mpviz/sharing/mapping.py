@@ -116,4 +116,4 @@ def populate_supported():
         m.close()
 
 
-__all__ = ["map_shared", "write_into", "prefault", "populate_supported", "errno"]
+__all__ = ["map_shared", "write_into", "prefault", "populate_supported"]

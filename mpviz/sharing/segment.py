@@ -193,7 +193,7 @@ class Hold:
         """Our count is back: after a fork, or (`kept`) a kept mapping taken up again."""
 
     def reused(self):
-        """A parked segment goes back to work (file_system forgets its old roads)."""
+        """A parked segment goes back to work (file_system forgets its old channels)."""
 
     def orphaned(self):
         """True when no other process counts this memory: keeping it would keep it alive."""

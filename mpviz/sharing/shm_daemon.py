@@ -9,7 +9,7 @@ for why and for the client's side), it runs one loop::
                                   ▼
     a name nobody alive holds ──▶ decide(): no handle in flight → unlink it
                                   handles in flight → check_in_flight() every CHECK_SECONDS:
-                                  keep_or_unlink() reads the header's roads and /proc
+                                  keep_or_unlink() reads the header's channels and /proc
 
 * Exactly one per address: a lock file (flock, freed by the kernel even after SIGKILL) says
   who serves; the one holding it removes a socket file a killed manager left (:func:`_listen`).
@@ -30,11 +30,11 @@ import socket
 import time
 
 if __package__:          # imported as mpviz.sharing.shm_daemon (to read it, or in a test)
-    from .shm_manager import (MAX_LINE, _header, _peer, _stat, address, groups_alive, mappers,
-                              pipes_read, roads)
+    from .shm_manager import (MAX_LINE, _header, _peer, _pids, _proc, address, channels,
+                              groups_alive, process_group)
 else:                    # in the daemon, started as shm_manager.py --serve (see its end)
-    from shm_manager import (MAX_LINE, _header, _peer, _stat, address, groups_alive, mappers,
-                             pipes_read, roads)
+    from shm_manager import (MAX_LINE, _header, _peer, _pids, _proc, address, channels,
+                             groups_alive, process_group)
 
 IDLE_SECONDS = 1.0
 CHECK_SECONDS = 1.0     # how often names in flight are looked at again (a scan of /proc)
@@ -120,12 +120,12 @@ def _raise_fd_limit():
 
 
 class _Peer:
-    """One client: its pid and process group (a handle's road may be unknown), what it holds
+    """One client: its pid and process group (a handle's channel may be unknown), what it holds
     ({name: how many counts in its header are the client's (0: it maps it, counted out), None:
     a name with no count}), and the part of a line not yet ended."""
 
     def __init__(self, pid):
-        self.pid, self.group = pid, _stat(pid)[1]
+        self.pid, self.group = pid, process_group(pid)
         self.holds = {}
         self.buffer = b""
         self.skipping = False      # inside a line longer than MAX_LINE: dropped to its end
@@ -237,12 +237,12 @@ def serve():
         that map it. One that nobody maps is judged at the first check (CHECK_SECONDS from now),
         not at once: its creator may be between creating and mapping it."""
         found = _ours("mpviz_" + os.environ.get("MPVIZ_SHM_TAG", ""))
-        holders = mappers(list(found))
+        holders = _proc.mappers(list(found), _pids())
         for name, has_count in found.items():
             known.add(name)
             if has_count:
                 counted.add(name)
-            groups[name] = {g for g in (_stat(p)[1] for p in holders[name]) if g is not None}
+            groups[name] = {g for g in (process_group(p) for p in holders[name]) if g is not None}
             adopted[name] = set(holders[name])
 
     def check_adopted():
@@ -251,7 +251,7 @@ def serve():
         (Their holders' counts in the header are not known: they count as in flight, and
         go with their holders' process groups, or when no live process can read their
         queue.)"""
-        alive = mappers(list(adopted))
+        alive = _proc.mappers(list(adopted), _pids())
         for name in list(adopted):
             adopted[name] = set(alive[name])
             if not adopted[name]:
@@ -285,22 +285,22 @@ def serve():
         and which of their holders' process groups live (/proc read once for all)."""
         if not headers:
             return {}, set()
-        pipes = set().union(*(roads(header)[0] for header in headers.values()))
-        return (pipes_read(pipes),
+        pipes = set().union(*(channels(header)[0] for header in headers.values()))
+        return (_proc.pipes_read(pipes, _pids()),
                 groups_alive({g for name in headers for g in groups.get(name, ())}))
 
     def keep_or_unlink(name, header, readers, lives):
         """For a name nobody alive holds: (kind, handles left in flight, pids that can read its
-        queue), kind as decided from the road each sender wrote in the header (the queue pipe's
+        queue), kind as decided from the channel each sender wrote in the header (the queue pipe's
         inode; -1 for a ``Pipe``, ``SimpleQueue``, ``Pool``)::
 
             the pipe is named, and a live process has its reading end open   -> "queue": kept
               (/proc/PID/fd/N -> "pipe:[inode]", /proc/PID/fdinfo/N)
-            no road named, and a process of a holder's process group lives   -> "group": kept
+            no channel named, and a process of a holder's process group lives   -> "group": kept
             otherwise: no live process can ever receive a handle to it       -> "unreachable"
         """
         left = header[0] - dead.get(name, 0)
-        pipes, unknown = roads(header)
+        pipes, unknown = channels(header)
         pids = sorted({p for ino in pipes for p in readers.get(ino, ())})
         if left > 0 and pids:
             return "queue", left, pids

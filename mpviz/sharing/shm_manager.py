@@ -20,8 +20,8 @@ would stay in /dev/shm, using RAM, until reboot. The manager watches instead::
   killed is followed by one that *adopts* the names it finds in /dev/shm.
 * Idle for a second: it unlinks what it knows and exits. Off: ``MPVIZ_SHM_MANAGER=0``.
 
-Adapted from torch's ``libshm``. This file is the client, and what both sides read of /proc
-and of a segment's header; the daemon is :mod:`mpviz.sharing.shm_daemon`, started as this file
+Adapted from torch's ``libshm``. This file is the client, and what both sides read of a
+segment's header (and of /proc, through ``mpviz/_proc.py``); the daemon is :mod:`mpviz.sharing.shm_daemon`, started as this file
 run with ``--serve``. Standard library only, so that the daemon starts fast.
 """
 import hashlib
@@ -35,16 +35,34 @@ import threading
 import time
 import warnings
 
+if __package__:          # imported as mpviz.sharing.shm_manager
+    from .. import _proc
+else:                    # the daemon: this file run alone (see its end), no package; _proc.py
+    import importlib.util    # imports nothing of mpviz either, so load it by its path
+    _spec = importlib.util.spec_from_file_location("_proc", os.path.join(
+        os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "_proc.py"))
+    _proc = importlib.util.module_from_spec(_spec)
+    _spec.loader.exec_module(_proc)
+
 MAX_LINE = 1024         # bytes: a message is a word and a name of at most 255 bytes
 REFUSED_SECONDS = 10.0  # a refused client tries again after this long
 _ENV = "MPVIZ_SHM_MANAGER"
 _ENV_DIR = "MPVIZ_SHM_MANAGER_DIR"
 
-# The header of a file_system segment, as far as the manager reads it (file_system writes it:
-# see the picture there). This file uses only the standard library, so the layout lives here.
-_HEADER = struct.Struct("=qq6q")    # count, roads claimed, 6 road slots
-ROADS_AT, SLOTS_AT, SLOTS = 8, 16, 6
-UNKNOWN_ROAD = -1                   # a slot's value for a road mpviz cannot name
+# The header of a file_system segment. Its senders write it (file_system.py: note_channel), the
+# manager reads it (fate, and the daemon); this file uses only the standard library, so the
+# layout is defined, and drawn, here:
+#
+#   /dev/shm/mpviz_3f9c…  (mode 0600)
+#   +----------------+----------------+-----------------------------+-----------+
+#   | refcount (8 B) | channels (8 B) | 6 channel slots (6 x 8 B)   | the bytes |
+#   +----------------+----------------+-----------------------------+-----------+
+#     how many holders and in-flight handles exist, in all processes (segment.py counts)
+#                      how many channels its handles took; which ones (a queue pipe's
+#                      inode, or -1: a channel mpviz cannot name)
+_HEADER = struct.Struct("=qq6q")    # count, channels claimed, 6 channel slots
+CHANNELS_AT, SLOTS_AT, SLOTS = 8, 16, 6
+UNKNOWN_CHANNEL = -1                # a slot's value for a channel mpviz cannot name
 
 PROTOCOL = 5  # in the address: a manager that speaks older lines never serves newer clients
 
@@ -384,11 +402,11 @@ def infrastructure_fds():
     return {fd} if fd is not None else set()
 
 
-def roads(header):
-    """What a file_system header says of its handles' roads: (the queue pipes' inodes, a set;
-    whether some road is unknown — not a queue pipe, or more roads than slots)."""
+def channels(header):
+    """What a file_system header says of its handles' channels: (the queue pipes' inodes, a set;
+    whether some channel is unknown — not a queue pipe, or more channels than slots)."""
     _, claimed, *slots = _HEADER.unpack_from(header, 0)
-    return {s for s in slots if s > 0}, claimed > SLOTS or UNKNOWN_ROAD in slots
+    return {s for s in slots if s > 0}, claimed > SLOTS or UNKNOWN_CHANNEL in slots
 
 
 def _header(name):
@@ -405,58 +423,18 @@ def _header(name):
     return data if len(data) == _HEADER.size else None
 
 
-# -- what /proc says: who can still read a pipe, which process groups are alive -------------------
+# -- what /proc says (through _proc.py): which processes, which process groups are alive ---------
 
 def _pids(but_me=True):
     """Every process's pid (but this one's, unless `but_me` is False: the daemon holds nothing)."""
     me = os.getpid() if but_me else None
-    return [int(p) for p in os.listdir("/proc") if p.isdigit() and int(p) != me]
+    return [pid for pid in _proc.pids() if pid != me]
 
 
-def pipes_read(inodes, pids=None):
-    """The pipes among `inodes` that a live process has open for reading, as {inode: [pid]}
-    (empty lists never: a pipe nobody reads is left out). Only our own user's processes can be
-    looked at, and only they can have our queues."""
-    found = {}
-    if not inodes:
-        return found
-    wanted = {f"pipe:[{ino}]": ino for ino in inodes}
-    for pid in pids if pids is not None else _pids():
-        try:
-            fds = os.listdir(f"/proc/{pid}/fd")
-        except OSError:
-            continue                       # gone, or not ours
-        for fd in fds:
-            try:
-                ino = wanted.get(os.readlink(f"/proc/{pid}/fd/{fd}"))
-            except OSError:
-                continue
-            if ino is not None and _reads(pid, fd):
-                found.setdefault(ino, []).append(pid)
-    return found
-
-
-def _reads(pid, fd):
-    """Whether descriptor `fd` of process `pid` is open for reading (O_RDONLY or O_RDWR)."""
-    try:
-        with open(f"/proc/{pid}/fdinfo/{fd}") as f:
-            for line in f:
-                if line.startswith("flags:"):
-                    return int(line.split()[1], 8) & os.O_ACCMODE != os.O_WRONLY
-    except (OSError, ValueError):
-        pass
-    return False
-
-
-def _stat(pid):
-    """(state, process group) of process `pid` from /proc/PID/stat; (None, None) if it is gone.
-    (After the name in parentheses: state, parent pid, process group, session, ...)"""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-        return fields[0], int(fields[2])
-    except (OSError, IndexError, ValueError):
-        return None, None
+def process_group(pid):
+    """Process `pid`'s process group (a zombie's too); None if it is gone."""
+    st = _proc.stat(pid)
+    return None if st is None else st.group
 
 
 def groups_alive(wanted):
@@ -465,33 +443,10 @@ def groups_alive(wanted):
     if not wanted:
         return alive
     for pid in _pids():
-        state, group = _stat(pid)
-        if group in wanted and state != "Z":
-            alive.add(group)
+        st = _proc.stat(pid)
+        if _proc.alive(st) and st.group in wanted:
+            alive.add(st.group)
     return alive
-
-
-def mappers(names, pids=None):
-    """{name: [pids of live processes that map it]} for the /dev/shm `names`: each process's
-    maps read once (not once per name: 1,500 names took 25 s that way)."""
-    found = {name: [] for name in names}
-    if not names:
-        return found
-    shorts = {"/dev/shm" + name: name for name in names}
-    for pid in pids if pids is not None else _pids():
-        try:
-            with open(f"/proc/{pid}/maps") as f:
-                text = f.read()
-        except OSError:
-            continue
-        for line in text.splitlines():
-            fields = line.split(maxsplit=5)  # address perms offset device inode [path]
-            if len(fields) < 6 or not fields[5].startswith("/dev/shm/"):
-                continue
-            name = shorts.get(fields[5].removesuffix(" (deleted)"))
-            if name is not None and pid not in found[name]:
-                found[name].append(pid)
-    return found
 
 
 def fate(name):
@@ -535,7 +490,7 @@ def fates(names):
             result[name] = "in flight", (f"in flight in a queue: {left} handle(s) not received "
                                          f"yet, and pid {pids} can still get them")
         elif kind == "group":
-            result[name] = "in flight", (f"in flight by a road mpviz cannot see ({left} "
+            result[name] = "in flight", (f"in flight by a channel mpviz cannot see ({left} "
                                          f"handle(s)): kept while its sender's program (process "
                                          f"group) lives")
         else:
@@ -543,9 +498,9 @@ def fates(names):
                                            "handle to it (its queue is gone): the shm manager "
                                            "removes it")
     if unknown:
-        holders = mappers(unknown, _pids(but_me=False))
-        pipes = set().union(*(roads(headers[name])[0] for name in unknown))
-        readers = pipes_read(pipes, _pids(but_me=False))
+        holders = _proc.mappers(unknown, _pids(but_me=False))
+        pipes = set().union(*(channels(headers[name])[0] for name in unknown))
+        readers = _proc.pipes_read(pipes, _pids(but_me=False))
         # Why the manager cannot say: none runs, or the one that runs never heard of the name
         # (shared with the manager off; it adopts what it finds only when it starts).
         why = ("no shm manager runs" if answers is None else
@@ -560,14 +515,14 @@ def _fate_from_proc(header, holders, readers, why):
     holder's count from a handle's."""
     if holders:
         return "held", f"mapped by pid {', '.join(map(str, holders[:4]))}"
-    pipes, unknown = roads(header)
+    pipes, unknown = channels(header)
     pids = sorted({p for ino in pipes for p in readers.get(ino, ())})
     if pids:
         return "maybe in flight", (f"no live process maps it; pid {', '.join(map(str, pids[:4]))} "
                                    f"can still read a queue its handles went through, so one "
                                    f"may still arrive ({why})")
     if unknown:
-        return "maybe in flight", ("no live process maps it; a handle went by a road mpviz "
+        return "maybe in flight", ("no live process maps it; a handle went by a channel mpviz "
                                    f"cannot see, and may still arrive ({why})")
     return "leaked", ("no live process maps it, and none can receive a handle to it: left in "
                       f"/dev/shm ({why})")

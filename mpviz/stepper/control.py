@@ -41,6 +41,7 @@ import time
 import weakref
 from typing import NamedTuple
 
+from .. import _proc
 from ..scenarios import runner
 from ..trace import trace as mtrace
 from ..viz.colors import human_bytes
@@ -330,13 +331,9 @@ class Stepper:
         for pid in runner._session_pids(self._proc.pid):
             if pid not in self._procs and not _is_helper(pid):
                 return True, running
-            for tid in _tasks(pid):
-                try:
-                    with open(f"/proc/{pid}/task/{tid}/stat") as f:
-                        state = f.read().rsplit(")", 1)[1].split()[0]
-                except (OSError, IndexError):
-                    continue
-                if state in ("R", "D"):
+            for tid in _proc.threads(pid) or ():           # None: gone meanwhile
+                st = _proc.stat(pid, tid)
+                if st is not None and st.state in ("R", "D"):
                     running.append((pid, tid))
         return False, running
 
@@ -348,7 +345,7 @@ class Stepper:
         for pid in runner._session_pids(self._proc.pid):
             if pid not in self._procs:               # a helper (resource tracker, fork server)
                 continue
-            for tid in _tasks(pid):
+            for tid in _proc.threads(pid) or ():           # None: gone meanwhile
                 what = _timed_wait(pid, tid)
                 if what is not None and (pid, tid) not in running:
                     out.append((pid, tid, what))
@@ -912,14 +909,6 @@ def _switches(pid, tid):
         return None
 
 
-def _tasks(pid):
-    """The thread ids of process `pid` ([] once it is gone)."""
-    try:
-        return [int(tid) for tid in os.listdir(f"/proc/{pid}/task")]
-    except OSError:
-        return []
-
-
 # The system calls that end by themselves when time passes: a sleep, or a wait given a timeout
 # (the argument that holds it is not "for ever"). {machine: {number: (what, argument index,
 # how to read it)}}: "ptr": a pointer to a timeout, NULL for ever; "ms": a timeout in
@@ -970,16 +959,13 @@ def _timed_wait(pid, tid):
 def _process_end(pid):
     """None while process `pid` lives; else how it ended ("killed by SIGKILL", "exit code 1",
     or "ended"): a zombie's /proc/PID/stat still holds its wait status (field 52)."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-    except (OSError, IndexError):
-        return "ended"
-    if fields[0] not in ("Z", "X"):
+    st = _proc.stat(pid)
+    if st is None:
+        return "ended"                     # gone (reaped): how, /proc cannot say any more
+    if _proc.alive(st):
         return None
-    try:
-        status = int(fields[49])
-    except (IndexError, ValueError):
+    status = st.exit_status
+    if status is None:
         return "ended"
     if status & 0x7F:
         return f"killed by {_signal_name(status & 0x7F)}"
@@ -1000,11 +986,9 @@ def _last_exception(output, name):
 
 def _is_helper(pid):
     """The stdlib's resource tracker and fork server: they never say hello."""
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as f:
-            cmd = f.read()
-    except OSError:
-        return True
+    cmd = _proc.cmdline(pid)
+    if cmd is None:
+        return True        # gone (or not ours): it will never say hello either, so wait for none
     return b"resource_tracker" in cmd or b"forkserver" in cmd
 
 
@@ -1059,12 +1043,8 @@ _PREFIX = "mpviz-step-"
 def _identity(pid):
     """"PID START": a process, told apart from a later one given the same pid (its start time,
     in clock ticks since boot, field 22 of /proc/PID/stat); "" if it is gone."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-    except (OSError, IndexError):
-        return ""
-    return "" if fields[0] in ("Z", "X") else f"{pid} {fields[19]}"
+    start = _proc.start_time(pid)          # None: gone, or a zombie
+    return "" if start is None else f"{pid} {start}"
 
 
 def _sweep():

@@ -7,7 +7,7 @@
     mpviz.trace.mark("epoch", n=3)            # your own event
     mpviz.trace.os_view(pid)                  # what the OS says: mapped /dev/shm names, fds
 
-One event's road, in three files (each one's header says where it goes next):
+One mark's tour to the picture, in five files (docs/TOUR.md, "mark("x") → the picture"):
 
     mark("x")           trace.py     hands ("x", args) to this process's Writer, if recording
      -> Writer.mark     recorder.py  one record: [length|checksum|time|thread|kind|args], copied
@@ -15,6 +15,7 @@ One event's road, in three files (each one's header says where it goes next):
                                      same Writer in C, the same bytes), in the kernel's page cache
      -> LogReader.poll  reader.py    reads each log's new records, checks and decodes them
      -> Trace.events    trace.py     Events of every process, merged by time; the views
+     -> Trace.plot      viz/state.py and viz/timeline.py: the marks, a tick on their lane each
     q.put(x)            messages.py  the hook that trace/ installed on the Queue (queues.py knows
                                      nothing of it) emits queue.put; then recorder.py and
                                      reader.py as above; Trace.flows() pairs it with its get

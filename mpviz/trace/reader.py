@@ -1,6 +1,6 @@
 """Reading per-process logs back, incrementally, while their writers may still be running.
 
-On an event's road this comes after recorder.py (the file format: there, above ``encode``) and
+On an event's tour this comes after recorder.py (the file format: there, above ``encode``) and
 before trace.py (whose ``Trace`` makes Events of what ``poll`` returns, and merges them by time).
 
 A ``LogReader`` remembers, per file, the offset of the first record it has not yet returned;

@@ -20,7 +20,7 @@ process dies by SIGKILL. ``Writer`` below is the reference; ``writer.c`` writes 
         anything fails: on_error() -- a warning and a record.dropped event, or, if the log
         itself failed (OSError), a warning and recording stops
 
-Which kinds there are, and their args: ``events.KINDS``. Next on an event's road: reader.py reads
+Which kinds there are, and their args: ``events.KINDS``. Next on an event's tour: reader.py reads
 the records back (``decode``), and trace.py merges every process's into a ``Trace``.
 """
 import marshal

@@ -12,7 +12,7 @@ sorted by ``ts_ns`` (one clock for all processes, see recorder.py)::
     segments()   shm.create/attach/detach/unlink, by segment name
     locks()      lock.wait/acquire/release, paired per lock and thread into holds
 
-An event's road starts and ends here: ``mark()`` (at the end) hands it to recorder.py's Writer;
+An event's tour starts and ends here: ``mark()`` (at the end) hands it to recorder.py's Writer;
 reader.py reads it back; ``Trace.refresh`` merges it in.
 """
 import bisect

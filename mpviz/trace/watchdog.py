@@ -29,6 +29,7 @@ import os
 import signal
 import time
 
+from .. import _proc
 from . import osview, recorder
 from .trace import Trace
 
@@ -740,24 +741,20 @@ def _in_forked_child():
 
 
 def _shared_helper(pid):
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as f:
-            cmdline = f.read()
-    except OSError:
-        return False
+    cmdline = _proc.cmdline(pid)
+    if cmdline is None:
+        return False                       # gone: no helper left to spare
     return any(word in cmdline for word in (b"resource_tracker", b"forkserver",
                                             b"shm_manager"))
 
 
 def descendants(root):
     """Living (not zombie) descendants of process `root`, by parent pid in /proc."""
-    from ..scenarios.runner import _stat
     children = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            st = _stat(entry)
-            if st is not None and st[0] != "Z":
-                children.setdefault(st[1], []).append(int(entry))
+    for pid in _proc.pids():
+        st = _proc.stat(pid)
+        if _proc.alive(st):
+            children.setdefault(st.ppid, []).append(pid)
     found, todo = [], list(children.get(root, ()))
     while todo:
         pid = todo.pop()
@@ -777,15 +774,14 @@ class SessionPids:
         self.sid, self._outside = sid, set()
 
     def __call__(self):
-        from ..scenarios.runner import _stat
-        listed, out = {int(e) for e in os.listdir("/proc") if e.isdigit()}, []
+        listed, out = set(_proc.pids()), []
         self._outside &= listed          # a pid gone from /proc may come back as anyone
         for pid in listed - self._outside:
-            st = _stat(pid)
+            st = _proc.stat(pid)
             if st is None:
-                continue
-            if st[2] != self.sid:
+                continue                 # gone since it was listed
+            if st.session != self.sid:
                 self._outside.add(pid)
-            elif st[0] != "Z":
+            elif _proc.alive(st):
                 out.append(pid)
         return sorted(out)

@@ -16,11 +16,13 @@ and takes ``ax=`` to draw into your own axes. One colour vocabulary everywhere: 
 
 One module per picture; ``state.py`` holds the analysis they share (plain Python, testable).
 """
+from ..trace.trace import UNKNOWN
 from .colors import BIG_MESSAGE, COLORS, WORDS, human_bytes, legend
+from .figure import Figure
 from .memory_map import memory_map
 from .state import (Deadlock, Failure, LockState, Owner, ProcessState, SegmentState, State,
-                    channel_names, deadlocks, failures, lock_name, process_labels, state_at,
-                    stuck_moment, trace_span)
+                    _index, busiest_moment, channel_names, deadlocks, failures, lock_name,
+                    process_labels, state_at, stuck_moment, torch_not_recorded, trace_span)
 from .timeline import timeline
 from .wait_for import wait_for
 
@@ -43,8 +45,6 @@ def plot(obj, at=None):
     says which instant it shows."""
     import textwrap
 
-    from .figure import Figure
-    from .state import _index
     trace = getattr(obj, "trace", obj)
     ix = _index(trace)
     panels = ([_map_panel(trace, at)] if ix.shm else []) + \
@@ -85,7 +85,6 @@ def notes_under(fig, notes, most=5):
 def _map_panel(trace, at):
     """How plot draws the memory map: at `at`, or (None) at the end -- unless everything was
     freed by then, in which case at the moment the most was mapped, and the title says so."""
-    from .state import _index, busiest_moment
     ix = _index(trace)
     map_at, title = at, None
     if at is None:
@@ -104,9 +103,6 @@ def _map_panel(trace, at):
 
 def summary(trace):
     """The run in words: processes, messages (handles vs copies), segments, deadlocks."""
-    from mpviz.trace.trace import UNKNOWN
-
-    from .state import _index, torch_not_recorded
     st = state_at(trace)
     flows = trace.flows()
     handles = _index(trace).handles

@@ -21,7 +21,6 @@ and, for a name still there that nobody maps, asks the shm manager what will bec
 (:func:`mpviz.sharing.shm_manager.fate`): in flight in a queue a live process can still read,
 unreachable (its queue is gone: the manager removes it), or leaked.
 """
-import os
 import textwrap
 
 from matplotlib.patches import Rectangle
@@ -30,6 +29,7 @@ from . import state as st
 from .colors import COLORS, human_bytes, legend
 from .figure import Figure
 from mpviz.trace.osview import os_view
+from mpviz.trace.trace import UNKNOWN
 
 IN_FLIGHT = "#fde9b6"   # pale amber: nobody maps it, but a handle to it is on its way
 
@@ -167,7 +167,6 @@ def memory_map(trace, at=None, ax=None, check_os=False, max_segments=30, title=N
 def _not_recorded(trace):
     """What the trace says it could not see (a program run with -I, torch.distributed), in
     words under the title: a map without it reads as "that is all there was"."""
-    from mpviz.trace.trace import UNKNOWN
     missing = [n for n in getattr(trace, "notes", ()) if UNKNOWN in n and
                "torch's shared memory" not in n]          # (torch's own: said just above)
     return "".join("\n" + textwrap.shorten(f"NOT RECORDED: {n}", 110) for n in missing[:2])
@@ -191,7 +190,7 @@ def _fate(s, ix, t, check_os):
         if kind == "in flight":
             pids = words.split("pid ")[-1].split(" ")[0] if "pid " in words else ""
             return ("in flight in a queue\n" + (f"(pid {pids} can get it)" if pids else
-                                                 "(road unseen: kept)"), IN_FLIGHT, "black")
+                                                 "(channel unseen: kept)"), IN_FLIGHT, "black")
         if kind == "maybe in flight":
             return "maybe in flight\n(no shm manager\nto ask)", IN_FLIGHT, "black"
         if kind == "unreachable":
@@ -207,10 +206,6 @@ def _fate(s, ix, t, check_os):
 def _short(name, width=24):
     name = str(name).lstrip("/")
     return name if len(name) <= width else name[:width - 1] + "…"
-
-
-def _in_dev_shm(name):
-    return os.path.exists(os.path.join("/dev/shm", str(name).lstrip("/")))
 
 
 def _os_views(procs, ix, t):

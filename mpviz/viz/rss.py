@@ -14,6 +14,7 @@ grey for another, the SIGTERM the others get), named in a column right of the pl
         └──────────────────────▶ s
 """
 from .colors import COLORS
+from .figure import Figure
 from .state import process_labels
 
 
@@ -23,7 +24,6 @@ def rss_lanes(trace, ax=None, limit_mb=None, title=None):
     `limit_mb`: also draw this as a dashed line (say in `title` what it limits). Processes
     without samples are left out; a trace with none says so in the picture.
     """
-    from .figure import Figure
     fig = ax.figure if ax is not None else Figure(figsize=(9, 3.2), layout="constrained")
     ax = ax or fig.add_subplot()
     samples, ranks = {}, {}

@@ -1,0 +1,120 @@
+"""docs/TOUR.md stays true: every step names a function that is in its file, and every module
+header that promises a tour ("in ten files") names one of its tours and counts its files alike.
+
+Read by ``ast``, not imported: a step names where the code is written, and a function that moved
+to another file fails here even if the old module still re-exports it.
+"""
+import ast
+import pathlib
+import re
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+TOUR = ROOT / "docs" / "TOUR.md"
+
+STEP = re.compile(r"^(\d+)\. `([^`:]+):([\w.]+)` — (\S.*)$")
+PROMISE = re.compile(r"\bin (\w+) files\b")
+NUMBERS = {word: n for n, word in enumerate(
+    "zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen "
+    "fifteen sixteen seventeen eighteen nineteen twenty".split())}
+
+
+def tours(text):
+    """{title: [(number, path, function, what it does)]} of the tours in `text` (TOUR.md).
+    A numbered line that is not a well-formed step is an error, not skipped."""
+    found, title = {}, None
+    for line in text.splitlines():
+        if line.startswith("## "):
+            title = line[3:].strip()
+            found[title] = []
+        elif re.match(r"^\d+\.", line):
+            step = STEP.match(line)
+            assert step and title, (
+                f"TOUR.md: {line!r} is not a step under a '## ' tour: a step is one line, "
+                f"'N. `path/to/file.py:function` — what it does there'. Fix: write it so")
+            n, path, function, what = step.groups()
+            found[title].append((int(n), path, function, what))
+    return {t: steps for t, steps in found.items() if steps}
+
+
+def defined(path, dotted):
+    """Whether `dotted` ("f", "Class.method") is defined in the Python file `path`."""
+    body = ast.parse(path.read_text(), str(path)).body
+    for part in dotted.split("."):
+        node = next((n for n in body if isinstance(
+            n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and n.name == part), None)
+        if node is None:
+            return False
+        body = node.body
+    return True
+
+
+def wrong_steps(tour_map):
+    """Every step whose file or function is not there, in words."""
+    wrong = []
+    for title, steps in tour_map.items():
+        numbers = [n for n, *_ in steps]
+        if numbers != list(range(1, len(steps) + 1)):
+            wrong.append(f"{title}: steps numbered {numbers}, not 1..{len(steps)}")
+        for n, path, function, _ in steps:
+            file = ROOT / path
+            if not file.is_file():
+                wrong.append(f"{title}, step {n}: {path} is not a file")
+            elif not defined(file, function):
+                wrong.append(f"{title}, step {n}: {path} defines no {function}")
+    return wrong
+
+
+def files_in(steps):
+    return {path for _, path, _, _ in steps}
+
+
+def promises():
+    """[(module path, the number of files its header promises, its header)] for every module
+    of mpviz whose header says "in N files"."""
+    out = []
+    for path in sorted((ROOT / "mpviz").rglob("*.py")):
+        header = ast.get_docstring(ast.parse(path.read_text(), str(path))) or ""
+        for word in PROMISE.findall(header):
+            out.append((path.relative_to(ROOT), NUMBERS.get(word, word), " ".join(header.split())))
+    return out
+
+
+def test_the_tour_has_its_three_tours_each_a_walk_through_several_files():
+    found = tours(TOUR.read_text())
+    assert set(found) >= {"put → get under file_descriptor", "put → get under file_system",
+                          'mark("x") → the picture'}, sorted(found)
+    for title, steps in found.items():
+        assert len(files_in(steps)) >= 3, f"{title}: {steps}"
+
+
+def test_every_step_names_a_function_that_is_in_its_file():
+    wrong = wrong_steps(tours(TOUR.read_text()))
+    assert not wrong, ("docs/TOUR.md names code that is not where it says:\n  " + "\n  ".join(wrong)
+                       + "\nFix: point the step at the file and function the call goes to now")
+
+
+def test_the_step_check_finds_a_function_that_moved():
+    moved = tours("## t\n1. `mpviz/multiprocessing/queues.py:encode` — encode is imported here, "
+                  "not written here\n2. `mpviz/nowhere.py:f` — no such file\n"
+                  "4. `mpviz/multiprocessing/queues.py:Queue.put` — numbered after a gap\n")
+    wrong = wrong_steps(moved)
+    assert len(wrong) == 3 and "defines no encode" in wrong[1], wrong
+    assert defined(ROOT / "mpviz/multiprocessing/queues.py", "Queue.get")
+
+
+def test_every_header_that_promises_a_tour_names_it_and_counts_its_files_as_it_does():
+    found = tours(TOUR.read_text())
+    promised = promises()
+    assert len(promised) >= 2, f"the headers of queues.py and trace/__init__.py promise tours: {promised}"
+    wrong = []
+    for path, count, header in promised:
+        named = [t for t in found if " ".join(t.split()) in header]
+        if not named:
+            wrong.append(f"{path} promises a tour in {count} files but names none of TOUR.md's "
+                         f"{sorted(found)}")
+        for title in named:
+            if len(files_in(found[title])) != count:
+                wrong.append(f"{path} says {count} files; TOUR.md's {title!r} walks through "
+                             f"{len(files_in(found[title]))}: {sorted(files_in(found[title]))}")
+    assert not wrong, ("\n".join(wrong) + "\nFix: make the header's count what the tour walks "
+                       "through (or shorten the real path, and the tour with it)")
