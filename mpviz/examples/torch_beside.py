@@ -17,6 +17,8 @@ import importlib.util
 
 from matplotlib.figure import Figure
 
+from .. import viz
+from ..scenarios.small_shm import _can_make_tmpfs
 from .your_program import trace_program
 
 __all__ = ["torch_run", "beside", "torch_version"]
@@ -46,7 +48,6 @@ def torch_run(script, *args, shm_mb=None, **kwargs):
               "(pip install torch==2.13.0, then restart the kernel, to see it).")
         return None
     if shm_mb is not None:
-        from ..scenarios.small_shm import _can_make_tmpfs
         possible, why_not = _can_make_tmpfs()
         if not possible:
             print(f"a private {shm_mb} MiB /dev/shm cannot be made here ({why_not}): the "
@@ -63,7 +64,6 @@ def beside(ours, theirs, ours_title, theirs_title, draw=None, **kwargs):
 
     `draw`: a picture of ``mpviz.viz`` that takes ``ax=`` (default: ``timeline``); `kwargs` go
     to it. Each row is as tall as its picture wants alone, so the lanes keep their height."""
-    from .. import viz
     draw = draw or viz.timeline
     alone = [draw(t, title=title, **kwargs).get_figheight()
              for t, title in ((ours, ours_title), (theirs, theirs_title))]
