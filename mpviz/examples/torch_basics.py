@@ -21,6 +21,7 @@ import importlib.util
 import os
 import threading
 
+from ..scenarios import fork_held_lock as library      # its library_lock(): the same "library"
 from .notebook_workers import UNIT, slow
 
 SKIP = "torch is not installed: pip install torch==2.13.0 (CPU) to see the same in torch"
@@ -132,25 +133,14 @@ def child_holds(trace):
 
 # --- notebook 04: a thread holds a lock at the moment of fork ---------------------------------
 
-_library_lock = None
-
-
-def library_lock():
-    """A library's module-level lock (logging has one), made on first use."""
-    global _library_lock
-    if _library_lock is None:
-        _library_lock = threading.Lock()
-    return _library_lock
-
-
 def use_library():
     """The child: call into the library, which takes its lock."""
-    with library_lock():
+    with library.library_lock():
         pass
 
 
 def _busy(held, forked):
-    with library_lock():                      # a background thread, inside the library ...
+    with library.library_lock():              # a background thread, inside the library ...
         held.set()
         forked.wait(10)                       # ... at the moment the main thread forks
 
@@ -158,9 +148,8 @@ def _busy(held, forked):
 def fork_held_lock():
     """The parent: fork a child while a thread holds the library's lock, then join it (under
     fork, for ever: run it under a watchdog). Returns the child's exit code."""
-    global _library_lock
     import torch.multiprocessing as mp
-    _library_lock = None                      # a fresh lock each run, made while recording
+    library._library_lock = None              # a fresh lock each run, made while recording
     held, forked = threading.Event(), threading.Event()
     worker = threading.Thread(target=_busy, args=(held, forked), name="library-worker")
     worker.start()

@@ -68,8 +68,7 @@ def _creator_is_user(skip_modules, lock_type):
         return False
     module = f.f_globals.get("__name__", "")
     if module.startswith("mpviz."):      # mpviz's own, but for the programs that play a user's
-        user = module == "mpviz.trace.testing" or module.startswith(("mpviz.scenarios",
-                                                                        "mpviz.examples"))
+        user = module == "mpviz.trace.testing" or module.startswith("mpviz.scenarios")
     else:
         user = not _in_library(f.f_code.co_filename)
     if user:
