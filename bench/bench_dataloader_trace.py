@@ -17,7 +17,7 @@ order flipped every round (so a burst of load from elsewhere hits both alike):
 Prints Markdown lines (medians; min–max) and writes JSON to bench/results/. Goals: traced ÷
 untraced ≤ 1.3×, drawing ≤ 5 s. ``--quick``: 200 batches, 2 workers, one round (a smoke run).
 ``--before DIR``: the traced run and the drawing of another checkout too (``PYTHONPATH=DIR``),
-in turn with this one, for a before/after measured side by side.
+in turn with this one, for a before/after measured side by side. ``--no-draw``: the runs only.
 """
 import argparse
 import json
@@ -87,9 +87,9 @@ def _loop_s(run):
     return float(run.stdout.split(" batches in ")[1].split()[0])
 
 
-def one_round(i, batches, workers, scratch, trees):
+def one_round(i, batches, workers, scratch, trees, draw=True):
     """One round: the untraced run and each tree's traced run, in an order that turns each
-    round; then each tree draws its own trace. `trees`: {suffix: checkout}."""
+    round; then each tree draws its own trace (unless not `draw`). `trees`: {suffix: checkout}."""
     program = [sys.executable, PROGRAM, str(batches), str(workers)]
     runs = [("untraced", program, ROOT)]
     for suffix, tree in trees.items():
@@ -106,6 +106,10 @@ def one_round(i, batches, workers, scratch, trees):
         out[f"cpu_ratio{suffix}"] = out[f"cpu_traced{suffix}"] / out["cpu_untraced"]
         out[f"loop_ratio{suffix}"] = out[f"loop_traced{suffix}"] / out["loop_untraced"]
         directory = os.path.join(scratch, f"round{i}{suffix.strip(' ()')}")
+        if not draw:
+            out[f"events{suffix}"] = _count_events(directory, tree)
+            shutil.rmtree(directory, ignore_errors=True)
+            continue
         _, _, r = _timed([sys.executable, "-c", DRAW, directory], tree)
         draw = json.loads(r.stdout.strip().splitlines()[-1])
         parts = ("import_s", "timeline_s", "memory_map_s", "wait_for_s")
@@ -114,6 +118,13 @@ def one_round(i, batches, workers, scratch, trees):
         out.update({f"{k}{suffix}": v for k, v in draw.items()})
         shutil.rmtree(directory, ignore_errors=True)
     return out
+
+
+def _count_events(directory, tree):
+    """How many events the traced run recorded (read back by that tree's mpviz)."""
+    _, _, r = _timed([sys.executable, "-c", "import sys, mpviz.trace as t; "
+                      "print(len(t.load(sys.argv[1]).events))", directory], tree)
+    return int(r.stdout.split()[-1])
 
 
 def _median(rounds, key):
@@ -125,17 +136,20 @@ def _table(rounds, suffix, args, span):
     """The two Markdown lines of one tree (`suffix`: "" or " (before)"/" (after)")."""
     ratio, untraced, traced = (_median(rounds, k + s) for k, s in
                                (("ratio", suffix), ("untraced", ""), ("traced", suffix)))
-    drawing, loading = _median(rounds, "drawing_s" + suffix), _median(rounds, "load_s" + suffix)
-    drawing_cpu = _median(rounds, "cpu_drawing_s" + suffix)
-    parts = {k: _median(rounds, k + suffix)[0] for k in ("import_s", "timeline_s",
-                                                          "memory_map_s", "wait_for_s")}
     what = (f"DataLoader, {args.workers} workers, {args.batches:,} batches "
             f"({rounds[0]['events' + suffix]:,} events){suffix}")
     cpu, loop = _median(rounds, "cpu_ratio" + suffix), _median(rounds, "loop_ratio" + suffix)
     print(f"| {what}: `mpviz trace` ÷ untraced, wall | {ratio[0]:.2f}× ({ratio[1]:.2f}–"
-          f"{ratio[2]:.2f}×; {traced[0]:.1f} s vs {untraced[0]:.1f} s; the program's own loop "
+          f"{ratio[2]:.2f}×; {traced[0]:.1f} s vs {untraced[0]:.1f} s, min {traced[1]:.1f} s vs "
+          f"{untraced[1]:.1f} s; the program's own loop "
           f"{loop[0]:.2f}×, CPU of all processes {cpu[0]:.2f}×), median of {span} | "
           f"goal ≤ {RATIO_GOAL}×: {'met' if ratio[0] <= RATIO_GOAL else 'MISSED'} |")
+    if "drawing_s" + suffix not in rounds[0]:
+        return                                   # (--no-draw)
+    drawing, loading = _median(rounds, "drawing_s" + suffix), _median(rounds, "load_s" + suffix)
+    drawing_cpu = _median(rounds, "cpu_drawing_s" + suffix)
+    parts = {k: _median(rounds, k + suffix)[0] for k in ("import_s", "timeline_s",
+                                                          "memory_map_s", "wait_for_s")}
     print(f"| {what}: drawing timeline + memory map + wait-for to PNG (import included; "
           f"reading the trace apart: {loading[0]:.1f} s) | {drawing[0]:.1f} s ({drawing[1]:.1f}–"
           f"{drawing[2]:.1f} s; " + ", ".join(f"{k[:-2]} {v:.1f} s" for k, v in parts.items())
@@ -150,6 +164,8 @@ def main(argv=None):
     parser.add_argument("--workers", type=int, default=8)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--before", metavar="DIR", help="another checkout, measured in turn")
+    parser.add_argument("--no-draw", action="store_true",
+                        help="time the runs only, not the pictures (a round takes half as long)")
     args = parser.parse_args(argv)
     if args.quick:
         args.batches, args.workers, args.rounds = 200, 2, 1
@@ -160,7 +176,8 @@ def main(argv=None):
     rounds = []
     try:
         for i in range(args.rounds):
-            rounds.append(one_round(i, args.batches, args.workers, scratch, trees))
+            rounds.append(one_round(i, args.batches, args.workers, scratch, trees,
+                                     draw=not args.no_draw))
             load.append(os.getloadavg()[0])
             print(f"round {i + 1}: " + ", ".join(f"{k} {v:.2f}" for k, v in rounds[-1].items()
                                                  if not k.startswith("events")),

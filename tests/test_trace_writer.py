@@ -16,6 +16,7 @@ import pytest
 
 import mpviz.trace as mt
 from mpviz.trace import native, recorder
+from mpviz.trace import reader as reader_module
 from mpviz.trace.reader import LogReader
 
 pytestmark = pytest.mark.timeout(90)
@@ -537,3 +538,42 @@ def test_in_ci_the_c_writer_builds_where_there_is_a_compiler():
     if native._compiler() is None:
         pytest.skip("no C compiler on this machine: the Python Writer records")
     assert native.load() is not None, f"writer.c did not build: {native.problem}"
+
+
+def test_both_readers_read_the_same_events_past_the_same_damage(tmp_path, monkeypatch):
+    # reader.py hands whole runs of good records to writer.c's read_records and keeps every
+    # other case (a bad checksum, a wild length, the end) for its own loop: the events, the
+    # waits it ends, and the problems it reports must be the same either way.
+    if native.load() is None:
+        pytest.skip(f"no C Writer here: {native.problem}")
+    assert recorder.start(str(tmp_path), "test")
+    starts = []
+    for i in range(3000):
+        starts.append(recorder._log.off)
+        recorder.emit("wait.begin", on="queue.get", id="q1")
+        recorder.emit("queue.get", queue="q1", msg=None, nbytes=i, sig=7)
+        recorder.emit(f"kind.{i % len(ARGS)}", **ARGS[i % len(ARGS)])
+        recorder.emit("wait.end", on="queue.get", id="q1", ok=True)
+    path = recorder._log.path
+    recorder.stop()
+    with open(path, "r+b") as f:
+        f.seek(starts[700] + 20)                           # a flipped byte: bad checksum
+        f.write(b"\xa5")
+        f.seek(starts[2100])
+        f.write((0x7FFFFFF0).to_bytes(4, "little"))        # a length running off the chunk
+    read = {}
+    for pure in ("0", "1"):
+        monkeypatch.setenv("MPVIZ_PURE_PYTHON", pure)
+        reader = LogReader(tmp_path)
+        with pytest.warns(Warning, match="skipped"):
+            read[pure] = (reader.poll(final=True), reader.problems, reader.skipped_bytes)
+        assert (reader_module._native_reader() is None) == (pure == "1")   # which one read
+    assert read["0"] == read["1"]
+    events, problems, _ = read["0"]
+    assert len(problems) == 2 and all("skipped" in p for p in problems)
+    # the two damaged records were wait.begins: those two gets' waits end at their own
+    # wait.end; every other get's wait ends at its queue.get (the reader's), its wait.end dropped
+    assert len(events) == 1 + 4 * 3000 - 2                   # (1: process.start)
+    assert sum(e[3] == "wait.begin" for e in events) == 2998
+    assert sum(e[3] == "wait.end" for e in events) == 3000
+    assert sum(e[3].startswith("kind.") for e in events) == 3000

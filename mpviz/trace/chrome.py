@@ -22,6 +22,8 @@ event of its thread (1 µs at most). Async slices have their own tracks and may 
 Reference: the Trace Event Format document and Perfetto's JSON importer.
 """
 import json
+from itertools import compress
+from operator import itemgetter
 
 from . import names
 
@@ -72,20 +74,23 @@ def to_chrome(trace, path=None):
             out.append({"pid": e.pid, "tid": e.tid, "ts": ts, "ph": "i", "s": "t",
                         "cat": kind.partition(".")[0], "name": kind, "args": dict(a)})
             continue
-        base = dict(pid=e.pid, tid=e.tid, ts=ts)
-        if e.kind in _MESSAGE_OUT or e.kind in _MESSAGE_IN:
+        if kind in _MESSAGE_OUT or kind in _MESSAGE_IN:
             channel = channel_name(a.get("queue") or a.get("pipe"))
             dur = min(SHORT_US, us(next_ts[i]) - ts) if next_ts[i] is not None else SHORT_US
-            x = dict(base, ph="X", dur=dur, cat=e.kind.split(".")[0],
-                     name=f"{e.kind.split('.')[1]} {channel}", args=dict(a))
-            if e.kind in _MESSAGE_OUT and a["msg"] in gets:
-                x.update(bind_id=a["msg"], flow_out=True)
-            elif e.kind in _MESSAGE_IN and a["msg"] in puts:
-                x.update(bind_id=a["msg"], flow_in=True)
+            cat, _, verb = kind.partition(".")
+            x = {"pid": e.pid, "tid": e.tid, "ts": ts, "ph": "X", "dur": dur, "cat": cat,
+                 "name": f"{verb} {channel}", "args": dict(a)}
+            if kind in _MESSAGE_OUT:
+                if a["msg"] in gets:
+                    x["bind_id"], x["flow_out"] = a["msg"], True
+            elif a["msg"] in puts:
+                x["bind_id"], x["flow_in"] = a["msg"], True
             out.append(x)
-            if e.kind.startswith("queue."):
-                _depth(out, depth, channel, 1 if e.kind == "queue.put" else -1, root, ts)
-        elif e.kind == "queue.put_failed":                   # it never entered the queue
+            if cat == "queue":
+                _depth(out, depth, channel, 1 if kind == "queue.put" else -1, root, ts)
+            continue
+        base = dict(pid=e.pid, tid=e.tid, ts=ts)
+        if e.kind == "queue.put_failed":                   # it never entered the queue
             if a.get("msg") is not None:      # (None: mpviz's Queue, which records no put then)
                 _depth(out, depth, channel_name(a["queue"]), -1, root, ts)
             out.append(dict(base, ph="i", s="t", cat="queue", name=e.kind, args=dict(a)))
@@ -141,19 +146,24 @@ def _next_event_ts(events):
 
 
 def _segment(e, base, a, out, live_bytes, root):
-    common = dict(cat="shm", id2={"global": str(a.get("name"))}, name=f"shm {a.get('name')}")
-    nbytes = a.get("nbytes") or 0
-    if e.kind == "shm.create":
-        out.append(dict(base, ph="b", **common, args=dict(a)))
-        live_bytes += nbytes
-    elif e.kind == "shm.unlink":
-        out.append(dict(base, ph="e", **common, args=dict(a)))
-        live_bytes -= nbytes
+    name = a.get("name")
+    kind, ts = e.kind, base["ts"]
+    # (dicts written out in the order of their keys in trace.json: pid, tid, ts, ph, cat, ...)
+    if kind == "shm.create":
+        ph, args = "b", dict(a)
+        live_bytes += a.get("nbytes") or 0
+    elif kind == "shm.unlink":
+        ph, args = "e", dict(a)
+        live_bytes -= a.get("nbytes") or 0
     else:
-        out.append(dict(base, ph="n", **common, args=dict(a, what=e.kind)))
+        out.append({"pid": e.pid, "tid": e.tid, "ts": ts, "ph": "n", "cat": "shm",
+                    "id2": {"global": str(name)}, "name": f"shm {name}",
+                    "args": dict(a, what=kind)})
         return live_bytes
-    out.append(dict(ph="C", pid=root, tid=root, ts=base["ts"], name="shm bytes live",
-                    args={"bytes": live_bytes}))
+    out.append({"pid": e.pid, "tid": e.tid, "ts": ts, "ph": ph, "cat": "shm",
+                "id2": {"global": str(name)}, "name": f"shm {name}", "args": args})
+    out.append({"ph": "C", "pid": root, "tid": root, "ts": ts, "name": "shm bytes live",
+                "args": {"bytes": live_bytes}})
     return live_bytes
 
 
@@ -185,15 +195,18 @@ def _async(out, base, cat, name, args):
     return ident
 
 
+_ASYNC_PHASES, _PHASE = frozenset(("b", "e")), itemgetter("ph")
+
+
 def _close_async(out, end_us):
     """End async slices still open at the end of the trace (a lock still held, a segment
     never unlinked), so every b has its e."""
     opened = {}
-    for ev in out:
-        if ev["ph"] in ("b", "e"):
-            key = (ev["cat"], str(ev.get("id", ev.get("id2"))), ev["name"])
-            opened[key] = opened.get(key, 0) + (1 if ev["ph"] == "b" else -1)
-            opened.setdefault(("first",) + key, ev)
+    # (only the b and e events, picked out at C speed: most of `out` is neither)
+    for ev in compress(out, map(_ASYNC_PHASES.__contains__, map(_PHASE, out))):
+        key = (ev["cat"], str(ev.get("id", ev.get("id2"))), ev["name"])
+        opened[key] = opened.get(key, 0) + (1 if ev["ph"] == "b" else -1)
+        opened.setdefault(("first",) + key, ev)
     for key, n in list(opened.items()):
         if key[0] == "first" or n <= 0:
             continue

@@ -157,6 +157,7 @@ class LogReader:
         size = os.fstat(fd).st_size
         chunk, pid = st.chunk, st.pid
         buf, buf_off = b"", st.off
+        native_read = _native_reader()
         while st.off < size:
             room = chunk - st.off % chunk           # bytes left in this chunk
             if room < LENGTH.size:
@@ -179,6 +180,14 @@ class LogReader:
                     break                            # the end, for now (or for good)
                 buf = b""
                 continue
+            if native_read is not None and rel + RECORD.size + n <= len(buf):
+                # the records that pass every check, up to the window's end, read in C; the
+                # first it cannot take (if any) comes to the loop below as it is
+                after = native_read(buf, rel, pid, out, st.waits.add)
+                if after > rel:
+                    st.off += after - rel
+                    st.torn_at = None
+                    continue
             if RECORD.size + n > room:
                 what = f"a record length of {n} bytes runs past its chunk"
             else:
@@ -297,6 +306,21 @@ def _alive(pid):
     except OSError:
         return True                  # someone else's: it exists
     return True
+
+
+def _native_reader():
+    """writer.c's read_records where the C Writer loads (native.py), else None: then the loop
+    in ``_read_records`` reads every record itself (``MPVIZ_PURE_PYTHON=1`` asks for that too:
+    both readers read the same events, tests/test_trace_writer.py checks)."""
+    if os.environ.get("MPVIZ_PURE_PYTHON", "") not in ("", "0"):
+        return None
+    if not _native:
+        from . import native
+        _native.append(getattr(native.load(), "read_records", None))
+    return _native[0]
+
+
+_native = []                       # [read_records or None], once _native_reader has looked
 
 
 def _check_and_decode(buf, rel, n):

@@ -17,6 +17,7 @@ same order, and writes the same bytes (tests/test_trace_writer.py compares the t
          go back to 3.
 
 The per-message Queue hooks are in queue_hooks.c, which this file includes (one module, two files).
+At the end, read_records: reader.py's loop over a window of good records, for the reader.
 
 Built and loaded on first use by native.py; when it cannot be built, the Python Writer is used.
 Left out (the Python Writer covers them): platforms other than Linux, big-endian machines, and
@@ -745,6 +746,88 @@ static PyTypeObject WriterType = {
    compiled as part of this one (they use the Writer above directly). */
 #include "queue_hooks.c"
 
+/* --- reading records back: reader.py's loop over a window, in C -----------------------------
+
+   read_records(buf, rel, pid, out, waits) -> the offset in buf after the last record read.
+   From buf[rel:] on, each whole record whose checksum holds and whose body decodes becomes
+   (ts_ns, pid, tid, kind, args) in `out` -- or, for the kinds reader._Waits follows, is handed
+   to waits(out, ts, pid, tid, kind, args). It stops at the first record it cannot take as it
+   is: a length of 0 or PAD, a record that runs past buf, a checksum that does not match, a
+   body that does not decode. reader.py's own loop then looks at that record (and says what is
+   wrong with it): this only takes the common case off its hands, with the same checks
+   (the checksum: adler32 above, as zlib's; the args: marshal, as marshal.loads). */
+static PyObject *
+read_records_function(PyObject *module, PyObject *const *argv, Py_ssize_t argc)
+{
+    if (argc != 5 || !PyList_Check(argv[3])) {
+        PyErr_SetString(PyExc_TypeError, "read_records(buf, rel, pid, out: list, waits)");
+        return NULL;
+    }
+    Py_buffer view;
+    if (PyObject_GetBuffer(argv[0], &view, PyBUF_SIMPLE) < 0)
+        return NULL;
+    Py_ssize_t rel = PyLong_AsSsize_t(argv[1]);
+    PyObject *pid = argv[2], *out = argv[3], *waits = argv[4];
+    const unsigned char *p = view.buf;
+    Py_ssize_t len = view.len;
+    if (rel == -1 && PyErr_Occurred())
+        goto fail;
+    while (rel >= 0 && rel + RECORD_HEADER <= len) {
+        uint32_t n, check;
+        uint64_t ts, tid;
+        memcpy(&n, p + rel, 4);
+        memcpy(&check, p + rel + 4, 4);
+        if (n == 0 || n == PAD || n < BODY_HEADER || (Py_ssize_t)n > len - rel - RECORD_HEADER)
+            break;
+        const unsigned char *body = p + rel + RECORD_HEADER;
+        if (adler32(body, n) != check)
+            break;
+        unsigned k = body[16];
+        if (BODY_HEADER + k > n)
+            break;
+        memcpy(&ts, body, 8);
+        memcpy(&tid, body + 8, 8);
+        PyObject *kind = PyUnicode_DecodeUTF8((const char *)body + BODY_HEADER, k, NULL);
+        if (kind == NULL) {
+            PyErr_Clear();
+            break;
+        }
+        PyUnicode_InternInPlace(&kind);
+        PyObject *args = PyMarshal_ReadObjectFromString((const char *)body + BODY_HEADER + k,
+                                                        n - BODY_HEADER - k);
+        if (args == NULL) {
+            PyErr_Clear();                   /* reader.py's loop says what is wrong with it */
+            Py_DECREF(kind);
+            break;
+        }
+        PyObject *ts_obj = PyLong_FromUnsignedLongLong(ts);
+        PyObject *tid_obj = PyLong_FromUnsignedLongLong(tid);
+        int failed = ts_obj == NULL || tid_obj == NULL;
+        if (!failed && (kind == WAIT_BEGIN || kind == WAIT_END || kind == GET_KIND)) {
+            PyObject *r = PyObject_CallFunctionObjArgs(waits, out, ts_obj, pid, tid_obj, kind,
+                                                       args, NULL);
+            failed = r == NULL;
+            Py_XDECREF(r);
+        } else if (!failed) {
+            PyObject *event = PyTuple_Pack(5, ts_obj, pid, tid_obj, kind, args);
+            failed = event == NULL || PyList_Append(out, event) < 0;
+            Py_XDECREF(event);
+        }
+        Py_XDECREF(ts_obj);
+        Py_XDECREF(tid_obj);
+        Py_DECREF(kind);
+        Py_DECREF(args);
+        if (failed)
+            goto fail;
+        rel += RECORD_HEADER + n;
+    }
+    PyBuffer_Release(&view);
+    return PyLong_FromSsize_t(rel);
+fail:
+    PyBuffer_Release(&view);
+    return NULL;
+}
+
 static PyMethodDef module_functions[] = {
     {"get_would_wait", get_would_wait_function, METH_O,
      "get_would_wait(q): whether q.get() would wait now (messages.get_would_wait in C)"},
@@ -772,6 +855,9 @@ static PyMethodDef module_functions[] = {
      "it whenever it changes recorder.writer"},
     {"take_feeding_msg", take_feeding_function, METH_NOARGS,
      "the id Pickler.dumps pickled last in this thread (None: none), forgotten here"},
+    {"read_records", (PyCFunction)(void (*)(void))read_records_function, METH_FASTCALL,
+     "read_records(buf, rel, pid, out, waits) -> offset after the records read (reader.py's "
+     "loop in C, for the records that pass every check)"},
     {"encode", (PyCFunction)(void (*)(void))encode_function, METH_FASTCALL,
      "encode(ts_ns, tid, kind, args) -> the record's bytes (for tests: compare with Python's)"},
     {NULL}
