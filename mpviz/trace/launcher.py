@@ -355,7 +355,6 @@ def _python_switches(program):
 def _wait(child, watchdog, forwarder, eyes):
     """The program's exit status (shell style), or None when the watchdog found it stuck.
     A Ctrl-C meanwhile: the report (``_report_interrupt``), then the SIGINT passed on."""
-    spare = _SpareCore()
     while True:
         try:
             returncode = child.wait(timeout=0.1)
@@ -365,38 +364,8 @@ def _wait(child, watchdog, forwarder, eyes):
         if forwarder.interrupted and forwarder._held:
             _report_interrupt(eyes)
             forwarder.pass_on_interrupt()
-        elif watchdog is not None:
-            if watchdog.poll():
-                return None
-            if watchdog.stalled_for == 0 and spare.now():
-                # The program moved at this look (its progress is counted already), and a
-                # core idles: read what its logs hold so far, so that less is left to read
-                # after it ends. (A busy machine: the logs wait for the end, as before.)
-                watchdog.trace.refresh()
-
-
-class _SpareCore:
-    """Does a core idle now? The share of CPU time the whole machine spent idle since the
-    last answer (``/proc/stat``), asked at most every `every` s: True when at least `share` of
-    one core idled. On a shared machine, read-ahead then takes no CPU from anyone."""
-
-    def __init__(self, every=0.5, share=0.3):
-        self.every, self.share, self.cores = every, share, os.cpu_count() or 1
-        self.at, self.idle = None, None
-
-    def now(self):
-        import time
-        t = time.monotonic()
-        if self.at is not None and t - self.at < self.every:
-            return False
-        try:
-            with open("/proc/stat", "rb") as f:
-                fields = f.readline().split()
-            idle = (int(fields[4]) + int(fields[5])) / os.sysconf("SC_CLK_TCK")  # idle + iowait
-        except (OSError, ValueError, IndexError):
-            return False                  # (not Linux: the logs are read at the end)
-        before, self.at, self.idle = (self.at, self.idle), t, idle
-        return before[0] is not None and idle - before[1] >= self.share * (t - before[0])
+        elif watchdog is not None and watchdog.poll():
+            return None
 
 
 def _report_interrupt(eyes):
