@@ -11,6 +11,7 @@ would, and reads the verdict's words:
     --hang-after are progress; a longer one is STALLED; a wait that times out and starts again
     on the same pipe is one wait; --hang-after below the floor, nan or inf is refused.
 """
+import importlib.util
 import os
 import re
 import signal
@@ -28,17 +29,21 @@ PROGRAMS = os.path.join(ROOT, "notebooks", "programs")
 PY = sys.executable
 
 
-def trace(tmp_path, program, *args, hang_after="1.5", timeout=45):
-    """Run `program` (a path, or the text of a prog.py) under the launcher; the result."""
+def start(tmp_path, program, *args, hang_after="1.5"):
+    """Start `program` (a path, or the text of a prog.py) under the launcher; its Popen."""
     if "\n" in program:
         (tmp_path / "prog.py").write_text(textwrap.dedent(program))
         program = "prog.py"
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([ROOT] + [p for p in [env.get("PYTHONPATH")] if p])
-    launcher = subprocess.Popen([PY, "-m", "mpviz", "trace", "--hang-after", hang_after,
-                                 "--no-plot", "-o", str(tmp_path / "out"), "--", PY, program,
-                                 *args], cwd=tmp_path, env=env, stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen([PY, "-m", "mpviz", "trace", "--hang-after", hang_after,
+                             "--no-plot", "-o", str(tmp_path / "out"), "--", PY, program,
+                             *args], cwd=tmp_path, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+
+
+def finish(launcher, timeout=45):
+    """Wait for a launcher started by start(): the result."""
     try:
         out, err = launcher.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:       # no verdict: end the program's session, then fail
@@ -51,6 +56,51 @@ def trace(tmp_path, program, *args, hang_after="1.5", timeout=45):
         out, err = launcher.communicate()
         pytest.fail(f"no verdict within {timeout} s:\n{err}")
     return subprocess.CompletedProcess(launcher.args, launcher.returncode, out, err)
+
+
+def trace(tmp_path, program, *args, hang_after="1.5", timeout=45):
+    """Run `program` (a path, or the text of a prog.py) under the launcher; the result."""
+    return finish(start(tmp_path, program, *args, hang_after=hang_after), timeout)
+
+
+def together(tmp_path_factory, programs):
+    """Run each of `programs` ({name: (hang_after, program, *args)}) under a launcher of its
+    own, all started at once; wait for every one: {name: result, or the failure to report}.
+    For programs that spend most of their time waiting (for --hang-after, for torch's import):
+    each is still judged alone, as trace() would judge it."""
+    launchers = {name: start(tmp_path_factory.mktemp(name.replace(" ", "_")), *how,
+                             hang_after=hang_after)
+                 for name, (hang_after, *how) in programs.items()}
+    runs = {}
+    for name, launcher in launchers.items():
+        try:
+            runs[name] = finish(launcher, timeout=90)
+        except pytest.fail.Exception as failed:     # the test of that run reports it
+            runs[name] = failed
+    return runs
+
+
+def result(runs, name):
+    """The result of `name` among `runs` (together's), or the failure its test reports."""
+    if isinstance(runs[name], pytest.fail.Exception):
+        pytest.fail(str(runs[name]))
+    return runs[name]
+
+
+@pytest.fixture(scope="module")
+def waiting_runs(tmp_path_factory):
+    """The runs of this module that spend their time waiting (on --hang-after, on torch's
+    import), started at once: {name: result}. The program texts are below, by their tests."""
+    programs = {"SOCKET_RECV": ("1", SOCKET_RECV), "SLEEP_30_S": ("1", SLEEP_30_S),
+                "WAKES_EVERY_0_3_S": ("1", WAKES_EVERY_0_3_S),
+                "POLLS_EVERY_0_3_S": ("1", POLLS_EVERY_0_3_S)}
+    if importlib.util.find_spec("torch") is not None:
+        programs.update({
+            "hang_dataloader.py": ("1.5", os.path.join(PROGRAMS, "hang_dataloader.py")),
+            "hang_torch_fork.py": ("1.5", os.path.join(PROGRAMS, "hang_torch_fork.py")),
+            "hang_torch_fork.py --fix": ("1.5", os.path.join(PROGRAMS, "hang_torch_fork.py"),
+                                         "--fix")})
+    return together(tmp_path_factory, programs)
 
 
 # --- a: a thread that keeps running elsewhere ------------------------------------------------------
@@ -99,9 +149,9 @@ def test_a_busy_thread_elsewhere_does_not_hide_a_process_that_can_never_move(tmp
 # --- b: a producer that sleeps for ever ----------------------------------------------------------
 
 @pytest.mark.timeout(120)
-def test_a_dataloader_whose_getitem_sleeps_is_stalled_with_the_chain_to_the_worker(tmp_path):
+def test_a_dataloader_whose_getitem_sleeps_is_stalled_with_the_chain_to_the_worker(waiting_runs):
     pytest.importorskip("torch")
-    run = trace(tmp_path, os.path.join(PROGRAMS, "hang_dataloader.py"))
+    run = result(waiting_runs, "hang_dataloader.py")
     err = run.stderr
     assert run.returncode == 124, err
     assert "HANG: STALLED" in err and "DEADLOCK" not in err
@@ -111,16 +161,19 @@ def test_a_dataloader_whose_getitem_sleeps_is_stalled_with_the_chain_to_the_work
     assert "DataLoader worker 0 (pid " in err
 
 
-@pytest.mark.timeout(60)
-def test_a_thread_blocked_in_socket_recv_is_said_to_read_a_socket(tmp_path):
-    # a dataset that asks a feature server over a socket, and the answer never comes: the
-    # verdict said "in the system call recvfrom, kernel: unix_stream_read_generic"
-    run = trace(tmp_path, """
+SOCKET_RECV = """
         import socket
         client, server = socket.socketpair()
         client.sendall(b"item 5")
         features = client.recv(256)   # the server never answers
-    """, hang_after="1")
+    """
+
+
+@pytest.mark.timeout(120)
+def test_a_thread_blocked_in_socket_recv_is_said_to_read_a_socket(waiting_runs):
+    # a dataset that asks a feature server over a socket, and the answer never comes: the
+    # verdict said "in the system call recvfrom, kernel: unix_stream_read_generic"
+    run = result(waiting_runs, "SOCKET_RECV")
     err = run.stderr
     assert run.returncode == 124, err
     assert "HANG: DEADLOCK" in err
@@ -147,14 +200,17 @@ def test_sleeps_that_end_within_hang_after_are_progress_in_any_thread(tmp_path):
     assert run.stdout == "joined\n"
 
 
-@pytest.mark.timeout(60)
-def test_a_sleep_longer_than_hang_after_in_any_thread_is_stalled_not_a_deadlock(tmp_path):
-    run = trace(tmp_path, """
+SLEEP_30_S = """
         import threading, time
         t = threading.Thread(target=time.sleep, args=(30,), name="sleeper")
         t.start()
         t.join()
-    """, hang_after="1")
+    """
+
+
+@pytest.mark.timeout(120)
+def test_a_sleep_longer_than_hang_after_in_any_thread_is_stalled_not_a_deadlock(waiting_runs):
+    run = result(waiting_runs, "SLEEP_30_S")
     err = run.stderr
     assert run.returncode == 124, err
     assert "HANG: STALLED" in err and "DEADLOCK" not in err
@@ -163,9 +219,7 @@ def test_a_sleep_longer_than_hang_after_in_any_thread_is_stalled_not_a_deadlock(
     assert "<module> (prog.py:5): `t.join()`" in err
 
 
-@pytest.mark.timeout(60)
-def test_a_wait_that_times_out_and_starts_again_on_the_same_pipe_is_one_wait(tmp_path):
-    run = trace(tmp_path, """
+WAKES_EVERY_0_3_S = """
         import multiprocessing as mp, queue, time
 
         def produce(q):
@@ -181,19 +235,19 @@ def test_a_wait_that_times_out_and_starts_again_on_the_same_pipe_is_one_wait(tmp
                     break
                 except queue.Empty:
                     pass
-    """, hang_after="1")
+    """
+
+
+@pytest.mark.timeout(120)
+def test_a_wait_that_times_out_and_starts_again_on_the_same_pipe_is_one_wait(waiting_runs):
+    run = result(waiting_runs, "WAKES_EVERY_0_3_S")
     err = run.stderr
     assert run.returncode == 124, err
     assert "HANG: STALLED" in err
     assert "Process-1 (pid " in err and "in `time.sleep`" in err
 
 
-@pytest.mark.timeout(60)
-def test_a_loop_that_polls_while_everyone_else_waits_for_ever_is_a_deadlock_not_a_stall(tmp_path):
-    # A DataLoader's main thread waits so (get(timeout=5) until a batch comes): once a timeout
-    # has run out and the same wait began again, that deadline proved nothing comes. The
-    # verdict said STALLED, "none of those waits ended within --hang-after" (they had ended).
-    run = trace(tmp_path, """
+POLLS_EVERY_0_3_S = """
         import multiprocessing as mp, queue
 
         def produce(conn, q):
@@ -209,7 +263,16 @@ def test_a_loop_that_polls_while_everyone_else_waits_for_ever_is_a_deadlock_not_
                     break
                 except queue.Empty:
                     pass
-    """, hang_after="1")
+    """
+
+
+@pytest.mark.timeout(120)
+def test_a_loop_that_polls_while_everyone_else_waits_for_ever_is_a_deadlock_not_a_stall(
+        waiting_runs):
+    # A DataLoader's main thread waits so (get(timeout=5) until a batch comes): once a timeout
+    # has run out and the same wait began again, that deadline proved nothing comes. The
+    # verdict said STALLED, "none of those waits ended within --hang-after" (they had ended).
+    run = result(waiting_runs, "POLLS_EVERY_0_3_S")
     err = run.stderr
     assert run.returncode == 124, err
     assert "HANG: DEADLOCK" in err and "STALLED" not in err
@@ -226,9 +289,9 @@ def test_a_loop_that_polls_while_everyone_else_waits_for_ever_is_a_deadlock_not_
 # --- e: a child stuck in native code after a fork from a multi-threaded parent ---------------------
 
 @pytest.mark.timeout(120)
-def test_a_child_forked_after_openmp_threads_is_named_stuck_in_its_native_call(tmp_path):
+def test_a_child_forked_after_openmp_threads_is_named_stuck_in_its_native_call(waiting_runs):
     pytest.importorskip("torch")
-    run = trace(tmp_path, os.path.join(PROGRAMS, "hang_torch_fork.py"))
+    run = result(waiting_runs, "hang_torch_fork.py")
     err = run.stderr
     assert run.returncode == 124, err
     assert "HANG: DEADLOCK -- ForkProcess-1" in err and "can never move" in err
@@ -241,10 +304,10 @@ def test_a_child_forked_after_openmp_threads_is_named_stuck_in_its_native_call(t
     assert "'spawn' or 'forkserver'" in err and "torch.set_num_threads(1) before forking" in err
 
 
-@pytest.mark.timeout(60)
-def test_the_torch_fork_program_with_one_thread_before_forking_ends(tmp_path):
+@pytest.mark.timeout(120)
+def test_the_torch_fork_program_with_one_thread_before_forking_ends(waiting_runs):
     pytest.importorskip("torch")
-    run = trace(tmp_path, os.path.join(PROGRAMS, "hang_torch_fork.py"), "--fix")
+    run = result(waiting_runs, "hang_torch_fork.py --fix")
     assert run.returncode == 0 and "HANG" not in run.stderr, run.stderr
     assert "child exit code 0" in run.stdout
 

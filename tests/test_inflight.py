@@ -199,17 +199,27 @@ LATE_RUNS = [(how, delay, "Queue") for how in ("exit", "kill") for delay in LIVE
             [(how, 3.0, "SimpleQueue") for how in ("exit", "kill")]
 
 
-def _run_together(name, runs):
-    """Start scenario `name` once per argument tuple in `runs`, all at once; wait for all of
-    them: {args: (exit code, stdout, stderr)}. None of their processes is left afterwards."""
+def _run_together(name, runs, beside=()):
+    """Start scenario `name` once per argument tuple in `runs`, all at once, and each
+    (other name, args) in `beside` with them; wait for all of them: {args: (exit code, stdout,
+    stderr)}, {(other name, args): ...} for those beside. None of their processes is left
+    afterwards."""
     started = {args: _run_scenario(name, *args)[0] for args in runs}
+    started.update({(other, args): _run_scenario(other, *args)[0] for other, args in beside})
     return {args: _finish(proc) for args, proc in started.items()}
+
+
+# Scenarios whose time is mostly a wait of their own (killed_before_the_manager_looked: 2 s),
+# run beside the late_consumer runs rather than one after the other.
+BESIDE_LATE_RUNS = [("killed_before_the_manager_looked", (kind,))
+                    for kind in ("SimpleQueue", "Queue")]
 
 
 @pytest.fixture(scope="module")
 def late_runs():
-    """{(how, delay, kind): (exit code, stdout, stderr)} of every run in LATE_RUNS."""
-    return _run_together("late_consumer", LATE_RUNS)
+    """{(how, delay, kind): (exit code, stdout, stderr)} of every run in LATE_RUNS, and
+    {(name, args): ...} of those in BESIDE_LATE_RUNS."""
+    return _run_together("late_consumer", LATE_RUNS, beside=BESIDE_LATE_RUNS)
 
 
 @pytest.mark.parametrize("how", ["exit", "kill"])
@@ -264,9 +274,8 @@ def killed_before_the_manager_looked(kind):
 
 
 @pytest.mark.parametrize("kind", ["SimpleQueue", "Queue"])
-def test_a_sender_killed_before_the_manager_saw_it_alive_still_delivers(kind):
-    proc, tag = _run_scenario("killed_before_the_manager_looked", kind)
-    (r,) = _results([(proc, tag)])
+def test_a_sender_killed_before_the_manager_saw_it_alive_still_delivers(kind, late_runs):
+    r = _result(late_runs["killed_before_the_manager_looked", (kind,)])
     assert r["exitcode"] == -9 and r["result"] == "intact", r
     assert r["gone_after"] is not None, r
 

@@ -18,6 +18,22 @@ def _fonts(fonts_loaded):
     """(see conftest.fonts_loaded)"""
 
 
+@pytest.fixture(scope="module")
+def traced(tmp_path_factory):
+    """trace_program(script, *args, hang_after=...), run once per module for the same
+    arguments: several tests read the same run (torch_queue.py file_descriptor three times,
+    hang_join.py and hang_task_done.py twice), each only reading its trace and words."""
+    runs = {}
+
+    def run(script, *args, hang_after):
+        key = (script, args, hang_after)
+        if key not in runs:
+            runs[key] = trace_program(script, *args, hang_after=hang_after,
+                                      directory=str(tmp_path_factory.mktemp("traced")))
+        return runs[key]
+    return run
+
+
 @pytest.mark.parametrize("script, args, status, own_line, must_act", [
     ("hang_join.py", (), HANG_STATUS, "main (hang_join.py:28)",
      "Process-1's main thread must exit"),
@@ -27,8 +43,8 @@ def _fonts(fonts_loaded):
     ("hang_task_done.py", ("--fix",), 0, None, None),
 ])
 def test_programs_hang_or_end_as_the_notebook_says(script, args, status, own_line, must_act,
-                                                   tmp_path):
-    run = trace_program(script, *args, hang_after=2, directory=str(tmp_path))
+                                                   traced):
+    run = traced(script, *args, hang_after=2)
     assert run.status == status, run.messages
     assert run.hung == (status == HANG_STATUS), run.messages
     if own_line:
@@ -38,8 +54,8 @@ def test_programs_hang_or_end_as_the_notebook_says(script, args, status, own_lin
         assert must_act in run.messages
 
 
-def test_the_join_hang_in_words_names_every_wait_of_the_chain(tmp_path):
-    run = trace_program("hang_join.py", hang_after=2, directory=str(tmp_path))
+def test_the_join_hang_in_words_names_every_wait_of_the_chain(traced):
+    run = traced("hang_join.py", hang_after=2)
     words = run.messages
     assert "hang_join.py's main thread waits: join Process-1" in words
     assert ("Process-1's QueueFeederThread waits: write 4 MiB into the full pipe of Queue 1 -- "
@@ -83,8 +99,8 @@ def test_the_join_hang_in_words_names_every_wait_of_the_chain(tmp_path):
     assert squeezed and squeezed[-1] >= 10.0, ticks        # (with the reaping's own delay)
 
 
-def test_the_joinable_queue_is_named_as_on_the_timeline(tmp_path):
-    run = trace_program("hang_task_done.py", hang_after=2, directory=str(tmp_path))
+def test_the_joinable_queue_is_named_as_on_the_timeline(traced):
+    run = traced("hang_task_done.py", hang_after=2)
     import mpviz.viz as viz
     texts = [t.get_text() for t in viz.wait_for(run.trace).axes[0].texts]
     assert any(t.startswith("Queue 1 (a JoinableQueue)") for t in texts), texts
@@ -92,8 +108,8 @@ def test_the_joinable_queue_is_named_as_on_the_timeline(tmp_path):
 
 @pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="torch is not installed")
 @pytest.mark.parametrize("strategy, fds", [("file_descriptor", 4), ("file_system", 0)])
-def test_torch_queue_segments_and_fds(strategy, fds, tmp_path):
-    run = trace_program("torch_queue.py", strategy, hang_after=0, directory=str(tmp_path))
+def test_torch_queue_segments_and_fds(strategy, fds, traced):
+    run = traced("torch_queue.py", strategy, hang_after=0)
     assert run.status == 0, run.messages
     segments = [s for s in run.trace.segments() if s.name.startswith("/torch_")]
     assert len(segments) == 4 and {s.nbytes for s in segments} == {256 * 1024}
@@ -102,12 +118,11 @@ def test_torch_queue_segments_and_fds(strategy, fds, tmp_path):
 
 
 @pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="torch is not installed")
-def test_the_memory_map_does_not_claim_torch_still_maps_a_segment(tmp_path):
+def test_the_memory_map_does_not_claim_torch_still_maps_a_segment(traced):
     """torch unmaps a storage in C++ (a consumer's `del t`), which no hook sees: the map must
     not say "maps it" of a torch segment, only that it was mapped and the unmap is unseen."""
     import mpviz.viz as viz
-    run = trace_program("torch_queue.py", "file_descriptor", hang_after=0,
-                        directory=str(tmp_path))
+    run = traced("torch_queue.py", "file_descriptor", hang_after=0)
     last_attach = max(e.ts_ns for e in run.trace.events if e.kind == "shm.attach")
     fig = viz.memory_map(run.trace, at=last_attach)
     texts = [t.get_text() for t in fig.axes[0].texts]
@@ -117,12 +132,11 @@ def test_the_memory_map_does_not_claim_torch_still_maps_a_segment(tmp_path):
 
 
 @pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="torch is not installed")
-def test_an_event_is_named_event_1_not_by_its_internal_id(tmp_path):
+def test_an_event_is_named_event_1_not_by_its_internal_id(traced):
     """torch_queue.py's producer waits on an Event: the timeline's label and the state's words
     call it "Event 1", as a queue is "Queue 1", never "event sem-7f…"."""
     import mpviz.viz as viz
-    run = trace_program("torch_queue.py", "file_descriptor", hang_after=0,
-                        directory=str(tmp_path))
+    run = traced("torch_queue.py", "file_descriptor", hang_after=0)
     texts = [t.get_text() for t in viz.timeline(run.trace).axes[0].texts]
     assert "waited: Event 1.wait()" in texts, texts
     assert not any("sem-" in t for t in texts), texts

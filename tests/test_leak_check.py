@@ -1,0 +1,62 @@
+"""The leak check's own eyes (tests/conftest.py): after every test it asks ``children()`` for
+this process's live children, and fails the test if one is left. ``children()`` reads each
+thread's /proc/self/task/TID/children rather than every process's stat on the machine; these
+tests hold it to what the full scan sees, for the children the suite's tests leave behind."""
+import subprocess
+import threading
+import time
+
+from conftest import _children_by_scan, children
+
+
+def _started_in_a_thread_that_ends():
+    """A child started by a thread that has ended since (the kernel hands the child to another
+    thread of this process): its Popen."""
+    box = []
+    t = threading.Thread(target=lambda: box.append(subprocess.Popen(["sleep", "60"])))
+    t.start()
+    t.join()
+    return box[0]
+
+
+def test_a_live_child_is_seen_whichever_thread_started_it_and_a_reaped_one_is_not():
+    mine = subprocess.Popen(["sleep", "60"])
+    orphaned = _started_in_a_thread_that_ends()
+    box, checked = [], threading.Event()
+
+    def start_and_stay():                  # a thread that lives on while we look
+        box.append(subprocess.Popen(["sleep", "60"]))
+        checked.wait(30)
+    t = threading.Thread(target=start_and_stay)
+    t.start()
+    done = subprocess.Popen(["true"])
+    try:
+        while not box and t.is_alive():   # polling the thread's start, bounded by its join below
+            time.sleep(0.01)
+        ours = {mine.pid, orphaned.pid, box[0].pid}
+        assert ours <= set(children())
+        done.wait()
+        assert done.pid not in children()
+        assert sorted(children()) == sorted(_children_by_scan())
+    finally:
+        checked.set()
+        t.join()
+        for p in [mine, orphaned] + box:
+            p.kill()
+            p.wait()
+    assert not ours & set(children())
+
+
+def test_a_zombie_child_is_not_counted_as_alive():
+    """A child that has exited but is not reaped yet is gone for the check (nothing runs)."""
+    zombie = subprocess.Popen(["true"])
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:     # polling for its exit, bounded
+        with open(f"/proc/{zombie.pid}/stat") as f:
+            if f.read().rsplit(")", 1)[1].split()[0] == "Z":
+                break
+        time.sleep(0.01)
+    try:
+        assert zombie.pid not in children() and zombie.pid not in _children_by_scan()
+    finally:
+        zombie.wait()
