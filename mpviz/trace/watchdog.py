@@ -98,6 +98,7 @@ class Watchdog:
         self.stalled_for = 0.0
         self.seen = {}                      # (pid, tid) -> _Seen
         self.kind, self.stuck_pids, self.facts = None, [], None
+        self.dist, self.judged_ns = False, None  # dist: judged by torch.distributed's events
 
     def poll(self):
         """Look once: True when a process can never move, or nothing moved for `hang_after`.
@@ -121,9 +122,13 @@ class Watchdog:
             self.kind = "stalled" if waits & {"sleep", "deadline"} else "deadlock"
         else:
             return False
-        from . import stuck
+        from . import dist_verdict, stuck
         self._read_logs()                        # (the verdict names what the logs say)
         self.facts = stuck.Facts(self, now)      # read /proc now: the processes die next
+        self.judged_ns = time.monotonic_ns()
+        judged = dist_verdict.judge(self.trace, self, until_ns=self.judged_ns)
+        if judged is not None:                   # torch.distributed: its events come first
+            self.kind, self.dist = judged.kind, True
         return True
 
     def _read_logs(self):
@@ -237,8 +242,13 @@ class Watchdog:
     def verdict(self, stacks, killed):
         """The hang in words: its kind, where each thread was and what it waits on, who waits
         for whom."""
-        from . import stuck
-        lines = stuck.headline(self, len(killed))
+        from . import dist_verdict, stuck
+        judged = dist_verdict.judge(self.trace, self, stacks, self.judged_ns) if self.dist \
+            else None
+        if judged is not None:
+            lines = judged.headline(len(killed)) + judged.lines
+        else:
+            lines = stuck.headline(self, len(killed))
         lines += stuck.threads_in_words(self, stacks)
         lines += ["Where each process was (Python stacks captured before they were killed, "
                   "innermost call first; ... leads to the program's own line):",
