@@ -103,7 +103,7 @@ def _calls(trace, pid):
     return begins, ends
 
 
-# --- recorded and drawn ---------------------------------------------------------------------------
+# --- recorded and drawn ----------------------------------------------------------------------
 
 @pytest.mark.timeout(SETUP_TIMEOUT)
 def test_the_ddp_tutorials_demo_basic_shows_its_rendezvous_and_collectives_per_rank(runs):
@@ -166,8 +166,8 @@ def test_names_bound_before_the_hooks_are_recorded_with_seq_bytes_and_async_ends
 # --- verdicts -----------------------------------------------------------------------------------
 
 @pytest.mark.timeout(SETUP_TIMEOUT)
-def test_ranks_that_disagree_at_a_collective_are_a_deadlock_that_names_both_ops(runs,
-                                                                              fonts_loaded):
+def test_ranks_that_disagree_at_a_collective_are_a_deadlock_that_names_both_ops(
+        runs, fonts_loaded):
     run = runs["uneven"]
     err = run.stderr
     assert run.returncode == 124, err

@@ -1,4 +1,4 @@
-"""Seeing torch.distributed: its rendezvous and collectives, recorded from torch 2.13's Python layer.
+"""Seeing torch.distributed: its rendezvous and collectives, recorded in torch 2.13's Python.
 
 Every collective of torch.distributed passes through one Python function of
 torch/distributed/distributed_c10d.py before its C++ backend (gloo) moves the bytes. Each rank
@@ -10,22 +10,18 @@ wraps those functions, so each call is two events in that rank's log::
                                   ─► dist.collective {phase: end, ..., error: None}
     rank 1:  the same op, the same seq: the pictures join the two (who arrived when, who waited)
 
-``seq`` counts the collectives this rank called on that group, from 1: ranks that run the same
-program agree on it, and two ranks at the same ``seq`` with different ``op`` disagree (the
-verdict says so: dist_verdict.py). Only the outermost call counts (all_gather_object calls
-all_gather twice: it is one collective). ``init_process_group`` is ``dist.rendezvous``
-begin/end (the store and gloo's connections to every other rank happen inside it, in C++).
-An ``async_op=True`` call (or isend/irecv) ends when its ``Work.wait()`` returns.
+``seq`` counts the collectives this rank called on that group, from 1 (the outermost call
+only: all_gather_object is one): two ranks at the same ``seq`` in different ``op``s disagree.
+``init_process_group`` is ``dist.rendezvous`` begin/end (the store, gloo's connections: inside,
+in C++). An ``async_op=True`` call (or isend/irecv) ends when its ``Work.wait()`` returns.
 
 Not visible from Python, said once per process as a ``not_recorded`` note (never blank time):
 gloo's own threads and the bytes on its sockets, and DistributedDataParallel's gradient
 all-reduces, which its Reducer (C++) starts from autograd hooks during ``loss.backward()``.
 DDP's construction is seen: its parameter check and broadcast are collectives of the group.
 
-Names bound early (``from torch.distributed import all_reduce``, run after torch is imported
--- which is when these hooks go in) find the wrapper: torch.distributed's names and
-distributed_c10d's are both replaced, and the wrapper keeps torch's ``__module__`` and
-``__qualname__``. Installed by torch_hooks.install() (torch 2.13 only).
+Installed by torch_hooks.install() (torch 2.13 only), as torch is imported: so a program's
+``from torch.distributed import all_reduce`` finds the wrapper (both modules' names replaced).
 """
 import functools
 import inspect
@@ -74,7 +70,7 @@ def install(torch):
     wait = work.wait
     work.wait = functools.wraps(wait)(lambda self, *a, **k: _waited(wait, self, *a, **k))
     import sys
-    spawn = sys.modules["torch.multiprocessing.spawn"]   # (the module: its name is a function's too)
+    spawn = sys.modules["torch.multiprocessing.spawn"]   # (the module; the name is a function's)
     spawn._wrap = _calling(_spawned, spawn._wrap)        # (looked up by name in the child)
     from torch.nn.parallel import distributed as ddp
     init = ddp.DistributedDataParallel.__init__
@@ -128,10 +124,11 @@ def _init_process_group(original, *args, **kwargs):
     about.update(rank=dist.get_rank(), world_size=dist.get_world_size(),
                  backend=str(dist.get_backend()))
     recorder.emit("dist.rendezvous", phase="end", error=None, **about)
+    from .trace import UNKNOWN
     _note("torch.distributed", (
         f"{about['backend']}'s own threads, and the bytes they move over its sockets, run in "
         f"C++: each collective's begin and end in each rank are recorded (dist.collective), "
-        f"not what happens inside it"),
+        f"not what happens inside it (its messages and segments: {UNKNOWN})"),
         "torch.profiler records gloo's work; py-spy dump --native shows where its threads are")
     return result
 
@@ -277,7 +274,7 @@ def _raising(fn, i):
     return run
 
 
-# --- DDP -------------------------------------------------------------------------------------------
+# --- DDP -----------------------------------------------------------------------------------------
 
 def _ddp_init(init, module, *args, **kwargs):
     init(module, *args, **kwargs)

@@ -1,14 +1,14 @@
-"""torch.distributed's hangs and failures in words: which rank is in which collective, who never came.
+"""torch.distributed's hangs and failures in words: which rank is in which collective, and who not.
 
 Every rank records its rendezvous and each collective it calls, numbered per group
 (``dist.rendezvous``, ``dist.collective``: dist_hooks.py for torch, mpviz.distributed for ours).
 A collective completes only when every rank of its group has called it, and ranks match their
 calls by their order (the seq), not by name. So the trace answers, rank by rank::
 
-    at collective #3:  rank 0 all_reduce (waits)    rank 1 barrier (waits)  -> they DISAGREE
-                       rank 0 all_reduce (waits)    rank 1 ended, code 1    -> it can never complete
-                       rank 0 all_reduce (waits)    rank 1 in time.sleep    -> rank 1 is SLOW (stalled)
-    rendezvous:        ranks 0, 1 began, world_size 3                        -> waiting for 3; 2 arrived
+    at collective #3:  rank 0 all_reduce (waits)   rank 1 barrier (waits)  -> they DISAGREE
+                       rank 0 all_reduce (waits)   rank 1 ended, code 1    -> never completes
+                       rank 0 all_reduce (waits)   rank 1 in time.sleep    -> rank 1 is SLOW
+    rendezvous:        ranks 0, 1 began, world_size 3  -> "waiting for 3 ranks ...; 2 arrived"
 
 The gloo backend waits in C++ threads, some with timeouts: by /proc alone such a program looks
 STALLED (a deadline) or busy. These events come first: the watchdog asks ``judge`` when it has

@@ -3,10 +3,10 @@
 A collective completes only when every rank of its group has called it. Each rank's call is
 drawn on its lane in two parts, and the ranks are joined at the moment the last one arrived::
 
-    rank 0  ──[\\\\\\\\\\\\\\\\\\\\\\\\████]──     hatched: waiting for the others to arrive
-                        │ all_reduce #3
-    rank 1  ────────────[████]──     solid: every rank is there, the backend moves the bytes
-                        ^ the last arrival: who waited for whom reads off the hatching
+    rank 0  ──[░░░░░░░░░░░░████]──     hatched (░): waiting for the others to arrive
+                           │ all_reduce #3
+    rank 1  ───────────────[████]──     solid: every rank is there, the backend moves the bytes
+                           ^ the last arrival: who waited for whom reads off the hatching
 
 A call that some rank of its group never made is hatched to its end, and says who is missing
 ("all_reduce #2: rank 1 never came"); ranks at the same seq in different collectives are joined
