@@ -43,11 +43,11 @@ class Ranks:
         self.rank_of, self.world, self.backend = {}, {}, {}   # pid -> rank, world_size, backend
         self.arrived, self.left = {}, {}     # pid -> rendezvous begin / end event
         self.calls, self.destroyed, self.raised, self.raised_ns = [], {}, {}, {}
-        open_ = {}
-        for e in trace.events:
+        open_, self.last_ns = {}, None
+        for e in trace.of_kind("dist.", "spawn.raised"):
             if until_ns is not None and e.ts_ns > until_ns:
                 break
-            a = e.args
+            a, self.last_ns = e.args, e.ts_ns
             if e.kind == "dist.rendezvous":
                 if a.get("rank") is not None and a.get("rank") >= 0:
                     self.rank_of[e.pid] = a["rank"]
@@ -86,6 +86,19 @@ def judge(trace, watchdog=None, stacks=None, until_ns=None):
     v = Verdict(trace, ranks, watchdog, stacks)
     v.rendezvous() or v.disagree() or v.missing()
     return v if v.sentence else None
+
+
+def rendezvous_stalled(trace, hang_after):
+    """Seconds for which ranks have waited in init_process_group for ranks that never came,
+    with no torch.distributed event since, if more than `hang_after`; else 0."""
+    import time
+    ranks, now = Ranks(trace), time.monotonic_ns()
+    waiting = [e for pid, e in ranks.arrived.items() if pid not in ranks.left]
+    world = max(ranks.world.values(), default=0)
+    if not waiting or len(ranks.arrived) >= world:
+        return 0
+    quiet = (now - ranks.last_ns) / 1e9
+    return quiet if quiet > hang_after else 0
 
 
 class Verdict:
