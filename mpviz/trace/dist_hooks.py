@@ -66,9 +66,6 @@ def install(torch):
     for op in DDP_COLLECTIVES:
         if hasattr(dist, op):
             _replace(dist, None, op, lambda f, op=op: _collective(op, f, ddp=True))
-    work = torch._C._distributed_c10d.Work
-    wait = work.wait
-    work.wait = functools.wraps(wait)(lambda self, *a, **k: _waited(wait, self, *a, **k))
     import sys
     spawn = sys.modules["torch.multiprocessing.spawn"]   # (the module; the name is a function's)
     spawn._wrap = _calling(_spawned, spawn._wrap)        # (looked up by name in the child)
@@ -165,6 +162,7 @@ def _collective(op, original, ddp=False):
             _here.depth = 0
         work = result if op in ("isend", "irecv") or about.get("async_op") else None
         if work is not None and hasattr(work, "wait"):
+            _watch_waits(type(work))
             _pending[work] = about        # it ends when the program waits for it
         else:
             if op == "recv" and about.get("peer") is None and isinstance(result, int):
@@ -208,6 +206,16 @@ def _about(op, original, args, kwargs, ddp):
     if named.get("async_op"):
         about["async_op"] = True
     return about
+
+
+def _watch_waits(cls):
+    """Wrap ``Work.wait`` (once, when the first async collective is recorded: the synchronous
+    ones wait inside torch, and their tracebacks stay torch's own)."""
+    wait = cls.wait
+    if getattr(wait, "_mpviz", False):
+        return
+    cls.wait = functools.wraps(wait)(lambda self, *a, **k: _waited(wait, self, *a, **k))
+    cls.wait._mpviz = True
 
 
 def _waited(wait, work, *args, **kwargs):

@@ -36,8 +36,8 @@ def draw(ax, trace, x, proc_row, t1, span, labels, used, max_labels, end_of):
     ended = {p.pid: p.exit_ns for p in trace.processes()
              if p.exit_ns is not None and p.pid not in killed}
     meetings = defaultdict(dict)
-    for c in ranks.calls:
-        if c.pid in proc_row:
+    for c in ranks.calls:     # (an async one never waited for: when it ended is not known)
+        if c.pid in proc_row and not (c.async_op and c.end_ns is None):
             meetings[(c.group, c.seq)][c.rank] = c
     for (group, seq), calls in meetings.items():
         ops = sorted({c.op for c in calls.values()})
@@ -106,7 +106,8 @@ def spans(trace, end_of):
     (how long a rank waited for the others is the lesson)."""
     from ..trace.dist_verdict import Ranks
     ranks = Ranks(trace)
-    out = [(c.begin_ns, c.end_ns or end_of(c.pid)) for c in ranks.calls]
+    out = [(c.begin_ns, c.end_ns or end_of(c.pid)) for c in ranks.calls
+           if not (c.async_op and c.end_ns is None)]
     for pid, begin in ranks.arrived.items():
         end = ranks.left.get(pid)
         out.append((begin.ts_ns, end.ts_ns if end is not None else end_of(pid)))
