@@ -66,7 +66,7 @@ def draw(ax, trace, x, proc_row, t1, span, labels, used, max_labels, end_of):
             words.append((x(first.begin_ns), proc_row[first.pid],
                           f"{name}: {_ranks(missing)} never came" if gone else
                           f"{name}: waits for {_ranks(missing)}", True))
-    _rendezvous(ranks, x, proc_row, end_of, waits, joins, words)
+    _rendezvous(ranks, x, proc_row, end_of, waits, works, joins, words)
     if not waits:
         return
     thin = span / 2000                      # (a call of 50 us is still a sliver)
@@ -120,20 +120,24 @@ def _left(ranks, pid, ended):
     return min([t for t in times if t is not None] or [float("inf")])
 
 
-def _rendezvous(ranks, x, proc_row, end_of, waits, joins, words):
+def _rendezvous(ranks, x, proc_row, end_of, waits, works, joins, words):
     """init_process_group: each rank from its arrival to its leaving; joined at the last
     arrival when every rank of the world came."""
     arrived = {pid: e for pid, e in ranks.arrived.items() if pid in proc_row}
     if not arrived:
         return
+    world = max((ranks.world.get(pid, 0) for pid in arrived), default=0)
+    last = max(e.ts_ns for e in arrived.values())
+    everyone = len(arrived) >= world       # (then: the store, gloo connecting every pair)
     for pid, begin in arrived.items():
         end = ranks.left.get(pid)
-        waits.append((x(begin.ts_ns), x(end.ts_ns if end is not None else end_of(pid)),
-                      proc_row[pid]))
-    world = max((ranks.world.get(pid, 0) for pid in arrived), default=0)
+        end = end.ts_ns if end is not None else end_of(pid)
+        met = last if everyone and last < end else end
+        waits.append((x(begin.ts_ns), x(met), proc_row[pid]))
+        if met < end:
+            works.append((x(met), x(end), proc_row[pid]))
     rows = [proc_row[pid] for pid in arrived]
-    last = max(e.ts_ns for e in arrived.values())
-    if len(arrived) >= world and all(
+    if everyone and all(
             ranks.left.get(pid) is not None and not ranks.left[pid].args.get("error")
             for pid in arrived):
         if len(rows) > 1:

@@ -71,8 +71,8 @@ WORDS = {
     "ghost": "a thread that does not exist in this process",
     "mapped": "this process maps the segment",
     "freed": "freed / gone",
-    "collective": "in a collective (torch.distributed) once every rank of its group arrived; "
-                  "the vertical line joins the ranks at the last arrival",
+    "collective": "in a collective or init_process_group (torch.distributed) once every rank "
+                  "arrived; the vertical line joins the ranks at the last arrival",
     "collective_wait": "in a collective or init_process_group, waiting for the other ranks "
                        "to arrive",
     "lost": "a message put and never got: no get was recorded before the trace ended",
