@@ -135,6 +135,7 @@ def _destroy_process_group(original, *args, **kwargs):
         import torch.distributed as dist
         if dist.is_initialized():
             recorder.emit("dist.destroy", rank=dist.get_rank())
+    _group_ranks.clear()
     return original(*args, **kwargs)
 
 
@@ -188,12 +189,15 @@ def _about(op, original, args, kwargs, ddp):
     if ddp:                                # (process_group, tensors, ...): positional, in C++
         group, named = args[0] if args else kwargs.get("process_group"), {}
     else:
-        named = _bind(original, args, kwargs)
+        named = _named(original, args, kwargs)
         group = named.get("group")
-    try:
-        ranks = tuple(dist.get_process_group_ranks(group or dist.group.WORLD))
-    except Exception:
-        return None
+    group = group or dist.group.WORLD
+    ranks = _group_ranks.get(group)
+    if ranks is None:
+        try:
+            ranks = _group_ranks[group] = tuple(dist.get_process_group_ranks(group))
+        except Exception:
+            return None
     rank = dist.get_rank()
     if rank not in ranks:
         return None
@@ -243,6 +247,19 @@ def _nbytes(value):
 
 
 _signatures = {}
+_params = {}
+_group_ranks = {}                   # a process group -> its global ranks (emptied at destroy)
+
+
+def _named(function, args, kwargs):
+    """``{parameter: value}`` of a call, as passed (a missing one: its default, None or False,
+    is what .get() gives): the parameter names read once, ~1 us a call."""
+    names = _params.get(function)
+    if names is None:
+        names = _params[function] = list(inspect.signature(function).parameters)
+    named = dict(zip(names, args))
+    named.update(kwargs)
+    return named
 
 
 def _bind(function, args, kwargs):
