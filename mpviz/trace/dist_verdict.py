@@ -108,11 +108,9 @@ class Verdict:
         from .watchdog import labels
         self.trace, self.r, self.watchdog, self.stacks = trace, ranks, watchdog, stacks
         self.names = labels(trace)
-        self.ended = {p.pid: p for p in trace.processes()
-                      if p.exitcode is not None or p.signal is not None}
-        if watchdog is not None:          # (a hang: only what ended before it was judged)
-            self.ended = {pid: p for pid, p in self.ended.items() if pid not in watchdog_killed(
-                trace)}
+        killed = watchdog_killed(trace)   # (after a hang's verdict: not how a rank left)
+        self.ended = {p.pid: p for p in trace.processes() if p.pid not in killed and
+                      (p.exitcode is not None or p.signal is not None)}
         self.kind, self.sentence, self.lines = None, None, []
 
     # -- the words ------------------------------------------------------------------------------
@@ -144,6 +142,11 @@ class Verdict:
         if pid in self.r.destroyed:
             return f"called destroy_process_group(){after} and exited with code {p.exitcode}"
         return f"exited with code {p.exitcode}{after}"
+
+    def left_cleanly(self, pid):
+        """It ended with exit code 0, having raised nothing (or still runs)."""
+        p = self.ended.get(pid)
+        return pid not in self.r.raised and (p is None or p.exitcode == 0)
 
     def leaving(self, pid):
         """When rank `pid` began to leave: it raised, destroyed its group, or ended."""
@@ -330,9 +333,8 @@ class Verdict:
         self.sentence = f"{'; '.join(sentences)}: {who} {verb} in {first.op} #{seq}" + (
             never if "deadlock" in kinds else ".")
         self.lines = lines
-        if "deadlock" in kinds and all(self.r.raised.get(self.r.pid_of.get(k)) is None and
-                                       (self.ended.get(self.r.pid_of.get(k)) or
-                                        _Zero).exitcode == 0 for k in absent):
+        if "deadlock" in kinds and all(self.left_cleanly(self.r.pid_of.get(k))
+                                       for k in absent):
             self.lines.append(f"  Fix: {ORDER_FIX}; a rank that ends while the others still "
                               f"call collectives leaves them waiting (a collective inside "
                               f"`if rank == 0:`: call it on every rank, and use its result on "
@@ -350,10 +352,6 @@ class Verdict:
     def kind_of_waits(self):
         """The watchdog's own judgement (by /proc), for what the events do not settle."""
         return getattr(self.watchdog, "kind", None) or "stalled"
-
-
-class _Zero:
-    exitcode = 0
 
 
 def watchdog_killed(trace):
