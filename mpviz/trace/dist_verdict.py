@@ -131,22 +131,28 @@ class Verdict:
     def how_it_ended(self, pid, after=""):
         """"raised ValueError: ... after collective #1 (exit code 1)", "called
         destroy_process_group() after collective #1 and exited with code 0", "was killed by
-        SIGTERM"; None while it runs. `after`: " after collective #1", where it goes."""
+        SIGTERM"; None while it runs. `after`: " after collective #1", where it goes. What the
+        rank did comes first: a rank that left its group is often killed later, as it exits
+        (torch.multiprocessing.spawn ends the others when one fails)."""
         p = self.ended.get(pid)
+        end = "" if p is None else f" (later it was killed by {p.signal})" if p.signal else \
+            f" (exit code {p.exitcode})"
+        if pid in self.r.raised:
+            return f"raised {self.r.raised[pid]}{after}{end}"
+        if pid in self.r.destroyed:
+            return f"called destroy_process_group(){after}" + (
+                f" and exited with code {p.exitcode}" if p is not None and not p.signal else end)
         if p is None:
             return None
         if p.signal:
             return f"was killed by {p.signal}{after}"
-        if pid in self.r.raised:
-            return f"raised {self.r.raised[pid]}{after} (exit code {p.exitcode})"
-        if pid in self.r.destroyed:
-            return f"called destroy_process_group(){after} and exited with code {p.exitcode}"
         return f"exited with code {p.exitcode}{after}"
 
     def left_cleanly(self, pid):
-        """It ended with exit code 0, having raised nothing (or still runs)."""
+        """It raised nothing, and left its group or ended with exit code 0 (or still runs)."""
         p = self.ended.get(pid)
-        return pid not in self.r.raised and (p is None or p.exitcode == 0)
+        return pid not in self.r.raised and (pid in self.r.destroyed or p is None or
+                                             p.exitcode == 0)
 
     def leaving(self, pid):
         """When rank `pid` began to leave: it raised, destroyed its group, or ended."""
@@ -300,6 +306,12 @@ class Verdict:
                 kinds.append("deadlock")
                 sentences.append(f"rank {k} {ended}, without calling {first.op} #{seq}")
                 lines.append(f"  {self.who(pid)}: never called collective #{seq}: it {ended}")
+                continue
+            if self.watchdog is None:        # (no /proc view: ended by a watchdog, say)
+                kinds.append("gave up")
+                sentences.append(f"rank {k} had not called {first.op} #{seq} when the trace "
+                                 f"ended (its last collective was #{last.get(k, 0)})")
+                lines.append(f"  {self.who(pid)}: had not called collective #{seq}")
                 continue
             words, wait = self.where(pid)
             if wait in ("sleep", "deadline", "running"):

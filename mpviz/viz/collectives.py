@@ -23,9 +23,10 @@ from .colors import COLORS
 MAX_JOINS = 400          # more meetings than this: the bars only (a long training loop)
 
 
-def draw(ax, trace, x, proc_row, t1, span, labels, used, max_labels, end_of):
+def draw(ax, trace, x, proc_row, t1, span, labels, used, max_labels, end_of, said):
     """Draw the collectives and rendezvous of `trace` on the lanes `proc_row` ({pid: row}).
-    `end_of(pid)`: where an unfinished call is drawn to (its process's end, or the trace's)."""
+    `end_of(pid)`: where an unfinished call is drawn to (its process's end, or the trace's);
+    `said`: the list of what was aggregated, written under the lanes."""
     from ..trace.dist_verdict import Ranks, _ranks, watchdog_killed
     from .timeline import _ABOVE, _rects
     ranks = Ranks(trace)
@@ -69,18 +70,20 @@ def draw(ax, trace, x, proc_row, t1, span, labels, used, max_labels, end_of):
     _rendezvous(ranks, x, proc_row, end_of, waits, works, joins, words)
     if not waits:
         return
-    thin = span / 2000                      # (a call of 50 us is still a sliver)
-    boxes = [(a, max(b, a + thin), r - 0.2, 0.4) for a, b, r in waits]
+    boxes = _boxes(waits, span)
     labels.widen(ax.add_collection(PatchCollection(
         _rects(boxes), facecolors="white", edgecolors=COLORS["collective_wait"], hatch="\\\\\\",
         linewidths=0.8, zorder=2, gid="collective waits")), boxes)
     used.add("collective_wait")
     if works:
-        boxes = [(a, max(b, a + thin), r - 0.2, 0.4) for a, b, r in works]
+        boxes = _boxes(works, span)
         labels.widen(ax.add_collection(PatchCollection(
             _rects(boxes), facecolors=COLORS["collective"], edgecolors="none", zorder=2,
             gid="collectives")), boxes)
         used.add("collective")
+    if len(joins) + len(odd) > MAX_JOINS:
+        said.append(f"{len(joins) + len(odd):,} collectives: their joins are not drawn (more "
+                    f"than {MAX_JOINS}); each rank's calls are, merged to pixel columns")
     for lines, color, gid in ((joins, COLORS["collective"], "collective joins"),
                               (odd, COLORS["failed"], "collectives that disagree")):
         if lines and len(joins) + len(odd) <= MAX_JOINS:
@@ -112,6 +115,18 @@ def spans(trace, end_of):
         end = ranks.left.get(pid)
         out.append((begin.ts_ns, end.ts_ns if end is not None else end_of(pid)))
     return out
+
+
+def _boxes(spans, span):
+    """``[(x0, x1, y, height)]`` of spans ``(x0, x1, row)``, merged per row where they are
+    closer than a pixel column (3,000 all_reduces are a few hundred boxes, not 6,000), and a
+    call of 50 us still a sliver."""
+    from .timeline import _BINS, _merge
+    rows = defaultdict(list)
+    for a, b, r in spans:
+        rows[r].append((a, max(b, a + span / 2000)))
+    return [(a, b, r - 0.2, 0.4) for r, on in rows.items()
+            for a, b in _merge(sorted(on), span / _BINS)]
 
 
 def _left(ranks, pid, ended):

@@ -201,7 +201,7 @@ def timeline(trace, ax=None, at=None, title=None, max_arrows=300, max_labels=24,
     # --- torch.distributed: each rank's collectives, joined at the last arrival ---
     from . import collectives
     collectives.draw(ax, trace, x, proc_row, t1, span, labels, used, max_labels,
-                     lambda pid: _end_of(ix, pid, None, t1))
+                     lambda pid: _end_of(ix, pid, None, t1), said)
 
     # --- pool tasks: white boxes on the worker's lane ---
     tasks = [(x(a), x(b), row(pid, tid) - 0.18, 0.36) for pid, tid, a, b in ix.tasks]
