@@ -355,10 +355,11 @@ class Verdict:
             self.lines.append("  Fix: read the traceback of the rank that failed (above); "
                               "the others only waited for it.")
         elif "stalled" in kinds:
-            self.lines.append("  The collective completes when the slow rank gets there: "
-                              "not a deadlock. Fix: find why that rank is slow (its line "
-                              "above); give the ranks equal work; a longer --hang-after waits "
-                              "for it.")
+            self.lines.append("  When the slow rank gets there, the collective completes: "
+                              "not a deadlock (if it never calls it -- a collective inside "
+                              "`if rank == ...:` -- it is one). Fix: find why that rank is slow "
+                              "(its line above); give the ranks equal work; a longer "
+                              "--hang-after waits for it.")
         return True
 
     def kind_of_waits(self):
