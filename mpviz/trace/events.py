@@ -149,8 +149,25 @@ KINDS = {
     "torch.hook_failed": Kind("error, reason, torch",
                               "a hook raised: torch's sharing stops being recorded"),
     "not_recorded": Kind("what, why, fix, torch",
-                         "a framework mpviz does not hook, when the program uses it "
-                         "(torch.distributed's init_process_group: torch_hooks.py)"),
+                         "a part of a framework mpviz does not see, when the program uses it "
+                         "(gloo's threads, DDP's Reducer: dist_hooks.py; torch_hooks.py)"),
+
+    # -- torch.distributed (dist_hooks.py, installed by torch_hooks.py) -------------------------
+    "dist.rendezvous": Kind(
+        "phase ('begin'|'end'), rank, world_size, backend, init_method, error (end: the "
+        "exception, as 'Type: message')",
+        "each rank, around init_process_group (torch_hooks.py: dist_hooks.py)"),
+    "dist.collective": Kind(
+        "phase ('begin'|'end'), op (torch's name: 'all_reduce', 'barrier', 'send' ...), seq "
+        "(per group, 1-based, counted by each rank), group (sorted global ranks), rank, nbytes "
+        "(the tensors this rank sends in), peer (send/recv), error, async_op (True: ends at "
+        "Work.wait())",
+        "each rank, around each outermost collective call (torch_hooks.py: dist_hooks.py)"),
+    "spawn.raised": Kind("index (spawn's i: the rank, usually), error ('Type: message')",
+                         "a torch.multiprocessing.spawn child whose function raised, before "
+                         "spawn's _wrap exits with code 1 (torch_hooks.py: dist_hooks.py)"),
+    "dist.destroy": Kind("rank", "each rank, at destroy_process_group (torch_hooks.py: "
+                                 "dist_hooks.py)"),
 
     # -- the recorder, observers, users ------------------------------------------------------
     "record.dropped": Kind("kind, error",

@@ -454,6 +454,8 @@ def _report(directory, child, code, watchdog, verdict, received, plot):
         say(f"could not write {directory}/trace.json ({exc!r}); the raw logs are in "
             f"{directory} (mpviz.trace.load() reads them)")
         return
+    if verdict is None and code != 0:            # a failed torch.distributed program: why
+        verdict = _distributed_failure(trace)
     if verdict:
         print(verdict, file=sys.stderr, flush=True)
         trace.verdict = verdict
@@ -482,6 +484,18 @@ def _report(directory, child, code, watchdog, verdict, received, plot):
         return
     for name, path in _draw(trace, directory, hang=verdict is not None):
         say(f"{name}: {path}")
+
+
+def _distributed_failure(trace):
+    """The verdict of a program that used torch.distributed and failed (dist_verdict.py), or
+    None: which rank failed, in which collective, and who waited for it."""
+    from . import dist_verdict
+    try:
+        judged = dist_verdict.judge(trace)
+    except Exception as exc:                 # (the report goes on without it)
+        say(f"could not judge the torch.distributed events ({exc!r})")
+        return None
+    return None if judged is None else "\n".join(judged.headline(0) + judged.lines)
 
 
 def _say_unended(trace, program):

@@ -162,34 +162,20 @@ def install():
 
 
 def _watch_distributed(torch):
-    """torch.distributed is not hooked (yet): its collectives move tensors over sockets or
-    shared memory in C++. A program that starts a process group gets a ``not_recorded`` event
-    (a NOT RECORDED line in the report), so its silence is never read as "nothing happened"."""
+    """torch.distributed's rendezvous and collectives: dist_hooks.py (when torch has it)."""
     dist = getattr(torch, "distributed", None)
     if dist is None or not getattr(dist, "is_available", lambda: False)():
         return
-    from .trace import UNKNOWN
-    original = dist.init_process_group
-
-    @functools.wraps(original)
-    def init_process_group(*args, **kwargs):
+    from . import dist_hooks
+    try:
+        dist_hooks.install(torch)
+    except Exception as exc:             # torch's sharing is still recorded: say what is not
+        why = f"hooking it failed ({type(exc).__name__}: {exc})"
+        print(f"mpviz.trace: torch.distributed is NOT recorded in pid {os.getpid()}: {why}",
+              file=sys.stderr)
         if recorder.ENABLED:
-            backend = kwargs.get("backend", args[0] if args else None)
-            recorder.emit(
-                "not_recorded", what="torch.distributed",
-                why=f"init_process_group(backend={backend!r}) started a process group; mpviz "
-                    f"does not hook torch.distributed: its rendezvous, collectives (all_reduce, "
-                    f"broadcast, DDP's gradient buckets) and the bytes they move are "
-                    f"NOT recorded ({UNKNOWN}), and time spent in them shows as nothing "
-                    f"recorded",
-                fix="read them with torch.profiler or py-spy dump; mpviz shows the processes "
-                    "and what they share outside torch.distributed",
-                torch=True)
-        return original(*args, **kwargs)
-    dist.init_process_group = init_process_group
-    import torch.distributed.distributed_c10d as c10d   # (where DDP's own helpers look it up)
-    if getattr(c10d, "init_process_group", None) is original:
-        c10d.init_process_group = init_process_group
+            recorder.emit("not_recorded", what="torch.distributed", why=why,
+                          fix="use torch " + SUPPORTED, torch=True)
 
 
 def version_supported(version):

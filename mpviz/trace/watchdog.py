@@ -99,6 +99,8 @@ class Watchdog:
         self.stalled_for = 0.0
         self.seen = {}                      # (pid, tid) -> _Seen
         self.kind, self.stuck_pids, self.facts = None, [], None
+        self.dist, self.judged_ns = False, None  # dist: judged by torch.distributed's events
+        self._dist_looked = time.monotonic()
 
     def poll(self):
         """Look once: True when a process can never move, or nothing moved for `hang_after`.
@@ -120,12 +122,32 @@ class Watchdog:
             # (a deadline that ran out and began again proved nothing comes: not a stall)
             waits = {s.view.wait for s in self.seen.values() if not s.again}
             self.kind = "stalled" if waits & {"sleep", "deadline"} else "deadlock"
+        elif self._rendezvous_stalled(now):
+            self.kind = "stalled"
         else:
             return False
-        from . import stuck
+        from . import dist_verdict, stuck
         self._read_logs()                        # (the verdict names what the logs say)
         self.facts = stuck.Facts(self, now)      # read /proc now: the processes die next
+        self.judged_ns = time.monotonic_ns()
+        judged = dist_verdict.judge(self.trace, self, until_ns=self.judged_ns)
+        if judged is not None:                   # torch.distributed: its events come first
+            self.kind, self.dist = judged.kind, True
         return True
+
+    def _rendezvous_stalled(self, now):
+        """torch.distributed's store polls while init_process_group waits for ranks that do
+        not come: its threads move, and nothing else does. Once per `hang_after` the logs are
+        read to see it (dist_verdict.rendezvous_stalled)."""
+        if now - self._dist_looked < max(self.hang_after, 1.0):
+            return False
+        self._dist_looked = now
+        self._read_logs()
+        from . import dist_verdict
+        waited = dist_verdict.rendezvous_stalled(self.trace, self.hang_after)
+        if waited:
+            self.stalled_for = waited
+        return bool(waited)
 
     def _read_logs(self):
         """The events written since the last read; [] when a log is being created right now
@@ -238,8 +260,13 @@ class Watchdog:
     def verdict(self, stacks, killed):
         """The hang in words: its kind, where each thread was and what it waits on, who waits
         for whom."""
-        from . import stuck
-        lines = stuck.headline(self, len(killed))
+        from . import dist_verdict, stuck
+        judged = dist_verdict.judge(self.trace, self, stacks, self.judged_ns) if self.dist \
+            else None
+        if judged is not None:
+            lines = judged.headline(len(killed)) + judged.lines
+        else:
+            lines = stuck.headline(self, len(killed))
         lines += stuck.threads_in_words(self, stacks)
         lines += ["Where each process was (Python stacks captured before they were killed, "
                   "innermost call first; ... leads to the program's own line):",

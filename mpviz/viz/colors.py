@@ -39,6 +39,8 @@ COLORS = {
     "signal": "#252525",        # black: killed by a signal
     "running": "#9ecae1",       # light blue: still running when the trace ends
     "fd": "#1b7837",            # dark green, dashed: an fd passed over a Unix socket
+    "collective": "#01665e",    # dark teal: in a torch.distributed collective, all ranks there
+    "collective_wait": "#35978f",   # teal, hatched: in a collective, waiting for other ranks
     "mark": "#17becf",          # teal: your own mark() events
     "event": "#555555",         # dark grey ticks: other events
     "ghost": "#bdbdbd",         # a thread that does not exist where it is needed
@@ -69,6 +71,10 @@ WORDS = {
     "ghost": "a thread that does not exist in this process",
     "mapped": "this process maps the segment",
     "freed": "freed / gone",
+    "collective": "in a collective or init_process_group (torch.distributed) once every rank "
+                  "arrived; the vertical line joins the ranks at the last arrival",
+    "collective_wait": "in a collective or init_process_group, waiting for the other ranks "
+                       "to arrive",
     "lost": "a message put and never got: no get was recorded before the trace ended",
     "fd": "dashed: an fd sent over a Unix socket (SCM_RIGHTS) for a handle; dotted: to its "
           "message",
@@ -101,6 +107,9 @@ def legend(ax, keys, **kwargs):
                                  label=WORDS[key]))
         elif key == "deadlock":          # as drawn: a crimson frame, stuck waits hatched in it
             handles.append(Patch(facecolor="white", edgecolor=COLORS[key], hatch="///", lw=2,
+                                 label=WORDS[key]))
+        elif key == "collective_wait":
+            handles.append(Patch(facecolor="white", edgecolor=COLORS[key], hatch="\\\\\\",
                                  label=WORDS[key]))
         elif key == "blocked":
             handles.append(Patch(facecolor=BLOCKED_FILL, edgecolor=COLORS[key], hatch="xx",

@@ -43,7 +43,8 @@ GLYPH_KINDS = frozenset({
     "process.start", "process.bootstrap", "process.exit", "process.launch", "process.reaped",
     "thread.start", "thread.exit", "queue.put", "queue.get", "pipe.send", "pipe.recv", "copy",
     "lock.wait", "lock.acquire", "lock.release", "lock.timeout", "pool.task", "mark",
-    "cuda.warning", "queue.put_failed", "queue.get_failed", "wait.begin", "wait.end"})
+    "cuda.warning", "queue.put_failed", "queue.get_failed", "wait.begin", "wait.end",
+    "dist.rendezvous", "dist.collective"})        # (drawn as bars: viz/collectives.py)
 PIPE_BYTES = 64 * 1024         # what a Linux pipe holds before a write waits for a reader
 
 
@@ -331,7 +332,7 @@ class _Index:
         self.handles = {}              # message id -> how many handles its sender pickled in it
         self.writes = {}               # message id -> (its queue.feed,) when a feeder wrote it
         special = {"copy", "cuda.warning", "pool.task", "mark", "queue.put_failed",
-                   "queue.get_failed"}
+                   "queue.get_failed", "dist.rendezvous"}
         self.lock_names = {}           # lock id -> the variable name a waiter used for it
         self.dataloader_workers = {}   # pid -> worker_id, from real torch's DataLoader
         self.torch_segments = set()    # names of real torch's segments (their unlink is unseen)
@@ -472,6 +473,10 @@ class _Index:
         self.failures = self._failures()
         for pid, worker_id in self.dataloader_workers.items():
             self.labels[pid] = f"DataLoader worker {worker_id}"
+        for e in self.by_kind.get("dist.rendezvous", ()):   # a process that joins a group
+            rank = e.args.get("rank")
+            if isinstance(rank, int) and rank >= 0:
+                self.labels[e.pid] = f"rank {rank}"
 
     def _torch_event(self, e):
         """What real torch's events add to the index: DataLoader workers, torch segments."""

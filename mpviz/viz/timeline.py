@@ -198,6 +198,11 @@ def timeline(trace, ax=None, at=None, title=None, max_arrows=300, max_labels=24,
     said = []                 # what was aggregated, and how many of each: written under the lanes
     _draw_blocked(ax, ix, x, row, t1, span, labels, max_labels, used, folded, said, paint)
 
+    # --- torch.distributed: each rank's collectives, joined at the last arrival ---
+    from . import collectives
+    collectives.draw(ax, trace, x, proc_row, t1, span, labels, used, max_labels,
+                     lambda pid: _end_of(ix, pid, None, t1), said)
+
     # --- pool tasks: white boxes on the worker's lane ---
     tasks = [(x(a), x(b), row(pid, tid) - 0.18, 0.36) for pid, tid, a, b in ix.tasks]
     if tasks:
@@ -413,7 +418,8 @@ def timeline(trace, ax=None, at=None, title=None, max_arrows=300, max_labels=24,
         ax.set_title("\n".join(filter(None, [
             title or "What each process did, and what travelled between them", left_out])),
             loc="left", fontsize=10)
-    order = ["handle", "fd", "copy", "message", "lost", "failed", "blocked", "waiting", "holding",
+    order = ["handle", "fd", "copy", "message", "lost", "failed", "collective",
+             "collective_wait", "blocked", "waiting", "holding",
              "deadlock", "warning", "task", "task_failed", "exit0", "exitcode", "signal",
              "running", "mark", "event"]
     note = _wrap(" · ".join(said), 160) if said else ""
@@ -934,6 +940,8 @@ class _TimeAxis:
             spans += [(a, b) for _, _, a, b in ix.tasks]
             spans += [(b.ts_ns, until or _end_of(ix, pid, tid, t1))
                       for pid, tid, b, until in ix.blocked]
+            from . import collectives          # (torch.distributed: who waited for whom)
+            spans += collectives.spans(trace, lambda pid: _end_of(ix, pid, None, t1))
             w0 = np.array([a for a, _ in spans], dtype=float)
             w1 = np.array([b for _, b in spans], dtype=float)
             diffs = np.diff(times)

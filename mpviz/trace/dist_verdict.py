@@ -1,0 +1,387 @@
+"""torch.distributed's hangs and failures in words: which rank is in which collective, and who not.
+
+Every rank records its rendezvous and each collective it calls, numbered per group
+(``dist.rendezvous``, ``dist.collective``: dist_hooks.py for torch, mpviz.distributed for ours).
+A collective completes only when every rank of its group has called it, and ranks match their
+calls by their order (the seq), not by name. So the trace answers, rank by rank::
+
+    at collective #3:  rank 0 all_reduce (waits)   rank 1 barrier (waits)  -> they DISAGREE
+                       rank 0 all_reduce (waits)   rank 1 ended, code 1    -> never completes
+                       rank 0 all_reduce (waits)   rank 1 in time.sleep    -> rank 1 is SLOW
+    rendezvous:        ranks 0, 1 began, world_size 3  -> "waiting for 3 ranks ...; 2 arrived"
+
+The gloo backend waits in C++ threads, some with timeouts: by /proc alone such a program looks
+STALLED (a deadline) or busy. These events come first: the watchdog asks ``judge`` when it has
+found a hang, and the launcher asks it when a program that used torch.distributed failed.
+Each verdict says what the events show, then the fix; where each thread is follows (stuck.py).
+"""
+import re
+from typing import NamedTuple, Optional
+
+ORDER_FIX = ("every rank of a group must call the same collectives in the same order: a "
+             "collective inside `if rank == ...:`, or a loop whose length differs between ranks "
+             "(shards of different sizes), breaks that")
+
+
+class Call(NamedTuple):
+    """One rank's call of one collective (begin to end; end_ns None: it was still in it)."""
+    pid: int
+    rank: int
+    group: tuple
+    seq: int
+    op: str
+    begin_ns: int
+    end_ns: Optional[int]
+    error: Optional[str]
+    async_op: bool
+
+
+class Ranks:
+    """The torch.distributed events of a trace, read once (up to `until_ns`, if given)."""
+
+    def __init__(self, trace, until_ns=None):
+        self.rank_of, self.world, self.backend = {}, {}, {}   # pid -> rank, world_size, backend
+        self.arrived, self.left = {}, {}     # pid -> rendezvous begin / end event
+        self.calls, self.destroyed, self.raised, self.raised_ns = [], {}, {}, {}
+        open_, self.last_ns = {}, None
+        for e in trace.of_kind("dist.", "spawn.raised"):
+            if until_ns is not None and e.ts_ns > until_ns:
+                break
+            a, self.last_ns = e.args, e.ts_ns
+            if e.kind == "dist.rendezvous":
+                if a.get("rank") is not None and a.get("rank") >= 0:
+                    self.rank_of[e.pid] = a["rank"]
+                if a.get("world_size") is not None and a["world_size"] > 0:
+                    self.world[e.pid] = a["world_size"]
+                (self.arrived if a.get("phase") == "begin" else self.left)[e.pid] = e
+            elif e.kind == "dist.collective":
+                key = (e.pid, tuple(a.get("group") or ()), a.get("seq"))
+                if a.get("phase") == "begin":
+                    open_[key] = len(self.calls)
+                    self.calls.append(Call(e.pid, a.get("rank"), key[1], a.get("seq"),
+                                           a.get("op"), e.ts_ns, None, None,
+                                           bool(a.get("async_op"))))
+                elif key in open_:
+                    i = open_.pop(key)
+                    self.calls[i] = self.calls[i]._replace(end_ns=e.ts_ns, error=a.get("error"))
+            elif e.kind == "dist.destroy":
+                self.destroyed[e.pid] = e.ts_ns
+            elif e.kind == "spawn.raised":
+                self.raised[e.pid] = a.get("error")
+                self.raised_ns[e.pid] = e.ts_ns
+        self.pid_of = {rank: pid for pid, rank in self.rank_of.items()}
+
+    def __bool__(self):
+        return bool(self.arrived or self.calls)
+
+
+def judge(trace, watchdog=None, stacks=None, until_ns=None):
+    """The distributed verdict, or None when the trace has no torch.distributed in it.
+
+    `watchdog`: the hang watchdog that fired (its /proc view says whether a rank that never
+    came sleeps, works or waits); None: the program has ended. Returns a ``Verdict``."""
+    ranks = Ranks(trace, until_ns)
+    if not ranks:
+        return None
+    v = Verdict(trace, ranks, watchdog, stacks)
+    v.rendezvous() or v.disagree() or v.missing()
+    return v if v.sentence else None
+
+
+def rendezvous_stalled(trace, hang_after):
+    """Seconds for which ranks have waited in init_process_group for ranks that never came,
+    with no torch.distributed event since, if more than `hang_after`; else 0."""
+    import time
+    ranks, now = Ranks(trace), time.monotonic_ns()
+    waiting = [e for pid, e in ranks.arrived.items() if pid not in ranks.left]
+    world = max(ranks.world.values(), default=0)
+    if not waiting or len(ranks.arrived) >= world:
+        return 0
+    quiet = (now - ranks.last_ns) / 1e9
+    return quiet if quiet > hang_after else 0
+
+
+class Verdict:
+    """``kind`` ("deadlock", "stalled" or "failed"), ``sentence`` (the headline's), ``lines``."""
+
+    def __init__(self, trace, ranks, watchdog, stacks):
+        from .watchdog import labels
+        self.trace, self.r, self.watchdog, self.stacks = trace, ranks, watchdog, stacks
+        self.names = labels(trace)
+        killed = watchdog_killed(trace)   # (after a hang's verdict: not how a rank left)
+        self.ended = {p.pid: p for p in trace.processes() if p.pid not in killed and
+                      (p.exitcode is not None or p.signal is not None)}
+        self.kind, self.sentence, self.lines = None, None, []
+
+    # -- the words ------------------------------------------------------------------------------
+
+    def headline(self, nkilled):
+        """The verdict's first line, as stuck.headline words the others."""
+        if self.kind == "failed":
+            return [f"mpviz trace: FAILED (torch.distributed) -- {self.sentence}"]
+        head = {"deadlock": "DEADLOCK", "stalled": "STALLED"}[self.kind]
+        return [f"mpviz trace: HANG: {head} (torch.distributed) -- {self.sentence} "
+                f"mpviz stopped {nkilled} process(es) with SIGKILL."]
+
+    def who(self, pid):
+        rank = self.r.rank_of.get(pid)
+        name = self.names.get(pid, "?")
+        return f"rank {rank} ({name}, pid {pid})" if rank is not None else f"{name} (pid {pid})"
+
+    def how_it_ended(self, pid, after=""):
+        """"raised ValueError: ... after collective #1 (exit code 1)", "called
+        destroy_process_group() after collective #1 and exited with code 0", "was killed by
+        SIGTERM"; None while it runs. `after`: " after collective #1", where it goes. What the
+        rank did comes first: a rank that left its group is often killed later, as it exits
+        (torch.multiprocessing.spawn ends the others when one fails)."""
+        p = self.ended.get(pid)
+        end = "" if p is None else f" (later it was killed by {p.signal})" if p.signal else \
+            f" (exit code {p.exitcode})"
+        if pid in self.r.raised:
+            return f"raised {self.r.raised[pid]}{after}{end}"
+        if pid in self.r.destroyed:
+            return f"called destroy_process_group(){after}" + (
+                f" and exited with code {p.exitcode}" if p is not None and not p.signal else end)
+        if p is None:
+            return None
+        if p.signal:
+            return f"was killed by {p.signal}{after}"
+        return f"exited with code {p.exitcode}{after}"
+
+    def left_cleanly(self, pid):
+        """It raised nothing, and left its group or ended with exit code 0 (or still runs)."""
+        p = self.ended.get(pid)
+        return pid not in self.r.raised and (pid in self.r.destroyed or p is None or
+                                             p.exitcode == 0)
+
+    def leaving(self, pid):
+        """When rank `pid` began to leave: it raised, destroyed its group, or ended."""
+        times = [self.r.raised_ns.get(pid), self.r.destroyed.get(pid),
+                 getattr(self.ended.get(pid), "exit_ns", None)]
+        return min([t for t in times if t is not None] or [0])
+
+    def where(self, pid):
+        """Where a rank that runs is, by /proc and its stack: "in `time.sleep` (a deadline) at
+        load_batch (straggler.py:14): `time.sleep(60)`"; and how it waits ("sleep", ...)."""
+        from . import stuck
+        seen = self.watchdog.seen.get((pid, pid)) if self.watchdog else None
+        if seen is None:
+            return "running", None
+        words = stuck.what(seen.view)
+        calls = stuck._stacks_by_thread(self.trace, pid, ((self.stacks or {}).get(pid) or {})
+                                        .get("stacks", "")).get(pid)
+        own = stuck.own_line(calls)
+        return (f"{words}" + (f" -- at {own}" if own else "")), seen.view.wait
+
+    # -- the cases, in order ---------------------------------------------------------------------
+
+    def rendezvous(self):
+        """init_process_group: one that raised (a port in use), or ranks that never came."""
+        r = self.r
+        for pid, end in sorted(r.left.items(), key=lambda kv: kv[1].ts_ns):
+            error = end.args.get("error")
+            if not error:
+                continue
+            port = re.search(r"port: (\d+)", error)
+            if "EADDRINUSE" in error and port:
+                self.kind = "failed" if self.watchdog is None else self.kind_of_waits()
+                self.sentence = (f"{self.who(pid)} could not open the rendezvous: MASTER_PORT "
+                                 f"{port.group(1)} is already in use (another program, or an "
+                                 f"earlier run that has not ended, listens on it).")
+                self.lines = [f"  torch said: {error}"] + self.waiting_lines(but=pid) + [
+                    f"  Fix: choose a free port (MASTER_PORT=...), or end the program that "
+                    f"holds {port.group(1)} (`ss -ltnp 'sport = :{port.group(1)}'` names it)."]
+                return True
+        waiting = [pid for pid in r.arrived if pid not in r.left or r.left[pid].args.get("error")]
+        if not waiting:
+            return False
+        world = max(r.world.get(pid, 0) for pid in r.arrived)
+        came = sorted(r.rank_of[pid] for pid in r.arrived if pid in r.rank_of)
+        self.kind = "failed" if self.watchdog is None else self.kind_of_waits()
+        self.sentence = (f"waiting for {world} ranks at the rendezvous; {len(r.arrived)} "
+                         f"arrived ({_ranks(came)}).")
+        never = [k for k in range(world) if k not in came]
+        if never:
+            self.lines.append(
+                f"  {_ranks(never)} never arrived: no process of the program called "
+                f"init_process_group as {_ranks(never)} (world_size is {world}; "
+                f"{len(r.arrived)} processes did).")
+        self.lines += self.waiting_lines()
+        self.lines.append(f"  Fix: start as many processes as world_size says "
+                          f"(mp.spawn(fn, args=(world_size,), nprocs=world_size)), or pass the "
+                          f"world_size you start.")
+        return True
+
+    def waiting_lines(self, but=None):
+        out = []
+        for pid, begin in sorted(self.r.arrived.items(),
+                                 key=lambda kv: (self.r.rank_of.get(kv[0], 0), kv[1].ts_ns)):
+            end = self.r.left.get(pid)
+            if pid == but or (end is not None and not end.args.get("error")):
+                continue
+            line = f"  {self.who(pid)} "
+            line += (f"raised in init_process_group: {end.args['error']}" if end is not None
+                     else "waits in init_process_group" if self.watchdog is not None
+                     else "was still in init_process_group")
+            ended = self.how_it_ended(pid)
+            out.append(line + (f"; then it {ended}" if ended and end is None else ""))
+        return out
+
+    def disagree(self):
+        """Two ranks at the same seq of a group, in different collectives."""
+        by = {}
+        for c in self.r.calls:
+            by.setdefault((c.group, c.seq), {})[c.rank] = c
+        for (group, seq), calls in sorted(by.items(), key=lambda kv: min(
+                c.begin_ns for c in kv[1].values())):
+            ops = {c.op for c in calls.values()}
+            if len(ops) < 2:
+                continue
+            ranks = sorted(calls)
+            still = [c for c in calls.values() if c.end_ns is None]
+            self.kind = ("failed" if self.watchdog is None else
+                         "deadlock" if still else self.kind_of_waits())
+            self.sentence = (f"{_ranks(ranks)} disagree at collective #{seq}: " + ", ".join(
+                f"{_ranks(sorted(k for k, c in calls.items() if c.op == op))} called {op} #{seq}"
+                for op in sorted(ops, key=lambda o: min(k for k, c in calls.items()
+                                                        if c.op == o))) +
+                (f" (group {list(group)}); each waits for the others to join its own collective,"
+                 f" which they never will." if still else f" (group {list(group)})."))
+            for k in ranks:
+                self.lines.append(f"  {self.who(calls[k].pid)}: {self.state(calls[k])}")
+            self.lines.append(f"  Fix: {ORDER_FIX}; give every rank the same number of "
+                              f"batches (DistributedSampler pads the shards to equal length).")
+            return True
+        return False
+
+    def state(self, call):
+        """"waits in all_reduce #3 since 12.3 s", "raised in it: RuntimeError: ...", ..."""
+        t = (call.begin_ns - self.trace.events[0].ts_ns) / 1e9
+        if call.error:
+            return f"{call.op} #{call.seq} (entered at {t:.1f} s) raised {_short(call.error)}"
+        if call.end_ns is not None:
+            return f"{call.op} #{call.seq} completed"
+        ended = self.how_it_ended(call.pid)
+        if ended:
+            return f"was in {call.op} #{call.seq} (entered at {t:.1f} s) when it {ended}"
+        return f"waits in {call.op} #{call.seq} (entered at {t:.1f} s)"
+
+    def missing(self):
+        """A rank in a collective (or failed in one) that another rank of the group never
+        called: that rank ended, is slow, or is elsewhere."""
+        stuck_calls = [c for c in self.r.calls if not c.async_op and
+                       (c.end_ns is None or c.error)]
+        if not stuck_calls:
+            return False
+        first = min(stuck_calls, key=lambda c: (c.seq, c.begin_ns))
+        group, seq = first.group, first.seq
+        here = {c.rank: c for c in self.r.calls if c.group == group and c.seq == seq}
+        last = {}
+        for c in self.r.calls:
+            if c.group == group:
+                last[c.rank] = max(last.get(c.rank, 0), c.seq)
+        absent = [k for k in group if k not in here]
+        waiting = sorted(here)
+        lines = [f"  {self.who(here[k].pid)}: {self.state(here[k])}" for k in waiting]
+        kinds, sentences = [], []
+        for k in absent:
+            pid = self.r.pid_of.get(k)
+            if pid is None:
+                continue
+            after = f" after collective #{last.get(k, 0)}" if last.get(k) else \
+                " before any collective"
+            ended = self.how_it_ended(pid, after)
+            gave_up = ended and first.end_ns is not None and self.leaving(pid) > first.end_ns
+            if gave_up:             # it ended after the waiting rank gave up: not the cause
+                kinds.append("gave up")
+                sentences.append(
+                    f"rank {first.rank} gave up waiting in {first.op} #{seq} "
+                    f"({_short(first.error or '')}): rank {k} had not called it by then -- its "
+                    f"last collective was #{last.get(k, 0)}; it was still running (later it "
+                    f"{self.how_it_ended(pid)})")
+                lines.append(f"  {self.who(pid)}: had not called collective #{seq} when "
+                             f"rank {first.rank} gave up; later it {self.how_it_ended(pid)}")
+                continue
+            if ended:
+                kinds.append("deadlock")
+                sentences.append(f"rank {k} {ended}, without calling {first.op} #{seq}")
+                lines.append(f"  {self.who(pid)}: never called collective #{seq}: it {ended}")
+                continue
+            if self.watchdog is None:        # (no /proc view: ended by a watchdog, say)
+                kinds.append("gave up")
+                sentences.append(f"rank {k} had not called {first.op} #{seq} when the trace "
+                                 f"ended (its last collective was #{last.get(k, 0)})")
+                lines.append(f"  {self.who(pid)}: had not called collective #{seq}")
+                continue
+            words, wait = self.where(pid)
+            if wait in ("sleep", "deadline", "running"):
+                kinds.append("stalled")
+                sentences.append(f"rank {k} is slow, the others wait for it in {first.op} "
+                                 f"#{seq}")
+            else:
+                kinds.append(self.kind_of_waits())
+                sentences.append(f"rank {k} has not called {first.op} #{seq}: it waits "
+                                 f"elsewhere")
+            lines.append(f"  {self.who(pid)}: has not called collective #{seq} yet ({after[1:]}); "
+                         f"its main thread {words}")
+        if not sentences:
+            return False
+        if "gave up" in kinds:
+            self.kind, self.lines = "failed", lines + [
+                f"  A rank slower than the timeout given to init_process_group, or one that "
+                f"never calls the collective. Fix: find what rank {absent[0]} does instead "
+                f"(mpviz trace --hang-after S shows where each rank is while the others "
+                f"wait); if it is only slow, a longer timeout=."]
+            self.sentence = "; ".join(sentences) + "."
+            return True
+        who = _ranks(waiting)
+        verb = "waits" if len(waiting) == 1 else "wait"
+        never = ", which can never complete."
+        if self.watchdog is None:
+            self.kind, verb, never = "failed", "waited", ", which could never complete."
+        else:
+            self.kind = "deadlock" if "deadlock" in kinds else \
+                "stalled" if "stalled" in kinds else kinds[0]
+        self.sentence = f"{'; '.join(sentences)}: {who} {verb} in {first.op} #{seq}" + (
+            never if "deadlock" in kinds else ".")
+        self.lines = lines
+        if "deadlock" in kinds and all(self.left_cleanly(self.r.pid_of.get(k))
+                                       for k in absent):
+            self.lines.append(f"  Fix: {ORDER_FIX}; a rank that ends while the others still "
+                              f"call collectives leaves them waiting (a collective inside "
+                              f"`if rank == 0:`: call it on every rank, and use its result on "
+                              f"rank 0 only).")
+        elif "deadlock" in kinds:
+            self.lines.append("  Fix: read the traceback of the rank that failed (above); "
+                              "the others only waited for it.")
+        elif "stalled" in kinds:
+            self.lines.append("  When the slow rank gets there, the collective completes: "
+                              "not a deadlock (if it never calls it -- a collective inside "
+                              "`if rank == ...:` -- it is one). Fix: find why that rank is slow "
+                              "(its line above); give the ranks equal work; a longer "
+                              "--hang-after waits for it.")
+        return True
+
+    def kind_of_waits(self):
+        """The watchdog's own judgement (by /proc), for what the events do not settle."""
+        return getattr(self.watchdog, "kind", None) or "stalled"
+
+
+def watchdog_killed(trace):
+    return {pid for e in trace.of_kind("watchdog.kill") for pid in e.args.get("pids", ())}
+
+
+def _short(error):
+    """gloo's error without its source path and its advice: "RuntimeError: Connection closed
+    by peer [127.0.0.1]:33186" (the whole text is in the rank's traceback and the trace)."""
+    error = re.sub(r"\[/[^\]]*\] ", "", error)
+    kind, _, text = error.partition(": ")
+    return f"{kind}: {text.split('. ')[0]}" if text else error
+
+
+def _ranks(ranks):
+    """"rank 0", "ranks 0 and 1", "ranks 0, 1 and 2"."""
+    ranks = [str(k) for k in ranks]
+    if len(ranks) == 1:
+        return f"rank {ranks[0]}"
+    return "ranks " + ", ".join(ranks[:-1]) + " and " + ranks[-1]

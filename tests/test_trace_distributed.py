@@ -1,0 +1,255 @@
+"""Real torch.distributed (gloo, CPU) traced by ``python -m mpviz trace``: the rendezvous and each
+collective recorded per rank, drawn joined, and the distributed classics given true verdicts.
+
+Every program is in tests/dist_programs/, written as its author would (mp.spawn, env://, a
+timeout given to init_process_group), and all of them run at once in one fixture:
+
+    ddp_demo_basic     the DDP tutorial's demo_basic          -> rendezvous, DDP's collectives
+    one_rank           early-bound names, async_op, barrier   -> seq, bytes, end at wait()
+    uneven_batches     rank 0 all_reduce #3, rank 1 barrier #3 -> "ranks 0 and 1 disagree"
+    rank_raises        rank 1 raises, rank 0 waits            -> rank 1 named, its exception
+    only_rank0         an all_reduce inside `if rank == 0:`   -> rank 1 left, rank 0 waited
+    wrong_world_size   world_size 3, 2 processes              -> "waiting for 3 ranks ..."
+    ddp_demo_basic     with MASTER_PORT held by a socket      -> "MASTER_PORT ... in use"
+    straggler          rank 1 sleeps before all_reduce #2     -> STALLED, "rank 1 is slow"
+"""
+import os
+import socket
+import subprocess
+import sys
+
+import pytest
+
+import mpviz.trace as mt
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PROGRAMS = os.path.join(ROOT, "tests", "dist_programs")
+SETUP_TIMEOUT = 240
+TEARDOWN_ABORT = "terminate called without an active exception"
+
+
+def _free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class _Run:
+    """`python -m mpviz trace --hang-after 2 -o tmp/trace -- python PROGRAM args`, in the
+    background; ``done()`` waits for it and keeps its status and output."""
+
+    def __init__(self, tmp, program, *args, port=None, plot=False, **env):
+        self.tmp, self.port = tmp, port or _free_port()
+        env = dict(os.environ, PYTHONPATH=ROOT, MASTER_PORT=str(self.port), **env)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "mpviz", "trace", "--hang-after", "2",
+             "--plot" if plot else "--no-plot", "-o", str(tmp / "trace"), "--", sys.executable,
+             os.path.join(PROGRAMS, program), *args],
+            cwd=tmp, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            start_new_session=True)
+
+    def done(self, timeout):
+        try:
+            self.stdout, self.stderr = self.proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.proc.pid, 9)
+            self.stdout, self.stderr = self.proc.communicate()
+        self.returncode = self.proc.returncode
+
+    def trace(self):
+        return mt.load(self.tmp / "trace")
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    torch = pytest.importorskip("torch")
+    if not torch.__version__.startswith("2.13"):
+        pytest.skip("the torch hooks know torch 2.13 only")
+
+    def tmp(name):
+        return tmp_path_factory.mktemp(name)
+    held = socket.socket()                    # MASTER_PORT taken: someone listens there
+    held.bind(("127.0.0.1", 0))
+    held.listen()
+    try:
+        started = {
+            "demo": _Run(tmp("demo"), "ddp_demo_basic.py", plot=True),
+            "one rank": _Run(tmp("one"), "one_rank.py", str(tmp("store") / "rendezvous")),
+            "uneven": _Run(tmp("uneven"), "uneven_batches.py", GLOO_TIMEOUT="90"),
+            "raises": _Run(tmp("raises"), "rank_raises.py", GLOO_TIMEOUT="90"),
+            "only rank 0": _Run(tmp("only0"), "only_rank0.py", GLOO_TIMEOUT="90"),
+            "world size": _Run(tmp("world"), "wrong_world_size.py", GLOO_TIMEOUT="90"),
+            "port": _Run(tmp("port"), "ddp_demo_basic.py", port=held.getsockname()[1]),
+            "straggler": _Run(tmp("slow"), "straggler.py", GLOO_TIMEOUT="90",
+                              SLOW_LOAD="600"),
+        }
+        for run in started.values():
+            run.done(SETUP_TIMEOUT - 30)
+        if started["demo"].returncode != 0 and TEARDOWN_ABORT in started["demo"].stderr:
+            # (seen once in ~40 runs, at a load of ~13: gloo's teardown aborted in rank 0
+            # after destroy_process_group; not what this module checks: once more)
+            started["demo"] = _Run(tmp("demo"), "ddp_demo_basic.py", plot=True)
+            started["demo"].done(SETUP_TIMEOUT - 30)
+    finally:
+        held.close()
+    return started
+
+
+def _pids_by_rank(trace):
+    return {e.args["rank"]: e.pid for e in trace.of_kind("dist.rendezvous")
+            if e.args.get("phase") == "begin"}
+
+
+def _calls(trace, pid):
+    """[(seq, op, nbytes)] of one rank, from its begin events; and its ends' (seq, error)."""
+    events = [e for e in trace.of_kind("dist.collective") if e.pid == pid]
+    begins = [(e.args["seq"], e.args["op"], e.args["nbytes"]) for e in events
+              if e.args["phase"] == "begin"]
+    ends = [(e.args["seq"], e.args["error"]) for e in events if e.args["phase"] == "end"]
+    return begins, ends
+
+
+# --- recorded and drawn ----------------------------------------------------------------------
+
+@pytest.mark.timeout(SETUP_TIMEOUT)
+def test_the_ddp_tutorials_demo_basic_shows_its_rendezvous_and_collectives_per_rank(runs):
+    run = runs["demo"]
+    assert run.returncode == 0, run.stderr
+    trace = run.trace()
+    ranks = _pids_by_rank(trace)
+    assert sorted(ranks) == [0, 1]
+    for rank, pid in ranks.items():
+        rdv = [e.args for e in trace.of_kind("dist.rendezvous") if e.pid == pid]
+        assert [a["phase"] for a in rdv] == ["begin", "end"]
+        assert rdv[1] == dict(phase="end", rank=rank, world_size=2, backend="gloo",
+                              init_method="env://", error=None)
+        begins, ends = _calls(trace, pid)
+        # DDP's construction: its parameter check and its broadcast of the parameters, over
+        # the group [0, 1]; 660 bytes = ToyModel's 10*10+10 + 10*5+5 float32s
+        assert begins == [(1, "_verify_params_across_processes", 660),
+                          (2, "_broadcast_coalesced", 660)]
+        assert ends == [(1, None), (2, None)]
+    from mpviz.viz.state import process_labels
+    labels = process_labels(trace)
+    assert labels[ranks[0]] == "rank 0" and labels[ranks[1]] == "rank 1"
+    # the Reducer's gradient all-reduces are C++: said, never blank time
+    assert ("DistributedDataParallel's gradient all-reduces: its Reducer (C++) all-reduces the "
+            "gradients in buckets during each loss.backward()") in run.stderr
+    assert "660 bytes of gradients (4 parameters) per rank per backward" in run.stderr
+    assert os.path.exists(run.tmp / "trace" / "timeline.png")
+
+
+@pytest.mark.timeout(SETUP_TIMEOUT)
+def test_the_timeline_joins_the_ranks_at_each_collective_at_the_last_arrival(runs, fonts_loaded):
+    from mpviz import viz
+    trace = runs["demo"].trace()
+    fig = viz.timeline(trace)
+    ax = fig.axes[0]
+    joins = [c for c in ax.collections if c.get_gid() == "collective joins"]
+    assert len(joins) == 1
+    segments = joins[0].get_segments()
+    assert len(segments) == 3                     # the rendezvous and the two collectives
+    ticks = [t.get_text() for t in ax.get_yticklabels()]
+    assert any(t.startswith("rank 0\npid ") for t in ticks), ticks
+    rows = {segment[0][1] for segment in segments} | {segment[1][1] for segment in segments}
+    assert len(rows) == 2                          # each joins the lanes of rank 0 and rank 1
+    # hatched before the last arrival, solid after (spans closer than a pixel merge: 1 to 6)
+    for gid in ("collective waits", "collectives"):
+        (drawn,) = [c for c in ax.collections if c.get_gid() == gid]
+        assert 1 <= len(drawn.get_paths()) <= 6
+
+
+@pytest.mark.timeout(SETUP_TIMEOUT)
+def test_names_bound_before_the_hooks_are_recorded_with_seq_bytes_and_async_ends(runs):
+    run = runs["one rank"]
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.strip() == "[1.0, 1.0, 1.0, 1.0]"
+    trace = run.trace()
+    (pid,) = _pids_by_rank(trace).values()
+    begins, ends = _calls(trace, pid)
+    assert begins == [(1, "all_reduce", 16), (2, "all_reduce", 32), (3, "barrier", 0)]
+    assert ends == [(1, None), (2, None), (3, None)]
+    (destroy,) = trace.of_kind("dist.destroy")
+    assert destroy.args == {"rank": 0}
+
+
+# --- verdicts -----------------------------------------------------------------------------------
+
+@pytest.mark.timeout(SETUP_TIMEOUT)
+def test_ranks_that_disagree_at_a_collective_are_a_deadlock_that_names_both_ops(
+        runs, fonts_loaded):
+    run = runs["uneven"]
+    err = run.stderr
+    assert run.returncode == 124, err
+    assert ("mpviz trace: HANG: DEADLOCK (torch.distributed) -- ranks 0 and 1 disagree at "
+            "collective #3: rank 0 called all_reduce #3, rank 1 called barrier #3 (group [0, 1])"
+            "; each waits for the others to join its own collective, which they never will."
+            ) in err
+    pids = _pids_by_rank(run.trace())
+    assert f"rank 0 (SpawnProcess-1, pid {pids[0]}): waits in all_reduce #3" in err or \
+        f"rank 0 (SpawnProcess-2, pid {pids[0]}): waits in all_reduce #3" in err
+    assert "DistributedSampler pads the shards to equal length" in err
+    from mpviz import viz
+    ax = viz.timeline(run.trace()).axes[0]
+    assert [c for c in ax.collections if c.get_gid() == "collectives that disagree"]
+
+
+@pytest.mark.timeout(SETUP_TIMEOUT)
+def test_a_rank_that_raised_is_named_with_its_exception_while_the_other_waited(runs):
+    run = runs["raises"]
+    assert run.returncode == 1, run.stderr
+    assert ("mpviz trace: FAILED (torch.distributed) -- rank 1 raised ValueError: sample 1 of "
+            "rank 1 is corrupt after collective #1 (exit code 1), without calling all_reduce #2: "
+            "rank 0 waited in all_reduce #2, which could never complete.") in run.stderr
+    assert "Fix: read the traceback of the rank that failed" in run.stderr
+
+
+@pytest.mark.timeout(SETUP_TIMEOUT)
+def test_a_collective_inside_if_rank_0_names_the_rank_that_left(runs):
+    run = runs["only rank 0"]
+    assert run.returncode == 1, run.stderr
+    # (rank 1 exits with 0, or is killed by spawn's SIGTERM as it exits: rank 0 failed first)
+    head = ("mpviz trace: FAILED (torch.distributed) -- rank 1 called destroy_process_group() "
+            "after collective #1")
+    assert head in run.stderr, run.stderr
+    assert run.stderr.split(head)[1].split("\n")[0] in (
+        " and exited with code 0, without calling all_reduce #2: rank 0 waited in all_reduce "
+        "#2, which could never complete.",
+        " (later it was killed by SIGTERM), without calling all_reduce #2: rank 0 waited in "
+        "all_reduce #2, which could never complete.")
+    assert "call it on every rank, and use its result on rank 0 only" in run.stderr
+
+
+@pytest.mark.timeout(SETUP_TIMEOUT)
+def test_a_wrong_world_size_is_ranks_waited_for_at_the_rendezvous(runs):
+    # (torch's store polls while it waits: its threads move, the rendezvous events do not)
+    run = runs["world size"]
+    assert run.returncode == 124, run.stderr
+    assert ("mpviz trace: HANG: STALLED (torch.distributed) -- waiting for 3 ranks at the "
+            "rendezvous; 2 arrived (ranks 0 and 1).") in run.stderr
+    assert ("rank 2 never arrived: no process of the program called init_process_group as "
+            "rank 2 (world_size is 3; 2 processes did).") in run.stderr
+
+
+@pytest.mark.timeout(SETUP_TIMEOUT)
+def test_a_master_port_in_use_is_said_with_torchs_own_error(runs):
+    run = runs["port"]
+    assert run.returncode == 1, run.stderr
+    pids = _pids_by_rank(run.trace())
+    assert (f"mpviz trace: FAILED (torch.distributed) -- rank 0 (SpawnProcess-1, pid {pids[0]})"
+            f" could not open the rendezvous: MASTER_PORT {run.port} is already in use") in \
+        run.stderr.replace("SpawnProcess-2", "SpawnProcess-1")
+    assert (f"torch said: DistNetworkError: The server socket has failed to listen on any local "
+            f"network address. port: {run.port}") in run.stderr
+    assert "EADDRINUSE" in run.stderr
+
+
+@pytest.mark.timeout(SETUP_TIMEOUT)
+def test_a_straggler_is_stalled_not_deadlocked_and_named(runs):
+    run = runs["straggler"]
+    err = run.stderr
+    assert run.returncode == 124, err
+    assert ("mpviz trace: HANG: STALLED (torch.distributed) -- rank 1 is slow, the others wait "
+            "for it in all_reduce #2: rank 0 waits in all_reduce #2.") in err
+    assert "DEADLOCK" not in err
+    assert "in `time.sleep` (a deadline) -- at load_batch (straggler.py:14)" in err
