@@ -12,9 +12,8 @@ rank's buffer, adds it into its own (the first W-1 steps: **reduce-scatter**) or
     step 2       c  = sum      a  = sum      b  = sum
     step 3       b  = sum      c  = sum      a  = sum       all-gather done: every rank has a b c
 
-Every rank moves 2(W-1)/W of the tensor whatever W is: that is why rings scale. Here "moves" is
-one read of the neighbour's memory, no socket carries data; the sockets (links.py) carry only the
-one-byte "done" messages and, when a buffer grows, its fd.
+Every rank moves 2(W-1)/W of the tensor whatever W is (why rings scale): here, by reading its
+neighbour's memory; the sockets (links.py) carry only "done" messages and new buffers' fds.
 
 **Why it is safe without locks.** Step t of rank i needs step t-1 of rank i-1, which needed step
 t-2 of i-2 ...: so when rank i writes chunk c at step t, its next rank, W-1 hops back round the
@@ -22,9 +21,8 @@ ring, has finished step t+1-W, the last step that read chunk c from rank i. Betw
 collectives that chain is cut, so a rank sends an ``A`` (ack) to its previous rank when it has
 finished reading it, and a rank waits for its next rank's ack before writing its buffer again.
 
-Adapted from the ring all-reduce of Baidu's "Bringing HPC techniques to deep learning" (2017) and
-gloo's ``AllreduceRing``; left out: pipelining chunks into smaller pieces, and more than one host
-(gloo and NCCL do both: use torch.distributed across machines).
+Adapted from Baidu's ring all-reduce (2017) and gloo's ``AllreduceRing``; left out: pipelining
+chunks in smaller pieces, more than one host (gloo and NCCL do both: torch.distributed).
 """
 import mmap
 import os
