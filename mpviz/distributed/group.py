@@ -89,7 +89,7 @@ class ProcessGroup:
             deadline = time.monotonic() + self.world.timeout
             if self.size() == 1:
                 return body(None, deadline)
-            ring.begin(header, nbytes if room is None else room, deadline)
+            ring.begin(nbytes if room is None else room, deadline)
             return body(lambda: ring.exchange_start(header, deadline), deadline)
         except Mismatch as m:
             error = self._disagree(op, seq, header, m)

@@ -85,10 +85,10 @@ class Ring:
 
     # -- the start of every collective: S to the next rank, S from the previous one -----------
 
-    def begin(self, header, nbytes, deadline):
+    def begin(self, nbytes, deadline):
         """Wait until the next rank stopped reading us; make sure our buffer holds `nbytes`."""
         if self.owed:
-            tag, _, _ = links.recv(self.to_next, self.next, deadline)
+            links.recv(self.to_next, self.next, deadline)         # its A
             self.owed = False
         if self.mine is None or self.mine.capacity < nbytes:
             capacity = MIN_BUFFER

@@ -15,7 +15,7 @@ carries tensors: those go through shared memory (ring.py).
 on a per-job secret that only this user can read: ``MPVIZ_DIST_SECRET`` if the launcher set it, else
 a random key rank 0 writes to a private file (0600, in a 0700 directory of this user) named after
 the port -- or, for ``file://`` init, into the rendezvous file itself. A process of another user
-fails the challenge and is dropped. The key file is removed by ``close()`` (and at exit); a rank 0
+fails the challenge and is dropped. The key file is removed by ``close()`` or at exit; a rank 0
 killed by SIGKILL leaves it (a few bytes, overwritten by the next job on that port).
 
 Adapted from torch's ``TCPStore`` (c10d/TCPStore.cpp): same roles and the same error wording where
@@ -24,11 +24,12 @@ torch has one; left out: the libuv server, multi-tenant stores, compare_set, IPv
 import errno
 import os
 import secrets
+import socket
 import stat
 import tempfile
 import threading
 import time
-import socket
+from multiprocessing import util
 from multiprocessing.connection import (AuthenticationError, Connection, answer_challenge,
                                         deliver_challenge)
 
@@ -190,6 +191,9 @@ class TCPStore:
             elif "MPVIZ_DIST_SECRET" not in os.environ:
                 self._key_file = key_file(host, port)
                 _write_private(self._key_file, secret.hex())
+            for path in (self._key_file, address_file):   # also if the program never calls close()
+                if path is not None:
+                    util.Finalize(self, _unlink, args=(path,), exitpriority=0)
         self.host, self.port = host, port
         self.conn = self._connect(secret, deadline)
         self.lock = threading.Lock()
@@ -267,8 +271,12 @@ class TCPStore:
             self.server.close()
             for path in (self._key_file, self.address_file):
                 if path is not None:
-                    try:
-                        os.unlink(path)
-                    except FileNotFoundError:
-                        pass
+                    _unlink(path)
             self.server = None
+
+
+def _unlink(path):
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
