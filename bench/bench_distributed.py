@@ -107,7 +107,7 @@ def main():
     if opts.quick:
         worlds, plan, rounds = [2], [(4 * KiB, 10), (1 * MiB, 3)], 1
     else:
-        worlds, plan, rounds = [2, 4], [(4 * KiB, 300), (1 * MiB, 40), (64 * MiB, 2)], 7
+        worlds, plan, rounds = [2, 4], [(4 * KiB, 200), (1 * MiB, 40), (64 * MiB, 3)], 9
     load_before = os.getloadavg()[0]
     rows, data = [], {"machine": platform.processor() or platform.machine(), "cpus": os.cpu_count(),
                       "load_before": load_before, "rounds": rounds, "results": []}
