@@ -233,9 +233,15 @@ class TCPStore:
             pause = min(pause * 2, 0.05)
 
     def _ask(self, *request):
-        with self.lock:
-            self.conn.send(request)
-            return self.conn.recv()
+        try:
+            with self.lock:
+                self.conn.send(request)
+                return self.conn.recv()
+        except (OSError, EOFError):
+            raise DistStoreError(
+                f"the store (rank 0, port {self.port}) closed the connection during "
+                f"{request[0]}({request[1]!r}). Why: rank 0 exited, or gave up waiting (its own "
+                f"error says why, e.g. ranks that never joined). Fix: fix rank 0's error first.")
 
     def set(self, key, value):
         self._ask("set", key, value)
