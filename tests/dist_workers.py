@@ -168,6 +168,21 @@ def rank_raises(rank, W, port, results):
     dist.destroy_process_group()
 
 
+def rank_killed(rank, W, port, results):
+    """Rank 1 is killed (SIGKILL) after the rendezvous; rank 0 waits for it in all_reduce."""
+    import signal
+
+    import mpviz
+    dist = init(rank, W, port)
+    if rank == 1:
+        os.kill(os.getpid(), signal.SIGKILL)
+    try:
+        dist.all_reduce(mpviz.ones(3))
+    except Exception as e:
+        results.put((rank, type(e).__name__, str(e), port))
+    dist.destroy_process_group()
+
+
 def wrong_world_size(rank, W, port, results):
     """Two processes started, each told world_size=W+1."""
     _report(results, rank, lambda: init(rank, W + 1, port, seconds=1))

@@ -38,20 +38,24 @@ def free_port():
         return s.getsockname()[1]
 
 
-def run(fn, nprocs, *args, start_method="spawn", expect_fail=False):
-    """Start `nprocs` ranks of `fn(rank, nprocs, *args, results)`; return their results by rank."""
+def run(fn, nprocs, *args, start_method="spawn", expect_fail=False, first=0):
+    """Start `nprocs` ranks of `fn(rank, nprocs, *args, results)`; return their results by rank.
+
+    `first`: how many results to read before joining (spawn stops the other ranks as soon as
+    one fails: a rank that must report after a sibling died reports first)."""
     ctx = mp.get_context(start_method)
     results = ctx.SimpleQueue()
     context = mp.start_processes(fn, args=(nprocs,) + args + (results,), nprocs=nprocs,
                                  join=False, start_method=start_method)
+    early = [results.get() for _ in range(first)]
     if expect_fail:
-        with pytest.raises(mp.ProcessRaisedException):
+        with pytest.raises(mp.ProcessRaisedException if expect_fail is True else expect_fail):
             while not context.join():
                 pass
     else:
         while not context.join():
             pass
-    out = {}
+    out = {item[0]: item[1:] for item in early}
     while not results.empty():
         item = results.get()
         out[item[0]] = item[1:]
@@ -191,7 +195,7 @@ def test_one_rank_inits_runs_and_leaves_no_port_key_or_file(tmp_path):
     dist.init_process_group("mpviz", init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1,
                             timeout=datetime.timedelta(seconds=5))
     key = os.path.join(tempfile.gettempdir(), f"mpviz-dist-{os.getuid()}", f"127.0.0.1-{port}.key")
-    assert oct(os.stat(key).st_mode & 0o777) == "0o600"
+    assert not os.path.exists(key)        # gone once every rank joined: a kill leaves nothing
     t = np.arange(4.0)
     dist.all_reduce(t)
     assert t.tolist() == [0, 1, 2, 3] and dist.get_rank() == 0 and dist.get_world_size() == 1
@@ -213,6 +217,14 @@ def test_one_rank_inits_runs_and_leaves_no_port_key_or_file(tmp_path):
         s.listen()
     store_file = tmp_path / "store"
     dist.init_process_group("mpviz", init_method=f"file://{store_file}", rank=0, world_size=1)
-    assert oct(os.stat(store_file).st_mode & 0o777) == "0o600"
+    assert not store_file.exists()
     dist.destroy_process_group()
-    assert not store_file.exists() and not glob.glob("/dev/shm/mpviz_dist*")
+    assert not glob.glob("/dev/shm/mpviz_dist*")
+
+
+def test_a_rank_killed_by_sigkill_leaves_no_key_file_segment_or_process():
+    out = run(workers.rank_killed, 2, free_port(), expect_fail=mp.ProcessExitedException,
+              first=1)
+    assert out[0][0] == "CollectiveError" and "rank 1 closed its connection" in out[0][1]
+    left = glob.glob(os.path.join(tempfile.gettempdir(), f"mpviz-dist-{os.getuid()}", "*.key"))
+    assert not [p for p in left if p.endswith(f"-{out[0][2]}.key")]

@@ -193,6 +193,7 @@ def init_process_group(backend=None, init_method=None, timeout=None, world_size=
         link = links.Links(job, rank)
         made.append(link)
         _join(the_store, rank, world_size, deadline, seconds)
+        the_store.forget_secret()             # rank 0: every rank is connected now
         world = _World(rank, world_size, seconds, the_store, link)
         world.groups.append(ProcessGroup(world, "g0", list(range(world_size)), deadline))
     except BaseException as e:

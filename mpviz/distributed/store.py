@@ -15,8 +15,8 @@ carries tensors: those go through shared memory (ring.py).
 on a per-job secret that only this user can read: ``MPVIZ_DIST_SECRET`` if the launcher set it, else
 a random key rank 0 writes to a private file (0600, in a 0700 directory of this user) named after
 the port -- or, for ``file://`` init, into the rendezvous file itself. A process of another user
-fails the challenge and is dropped. The key file is removed by ``close()`` or at exit; a rank 0
-killed by SIGKILL leaves it (a few bytes, overwritten by the next job on that port).
+fails the challenge and is dropped. The key file is removed once every rank has joined (or by
+``close()``, or at exit): only a rank 0 killed during the rendezvous leaves it behind.
 
 Adapted from torch's ``TCPStore`` (c10d/TCPStore.cpp): same roles and the same error wording where
 torch has one; left out: the libuv server, multi-tenant stores, compare_set, IPv6.
@@ -267,6 +267,13 @@ class TCPStore:
     def wait_count(self, key, value, timeout):
         """Wait until the counter `key` reaches `value`; return what it reached."""
         return self._ask("wait_count", key, value, timeout)
+
+    def forget_secret(self):
+        """Remove the key file (or file:// file): every rank has connected, none reads it again.
+        Done once all have joined, so that a rank 0 killed later leaves nothing behind."""
+        for path in (self._key_file, self.address_file):
+            if path is not None and self.server is not None:
+                _unlink(path)
 
     def close(self):
         try:
