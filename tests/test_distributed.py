@@ -209,6 +209,8 @@ def test_one_rank_inits_runs_and_leaves_no_port_key_or_file(tmp_path):
     with pytest.raises(ValueError, match="invalid tensor_list \\(expected length 1, got 2\\)"):
         dist.all_gather([t, t], t)
     dist.all_reduce(t, group=other)
+    work = dist.all_reduce(t, async_op=True)    # torch's Work: done already, wait() is at once
+    assert work.wait() and work.is_completed() and dist.all_reduce(t) is None
     dist.destroy_process_group()
     assert not os.path.exists(key)
     with socket.socket() as s:            # nobody listens on the store's port any more

@@ -23,7 +23,7 @@ Where each part lives (read them in this order):
 The page for students: docs/DISTRIBUTED.md. When mpviz's recorder is on, the rendezvous, each
 collective (begin/end per rank) and each ring step are events (``dist.*`` in trace/events.py).
 """
-from .distributed_c10d import (GroupMember, all_gather, all_reduce, barrier, broadcast,
+from .distributed_c10d import (GroupMember, Work, all_gather, all_reduce, barrier, broadcast,
                                destroy_process_group, get_backend, get_rank, get_world_size,
                                init_process_group, is_available, is_initialized, new_group, recv,
                                reduce_scatter, send)
@@ -34,5 +34,5 @@ from .store import TCPStore
 __all__ = ["init_process_group", "destroy_process_group", "is_initialized", "is_available",
            "get_rank", "get_world_size", "get_backend", "new_group", "GroupMember",
            "all_reduce", "broadcast", "all_gather", "reduce_scatter", "barrier", "send", "recv",
-           "ReduceOp", "ProcessGroup", "TCPStore", "DistError", "DistNetworkError",
+           "ReduceOp", "ProcessGroup", "Work", "TCPStore", "DistError", "DistNetworkError",
            "DistStoreError", "CollectiveError"]

@@ -310,6 +310,21 @@ def new_group(ranks=None, timeout=None, backend=None, pg_options=None):
 
 # -- the collectives: check the arguments, then hand them to the group ----------------------------
 
+class Work:
+    """What a collective returns with ``async_op=True`` (torch's ``Work``). Here every collective
+    has finished when the call returns, so ``wait()`` has nothing left to wait for."""
+
+    def wait(self, timeout=None):
+        return True
+
+    def is_completed(self):
+        return True
+
+
+def _done(async_op):
+    return Work() if async_op else None
+
+
 def _check_op(op, array, name):
     if op not in ReduceOp.UFUNC:
         raise ValueError(f"{name}: op={op!r} is not a ReduceOp. Fix: op=dist.ReduceOp.SUM.")
@@ -329,16 +344,19 @@ def all_reduce(tensor, op=ReduceOp.SUM, group=None, async_op=False):
     array = as_array(tensor, "tensor")
     _check_op(op, array, "all_reduce")
     g.all_reduce(array, op)
+    return _done(async_op)
 
 
 def broadcast(tensor, src, group=None, async_op=False):
     g = _group(group, "broadcast")
     _src_in(g, src, "broadcast")
     g.broadcast(as_array(tensor, "tensor"), src)
+    return _done(async_op)
 
 
 def barrier(group=None, async_op=False, device_ids=None):
     _group(group, "barrier").barrier()
+    return _done(async_op)
 
 
 def all_gather(tensor_list, tensor, group=None, async_op=False):
@@ -346,6 +364,7 @@ def all_gather(tensor_list, tensor, group=None, async_op=False):
     array = as_array(tensor, "tensor")
     arrays = _list_like(tensor_list, array, g, "all_gather", "tensor_list")
     g.all_gather(arrays, array)
+    return _done(async_op)
 
 
 def reduce_scatter(output, input_list, op=ReduceOp.SUM, group=None, async_op=False):
@@ -354,6 +373,7 @@ def reduce_scatter(output, input_list, op=ReduceOp.SUM, group=None, async_op=Fal
     _check_op(op, array, "reduce_scatter")
     arrays = _list_like(input_list, array, g, "reduce_scatter", "input_list")
     g.reduce_scatter(array, arrays, op)
+    return _done(async_op)
 
 
 def _list_like(tensors, array, group, name, what):
