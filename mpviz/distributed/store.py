@@ -99,31 +99,45 @@ class _Server:
                 f"other process (`ss -ltnp | grep {port}` shows it).") from None
         self.port = self.listener.getsockname()[1]
         self.data = {}
-        self.changed = threading.Condition()
-        self.connections = []
-        threading.Thread(target=self._accept, name="mpviz-store", daemon=True).start()
+        self.changed = threading.Condition()   # guards data, sockets, closing
+        self.sockets, self.threads, self.closing = [], [], False
+        self._start(self._accept)
+
+    def _start(self, target, *args):
+        thread = threading.Thread(target=target, args=args, name="mpviz-store", daemon=True)
+        self.threads.append(thread)
+        thread.start()
 
     def _accept(self):
         while True:
             try:
                 sock, _ = self.listener.accept()
             except OSError:
-                return                       # closed
-            threading.Thread(target=self._serve, args=(sock,), name="mpviz-store-conn",
-                             daemon=True).start()
+                return                       # shut down by close()
+            with self.changed:
+                if self.closing:
+                    sock.close()
+                    return
+                self.sockets.append(sock)
+            self._start(self._serve, sock)
 
     def _serve(self, sock):
-        conn = Connection(sock.detach())
+        """One rank's connection. Only this thread closes it; close() shuts it down to wake it."""
+        conn = Connection(os.dup(sock.fileno()))
         try:
             deliver_challenge(conn, self.secret)   # HMAC: does the peer know the job's secret?
-            self.connections.append(conn)
             while True:
                 request = conn.recv()
                 reply = self._handle(*request)
                 if request[0] != "note":
                     conn.send(reply)
         except (EOFError, OSError, AuthenticationError):
-            conn.close()                     # gone, or the wrong secret: dropped
+            pass                             # gone, closed, or the wrong secret: dropped
+        finally:
+            conn.close()
+            with self.changed:
+                self.sockets.remove(sock)
+                sock.close()
 
     def _handle(self, command, key=None, value=None, timeout=None):
         with self.changed:
@@ -135,22 +149,33 @@ class _Server:
                 self.changed.notify_all()
                 return self.data[key]
             elif command == "get":           # wait for the key: how a rank waits for the others
-                self.changed.wait_for(lambda: key in self.data, timeout)
+                self.changed.wait_for(lambda: self.closing or key in self.data, timeout)
                 return self.data.get(key, _MISSING)
             elif command == "get_many":      # no wait: what is there now (a timeout's report)
                 return {k: self.data[k] for k in key if k in self.data}
             elif command == "wait_count":    # wait until data[key] >= value
-                self.changed.wait_for(lambda: self.data.get(key, 0) >= value, timeout)
+                self.changed.wait_for(lambda: self.closing or self.data.get(key, 0) >= value,
+                                      timeout)
                 return self.data.get(key, 0)
 
     def close(self):
-        try:
-            self.listener.shutdown(socket.SHUT_RDWR)   # wakes the thread blocked in accept()
-        except OSError:
-            pass
+        """Stop serving: wake every thread (shutdown wakes a blocked accept/recv), wait for them."""
+        with self.changed:
+            self.closing = True
+            self.changed.notify_all()
+            for sock in self.sockets:
+                _shutdown(sock)
+        _shutdown(self.listener)
+        for thread in list(self.threads):
+            thread.join(5)
         self.listener.close()
-        for conn in self.connections:
-            conn.close()
+
+
+def _shutdown(sock):
+    try:
+        sock.shutdown(socket.SHUT_RDWR)
+    except OSError:
+        pass                                 # not connected (any more)
 
 
 _MISSING = "<mpviz.distributed: no such key>"
