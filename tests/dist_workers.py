@@ -146,14 +146,16 @@ def shapes_differ(rank, W, port, results):
 
 
 def late_rank(rank, W, port, event, results):
-    """Rank 1 is held back (until rank 0 gave up) while rank 0 waits in all_reduce #1."""
+    """Rank 1 is held back (until rank 0 gave up) while rank 0 waits in all_reduce #1 of a
+    group whose timeout is 1 s (the rendezvous has its own 20 s: a loaded machine is slow)."""
     import mpviz
-    dist = init(rank, W, port, seconds=1)
+    dist = init(rank, W, port)
+    group = dist.new_group([0, 1], timeout=datetime.timedelta(seconds=1))
     if rank == 1:
         event.wait(30)
-        _report(results, rank, lambda: dist.all_reduce(mpviz.ones(3)))
+        _report(results, rank, lambda: dist.all_reduce(mpviz.ones(3), group=group))
     else:
-        _report(results, rank, lambda: dist.all_reduce(mpviz.ones(3)))
+        _report(results, rank, lambda: dist.all_reduce(mpviz.ones(3), group=group))
         event.set()
     dist.destroy_process_group()
 
@@ -183,9 +185,10 @@ def rank_killed(rank, W, port, results):
     dist.destroy_process_group()
 
 
-def wrong_world_size(rank, W, port, results):
-    """Two processes started, each told world_size=W+1."""
-    _report(results, rank, lambda: init(rank, W + 1, port, seconds=1))
+def wrong_world_size(rank, W, port, started, results):
+    """Two processes started, each told world_size=W+1 (both start init_process_group together)."""
+    started.wait()
+    _report(results, rank, lambda: init(rank, W + 1, port, seconds=2))
 
 
 def recorded(rank, W, port):

@@ -141,10 +141,10 @@ def test_a_rank_that_raised_is_named_by_the_rank_waiting_for_it():
 
 
 def test_a_wrong_world_size_names_the_rank_that_never_joined():
-    out = run(workers.wrong_world_size, 2, free_port())
+    out = run(workers.wrong_world_size, 2, free_port(), mp.get_context("spawn").Barrier(2))
     kind, message = out[0]
     assert kind == "DistStoreError"
-    assert "Timed out after 1 seconds waiting for clients. 2/3 clients joined. Ranks [2] did " \
+    assert "Timed out after 2 seconds waiting for clients. 2/3 clients joined. Ranks [2] did " \
            "not join." in message and "Fix:" in message
     kind, message = out[1]                # rank 1: its own timeout, or rank 0 leaving first
     assert kind == "DistStoreError" and ("2/3 clients joined" in message

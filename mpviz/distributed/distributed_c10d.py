@@ -195,7 +195,7 @@ def init_process_group(backend=None, init_method=None, timeout=None, world_size=
         _join(the_store, rank, world_size, deadline, seconds)
         the_store.forget_secret()             # rank 0: every rank is connected now
         world = _World(rank, world_size, seconds, the_store, link)
-        world.groups.append(ProcessGroup(world, "g0", list(range(world_size)), deadline))
+        world.groups.append(ProcessGroup(world, "g0", list(range(world_size)), deadline, seconds))
     except BaseException as e:
         error = e
         for thing in reversed(made):
@@ -303,7 +303,7 @@ def new_group(ranks=None, timeout=None, backend=None, pg_options=None):
     if world.rank not in members:
         return GroupMember.NON_GROUP_MEMBER
     seconds = world.timeout if timeout is None else timeout.total_seconds()
-    group = ProcessGroup(world, f"g{world.n_groups}", members, time.monotonic() + seconds)
+    group = ProcessGroup(world, f"g{world.n_groups}", members, time.monotonic() + seconds, seconds)
     world.groups.append(group)
     return group
 

@@ -56,8 +56,8 @@ def describe(array):
 class ProcessGroup:
     """Ranks `members` (global ranks, sorted) of `world`; this rank is one of them."""
 
-    def __init__(self, world, tag, members, deadline):
-        self.world, self.tag, self.members = world, tag, members
+    def __init__(self, world, tag, members, deadline, timeout):
+        self.world, self.tag, self.members, self.timeout = world, tag, members, timeout
         self.ring = Ring(world.links, tag, members, world.rank, deadline)
         self.seq = 0
 
@@ -86,7 +86,7 @@ class ProcessGroup:
                           rank=rank, nbytes=nbytes)
         error = None
         try:
-            deadline = time.monotonic() + self.world.timeout
+            deadline = time.monotonic() + self.timeout
             if self.size() == 1:
                 return body(None, deadline)
             ring.begin(nbytes if room is None else room, deadline)
@@ -128,7 +128,7 @@ class ProcessGroup:
             notes = self.world.store.get_many(keys)
         except (OSError, EOFError):
             notes = None
-        ms = int(self.world.timeout * 1000)
+        ms = int(self.timeout * 1000)
         head = f"Timed out waiting {ms}ms for {op} #{seq} of group {self.members} on rank " \
                f"{self.world.rank}"
         if notes is None:
@@ -292,7 +292,7 @@ class ProcessGroup:
 
     def _timed_out_p2p(self, op, seq, peer):
         other = "send" if op == "recv" else "recv"
-        ms = int(self.world.timeout * 1000)
+        ms = int(self.timeout * 1000)
         return CollectiveError(
             f"Timed out waiting {ms}ms for {op} #{seq} on rank {self.world.rank}: rank {peer} did "
             f"not {other}. Why: every recv needs a matching send from the rank it names (and the "
