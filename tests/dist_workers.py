@@ -145,6 +145,15 @@ def shapes_differ(rank, W, port, results):
     dist.destroy_process_group()
 
 
+def not_in_group(rank, W, port, results):
+    """Rank 1 uses a group made of rank 0 only (torch warns and skips the call)."""
+    import mpviz
+    dist = init(rank, W, port)
+    only_0 = dist.new_group([0])
+    _report(results, rank, lambda: dist.all_reduce(mpviz.ones(3), group=only_0))
+    dist.destroy_process_group()
+
+
 def late_rank(rank, W, port, event, results):
     """Rank 1 is held back (until rank 0 gave up) while rank 0 waits in all_reduce #1 of a
     group whose timeout is 1 s (the rendezvous has its own 20 s: a loaded machine is slow)."""

@@ -133,6 +133,14 @@ def test_a_timeout_names_the_collective_and_the_rank_that_did_not_arrive():
     assert out[1][0] == "CollectiveError" and "rank 1" in out[1][1]   # the late one is told too
 
 
+def test_a_rank_outside_a_group_is_told_so_with_the_fix():
+    out = run(workers.not_in_group, 2, free_port())
+    assert out[0] == (None, None)                       # rank 0 is the group: its all_reduce runs
+    kind, message = out[1]
+    assert kind == "ValueError" and "rank 1 called all_reduce with a group it is not in" in message
+    assert "torch warns and skips the call" in message and "Fix:" in message
+
+
 def test_a_rank_that_raised_is_named_by_the_rank_waiting_for_it():
     out = run(workers.rank_raises, 2, free_port(), expect_fail=True)
     kind, message = out[0]
