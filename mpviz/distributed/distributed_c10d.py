@@ -262,9 +262,10 @@ def _group(group, op):
         return world.groups[0]
     if group is GroupMember.NON_GROUP_MEMBER:
         raise ValueError(
-            f"rank {world.rank} called {op} with a group it is not in. Why: new_group(ranks) "
-            f"returns this marker to ranks outside `ranks` (torch warns and skips the call; mpviz "
-            f"stops). Fix: call it only on members: `if dist.get_rank() in ranks:`.")
+            f"Running {op} on global rank {world.rank} which does not belong to the given group. "
+            f"Why: new_group(ranks) returns this marker to ranks outside `ranks`; torch warns and "
+            f"skips the call, mpviz stops here. Fix: call it only on members: "
+            f"`if dist.get_rank() in ranks:`.")
     if not isinstance(group, ProcessGroup):
         raise TypeError(f"group must come from new_group(), not {type(group).__name__}.")
     return group
