@@ -73,6 +73,11 @@ class ProcessGroup:
     # -- one collective, start to end: seq, note, record, run, turn failures into messages ------
 
     def run(self, op, header, nbytes, body, room=None):
+        """Run collective `op` #seq: ``body(start, deadline)`` is the collective's own part.
+
+        It fills this rank's ring buffer (``room`` bytes; default `nbytes`), calls ``start()``
+        (the S exchange, where `header` is compared with the previous rank's), then runs its
+        steps. With a group of one rank, `start` is None: the body only copies, if anything."""
         ring, rank = self.ring, self.world.rank
         if ring.broken is not None:
             raise CollectiveError(f"{op}: this group failed earlier and cannot be used again: "
