@@ -167,11 +167,14 @@ class ProcessGroup:
         def body(start, deadline):
             if start is None:
                 return
-            W, ring = self.size(), self.ring
-            ring.mine.view(array.dtype, array.size)[:] = array.reshape(-1)
+            W, ring, n = self.size(), self.ring, array.size
+            flat = array.reshape(-1)
+            c = (ring.index - 1) % W               # the chunk the next rank reads at its step 0
+            lo, hi = c * n // W, (c + 1) * n // W
+            ring.mine.view(array.dtype, n)[lo:hi] = flat[lo:hi]
             start()
-            out = ring.steps(0, 2 * W - 2, array.dtype, array.size, combine, "all_reduce",
-                             self.seq, deadline)
+            out = ring.steps(0, 2 * W - 2, array.dtype, n, combine, "all_reduce", self.seq,
+                             deadline, source=flat)
             array[...] = out.reshape(array.shape)
             ring.end()
         self.run("all_reduce", header, array.nbytes, body)

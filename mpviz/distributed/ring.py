@@ -141,10 +141,15 @@ class Ring:
 
     # -- the steps ----------------------------------------------------------------------------
 
-    def steps(self, first, last, dtype, count, combine, op, seq, deadline):
-        """Steps first .. last-1 (reduce-scatter: 0 .. W-2; all-gather: W-1 .. 2W-3)."""
+    def steps(self, first, last, dtype, count, combine, op, seq, deadline, source=None):
+        """Steps first .. last-1 (reduce-scatter: 0 .. W-2; all-gather: W-1 .. 2W-3).
+
+        `source`: where this rank's own values of a reduce-scatter step come from (default: its
+        buffer). all_reduce passes the caller's tensor, so that ``mine = source + theirs`` is
+        one pass, and only the chunk the next rank reads first had to be copied in."""
         W, i = self.size, self.index
         mine, theirs = self.mine.view(dtype, count), self.theirs.view(dtype, count)
+        ours = mine if source is None else source
         item = np.dtype(dtype).itemsize
         for t in range(first, last):
             if t > first:                          # the first step's go was the S message
@@ -152,7 +157,7 @@ class Ring:
             c = (i - 2 - t) % W
             lo, hi = c * count // W, (c + 1) * count // W
             if t < W - 1:
-                combine(mine[lo:hi], theirs[lo:hi], out=mine[lo:hi])
+                combine(ours[lo:hi], theirs[lo:hi], out=mine[lo:hi])
             else:
                 mine[lo:hi] = theirs[lo:hi]
             if recorder.ENABLED:
