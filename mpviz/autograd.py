@@ -21,7 +21,7 @@ per thread, as in torch, and each process has its own.
 Adapted from Karpathy's micrograd (``engine.py``: scalars, a closure per op, topological sort),
 lifted to arrays. Left out, compared with torch: in-place ops on tensors that require grad
 (``add_`` and friends never record), ``retain_graph`` (the graph stays until it is garbage, so a
-second ``backward()`` on it simply adds again), higher-order gradients, and hooks. What an op
+second ``backward()`` on it simply adds again), higher-order gradients, and hooks (but for :func:`queue_callback`). What an op
 keeps of its inputs: :class:`Node`. Fork: :class:`AutogradForkError`.
 """
 import builtins
@@ -498,6 +498,7 @@ def backward(t, gradient=None):
                              f"output's shape")
 
     grads = {id(t): gradient}
+    _queued.clear()
     for node in _topological_order(t):
         g = grads.pop(id(node), None)
         if g is None:
@@ -509,6 +510,17 @@ def backward(t, gradient=None):
             if gx is None or not (isinstance(x, Tensor) and x.requires_grad):
                 continue
             grads[id(x)] = grads[id(x)] + gx if id(x) in grads else gx
+    while _queued:                          # every .grad is filled: what a Node asked to run now
+        _queued.pop(0)()
+
+
+_queued = []
+
+
+def queue_callback(callback):
+    """Run `callback()` when the backward() in progress has filled every ``.grad``: torch's
+    ``Variable._execution_engine.queue_callback``, with which DDP averages the gradients."""
+    _queued.append(callback)
 
 
 def zero_grads(parameters, set_to_none=True):

@@ -20,3 +20,5 @@ def test_bench_quick_runs_and_writes_its_table(tmp_path):
     # bench_dataloader_trace.py: real torch, untraced and traced side by side, and the drawing
     assert "DataLoader, 2 workers, 200 batches" in text and "`mpviz trace` ÷ untraced" in text
     assert "drawing timeline + memory map + wait-for" in text
+    # bench_distributed.py: all_reduce, torch gloo and mpviz.distributed in the same ranks
+    assert "| 2 | 1 MiB |" in text and "mpviz ÷ gloo" in text

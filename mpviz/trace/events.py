@@ -134,6 +134,20 @@ KINDS = {
     "cuda.warning": Kind("message, blocks",
                          "a producer exiting while consumers still hold its blocks"),
 
+    # -- distributed: rendezvous, collectives, the ring (mpviz.distributed) --------------------
+    "dist.rendezvous": Kind(
+        "phase ('begin'/'end'), rank, world_size, backend, init_method, error (end, if it failed)",
+        "mpviz.distributed (init_process_group, around the store and the join)"),
+    "dist.collective": Kind(
+        "phase ('begin'/'end'), op ('all_reduce', 'broadcast', 'all_gather', 'reduce_scatter', "
+        "'barrier', 'send', 'recv'), seq (per group, 1-based, counted by each rank; send/recv: "
+        "per sender-receiver pair), group (its global ranks, sorted), rank (global), nbytes, "
+        "peer (send/recv only), error (end, if it failed)",
+        "mpviz.distributed (group.py: each rank, entering and leaving a collective)"),
+    "dist.ring_step": Kind(
+        "op, seq, step (0 .. 2W-3), chunk, send_to, recv_from (global ranks), nbytes",
+        "mpviz.distributed (ring.py: a rank, after it read one chunk of its previous rank)"),
+
     # -- real torch (torch_hooks.py; every such event also has torch=True) ------------------------
     "torch.share_memory": Kind("module, tensors, nbytes, torch", "Module.share_memory()"),
     "dataloader.worker": Kind("phase (start/exit), worker_id, num_workers, torch",

@@ -1,0 +1,1 @@
+"""mpviz.utils: what torch.utils has that mpviz needs (``data.DistributedSampler``)."""
