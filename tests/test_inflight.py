@@ -103,6 +103,17 @@ def test_a_closed_queue_says_is_closed_as_the_stdlibs_does():
         q.join_thread()
 
 
+def test_empty_on_a_used_closed_queue_raises_an_oserror_saying_is_closed_as_the_stdlibs_does():
+    # CPython 3.13's test_closed_queue_empty_exceptions: the stdlib's empty() polls the closed
+    # reading end, whose error is OSError("handle is closed")
+    for q in mp.Queue(), mp.JoinableQueue():
+        q.put("foo")
+        q.close()
+        q.join_thread()
+        with pytest.raises(OSError, match="is closed"):
+            q.empty()
+
+
 # -- handles in flight: scenarios, each in a fresh interpreter with its own manager ---------------
 #
 # The manager serves one user and one MPVIZ_SHM_TAG. A scenario runs in a new Python with a tag of

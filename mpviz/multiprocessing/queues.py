@@ -66,6 +66,12 @@ class QueueClosedError(ValueError):
         return (type(self), (self.call, self.queue))
 
 
+class QueueClosedEmptyError(QueueClosedError, OSError):
+    """``empty()`` on a Queue closed in this process: also an ``OSError``, as the stdlib's
+    "handle is closed" there is (its ``empty()`` polls the closed reading end), so code and
+    CPython's own test (``test_closed_queue_empty_exceptions``, 3.13) that catch it still do."""
+
+
 def _stepped(op, queue, **info):
     """A stepped run (mpviz.stepper): wait for the learner's "go" before `op`. A dict lookup
     when nothing is stepped: the gate module is loaded only in a stepped process."""
@@ -176,7 +182,7 @@ class Queue(DirectWrite, multiprocessing.queues.Queue):
 
     def empty(self):
         if self._closed:
-            raise QueueClosedError("empty", repr(self))
+            raise QueueClosedEmptyError("empty", repr(self))
         return super().empty()
 
 
