@@ -134,19 +134,28 @@ KINDS = {
     "cuda.warning": Kind("message, blocks",
                          "a producer exiting while consumers still hold its blocks"),
 
-    # -- distributed: rendezvous, collectives, the ring (mpviz.distributed) --------------------
+    # -- distributed: mpviz.distributed, and real torch.distributed (dist_hooks.py) -----------
     "dist.rendezvous": Kind(
-        "phase ('begin'/'end'), rank, world_size, backend, init_method, error (end, if it failed)",
-        "mpviz.distributed (init_process_group, around the store and the join)"),
+        "phase ('begin'|'end'), rank, world_size, backend, init_method, error (end, if it "
+        "failed: the exception, as 'Type: message')",
+        "each rank, around init_process_group: mpviz.distributed (around the store and the "
+        "join); torch_hooks.py: dist_hooks.py for torch"),
     "dist.collective": Kind(
-        "phase ('begin'/'end'), op ('all_reduce', 'broadcast', 'all_gather', 'reduce_scatter', "
-        "'barrier', 'send', 'recv'), seq (per group, 1-based, counted by each rank; send/recv: "
-        "per sender-receiver pair), group (its global ranks, sorted), rank (global), nbytes, "
-        "peer (send/recv only), error (end, if it failed)",
-        "mpviz.distributed (group.py: each rank, entering and leaving a collective)"),
+        "phase ('begin'|'end'), op (torch's name: 'all_reduce', 'broadcast', 'all_gather', "
+        "'reduce_scatter', 'barrier', 'send', 'recv' ...), seq (per group, 1-based, counted by "
+        "each rank; mpviz's send/recv: per sender-receiver pair), group (its global ranks, "
+        "sorted), rank (global), nbytes (the tensors this rank sends in), peer (send/recv "
+        "only), error (end, if it failed), async_op (torch, True: ends at Work.wait())",
+        "each rank, entering and leaving each outermost collective: mpviz.distributed "
+        "(group.py); torch_hooks.py: dist_hooks.py for torch"),
     "dist.ring_step": Kind(
         "op, seq, step (0 .. 2W-3), chunk, send_to, recv_from (global ranks), nbytes",
         "mpviz.distributed (ring.py: a rank, after it read one chunk of its previous rank)"),
+    "dist.destroy": Kind("rank", "each rank, at destroy_process_group (torch_hooks.py: "
+                                 "dist_hooks.py)"),
+    "spawn.raised": Kind("index (spawn's i: the rank, usually), error ('Type: message')",
+                         "a torch.multiprocessing.spawn child whose function raised, before "
+                         "spawn's _wrap exits with code 1 (torch_hooks.py: dist_hooks.py)"),
 
     # -- real torch (torch_hooks.py; every such event also has torch=True) ------------------------
     "torch.share_memory": Kind("module, tensors, nbytes, torch", "Module.share_memory()"),
@@ -165,23 +174,6 @@ KINDS = {
     "not_recorded": Kind("what, why, fix, torch",
                          "a part of a framework mpviz does not see, when the program uses it "
                          "(gloo's threads, DDP's Reducer: dist_hooks.py; torch_hooks.py)"),
-
-    # -- torch.distributed (dist_hooks.py, installed by torch_hooks.py) -------------------------
-    "dist.rendezvous": Kind(
-        "phase ('begin'|'end'), rank, world_size, backend, init_method, error (end: the "
-        "exception, as 'Type: message')",
-        "each rank, around init_process_group (torch_hooks.py: dist_hooks.py)"),
-    "dist.collective": Kind(
-        "phase ('begin'|'end'), op (torch's name: 'all_reduce', 'barrier', 'send' ...), seq "
-        "(per group, 1-based, counted by each rank), group (sorted global ranks), rank, nbytes "
-        "(the tensors this rank sends in), peer (send/recv), error, async_op (True: ends at "
-        "Work.wait())",
-        "each rank, around each outermost collective call (torch_hooks.py: dist_hooks.py)"),
-    "spawn.raised": Kind("index (spawn's i: the rank, usually), error ('Type: message')",
-                         "a torch.multiprocessing.spawn child whose function raised, before "
-                         "spawn's _wrap exits with code 1 (torch_hooks.py: dist_hooks.py)"),
-    "dist.destroy": Kind("rank", "each rank, at destroy_process_group (torch_hooks.py: "
-                                 "dist_hooks.py)"),
 
     # -- the recorder, observers, users ------------------------------------------------------
     "record.dropped": Kind("kind, error",
