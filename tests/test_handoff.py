@@ -237,7 +237,9 @@ def test_kept_mappings_serve_a_consumer_that_drops_each_tensor(ctx, strategy):
     # Every arrival after the first found the memory still mapped in the child, kept by the
     # cache. So the child mapped it once:
     mapped = [e for e in trace.events if e.pid == p.pid and e.kind == "shm.attach"
-              and not e.args.get("kept")]
+              and not e.args.get("kept") and e.args.get("how") != "fork"]   # (not inherited:
+    # a stdlib heap arena this test process made earlier, e.g. a Barrier's, reaches a forked
+    # child mapped already, and is recorded there as such)
     assert len(mapped) == 1, [(e.kind, e.args) for e in mapped]
     assert stats["received_hits"] >= 10, stats
     assert stats["received_hits"] == trips - 1, stats    # every arrival after the first
