@@ -195,8 +195,10 @@ def rank_killed(rank, W, port, results):
 
 
 def wrong_world_size(rank, W, port, started, results):
-    """Two processes started, each told world_size=W+1 (both start init_process_group together)."""
-    started.wait()
+    """Two processes started, each told world_size=W+1 (both start init_process_group together:
+    `started` is one semaphore per rank, a barrier of two that leaves no heap arena behind)."""
+    started[rank].release()
+    started[1 - rank].acquire()
     _report(results, rank, lambda: init(rank, W + 1, port, seconds=2))
 
 
