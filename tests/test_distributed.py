@@ -241,3 +241,18 @@ def test_a_rank_killed_by_sigkill_leaves_no_key_file_segment_or_process():
     assert out[0][0] == "CollectiveError" and "rank 1 closed its connection" in out[0][1]
     left = glob.glob(os.path.join(tempfile.gettempdir(), f"mpviz-dist-{os.getuid()}", "*.key"))
     assert not [p for p in left if p.endswith(f"-{out[0][2]}.key")]
+
+
+def test_mpviz_dist_secret_from_the_environment_lets_a_second_rank_connect(monkeypatch):
+    """The header and the private-directory error say: set MPVIZ_DIST_SECRET in every rank."""
+    from mpviz.distributed.store import TCPStore
+    monkeypatch.setenv("MPVIZ_DIST_SECRET", "a shared random string")
+    master = TCPStore("127.0.0.1", 0, True, 5)
+    try:
+        other = TCPStore("127.0.0.1", master.port, False, 2)
+        master.set("job", "x")
+        assert other.get("job") == "x"
+        other.close()
+    finally:
+        master.close()
+

@@ -12,7 +12,7 @@ carries tensors: those go through shared memory (ring.py).
 
 **Who may connect.** A TCP port on 127.0.0.1 is open to every user of the machine, and TCP has no
 ``SO_PEERCRED``. So every connection starts with ``multiprocessing.connection``'s HMAC challenge
-on a per-job secret that only this user can read: ``MPVIZ_DIST_SECRET`` if the launcher set it, else
+on a per-job secret that only this user can read: ``MPVIZ_DIST_SECRET`` if every rank has it set, else
 a random key rank 0 writes to a private file (0600, in a 0700 directory of this user) named after
 the port -- or, for ``file://`` init, into the rendezvous file itself. A process of another user
 fails the challenge and is dropped. The key file is removed once every rank has joined (or by
@@ -207,13 +207,15 @@ class TCPStore:
         self._key_file = None
         self.server = None
         deadline = time.monotonic() + timeout
+        if secret is None and os.environ.get("MPVIZ_DIST_SECRET"):
+            secret = os.environ["MPVIZ_DIST_SECRET"].encode()   # every rank knows it already
         if is_master:
             secret = secret or secrets.token_bytes(32)
             self.server = _Server(host, port, secret)
             port = self.server.port
             if address_file is not None:      # file:// init: the file says where, and the key
                 _write_private(address_file, f"{port} {secret.hex()}")
-            elif "MPVIZ_DIST_SECRET" not in os.environ:
+            elif not os.environ.get("MPVIZ_DIST_SECRET"):
                 self._key_file = key_file(host, port)
                 _write_private(self._key_file, secret.hex())
             for path in (self._key_file, address_file):   # also if the program never calls close()
