@@ -256,3 +256,52 @@ def test_mpviz_dist_secret_from_the_environment_lets_a_second_rank_connect(monke
     finally:
         master.close()
 
+
+def test_a_rank_does_not_unpickle_what_a_listener_without_the_secret_sends(tmp_path):
+    """Someone else's process on MASTER_PORT (before rank 0 listens, or after it died leaving
+    its key file) must prove it knows the job's secret before a rank reads a pickle from it."""
+    import threading
+    from multiprocessing.connection import Connection
+    from mpviz.distributed import store
+
+    planted = tmp_path / "unpickled"
+
+    class Plant:
+        def __reduce__(self):
+            return os.mkdir, (str(planted),)
+
+    listener = socket.create_server(("127.0.0.1", 0))
+    port = listener.getsockname()[1]
+    key = store.key_file("127.0.0.1", port)
+    store._write_private(key, os.urandom(32).hex())       # a key file a killed rank 0 left
+
+    def impostor():                                         # welcomes any answer, then a pickle
+        while True:
+            try:
+                sock, _ = listener.accept()
+            except OSError:
+                return
+            conn = Connection(sock.detach())
+            try:
+                conn.send_bytes(b"#CHALLENGE#" + os.urandom(20))
+                conn.recv_bytes()
+                conn.send_bytes(b"#WELCOME#")
+                conn.recv_bytes()
+                conn.send(Plant())
+                conn.recv_bytes()
+            except (OSError, EOFError):
+                pass
+            finally:
+                conn.close()
+
+    thread = threading.Thread(target=impostor)
+    thread.start()
+    try:
+        with pytest.raises(dist.DistNetworkError, match="Fix:"):
+            store.TCPStore("127.0.0.1", port, False, 1).get("job")
+    finally:
+        listener.shutdown(socket.SHUT_RDWR)
+        listener.close()
+        thread.join(5)
+        os.unlink(key)
+    assert not planted.exists()

@@ -15,8 +15,10 @@ carries tensors: those go through shared memory (ring.py).
 on a per-job secret that only this user can read: ``MPVIZ_DIST_SECRET`` if every rank has it set, else
 a random key rank 0 writes to a private file (0600, in a 0700 directory of this user) named after
 the port -- or, for ``file://`` init, into the rendezvous file itself. A process of another user
-fails the challenge and is dropped. The key file is removed once every rank has joined (or by
-``close()``, or at exit): only a rank 0 killed during the rendezvous leaves it behind.
+fails the challenge and is dropped; and a rank checks the server the same way before it reads a
+reply (a reply is a pickle: from a stranger on the port, it could run code). The key file is
+removed once every rank has joined (or by ``close()``, or at exit): only a rank 0 killed during
+the rendezvous leaves it behind.
 
 Adapted from torch's ``TCPStore`` (c10d/TCPStore.cpp): same roles and the same error wording where
 torch has one; left out: the libuv server, multi-tenant stores, compare_set, IPv6.
@@ -126,6 +128,7 @@ class _Server:
         conn = Connection(os.dup(sock.fileno()))
         try:
             deliver_challenge(conn, self.secret)   # HMAC: does the peer know the job's secret?
+            answer_challenge(conn, self.secret)    # ... and prove that we do (as Listener)
             while True:
                 request = conn.recv()
                 reply = self._handle(*request)
@@ -184,10 +187,16 @@ _MISSING = "<mpviz.distributed: no such key>"
 # -- the client (every rank, rank 0 too) -------------------------------------------------------
 
 def _client(address, secret):
-    """A connection to the store that passed its challenge (multiprocessing's Client, by hand)."""
+    """A connection to the store that passed its challenge (multiprocessing's Client, by hand).
+
+    Both ways, as ``Client(address, authkey=...)``: the rank proves it knows the secret, then
+    the server must prove it too -- before the rank unpickles a single reply. Whoever listens on
+    MASTER_PORT before rank 0 does (or after it died) could otherwise send a pickle that runs
+    code in this rank."""
     conn = Connection(socket.create_connection(address).detach())
     try:
         answer_challenge(conn, secret)
+        deliver_challenge(conn, secret)
         return conn
     except BaseException:
         conn.close()
