@@ -208,3 +208,15 @@ def recorded(rank, W, port):
     dist.all_reduce(mpviz.ones(10))
     dist.barrier()
     dist.destroy_process_group()
+
+
+def mean_loss_on_rank_0_only(rank, W, port):
+    """A loss logged by rank 0 alone: its second all_reduce inside ``if rank == 0:``; rank 1
+    leaves (destroy_process_group) while rank 0 waits for it."""
+    import mpviz
+    dist = init(rank, W, port)
+    loss = mpviz.ones(1) * (rank + 1)
+    dist.all_reduce(loss)
+    if rank == 0:
+        dist.all_reduce(mpviz.ones(1))
+    dist.destroy_process_group()

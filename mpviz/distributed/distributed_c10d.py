@@ -238,6 +238,8 @@ def destroy_process_group(group=None):
     if _world is None:
         raise ValueError(_NOT_INIT)
     if group is None:
+        if recorder.ENABLED:                   # before the sockets close: the others see that next
+            recorder.emit("dist.destroy", rank=_world.rank)
         _world.close()
         _world = None
 

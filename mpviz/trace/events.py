@@ -151,8 +151,9 @@ KINDS = {
     "dist.ring_step": Kind(
         "op, seq, step (0 .. 2W-3), chunk, send_to, recv_from (global ranks), nbytes",
         "mpviz.distributed (ring.py: a rank, after it read one chunk of its previous rank)"),
-    "dist.destroy": Kind("rank", "each rank, at destroy_process_group (torch_hooks.py: "
-                                 "dist_hooks.py)"),
+    "dist.destroy": Kind("rank", "each rank, as destroy_process_group begins (before its "
+                                 "sockets close): mpviz.distributed; torch_hooks.py: "
+                                 "dist_hooks.py for torch"),
     "spawn.raised": Kind("index (spawn's i: the rank, usually), error ('Type: message')",
                          "a torch.multiprocessing.spawn child whose function raised, before "
                          "spawn's _wrap exits with code 1 (torch_hooks.py: dist_hooks.py)"),
