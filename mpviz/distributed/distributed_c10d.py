@@ -27,7 +27,7 @@ from urllib.parse import urlparse
 from ..trace import recorder
 from . import links
 from .errors import DistStoreError
-from .group import ProcessGroup, ReduceOp, as_array
+from .group import ProcessGroup, ReduceOp, as_array, event_error
 from .store import TCPStore
 
 _world = None                 # this process's default group's world, between init and destroy
@@ -205,7 +205,7 @@ def init_process_group(backend=None, init_method=None, timeout=None, world_size=
         if recorder.ENABLED:
             recorder.emit("dist.rendezvous", phase="end", rank=rank, world_size=world_size,
                           backend=backend, init_method=init_method,
-                          error=None if error is None else str(error).split(". Why")[0])
+                          error=event_error(error))
     _world = world
 
 

@@ -49,6 +49,12 @@ def as_array(tensor, what):
                     f"{type(tensor).__name__}. Fix: wrap it, e.g. mpviz.tensor(x).")
 
 
+def event_error(error):
+    """An error as events.py's ``error`` fields hold it, as the torch hooks write it: 'Type:
+    message', the message up to its "Why" (None: no error)."""
+    return None if error is None else f"{type(error).__name__}: {str(error).split('. Why')[0]}"
+
+
 def describe(array):
     return f"{array.dtype} {list(array.shape)}"
 
@@ -112,7 +118,7 @@ class ProcessGroup:
             if record:
                 recorder.emit("dist.collective", phase="end", op=op, seq=seq, group=self.members,
                               rank=rank, nbytes=nbytes,
-                              error=None if error is None else str(error).split(". Why")[0])
+                              error=event_error(error))
         ring.abort(str(error))
         raise error
 
@@ -294,7 +300,7 @@ class ProcessGroup:
             if record:
                 recorder.emit("dist.collective", phase="end", op=op, seq=seq, group=self.members,
                               rank=rank, nbytes=array.nbytes, peer=peer,
-                              error=None if error is None else str(error).split(". Why")[0])
+                              error=event_error(error))
         if error is not None:
             raise error
 

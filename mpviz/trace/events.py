@@ -142,8 +142,11 @@ KINDS = {
         "join); torch_hooks.py: dist_hooks.py for torch"),
     "dist.collective": Kind(
         "phase ('begin'|'end'), op (torch's name: 'all_reduce', 'broadcast', 'all_gather', "
-        "'reduce_scatter', 'barrier', 'send', 'recv' ...), seq (per group, 1-based, counted by "
-        "each rank; mpviz's send/recv: per sender-receiver pair), group (its global ranks, "
+        "'reduce_scatter', 'barrier', 'send', 'recv' ...), seq (1-based, counted by each rank: "
+        "a collective's is its number among the group's collectives; a send/recv/isend/irecv's "
+        "is its number among the messages from that sender to that receiver -- the n-th send "
+        "from S to D meets D's n-th recv from S -- and is not counted among the group's "
+        "collectives: mpviz.distributed and torch alike), group (its global ranks, "
         "sorted), rank (global), nbytes (the tensors this rank sends in), peer (send/recv "
         "only), error (end, if it failed), async_op (torch, True: ends at Work.wait())",
         "each rank, entering and leaving each outermost collective: mpviz.distributed "
