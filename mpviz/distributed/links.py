@@ -20,10 +20,9 @@ dies leaves nothing behind (the kernel frees both with the last process that hol
 import os
 import secrets
 import socket
-import struct
 import time
 
-_CRED = struct.Struct("3i")   # struct ucred: pid, uid, gid
+from ..sharing.fd_passing import peer_credentials
 
 
 class LinkTimeout(Exception):
@@ -112,7 +111,7 @@ class Links:
 
 def _check_peer(sock):
     """Refuse a socket whose other end is not a process of this user (shared hosts)."""
-    pid, uid, gid = _CRED.unpack(sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _CRED.size))
+    pid, uid, _ = peer_credentials(sock)          # SO_PEERCRED, as the fd server checks its peers
     if uid != os.getuid():
         sock.close()
         raise PermissionError(f"a process of uid {uid} (pid {pid}) connected; only this user's may")
