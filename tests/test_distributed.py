@@ -197,7 +197,7 @@ def test_a_port_in_use_is_torchs_message_and_nothing_is_left(monkeypatch):
                                     world_size=1)
     assert str(info.value).startswith(
         f"The server socket has failed to listen on any local network address. port: {port}, "
-        f"useIpv6: false, code: -98, name: EADDRINUSE")
+        f"useIpv6: false, code: -98, name: EADDRINUSE, message: address already in use. Why:")
     assert "Fix:" in str(info.value) and not dist.is_initialized()
 
 

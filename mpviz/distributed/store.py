@@ -96,7 +96,7 @@ class _Server:
             raise DistNetworkError(
                 f"The server socket has failed to listen on any local network address. "
                 f"port: {port}, useIpv6: false, code: -{e.errno}, name: {name}, "
-                f"message: {e.strerror.lower()}. Why: another process (maybe an earlier run that "
+                f"message: {os.strerror(e.errno).lower()}. Why: another process (maybe an earlier run that "
                 f"is still alive) holds port {port}. Fix: choose a free MASTER_PORT, or stop the "
                 f"other process (`ss -ltnp | grep {port}` shows it).") from None
         self.port = self.listener.getsockname()[1]
