@@ -326,3 +326,14 @@ def test_a_rank_that_left_is_seen_leaving_before_the_rank_that_waited_for_it_fai
     assert verdict.sentence.startswith("rank 1 called destroy_process_group() after collective #1"),\
         verdict.sentence
     assert "rank 0 waited in all_reduce #2, which could never complete." in verdict.sentence
+
+
+def test_a_file_init_method_that_cannot_be_written_says_so_and_leaves_nothing(tmp_path):
+    """file:// naming a directory: rank 0 cannot write its port and key there. Before, a raw
+    IsADirectoryError, a stray .tmp file, and the store left listening (fds: conftest)."""
+    with pytest.raises(dist.DistStoreError) as info:
+        dist.init_process_group("mpviz", init_method=f"file://{tmp_path}", rank=0, world_size=1,
+                                timeout=datetime.timedelta(seconds=5))
+    assert str(tmp_path) in str(info.value) and "Fix:" in str(info.value)
+    assert os.listdir(tmp_path) == [] and not dist.is_initialized()
+    assert not glob.glob(f"{tmp_path}.*.tmp")            # the new file rank 0 meant to rename

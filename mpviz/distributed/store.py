@@ -60,9 +60,13 @@ def _write_private(path, text):
     """Write `text` to `path` (0600) without following a planted symlink: a new file, renamed over."""
     tmp = f"{path}.{os.getpid()}.tmp"
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
-    with os.fdopen(fd, "w") as f:
-        f.write(text)
-    os.replace(tmp, path)
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        _unlink(tmp)
+        raise
 
 
 def _read_private(path):
@@ -76,6 +80,18 @@ def _read_private(path):
         if st.st_uid != os.getuid() or st.st_mode & 0o077:
             return None
         return f.read()
+
+
+def _write_rendezvous_file(path, text):
+    """file:// init: rank 0 writes its port and key into the file the ranks share."""
+    try:
+        _write_private(path, text)
+    except OSError as e:
+        raise DistStoreError(
+            f"cannot write the rendezvous file {path} (init_method file://{path}): "
+            f"{e.strerror}. Why: rank 0 writes its store's port and key there for the other "
+            f"ranks to read. Fix: name a file (new or yours) in a directory you can write, the "
+            f"same in every rank, e.g. init_method='file:///tmp/my_job_rendezvous'.") from None
 
 
 def key_file(host, port):
@@ -222,11 +238,15 @@ class TCPStore:
             secret = secret or secrets.token_bytes(32)
             self.server = _Server(host, port, secret)
             port = self.server.port
-            if address_file is not None:      # file:// init: the file says where, and the key
-                _write_private(address_file, f"{port} {secret.hex()}")
-            elif not os.environ.get("MPVIZ_DIST_SECRET"):
-                self._key_file = key_file(host, port)
-                _write_private(self._key_file, secret.hex())
+            try:
+                if address_file is not None:  # file:// init: the file says where, and the key
+                    _write_rendezvous_file(address_file, f"{port} {secret.hex()}")
+                elif not os.environ.get("MPVIZ_DIST_SECRET"):
+                    self._key_file = key_file(host, port)
+                    _write_private(self._key_file, secret.hex())
+            except BaseException:
+                self.server.close()           # nobody can find it: stop listening
+                raise
             for path in (self._key_file, address_file):   # also if the program never calls close()
                 if path is not None:
                     util.Finalize(self, _unlink, args=(path,), exitpriority=0)
