@@ -166,8 +166,31 @@ def test_a_wrong_world_size_names_the_rank_that_never_joined():
 
 def test_a_collective_before_init_process_group_says_what_torch_says():
     with pytest.raises(ValueError, match="Default process group has not been initialized, please "
-                                         "make sure to call init_process_group."):
+                                         "make sure to call init_process_group.") as info:
         dist.all_reduce(np.ones(3))
+    assert "Fix: call dist.init_process_group(" in str(info.value)
+
+
+def test_the_errors_that_keep_torchs_words_also_say_how_to_fix_them():
+    import mpviz
+    from mpviz.nn.parallel import DistributedDataParallel
+    from mpviz.utils.data import DistributedSampler
+    with pytest.raises(ValueError, match="Invalid rank 2, rank should be in the interval "
+                                         "\\[0, 1\\]. Fix: rank=dist.get_rank"):
+        DistributedSampler(range(10), num_replicas=2, rank=2)
+    with pytest.raises(ValueError, match="init_process_group. DistributedDataParallel "
+                                         "all-reduces the gradients through it. Fix:"):
+        DistributedDataParallel(mpviz.nn.Linear(2, 1))
+    dist.init_process_group("mpviz", init_method=f"tcp://127.0.0.1:{free_port()}", rank=0,
+                            world_size=1, timeout=datetime.timedelta(seconds=5))
+    t = np.ones(2)
+    with pytest.raises(ValueError, match="the rank of the current process. Fix: dst="):
+        dist.send(t, 0)
+    with pytest.raises(ValueError, match="the rank of the current process. Fix: src="):
+        dist.recv(t, 0)
+    with pytest.raises(TypeError, match="not str. Fix: group=dist.new_group"):
+        dist.all_reduce(t, group="world")
+    dist.destroy_process_group()
 
 
 @pytest.mark.parametrize("kwargs, words", [

@@ -32,8 +32,11 @@ from .store import TCPStore
 
 _world = None                 # this process's default group's world, between init and destroy
 DEFAULT_TIMEOUT = datetime.timedelta(minutes=30)   # torch's default for gloo
-_NOT_INIT = ("Default process group has not been initialized, please make sure to call "
-             "init_process_group.")
+_NOT_INIT_WHAT = ("Default process group has not been initialized, please make sure to call "
+                  "init_process_group.")                                   # torch's words
+_NOT_INIT_FIX = ("Fix: call dist.init_process_group(backend, rank=rank, world_size=world_size) "
+                 "in every process first (and again after destroy_process_group()).")
+_NOT_INIT = f"{_NOT_INIT_WHAT} {_NOT_INIT_FIX}"
 
 
 class GroupMember:
@@ -269,7 +272,9 @@ def _group(group, op):
             f"skips the call, mpviz stops here. Fix: call it only on members: "
             f"`if dist.get_rank() in ranks:`.")
     if not isinstance(group, ProcessGroup):
-        raise TypeError(f"group must come from new_group(), not {type(group).__name__}.")
+        raise TypeError(f"group must come from new_group(), not {type(group).__name__}. Fix: "
+                        f"group=dist.new_group(ranks) (called on every rank), or leave it out "
+                        f"for the default group.")
     return group
 
 
@@ -399,7 +404,8 @@ def send(tensor, dst, group=None, tag=0):
     g = _group(group, "send")
     if dst == g.world.rank:
         raise ValueError("Invalid destination rank: destination rank should not be the same as "
-                         "the rank of the current process.")
+                         "the rank of the current process. Fix: dst= another rank (this process "
+                         "is dist.get_rank()); to keep a tensor, no send is needed.")
     _src_in(g, dst, "send", "dst")
     g.send(as_array(tensor, "tensor"), dst)
 
@@ -411,7 +417,8 @@ def recv(tensor, src=None, group=None, tag=0):
                          "Fix: name the sender: recv(tensor, src=0).")
     if src == g.world.rank:
         raise ValueError("Invalid source rank: source rank should not be the same as the rank of "
-                         "the current process.")
+                         "the current process. Fix: src= the rank that sends (this process is "
+                         "dist.get_rank()).")
     _src_in(g, src, "recv")
     g.recv(as_array(tensor, "tensor"), src)
     return src

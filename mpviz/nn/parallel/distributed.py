@@ -33,9 +33,9 @@ class DistributedDataParallel(Module):
             raise TypeError(f"DistributedDataParallel wraps an mpviz.nn.Module, not "
                             f"{type(module).__name__}. Fix: DistributedDataParallel(model).")
         if not dist.is_initialized():
-            raise ValueError("Default process group has not been initialized, please make sure "
-                             "to call init_process_group. (DistributedDataParallel all-reduces "
-                             "gradients through it.)")
+            c10d = dist.distributed_c10d
+            raise ValueError(f"{c10d._NOT_INIT_WHAT} DistributedDataParallel all-reduces the "
+                             f"gradients through it. {c10d._NOT_INIT_FIX}")
         self.module = module
         self.process_group = process_group
         group = process_group or dist.distributed_c10d._group(None, "DistributedDataParallel")

@@ -45,7 +45,9 @@ class DistributedSampler:
             rank = dist.get_rank()
         if not 0 <= rank < num_replicas:
             raise ValueError(f"Invalid rank {rank}, rank should be in the interval "
-                             f"[0, {num_replicas - 1}]")
+                             f"[0, {num_replicas - 1}]. Fix: rank=dist.get_rank() and "
+                             f"num_replicas=dist.get_world_size(), or leave both out after "
+                             f"init_process_group.")
         self.dataset, self.num_replicas, self.rank = dataset, num_replicas, rank
         self.shuffle, self.seed, self.drop_last, self.epoch = shuffle, seed, drop_last, 0
         n = len(dataset)
