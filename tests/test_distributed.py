@@ -360,3 +360,11 @@ def test_a_file_init_method_that_cannot_be_written_says_so_and_leaves_nothing(tm
     assert str(tmp_path) in str(info.value) and "Fix:" in str(info.value)
     assert os.listdir(tmp_path) == [] and not dist.is_initialized()
     assert not glob.glob(f"{tmp_path}.*.tmp")            # the new file rank 0 meant to rename
+
+
+def test_a_torch_function_mpviz_leaves_out_says_what_to_use_instead():
+    """The 'Writing distributed applications' tutorial's isend/irecv, ported by the import."""
+    assert not hasattr(dist, "isend") and not hasattr(dist, "no_such_name")
+    with pytest.raises(AttributeError, match="mpviz.distributed has no isend\\(\\): "
+                                             "torch.distributed has it.*Fix: use send\\(\\)"):
+        dist.isend(np.ones(2), 1)

@@ -36,3 +36,30 @@ __all__ = ["init_process_group", "destroy_process_group", "is_initialized", "is_
            "all_reduce", "broadcast", "all_gather", "reduce_scatter", "barrier", "send", "recv",
            "ReduceOp", "ProcessGroup", "Work", "TCPStore", "DistError", "DistNetworkError",
            "DistStoreError", "CollectiveError"]
+
+
+# torch.distributed's functions that are not here, and what to use instead (a program ported by
+# changing its import learns it at the name, not from a bare AttributeError)
+_TORCH_ONLY = {
+    "isend": "send() (it returns once the tensor is handed over, as isend's Work.wait() does)",
+    "irecv": "recv() (blocking: call it where the program would call wait())",
+    "batch_isend_irecv": "send() and recv() in an order both ranks follow",
+    "reduce": "all_reduce() (every rank gets the result; use it on dst only)",
+    "gather": "all_gather() (every rank gets the list; use it on dst only)",
+    "scatter": "broadcast() of the whole list, each rank keeping its part",
+    "all_to_all": "all_gather() and keep what is meant for this rank",
+    "all_gather_into_tensor": "all_gather() into a list, then concatenate",
+    "reduce_scatter_tensor": "reduce_scatter() with a list of the input's chunks",
+    "all_gather_object": "all_gather() of tensors (objects are not sent here)",
+    "broadcast_object_list": "broadcast() of tensors (objects are not sent here)",
+    "monitored_barrier": "barrier() (its timeout error names the ranks that did not arrive)",
+}
+
+
+def __getattr__(name):
+    if name in _TORCH_ONLY:
+        raise AttributeError(
+            f"mpviz.distributed has no {name}(): torch.distributed has it, mpviz.distributed keeps "
+            f"all_reduce, broadcast, all_gather, reduce_scatter, barrier, send and recv. Fix: use "
+            f"{_TORCH_ONLY[name]}, or run the program on torch.distributed.")
+    raise AttributeError(f"module 'mpviz.distributed' has no attribute {name!r}")
