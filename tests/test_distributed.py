@@ -346,8 +346,8 @@ def test_a_rank_that_left_is_seen_leaving_before_the_rank_that_waited_for_it_fai
     assert failed[0].args["error"] == ("CollectiveError: all_reduce #2 of group [0, 1]: rank 1 "
                                        "closed its connection while rank 0 waited for it")
     verdict = judge(trace)
-    assert verdict.sentence.startswith("rank 1 called destroy_process_group() after collective #1"),\
-        verdict.sentence
+    assert verdict.sentence.startswith(
+        "rank 1 called destroy_process_group() after collective #1"), verdict.sentence
     assert "rank 0 waited in all_reduce #2, which could never complete." in verdict.sentence
 
 

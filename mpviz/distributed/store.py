@@ -12,13 +12,13 @@ carries tensors: those go through shared memory (ring.py).
 
 **Who may connect.** A TCP port on 127.0.0.1 is open to every user of the machine, and TCP has no
 ``SO_PEERCRED``. So every connection starts with ``multiprocessing.connection``'s HMAC challenge
-on a per-job secret that only this user can read: ``MPVIZ_DIST_SECRET`` if every rank has it set, else
-a random key rank 0 writes to a private file (0600, in a 0700 directory of this user) named after
-the port -- or, for ``file://`` init, into the rendezvous file itself. A process of another user
-fails the challenge and is dropped; and a rank checks the server the same way before it reads a
-reply (a reply is a pickle: from a stranger on the port, it could run code). The key file is
-removed once every rank has joined (or by ``close()``, or at exit): only a rank 0 killed during
-the rendezvous leaves it behind.
+on a per-job secret that only this user can read: ``MPVIZ_DIST_SECRET`` if every rank has it
+set, else a random key rank 0 writes to a private file (0600, in a 0700 directory of this user)
+named after the port -- or, for ``file://`` init, into the rendezvous file itself. A process of
+another user fails the challenge and is dropped; and a rank checks the server the same way before
+it reads a reply (a reply is a pickle: from a stranger on the port, it could run code). The key
+file is removed once every rank has joined (or by ``close()``, or at exit): only a rank 0 killed
+during the rendezvous leaves it behind.
 
 Adapted from torch's ``TCPStore`` (c10d/TCPStore.cpp): same roles and the same error wording where
 torch has one; left out: the libuv server, multi-tenant stores, compare_set, IPv6.
@@ -112,9 +112,10 @@ class _Server:
             raise DistNetworkError(
                 f"The server socket has failed to listen on any local network address. "
                 f"port: {port}, useIpv6: false, code: -{e.errno}, name: {name}, "
-                f"message: {os.strerror(e.errno).lower()}. Why: another process (maybe an earlier run that "
-                f"is still alive) holds port {port}. Fix: choose a free MASTER_PORT, or stop the "
-                f"other process (`ss -ltnp | grep {port}` shows it).") from None
+                f"message: {os.strerror(e.errno).lower()}. Why: another process (maybe an "
+                f"earlier run that is still alive) holds port {port}. Fix: choose a free "
+                f"MASTER_PORT, or stop the other process (`ss -ltnp | grep {port}` shows "
+                f"it).") from None
         self.port = self.listener.getsockname()[1]
         self.data = {}
         self.changed = threading.Condition()   # guards data, sockets, closing
