@@ -139,19 +139,14 @@ def use_library():
         pass
 
 
-def _busy(held, forked):
-    with library.library_lock():              # a background thread, inside the library ...
-        held.set()
-        forked.wait(10)                       # ... at the moment the main thread forks
-
-
 def fork_held_lock():
     """The parent: fork a child while a thread holds the library's lock, then join it (under
     fork, for ever: run it under a watchdog). Returns the child's exit code."""
     import torch.multiprocessing as mp
     library._library_lock = None              # a fresh lock each run, made while recording
     held, forked = threading.Event(), threading.Event()
-    worker = threading.Thread(target=_busy, args=(held, forked), name="library-worker")
+    worker = threading.Thread(target=library._busy_thread, args=(held, forked),  # the scenario's
+                              name="library-worker")                           # busy thread
     worker.start()
     held.wait(10)
     child = mp.get_context("fork").Process(target=use_library, name="child")
