@@ -13,6 +13,10 @@ same picture of it right after mpviz's::
     03         share_with_child(s)     8 segments, mapped by both     the child's fds: 8 vs 9
     04         fork_held_lock()        the dashed owner, the hang     nothing: it is fork's hang
 
+They run in the kernel, as the notebooks' own mpviz runs do (and notebook 04's hang is about
+the kernel's threads). Notebooks 05-11 run theirs as scripts instead, ``torch_beside.torch_run``:
+a fresh process, so the kernel forks nothing, and notebook 11's in a private ``/dev/shm``.
+
 Only the parent's side is called from a notebook; the children run the functions below it,
 importable by name as every start method needs. torch is imported inside the functions, so this
 module imports without it (``have_torch()`` says whether the torch cells can run).
