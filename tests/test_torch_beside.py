@@ -105,6 +105,10 @@ def test_notebook_02_torch_copies_on_the_feeder_thread_and_serves_the_fd_from_se
     assert names[(copy.pid, copy.tid)] == "QueueFeederThread"
     sends = trace.of_kind("fd.send")
     assert sends and all(e.pid == main and "_serve" in names[(e.pid, e.tid)] for e in sends)
+    # the arrow starts at the put(), on main's lane; the copy (and the handle) come after it
+    [arrow] = [f for f in trace.flows() if f.put.args.get("queue") and f.nbytes > 100]
+    assert names.get((arrow.put.pid, arrow.put.tid)) != "QueueFeederThread"
+    assert arrow.put.ts_ns < copy.ts_ns
     # "about 340 B" and "does not grow with the tensor": a 64 B and a 64 KiB tensor
     sizes = []
     for numel in (16, 16384):
@@ -115,7 +119,9 @@ def test_notebook_02_torch_copies_on_the_feeder_thread_and_serves_the_fd_from_se
     nb = text("02_sharing_tensors.ipynb")
     for words in ("torch's red box sits on `main`'s **QueueFeederThread** lane",
                   "a thread of the parent that runs `_serve`",
-                  "torch's handle is larger (about 340 B) and, like mpviz's, does not grow"):
+                  "torch's handle is larger (about 340 B) and, like mpviz's, does not grow",
+                  "torch's green arrow leaves `main` at the `put()`, before the feeder has made "
+                  "the handle it stands for"):
         assert words in nb, words
 
 
