@@ -105,6 +105,10 @@ def test_notebook_02_torch_copies_on_the_feeder_thread_and_serves_the_fd_from_se
     assert names[(copy.pid, copy.tid)] == "QueueFeederThread"
     sends = trace.of_kind("fd.send")
     assert sends and all(e.pid == main and "_serve" in names[(e.pid, e.tid)] for e in sends)
+    # the arrow starts at the put(), on main's lane; the copy (and the handle) come after it
+    [arrow] = [f for f in trace.flows() if f.put.args.get("queue") and f.nbytes > 100]
+    assert names.get((arrow.put.pid, arrow.put.tid)) != "QueueFeederThread"
+    assert arrow.put.ts_ns < copy.ts_ns
     # "about 340 B" and "does not grow with the tensor": a 64 B and a 64 KiB tensor
     sizes = []
     for numel in (16, 16384):
@@ -115,7 +119,9 @@ def test_notebook_02_torch_copies_on_the_feeder_thread_and_serves_the_fd_from_se
     nb = text("02_sharing_tensors.ipynb")
     for words in ("torch's red box sits on `main`'s **QueueFeederThread** lane",
                   "a thread of the parent that runs `_serve`",
-                  "torch's handle is larger (about 340 B) and, like mpviz's, does not grow"):
+                  "torch's handle is larger (about 340 B) and, like mpviz's, does not grow",
+                  "torch's green arrow leaves `main` at the `put()`, before the feeder has made "
+                  "the handle it stands for"):
         assert words in nb, words
 
 
@@ -126,9 +132,12 @@ def test_notebook_03_torch_child_maps_all_8_with_8_fds_and_1_under_file_system(r
     trace = mt.load(d + "/03")
     main = next(p.pid for p in trace.processes() if p.name == "MainProcess")
     child = next(p.pid for p in trace.processes() if p.name == "child")
-    # (the earlier runs' segments appear too, as let go: notebook 03's kernel has none)
     segments = [s for s in trace.segments() if s.name.startswith("/torch_") and s.created_ns]
     assert len(segments) == 8
+    # an earlier recording's segment is here only as the fork inherited it (02's x, still held),
+    # never let go: what that recording saw freed is none of this one's
+    earlier = [s for s in trace.segments() if s.name.startswith("/torch_") and not s.created_ns]
+    assert all(not s.detached_by and s.attached_by == (child,) for s in earlier), earlier
     assert all(s.created_by == main and child in s.attached_by for s in segments)
     drawn = figure_text(viz.memory_map(trace, at=tb.child_holds(trace)))
     assert "unmap not seen" in drawn and "in use, unless torch" in drawn

@@ -460,3 +460,26 @@ def test_two_cuda_blocks_whose_handles_share_a_prefix_get_two_names():
     assert name(first) != name(second)
     assert name(first) == name(bytearray(first))        # the receiver's copy names it alike
     assert name(first, 512) != name(first) and name(first).startswith("cuda:0/")
+
+
+def test_a_second_record_in_one_process_lists_only_the_torch_segments_it_saw():
+    # A student records twice in one kernel. The first recording's segments, freed since, are
+    # no part of the second: the second must not list them as let go (shm.detach). Its own
+    # segments, freed while it records, it must still see let go.
+    def torch_names(trace, kind):
+        return {e.args["name"] for e in _torch(trace, kind)}
+
+    with mt.record() as first:
+        earlier = [torch.full((256,), float(i)).share_memory_() for i in range(8)]
+    del earlier                                       # freed between the two recordings
+    with mt.record() as second:
+        own = [torch.full((256,), float(i)).share_memory_() for i in range(8)]
+        del own                                       # freed while the second records ...
+        kept = [torch.full((256,), float(i)).share_memory_() for i in range(8)]   # ... seen here
+    del kept
+    made = torch_names(second, "shm.create")
+    assert len(torch_names(first, "shm.create")) == 8 and len(made) == 16
+    assert torch_names(second, "shm.detach") <= made, "the first recording's segments listed"
+    creates = sorted(_torch(second, "shm.create"), key=lambda e: e.ts_ns)
+    assert {e.args["name"] for e in creates[:8]} <= torch_names(second, "shm.detach")
+    assert all(s.created_ns for s in second.segments() if s.name.startswith("/torch_"))

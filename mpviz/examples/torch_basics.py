@@ -13,6 +13,10 @@ same picture of it right after mpviz's::
     03         share_with_child(s)     8 segments, mapped by both     the child's fds: 8 vs 9
     04         fork_held_lock()        the dashed owner, the hang     nothing: it is fork's hang
 
+They run in the kernel, as the notebooks' own mpviz runs do (and notebook 04's hang is about
+the kernel's threads). Notebooks 05-11 run theirs as scripts instead, ``torch_beside.torch_run``:
+a fresh process, so the kernel forks nothing, and notebook 11's in a private ``/dev/shm``.
+
 Only the parent's side is called from a notebook; the children run the functions below it,
 importable by name as every start method needs. torch is imported inside the functions, so this
 module imports without it (``have_torch()`` says whether the torch cells can run).
@@ -139,19 +143,14 @@ def use_library():
         pass
 
 
-def _busy(held, forked):
-    with library.library_lock():              # a background thread, inside the library ...
-        held.set()
-        forked.wait(10)                       # ... at the moment the main thread forks
-
-
 def fork_held_lock():
     """The parent: fork a child while a thread holds the library's lock, then join it (under
     fork, for ever: run it under a watchdog). Returns the child's exit code."""
     import torch.multiprocessing as mp
     library._library_lock = None              # a fresh lock each run, made while recording
     held, forked = threading.Event(), threading.Event()
-    worker = threading.Thread(target=_busy, args=(held, forked), name="library-worker")
+    worker = threading.Thread(target=library._busy_thread, args=(held, forked),  # the scenario's
+                              name="library-worker")                           # busy thread
     worker.start()
     held.wait(10)
     child = mp.get_context("fork").Process(target=use_library, name="child")

@@ -10,6 +10,10 @@ under ``python -m mpviz trace`` (notebook 10), so the kernel forks nothing, and 
     if theirs:
         beside(ours.trace, theirs.trace, "mpviz: ...", "torch: ...")     # one Figure, two rows
 
+Notebooks 01-04 run theirs in the kernel instead, under ``mpviz.trace.record()``
+(``torch_basics.py``): their mpviz runs are in the kernel too, and 04's lesson is the kernel's
+own threads at a fork.
+
 What the torch run records comes from mpviz's hooks into torch (``mpviz.trace.torch_hooks``):
 the same event kinds as mpviz's own (copies, handles, fds), so the same picture can be drawn.
 """

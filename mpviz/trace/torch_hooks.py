@@ -39,7 +39,8 @@ _sizes = {}                       # segment name -> nbytes, for segments this pr
 _managers = set()                 # torch_shm_manager socket paths seen by this process
 _here = threading.local()         # .handle: (name, strategy, nbytes) of the last share call
 _mine = {}                        # name -> (strategy, StorageWeakRef or None): torch segments
-                                  # this process maps, as far as we know
+                                  # this process maps, as far as this recording knows
+_mine_for = [None]                # (pid, trace directory): the recording _mine belongs to
 _looked = [0, 0.0]                # segments mapped since the last look; when /proc was last read
 LOOK_EVERY, READ_MAPS_EVERY_S = 8, 1.0
 _orig = {}
@@ -539,7 +540,7 @@ def _inherited_by_fork():
 
 
 def _scan_maps():
-    seen = set()
+    seen, mine = set(), _known()
     with open("/proc/self/maps") as f:
         for line in f:
             path = line.rstrip("\n").split(None, 5)[-1]
@@ -550,7 +551,7 @@ def _scan_maps():
             if name in seen:
                 continue
             seen.add(name)
-            _mine[name] = ("file_descriptor" if deleted else "file_system", None)
+            mine[name] = ("file_descriptor" if deleted else "file_system", None)
             lo, hi = (int(x, 16) for x in line.split(None, 1)[0].split("-"))
             recorder.emit("shm.attach", name=name, how="fork", torch=True,
                           strategy="file_descriptor" if deleted else "file_system",
@@ -566,6 +567,21 @@ def _scan_maps():
 # (how="/proc/self/maps"; the segments a fork inherited have no storage to ask). So the memory
 # map counts what was really mapped, to within the 8 not looked at yet -- not every segment the
 # run ever made (a loop that sends 10,000 tensors maps a few at a time).
+#
+# What a process "maps, as far as we know" belongs to one recording: a second ``record()`` in the
+# same kernel, a forked child (its own log), a resumed outer recording each start from nothing,
+# so that no trace lists as let go a segment it never saw mapped (the first recording's, freed
+# since). A segment mapped before is then not seen let go: "in use, unless torch has let go".
+
+def _known():
+    """_mine, emptied first when the recording (this process, its trace directory) is new."""
+    now = (os.getpid(), recorder.current_directory())
+    if _mine_for[0] != now:
+        _mine.clear()
+        _looked[0] = 0
+        _mine_for[0] = now
+    return _mine
+
 
 def _mapped_now(name, strategy, storage=None):
     """This process maps torch segment `name` now (through `storage`); every LOOK_EVERY such
@@ -574,7 +590,7 @@ def _mapped_now(name, strategy, storage=None):
     import time
 
     from torch.multiprocessing.reductions import StorageWeakRef
-    _mine[name] = (strategy, StorageWeakRef(storage) if storage is not None else None)
+    _known()[name] = (strategy, StorageWeakRef(storage) if storage is not None else None)
     _looked[0] += 1
     if _looked[0] >= max(LOOK_EVERY, len(_mine) // 4):
         _looked[0] = 0
@@ -615,7 +631,7 @@ def _look_at_maps():
 
 def looked_at_exit():
     """A process leaving _bootstrap (hooks.py): what it still maps, as Linux says."""
-    if _mine and _on():
+    if _on() and _known():
         _guard(_look_at_maps)
 
 

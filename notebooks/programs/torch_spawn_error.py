@@ -10,7 +10,9 @@ import time
 
 import torch.multiprocessing as mp
 
-NPROCS, FAILING_RANK, STEPS = 3, 1, 10
+# 50 steps: the others never reach their last, SIGTERMed at rank 1's failure even when a busy
+# machine starts rank 1 seconds after them
+NPROCS, FAILING_RANK, STEPS = 3, 1, 50
 
 
 def work(rank, failing_rank, steps):
