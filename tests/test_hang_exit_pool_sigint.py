@@ -132,6 +132,18 @@ def test_a_pool_worker_that_exits_in_its_task_leaves_the_pool_waiting_for_ever(h
     assert any("_handle_tasks" in text for text in graph), graph
 
 
+def test_a_pool_worker_killed_by_a_signal_gets_a_fix_for_a_kill_not_for_an_exit(tmp_path):
+    # the out-of-memory killer's shape: nothing in the task called sys.exit() or os._exit(),
+    # and the verdict told the learner to stop calling them
+    status, err = trace("pool_task_killed.py", directory=tmp_path)
+    assert status == HANG_STATUS, err
+    assert re.search(r"pool_task_killed.py's main thread waits: the result of Pool job 0 -- "
+                     r"worker \d was killed \(SIGKILL\) while running job 0: Pool waits for its "
+                     r"result for ever", err), err
+    assert "bpo-22393" in err and "out-of-memory killer" in err and "BrokenProcessPool" in err
+    assert "instead of sys.exit()" not in err, err
+
+
 def test_a_pool_job_lost_to_a_worker_exit_is_told_when_the_program_waits_in_pool_join(tmp_path):
     # apply_async without get(), then close() and join(): no wait on the job's own result, and
     # the verdict said only "worker 0 is idle" -- not why pool.join() never returns
