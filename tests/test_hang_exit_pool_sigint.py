@@ -297,3 +297,29 @@ def test_an_interrupt_report_with_no_process_left_to_ask_says_so_not_empty_headi
     report = watchdog.interrupt_report(trace, {}, who="record()")
     assert "no process left to ask: the same Ctrl-C reached them all" in report, report
     assert "the trace recorded no wait that was still open" in report, report
+
+
+def test_a_program_killed_from_outside_is_said_to_be_killed_not_just_counted(tmp_path):
+    # kill -9 from another terminal (or the OOM killer): the report said only "N events from M
+    # processes", and the exit status 137 was left for the learner to decode
+    ready = tmp_path / "pid"
+    program = (f"import os, time\nopen({str(ready)!r} + '.tmp', 'w').write(str(os.getpid()))\n"
+               f"os.rename({str(ready)!r} + '.tmp', {str(ready)!r})\ntime.sleep(60)\n")
+    launcher = subprocess.Popen(
+        [sys.executable, "-m", "mpviz", "trace", "--hang-after", "0", "--no-plot", "-o",
+         str(tmp_path / "t"), "--", sys.executable, "-c", program],
+        stderr=subprocess.PIPE, text=True, env=_env())
+    try:
+        deadline = time.monotonic() + 30
+        while not ready.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        os.kill(int(ready.read_text()), signal.SIGKILL)
+        _, err = launcher.communicate(timeout=60)
+    finally:
+        if launcher.poll() is None:
+            launcher.kill()
+            launcher.wait()
+    assert launcher.returncode == 128 + signal.SIGKILL, err
+    assert re.search(r"the program \(pid \d+\) was killed by a signal, SIGKILL \(9\), which mpviz "
+                     r"did not send: exit status 137 \(kill -9 sends it", err), err
+    assert "events from 1 processes" in err, err
