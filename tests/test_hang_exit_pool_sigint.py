@@ -132,7 +132,8 @@ def test_a_pool_worker_that_exits_in_its_task_leaves_the_pool_waiting_for_ever(h
     assert any("_handle_tasks" in text for text in graph), graph
 
 
-def test_a_pool_worker_killed_by_a_signal_gets_a_fix_for_a_kill_not_for_an_exit(tmp_path):
+def test_a_pool_worker_killed_by_a_signal_gets_a_fix_for_a_kill_not_for_an_exit(tmp_path,
+                                                                              fonts_loaded):
     # the out-of-memory killer's shape: nothing in the task called sys.exit() or os._exit(),
     # and the verdict told the learner to stop calling them
     status, err = trace("pool_task_killed.py", directory=tmp_path)
@@ -142,6 +143,12 @@ def test_a_pool_worker_killed_by_a_signal_gets_a_fix_for_a_kill_not_for_an_exit(
                      r"result for ever", err), err
     assert "bpo-22393" in err and "out-of-memory killer" in err and "BrokenProcessPool" in err
     assert "instead of sys.exit()" not in err, err
+    # the wait-for graph's box of that worker says how it ended, as the verdict does (it said
+    # only "(ended)", under an arrow "must finish its task")
+    import mpviz.viz as viz
+    graph = [a.get_text() for a in viz.wait_for(load(str(tmp_path))).axes[0].texts]
+    assert any(text.startswith("worker ") and text.endswith("main thread\n(killed by SIGKILL)")
+               for text in graph), graph
 
 
 def test_a_pool_job_lost_to_a_worker_exit_is_told_when_the_program_waits_in_pool_join(tmp_path):

@@ -213,6 +213,8 @@ class State:
     thread_names: dict = field(repr=False, default_factory=dict)
     channel_names: dict = field(repr=False, default_factory=dict)
     blocked: tuple = ()
+    ended: dict = field(repr=False, default_factory=dict)   # pid -> "killed by SIGKILL" ... of
+                                                            # each process ended by the instant
 
     @property
     def t_s(self):
@@ -1047,7 +1049,17 @@ def state_at(trace, t_ns=None):
     return State(t, ix.t0, procs, tuple(ix.segment_states(t)), tuple(locks), in_flight,
                  tuple(ix.deadlocks(locks, t)), dict(ix.labels),
                  {(p, t): ix.thread_name(p, t) for p in ix.procs for t in ix.procs[p].threads},
-                 dict(ix.channel_names), blocked)
+                 dict(ix.channel_names), blocked,
+                 {p.pid: _how_it_ended(p) for p in ix.procs.values()
+                  if p.start_ns <= t and not ix.alive(p.pid, t)})
+
+
+def _how_it_ended(p):
+    """"killed by SIGKILL", "exited, status 1", or "ended" (status 0, or how was not
+    recorded)."""
+    if p.signal:
+        return f"killed by {p.signal}"
+    return "ended" if not p.exitcode else f"exited, status {p.exitcode}"
 
 
 def stuck_moment(trace):
