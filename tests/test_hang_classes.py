@@ -97,6 +97,7 @@ def waiting_runs(tmp_path_factory):
     if importlib.util.find_spec("torch") is not None:
         programs.update({
             "hang_dataloader.py": ("1.5", os.path.join(PROGRAMS, "hang_dataloader.py")),
+            "FIRST_BATCH_NEVER_COMES": ("1.5", FIRST_BATCH_NEVER_COMES),
             "hang_torch_fork.py": ("1.5", os.path.join(PROGRAMS, "hang_torch_fork.py")),
             "hang_torch_fork.py --fix": ("1.5", os.path.join(PROGRAMS, "hang_torch_fork.py"),
                                          "--fix")})
@@ -163,6 +164,47 @@ def test_a_dataloader_whose_getitem_sleeps_is_stalled_with_the_chain_to_the_work
             "been in `time.sleep` for ") in err
     assert "__getitem__ (hang_dataloader.py:30): `time.sleep(3600)`" in err
     assert "DataLoader worker 0 (pid " in err
+
+
+FIRST_BATCH_NEVER_COMES = """
+        import socket
+        import torch
+        from torch.utils.data import DataLoader, Dataset
+
+        class Remote(Dataset):              # each sample asked of a feature server
+            def __init__(self, port):
+                self.port = port
+
+            def __len__(self):
+                return 8
+
+            def __getitem__(self, i):
+                s = socket.create_connection(("127.0.0.1", self.port))
+                s.sendall(b"GET %d\\n" % i)
+                return torch.tensor(list(s.recv(4)))   # the server never answers
+
+        if __name__ == "__main__":
+            server = socket.socket()
+            server.bind(("127.0.0.1", 0))
+            server.listen(8)
+            for batch in DataLoader(Remote(server.getsockname()[1]), batch_size=2, num_workers=1):
+                print(batch)
+    """
+
+
+@pytest.mark.timeout(120)
+def test_a_dataloader_whose_first_batch_never_comes_names_the_worker_that_must_put(waiting_runs):
+    # no batch had come yet, so no message named the queue or its putter: the open wait said
+    # "get() on Queue 1: nothing in it yet -- someone must put into Queue 1, and nobody has put
+    # into it yet", and the wait-for graph drew Queue 1 with nobody to act -- beside a chain
+    # that named worker 0
+    pytest.importorskip("torch")
+    err = hung(result(waiting_runs, "FIRST_BATCH_NEVER_COMES"))
+    assert "prog.py's main thread waits for a batch from worker 0 -- worker 0 has been " \
+           "waiting: reads a socket" in err, err
+    assert ("prog.py's main thread waits: get() on the DataLoader's data queue: nothing in it "
+            "yet -- DataLoader worker 0's main thread must put") in err, err
+    assert "nobody has put" not in err, err
 
 
 SOCKET_RECV = """
