@@ -38,8 +38,7 @@ def _queue(kind):
 def _raw(directory, monkeypatch):
     """The events as the recorder wrote them: the reader's _Waits turned off."""
     with monkeypatch.context() as m:
-        m.setattr(reader, "_WAIT_KINDS", frozenset(), raising=False)   # (older readers: raw)
-        m.setenv("MPVIZ_PURE_PYTHON", "1")          # (writer.c's reader pairs waits in C)
+        m.setattr(reader, "_WAIT_KINDS", frozenset(), raising=False)   # (both readers: raw)
         return reader.LogReader(directory).poll(final=True)
 
 

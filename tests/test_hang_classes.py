@@ -97,10 +97,17 @@ def waiting_runs(tmp_path_factory):
     if importlib.util.find_spec("torch") is not None:
         programs.update({
             "hang_dataloader.py": ("1.5", os.path.join(PROGRAMS, "hang_dataloader.py")),
+            "FIRST_BATCH_NEVER_COMES": ("1.5", FIRST_BATCH_NEVER_COMES),
             "hang_torch_fork.py": ("1.5", os.path.join(PROGRAMS, "hang_torch_fork.py")),
             "hang_torch_fork.py --fix": ("1.5", os.path.join(PROGRAMS, "hang_torch_fork.py"),
                                          "--fix")})
     return together(tmp_path_factory, programs)
+
+
+def hung(run):
+    """The stderr of a run the watchdog ended (exit 124): its verdict."""
+    assert run.returncode == 124, run.stderr
+    return run.stderr
 
 
 # --- a: a thread that keeps running elsewhere ------------------------------------------------------
@@ -151,14 +158,53 @@ def test_a_busy_thread_elsewhere_does_not_hide_a_process_that_can_never_move(tmp
 @pytest.mark.timeout(120)
 def test_a_dataloader_whose_getitem_sleeps_is_stalled_with_the_chain_to_the_worker(waiting_runs):
     pytest.importorskip("torch")
-    run = result(waiting_runs, "hang_dataloader.py")
-    err = run.stderr
-    assert run.returncode == 124, err
+    err = hung(result(waiting_runs, "hang_dataloader.py"))
     assert "HANG: STALLED" in err and "DEADLOCK" not in err
     assert ("hang_dataloader.py's main thread waits for a batch from worker 0 -- worker 0 has "
             "been in `time.sleep` for ") in err
     assert "__getitem__ (hang_dataloader.py:30): `time.sleep(3600)`" in err
     assert "DataLoader worker 0 (pid " in err
+
+
+FIRST_BATCH_NEVER_COMES = """
+        import socket
+        import torch
+        from torch.utils.data import DataLoader, Dataset
+
+        class Remote(Dataset):              # each sample asked of a feature server
+            def __init__(self, port):
+                self.port = port
+
+            def __len__(self):
+                return 8
+
+            def __getitem__(self, i):
+                s = socket.create_connection(("127.0.0.1", self.port))
+                s.sendall(b"GET %d\\n" % i)
+                return torch.tensor(list(s.recv(4)))   # the server never answers
+
+        if __name__ == "__main__":
+            server = socket.socket()
+            server.bind(("127.0.0.1", 0))
+            server.listen(8)
+            for batch in DataLoader(Remote(server.getsockname()[1]), batch_size=2, num_workers=1):
+                print(batch)
+    """
+
+
+@pytest.mark.timeout(120)
+def test_a_dataloader_whose_first_batch_never_comes_names_the_worker_that_must_put(waiting_runs):
+    # no batch had come yet, so no message named the queue or its putter: the open wait said
+    # "get() on Queue 1: nothing in it yet -- someone must put into Queue 1, and nobody has put
+    # into it yet", and the wait-for graph drew Queue 1 with nobody to act -- beside a chain
+    # that named worker 0
+    pytest.importorskip("torch")
+    err = hung(result(waiting_runs, "FIRST_BATCH_NEVER_COMES"))
+    assert "prog.py's main thread waits for a batch from worker 0 -- worker 0 has been " \
+           "waiting: reads a socket" in err, err
+    assert ("prog.py's main thread waits: get() on the DataLoader's data queue: nothing in it "
+            "yet -- DataLoader worker 0's main thread must put") in err, err
+    assert "nobody has put" not in err, err
 
 
 SOCKET_RECV = """
@@ -173,9 +219,7 @@ SOCKET_RECV = """
 def test_a_thread_blocked_in_socket_recv_is_said_to_read_a_socket(waiting_runs):
     # a dataset that asks a feature server over a socket, and the answer never comes: the
     # verdict said "in the system call recvfrom, kernel: unix_stream_read_generic"
-    run = result(waiting_runs, "SOCKET_RECV")
-    err = run.stderr
-    assert run.returncode == 124, err
+    err = hung(result(waiting_runs, "SOCKET_RECV"))
     assert "HANG: DEADLOCK" in err
     assert "main thread: reads a socket (fd " in err and "), with no time limit for " in err
     assert "<module> (prog.py:5): `features = client.recv(256)`" in err
@@ -210,9 +254,7 @@ SLEEP_30_S = """
 
 @pytest.mark.timeout(120)
 def test_a_sleep_longer_than_hang_after_in_any_thread_is_stalled_not_a_deadlock(waiting_runs):
-    run = result(waiting_runs, "SLEEP_30_S")
-    err = run.stderr
-    assert run.returncode == 124, err
+    err = hung(result(waiting_runs, "SLEEP_30_S"))
     assert "HANG: STALLED" in err and "DEADLOCK" not in err
     assert "thread `sleeper`: in `time.sleep` (a deadline) for " in err
     assert "main thread: waits for a lock of its own process, with no time limit" in err
@@ -240,9 +282,7 @@ WAKES_EVERY_0_3_S = """
 
 @pytest.mark.timeout(120)
 def test_a_wait_that_times_out_and_starts_again_on_the_same_pipe_is_one_wait(waiting_runs):
-    run = result(waiting_runs, "WAKES_EVERY_0_3_S")
-    err = run.stderr
-    assert run.returncode == 124, err
+    err = hung(result(waiting_runs, "WAKES_EVERY_0_3_S"))
     assert "HANG: STALLED" in err
     assert "Process-1 (pid " in err and "in `time.sleep`" in err
 
@@ -272,9 +312,7 @@ def test_a_loop_that_polls_while_everyone_else_waits_for_ever_is_a_deadlock_not_
     # A DataLoader's main thread waits so (get(timeout=5) until a batch comes): once a timeout
     # has run out and the same wait began again, that deadline proved nothing comes. The
     # verdict said STALLED, "none of those waits ended within --hang-after" (they had ended).
-    run = result(waiting_runs, "POLLS_EVERY_0_3_S")
-    err = run.stderr
-    assert run.returncode == 124, err
+    err = hung(result(waiting_runs, "POLLS_EVERY_0_3_S"))
     assert "HANG: DEADLOCK" in err and "STALLED" not in err
     assert "or waits again for the same thing each time its timeout runs out" in err
     assert "(poll, with a timeout) for " in err
@@ -291,9 +329,7 @@ def test_a_loop_that_polls_while_everyone_else_waits_for_ever_is_a_deadlock_not_
 @pytest.mark.timeout(120)
 def test_a_child_forked_after_openmp_threads_is_named_stuck_in_its_native_call(waiting_runs):
     pytest.importorskip("torch")
-    run = result(waiting_runs, "hang_torch_fork.py")
-    err = run.stderr
-    assert run.returncode == 124, err
+    err = hung(result(waiting_runs, "hang_torch_fork.py"))
     assert "HANG: DEADLOCK -- ForkProcess-1" in err and "can never move" in err
     assert "ForkProcess-1 was forked after native threads" in err
     assert "thread(s) Python did not start" in err and "native thread " in err

@@ -132,6 +132,25 @@ def test_a_pool_worker_that_exits_in_its_task_leaves_the_pool_waiting_for_ever(h
     assert any("_handle_tasks" in text for text in graph), graph
 
 
+def test_a_pool_worker_killed_by_a_signal_gets_a_fix_for_a_kill_not_for_an_exit(tmp_path,
+                                                                              fonts_loaded):
+    # the out-of-memory killer's shape: nothing in the task called sys.exit() or os._exit(),
+    # and the verdict told the learner to stop calling them
+    status, err = trace("pool_task_killed.py", directory=tmp_path)
+    assert status == HANG_STATUS, err
+    assert re.search(r"pool_task_killed.py's main thread waits: the result of Pool job 0 -- "
+                     r"worker \d was killed \(SIGKILL\) while running job 0: Pool waits for its "
+                     r"result for ever", err), err
+    assert "bpo-22393" in err and "out-of-memory killer" in err and "BrokenProcessPool" in err
+    assert "instead of sys.exit()" not in err, err
+    # the wait-for graph's box of that worker says how it ended, as the verdict does (it said
+    # only "(ended)", under an arrow "must finish its task")
+    import mpviz.viz as viz
+    graph = [a.get_text() for a in viz.wait_for(load(str(tmp_path))).axes[0].texts]
+    assert any(text.startswith("worker ") and text.endswith("main thread\n(killed by SIGKILL)")
+               for text in graph), graph
+
+
 def test_a_pool_job_lost_to_a_worker_exit_is_told_when_the_program_waits_in_pool_join(tmp_path):
     # apply_async without get(), then close() and join(): no wait on the job's own result, and
     # the verdict said only "worker 0 is idle" -- not why pool.join() never returns
@@ -285,3 +304,29 @@ def test_an_interrupt_report_with_no_process_left_to_ask_says_so_not_empty_headi
     report = watchdog.interrupt_report(trace, {}, who="record()")
     assert "no process left to ask: the same Ctrl-C reached them all" in report, report
     assert "the trace recorded no wait that was still open" in report, report
+
+
+def test_a_program_killed_from_outside_is_said_to_be_killed_not_just_counted(tmp_path):
+    # kill -9 from another terminal (or the OOM killer): the report said only "N events from M
+    # processes", and the exit status 137 was left for the learner to decode
+    ready = tmp_path / "pid"
+    program = (f"import os, time\nopen({str(ready)!r} + '.tmp', 'w').write(str(os.getpid()))\n"
+               f"os.rename({str(ready)!r} + '.tmp', {str(ready)!r})\ntime.sleep(60)\n")
+    launcher = subprocess.Popen(
+        [sys.executable, "-m", "mpviz", "trace", "--hang-after", "0", "--no-plot", "-o",
+         str(tmp_path / "t"), "--", sys.executable, "-c", program],
+        stderr=subprocess.PIPE, text=True, env=_env())
+    try:
+        deadline = time.monotonic() + 30
+        while not ready.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        os.kill(int(ready.read_text()), signal.SIGKILL)
+        _, err = launcher.communicate(timeout=60)
+    finally:
+        if launcher.poll() is None:
+            launcher.kill()
+            launcher.wait()
+    assert launcher.returncode == 128 + signal.SIGKILL, err
+    assert re.search(r"the program \(pid \d+\) was killed by a signal, SIGKILL \(9\), which mpviz "
+                     r"did not send: exit status 137 \(kill -9 sends it", err), err
+    assert "events from 1 processes" in err, err

@@ -577,3 +577,59 @@ def test_both_readers_read_the_same_events_past_the_same_damage(tmp_path, monkey
     assert sum(e[3] == "wait.begin" for e in events) == 2998
     assert sum(e[3] == "wait.end" for e in events) == 3000
     assert sum(e[3].startswith("kind.") for e in events) == 3000
+
+
+def _ping(inbox, outbox, n):
+    for _ in range(n):
+        outbox.put(inbox.get())
+
+
+def _square(x):
+    return x * x
+
+
+def test_both_readers_read_the_same_events_from_a_real_programs_logs(tmp_path, monkeypatch):
+    # not made-up records: the logs of real processes (a Queue ping-pong, whose gets wait, and a
+    # Pool), read once by writer.c's read_records and once by reader.py's own loop
+    if native.load() is None:
+        pytest.skip(f"no C Writer here: {native.problem}")
+    import multiprocessing as mp
+    fork = mp.get_context("fork")
+    with mt.record(tmp_path / "t"):
+        a, b = fork.Queue(), fork.Queue()
+        p = fork.Process(target=_ping, args=(a, b, 50))
+        p.start()
+        for i in range(50):
+            a.put(i)
+            assert b.get() == i
+        p.join()
+        with fork.Pool(2) as pool:
+            assert pool.map(_square, range(20)) == [i * i for i in range(20)]
+    read = {}
+    for pure in ("0", "1"):
+        monkeypatch.setenv("MPVIZ_PURE_PYTHON", pure)
+        reader = LogReader(tmp_path / "t")
+        read[pure] = (reader.poll(final=True), reader.problems)
+    assert read["0"] == read["1"]
+    events = read["0"][0]
+    assert len({e[1] for e in events}) >= 4 and not read["0"][1]
+    assert sum(e[3] == "wait.end" and e[4].get("on") == "queue.get" for e in events) > 0
+
+
+def test_the_wait_kinds_the_reader_follows_are_decided_in_one_place(tmp_path, monkeypatch):
+    # reader._WAIT_KINDS says which kinds _Waits sees (and so which get's wait.end is written
+    # back in): emptied, both readers must hand back the records as written -- the C reader
+    # once kept its own list and went on pairing (tests/test_get_wait_cost.py's raw read)
+    if native.load() is None:
+        pytest.skip(f"no C Writer here: {native.problem}")
+    assert recorder.start(str(tmp_path), "test")
+    for i in range(100):
+        recorder.emit("wait.begin", on="queue.get", id="q1")
+        recorder.emit("queue.get", queue="q1", msg=None, nbytes=i, sig=7)
+    recorder.stop()
+    monkeypatch.setattr(reader_module, "_WAIT_KINDS", frozenset())
+    for pure in ("0", "1"):
+        monkeypatch.setenv("MPVIZ_PURE_PYTHON", pure)
+        events = LogReader(tmp_path).poll(final=True)
+        assert not [e for e in events if e[3] == "wait.end"], f"MPVIZ_PURE_PYTHON={pure}"
+        assert len(events) == 1 + 200

@@ -2,6 +2,7 @@
 test runs the real call -- a real queue, pipe, process, environment or command line -- and
 reads the message a learner would see. The stdlib's own words stay inside ours.
 """
+import contextlib
 import os
 import signal
 import subprocess
@@ -20,83 +21,80 @@ pytestmark = pytest.mark.timeout(60)
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(mpviz.__file__)))
 
 
-def test_queue_put_of_a_lambda_says_what_it_is_and_to_define_a_function():
+@contextlib.contextmanager
+def _queue():
+    """A real Queue, closed and its feeder joined afterwards, whatever the test raised."""
     q = mp.Queue()
     try:
+        yield q
+    finally:
+        q.close()
+        q.join_thread()
+
+
+@contextlib.contextmanager
+def _pipe():
+    a, b = mp.Pipe()
+    try:
+        yield a, b
+    finally:
+        a.close()
+        b.close()
+
+
+def test_queue_put_of_a_lambda_says_what_it_is_and_to_define_a_function():
+    with _queue() as q:
         with pytest.raises(Exception, match=r"Can't pickle .*lambda.*put\(obj\) pickles the "
                                             r"object.*a lambda.*Fix: define the function"):
             q.put(lambda: 0)
         q.put("still works")
         assert q.get(timeout=5) == "still works"
-    finally:
-        q.close()
-        q.join_thread()
 
 
 def test_queue_put_of_an_open_file_says_to_send_its_path():
-    q = mp.Queue()
-    try:
+    with _queue() as q:
         with open(__file__) as f:
             with pytest.raises(TypeError, match=r"cannot pickle '_io.TextIOWrapper' object: "
                                                 r"put\(obj\).*an open file.*Fix: send the "
                                                 r"file's path"):
                 q.put(f)
-    finally:
-        q.close()
-        q.join_thread()
 
 
 def test_pipe_send_of_a_lambda_says_what_it_is_and_the_pipe_stays_usable():
-    a, b = mp.Pipe()
-    try:
+    with _pipe() as (a, b):
         with pytest.raises(Exception, match=r"Can't pickle .*lambda.*send\(obj\) pickles the "
                                             r"object.*Nothing was sent"):
             a.send(lambda: 0)
         a.send("hello")
         assert b.recv() == "hello"
-    finally:
-        a.close()
-        b.close()
-
 
 
 def test_queue_put_of_a_multiprocessing_lock_says_to_pass_it_when_the_child_starts():
-    q = mp.Queue()
-    try:
+    with _queue() as q:
         with pytest.raises(RuntimeError, match=r"Lock objects should only be shared between "
                                                r"processes through inheritance: put\(obj\).*"
                                                r"Nothing was sent. Fix: pass it to the child "
                                                r"when it starts"):
             q.put(mp.Lock())
-    finally:
-        q.close()
-        q.join_thread()
 
 
 def test_pipe_send_of_an_event_says_to_pass_it_when_the_child_starts():
-    a, b = mp.Pipe()
-    try:
+    with _pipe() as (a, b):
         with pytest.raises(RuntimeError, match=r"should only be shared between processes "
                                                r"through inheritance: send\(obj\).*Fix: pass "
                                                r"it to the child when it starts"):
             a.send(mp.Event())
-    finally:
-        a.close()
-        b.close()
 
 
 def test_put_of_an_object_of_no_known_kind_says_it_once():
-    q = mp.Queue()
-    try:
+    with _queue() as q:
         with pytest.raises(TypeError) as caught:
             q.put(memoryview(b"x"))
         said = str(caught.value)
         assert said.startswith("cannot pickle memoryview objects: put(obj) pickles")
         assert said.count("cannot carry") == 1, said
         assert "Fix: send plain data" in said
-    finally:
-        q.close()
-        q.join_thread()
+
 
 def _echo(conn):
     conn.send(conn.recv())

@@ -465,6 +465,8 @@ def _report(directory, child, code, watchdog, verdict, received, plot):
             say(f"could not keep the verdict in {directory} ({exc})")
     elif received:
         say(f"passed {', '.join(received)} on to the program, which ended with status {code}")
+    elif child is not None and child.returncode is not None and child.returncode < 0:
+        say(_killed_words(child))
     program = [p for p in trace.processes() if p.how not in ("launcher", "watchdog")]
     if child is not None and not _program_recorded(directory):
         say(f"{len(trace.events)} events in {directory}, all of them mpviz's own: the program "
@@ -484,6 +486,21 @@ def _report(directory, child, code, watchdog, verdict, received, plot):
         return
     for name, path in _draw(trace, directory, hang=verdict is not None):
         say(f"{name}: {path}")
+
+
+def _killed_words(child):
+    """The program's end when a signal that mpviz did not pass on ended it (kill -9 from
+    another terminal, the out-of-memory killer, a crash): a status of 128+N alone says little."""
+    sig = signal.Signals(-child.returncode)
+    why = {signal.SIGKILL: "kill -9 sends it, and so does the kernel's out-of-memory killer "
+                           "(dmesg names what it killed); nothing in the program runs after it "
+                           "(no finally, no atexit)",
+           signal.SIGSEGV: "a crash in native code (a C extension, a library)",
+           signal.SIGABRT: "abort(): a failed check in native code"}.get(sig, "")
+    return (f"the program (pid {child.pid}) was killed by a signal, {sig.name} ({sig.value}), "
+            f"which mpviz did not send: exit status {128 + sig.value}"
+            + (f" ({why})" if why else "")
+            + "; what it recorded until then is all in the trace")
 
 
 def _distributed_failure(trace):

@@ -77,8 +77,11 @@ def _role(ch, putters, getters, thread_names, workers):
         if len(got_by) == 1 and next(iter(got_by)) in workers:
             return f"DataLoader worker {workers[next(iter(got_by))]}'s index queue"
         if putters and all(pid in workers for pid, _ in putters):
-            return "the DataLoader's data queue"
+            return DATA_QUEUE
     return None
+
+
+DATA_QUEUE = "the DataLoader's data queue"
 
 
 def next_queue_name(names):

@@ -183,7 +183,7 @@ class LogReader:
             if native_read is not None and rel + RECORD.size + n <= len(buf):
                 # the records that pass every check, up to the window's end, read in C; the
                 # first it cannot take (if any) comes to the loop below as it is
-                after = native_read(buf, rel, pid, out, st.waits.add)
+                after = native_read(buf, rel, pid, out, st.waits.add, _WAIT_KINDS)
                 if after > rel:
                     st.off += after - rel
                     st.torn_at = None

@@ -101,7 +101,8 @@ def install():
                                                      segment, which the batch then is
         a forked child                            ─► shm.attach (how="fork") for every torch segment
                                                      it inherits (read from /proc/self/maps)
-        DataLoader's _worker_loop                 ─► dataloader.worker {phase: start/exit, worker_id}
+        DataLoader's _worker_loop                 ─► dataloader.worker {phase: start/exit, worker_id,
+                                                     data_queue (at start: the queue it puts into)}
         DataLoader's _pin_memory_loop (a thread)  ─► dataloader.pin_memory {phase: start/exit}, and
           pin_memory(batch), in it                ─► dataloader.pin {tensors, nbytes} per batch
         DataLoader(pin_memory=True) with no accelerator (a CPU-only torch: torch warns and pins
@@ -639,7 +640,8 @@ def _worker_loop(original, *args, **kwargs):
     worker_id, num_workers = _worker_ids(args, kwargs)
     if _on():
         recorder.emit("dataloader.worker", phase="start", worker_id=worker_id,
-                      num_workers=num_workers, torch=True)
+                      num_workers=num_workers, data_queue=_data_queue_id(args, kwargs),
+                      torch=True)
     try:
         return original(*args, **kwargs)
     finally:
@@ -703,6 +705,17 @@ def _loader_iter_init(original, it, loader, *args, **kwargs):
                       reason="pin_memory=True but torch found no accelerator: no pin-memory "
                              "thread, nothing pinned (torch warned so)")
     return result
+
+
+def _data_queue_id(args, kwargs):
+    """The id of the queue this worker puts its batches into (the main process gets from it:
+    while none came, the wait-for graph says who must put), or None."""
+    q = kwargs.get("data_queue", args[3] if len(args) > 3 else None)
+    try:
+        from .events import queue_id
+        return queue_id(q)
+    except AttributeError:                 # not a multiprocessing Queue (a torch we do not know)
+        return None
 
 
 def _worker_ids(args, kwargs):

@@ -412,7 +412,7 @@ def waits_in_words(trace, at=None):
     for task in st.every_lost_pool_task(trace, state.t_ns):    # (no get() of its own waits)
         if task.job not in told:
             lines.append(f"  {task.words()}, and so does whatever waits for all its jobs "
-                         f"(pool.join() after close()){LOST_WHY}")
+                         f"(pool.join() after close()){_lost_why([task])}")
     for pid in sorted(idle):
         lines.append(f"  {state.labels.get(pid, pid)} is idle, not stuck: it waits for its next "
                      f"task from the Pool, and goes on when the program gives the Pool work")
@@ -486,6 +486,18 @@ LOST_WHY = (" (a Pool replaces a worker that ends, not the task it was running: 
             "concurrent.futures.ProcessPoolExecutor, which raises BrokenProcessPool when a "
             "worker dies (os._exit, a crash) and raises a task's sys.exit() in the caller as "
             "SystemExit (uncaught, it ends the program with that status and no traceback)")
+# ... and for a worker a signal ended: no exit the task could have raised instead
+LOST_KILLED_WHY = (" (a Pool replaces a worker that ends, not the task it was running: "
+                   "bpo-22393). Fix: find what killed it (a SIGKILL the program did not send "
+                   "is most often the kernel's out-of-memory killer: the kernel log, dmesg, "
+                   "names it; a SIGSEGV is a crash in native code), and use "
+                   "concurrent.futures.ProcessPoolExecutor, which raises BrokenProcessPool in "
+                   "the caller when a worker dies instead of waiting for ever")
+
+
+def _lost_why(tasks):
+    """Why those tasks' results never come, and the fix: by how their workers ended."""
+    return LOST_KILLED_WHY if all(task.signal for task in tasks) else LOST_WHY
 
 
 def _who_must_act(state, blocked, trace=None):
@@ -495,7 +507,7 @@ def _who_must_act(state, blocked, trace=None):
         from mpviz.viz import state as st
         lost = st.lost_pool_tasks(trace, blocked.target, state.t_ns)
         if lost:
-            return "; ".join(task.words() for task in lost) + LOST_WHY
+            return "; ".join(task.words() for task in lost) + _lost_why(lost)
     if blocked.waits_for:
         who = " or ".join(_thread_words(state, pid, tid) for pid, tid in blocked.waits_for)
         alive = {(p.pid, tid) for p in state.processes for tid, _ in p.threads}

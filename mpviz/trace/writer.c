@@ -748,10 +748,11 @@ static PyTypeObject WriterType = {
 
 /* --- reading records back: reader.py's loop over a window, in C -----------------------------
 
-   read_records(buf, rel, pid, out, waits) -> the offset in buf after the last record read.
-   From buf[rel:] on, each whole record whose checksum holds and whose body decodes becomes
-   (ts_ns, pid, tid, kind, args) in `out` -- or, for the kinds reader._Waits follows, is handed
-   to waits(out, ts, pid, tid, kind, args). It stops at the first record it cannot take as it
+   read_records(buf, rel, pid, out, waits, wait_kinds) -> the offset in buf after the last
+   record read. From buf[rel:] on, each whole record whose checksum holds and whose body decodes
+   becomes (ts_ns, pid, tid, kind, args) in `out` -- or, if its kind is in the set wait_kinds
+   (reader._WAIT_KINDS: one place decides, for both readers), is handed to
+   waits(out, ts, pid, tid, kind, args). It stops at the first record it cannot take as it
    is: a length of 0 or PAD, a record that runs past buf, a checksum that does not match, a
    body that does not decode. reader.py's own loop then looks at that record (and says what is
    wrong with it): this only takes the common case off its hands, with the same checks
@@ -759,15 +760,16 @@ static PyTypeObject WriterType = {
 static PyObject *
 read_records_function(PyObject *module, PyObject *const *argv, Py_ssize_t argc)
 {
-    if (argc != 5 || !PyList_Check(argv[3])) {
-        PyErr_SetString(PyExc_TypeError, "read_records(buf, rel, pid, out: list, waits)");
+    if (argc != 6 || !PyList_Check(argv[3]) || !PyAnySet_Check(argv[5])) {
+        PyErr_SetString(PyExc_TypeError,
+                        "read_records(buf, rel, pid, out: list, waits, wait_kinds: set)");
         return NULL;
     }
     Py_buffer view;
     if (PyObject_GetBuffer(argv[0], &view, PyBUF_SIMPLE) < 0)
         return NULL;
     Py_ssize_t rel = PyLong_AsSsize_t(argv[1]);
-    PyObject *pid = argv[2], *out = argv[3], *waits = argv[4];
+    PyObject *pid = argv[2], *out = argv[3], *waits = argv[4], *wait_kinds = argv[5];
     const unsigned char *p = view.buf;
     Py_ssize_t len = view.len;
     if (rel == -1 && PyErr_Occurred())
@@ -803,7 +805,9 @@ read_records_function(PyObject *module, PyObject *const *argv, Py_ssize_t argc)
         PyObject *ts_obj = PyLong_FromUnsignedLongLong(ts);
         PyObject *tid_obj = PyLong_FromUnsignedLongLong(tid);
         int failed = ts_obj == NULL || tid_obj == NULL;
-        if (!failed && (kind == WAIT_BEGIN || kind == WAIT_END || kind == GET_KIND)) {
+        int follow = failed ? 0 : PySet_Contains(wait_kinds, kind);
+        failed = failed || follow < 0;
+        if (!failed && follow) {
             PyObject *r = PyObject_CallFunctionObjArgs(waits, out, ts_obj, pid, tid_obj, kind,
                                                        args, NULL);
             failed = r == NULL;
@@ -856,7 +860,8 @@ static PyMethodDef module_functions[] = {
     {"take_feeding_msg", take_feeding_function, METH_NOARGS,
      "the id Pickler.dumps pickled last in this thread (None: none), forgotten here"},
     {"read_records", (PyCFunction)(void (*)(void))read_records_function, METH_FASTCALL,
-     "read_records(buf, rel, pid, out, waits) -> offset after the records read (reader.py's "
+     "read_records(buf, rel, pid, out, waits, wait_kinds) -> offset after the records read "
+     "(reader.py's "
      "loop in C, for the records that pass every check)"},
     {"encode", (PyCFunction)(void (*)(void))encode_function, METH_FASTCALL,
      "encode(ts_ns, tid, kind, args) -> the record's bytes (for tests: compare with Python's)"},

@@ -213,6 +213,8 @@ class State:
     thread_names: dict = field(repr=False, default_factory=dict)
     channel_names: dict = field(repr=False, default_factory=dict)
     blocked: tuple = ()
+    ended: dict = field(repr=False, default_factory=dict)   # pid -> "killed by SIGKILL" ... of
+                                                            # each process ended by the instant
 
     @property
     def t_s(self):
@@ -335,6 +337,7 @@ class _Index:
                    "queue.get_failed", "dist.rendezvous"}
         self.lock_names = {}           # lock id -> the variable name a waiter used for it
         self.dataloader_workers = {}   # pid -> worker_id, from real torch's DataLoader
+        self.dataloader_queues = {}    # the data queue's id -> pids of the workers that put there
         self.torch_segments = set()    # names of real torch's segments (their unlink is unseen)
         self.unmap_unseen = set()      # names of segments unmapped unseen: torch's, and the
                                        # stdlib heap's arenas (sharedctypes: hooks.py)
@@ -482,6 +485,8 @@ class _Index:
         """What real torch's events add to the index: DataLoader workers, torch segments."""
         if e.kind == "dataloader.worker":
             self.dataloader_workers[e.pid] = e.args.get("worker_id")
+            if e.args.get("data_queue") is not None:
+                self.dataloader_queues.setdefault(e.args["data_queue"], []).append(e.pid)
         elif e.kind in _SHM_KINDS:
             self.torch_segments.add(e.args.get("name"))
         elif e.kind in ("torch.unsupported", "torch.hook_failed"):
@@ -648,6 +653,8 @@ class _Index:
         next number), never its internal id."""
         if qid not in self.channel_names and self.pipe_of.get(qid) in self.channel_names:
             self.channel_names[qid] = self.channel_names[self.pipe_of[qid]]  # a SimpleQueue
+        if qid not in self.channel_names and qid in self.dataloader_queues:
+            self.channel_names[qid] = names.DATA_QUEUE      # (no batch in it yet)
         if qid not in self.channel_names:
             self.channel_names[qid] = names.next_queue_name(self.channel_names)
         return self.channel_names[qid]
@@ -694,8 +701,12 @@ class _Index:
         if on == "queue.get":                          # those that have put into it, ended or
             putters = self.putters.get(target, []) + \
                 self.putters.get(self.pipe_of.get(target), [])  # not (a producer that ended
-            return [(p, d) for p, d, first in putters          # early)
+            must = [(p, d) for p, d, first in putters          # early)
                     if first <= t and (p, d) != (begin.pid, begin.tid)]
+            # a DataLoader's data queue: its live workers put there, even before their first batch
+            workers = [(p, p) for p in self.dataloader_queues.get(target, ()) if self.alive(p, t)]
+            return must + [w for w in workers if w not in must]
+
         if on == "pool.result":
             return [(pid, tid) for pid, tid, a, b in self.tasks_of(target)
                     if a <= t and (b is None or t < b) and self.thread_alive(pid, tid, t)] + \
@@ -1047,7 +1058,17 @@ def state_at(trace, t_ns=None):
     return State(t, ix.t0, procs, tuple(ix.segment_states(t)), tuple(locks), in_flight,
                  tuple(ix.deadlocks(locks, t)), dict(ix.labels),
                  {(p, t): ix.thread_name(p, t) for p in ix.procs for t in ix.procs[p].threads},
-                 dict(ix.channel_names), blocked)
+                 dict(ix.channel_names), blocked,
+                 {p.pid: _how_it_ended(p) for p in ix.procs.values()
+                  if p.start_ns <= t and not ix.alive(p.pid, t)})
+
+
+def _how_it_ended(p):
+    """"killed by SIGKILL", "exited, status 1", or "ended" (status 0, or how was not
+    recorded)."""
+    if p.signal:
+        return f"killed by {p.signal}"
+    return "ended" if not p.exitcode else f"exited, status {p.exitcode}"
 
 
 def stuck_moment(trace):

@@ -208,7 +208,7 @@ def _add_blocked(state, nodes, edges):
         for pid, tid in b.waits_for:
             akey = ("thread", (pid, tid))
             if akey not in nodes:
-                ended = "" if (pid, tid) in alive else "\n(ended)"
+                ended = "" if (pid, tid) in alive else f"\n({state.ended.get(pid, 'ended')})"
                 nodes[akey] = ("thread", _thread_text(labels, names, pid, tid) + ended)
             actors.append(akey)
         template = _OBJECT.get(b.on)
