@@ -80,15 +80,17 @@ def children():
                 pids = f.read().split()
         except OSError:                  # the thread ended meanwhile
             continue
-        for pid in pids:
-            try:
-                with open(f"/proc/{pid}/stat") as f:
-                    state = f.read().rsplit(")", 1)[1].split()[0]
-            except OSError:              # reaped meanwhile
-                continue
-            if state != "Z":
-                found.append(int(pid))
+        found += [int(pid) for pid in pids if alive(pid)]
     return found
+
+
+def alive(pid):
+    """Whether process `pid` runs: it exists (not reaped) and is not a zombie."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
 
 
 def _descendants(pid):

@@ -9,7 +9,7 @@ import sys
 import threading
 import time
 
-from conftest import _children_by_scan, children
+from conftest import _children_by_scan, alive, children
 
 
 def _started_in_a_thread_that_ends():
@@ -76,14 +76,6 @@ def test_leaves_a_child_that_has_a_child_of_its_own():
 """
 
 
-def _alive(pid):
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
-
-
 def test_a_leaked_child_is_killed_with_its_own_children(tmp_path):
     """The leak check kills a child a test left running. Its own children (a launcher's
     program, a shell's background job) must go with it: killed alone, it leaves them to init,
@@ -102,9 +94,9 @@ def test_a_leaked_child_is_killed_with_its_own_children(tmp_path):
             inner.stdout
         assert f"and their own children [{grandchild}] (killed too)" in inner.stdout, inner.stdout
         deadline = time.monotonic() + 5
-        while _alive(grandchild) and time.monotonic() < deadline:
+        while alive(grandchild) and time.monotonic() < deadline:
             time.sleep(0.01)               # polling for init to reap it, bounded
-        assert not _alive(grandchild), "the leaked child's own child is still running"
+        assert not alive(grandchild), "the leaked child's own child is still running"
     finally:
-        if _alive(grandchild):
+        if alive(grandchild):
             os.kill(grandchild, signal.SIGKILL)
