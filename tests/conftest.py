@@ -80,14 +80,35 @@ def children():
                 pids = f.read().split()
         except OSError:                  # the thread ended meanwhile
             continue
-        for pid in pids:
-            try:
-                with open(f"/proc/{pid}/stat") as f:
-                    state = f.read().rsplit(")", 1)[1].split()[0]
-            except OSError:              # reaped meanwhile
-                continue
-            if state != "Z":
-                found.append(int(pid))
+        found += [int(pid) for pid in pids if alive(pid)]
+    return found
+
+
+def alive(pid):
+    """Whether process `pid` runs: it exists (not reaped) and is not a zombie."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def _descendants(pid):
+    """The live process `pid`'s children, theirs, and so on (each thread's children file, as
+    children() reads its own): what goes on running if only `pid` is killed."""
+    found = []
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:                      # gone, or a kernel without the files
+        return found
+    for tid in tids:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/children") as f:
+                kids = [int(kid) for kid in f.read().split()]
+        except OSError:
+            continue
+        for kid in kids:
+            found += [kid] + _descendants(kid)
     return found
 
 
@@ -211,8 +232,12 @@ def leak_check(request):
         if not (leaked_fds or leaked_shm or live) or time.monotonic() > deadline:
             break
         time.sleep(0.05)  # polling for asynchronous cleanup, bounded; not synchronisation
-    for pid in live:
-        os.kill(pid, signal.SIGKILL)
+    theirs = [kid for pid in live for kid in _descendants(pid)]   # (before they are orphaned)
+    for pid in live + theirs:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
     details = []
     if leaked_shm:
         details.append(f"/dev/shm entries left: {leaked_shm}")
@@ -225,7 +250,8 @@ def leak_check(request):
                 links[fd] = "?"
         details.append(f"file descriptors left open: {links}")
     if live:
-        details.append(f"child processes still alive (now killed): {live}")
+        details.append(f"child processes still alive (now killed): {live}"
+                       + (f", and their own children {theirs} (killed too)" if theirs else ""))
     if details:
         pytest.fail("leak after test: " + "; ".join(details), pytrace=False)
 

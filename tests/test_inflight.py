@@ -148,8 +148,16 @@ def _results(runs, timeout=90):
 
 
 def _finish(proc, timeout=90):
-    """Wait for a scenario's interpreter: (exit code, stdout, stderr)."""
-    stdout, stderr = proc.communicate(timeout=timeout)
+    """Wait for a scenario's interpreter: (exit code, stdout, stderr). One still running after
+    `timeout` s is killed, and its stderr says so: the test that reads its result fails with
+    that, and the tests of the runs started beside it (late_runs) go on."""
+    import subprocess
+    try:
+        stdout, stderr = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        stdout, stderr = proc.communicate()
+        stderr += f"\n(the scenario's interpreter was still running after {timeout} s: killed)"
     return proc.returncode, stdout, stderr
 
 

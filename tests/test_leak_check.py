@@ -2,11 +2,14 @@
 this process's live children, and fails the test if one is left. ``children()`` reads each
 thread's /proc/self/task/TID/children rather than every process's stat on the machine; these
 tests hold it to what the full scan sees, for the children the suite's tests leave behind."""
+import os
+import signal
 import subprocess
+import sys
 import threading
 import time
 
-from conftest import _children_by_scan, children
+from conftest import _children_by_scan, alive, children
 
 
 def _started_in_a_thread_that_ends():
@@ -60,3 +63,40 @@ def test_a_zombie_child_is_not_counted_as_alive():
         assert zombie.pid not in children() and zombie.pid not in _children_by_scan()
     finally:
         zombie.wait()
+
+
+INNER_TEST = """
+import os, subprocess, time
+
+def test_leaves_a_child_that_has_a_child_of_its_own():
+    subprocess.Popen(["sh", "-c", "sleep 60 & echo $! > grandchild.pid; wait"])
+    deadline = time.monotonic() + 10
+    while not os.path.exists("grandchild.pid") and time.monotonic() < deadline:
+        time.sleep(0.01)                   # polling for the shell's start, bounded
+"""
+
+
+def test_a_leaked_child_is_killed_with_its_own_children(tmp_path):
+    """The leak check kills a child a test left running. Its own children (a launcher's
+    program, a shell's background job) must go with it: killed alone, it leaves them to init,
+    running on with nobody to see them."""
+    (tmp_path / "test_inner.py").write_text(INNER_TEST)
+    tests = os.path.dirname(os.path.abspath(__file__))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        [tests, os.path.dirname(tests)] + [p for p in [os.environ.get("PYTHONPATH")] if p]),
+        MPVIZ_SKIP_SEMAPHORE_CHECK="1")
+    inner = subprocess.run([sys.executable, "-m", "pytest", "-p", "conftest", "-p",
+                            "no:cacheprovider", "-o", "addopts=", "-q", "test_inner.py"],
+                           cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
+    grandchild = int((tmp_path / "grandchild.pid").read_text())
+    try:
+        assert "leak after test: child processes still alive (now killed): [" in inner.stdout, \
+            inner.stdout
+        assert f"and their own children [{grandchild}] (killed too)" in inner.stdout, inner.stdout
+        deadline = time.monotonic() + 5
+        while alive(grandchild) and time.monotonic() < deadline:
+            time.sleep(0.01)               # polling for init to reap it, bounded
+        assert not alive(grandchild), "the leaked child's own child is still running"
+    finally:
+        if alive(grandchild):
+            os.kill(grandchild, signal.SIGKILL)
