@@ -12,6 +12,7 @@ timeout given to init_process_group), and all of them run at once in one fixture
     wrong_world_size   world_size 3, 2 processes              -> "waiting for 3 ranks ..."
     ddp_demo_basic     with MASTER_PORT held by a socket      -> "MASTER_PORT ... in use"
     straggler          rank 1 sleeps before all_reduce #2     -> STALLED, "rank 1 is slow"
+    send_wrong_dst     torch's send/recv example, 3 ranks     -> rank 0 never sent to rank 2
 """
 import os
 import socket
@@ -82,6 +83,7 @@ def runs(tmp_path_factory):
             "port": _Run(tmp("port"), "ddp_demo_basic.py", port=held.getsockname()[1]),
             "straggler": _Run(tmp("slow"), "straggler.py", GLOO_TIMEOUT="90",
                               SLOW_LOAD="600"),
+            "wrong dst": _Run(tmp("dst"), "send_wrong_dst.py", GLOO_TIMEOUT="90"),
         }
         for run in started.values():
             run.done(SETUP_TIMEOUT - 30)
@@ -253,3 +255,23 @@ def test_a_straggler_is_stalled_not_deadlocked_and_named(runs):
             "for it in all_reduce #2: rank 0 waits in all_reduce #2.") in err
     assert "DEADLOCK" not in err
     assert "in `time.sleep` (a deadline) -- at load_batch (straggler.py:14)" in err
+
+
+@pytest.mark.timeout(SETUP_TIMEOUT)
+def test_a_recv_whose_send_went_elsewhere_names_the_send_not_a_disagreement(runs, fonts_loaded):
+    # (a send and a recv are no collective: rank 0's send to rank 1 and rank 1's recv from
+    # rank 0 agree, though both are call #1 of the group)
+    run = runs["wrong dst"]
+    err = run.stderr
+    assert run.returncode == 1, err
+    assert ("mpviz trace: FAILED (torch.distributed) -- rank 0 exited with code 0, without "
+            "calling send #1 to rank 2: rank 2 waited in recv #1 from rank 0, which could never "
+            "complete.") in err
+    assert "disagree" not in err
+    assert "rank 2's recv from rank 0 #1 has none -- check the dst and src" in err
+    from mpviz import viz
+    ax = viz.timeline(run.trace()).axes[0]
+    assert not [c for c in ax.collections if c.get_gid() == "collectives that disagree"]
+    texts = [t.get_text() for t in ax.texts]
+    assert "send #1 to rank 1" in texts and \
+        "recv #1 from rank 0: rank 0 never came" in texts, texts

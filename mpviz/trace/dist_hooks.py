@@ -12,6 +12,9 @@ wraps those functions, so each call is two events in that rank's log::
 
 ``seq`` counts the collectives this rank called on that group, from 1 (the outermost call
 only: all_gather_object is one): two ranks at the same ``seq`` in different ``op``s disagree.
+A send or recv is no collective: the n-th send from rank 0 to rank 1 meets rank 1's n-th recv
+from rank 0, whatever else either calls, so its ``seq`` counts the messages of that pair (as
+mpviz.distributed counts them).
 ``init_process_group`` is ``dist.rendezvous`` begin/end (the store, gloo's connections: inside,
 in C++). An ``async_op=True`` call (or isend/irecv) ends when its ``Work.wait()`` returns.
 
@@ -201,8 +204,10 @@ def _about(op, original, args, kwargs, ddp):
     rank = dist.get_rank()
     if rank not in ranks:
         return None
-    _seq[ranks] = _seq.get(ranks, 0) + 1
-    about = dict(op=op, seq=_seq[ranks], group=list(ranks), rank=rank,
+    # a send and its recv match by their pair, not by the group's order: counted per pair
+    key = (ranks, op.lstrip("i"), named.get(PEER[op])) if op in PEER else ranks
+    _seq[key] = _seq.get(key, 0) + 1
+    about = dict(op=op, seq=_seq[key], group=list(ranks), rank=rank,
                  nbytes=_nbytes(named.get(COLLECTIVES.get(op))) if not ddp else
                  _nbytes(args[DDP_COLLECTIVES[op]] if len(args) > 1 else None))
     if op in PEER:

@@ -10,6 +10,10 @@ calls by their order (the seq), not by name. So the trace answers, rank by rank:
                        rank 0 all_reduce (waits)   rank 1 in time.sleep    -> rank 1 is SLOW
     rendezvous:        ranks 0, 1 began, world_size 3  -> "waiting for 3 ranks ...; 2 arrived"
 
+A send and a recv are no collective: the n-th send from rank 0 to rank 1 meets rank 1's n-th
+recv from rank 0 (``seq`` counts that pair's messages), whatever else the group does. So a
+point-to-point call's ``group`` here is its pair, (sender, receiver), and it never disagrees.
+
 The gloo backend waits in C++ threads, some with timeouts: by /proc alone such a program looks
 STALLED (a deadline) or busy. These events come first: the watchdog asks ``judge`` when it has
 found a hang, and the launcher asks it when a program that used torch.distributed failed.
@@ -34,6 +38,18 @@ class Call(NamedTuple):
     end_ns: Optional[int]
     error: Optional[str]
     async_op: bool
+    p2p: bool = False       # a send or recv: `group` is (sender, receiver), `seq` their n-th
+
+
+P2P = {"send": "send", "isend": "send", "recv": "recv", "irecv": "recv"}
+
+
+def _pair(a):
+    """A point-to-point call's (sender, receiver); (receiver,) for a recv from anyone."""
+    rank, peer = a.get("rank"), a.get("peer")
+    if P2P[a.get("op")] == "send":
+        return (rank, peer)
+    return (peer, rank) if peer is not None else (rank,)
 
 
 class Ranks:
@@ -55,12 +71,13 @@ class Ranks:
                     self.world[e.pid] = a["world_size"]
                 (self.arrived if a.get("phase") == "begin" else self.left)[e.pid] = e
             elif e.kind == "dist.collective":
-                key = (e.pid, tuple(a.get("group") or ()), a.get("seq"))
+                key = (e.pid, tuple(a.get("group") or ()), a.get("seq"), a.get("op"))
                 if a.get("phase") == "begin":
+                    p2p = a.get("op") in P2P
                     open_[key] = len(self.calls)
-                    self.calls.append(Call(e.pid, a.get("rank"), key[1], a.get("seq"),
-                                           a.get("op"), e.ts_ns, None, None,
-                                           bool(a.get("async_op"))))
+                    self.calls.append(Call(e.pid, a.get("rank"), _pair(a) if p2p else key[1],
+                                           a.get("seq"), a.get("op"), e.ts_ns, None, None,
+                                           bool(a.get("async_op")), p2p))
                 elif key in open_:
                     i = open_.pop(key)
                     self.calls[i] = self.calls[i]._replace(end_ns=e.ts_ns, error=a.get("error"))
@@ -231,7 +248,8 @@ class Verdict:
         """Two ranks at the same seq of a group, in different collectives."""
         by = {}
         for c in self.r.calls:
-            by.setdefault((c.group, c.seq), {})[c.rank] = c
+            if not c.p2p:                  # (a send and its recv are two ops that agree)
+                by.setdefault((c.group, c.seq), {})[c.rank] = c
         for (group, seq), calls in sorted(by.items(), key=lambda kv: min(
                 c.begin_ns for c in kv[1].values())):
             ops = {c.op for c in calls.values()}
@@ -257,14 +275,15 @@ class Verdict:
     def state(self, call):
         """"waits in all_reduce #3 since 12.3 s", "raised in it: RuntimeError: ...", ..."""
         t = (call.begin_ns - self.trace.events[0].ts_ns) / 1e9
+        name = _called(call)
         if call.error:
-            return f"{call.op} #{call.seq} (entered at {t:.1f} s) raised {_short(call.error)}"
+            return f"{name} (entered at {t:.1f} s) raised {_short(call.error)}"
         if call.end_ns is not None:
-            return f"{call.op} #{call.seq} completed"
+            return f"{name} completed"
         ended = self.how_it_ended(call.pid)
         if ended:
-            return f"was in {call.op} #{call.seq} (entered at {t:.1f} s) when it {ended}"
-        return f"waits in {call.op} #{call.seq} (entered at {t:.1f} s)"
+            return f"was in {name} (entered at {t:.1f} s) when it {ended}"
+        return f"waits in {name} (entered at {t:.1f} s)"
 
     def missing(self):
         """A rank in a collective (or failed in one) that another rank of the group never
@@ -275,11 +294,12 @@ class Verdict:
             return False
         first = min(stuck_calls, key=lambda c: (c.seq, c.begin_ns))
         group, seq = first.group, first.seq
-        here = {c.rank: c for c in self.r.calls if c.group == group and c.seq == seq}
+        mine = [c for c in self.r.calls if c.group == group and c.p2p == first.p2p]
+        here = {c.rank: c for c in mine if c.seq == seq}
         last = {}
-        for c in self.r.calls:
-            if c.group == group:
-                last[c.rank] = max(last.get(c.rank, 0), c.seq)
+        for c in mine:
+            last[c.rank] = max(last.get(c.rank, 0), c.seq or 0)
+        name, needed = _called(first), _needed(first)   # (a recv needs its send)
         absent = [k for k in group if k not in here]
         waiting = sorted(here)
         lines = [f"  {self.who(here[k].pid)}: {self.state(here[k])}" for k in waiting]
@@ -288,42 +308,40 @@ class Verdict:
             pid = self.r.pid_of.get(k)
             if pid is None:
                 continue
-            after = f" after collective #{last.get(k, 0)}" if last.get(k) else \
-                " before any collective"
+            after = "" if first.p2p else f" after collective #{last.get(k, 0)}" if \
+                last.get(k) else " before any collective"
             ended = self.how_it_ended(pid, after)
             gave_up = ended and first.end_ns is not None and self.leaving(pid) > first.end_ns
             if gave_up:             # it ended after the waiting rank gave up: not the cause
                 kinds.append("gave up")
                 sentences.append(
-                    f"rank {first.rank} gave up waiting in {first.op} #{seq} "
-                    f"({_short(first.error or '')}): rank {k} had not called it by then -- its "
-                    f"last collective was #{last.get(k, 0)}; it was still running (later it "
-                    f"{self.how_it_ended(pid)})")
-                lines.append(f"  {self.who(pid)}: had not called collective #{seq} when "
+                    f"rank {first.rank} gave up waiting in {name} "
+                    f"({_short(first.error or '')}): rank {k} had not called {needed} by then"
+                    + ("" if first.p2p else f" -- its last collective was #{last.get(k, 0)}")
+                    + f"; it was still running (later it {self.how_it_ended(pid)})")
+                lines.append(f"  {self.who(pid)}: had not called {needed} when "
                              f"rank {first.rank} gave up; later it {self.how_it_ended(pid)}")
                 continue
             if ended:
                 kinds.append("deadlock")
-                sentences.append(f"rank {k} {ended}, without calling {first.op} #{seq}")
-                lines.append(f"  {self.who(pid)}: never called collective #{seq}: it {ended}")
+                sentences.append(f"rank {k} {ended}, without calling {needed}")
+                lines.append(f"  {self.who(pid)}: never called {needed}: it {ended}")
                 continue
             if self.watchdog is None:        # (no /proc view: ended by a watchdog, say)
                 kinds.append("gave up")
-                sentences.append(f"rank {k} had not called {first.op} #{seq} when the trace "
-                                 f"ended (its last collective was #{last.get(k, 0)})")
-                lines.append(f"  {self.who(pid)}: had not called collective #{seq}")
+                sentences.append(f"rank {k} had not called {needed} when the trace ended" + (
+                    "" if first.p2p else f" (its last collective was #{last.get(k, 0)})"))
+                lines.append(f"  {self.who(pid)}: had not called {needed}")
                 continue
             words, wait = self.where(pid)
             if wait in ("sleep", "deadline", "running"):
                 kinds.append("stalled")
-                sentences.append(f"rank {k} is slow, the others wait for it in {first.op} "
-                                 f"#{seq}")
+                sentences.append(f"rank {k} is slow, the others wait for it in {name}")
             else:
                 kinds.append(self.kind_of_waits())
-                sentences.append(f"rank {k} has not called {first.op} #{seq}: it waits "
-                                 f"elsewhere")
-            lines.append(f"  {self.who(pid)}: has not called collective #{seq} yet ({after[1:]}); "
-                         f"its main thread {words}")
+                sentences.append(f"rank {k} has not called {needed}: it waits elsewhere")
+            lines.append(f"  {self.who(pid)}: has not called {needed} yet"
+                         + (f" ({after[1:]})" if after else "") + f"; its main thread {words}")
         if not sentences:
             return False
         if "gave up" in kinds:
@@ -342,11 +360,18 @@ class Verdict:
         else:
             self.kind = "deadlock" if "deadlock" in kinds else \
                 "stalled" if "stalled" in kinds else kinds[0]
-        self.sentence = f"{'; '.join(sentences)}: {who} {verb} in {first.op} #{seq}" + (
+        self.sentence = f"{'; '.join(sentences)}: {who} {verb} in {name}" + (
             never if "deadlock" in kinds else ".")
         self.lines = lines
-        if "deadlock" in kinds and all(self.left_cleanly(self.r.pid_of.get(k))
-                                       for k in absent):
+        if "deadlock" in kinds and first.p2p and all(
+                self.left_cleanly(self.r.pid_of.get(k)) for k in absent):
+            src, dst = group
+            self.lines.append(f"  Fix: each recv(src=S) on rank D needs a send(dst=D) on rank "
+                              f"S, one for one (and each send a recv): rank {dst}'s recv "
+                              f"from rank {src} #{seq} has none -- check the dst and src each "
+                              f"rank passes.")
+        elif "deadlock" in kinds and all(self.left_cleanly(self.r.pid_of.get(k))
+                                         for k in absent):
             self.lines.append(f"  Fix: {ORDER_FIX}; a rank that ends while the others still "
                               f"call collectives leaves them waiting (a collective inside "
                               f"`if rank == 0:`: call it on every rank, and use its result on "
@@ -377,6 +402,28 @@ def _short(error):
     error = re.sub(r"\[/[^\]]*\] ", "", error)
     kind, _, text = error.partition(": ")
     return f"{kind}: {text.split('. ')[0]}" if text else error
+
+
+def _called(call):
+    """"all_reduce #3"; a point-to-point call names its peer: "recv #1 from rank 0"."""
+    if not call.p2p:
+        return f"{call.op} #{call.seq}"
+    src, dst = call.group if len(call.group) == 2 else (None, call.group[0])
+    sends = P2P[call.op] == "send"
+    peer = dst if sends else src
+    return f"{call.op} #{call.seq} " + ("to " if sends else "from ") + (
+        f"rank {peer}" if peer is not None else "any rank")
+
+
+def _needed(call):
+    """What the missing rank must call to end `call`: the same collective, or its match
+    ("send #1 to rank 2" for rank 2's "recv #1 from rank 0")."""
+    if not call.p2p or len(call.group) != 2:
+        return _called(call)
+    src, dst = call.group
+    if P2P[call.op] == "send":
+        return f"recv #{call.seq} from rank {src}"
+    return f"send #{call.seq} to rank {dst}"
 
 
 def _ranks(ranks):
