@@ -13,6 +13,7 @@ timeout given to init_process_group), and all of them run at once in one fixture
     ddp_demo_basic     with MASTER_PORT held by a socket      -> "MASTER_PORT ... in use"
     straggler          rank 1 sleeps before all_reduce #2     -> STALLED, "rank 1 is slow"
     send_wrong_dst     torch's send/recv example, 3 ranks     -> rank 0 never sent to rank 2
+    ddp_uneven_loader  DDP, rank 1's DataLoader shorter       -> DEADLOCK: rank 0 in backward()
 """
 import os
 import socket
@@ -84,6 +85,7 @@ def runs(tmp_path_factory):
             "straggler": _Run(tmp("slow"), "straggler.py", GLOO_TIMEOUT="90",
                               SLOW_LOAD="600"),
             "wrong dst": _Run(tmp("dst"), "send_wrong_dst.py", GLOO_TIMEOUT="90"),
+            "ddp uneven": _Run(tmp("ddp_uneven"), "ddp_uneven_loader.py", GLOO_TIMEOUT="90"),
         }
         for run in started.values():
             run.done(SETUP_TIMEOUT - 30)
@@ -275,3 +277,18 @@ def test_a_recv_whose_send_went_elsewhere_names_the_send_not_a_disagreement(runs
     texts = [t.get_text() for t in ax.texts]
     assert "send #1 to rank 1" in texts and \
         "recv #1 from rank 0: rank 0 never came" in texts, texts
+
+
+@pytest.mark.timeout(SETUP_TIMEOUT)
+def test_a_ddp_rank_with_more_batches_waits_in_backward_a_deadlock_not_a_straggler(runs):
+    # (DDP's gradient all-reduce is not seen from Python: rank 0's stack, in backward(), and
+    # its DDP say where it is -- it is no slow rank that will come)
+    run = runs["ddp uneven"]
+    err = run.stderr
+    assert run.returncode == 124, err
+    assert ("mpviz trace: HANG: DEADLOCK (torch.distributed) -- rank 0 waits inside backward(), "
+            "in DistributedDataParallel's gradient all-reduce (C++: not recorded, not counted in "
+            "the #), not in barrier #3: rank 1 waits in barrier #3, which can never complete."
+            ) in err
+    assert "STALLED" not in err and "When the slow rank gets there" not in err
+    assert "`with model.join():`" in err

@@ -53,6 +53,7 @@ _here = threading.local()          # .depth: collectives entered (only the outer
 _seq = {}                          # group's ranks (tuple) -> collectives called on it so far
 _pending = weakref.WeakKeyDictionary()    # an async op's Work -> its end event's args
 _said = set()                      # not_recorded notes this process has written
+DDP_NOTE = "DistributedDataParallel's gradient all-reduces"   # (dist_verdict reads it)
 
 
 def install(torch):
@@ -311,7 +312,7 @@ def _ddp_init(init, module, *args, **kwargs):
     if _on():
         params = [p for p in module.module.parameters() if p.requires_grad]
         nbytes = sum(p.element_size() * p.numel() for p in params)
-        _note("DistributedDataParallel's gradient all-reduces", (
+        _note(DDP_NOTE, (
             f"its Reducer (C++) all-reduces the gradients in buckets during each "
             f"loss.backward(), from autograd hooks Python does not see: {nbytes:,} bytes of "
             f"gradients ({len(params)} parameters) per rank per backward, not drawn; the time "

@@ -19,6 +19,7 @@ STALLED (a deadline) or busy. These events come first: the watchdog asks ``judge
 found a hang, and the launcher asks it when a program that used torch.distributed failed.
 Each verdict says what the events show, then the fix; where each thread is follows (stuck.py).
 """
+import os
 import re
 from typing import NamedTuple, Optional
 
@@ -303,7 +304,7 @@ class Verdict:
         absent = [k for k in group if k not in here]
         waiting = sorted(here)
         lines = [f"  {self.who(here[k].pid)}: {self.state(here[k])}" for k in waiting]
-        kinds, sentences = [], []
+        kinds, sentences, ddp = [], [], False
         for k in absent:
             pid = self.r.pid_of.get(k)
             if pid is None:
@@ -334,7 +335,14 @@ class Verdict:
                 lines.append(f"  {self.who(pid)}: had not called {needed}")
                 continue
             words, wait = self.where(pid)
-            if wait in ("sleep", "deadline", "running"):
+            if wait not in ("sleep", "deadline", "running") and self.in_ddp_backward(pid):
+                kinds.append("deadlock")
+                ddp = True
+                sentences.append(
+                    f"rank {k} waits inside backward(), in DistributedDataParallel's "
+                    f"gradient all-reduce (C++: not recorded, not counted in the #), not in "
+                    f"{name}")
+            elif wait in ("sleep", "deadline", "running"):
                 kinds.append("stalled")
                 sentences.append(f"rank {k} is slow, the others wait for it in {name}")
             else:
@@ -363,7 +371,14 @@ class Verdict:
         self.sentence = f"{'; '.join(sentences)}: {who} {verb} in {name}" + (
             never if "deadlock" in kinds else ".")
         self.lines = lines
-        if "deadlock" in kinds and first.p2p and all(
+        if ddp:
+            self.lines.append(
+                "  A DDP rank in backward() all-reduces its gradients with every other rank: "
+                "a rank that ran out of batches (uneven inputs) and went on to another "
+                "collective never joins it. Fix: give every rank the same number of batches "
+                "(DistributedSampler pads the shards to equal length), or train inside "
+                "`with model.join():` (DDP's own answer to uneven inputs).")
+        elif "deadlock" in kinds and first.p2p and all(
                 self.left_cleanly(self.r.pid_of.get(k)) for k in absent):
             src, dst = group
             self.lines.append(f"  Fix: each recv(src=S) on rank D needs a send(dst=D) on rank "
@@ -386,6 +401,19 @@ class Verdict:
                               "(its line above); give the ranks equal work; a longer "
                               "--hang-after waits for it.")
         return True
+
+    def in_ddp_backward(self, pid):
+        """Rank `pid` built a DistributedDataParallel and its main thread is inside autograd's
+        backward(): there its Reducer all-reduces the gradients with the group -- a collective
+        as real as the recorded ones, seen only by its stack (dist_hooks.py says why)."""
+        from . import stuck
+        from .dist_hooks import DDP_NOTE
+        if not any(e.pid == pid and e.args.get("what") == DDP_NOTE
+                   for e in self.trace.of_kind("not_recorded")):
+            return False
+        calls = stuck._stacks_by_thread(self.trace, pid, ((self.stacks or {}).get(pid) or {})
+                                        .get("stacks", "")).get(pid)
+        return any(fn == "backward" and f"torch{os.sep}" in path for fn, path, _ in calls or ())
 
     def kind_of_waits(self):
         """The watchdog's own judgement (by /proc), for what the events do not settle."""
