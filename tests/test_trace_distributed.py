@@ -23,6 +23,7 @@ import sys
 import pytest
 
 import mpviz.trace as mt
+from conftest import hooked_torch
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PROGRAMS = os.path.join(ROOT, "tests", "dist_programs")
@@ -64,9 +65,7 @@ class _Run:
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
-    torch = pytest.importorskip("torch")
-    if not torch.__version__.startswith("2.13"):
-        pytest.skip("the torch hooks know torch 2.13 only")
+    hooked_torch()
 
     def tmp(name):
         return tmp_path_factory.mktemp(name)
