@@ -14,8 +14,10 @@ timeout given to init_process_group), and all of them run at once in one fixture
     straggler          rank 1 sleeps before all_reduce #2     -> STALLED, "rank 1 is slow"
     send_wrong_dst     torch's send/recv example, 3 ranks     -> rank 0 never sent to rank 2
     ddp_uneven_loader  DDP, rank 1's DataLoader shorter       -> DEADLOCK: rank 0 in backward()
+    ddp_shorter_shard  the same, and rank 1 leaves            -> rank 0 raised in backward()
 """
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -85,6 +87,7 @@ def runs(tmp_path_factory):
                               SLOW_LOAD="600"),
             "wrong dst": _Run(tmp("dst"), "send_wrong_dst.py", GLOO_TIMEOUT="90"),
             "ddp uneven": _Run(tmp("ddp_uneven"), "ddp_uneven_loader.py", GLOO_TIMEOUT="90"),
+            "ddp shorter": _Run(tmp("ddp_shorter"), "ddp_shorter_shard.py", GLOO_TIMEOUT="90"),
         }
         for run in started.values():
             run.done(SETUP_TIMEOUT - 30)
@@ -290,4 +293,19 @@ def test_a_ddp_rank_with_more_batches_waits_in_backward_a_deadlock_not_a_straggl
             "the #), not in barrier #3: rank 1 waits in barrier #3, which can never complete."
             ) in err
     assert "STALLED" not in err and "When the slow rank gets there" not in err
+    assert "`with model.join():`" in err
+
+
+@pytest.mark.timeout(SETUP_TIMEOUT)
+def test_a_ddp_rank_failing_in_backward_after_another_left_is_named_as_uneven_inputs(runs):
+    # (gloo's own words blame "a remote worker crashing": rank 1 ended with code 0)
+    run = runs["ddp shorter"]
+    err = run.stderr
+    assert run.returncode == 1, err
+    assert re.search(
+        r"mpviz trace: FAILED \(torch.distributed\) -- rank 0 raised RuntimeError: Connection "
+        r"closed by peer \[[0-9.]+\]:\d+ inside backward\(\), in DistributedDataParallel's "
+        r"gradient all-reduce \(C\+\+: not recorded\), which the other ranks never joined: "
+        r"rank 1 called destroy_process_group\(\) after collective #2 and exited with code "
+        r"0\.\n", err), err
     assert "`with model.join():`" in err

@@ -300,9 +300,19 @@ def _raising(fn, i):
             return fn(*args, **kwargs)
         except Exception as exc:
             if _on():
-                recorder.emit("spawn.raised", index=i, error=_error(exc))
+                more = {"in_backward": True} if _in_backward(exc) else {}
+                recorder.emit("spawn.raised", index=i, error=_error(exc), **more)
             raise
     return run
+
+
+def _in_backward(exc):
+    """Did `exc` come out of autograd's backward() (where DDP all-reduces the gradients)?"""
+    import os
+    import traceback
+    return any(frame.f_code.co_name == "backward" and
+               f"torch{os.sep}" in frame.f_code.co_filename
+               for frame, _ in traceback.walk_tb(exc.__traceback__))
 
 
 # --- DDP -----------------------------------------------------------------------------------------

@@ -23,6 +23,10 @@ import os
 import re
 from typing import NamedTuple, Optional
 
+DDP_FIX = ("  A DDP rank in backward() all-reduces its gradients with every other rank: a rank "
+           "that ran out of batches (uneven inputs) and went on never joins it. Fix: give every "
+           "rank the same number of batches (DistributedSampler pads the shards to equal "
+           "length), or train inside `with model.join():` (DDP's own answer to uneven inputs).")
 ORDER_FIX = ("every rank of a group must call the same collectives in the same order: a "
              "collective inside `if rank == ...:`, or a loop whose length differs between ranks "
              "(shards of different sizes), breaks that")
@@ -60,6 +64,7 @@ class Ranks:
         self.rank_of, self.world, self.backend = {}, {}, {}   # pid -> rank, world_size, backend
         self.arrived, self.left = {}, {}     # pid -> rendezvous begin / end event
         self.calls, self.destroyed, self.raised, self.raised_ns = [], {}, {}, {}
+        self.in_backward = set()             # pids whose exception came out of backward()
         open_, self.last_ns = {}, None
         for e in trace.of_kind("dist.", "spawn.raised"):
             if until_ns is not None and e.ts_ns > until_ns:
@@ -87,6 +92,8 @@ class Ranks:
             elif e.kind == "spawn.raised":
                 self.raised[e.pid] = a.get("error")
                 self.raised_ns[e.pid] = e.ts_ns
+                if a.get("in_backward"):
+                    self.in_backward.add(e.pid)
         self.pid_of = {rank: pid for pid, rank in self.rank_of.items()}
 
     def __bool__(self):
@@ -102,7 +109,7 @@ def judge(trace, watchdog=None, stacks=None, until_ns=None):
     if not ranks:
         return None
     v = Verdict(trace, ranks, watchdog, stacks)
-    v.rendezvous() or v.disagree() or v.missing()
+    v.rendezvous() or v.disagree() or v.missing() or v.raised_in_backward()
     return v if v.sentence else None
 
 
@@ -372,12 +379,7 @@ class Verdict:
             never if "deadlock" in kinds else ".")
         self.lines = lines
         if ddp:
-            self.lines.append(
-                "  A DDP rank in backward() all-reduces its gradients with every other rank: "
-                "a rank that ran out of batches (uneven inputs) and went on to another "
-                "collective never joins it. Fix: give every rank the same number of batches "
-                "(DistributedSampler pads the shards to equal length), or train inside "
-                "`with model.join():` (DDP's own answer to uneven inputs).")
+            self.lines.append(DDP_FIX)
         elif "deadlock" in kinds and first.p2p and all(
                 self.left_cleanly(self.r.pid_of.get(k)) for k in absent):
             src, dst = group
@@ -401,6 +403,38 @@ class Verdict:
                               "(its line above); give the ranks equal work; a longer "
                               "--hang-after waits for it.")
         return True
+
+    def raised_in_backward(self):
+        """A rank whose exception came out of backward() -- DDP's gradient all-reduce, not
+        recorded -- outside every recorded collective: gloo's "Connection closed by peer" when
+        another rank had left (uneven inputs), or its timeout when it waits elsewhere."""
+        r = self.r
+        for pid in sorted(r.in_backward, key=lambda p: r.raised_ns[p]):
+            if any(c.pid == pid and (c.end_ns is None or c.error) for c in r.calls):
+                continue                     # (it raised in a recorded one: missing() said)
+            others, failed = [], []
+            for k, q in sorted((k, q) for q, k in r.rank_of.items() if q != pid):
+                began = [c for c in r.calls if c.pid == q and c.begin_ns < r.raised_ns[pid]]
+                open_ = [c for c in began if c.end_ns is None or c.end_ns > r.raised_ns[pid]]
+                last = max((c.seq for c in began if not c.p2p), default=0)
+                after = f" after collective #{last}" if last else " before any collective"
+                if open_:
+                    others.append(f"rank {k} was in {_called(open_[0])}")
+                elif 0 < self.leaving(q) <= r.raised_ns[pid]:
+                    others.append(f"rank {k} {self.how_it_ended(q, after)}")
+                    failed += [] if self.left_cleanly(q) else [k]
+            if not others:
+                continue
+            self.kind = "failed"
+            self.sentence = (f"rank {r.rank_of.get(pid)} raised {_short(r.raised[pid])} inside "
+                             f"backward(), in DistributedDataParallel's gradient all-reduce "
+                             f"(C++: not recorded), which the other ranks never joined: "
+                             f"{'; '.join(others)}.")
+            self.lines = [f"  {self.who(pid)}: raised {_short(r.raised[pid])} in backward()",
+                          f"  Fix: read the traceback of {_ranks(failed)} (above); rank "
+                          f"{r.rank_of.get(pid)} only waited for it." if failed else DDP_FIX]
+            return True
+        return False
 
     def in_ddp_backward(self, pid):
         """Rank `pid` built a DistributedDataParallel and its main thread is inside autograd's

@@ -153,7 +153,8 @@ KINDS = {
         "mpviz.distributed (ring.py: a rank, after it read one chunk of its previous rank)"),
     "dist.destroy": Kind("rank", "each rank, at destroy_process_group (torch_hooks.py: "
                                  "dist_hooks.py)"),
-    "spawn.raised": Kind("index (spawn's i: the rank, usually), error ('Type: message')",
+    "spawn.raised": Kind("index (spawn's i: the rank, usually), error ('Type: message'), "
+                         "in_backward (True: it came out of autograd's backward())",
                          "a torch.multiprocessing.spawn child whose function raised, before "
                          "spawn's _wrap exits with code 1 (torch_hooks.py: dist_hooks.py)"),
 
