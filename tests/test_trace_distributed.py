@@ -15,6 +15,7 @@ timeout given to init_process_group), and all of them run at once in one fixture
     send_wrong_dst     torch's send/recv example, 3 ranks     -> rank 0 never sent to rank 2
     ddp_uneven_loader  DDP, rank 1's DataLoader shorter       -> DEADLOCK: rank 0 in backward()
     ddp_shorter_shard  the same, and rank 1 leaves            -> rank 0 raised in backward()
+    all_gather_sizes   all_gather of 5 floats and of 3        -> rank 1 aborted in all_gather #1
 """
 import os
 import re
@@ -88,6 +89,7 @@ def runs(tmp_path_factory):
             "wrong dst": _Run(tmp("dst"), "send_wrong_dst.py", GLOO_TIMEOUT="90"),
             "ddp uneven": _Run(tmp("ddp_uneven"), "ddp_uneven_loader.py", GLOO_TIMEOUT="90"),
             "ddp shorter": _Run(tmp("ddp_shorter"), "ddp_shorter_shard.py", GLOO_TIMEOUT="90"),
+            "sizes": _Run(tmp("sizes"), "all_gather_sizes.py", GLOO_TIMEOUT="90"),
         }
         for run in started.values():
             run.done(SETUP_TIMEOUT - 30)
@@ -309,3 +311,15 @@ def test_a_ddp_rank_failing_in_backward_after_another_left_is_named_as_uneven_in
         r"rank 1 called destroy_process_group\(\) after collective #2 and exited with code "
         r"0\.\n", err), err
     assert "`with model.join():`" in err
+
+
+@pytest.mark.timeout(SETUP_TIMEOUT)
+def test_a_rank_the_backend_aborted_inside_a_collective_is_named_with_its_signal(runs):
+    run = runs["sizes"]
+    err = run.stderr
+    assert run.returncode == 1, err
+    assert "Received data size doesn't match expected size" in err     # (gloo's, as it dies)
+    assert ("mpviz trace: FAILED (torch.distributed) -- rank 1 was killed by SIGABRT inside "
+            "all_gather #1, which every rank of its group had called (ranks 0 and 1): the "
+            "backend ended it there.") in err
+    assert "Fix: give all_gather tensors of the same shape and dtype on every rank" in err

@@ -311,6 +311,8 @@ class Verdict:
         absent = [k for k in group if k not in here]
         waiting = sorted(here)
         lines = [f"  {self.who(here[k].pid)}: {self.state(here[k])}" for k in waiting]
+        if not absent:
+            return self.aborted(first, here, lines)
         kinds, sentences, ddp = [], [], False
         for k in absent:
             pid = self.r.pid_of.get(k)
@@ -402,6 +404,27 @@ class Verdict:
                               "`if rank == ...:` -- it is one). Fix: find why that rank is slow "
                               "(its line above); give the ranks equal work; a longer "
                               "--hang-after waits for it.")
+        return True
+
+    def aborted(self, first, here, lines):
+        """Every rank of the group called `first`, and one was killed by a signal inside it
+        (not by the watchdog, not by spawn's SIGTERM to the others): the backend ended it
+        there -- gloo aborts a rank whose collective's sizes differ from the others'."""
+        dead = [c for c in here.values() if c.end_ns is None and c.pid in self.ended and
+                self.ended[c.pid].signal not in (None, "SIGTERM", "SIGKILL")]
+        if not dead:
+            return False
+        c = min(dead, key=lambda c: self.leaving(c.pid))
+        signal = self.ended[c.pid].signal
+        self.kind = "failed" if self.watchdog is None else "deadlock"
+        self.sentence = (f"rank {c.rank} was killed by {signal} inside {_called(c)}, which "
+                         f"every rank of its group had called ({_ranks(sorted(here))}): the "
+                         f"backend ended it there.")
+        self.lines = lines + [
+            f"  Its own words are above, on stderr: gloo aborts a rank ('Received data size "
+            f"doesn't match expected size') when the ranks' tensors differ in size. Fix: give "
+            f"{first.op} tensors of the same shape and dtype on every rank (sizes that differ: "
+            f"pad to the largest, or all_gather_object)."]
         return True
 
     def raised_in_backward(self):
