@@ -16,6 +16,8 @@ timeout given to init_process_group), and all of them run at once in one fixture
     ddp_uneven_loader  DDP, rank 1's DataLoader shorter       -> DEADLOCK: rank 0 in backward()
     ddp_shorter_shard  the same, and rank 1 leaves            -> rank 0 raised in backward()
     all_gather_sizes   all_gather of 5 floats and of 3        -> rank 1 aborted in all_gather #1
+    mpviz_send_then_raise  (mpviz.distributed) send/recv, then -> rank 1 left, not "disagree"
+                       rank 1 raises before all_reduce #1
 """
 import os
 import re
@@ -90,6 +92,7 @@ def runs(tmp_path_factory):
             "ddp uneven": _Run(tmp("ddp_uneven"), "ddp_uneven_loader.py", GLOO_TIMEOUT="90"),
             "ddp shorter": _Run(tmp("ddp_shorter"), "ddp_shorter_shard.py", GLOO_TIMEOUT="90"),
             "sizes": _Run(tmp("sizes"), "all_gather_sizes.py", GLOO_TIMEOUT="90"),
+            "mpviz p2p": _Run(tmp("mpviz_p2p"), "mpviz_send_then_raise.py"),
         }
         for run in started.values():
             run.done(SETUP_TIMEOUT - 30)
@@ -323,3 +326,16 @@ def test_a_rank_the_backend_aborted_inside_a_collective_is_named_with_its_signal
             "all_gather #1, which every rank of its group had called (ranks 0 and 1): the "
             "backend ended it there.") in err
     assert "Fix: give all_gather tensors of the same shape and dtype on every rank" in err
+
+
+@pytest.mark.timeout(SETUP_TIMEOUT)
+def test_mpviz_distributeds_send_and_recv_do_not_disagree_with_the_collective_after_them(runs):
+    # (mpviz numbers a pair's messages apart from the group's collectives: its recv #1 and
+    # rank 0's all_reduce #1 are no two ops at one collective)
+    run = runs["mpviz p2p"]
+    err = run.stderr
+    assert run.returncode == 1, err
+    assert ("mpviz trace: FAILED (torch.distributed) -- rank 1 exited with code 1 before any "
+            "collective, without calling all_reduce #1: rank 0 waited in all_reduce #1, which "
+            "could never complete.") in err
+    assert "disagree" not in err
