@@ -11,6 +11,7 @@ timeout given to init_process_group), and all of them run at once in one fixture
     only_rank0         an all_reduce inside `if rank == 0:`   -> rank 1 left, rank 0 waited
     wrong_world_size   world_size 3, 2 processes              -> "waiting for 3 ranks ..."
     ddp_demo_basic     with MASTER_PORT held by a socket      -> "MASTER_PORT ... in use"
+    tcp_init_method    init_method="tcp://...:PORT", held     -> "port ... (init_method ...)"
     straggler          rank 1 sleeps before all_reduce #2     -> STALLED, "rank 1 is slow"
     send_wrong_dst     torch's send/recv example, 3 ranks     -> rank 0 never sent to rank 2
     ddp_uneven_loader  DDP, rank 1's DataLoader shorter       -> DEADLOCK: rank 0 in backward()
@@ -86,6 +87,8 @@ def runs(tmp_path_factory):
             "only rank 0": _Run(tmp("only0"), "only_rank0.py", GLOO_TIMEOUT="90"),
             "world size": _Run(tmp("world"), "wrong_world_size.py", GLOO_TIMEOUT="90"),
             "port": _Run(tmp("port"), "ddp_demo_basic.py", port=held.getsockname()[1]),
+            "tcp port": _Run(tmp("tcp_port"), "tcp_init_method.py",
+                             str(held.getsockname()[1])),
             "straggler": _Run(tmp("slow"), "straggler.py", GLOO_TIMEOUT="90",
                               SLOW_LOAD="600"),
             "wrong dst": _Run(tmp("dst"), "send_wrong_dst.py", GLOO_TIMEOUT="90"),
@@ -253,6 +256,18 @@ def test_a_master_port_in_use_is_said_with_torchs_own_error(runs):
     assert (f"torch said: DistNetworkError: The server socket has failed to listen on any local "
             f"network address. port: {run.port}") in run.stderr
     assert "EADDRINUSE" in run.stderr
+
+
+@pytest.mark.timeout(SETUP_TIMEOUT)
+def test_a_port_in_use_named_by_init_method_is_not_called_master_port(runs):
+    run = runs["tcp port"]
+    err = run.stderr
+    assert run.returncode == 1, err
+    port = int(run.proc.args[-1])
+    assert (f"could not open the rendezvous: port {port} (init_method tcp://127.0.0.1:{port}) "
+            f"is already in use") in err, err
+    assert "MASTER_PORT" not in err
+    assert "Fix: choose a free port (init_method=...)" in err
 
 
 @pytest.mark.timeout(SETUP_TIMEOUT)

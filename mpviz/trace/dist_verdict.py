@@ -210,11 +210,17 @@ class Verdict:
             port = re.search(r"port: (\d+)", error)
             if "EADDRINUSE" in error and port:
                 self.kind = "failed" if self.watchdog is None else self.kind_of_waits()
-                self.sentence = (f"{self.who(pid)} could not open the rendezvous: MASTER_PORT "
-                                 f"{port.group(1)} is already in use (another program, or an "
-                                 f"earlier run that has not ended, listens on it).")
+                # (the port is MASTER_PORT's with env://, else the one init_method names)
+                method = str(end.args.get("init_method") or "env://")
+                env = method == "env://"
+                named = f"MASTER_PORT {port.group(1)}" if env else \
+                    f"port {port.group(1)} (init_method {method})"
+                where = "MASTER_PORT=..." if env else "init_method=..."
+                self.sentence = (f"{self.who(pid)} could not open the rendezvous: {named} is "
+                                 f"already in use (another program, or an earlier run that has "
+                                 f"not ended, listens on it).")
                 self.lines = [f"  torch said: {error}"] + self.waiting_lines(but=pid) + [
-                    f"  Fix: choose a free port (MASTER_PORT=...), or end the program that "
+                    f"  Fix: choose a free port ({where}), or end the program that "
                     f"holds {port.group(1)} (`ss -ltnp 'sport = :{port.group(1)}'` names it)."]
                 return True
         waiting = [pid for pid in r.arrived if pid not in r.left or r.left[pid].args.get("error")]
