@@ -236,7 +236,7 @@ class Verdict:
             self.lines.append(
                 f"  {_ranks(never)} never arrived: no process of the program called "
                 f"init_process_group as {_ranks(never)} (world_size is {world}; "
-                f"{len(r.arrived)} processes did).")
+                f"{len(r.arrived)} process{'es' if len(r.arrived) > 1 else ''} did).")
         self.lines += self.waiting_lines()
         self.lines.append(f"  Fix: start as many processes as world_size says "
                           f"(mp.spawn(fn, args=(world_size,), nprocs=world_size)), or pass the "
