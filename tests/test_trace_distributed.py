@@ -12,6 +12,7 @@ timeout given to init_process_group), and all of them run at once in one fixture
     wrong_world_size   world_size 3, 2 processes              -> "waiting for 3 ranks ..."
     ddp_demo_basic     with MASTER_PORT held by a socket      -> "MASTER_PORT ... in use"
     tcp_init_method    init_method="tcp://...:PORT", held     -> "port ... (init_method ...)"
+    late_to_rendezvous rank 1 computes 4 s before it joins      -> no hang: it works, then comes
     straggler          rank 1 sleeps before all_reduce #2     -> STALLED, "rank 1 is slow"
     send_wrong_dst     torch's send/recv example, 3 ranks     -> rank 0 never sent to rank 2
     ddp_uneven_loader  DDP, rank 1's DataLoader shorter       -> DEADLOCK: rank 0 in backward()
@@ -95,6 +96,7 @@ def runs(tmp_path_factory):
             "ddp uneven": _Run(tmp("ddp_uneven"), "ddp_uneven_loader.py", GLOO_TIMEOUT="90"),
             "ddp shorter": _Run(tmp("ddp_shorter"), "ddp_shorter_shard.py", GLOO_TIMEOUT="90"),
             "sizes": _Run(tmp("sizes"), "all_gather_sizes.py", GLOO_TIMEOUT="90"),
+            "late": _Run(tmp("late"), "late_to_rendezvous.py", BUILD_SECONDS="4"),
             "mpviz p2p": _Run(tmp("mpviz_p2p"), "mpviz_send_then_raise.py"),
         }
         for run in started.values():
@@ -243,6 +245,15 @@ def test_a_wrong_world_size_is_ranks_waited_for_at_the_rendezvous(runs):
             "rendezvous; 2 arrived (ranks 0 and 1).") in run.stderr
     assert ("rank 2 never arrived: no process of the program called init_process_group as "
             "rank 2 (world_size is 3; 2 processes did).") in run.stderr
+
+
+@pytest.mark.timeout(SETUP_TIMEOUT)
+def test_a_rank_that_works_before_it_joins_the_rendezvous_is_late_not_missing(runs):
+    # (rank 0 waits in init_process_group for 4 s, longer than --hang-after 2: rank 1 computes)
+    run = runs["late"]
+    assert run.returncode == 0, run.stderr
+    assert "HANG" not in run.stderr and "never arrived" not in run.stderr
+    assert sorted(run.stdout.split("\n")[:2]) == ["0 done", "1 done"]
 
 
 @pytest.mark.timeout(SETUP_TIMEOUT)

@@ -113,14 +113,16 @@ def judge(trace, watchdog=None, stacks=None, until_ns=None):
     return v if v.sentence else None
 
 
-def rendezvous_stalled(trace, hang_after):
+def rendezvous_stalled(trace, hang_after, moving=()):
     """Seconds for which ranks have waited in init_process_group for ranks that never came,
-    with no torch.distributed event since, if more than `hang_after`; else 0."""
+    with no torch.distributed event since, if more than `hang_after`; else 0. `moving`: the
+    pids whose threads moved lately (the watchdog's view): one of them that is not waiting
+    there works -- a rank that builds its dataset before it joins is late, not missing."""
     import time
     ranks, now = Ranks(trace), time.monotonic_ns()
-    waiting = [e for pid, e in ranks.arrived.items() if pid not in ranks.left]
+    waiting = [pid for pid in ranks.arrived if pid not in ranks.left]
     world = max(ranks.world.values(), default=0)
-    if not waiting or len(ranks.arrived) >= world:
+    if not waiting or len(ranks.arrived) >= world or set(moving) - set(waiting):
         return 0
     quiet = (now - ranks.last_ns) / 1e9
     return quiet if quiet > hang_after else 0

@@ -144,7 +144,9 @@ class Watchdog:
         self._dist_looked = now
         self._read_logs()
         from . import dist_verdict
-        waited = dist_verdict.rendezvous_stalled(self.trace, self.hang_after)
+        moving = {pid for (pid, _), seen in self.seen.items()
+                  if now - seen.moved < self.hang_after}
+        waited = dist_verdict.rendezvous_stalled(self.trace, self.hang_after, moving)
         if waited:
             self.stalled_for = waited
         return bool(waited)
