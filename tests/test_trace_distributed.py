@@ -303,7 +303,8 @@ def test_a_recv_whose_send_went_elsewhere_names_the_send_not_a_disagreement(runs
             "calling send #1 to rank 2: rank 2 waited in recv #1 from rank 0, which could never "
             "complete.") in err
     assert "disagree" not in err
-    assert "rank 2's recv from rank 0 #1 has none -- check the dst and src" in err
+    assert ("rank 2's recv #1 from rank 0 has no send #1 to rank 2 -- check the dst and src"
+            in err)
     from mpviz import viz
     ax = viz.timeline(run.trace()).axes[0]
     assert not [c for c in ax.collections if c.get_gid() == "collectives that disagree"]

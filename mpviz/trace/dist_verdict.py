@@ -9,6 +9,9 @@ calls by their order (the seq), not by name. So the trace answers, rank by rank:
                        rank 0 all_reduce (waits)   rank 1 ended, code 1    -> never completes
                        rank 0 all_reduce (waits)   rank 1 in time.sleep    -> rank 1 is SLOW
     rendezvous:        ranks 0, 1 began, world_size 3  -> "waiting for 3 ranks ...; 2 arrived"
+    DDP:               rank 0 in backward() (by its stack), rank 1 in barrier #3 or gone
+                                               -> its gradient all-reduce is never joined
+    at all_gather #1:  rank 1 killed by SIGABRT in it  -> the backend ended it (sizes differ)
 
 A send and a recv are no collective: the n-th send from rank 0 to rank 1 meets rank 1's n-th
 recv from rank 0 (``seq`` counts that pair's messages), whatever else the group does. So a
@@ -392,11 +395,10 @@ class Verdict:
             self.lines.append(DDP_FIX)
         elif "deadlock" in kinds and first.p2p and all(
                 self.left_cleanly(self.r.pid_of.get(k)) for k in absent):
-            src, dst = group
             self.lines.append(f"  Fix: each recv(src=S) on rank D needs a send(dst=D) on rank "
-                              f"S, one for one (and each send a recv): rank {dst}'s recv "
-                              f"from rank {src} #{seq} has none -- check the dst and src each "
-                              f"rank passes.")
+                              f"S, one for one (and each send a recv): rank {first.rank}'s "
+                              f"{name} has no {needed} -- check the dst and src each rank "
+                              f"passes.")
         elif "deadlock" in kinds and all(self.left_cleanly(self.r.pid_of.get(k))
                                          for k in absent):
             self.lines.append(f"  Fix: {ORDER_FIX}; a rank that ends while the others still "
