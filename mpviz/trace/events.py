@@ -143,7 +143,7 @@ KINDS = {
     "dist.collective": Kind(
         "phase ('begin'|'end'), op (torch's name: 'all_reduce', 'broadcast', 'all_gather', "
         "'reduce_scatter', 'barrier', 'send', 'recv' ...), seq (per group, 1-based, counted by "
-        "each rank; mpviz's send/recv: per sender-receiver pair), group (its global ranks, "
+        "each rank; send/recv, mpviz's and torch's: per sender-receiver pair), group (its global ranks, "
         "sorted), rank (global), nbytes (the tensors this rank sends in), peer (send/recv "
         "only), error (end, if it failed), async_op (torch, True: ends at Work.wait())",
         "each rank, entering and leaving each outermost collective: mpviz.distributed "
