@@ -26,6 +26,8 @@ import os
 import re
 from typing import NamedTuple, Optional
 
+from .dist_hooks import DDP_NOTE
+
 DDP_FIX = ("  A DDP rank in backward() all-reduces its gradients with every other rank: a rank "
            "that ran out of batches (uneven inputs) and went on never joins it. Fix: give every "
            "rank the same number of batches (DistributedSampler pads the shards to equal "
@@ -474,7 +476,6 @@ class Verdict:
         backward(): there its Reducer all-reduces the gradients with the group -- a collective
         as real as the recorded ones, seen only by its stack (dist_hooks.py says why)."""
         from . import stuck
-        from .dist_hooks import DDP_NOTE
         if not any(e.pid == pid and e.args.get("what") == DDP_NOTE
                    for e in self.trace.of_kind("not_recorded")):
             return False
