@@ -326,6 +326,9 @@ def test_a_ddp_rank_with_more_batches_waits_in_backward_a_deadlock_not_a_straggl
             ) in err
     assert "STALLED" not in err and "When the slow rank gets there" not in err
     assert "`with model.join():`" in err
+    # the pictures frame what the verdict calls a deadlock as one (STUCK FOR GOOD)
+    reasons = {e.args["reason"] for e in run.trace().of_kind("watchdog.stuck")}
+    assert reasons == {"deadlock"}, reasons
 
 
 @pytest.mark.timeout(SETUP_TIMEOUT)

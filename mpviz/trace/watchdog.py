@@ -231,6 +231,10 @@ class Watchdog:
         when the killing began (``time.monotonic_ns()``): what the kill set off -- a worker's
         get() that ends in EOFError as its parent dies -- comes after it, and the waits are
         judged just before it (``state.stuck_moment``)."""
+        if self.dist:         # the stacks settle what the events could not: the kind again
+            from . import dist_verdict      # (a DDP rank waiting in backward(): a deadlock)
+            judged = dist_verdict.judge(self.trace, self, stacks, self.judged_ns)
+            self.kind = judged.kind if judged is not None else self.kind
         try:
             log = recorder.SideLog(self.directory, "watchdog")
         except OSError:
