@@ -338,11 +338,14 @@ def test_a_ddp_rank_failing_in_backward_after_another_left_is_named_as_uneven_in
     err = run.stderr
     assert run.returncode == 1, err
     assert re.search(
-        r"mpviz trace: FAILED \(torch.distributed\) -- rank 0 raised RuntimeError: Connection "
-        r"closed by peer \[[0-9.]+\]:\d+ inside backward\(\), in DistributedDataParallel's "
+        # (gloo's words, 'Connection closed by peer [127.0.0.1]:PORT' in every run seen, are
+        # gloo's: whichever it says, the rest is the verdict's)
+        r"mpviz trace: FAILED \(torch.distributed\) -- rank 0 raised RuntimeError: [^\n]* "
+        r"inside backward\(\), in DistributedDataParallel's "
         r"gradient all-reduce \(C\+\+: not recorded\), which the other ranks never joined: "
-        r"rank 1 called destroy_process_group\(\) after collective #2 and exited with code "
-        r"0\.\n", err), err
+        r"rank 1 called destroy_process_group\(\) after collective #2( and exited with code "
+        r"0| \(later it was killed by SIGTERM\))\.\n", err), err
+    # (rank 1 exits with 0, or is killed by spawn's SIGTERM as it exits: rank 0 failed first)
     assert "`with model.join():`" in err
 
 
