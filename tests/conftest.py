@@ -50,6 +50,16 @@ def strategy(request):
     mp.set_sharing_strategy(old)
 
 
+def hooked_torch():
+    """torch, where mpviz trace hooks it (torch_hooks.version_supported); else the test is
+    skipped, saying why. For module fixtures that run torch programs under the recorder."""
+    torch = pytest.importorskip("torch")
+    from mpviz.trace.torch_hooks import SUPPORTED, version_supported
+    if not version_supported(torch.__version__):
+        pytest.skip(f"the torch hooks know torch {SUPPORTED} only")
+    return torch
+
+
 def shm_entries():
     return sorted(f for f in os.listdir("/dev/shm") if f.startswith(SHM_PREFIX))
 

@@ -16,6 +16,7 @@ import pytest
 import mpviz.trace as mt
 import mpviz.viz as viz
 from test_trace_torch import _Run as _Background   # (a program in the background)
+from conftest import hooked_torch
 
 SETUP_TIMEOUT = 240
 
@@ -176,9 +177,7 @@ def _program(trace):
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
-    torch = pytest.importorskip("torch")
-    if not torch.__version__.startswith("2.13"):
-        pytest.skip("the torch hooks know torch 2.13 only")
+    hooked_torch()
 
     def tmp(name):
         return tmp_path_factory.mktemp(name)

@@ -12,6 +12,9 @@ wraps those functions, so each call is two events in that rank's log::
 
 ``seq`` counts the collectives this rank called on that group, from 1 (the outermost call
 only: all_gather_object is one): two ranks at the same ``seq`` in different ``op``s disagree.
+A send or recv is no collective: the n-th send from rank 0 to rank 1 meets rank 1's n-th recv
+from rank 0, whatever else either calls, so its ``seq`` counts the messages of that pair (as
+mpviz.distributed counts them).
 ``init_process_group`` is ``dist.rendezvous`` begin/end (the store, gloo's connections: inside,
 in C++). An ``async_op=True`` call (or isend/irecv) ends when its ``Work.wait()`` returns.
 
@@ -50,6 +53,7 @@ _here = threading.local()          # .depth: collectives entered (only the outer
 _seq = {}                          # group's ranks (tuple) -> collectives called on it so far
 _pending = weakref.WeakKeyDictionary()    # an async op's Work -> its end event's args
 _said = set()                      # not_recorded notes this process has written
+DDP_NOTE = "DistributedDataParallel's gradient all-reduces"   # (dist_verdict reads it)
 
 
 def install(torch):
@@ -201,8 +205,10 @@ def _about(op, original, args, kwargs, ddp):
     rank = dist.get_rank()
     if rank not in ranks:
         return None
-    _seq[ranks] = _seq.get(ranks, 0) + 1
-    about = dict(op=op, seq=_seq[ranks], group=list(ranks), rank=rank,
+    # a send and its recv match by their pair, not by the group's order: counted per pair
+    key = (ranks, op.lstrip("i"), named.get(PEER[op])) if op in PEER else ranks
+    _seq[key] = _seq.get(key, 0) + 1
+    about = dict(op=op, seq=_seq[key], group=list(ranks), rank=rank,
                  nbytes=_nbytes(named.get(COLLECTIVES.get(op))) if not ddp else
                  _nbytes(args[DDP_COLLECTIVES[op]] if len(args) > 1 else None))
     if op in PEER:
@@ -294,9 +300,19 @@ def _raising(fn, i):
             return fn(*args, **kwargs)
         except Exception as exc:
             if _on():
-                recorder.emit("spawn.raised", index=i, error=_error(exc))
+                more = {"in_backward": True} if _in_backward(exc) else {}
+                recorder.emit("spawn.raised", index=i, error=_error(exc), **more)
             raise
     return run
+
+
+def _in_backward(exc):
+    """Did `exc` come out of autograd's backward() (where DDP all-reduces the gradients)?"""
+    import os
+    import traceback
+    return any(frame.f_code.co_name == "backward" and
+               f"torch{os.sep}" in frame.f_code.co_filename
+               for frame, _ in traceback.walk_tb(exc.__traceback__))
 
 
 # --- DDP -----------------------------------------------------------------------------------------
@@ -306,7 +322,7 @@ def _ddp_init(init, module, *args, **kwargs):
     if _on():
         params = [p for p in module.module.parameters() if p.requires_grad]
         nbytes = sum(p.element_size() * p.numel() for p in params)
-        _note("DistributedDataParallel's gradient all-reduces", (
+        _note(DDP_NOTE, (
             f"its Reducer (C++) all-reduces the gradients in buckets during each "
             f"loss.backward(), from autograd hooks Python does not see: {nbytes:,} bytes of "
             f"gradients ({len(params)} parameters) per rank per backward, not drawn; the time "

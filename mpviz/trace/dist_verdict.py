@@ -9,15 +9,29 @@ calls by their order (the seq), not by name. So the trace answers, rank by rank:
                        rank 0 all_reduce (waits)   rank 1 ended, code 1    -> never completes
                        rank 0 all_reduce (waits)   rank 1 in time.sleep    -> rank 1 is SLOW
     rendezvous:        ranks 0, 1 began, world_size 3  -> "waiting for 3 ranks ...; 2 arrived"
+    DDP:               rank 0 in backward() (by its stack), rank 1 in barrier #3 or gone
+                                               -> its gradient all-reduce is never joined
+    at all_gather #1:  rank 1 killed by SIGABRT in it  -> the backend ended it (sizes differ)
+
+A send and a recv are no collective: the n-th send from rank 0 to rank 1 meets rank 1's n-th
+recv from rank 0 (``seq`` counts that pair's messages), whatever else the group does. So a
+point-to-point call's ``group`` here is its pair, (sender, receiver), and it never disagrees.
 
 The gloo backend waits in C++ threads, some with timeouts: by /proc alone such a program looks
 STALLED (a deadline) or busy. These events come first: the watchdog asks ``judge`` when it has
 found a hang, and the launcher asks it when a program that used torch.distributed failed.
 Each verdict says what the events show, then the fix; where each thread is follows (stuck.py).
 """
+import os
 import re
 from typing import NamedTuple, Optional
 
+from .dist_hooks import DDP_NOTE
+
+DDP_FIX = ("  A DDP rank in backward() all-reduces its gradients with every other rank: a rank "
+           "that ran out of batches (uneven inputs) and went on never joins it. Fix: give every "
+           "rank the same number of batches (DistributedSampler pads the shards to equal "
+           "length), or train inside `with model.join():` (DDP's own answer to uneven inputs).")
 ORDER_FIX = ("every rank of a group must call the same collectives in the same order: a "
              "collective inside `if rank == ...:`, or a loop whose length differs between ranks "
              "(shards of different sizes), breaks that")
@@ -34,6 +48,18 @@ class Call(NamedTuple):
     end_ns: Optional[int]
     error: Optional[str]
     async_op: bool
+    p2p: bool = False       # a send or recv: `group` is (sender, receiver), `seq` their n-th
+
+
+P2P = {"send": "send", "isend": "send", "recv": "recv", "irecv": "recv"}
+
+
+def _pair(a):
+    """A point-to-point call's (sender, receiver); (receiver,) for a recv from anyone."""
+    rank, peer = a.get("rank"), a.get("peer")
+    if P2P[a.get("op")] == "send":
+        return (rank, peer)
+    return (peer, rank) if peer is not None else (rank,)
 
 
 class Ranks:
@@ -43,6 +69,7 @@ class Ranks:
         self.rank_of, self.world, self.backend = {}, {}, {}   # pid -> rank, world_size, backend
         self.arrived, self.left = {}, {}     # pid -> rendezvous begin / end event
         self.calls, self.destroyed, self.raised, self.raised_ns = [], {}, {}, {}
+        self.in_backward = set()             # pids whose exception came out of backward()
         open_, self.last_ns = {}, None
         for e in trace.of_kind("dist.", "spawn.raised"):
             if until_ns is not None and e.ts_ns > until_ns:
@@ -55,12 +82,13 @@ class Ranks:
                     self.world[e.pid] = a["world_size"]
                 (self.arrived if a.get("phase") == "begin" else self.left)[e.pid] = e
             elif e.kind == "dist.collective":
-                key = (e.pid, tuple(a.get("group") or ()), a.get("seq"))
+                key = (e.pid, tuple(a.get("group") or ()), a.get("seq"), a.get("op"))
                 if a.get("phase") == "begin":
+                    p2p = a.get("op") in P2P
                     open_[key] = len(self.calls)
-                    self.calls.append(Call(e.pid, a.get("rank"), key[1], a.get("seq"),
-                                           a.get("op"), e.ts_ns, None, None,
-                                           bool(a.get("async_op"))))
+                    self.calls.append(Call(e.pid, a.get("rank"), _pair(a) if p2p else key[1],
+                                           a.get("seq"), a.get("op"), e.ts_ns, None, None,
+                                           bool(a.get("async_op")), p2p))
                 elif key in open_:
                     i = open_.pop(key)
                     self.calls[i] = self.calls[i]._replace(end_ns=e.ts_ns, error=a.get("error"))
@@ -69,6 +97,8 @@ class Ranks:
             elif e.kind == "spawn.raised":
                 self.raised[e.pid] = a.get("error")
                 self.raised_ns[e.pid] = e.ts_ns
+                if a.get("in_backward"):
+                    self.in_backward.add(e.pid)
         self.pid_of = {rank: pid for pid, rank in self.rank_of.items()}
 
     def __bool__(self):
@@ -84,18 +114,20 @@ def judge(trace, watchdog=None, stacks=None, until_ns=None):
     if not ranks:
         return None
     v = Verdict(trace, ranks, watchdog, stacks)
-    v.rendezvous() or v.disagree() or v.missing()
+    v.rendezvous() or v.disagree() or v.missing() or v.raised_in_backward()
     return v if v.sentence else None
 
 
-def rendezvous_stalled(trace, hang_after):
+def rendezvous_stalled(trace, hang_after, moving=()):
     """Seconds for which ranks have waited in init_process_group for ranks that never came,
-    with no torch.distributed event since, if more than `hang_after`; else 0."""
+    with no torch.distributed event since, if more than `hang_after`; else 0. `moving`: the
+    pids whose threads moved lately (the watchdog's view): one of them that is not waiting
+    there works -- a rank that builds its dataset before it joins is late, not missing."""
     import time
     ranks, now = Ranks(trace), time.monotonic_ns()
-    waiting = [e for pid, e in ranks.arrived.items() if pid not in ranks.left]
+    waiting = [pid for pid in ranks.arrived if pid not in ranks.left]
     world = max(ranks.world.values(), default=0)
-    if not waiting or len(ranks.arrived) >= world:
+    if not waiting or len(ranks.arrived) >= world or set(moving) - set(waiting):
         return 0
     quiet = (now - ranks.last_ns) / 1e9
     return quiet if quiet > hang_after else 0
@@ -185,11 +217,17 @@ class Verdict:
             port = re.search(r"port: (\d+)", error)
             if "EADDRINUSE" in error and port:
                 self.kind = "failed" if self.watchdog is None else self.kind_of_waits()
-                self.sentence = (f"{self.who(pid)} could not open the rendezvous: MASTER_PORT "
-                                 f"{port.group(1)} is already in use (another program, or an "
-                                 f"earlier run that has not ended, listens on it).")
+                # (the port is MASTER_PORT's with env://, else the one init_method names)
+                method = str(end.args.get("init_method") or "env://")
+                env = method == "env://"
+                named = f"MASTER_PORT {port.group(1)}" if env else \
+                    f"port {port.group(1)} (init_method {method})"
+                where = "MASTER_PORT=..." if env else "init_method=..."
+                self.sentence = (f"{self.who(pid)} could not open the rendezvous: {named} is "
+                                 f"already in use (another program, or an earlier run that has "
+                                 f"not ended, listens on it).")
                 self.lines = [f"  torch said: {error}"] + self.waiting_lines(but=pid) + [
-                    f"  Fix: choose a free port (MASTER_PORT=...), or end the program that "
+                    f"  Fix: choose a free port ({where}), or end the program that "
                     f"holds {port.group(1)} (`ss -ltnp 'sport = :{port.group(1)}'` names it)."]
                 return True
         waiting = [pid for pid in r.arrived if pid not in r.left or r.left[pid].args.get("error")]
@@ -205,7 +243,7 @@ class Verdict:
             self.lines.append(
                 f"  {_ranks(never)} never arrived: no process of the program called "
                 f"init_process_group as {_ranks(never)} (world_size is {world}; "
-                f"{len(r.arrived)} processes did).")
+                f"{len(r.arrived)} process{'es' if len(r.arrived) > 1 else ''} did).")
         self.lines += self.waiting_lines()
         self.lines.append(f"  Fix: start as many processes as world_size says "
                           f"(mp.spawn(fn, args=(world_size,), nprocs=world_size)), or pass the "
@@ -231,7 +269,8 @@ class Verdict:
         """Two ranks at the same seq of a group, in different collectives."""
         by = {}
         for c in self.r.calls:
-            by.setdefault((c.group, c.seq), {})[c.rank] = c
+            if not c.p2p:                  # (a send and its recv are two ops that agree)
+                by.setdefault((c.group, c.seq), {})[c.rank] = c
         for (group, seq), calls in sorted(by.items(), key=lambda kv: min(
                 c.begin_ns for c in kv[1].values())):
             ops = {c.op for c in calls.values()}
@@ -257,14 +296,15 @@ class Verdict:
     def state(self, call):
         """"waits in all_reduce #3 since 12.3 s", "raised in it: RuntimeError: ...", ..."""
         t = (call.begin_ns - self.trace.events[0].ts_ns) / 1e9
+        name = _called(call)
         if call.error:
-            return f"{call.op} #{call.seq} (entered at {t:.1f} s) raised {_short(call.error)}"
+            return f"{name} (entered at {t:.1f} s) raised {_short(call.error)}"
         if call.end_ns is not None:
-            return f"{call.op} #{call.seq} completed"
+            return f"{name} completed"
         ended = self.how_it_ended(call.pid)
         if ended:
-            return f"was in {call.op} #{call.seq} (entered at {t:.1f} s) when it {ended}"
-        return f"waits in {call.op} #{call.seq} (entered at {t:.1f} s)"
+            return f"was in {name} (entered at {t:.1f} s) when it {ended}"
+        return f"waits in {name} (entered at {t:.1f} s)"
 
     def missing(self):
         """A rank in a collective (or failed in one) that another rank of the group never
@@ -275,55 +315,63 @@ class Verdict:
             return False
         first = min(stuck_calls, key=lambda c: (c.seq, c.begin_ns))
         group, seq = first.group, first.seq
-        here = {c.rank: c for c in self.r.calls if c.group == group and c.seq == seq}
+        mine = [c for c in self.r.calls if c.group == group and c.p2p == first.p2p]
+        here = {c.rank: c for c in mine if c.seq == seq}
         last = {}
-        for c in self.r.calls:
-            if c.group == group:
-                last[c.rank] = max(last.get(c.rank, 0), c.seq)
+        for c in mine:
+            last[c.rank] = max(last.get(c.rank, 0), c.seq or 0)
+        name, needed = _called(first), _needed(first)   # (a recv needs its send)
         absent = [k for k in group if k not in here]
         waiting = sorted(here)
         lines = [f"  {self.who(here[k].pid)}: {self.state(here[k])}" for k in waiting]
-        kinds, sentences = [], []
+        if not absent:
+            return self.aborted(first, here, lines)
+        kinds, sentences, ddp = [], [], False
         for k in absent:
             pid = self.r.pid_of.get(k)
             if pid is None:
                 continue
-            after = f" after collective #{last.get(k, 0)}" if last.get(k) else \
-                " before any collective"
+            after = "" if first.p2p else f" after collective #{last.get(k, 0)}" if \
+                last.get(k) else " before any collective"
             ended = self.how_it_ended(pid, after)
             gave_up = ended and first.end_ns is not None and self.leaving(pid) > first.end_ns
             if gave_up:             # it ended after the waiting rank gave up: not the cause
                 kinds.append("gave up")
                 sentences.append(
-                    f"rank {first.rank} gave up waiting in {first.op} #{seq} "
-                    f"({_short(first.error or '')}): rank {k} had not called it by then -- its "
-                    f"last collective was #{last.get(k, 0)}; it was still running (later it "
-                    f"{self.how_it_ended(pid)})")
-                lines.append(f"  {self.who(pid)}: had not called collective #{seq} when "
+                    f"rank {first.rank} gave up waiting in {name} "
+                    f"({_short(first.error or '')}): rank {k} had not called {needed} by then"
+                    + ("" if first.p2p else f" -- its last collective was #{last.get(k, 0)}")
+                    + f"; it was still running (later it {self.how_it_ended(pid)})")
+                lines.append(f"  {self.who(pid)}: had not called {needed} when "
                              f"rank {first.rank} gave up; later it {self.how_it_ended(pid)}")
                 continue
             if ended:
                 kinds.append("deadlock")
-                sentences.append(f"rank {k} {ended}, without calling {first.op} #{seq}")
-                lines.append(f"  {self.who(pid)}: never called collective #{seq}: it {ended}")
+                sentences.append(f"rank {k} {ended}, without calling {needed}")
+                lines.append(f"  {self.who(pid)}: never called {needed}: it {ended}")
                 continue
             if self.watchdog is None:        # (no /proc view: ended by a watchdog, say)
                 kinds.append("gave up")
-                sentences.append(f"rank {k} had not called {first.op} #{seq} when the trace "
-                                 f"ended (its last collective was #{last.get(k, 0)})")
-                lines.append(f"  {self.who(pid)}: had not called collective #{seq}")
+                sentences.append(f"rank {k} had not called {needed} when the trace ended" + (
+                    "" if first.p2p else f" (its last collective was #{last.get(k, 0)})"))
+                lines.append(f"  {self.who(pid)}: had not called {needed}")
                 continue
             words, wait = self.where(pid)
-            if wait in ("sleep", "deadline", "running"):
+            if wait not in ("sleep", "deadline", "running") and self.in_ddp_backward(pid):
+                kinds.append("deadlock")
+                ddp = True
+                sentences.append(
+                    f"rank {k} waits inside backward(), in DistributedDataParallel's "
+                    f"gradient all-reduce (C++: not recorded, not counted in the #), not in "
+                    f"{name}")
+            elif wait in ("sleep", "deadline", "running"):
                 kinds.append("stalled")
-                sentences.append(f"rank {k} is slow, the others wait for it in {first.op} "
-                                 f"#{seq}")
+                sentences.append(f"rank {k} is slow, the others wait for it in {name}")
             else:
                 kinds.append(self.kind_of_waits())
-                sentences.append(f"rank {k} has not called {first.op} #{seq}: it waits "
-                                 f"elsewhere")
-            lines.append(f"  {self.who(pid)}: has not called collective #{seq} yet ({after[1:]}); "
-                         f"its main thread {words}")
+                sentences.append(f"rank {k} has not called {needed}: it waits elsewhere")
+            lines.append(f"  {self.who(pid)}: has not called {needed} yet"
+                         + (f" ({after[1:]})" if after else "") + f"; its main thread {words}")
         if not sentences:
             return False
         if "gave up" in kinds:
@@ -342,11 +390,19 @@ class Verdict:
         else:
             self.kind = "deadlock" if "deadlock" in kinds else \
                 "stalled" if "stalled" in kinds else kinds[0]
-        self.sentence = f"{'; '.join(sentences)}: {who} {verb} in {first.op} #{seq}" + (
+        self.sentence = f"{'; '.join(sentences)}: {who} {verb} in {name}" + (
             never if "deadlock" in kinds else ".")
         self.lines = lines
-        if "deadlock" in kinds and all(self.left_cleanly(self.r.pid_of.get(k))
-                                       for k in absent):
+        if ddp:
+            self.lines.append(DDP_FIX)
+        elif "deadlock" in kinds and first.p2p and all(
+                self.left_cleanly(self.r.pid_of.get(k)) for k in absent):
+            self.lines.append(f"  Fix: each recv(src=S) on rank D needs a send(dst=D) on rank "
+                              f"S, one for one (and each send a recv): rank {first.rank}'s "
+                              f"{name} has no {needed} -- check the dst and src each rank "
+                              f"passes.")
+        elif "deadlock" in kinds and all(self.left_cleanly(self.r.pid_of.get(k))
+                                         for k in absent):
             self.lines.append(f"  Fix: {ORDER_FIX}; a rank that ends while the others still "
                               f"call collectives leaves them waiting (a collective inside "
                               f"`if rank == 0:`: call it on every rank, and use its result on "
@@ -361,6 +417,71 @@ class Verdict:
                               "(its line above); give the ranks equal work; a longer "
                               "--hang-after waits for it.")
         return True
+
+    def aborted(self, first, here, lines):
+        """Every rank of the group called `first`, and one was killed by a signal inside it
+        (not by the watchdog, not by spawn's SIGTERM to the others): the backend ended it
+        there -- gloo aborts a rank whose collective's sizes differ from the others'."""
+        dead = [c for c in here.values() if c.end_ns is None and c.pid in self.ended and
+                self.ended[c.pid].signal not in (None, "SIGTERM", "SIGKILL")]
+        if not dead:
+            return False
+        c = min(dead, key=lambda c: self.leaving(c.pid))
+        signal = self.ended[c.pid].signal
+        self.kind = "failed" if self.watchdog is None else "deadlock"
+        self.sentence = (f"rank {c.rank} was killed by {signal} inside {_called(c)}, which "
+                         f"every rank of its group had called ({_ranks(sorted(here))}): the "
+                         f"backend ended it there.")
+        self.lines = lines + [
+            f"  Its own words are above, on stderr: gloo aborts a rank ('Received data size "
+            f"doesn't match expected size') when the ranks' tensors differ in size. Fix: give "
+            f"{first.op} tensors of the same shape and dtype on every rank (sizes that differ: "
+            f"pad to the largest, or all_gather_object)."]
+        return True
+
+    def raised_in_backward(self):
+        """A rank whose exception came out of backward() -- DDP's gradient all-reduce, not
+        recorded -- outside every recorded collective: gloo's "Connection closed by peer" when
+        another rank had left (uneven inputs), or its timeout when it waits elsewhere."""
+        r = self.r
+        for pid in sorted(r.in_backward, key=lambda p: r.raised_ns[p]):
+            if any(c.pid == pid and (c.end_ns is None or c.error) for c in r.calls):
+                continue                     # (it raised in a recorded one: missing() said)
+            others, failed = [], []
+            for k, q in sorted((k, q) for q, k in r.rank_of.items() if q != pid):
+                began = [c for c in r.calls if c.pid == q and c.begin_ns < r.raised_ns[pid]]
+                open_ = [c for c in began if c.end_ns is None or c.end_ns > r.raised_ns[pid]]
+                last = max((c.seq for c in began if not c.p2p), default=0)
+                after = f" after collective #{last}" if last else " before any collective"
+                if open_:
+                    others.append(f"rank {k} was in {_called(open_[0])}")
+                elif 0 < self.leaving(q) <= r.raised_ns[pid]:
+                    others.append(f"rank {k} {self.how_it_ended(q, after)}")
+                    failed += [] if self.left_cleanly(q) else [k]
+            if not others:
+                continue
+            self.kind = "failed"
+            self.sentence = (f"rank {r.rank_of.get(pid)} raised {_short(r.raised[pid])} inside "
+                             f"backward(), in DistributedDataParallel's gradient all-reduce "
+                             f"(C++: not recorded), which the other ranks never joined: "
+                             f"{'; '.join(others)}.")
+            self.lines = [f"  {self.who(pid)}: raised {_short(r.raised[pid])} in backward()",
+                          f"  Fix: read the traceback of {_ranks(failed)} (above); rank "
+                          f"{r.rank_of.get(pid)} only waited for it." if failed else DDP_FIX]
+            return True
+        return False
+
+    def in_ddp_backward(self, pid):
+        """Rank `pid` built a DistributedDataParallel and its main thread is inside autograd's
+        backward(): there its Reducer all-reduces the gradients with the group -- a collective
+        as real as the recorded ones, seen only by its stack (dist_hooks.py says why)."""
+        from . import stuck
+        if not any(e.pid == pid and e.args.get("what") == DDP_NOTE
+                   for e in self.trace.of_kind("not_recorded")):
+            return False
+        calls = stuck._stacks_by_thread(self.trace, pid, ((self.stacks or {}).get(pid) or {})
+                                        .get("stacks", "")).get(pid)
+        return any(fn == "backward" and f"torch{os.sep}" in path for fn, path, _ in calls or ())
 
     def kind_of_waits(self):
         """The watchdog's own judgement (by /proc), for what the events do not settle."""
@@ -377,6 +498,28 @@ def _short(error):
     error = re.sub(r"\[/[^\]]*\] ", "", error)
     kind, _, text = error.partition(": ")
     return f"{kind}: {text.split('. ')[0]}" if text else error
+
+
+def _called(call):
+    """"all_reduce #3"; a point-to-point call names its peer: "recv #1 from rank 0"."""
+    if not call.p2p:
+        return f"{call.op} #{call.seq}"
+    src, dst = call.group if len(call.group) == 2 else (None, call.group[0])
+    sends = P2P[call.op] == "send"
+    peer = dst if sends else src
+    return f"{call.op} #{call.seq} " + ("to " if sends else "from ") + (
+        f"rank {peer}" if peer is not None else "any rank")
+
+
+def _needed(call):
+    """What the missing rank must call to end `call`: the same collective, or its match
+    ("send #1 to rank 2" for rank 2's "recv #1 from rank 0")."""
+    if not call.p2p or len(call.group) != 2:
+        return _called(call)
+    src, dst = call.group
+    if P2P[call.op] == "send":
+        return f"recv #{call.seq} from rank {src}"
+    return f"send #{call.seq} to rank {dst}"
 
 
 def _ranks(ranks):

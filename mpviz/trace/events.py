@@ -157,7 +157,8 @@ KINDS = {
     "dist.destroy": Kind("rank", "each rank, as destroy_process_group begins (before its "
                                  "sockets close): mpviz.distributed; torch_hooks.py: "
                                  "dist_hooks.py for torch"),
-    "spawn.raised": Kind("index (spawn's i: the rank, usually), error ('Type: message')",
+    "spawn.raised": Kind("index (spawn's i: the rank, usually), error ('Type: message'), "
+                         "in_backward (True: it came out of autograd's backward())",
                          "a torch.multiprocessing.spawn child whose function raised, before "
                          "spawn's _wrap exits with code 1 (torch_hooks.py: dist_hooks.py)"),
 

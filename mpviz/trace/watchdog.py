@@ -144,7 +144,9 @@ class Watchdog:
         self._dist_looked = now
         self._read_logs()
         from . import dist_verdict
-        waited = dist_verdict.rendezvous_stalled(self.trace, self.hang_after)
+        moving = {pid for (pid, _), seen in self.seen.items()
+                  if now - seen.moved < self.hang_after}
+        waited = dist_verdict.rendezvous_stalled(self.trace, self.hang_after, moving)
         if waited:
             self.stalled_for = waited
         return bool(waited)
@@ -229,6 +231,10 @@ class Watchdog:
         when the killing began (``time.monotonic_ns()``): what the kill set off -- a worker's
         get() that ends in EOFError as its parent dies -- comes after it, and the waits are
         judged just before it (``state.stuck_moment``)."""
+        if self.dist:         # the stacks settle what the events could not: the kind again
+            from . import dist_verdict      # (a DDP rank waiting in backward(): a deadlock)
+            judged = dist_verdict.judge(self.trace, self, stacks, self.judged_ns)
+            self.kind = judged.kind if judged is not None else self.kind
         try:
             log = recorder.SideLog(self.directory, "watchdog")
         except OSError:

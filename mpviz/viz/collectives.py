@@ -12,7 +12,8 @@ A call that some rank of its group never made is hatched to its end, and says wh
 ("all_reduce #2: rank 1 never came"); ranks at the same seq in different collectives are joined
 in magenta ("all_reduce #3 ≠ barrier #3"). ``init_process_group`` is drawn the same way (the
 rendezvous: who waited for the store). The events are ``dist.rendezvous`` and
-``dist.collective`` (read by mpviz.trace.dist_verdict.Ranks, as the verdicts read them).
+``dist.collective`` (read by mpviz.trace.dist_verdict.Ranks, as the verdicts read them). A send
+and its recv are joined the same way, as one meeting of their pair ("send #1 to rank 1").
 """
 from collections import defaultdict
 
@@ -27,7 +28,7 @@ def draw(ax, trace, x, proc_row, t1, span, labels, used, max_labels, end_of, sai
     """Draw the collectives and rendezvous of `trace` on the lanes `proc_row` ({pid: row}).
     `end_of(pid)`: where an unfinished call is drawn to (its process's end, or the trace's);
     `said`: the list of what was aggregated, written under the lanes."""
-    from ..trace.dist_verdict import Ranks, _ranks, watchdog_killed
+    from ..trace.dist_verdict import P2P, Ranks, _called, _ranks, watchdog_killed
     from .timeline import _ABOVE, _rects
     ranks = Ranks(trace)
     if not ranks:
@@ -39,9 +40,11 @@ def draw(ax, trace, x, proc_row, t1, span, labels, used, max_labels, end_of, sai
     meetings = defaultdict(dict)
     for c in ranks.calls:     # (an async one never waited for: when it ended is not known)
         if c.pid in proc_row and not (c.async_op and c.end_ns is None):
-            meetings[(c.group, c.seq)][c.rank] = c
-    for (group, seq), calls in meetings.items():
-        ops = sorted({c.op for c in calls.values()})
+            meetings[(c.group, c.seq, c.p2p)][c.rank] = c
+    for (group, seq, p2p), calls in meetings.items():
+        # (a send and its recv: one meeting of its pair, drawn as one collective)
+        ops = [_called(max(calls.values(), key=lambda c: P2P[c.op] == "send"))] if p2p else \
+            sorted({c.op for c in calls.values()})
         everyone = set(calls) >= set(group)
         # (ranks in different collectives never meet: each waits for its own to fill up)
         last = max(c.begin_ns for c in calls.values()) if everyone else None
@@ -55,7 +58,7 @@ def draw(ax, trace, x, proc_row, t1, span, labels, used, max_labels, end_of, sai
             if met < end:
                 works.append((x(met), x(end), r))
             rows.append(r)
-        name = " ≠ ".join(f"{op} #{seq}" for op in ops)
+        name = ops[0] if p2p else " ≠ ".join(f"{op} #{seq}" for op in ops)
         if everyone and len(rows) > 1:
             (odd if len(ops) > 1 else joins).append((x(last), min(rows), max(rows)))
             words.append((x(last), min(rows), name, len(ops) > 1))
