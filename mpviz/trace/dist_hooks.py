@@ -12,19 +12,17 @@ wraps those functions, so each call is two events in that rank's log::
 
 ``seq`` counts the collectives this rank called on that group, from 1 (the outermost call
 only: all_gather_object is one): two ranks at the same ``seq`` in different ``op``s disagree.
-A send or recv is no collective: the n-th send from rank 0 to rank 1 meets rank 1's n-th recv
-from rank 0, whatever else either calls, so its ``seq`` counts the messages of that pair (as
-mpviz.distributed counts them).
-``init_process_group`` is ``dist.rendezvous`` begin/end (the store, gloo's connections: inside,
-in C++). An ``async_op=True`` call (or isend/irecv) ends when its ``Work.wait()`` returns.
+A send or recv is no collective: its ``seq`` counts the messages of its sender-receiver pair (the
+n-th send from 0 to 1 meets 1's n-th recv from 0), as mpviz.distributed counts them.
+``init_process_group`` is ``dist.rendezvous`` begin/end; an ``async_op=True`` call (or
+isend/irecv) ends when its ``Work.wait()`` returns.
 
 Not visible from Python, said once per process as a ``not_recorded`` note (never blank time):
-gloo's own threads and the bytes on its sockets, and DistributedDataParallel's gradient
-all-reduces, which its Reducer (C++) starts from autograd hooks during ``loss.backward()``.
+gloo's threads and sockets, and DDP's gradient all-reduces (its C++ Reducer, in ``backward()``).
 DDP's construction is seen: its parameter check and broadcast are collectives of the group.
 
-Installed by torch_hooks.install() (torch 2.13 only), as torch is imported: so a program's
-``from torch.distributed import all_reduce`` finds the wrapper (both modules' names replaced).
+Installed by torch_hooks.install() (torch 2.13 only) as torch is imported, in both modules'
+names: ``from torch.distributed import all_reduce`` finds the wrapper.
 """
 import functools
 import inspect

@@ -164,7 +164,8 @@ KINDS = {
 
     # -- real torch (torch_hooks.py; every such event also has torch=True) ------------------------
     "torch.share_memory": Kind("module, tensors, nbytes, torch", "Module.share_memory()"),
-    "dataloader.worker": Kind("phase (start/exit), worker_id, num_workers, torch",
+    "dataloader.worker": Kind("phase (start/exit), worker_id, num_workers, data_queue (at "
+                              "start: the queue it puts batches into), torch",
                               "a DataLoader worker"),
     "dataloader.pin_memory": Kind(
         "phase (start/exit; skipped: pin_memory=True with no accelerator), device_id, reason, "

@@ -31,6 +31,7 @@ import sys
 import threading
 
 from . import recorder
+from .events import queue_id
 
 SUPPORTED = "2.13"
 _installed = False
@@ -712,7 +713,6 @@ def _data_queue_id(args, kwargs):
     while none came, the wait-for graph says who must put), or None."""
     q = kwargs.get("data_queue", args[3] if len(args) > 3 else None)
     try:
-        from .events import queue_id
         return queue_id(q)
     except AttributeError:                 # not a multiprocessing Queue (a torch we do not know)
         return None
