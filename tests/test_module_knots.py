@@ -347,8 +347,6 @@ LAZY_IMPORTS = {
     ("mpviz.scenarios.small_shm", "mpviz.trace.autostart"): _RECORDER_ONLY,
     ("mpviz.scenarios.small_shm", "mpviz.trace.recorder"): _RECORDER_ONLY,
     ("mpviz.scenarios.spawn_error", "mpviz.multiprocessing"): _DRIVEN,
-    ("mpviz.sharing", "mpviz.sharing.shm_manager"):
-        "settings() for a child: the manager's module only when a child starts",
     ("mpviz.sharing.segment", "mpviz._native"): "builds atomic.c: at the first mapping, not import",
     ("mpviz.stepper._driver", "mpviz.scenarios._common"):
         "a script: its imports wait until it has set up sys.path and the gate",
