@@ -30,11 +30,9 @@ import socket
 import time
 
 if __package__:          # imported as mpviz.sharing.shm_daemon (to read it, or in a test)
-    from .shm_manager import (MAX_LINE, _header, _peer, _pids, _proc, address, channels,
-                              groups_alive, process_group)
+    from .shm_manager import MAX_LINE, _header, _peer, _proc, address, channels
 else:                    # in the daemon, started as shm_manager.py --serve (see its end)
-    from shm_manager import (MAX_LINE, _header, _peer, _pids, _proc, address, channels,
-                             groups_alive, process_group)
+    from shm_manager import MAX_LINE, _header, _peer, _proc, address, channels
 
 IDLE_SECONDS = 1.0
 CHECK_SECONDS = 1.0     # how often names in flight are looked at again (a scan of /proc)
@@ -107,6 +105,32 @@ def _lock(path):
             pass
         os.close(fd)
     return False
+
+
+# -- what /proc says (through _proc.py): which processes, which process groups are alive ---------
+
+def _pids():
+    """Every process's pid but ours (the daemon holds nothing)."""
+    me = os.getpid()
+    return [pid for pid in _proc.pids() if pid != me]
+
+
+def process_group(pid):
+    """Process `pid`'s process group (a zombie's too); None if it is gone."""
+    st = _proc.stat(pid)
+    return None if st is None else st.group
+
+
+def groups_alive(wanted):
+    """Those of the process groups `wanted` that some live (not zombie) process is in."""
+    alive = set()
+    if not wanted:
+        return alive
+    for pid in _pids():
+        st = _proc.stat(pid)
+        if _proc.alive(st) and st.group in wanted:
+            alive.add(st.group)
+    return alive
 
 
 def _raise_fd_limit():
