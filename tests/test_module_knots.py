@@ -356,9 +356,6 @@ LAZY_IMPORTS = {
         "a script: its imports wait until it has set up sys.path and the gate",
     ("mpviz.stepper._driver", "mpviz.trace"):
         "a script: its imports wait until it has set up sys.path and the gate",
-    ("mpviz.stepper.control", "mpviz.scenarios._common"): "only a finished run's details",
-    ("mpviz.stepper.control", "mpviz.viz"): "matplotlib: only when a picture is asked",
-    ("mpviz.stepper.control", "mpviz.viz.wait_for"): "matplotlib: only when a picture is asked",
     ("mpviz.stepper.gate", "mpviz.stepper.patches"):
         "patches and gate use each other: the gate installs the patches when a run starts",
     ("mpviz.stepper.patches", "mpviz.stepper.gate"):

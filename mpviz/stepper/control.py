@@ -42,7 +42,9 @@ import weakref
 from typing import NamedTuple
 
 from .. import _proc
+from .. import viz
 from ..scenarios import runner
+from ..scenarios._common import load_details
 from ..trace import trace as mtrace
 from ..viz.colors import human_bytes
 from . import gate
@@ -663,7 +665,6 @@ class Stepper:
 
     def details(self):
         """What the program observed (a puzzle writes its observations here)."""
-        from ..scenarios._common import load_details
         return load_details(os.path.join(self._dir, "details.json"))
 
     def _read_output(self):
@@ -687,7 +688,6 @@ class Stepper:
     def state(self):
         """Who is paused before what, who is blocked in what, who holds which lock; plus
         ``viz``: mpviz.viz.state_at(trace) (waits, messages in flight, segments)."""
-        from ..viz import state_at
         self._settle()
         holders = self._holders()
         threads = []
@@ -708,22 +708,21 @@ class Stepper:
         for (lid, pid), who in holders.items():
             locks[self._name(lid, "lock").split(" ", 1)[1] + (f" (copy in pid {pid})" if pid else "")] = who
         return StepState(threads, locks, self.state_processes(), self._outcome,
-                         list(self.history), state_at(self.trace))
+                         list(self.history), viz.state_at(self.trace))
 
     def wait_for(self):
         """mpviz.viz.wait_for of the run now, its locks called as the choices call them
         ("lock A", not the semaphore's name); returns the Figure."""
         import matplotlib.text
-        from ..viz import lock_name, wait_for
         trace = self.trace.snapshot()
-        fig = wait_for(trace)
+        fig = viz.wait_for(trace)
         names = {}
         for e in trace.events:
             if e.kind.startswith("lock.") and e.args.get("lock"):
                 lid = e.args["lock"]
                 names[lid] = self._name(lid, "lock").split(" ", 1)[1]
                 # the picture may call it as viz does ("Lock 2", "lock 'second'"): say "lock B"
-                names[lock_name(trace, lid)] = "lock " + names[lid]
+                names[viz.lock_name(trace, lid)] = "lock " + names[lid]
         for text in fig.findobj(matplotlib.text.Text):
             words = text.get_text()
             for lid in sorted(names, key=len, reverse=True):
