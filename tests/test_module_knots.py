@@ -372,7 +372,6 @@ LAZY_IMPORTS = {
         "hooks asks internals what is missing; internals reads hooks' saved originals",
     ("mpviz.trace.launcher", "mpviz.scenarios.runner"):
         "the runner's session helpers, borrowed: to be moved to a leaf (issue #31)",
-    ("mpviz.trace.launcher", "mpviz.trace.autostart"): "only when a child was interrupted",
     ("mpviz.trace.launcher", "mpviz.trace.stuck"): "only for a run that hangs",
     ("mpviz.trace.launcher", "mpviz.trace.trace"): "only when reading the run back",
     ("mpviz.trace.launcher", "mpviz.trace.watchdog"): "only with a hang watchdog asked for",
