@@ -38,7 +38,9 @@ import warnings
 if __package__:          # imported as mpviz.sharing.shm_manager
     from .. import _proc
 else:                    # the daemon: this file run alone (see its end), no package; _proc.py
-    import importlib.util    # imports nothing of mpviz either, so load it by its path
+    import importlib.util    # imports nothing of mpviz either, so load it by its path (not by
+                             # putting mpviz/ on sys.path: its multiprocessing/ would hide the
+                             # stdlib's; the path is this file's own folder's parent)
     _spec = importlib.util.spec_from_file_location("_proc", os.path.join(
         os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "_proc.py"))
     _proc = importlib.util.module_from_spec(_spec)
