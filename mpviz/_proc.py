@@ -5,8 +5,10 @@
     /proc/PID/task/    one directory per thread, each with a stat of the same form
     /proc/PID/cmdline  the arguments, each ended by a NUL byte
 
-**One answer when /proc cannot answer.** Every function here returns ``None`` when the read
-fails: the process is gone (or was never there), it is not ours to read, or this is not Linux.
+**One answer when /proc cannot answer.** Every function here that reads one process returns
+``None`` when the read fails: the process is gone (or was never there), it is not ours to read,
+or this is not Linux (or this process is out of descriptors: a reader that may be, as the shm
+manager's daemon, keeps some free). :func:`pids` raises instead (see there).
 What ``None`` means is the caller's to say, at its call site ("gone: the youngest", "gone: not
 the owner"), where a reader can see it; the scans over many processes (at the end) leave such a
 process out. A zombie (dead, not yet reaped) still has a stat: its
@@ -91,7 +93,9 @@ def open_files(pid):
 
 
 def pids():
-    """Every pid /proc lists now (a process may be gone by the time it is read)."""
+    """Every pid /proc lists now (a process may be gone by the time it is read). Not None when
+    /proc cannot be listed: that says nothing of any process (out of descriptors: EMFILE), so
+    the OSError is raised, and no caller takes "no list" for "nobody"."""
     return [int(entry) for entry in os.listdir("/proc") if entry.isdigit()]
 
 

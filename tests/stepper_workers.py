@@ -99,6 +99,18 @@ def sleeper(seconds=2.5):
     return "slept"
 
 
+def waits_on_a_pipe_with_a_timeout(seconds=2.0):
+    """No stop at all: the main thread waits for a pipe nobody writes, with a timeout (select):
+    time ends the wait, as it ends a Queue.get(timeout=) or a lock.acquire(timeout=)."""
+    import os
+    import select
+    r, w = os.pipe()
+    ready = select.select([r], [], [], seconds)[0]
+    os.close(r)
+    os.close(w)
+    return "timed out" if not ready else "read"
+
+
 def _sleep_then_put(q, seconds):
     import time
     time.sleep(seconds)

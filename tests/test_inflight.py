@@ -488,7 +488,7 @@ def test_the_memory_map_draws_a_handle_in_a_queue_as_in_flight_not_leaked():
 
 # -- the channels in a segment's header ------------------------------------------------------------
 
-def test_the_header_names_each_queue_once_and_says_when_a_road_is_unknown():
+def test_the_header_names_each_queue_once_and_says_when_a_channel_is_unknown():
     old = mp.get_sharing_strategy()
     mp.set_sharing_strategy("file_system")
     ctx = mp.get_context("fork")

@@ -347,8 +347,6 @@ LAZY_IMPORTS = {
     ("mpviz.scenarios.small_shm", "mpviz.trace.autostart"): _RECORDER_ONLY,
     ("mpviz.scenarios.small_shm", "mpviz.trace.recorder"): _RECORDER_ONLY,
     ("mpviz.scenarios.spawn_error", "mpviz.multiprocessing"): _DRIVEN,
-    ("mpviz.sharing", "mpviz.sharing.shm_manager"):
-        "settings() for a child: the manager's module only when a child starts",
     ("mpviz.sharing.segment", "mpviz._native"): "builds atomic.c: at the first mapping, not import",
     ("mpviz.stepper._driver", "mpviz.scenarios._common"):
         "a script: its imports wait until it has set up sys.path and the gate",
@@ -358,9 +356,6 @@ LAZY_IMPORTS = {
         "a script: its imports wait until it has set up sys.path and the gate",
     ("mpviz.stepper._driver", "mpviz.trace"):
         "a script: its imports wait until it has set up sys.path and the gate",
-    ("mpviz.stepper.control", "mpviz.scenarios._common"): "only a finished run's details",
-    ("mpviz.stepper.control", "mpviz.viz"): "matplotlib: only when a picture is asked",
-    ("mpviz.stepper.control", "mpviz.viz.wait_for"): "matplotlib: only when a picture is asked",
     ("mpviz.stepper.gate", "mpviz.stepper.patches"):
         "patches and gate use each other: the gate installs the patches when a run starts",
     ("mpviz.stepper.patches", "mpviz.stepper.gate"):
@@ -377,7 +372,6 @@ LAZY_IMPORTS = {
         "hooks asks internals what is missing; internals reads hooks' saved originals",
     ("mpviz.trace.launcher", "mpviz.scenarios.runner"):
         "the runner's session helpers, borrowed: to be moved to a leaf (issue #31)",
-    ("mpviz.trace.launcher", "mpviz.trace.autostart"): "only when a child was interrupted",
     ("mpviz.trace.launcher", "mpviz.trace.stuck"): "only for a run that hangs",
     ("mpviz.trace.launcher", "mpviz.trace.trace"): "only when reading the run back",
     ("mpviz.trace.launcher", "mpviz.trace.watchdog"): "only with a hang watchdog asked for",

@@ -207,6 +207,29 @@ def test_past_its_hard_descriptor_limit_the_manager_refuses_with_a_reason_and_do
     assert gone_within(tag, 10)
 
 
+def test_a_manager_full_of_clients_still_looks_at_the_names_it_adopted_and_lives_on(tag):
+    # The next manager looks at /proc for a killed one's names every CHECK_SECONDS. Full of
+    # clients up to its hard limit, it had no descriptor left for that look: listdir('/proc')
+    # raised EMFILE and it died (1 run in 5 of the test above), leaving every name in /dev/shm.
+    from mpviz.sharing.shm_daemon import CHECK_SECONDS
+    alive, alive_names = holder(tag, 1)          # a name the killed manager knew ...
+    os.kill(manager_pid(tag), signal.SIGKILL)
+    first, _ = holder(tag, 1, limits=(64, 64))   # ... adopted by the next one, at 64 fds
+    manager = manager_pid(tag)
+    idle = [raw_client(tag) for _ in range(100)]
+    try:
+        deadline = time.monotonic() + 3 * CHECK_SECONDS + 0.5   # it must live through 3 looks
+        while time.monotonic() < deadline and _proc.alive(_proc.stat(manager)):
+            time.sleep(0.05)
+        assert _proc.alive(_proc.stat(manager)), "the manager died while full of clients"
+    finally:
+        for s in idle:
+            s.close()
+        kill(first)
+        kill(alive)
+    assert gone_within(tag, 10), f"{_names(tag)} left: {alive_names} was adopted"
+
+
 def test_the_names_a_killed_manager_knew_are_adopted_by_the_next_one(tag):
     dead, dead_names = holder(tag, 3)
     alive, alive_names = holder(tag, 2)

@@ -278,3 +278,35 @@ def test_an_exception_in_a_pool_block_still_terminates_at_once():
         with mp.get_context("fork").Pool(2) as pool:
             pool.apply_async(workers.slow_add, (1, 2))
             raise KeyError("boom")
+
+
+def test_a_forkserver_child_on_a_python_without_pidfd_does_not_interrupt_itself():
+    # os.pidfd_open is Linux's (5.3+): macOS has forkserver and no pidfd_open. A child that
+    # cannot watch its parent must go on (as the stdlib's do), not read "no pidfd" as "the
+    # parent is gone" and SIGINT itself at start. Real processes: this one is the live parent.
+    import importlib
+    mspawn = importlib.import_module("mpviz.multiprocessing.spawn")   # (the module, not spawn())
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(r)
+        said = b"went on"
+        try:
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+            del os.pidfd_open                       # a Python without it
+            # (only its pid is read; a signal a process sends itself is delivered before
+            # os.kill returns, and raised at the next line of Python: no wait needed)
+            mspawn._watch_parent(type("Parent", (), {"pid": os.getppid()})())
+        except KeyboardInterrupt:
+            said = b"interrupted itself"
+        except BaseException as exc:
+            said = repr(exc).encode()
+        os.write(w, said)
+        os._exit(0)
+    os.close(w)
+    try:
+        said = os.read(r, 200)
+    finally:
+        os.close(r)
+        os.waitpid(pid, 0)
+    assert said == b"went on", said

@@ -33,6 +33,17 @@ def test_a_sleeping_main_thread_is_a_choice_to_let_time_pass_not_a_deadlock():
 
 
 
+def test_a_wait_with_a_timeout_is_a_choice_to_let_time_pass_not_a_deadlock():
+    # select() given a timeout: blocked in the OS, and nobody will write the pipe, yet time ends
+    # the wait (the same reading of /proc/PID/task/TID/syscall as a lock's acquire(timeout=))
+    with mpviz.step(w.waits_on_a_pipe_with_a_timeout, 2.0) as s:
+        choices = s.choices()
+        assert s.outcome is None, s.explanation
+        assert [c.op for c in choices] == ["time"], choices
+        assert choices[0].label.startswith("main/main: waiting with a timeout: it waits for time")
+        assert s.run_until(lambda s: False) == "ok", s.explanation
+
+
 def _until_paused_at_a_stop(s):
     """(the learner reads the choices a while; meanwhile time brings the run to a stop)"""
     deadline = time.monotonic() + 30

@@ -1,12 +1,18 @@
-"""docs/TOUR.md stays true: every step names a function that is in its file, and every module
-header that promises a tour ("in ten files") names one of its tours and counts its files alike.
+"""docs/TOUR.md stays true: every step names a function that is in its file, every module header
+that promises a tour ("in ten files") names one of its tours and counts its files alike, and a
+real put and get (under each strategy) call the put → get steps in the tour's order.
 
 Read by ``ast``, not imported: a step names where the code is written, and a function that moved
-to another file fails here even if the old module still re-exports it.
+to another file fails here even if the old module still re-exports it. The path is followed with
+``sys.setprofile`` (each call into mpviz's code, on the calling thread).
 """
 import ast
+import os
 import pathlib
 import re
+import sys
+
+import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 TOUR = ROOT / "docs" / "TOUR.md"
@@ -118,3 +124,74 @@ def test_every_header_that_promises_a_tour_names_it_and_counts_its_files_as_it_d
                              f"{len(files_in(found[title]))}: {sorted(files_in(found[title]))}")
     assert not wrong, ("\n".join(wrong) + "\nFix: make the header's count what the tour walks "
                        "through (or shorten the real path, and the tour with it)")
+
+
+# --- the put → get tours are the path a real put and get take, in order ------------------------
+
+def _calls_in_mpviz(fn, *args):
+    """(what fn returned, [(path, function)]): each call into mpviz's own code made by `fn` on
+    this thread, in order, as TOUR.md names a step (a function's qualified name)."""
+    seen = []
+
+    def note(frame, event, arg):
+        if event == "call" and frame.f_code.co_filename.startswith(str(ROOT / "mpviz") + os.sep):
+            seen.append((str(pathlib.Path(frame.f_code.co_filename).relative_to(ROOT)),
+                         frame.f_code.co_qualname))
+
+    sys.setprofile(note)
+    try:
+        return fn(*args), seen
+    finally:
+        sys.setprofile(None)
+
+
+def _get_and_tell(q, told):
+    tensor, calls = _calls_in_mpviz(q.get)
+    told.put((tensor.tolist(), calls))
+
+
+def _steps_missing_or_out_of_order(steps, calls):
+    """The first step not found, in the tour's order, among `calls`, in words ([] when the tour
+    is the path taken; the steps after a wrong one are not looked at)."""
+    at = 0
+    for n, path, function, _ in steps:
+        try:
+            at = calls.index((path, function), at) + 1
+        except ValueError:
+            where = ("not called" if (path, function) not in calls else
+                     f"not called after step {n - 1}")
+            return [f"step {n} {path}:{function}: {where}"]
+    return []
+
+
+@pytest.mark.timeout(60)
+def test_each_put_get_tour_is_the_path_a_real_put_and_get_take_in_its_order(strategy):
+    # a step whose function exists but is not on the way (or comes in another order) passes
+    # the check above; this one follows a real put in this process and a real get in a child
+    import mpviz
+    import mpviz.multiprocessing as mp
+    steps = tours(TOUR.read_text())[f"put → get under {strategy}"]
+    ctx = mp.get_context("fork")             # forked before the put: the child maps nothing yet
+    q, told = ctx.Queue(), ctx.Queue()
+    child = ctx.Process(target=_get_and_tell, args=(q, told))
+    child.start()
+    _, put_calls = _calls_in_mpviz(q.put, mpviz.arange(4.0))
+    got, get_calls = told.get(timeout=30)
+    child.join(30)
+    assert got == [0.0, 1.0, 2.0, 3.0] and child.exitcode == 0
+    at_get = next(i for i, step in enumerate(steps) if step[2] == "Queue.get")
+    wrong = (_steps_missing_or_out_of_order(steps[:at_get], put_calls)
+             or _steps_missing_or_out_of_order(steps[at_get:], get_calls))
+    assert not wrong, (f"docs/TOUR.md's 'put → get under {strategy}' is not the path a put and "
+                       f"a get take:\n  " + "\n  ".join(wrong) + "\nFix: name the functions the "
+                       f"call goes through now, in the order it calls them")
+
+
+def test_the_path_check_finds_a_step_out_of_order_and_one_never_called():
+    calls = [("a.py", "f"), ("b.py", "g"), ("a.py", "h")]
+    steps = [(1, "a.py", "f", ""), (2, "a.py", "h", ""), (3, "b.py", "g", ""), (4, "c.py", "k", "")]
+    assert _steps_missing_or_out_of_order(steps, calls) == [
+        "step 3 b.py:g: not called after step 2"]
+    assert _steps_missing_or_out_of_order(steps[:2] + steps[3:], calls) == [
+        "step 4 c.py:k: not called"]
+    assert _steps_missing_or_out_of_order(steps[:2], calls) == []

@@ -68,8 +68,11 @@ class QueueClosedError(ValueError):
 
 class QueueClosedEmptyError(QueueClosedError, OSError):
     """``empty()`` on a Queue closed in this process: also an ``OSError``, as the stdlib's
-    "handle is closed" there is (its ``empty()`` polls the closed reading end), so code and
-    CPython's own test (``test_closed_queue_empty_exceptions``, 3.13) that catch it still do."""
+    "handle is closed" there is (its ``empty()`` polls the closed reading end), so code that
+    catches it still does, as does the second half of CPython's own
+    ``test_closed_queue_empty_exceptions`` (3.13: a queue used, then closed). Its first half
+    differs, by design: on a queue closed before any use the stdlib's ``empty()`` answers True,
+    while this one raises, as this ``close()`` closes this process's ends at once (README)."""
 
 
 def _stepped(op, queue, **info):

@@ -97,8 +97,10 @@ def _watch_parent(parent):
     start time, which must be before ours."""
     try:
         pidfd = os.pidfd_open(parent.pid)
-    except (AttributeError, OSError):     # no pidfd (an old kernel), or the parent is gone
+    except ProcessLookupError:            # the parent is gone
         pidfd = None
+    except (AttributeError, OSError):     # no pidfd here (not Linux, or a kernel before 5.3):
+        return                            # nothing to watch it with, as in the stdlib
     # None from /proc: the parent is gone (or a zombie); where /proc says nothing of us either
     # (not Linux), the pidfd alone decides
     mine, theirs = _proc.start_time(os.getpid()), _proc.start_time(parent.pid)

@@ -48,7 +48,7 @@ def _check_environment(env):
 _check_environment(os.environ)
 _strategy = os.environ.get(_ENV) or _ALL[0]
 
-from . import allocator, file_descriptor, file_system, handles, mapping  # noqa: E402 (after the check above)
+from . import allocator, file_descriptor, file_system, handles, mapping, shm_manager  # noqa: E402 (after the check above)
 
 _MODULES = {"file_descriptor": file_descriptor, "file_system": file_system}
 
@@ -78,7 +78,6 @@ def set_sharing_strategy(new_strategy):
 
 def settings():
     """This process's sharing settings, for a child to adopt (see ``apply_settings``)."""
-    from . import shm_manager
     return {"strategy": _strategy, "shm_manager": shm_manager.enabled()}
 
 
@@ -88,7 +87,6 @@ def apply_settings(values):
     Environment variables alone are not enough: a forkserver child inherits the environment the
     fork server had when it *started*, not the one its parent has now.
     """
-    from . import shm_manager
     set_sharing_strategy(values["strategy"])
     if values["shm_manager"] != shm_manager.enabled():
         shm_manager.enable(values["shm_manager"])

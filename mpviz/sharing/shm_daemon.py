@@ -30,17 +30,18 @@ import socket
 import time
 
 if __package__:          # imported as mpviz.sharing.shm_daemon (to read it, or in a test)
-    from .shm_manager import (MAX_LINE, _header, _peer, _pids, _proc, address, channels,
-                              groups_alive, process_group)
+    from .shm_manager import MAX_LINE, _header, _peer, _proc, address, channels
 else:                    # in the daemon, started as shm_manager.py --serve (see its end)
-    from shm_manager import (MAX_LINE, _header, _peer, _pids, _proc, address, channels,
-                             groups_alive, process_group)
+    from shm_manager import MAX_LINE, _header, _peer, _proc, address, channels
 
 IDLE_SECONDS = 1.0
 CHECK_SECONDS = 1.0     # how often names in flight are looked at again (a scan of /proc)
 BATCH_SECONDS = 0.001   # see serve(): longer, and a busy client fills its socket buffer and waits
 READ_PER_ROUND = 1 << 20  # bytes read from one client per round: a flood cannot grow us
 MAX_NAMES = 1 << 16     # names one client may hold (a process cannot map more: vm.max_map_count)
+FD_RESERVE = 24         # descriptors no client gets: our own ~8 (stdio, listener, lock, spare,
+                        # selector) and room to read /proc and headers. Full of clients without
+                        # it, listdir('/proc') failed (EMFILE) and the manager died.
 
 
 def main():
@@ -107,6 +108,32 @@ def _lock(path):
             pass
         os.close(fd)
     return False
+
+
+# -- what /proc says (through _proc.py): which processes, which process groups are alive ---------
+
+def _pids():
+    """Every process's pid but ours (the daemon holds nothing)."""
+    me = os.getpid()
+    return [pid for pid in _proc.pids() if pid != me]
+
+
+def process_group(pid):
+    """Process `pid`'s process group (a zombie's too); None if it is gone."""
+    st = _proc.stat(pid)
+    return None if st is None else st.group
+
+
+def groups_alive(wanted):
+    """Those of the process groups `wanted` that some live (not zombie) process is in."""
+    alive = set()
+    if not wanted:
+        return alive
+    for pid in _pids():
+        st = _proc.stat(pid)
+        if _proc.alive(st) and st.group in wanted:
+            alive.add(st.group)
+    return alive
 
 
 def _raise_fd_limit():
@@ -191,6 +218,8 @@ def serve():
     if listener is None:
         return  # another manager is already serving this user
     _raise_fd_limit()
+    soft_limit = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    most_clients = soft_limit - FD_RESERVE
     spare = os.open(os.devnull, os.O_RDONLY)   # given up to accept, and refuse, one client
     sel = selectors.DefaultSelector()
     sel.register(listener, selectors.EVENT_READ)
@@ -327,9 +356,10 @@ def serve():
         return answers
 
     def accept():
-        """A new client, if it is of our user. Out of descriptors: the spare one is given up
-        to take the client, tell it why, and close it (else it would wait, and we would spin
-        on a listener that stays readable)."""
+        """A new client, if it is of our user and we have a descriptor for it beyond
+        FD_RESERVE. Else it is told why and closed (else it would wait). Out of descriptors all
+        the same (the whole system is): the spare one is given up to take the client and do so
+        (else we would spin on a listener that stays readable)."""
         nonlocal spare, paused_until
         try:
             conn, _ = listener.accept()
@@ -338,15 +368,7 @@ def serve():
                 return
             os.close(spare)
             try:
-                conn, _ = listener.accept()
-                conn.setblocking(False)
-                soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
-                conn.send(f"REFUSED the shm manager (pid {os.getpid()}) serves {len(peers)} "
-                          f"processes and has no descriptor left for more (limit {soft}): this "
-                          f"process shares without it, so its segments stay in /dev/shm if it "
-                          f"is killed. Fix: raise the hard limit (ulimit -Hn) before the first "
-                          f"share, or run fewer processes at once\n".encode())
-                conn.close()
+                refuse(listener.accept()[0])
             except OSError:
                 paused_until = time.monotonic() + 0.5  # not even that: stop looking a while
             spare = os.open(os.devnull, os.O_RDONLY)
@@ -355,9 +377,25 @@ def serve():
         if uid != os.getuid():
             conn.close()
             return
+        if len(peers) >= most_clients:
+            try:
+                refuse(conn)
+            except OSError:
+                conn.close()                       # (it left already)
+            return
         conn.setblocking(False)
         sel.register(conn, selectors.EVENT_READ)
         peers[conn] = _Peer(pid)
+
+    def refuse(conn):
+        conn.setblocking(False)
+        conn.send(f"REFUSED the shm manager (pid {os.getpid()}) serves {len(peers)} "
+                  f"processes and has no descriptor left for more (limit {soft_limit}, of "
+                  f"which it keeps {FD_RESERVE} for its own reads): this process shares "
+                  f"without it, so its segments stay in /dev/shm if it is killed. Fix: raise "
+                  f"the hard limit (ulimit -Hn) before the first share, or run fewer "
+                  f"processes at once\n".encode())
+        conn.close()
 
     def receive(conn, peer, candidates, questions):
         data, closed = _drain(conn)

@@ -38,7 +38,9 @@ import warnings
 if __package__:          # imported as mpviz.sharing.shm_manager
     from .. import _proc
 else:                    # the daemon: this file run alone (see its end), no package; _proc.py
-    import importlib.util    # imports nothing of mpviz either, so load it by its path
+    import importlib.util    # imports nothing of mpviz either, so load it by its path (not by
+                             # putting mpviz/ on sys.path: its multiprocessing/ would hide the
+                             # stdlib's; the path is this file's own folder's parent)
     _spec = importlib.util.spec_from_file_location("_proc", os.path.join(
         os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "_proc.py"))
     _proc = importlib.util.module_from_spec(_spec)
@@ -423,32 +425,6 @@ def _header(name):
     return data if len(data) == _HEADER.size else None
 
 
-# -- what /proc says (through _proc.py): which processes, which process groups are alive ---------
-
-def _pids(but_me=True):
-    """Every process's pid (but this one's, unless `but_me` is False: the daemon holds nothing)."""
-    me = os.getpid() if but_me else None
-    return [pid for pid in _proc.pids() if pid != me]
-
-
-def process_group(pid):
-    """Process `pid`'s process group (a zombie's too); None if it is gone."""
-    st = _proc.stat(pid)
-    return None if st is None else st.group
-
-
-def groups_alive(wanted):
-    """Those of the process groups `wanted` that some live (not zombie) process is in."""
-    alive = set()
-    if not wanted:
-        return alive
-    for pid in _pids():
-        st = _proc.stat(pid)
-        if _proc.alive(st) and st.group in wanted:
-            alive.add(st.group)
-    return alive
-
-
 def fate(name):
     """What will become of the file_system segment `name`, as ``(kind, words)``, for pictures
     and the learner. The running manager is asked (it alone knows which counts belong to dead
@@ -498,9 +474,10 @@ def fates(names):
                                            "handle to it (its queue is gone): the shm manager "
                                            "removes it")
     if unknown:
-        holders = _proc.mappers(unknown, _pids(but_me=False))
+        pids = _proc.pids()
+        holders = _proc.mappers(unknown, pids)
         pipes = set().union(*(channels(headers[name])[0] for name in unknown))
-        readers = _proc.pipes_read(pipes, _pids(but_me=False))
+        readers = _proc.pipes_read(pipes, pids)
         # Why the manager cannot say: none runs, or the one that runs never heard of the name
         # (shared with the manager off; it adopts what it finds only when it starts).
         why = ("no shm manager runs" if answers is None else

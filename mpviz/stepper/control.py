@@ -15,7 +15,7 @@ message, for a short quiet time. Then every thread is either paused at a stop (a
 blocked in the OS (shown as blocked: it waits for something only another thread can do).
 No choice left and nothing runnable while the processes live = a deadlock: nobody can ever move
 -- unless a thread waits for *time* (``time.sleep``, a wait with a timeout: /proc says so, see
-``_timed_wait``), or one still computes between two stops. Then time will move it, so the
+``_TIME_ENDS``), or one still computes between two stops. Then time will move it, so the
 choices offer "let time pass" (``op == "time"``), never a deadlock; and a stall after a
 process of the run died of an error is that error (``_died``), not a deadlock -- unless live
 threads wait in a circle, each for a lock the next one holds or for its end (``_lock_cycle``).
@@ -42,7 +42,10 @@ import weakref
 from typing import NamedTuple
 
 from .. import _proc
+from .. import viz
 from ..scenarios import runner
+from ..scenarios._common import load_details
+from ..trace import osview
 from ..trace import trace as mtrace
 from ..viz.colors import human_bytes
 from . import gate
@@ -339,16 +342,16 @@ class Stepper:
 
     def _moved_by_time(self):
         """[(pid, tid, what)]: the threads of the run that time will move -- computing between
-        two stops ("running"), or in ``time.sleep`` or a wait with a timeout (``_timed_wait``)."""
+        two stops ("running"), or in ``time.sleep`` or a wait with a timeout (``_TIME_ENDS``)."""
         starting, running = self._activity()
         out = [(pid, tid, "running") for pid, tid in running]
         for pid in runner._session_pids(self._proc.pid):
             if pid not in self._procs:               # a helper (resource tracker, fork server)
                 continue
-            for tid in _proc.threads(pid) or ():           # None: gone meanwhile
-                what = _timed_wait(pid, tid)
-                if what is not None and (pid, tid) not in running:
-                    out.append((pid, tid, what))
+            for view in osview.threads(pid):             # []: gone meanwhile
+                what = _TIME_ENDS.get(view.wait)
+                if what is not None and (view.pid, view.tid) not in running:
+                    out.append((view.pid, view.tid, what))
         return out
 
     def _settle(self, quiet=QUIET_S, until=None):
@@ -663,7 +666,6 @@ class Stepper:
 
     def details(self):
         """What the program observed (a puzzle writes its observations here)."""
-        from ..scenarios._common import load_details
         return load_details(os.path.join(self._dir, "details.json"))
 
     def _read_output(self):
@@ -687,7 +689,6 @@ class Stepper:
     def state(self):
         """Who is paused before what, who is blocked in what, who holds which lock; plus
         ``viz``: mpviz.viz.state_at(trace) (waits, messages in flight, segments)."""
-        from ..viz import state_at
         self._settle()
         holders = self._holders()
         threads = []
@@ -708,22 +709,21 @@ class Stepper:
         for (lid, pid), who in holders.items():
             locks[self._name(lid, "lock").split(" ", 1)[1] + (f" (copy in pid {pid})" if pid else "")] = who
         return StepState(threads, locks, self.state_processes(), self._outcome,
-                         list(self.history), state_at(self.trace))
+                         list(self.history), viz.state_at(self.trace))
 
     def wait_for(self):
         """mpviz.viz.wait_for of the run now, its locks called as the choices call them
         ("lock A", not the semaphore's name); returns the Figure."""
         import matplotlib.text
-        from ..viz import lock_name, wait_for
         trace = self.trace.snapshot()
-        fig = wait_for(trace)
+        fig = viz.wait_for(trace)
         names = {}
         for e in trace.events:
             if e.kind.startswith("lock.") and e.args.get("lock"):
                 lid = e.args["lock"]
                 names[lid] = self._name(lid, "lock").split(" ", 1)[1]
                 # the picture may call it as viz does ("Lock 2", "lock 'second'"): say "lock B"
-                names[lock_name(trace, lid)] = "lock " + names[lid]
+                names[viz.lock_name(trace, lid)] = "lock " + names[lid]
         for text in fig.findobj(matplotlib.text.Text):
             words = text.get_text()
             for lid in sorted(names, key=len, reverse=True):
@@ -909,51 +909,9 @@ def _switches(pid, tid):
         return None
 
 
-# The system calls that end by themselves when time passes: a sleep, or a wait given a timeout
-# (the argument that holds it is not "for ever"). {machine: {number: (what, argument index,
-# how to read it)}}: "ptr": a pointer to a timeout, NULL for ever; "ms": a timeout in
-# milliseconds, negative for ever; None: always timed. Numbers: the kernel's syscall tables.
-_TIMED = {
-    "x86_64": {35: ("sleeping", None, None), 230: ("sleeping", None, None),
-               202: ("waiting with a timeout", 3, "futex"),  # a lock/semaphore/condition
-               7: ("waiting with a timeout", 2, "ms"),       # poll: a Queue.get(timeout=)
-               271: ("waiting with a timeout", 2, "ptr"),    # ppoll
-               23: ("waiting with a timeout", 4, "ptr"),     # select
-               270: ("waiting with a timeout", 4, "ptr"),    # pselect6
-               232: ("waiting with a timeout", 3, "ms"),     # epoll_wait
-               281: ("waiting with a timeout", 3, "ms"),     # epoll_pwait
-               441: ("waiting with a timeout", 3, "ptr")},   # epoll_pwait2
-    "aarch64": {101: ("sleeping", None, None), 115: ("sleeping", None, None),
-                98: ("waiting with a timeout", 3, "futex"), 73: ("waiting with a timeout", 2, "ptr"),
-                72: ("waiting with a timeout", 4, "ptr"), 22: ("waiting with a timeout", 3, "ms"),
-                441: ("waiting with a timeout", 3, "ptr")},
-}
-_FUTEX_WAITS = (0, 9)            # FUTEX_WAIT, FUTEX_WAIT_BITSET (a timeout can only end these)
-
-
-def _timed_wait(pid, tid):
-    """"sleeping" or "waiting with a timeout" if that thread is blocked in a system call that
-    time ends (/proc/PID/task/TID/syscall: the number, then the arguments); else None."""
-    table = _TIMED.get(os.uname().machine)
-    if table is None:
-        return None
-    try:
-        with open(f"/proc/{pid}/task/{tid}/syscall") as f:
-            fields = f.read().split()
-        number, args = int(fields[0]), [int(a, 16) for a in fields[1:7]]
-    except (OSError, ValueError, IndexError):
-        return None                  # gone, running ("running"), or not readable
-    if number not in table:
-        return None
-    what, index, how = table[number]
-    if how is None:
-        return what
-    value = args[index]
-    if how == "futex":
-        return what if value and (args[1] & 127) in _FUTEX_WAITS else None
-    if how == "ms":
-        return what if value & 0xFFFFFFFF < 0x80000000 else None      # an int: -1 for ever
-    return what if value else None
+# The waits that time ends by itself, as osview reads them from /proc/PID/task/TID/syscall (a
+# sleep, or a wait given a timeout: a lock's, a poll's, a select's; its table of system calls).
+_TIME_ENDS = {"sleep": "sleeping", "deadline": "waiting with a timeout"}
 
 
 def _process_end(pid):

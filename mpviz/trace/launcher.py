@@ -675,13 +675,12 @@ def _remove_what_we_made(directory, created):
 def _tidy(directory):
     """Remove the stacks folder's empty files (every process made one, in case it hung), and
     the stacks written at a SIGINT (the report said what they hold)."""
-    from .autostart import INTERRUPT_SUFFIX
     from .watchdog import STACKS
     folder = os.path.join(directory, STACKS)
     try:
         for f in os.listdir(folder):
             path = os.path.join(folder, f)
-            if os.path.getsize(path) == 0 or f.endswith(INTERRUPT_SUFFIX):
+            if os.path.getsize(path) == 0 or f.endswith(autostart.INTERRUPT_SUFFIX):
                 os.unlink(path)
         os.rmdir(folder)
     except OSError:

@@ -30,6 +30,7 @@ import os
 import sys
 import threading
 
+from .. import _proc
 from . import recorder
 from .events import queue_id
 
@@ -387,18 +388,12 @@ def _manager_seen(path):
     if path in _managers:
         return
     _managers.add(path)
-    me = str(os.getpid())
-    for pid in os.listdir("/proc"):
-        try:
-            with open(f"/proc/{pid}/cmdline", "rb") as f:
-                if not f.read().startswith(b"torch_shm_manager"):
-                    continue
-            with open(f"/proc/{pid}/stat") as f:
-                ppid = f.read().rsplit(")", 1)[1].split()[1]
-        except (OSError, IndexError):
-            continue
-        if ppid == me:
-            recorder.emit("process.launch", child=int(pid), name="torch_shm_manager",
+    for pid in _proc.pids():
+        if not (_proc.cmdline(pid) or b"").startswith(b"torch_shm_manager"):
+            continue                       # (None: gone, or not ours)
+        st = _proc.stat(pid)
+        if st is not None and st.ppid == os.getpid():
+            recorder.emit("process.launch", child=pid, name="torch_shm_manager",
                           start_method="exec (torch)", socket=path.decode(), torch=True)
 
 
