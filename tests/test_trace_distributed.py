@@ -138,7 +138,7 @@ def test_the_ddp_tutorials_demo_basic_shows_its_rendezvous_and_collectives_per_r
         rdv = [e.args for e in trace.of_kind("dist.rendezvous") if e.pid == pid]
         assert [a["phase"] for a in rdv] == ["begin", "end"]
         assert rdv[1] == dict(phase="end", rank=rank, world_size=2, backend="gloo",
-                              init_method="env://", error=None)
+                              init_method="env://", library="torch.distributed", error=None)
         begins, ends = _calls(trace, pid)
         # DDP's construction: its parameter check and its broadcast of the parameters, over
         # the group [0, 1]; 660 bytes = ToyModel's 10*10+10 + 10*5+5 float32s
@@ -368,7 +368,7 @@ def test_mpviz_distributeds_send_and_recv_do_not_disagree_with_the_collective_af
     run = runs["mpviz p2p"]
     err = run.stderr
     assert run.returncode == 1, err
-    assert ("mpviz trace: FAILED (torch.distributed) -- rank 1 exited with code 1 before any "
+    assert ("mpviz trace: FAILED (mpviz.distributed) -- rank 1 exited with code 1 before any "
             "collective, without calling all_reduce #1: rank 0 waited in all_reduce #1, which "
             "could never complete.") in err
     assert "disagree" not in err

@@ -31,6 +31,7 @@ from .group import ProcessGroup, ReduceOp, as_array, event_error
 from .store import TCPStore
 
 _world = None                 # this process's default group's world, between init and destroy
+LIBRARY = "mpviz.distributed"        # (in dist.rendezvous: verdicts name the library they judge)
 DEFAULT_TIMEOUT = datetime.timedelta(minutes=30)   # torch's default for gloo
 _NOT_INIT_WHAT = ("Default process group has not been initialized, please make sure to call "
                   "init_process_group.")                                   # torch's words
@@ -183,7 +184,7 @@ def init_process_group(backend=None, init_method=None, timeout=None, world_size=
     backend = backend or "mpviz"
     if recorder.ENABLED:
         recorder.emit("dist.rendezvous", phase="begin", rank=rank, world_size=world_size,
-                      backend=backend, init_method=init_method)
+                      backend=backend, init_method=init_method, library=LIBRARY)
     error, made = None, []
     try:
         deadline = time.monotonic() + seconds
@@ -207,7 +208,7 @@ def init_process_group(backend=None, init_method=None, timeout=None, world_size=
     finally:
         if recorder.ENABLED:
             recorder.emit("dist.rendezvous", phase="end", rank=rank, world_size=world_size,
-                          backend=backend, init_method=init_method,
+                          backend=backend, init_method=init_method, library=LIBRARY,
                           error=event_error(error))
     _world = world
 

@@ -112,7 +112,8 @@ def _init_process_group(original, *args, **kwargs):
     backend = named.get("backend")
     backend = None if backend is None else str(backend)
     init_method = named.get("init_method") or ("store" if named.get("store") else "env://")
-    about = dict(rank=rank, world_size=world, backend=backend, init_method=init_method)
+    about = dict(rank=rank, world_size=world, backend=backend, init_method=init_method,
+                 library="torch.distributed")
     recorder.emit("dist.rendezvous", phase="begin", **about)
     try:
         result = original(*args, **kwargs)

@@ -1,4 +1,4 @@
-"""torch.distributed's hangs and failures in words: which rank is in which collective, and who not.
+"""Distributed hangs and failures in words (torch.distributed or mpviz.distributed, as recorded):
 
 Every rank records its rendezvous and each collective it calls, numbered per group
 (``dist.rendezvous``, ``dist.collective``: dist_hooks.py for torch, mpviz.distributed for ours).
@@ -67,6 +67,7 @@ class Ranks:
 
     def __init__(self, trace, until_ns=None):
         self.rank_of, self.world, self.backend = {}, {}, {}   # pid -> rank, world_size, backend
+        self.library = "torch.distributed"   # or "mpviz.distributed", as its rendezvous says
         self.arrived, self.left = {}, {}     # pid -> rendezvous begin / end event
         self.calls, self.destroyed, self.raised, self.raised_ns = [], {}, {}, {}
         self.in_backward = set()             # pids whose exception came out of backward()
@@ -76,6 +77,7 @@ class Ranks:
                 break
             a, self.last_ns = e.args, e.ts_ns
             if e.kind == "dist.rendezvous":
+                self.library = a.get("library") or self.library
                 if a.get("rank") is not None and a.get("rank") >= 0:
                     self.rank_of[e.pid] = a["rank"]
                 if a.get("world_size") is not None and a["world_size"] > 0:
@@ -150,9 +152,9 @@ class Verdict:
     def headline(self, nkilled):
         """The verdict's first line, as stuck.headline words the others."""
         if self.kind == "failed":
-            return [f"mpviz trace: FAILED (torch.distributed) -- {self.sentence}"]
+            return [f"mpviz trace: FAILED ({self.r.library}) -- {self.sentence}"]
         head = {"deadlock": "DEADLOCK", "stalled": "STALLED"}[self.kind]
-        return [f"mpviz trace: HANG: {head} (torch.distributed) -- {self.sentence} "
+        return [f"mpviz trace: HANG: {head} ({self.r.library}) -- {self.sentence} "
                 f"mpviz stopped {nkilled} process(es) with SIGKILL."]
 
     def who(self, pid):
@@ -226,7 +228,8 @@ class Verdict:
                 self.sentence = (f"{self.who(pid)} could not open the rendezvous: {named} is "
                                  f"already in use (another program, or an earlier run that has "
                                  f"not ended, listens on it).")
-                self.lines = [f"  torch said: {error}"] + self.waiting_lines(but=pid) + [
+                said = "torch" if self.r.library == "torch.distributed" else self.r.library
+                self.lines = [f"  {said} said: {error}"] + self.waiting_lines(but=pid) + [
                     f"  Fix: choose a free port ({where}), or end the program that "
                     f"holds {port.group(1)} (`ss -ltnp 'sport = :{port.group(1)}'` names it)."]
                 return True

@@ -136,7 +136,8 @@ KINDS = {
 
     # -- distributed: mpviz.distributed, and real torch.distributed (dist_hooks.py) -----------
     "dist.rendezvous": Kind(
-        "phase ('begin'|'end'), rank, world_size, backend, init_method, error (end, if it "
+        "phase ('begin'|'end'), rank, world_size, backend, init_method, library "
+        "('torch.distributed' or 'mpviz.distributed': the verdict names it), error (end, if it "
         "failed: the exception, as 'Type: message')",
         "each rank, around init_process_group: mpviz.distributed (around the store and the "
         "join); torch_hooks.py: dist_hooks.py for torch"),
