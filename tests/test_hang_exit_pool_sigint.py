@@ -329,4 +329,4 @@ def test_a_program_killed_from_outside_is_said_to_be_killed_not_just_counted(tmp
     assert launcher.returncode == 128 + signal.SIGKILL, err
     assert re.search(r"the program \(pid \d+\) was killed by a signal, SIGKILL \(9\), which mpviz "
                      r"did not send: exit status 137 \(kill -9 sends it", err), err
-    assert "events from 1 processes" in err, err
+    assert "events from 1 process in" in err, err

@@ -472,7 +472,8 @@ def _report(directory, child, code, watchdog, verdict, received, plot):
         say(f"{len(trace.events)} events in {directory}, all of them mpviz's own: the program "
             f"recorded nothing (NOT RECORDED below says why)")
     else:
-        say(f"{len(trace.events)} events from {len(program)} processes in {directory}")
+        n = len(program)
+        say(f"{len(trace.events)} events from {n} process{'es' if n != 1 else ''} in {directory}")
     say(f"Chrome/Perfetto JSON: {chrome} (open it at https://ui.perfetto.dev)")
     for problem in trace.problems:
         say(f"could not read: {problem}")
