@@ -88,14 +88,14 @@ def draw(ax, trace, x, proc_row, t1, span, labels, used, max_labels, end_of, sai
         said.append(f"{len(joins) + len(odd):,} collectives: their joins are not drawn (more "
                     f"than {MAX_JOINS}); each rank's calls are, merged to pixel columns")
     for lines, color, gid in ((joins, COLORS["collective"], "collective joins"),
-                              (odd, COLORS["failed"], "collectives that disagree")):
+                              (odd, COLORS["disagree"], "collectives that disagree")):
         if lines and len(joins) + len(odd) <= MAX_JOINS:
             ax.add_collection(LineCollection([((a, lo - 0.2), (a, hi + 0.2))
                                               for a, lo, hi in lines], colors=color,
-                                             linewidths=1.6 if color != COLORS["failed"]
+                                             linewidths=1.6 if gid == "collective joins"
                                              else 2.2, zorder=6, gid=gid))
             labels.lines += [((a, lo), (a, hi)) for a, lo, hi in lines]
-            used.add("collective" if color == COLORS["collective"] else "failed")
+            used.add("collective" if gid == "collective joins" else "disagree")
     if len(words) <= max_labels:
         for a, r, text, bad in words:
             labels.add(ax.annotate(text, (a, r), xytext=(0, 9), textcoords="offset points",

@@ -39,8 +39,9 @@ COLORS = {
     "signal": "#252525",        # black: killed by a signal
     "running": "#9ecae1",       # light blue: still running when the trace ends
     "fd": "#1b7837",            # dark green, dashed: an fd passed over a Unix socket
-    "collective": "#01665e",    # dark teal: in a torch.distributed collective, all ranks there
+    "collective": "#01665e",    # dark teal: in a collective (torch's or mpviz's), all ranks there
     "collective_wait": "#35978f",   # teal, hatched: in a collective, waiting for other ranks
+    "disagree": "#c51b7d",      # magenta line: ranks at the same collective number, other ops
     "mark": "#17becf",          # teal: your own mark() events
     "event": "#555555",         # dark grey ticks: other events
     "ghost": "#bdbdbd",         # a thread that does not exist where it is needed
@@ -71,10 +72,12 @@ WORDS = {
     "ghost": "a thread that does not exist in this process",
     "mapped": "this process maps the segment",
     "freed": "freed / gone",
-    "collective": "in a collective or init_process_group (torch.distributed) once every rank "
-                  "arrived; the vertical line joins the ranks at the last arrival",
+    "collective": "in a collective or init_process_group once every rank arrived; the "
+                  "vertical line joins the ranks at the last arrival",
     "collective_wait": "in a collective or init_process_group, waiting for the other ranks "
                        "to arrive",
+    "disagree": "ranks that disagree: other operations at one collective number (the "
+                "label says which)",
     "lost": "a message put and never got: no get was recorded before the trace ended",
     "fd": "dashed: an fd sent over a Unix socket (SCM_RIGHTS) for a handle; dotted: to its "
           "message",
@@ -127,6 +130,10 @@ def legend(ax, keys, **kwargs):
             from matplotlib.lines import Line2D
             handles.append(Line2D([], [], marker="X", ls="none", ms=8, color=COLORS[key],
                                   markeredgecolor="white", label=WORDS[key]))
+        elif key == "disagree":          # as drawn: a vertical line across the ranks' lanes
+            from matplotlib.lines import Line2D
+            handles.append(Line2D([], [], marker="|", ls="none", ms=11, color=COLORS[key],
+                                  markeredgewidth=2.2, label=WORDS[key]))
         elif key == "event":
             from matplotlib.lines import Line2D
             handles.append(Line2D([], [], marker="|", ls="none", ms=9, color=COLORS[key],

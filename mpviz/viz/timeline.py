@@ -419,7 +419,7 @@ def timeline(trace, ax=None, at=None, title=None, max_arrows=300, max_labels=24,
             title or "What each process did, and what travelled between them", left_out])),
             loc="left", fontsize=10)
     order = ["handle", "fd", "copy", "message", "lost", "failed", "collective",
-             "collective_wait", "blocked", "waiting", "holding",
+             "collective_wait", "disagree", "blocked", "waiting", "holding",
              "deadlock", "warning", "task", "task_failed", "exit0", "exitcode", "signal",
              "running", "mark", "event"]
     note = _wrap(" · ".join(said), 160) if said else ""
