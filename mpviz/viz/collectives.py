@@ -19,6 +19,7 @@ from collections import defaultdict
 
 from matplotlib.collections import LineCollection, PatchCollection
 
+from ..trace.dist_verdict import P2P, Ranks, _called, _ranks, watchdog_killed
 from .colors import COLORS
 
 MAX_JOINS = 400          # more meetings than this: the bars only (a long training loop)
@@ -28,7 +29,6 @@ def draw(ax, trace, x, proc_row, t1, span, labels, used, max_labels, end_of, sai
     """Draw the collectives and rendezvous of `trace` on the lanes `proc_row` ({pid: row}).
     `end_of(pid)`: where an unfinished call is drawn to (its process's end, or the trace's);
     `said`: the list of what was aggregated, written under the lanes."""
-    from ..trace.dist_verdict import P2P, Ranks, _called, _ranks, watchdog_killed
     from .timeline import _ABOVE, _rects
     ranks = Ranks(trace)
     if not ranks:

@@ -32,6 +32,7 @@ from matplotlib.colors import to_rgba
 from matplotlib.patches import FancyArrowPatch, Rectangle
 from matplotlib.path import Path
 
+from . import collectives
 from . import state as st
 from .colors import BIG_MESSAGE, BLOCKED_FILL, COLORS, human_bytes, legend
 from .figure import Figure
@@ -199,7 +200,6 @@ def timeline(trace, ax=None, at=None, title=None, max_arrows=300, max_labels=24,
     _draw_blocked(ax, ix, x, row, t1, span, labels, max_labels, used, folded, said, paint)
 
     # --- torch.distributed: each rank's collectives, joined at the last arrival ---
-    from . import collectives
     collectives.draw(ax, trace, x, proc_row, t1, span, labels, used, max_labels,
                      lambda pid: _end_of(ix, pid, None, t1), said)
 
@@ -940,7 +940,6 @@ class _TimeAxis:
             spans += [(a, b) for _, _, a, b in ix.tasks]
             spans += [(b.ts_ns, until or _end_of(ix, pid, tid, t1))
                       for pid, tid, b, until in ix.blocked]
-            from . import collectives          # (torch.distributed: who waited for whom)
             spans += collectives.spans(trace, lambda pid: _end_of(ix, pid, None, t1))
             w0 = np.array([a for a, _ in spans], dtype=float)
             w1 = np.array([b for _, b in spans], dtype=float)
