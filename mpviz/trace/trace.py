@@ -19,9 +19,8 @@ import bisect
 import contextlib
 import gc
 import os
-import shutil
-import tempfile
 
+from .. import _tempdirs
 from . import messages, recorder
 from .events import Event, Flow, Hold, LockInfo, ProcessInfo, Segment
 from .events import order as _order
@@ -356,7 +355,7 @@ def record(path=None, *, threading_locks=False, hang_after=None):
         from .watchdog import check_hang_after
         hang_after = check_hang_after(hang_after)
     temporary = path is None
-    directory = tempfile.mkdtemp(prefix="mpviz-trace-") if temporary else os.fspath(path)
+    directory = _tempdirs.make("mpviz-trace-") if temporary else os.fspath(path)
     from . import hooks      # (here: reading a trace, as `mpviz trace` does, patches nothing)
     previous = recorder.current_directory()
     trace = Trace(directory)
@@ -394,7 +393,7 @@ def record(path=None, *, threading_locks=False, hang_after=None):
             recorder.start(previous, "resume")
         if temporary:
             trace._detach()
-            shutil.rmtree(directory, ignore_errors=True)
+            _tempdirs.remove(directory)
         if guard is not None and guard.verdict is not None:
             from .watchdog import HangError
             trace.verdict = guard.verdict
