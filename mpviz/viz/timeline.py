@@ -618,10 +618,6 @@ class _LabelLayout(Artist):
         for text, words, box in self.stuck:
             _fit_in_box(text, words, box.get_window_extent(renderer), renderer)
         boxes, keys = self._obstacles(renderer, least)
-        # inside the axes by a few points: a label pushed flush against the left edge would
-        # sit on a STUCK box's border (drawn just inside it) and its first glyph be lost there
-        pad = 6 * renderer.dpi / 72
-        left, right = frame.x0 + pad, frame.x1 - pad
         taken = [t.get_window_extent(renderer) for t in self.fixed if t.get_visible()]
         taken = [b for b in taken if b.width > 0]
         lines = [ax.transData.transform(seg) for seg in self.lines]
@@ -640,38 +636,8 @@ class _LabelLayout(Artist):
                         o = boxes[at]
                         mine |= ((boxes[:, 0] <= o[0] + 1) & (boxes[:, 2] >= o[2] - 1) &
                                  (boxes[:, 1] <= o[1] + 1) & (boxes[:, 3] >= o[3] - 1))
-            others = boxes[~mine]
-            best = None
-            for dx, dy, *side in places + self._off_span(own, places, renderer):
-                # a span's name written wholly before its start points at it
-                before = side and side[0] < 0 and own is not None and not words.endswith("→")
-                text.set_text(words + " →" if before else words)
-                text.xyann = (dx, dy)
-                box = text.get_window_extent(renderer)
-                if side:                       # beside its anchor, 4 points off
-                    at = ax.transData.transform(text.xy)[0] + side[0] * 4 * renderer.dpi / 72
-                    move = at - box.x0 if side[0] > 0 else at - box.x1
-                    text.xyann = (dx + move * 72 / renderer.dpi, dy)
-                    box = text.get_window_extent(renderer)
-                shift = max(0.0, left - box.x0) - max(0.0, box.x1 - right)
-                if shift:                      # keep it inside the axes, left to right
-                    text.xyann = (text.xyann[0] + shift * 72 / renderer.dpi, dy)
-                    box = text.get_window_extent(renderer)
-                if not _near(box, ax.transData.transform(text.xy), renderer):
-                    continue                   # pushed away from what it names
-                if box.y0 < frame.y0 + 2 or box.y1 > frame.y1 - 2 or box.x0 < frame.x0 - 1:
-                    continue       # out of the picture (or wider than it; its white pad too)
-                padded = box.padded(2)
-                if any(padded.overlaps(b) for b in taken):
-                    continue
-                if np.any((others[:, 0] < box.x1) & (others[:, 2] > box.x0) &
-                          (others[:, 1] < box.y1) & (others[:, 3] > box.y0)):
-                    continue                   # over another box, a copy's square, a ✗
-                crossed = sum(_crosses(seg, padded) for seg in lines)
-                if best is None or crossed < best[0]:
-                    best = (crossed, text.xyann, box, text.get_text())
-                if not crossed:
-                    break
+            best = self._best_place(text, words, places, own, boxes[~mine], taken, lines,
+                                    renderer)
             if best is None:
                 text.set_visible(False)
                 hidden += 1
@@ -685,6 +651,49 @@ class _LabelLayout(Artist):
         if self.unsaid:
             notes.append(f"{self.unsaid} more labels not written: too many of their kind")
         self._write_notes(notes, renderer)
+
+    def _best_place(self, text, words, places, own, others, taken, lines, renderer):
+        """The first of `places` where `text` stays near its anchor, inside the axes, over no
+        label `taken` and no box of `others`, crossing the fewest `lines`: (crossed, offset,
+        box, words), or None where there is no such place."""
+        ax = self.axes
+        frame = ax.get_window_extent(renderer)
+        # inside the axes by a few points: a label pushed flush against the left edge would
+        # sit on a STUCK box's border (drawn just inside it) and its first glyph be lost there
+        pad = 6 * renderer.dpi / 72
+        left, right = frame.x0 + pad, frame.x1 - pad
+        best = None
+        for dx, dy, *side in places + self._off_span(own, places, renderer):
+            # a span's name written wholly before its start points at it
+            before = side and side[0] < 0 and own is not None and not words.endswith("→")
+            text.set_text(words + " →" if before else words)
+            text.xyann = (dx, dy)
+            box = text.get_window_extent(renderer)
+            if side:                       # beside its anchor, 4 points off
+                at = ax.transData.transform(text.xy)[0] + side[0] * 4 * renderer.dpi / 72
+                move = at - box.x0 if side[0] > 0 else at - box.x1
+                text.xyann = (dx + move * 72 / renderer.dpi, dy)
+                box = text.get_window_extent(renderer)
+            shift = max(0.0, left - box.x0) - max(0.0, box.x1 - right)
+            if shift:                      # keep it inside the axes, left to right
+                text.xyann = (text.xyann[0] + shift * 72 / renderer.dpi, dy)
+                box = text.get_window_extent(renderer)
+            if not _near(box, ax.transData.transform(text.xy), renderer):
+                continue                   # pushed away from what it names
+            if box.y0 < frame.y0 + 2 or box.y1 > frame.y1 - 2 or box.x0 < frame.x0 - 1:
+                continue       # out of the picture (or wider than it; its white pad too)
+            padded = box.padded(2)
+            if any(padded.overlaps(b) for b in taken):
+                continue
+            if np.any((others[:, 0] < box.x1) & (others[:, 2] > box.x0) &
+                      (others[:, 1] < box.y1) & (others[:, 3] > box.y0)):
+                continue                   # over another box, a copy's square, a ✗
+            crossed = sum(_crosses(seg, padded) for seg in lines)
+            if best is None or crossed < best[0]:
+                best = (crossed, text.xyann, box, text.get_text())
+            if not crossed:
+                break
+        return best
 
     def _write_notes(self, notes, renderer):
         """The notes over the top right corner, on one line where that fits beside the title
