@@ -8,7 +8,7 @@ torch's DDP tutorial starts its ``demo_basic``); rank 0 holds the rendezvous on 
     trace_case("ring")             python -m mpviz trace -- python -m mpviz.examples.distributed ring
 
 Run a case yourself: ``python -m mpviz.examples.distributed CASE [--fix]``, CASE one of
-``ring``, and the hangs of HANGS (each with its fix): ``disagree``, ``raises``, ``only-rank0``,
+``ring [W [COUNT]]`` (W ranks all-reduce ring_input, or COUNT numbers), and the hangs of HANGS (each with its fix): ``disagree``, ``raises``, ``only-rank0``,
 ``world-size``, ``straggler``. Each hang is a program written as its author would; the notebook
 runs it under ``mpviz trace --hang-after`` and reads the verdict.
 """
@@ -31,10 +31,11 @@ from mpviz.examples import data as blobs
 from mpviz.examples.model import MyModel
 from mpviz.examples.your_program import ROOT, TracedRun
 from mpviz.nn.parallel import DistributedDataParallel as DDP
+from mpviz.trace import load
 from mpviz.utils.data import DistributedSampler
 
-__all__ = ["run_ddp", "run_torch_ddp", "ring_input", "trace_case", "epoch_orders", "HANGS",
-           "free_port"]
+__all__ = ["run_ddp", "run_torch_ddp", "ring_input", "trace_case", "verdict", "epoch_orders",
+           "HANGS", "free_port"]
 
 
 def free_port():
@@ -61,11 +62,15 @@ def ring_input(rank, world_size):
     return np.array([(c + 1) * 10.0 ** rank for c in range(world_size)], dtype=np.float32)
 
 
-def ring(rank, world_size):
+def ring(rank, world_size, count=None):
+    """All-reduce ring_input (or, given `count`, `count` float32 numbers) once; print it."""
     setup(rank, world_size)
-    t = ring_input(rank, world_size)
+    mine = ring_input(rank, world_size) if count is None else \
+        np.full(count, rank + 1.0, dtype=np.float32)
+    t = mine.copy()
     dist.all_reduce(t)                       # SUM: every rank ends with 111 222 333 (3 ranks)
-    print(f"rank {rank}: {ring_input(rank, world_size).tolist()} -> {t.tolist()}", flush=True)
+    if count is None:
+        print(f"rank {rank}: {mine.tolist()} -> {t.tolist()}", flush=True)
     dist.destroy_process_group()
 
 
@@ -187,7 +192,8 @@ def run_torch_ddp(world_size=2, epochs=3, set_epoch=True, n=512, batch_size=32, 
 
 
 def _torch_main(world_size, epochs, set_epoch, n, batch_size, lr, seed, out):
-    import torch.multiprocessing as tmp
+    import torch._dynamo                 # noqa: F401 (DDP and SGD import it on first use: once
+    import torch.multiprocessing as tmp  # here, not in each forked rank at once)
     s = _settings(world_size, epochs, set_epoch, n, batch_size, lr, seed)
     tmp.start_processes(torch_ddp_train, args=(world_size, free_port(), out, s["weights"], epochs,
                                                set_epoch, n, batch_size, lr),
@@ -287,7 +293,6 @@ def _env():
 def trace_case(case, *args, hang_after=1.0, timeout=90):
     """``python -m mpviz trace --hang-after H -- python -m mpviz.examples.distributed CASE``,
     run from the notebook (a new Python: the kernel forks nothing). Returns a TracedRun."""
-    from mpviz.trace import load
     if case != "ring" and case not in HANGS:
         raise ValueError(f"no case {case!r}. Fix: 'ring' or one of {', '.join(HANGS)}")
     directory = tempfile.mkdtemp(prefix=f"mpviz-{case}-")
@@ -302,6 +307,19 @@ def trace_case(case, *args, hang_after=1.0, timeout=90):
                      load(directory))
 
 
+def verdict(run):
+    """What ``mpviz trace`` said of `run`: its verdict and the lines under it, or that it had
+    nothing to say; then the exit status."""
+    lines, keep = [], False
+    for line in run.messages.splitlines():
+        if line.startswith(("mpviz trace: ", "Where each", "Who waits")):   # (the stacks: not)
+            keep = line.startswith(("mpviz trace: HANG", "mpviz trace: FAILED"))
+        if keep:
+            lines.append(line.replace("mpviz trace: ", "", 1))
+    return "\n".join(lines or ["no verdict: the program ended by itself"]) + \
+        f"\nexit status {run.status}"
+
+
 def main(argv):
     case, rest = argv[0], argv[1:]
     if case == "torch-ddp":
@@ -310,8 +328,9 @@ def main(argv):
     numbers = [int(a) for a in rest if a.isdigit()]
     world_size = numbers[0] if numbers else (3 if case == "ring" else 2)
     os.environ.setdefault("MASTER_PORT", str(free_port()))
-    if case == "ring":
-        mp.spawn(ring, args=(world_size,), nprocs=world_size)
+    if case == "ring":                       # ring [W [COUNT]]
+        count = numbers[1] if len(numbers) > 1 else None
+        mp.spawn(ring, args=(world_size, count), nprocs=world_size)
     elif case == "world-size":
         world_size_case(world_size, fixed)
     else:
