@@ -70,7 +70,7 @@ def ring(rank, world_size, count=None):
     t = mine.copy()
     dist.all_reduce(t)                       # SUM: every rank ends with 111 222 333 (3 ranks)
     if count is None:
-        print(f"rank {rank}: {mine.tolist()} -> {t.tolist()}", flush=True)
+        print(f"rank {rank}: {mine.tolist()} -> {t.tolist()}\n", end="", flush=True)  # one write
     dist.destroy_process_group()
 
 
