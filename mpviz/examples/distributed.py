@@ -92,6 +92,15 @@ def ddp_train(rank, world_size, port, out, weights, epochs, set_epoch, n, batch_
     data, labels = blobs.make_blobs(n)
     sampler = DistributedSampler(range(n), num_replicas=world_size, rank=rank, seed=0)
     optimizer = optim.SGD(ddp.parameters(), lr=lr)
+    train_epochs(ddp, data, labels, sampler, optimizer, nn.functional.cross_entropy,
+                 epochs, set_epoch, batch_size, os.path.join(out, f"rank{rank}.json"))
+    dist.destroy_process_group()
+
+
+def train_epochs(ddp, data, labels, sampler, optimizer, loss_fn, epochs, set_epoch, batch_size,
+                 path):
+    """The loop every rank runs, mpviz's or torch's objects alike (they have the same methods);
+    the mean loss of each epoch, the indices read and the final weights go to `path`."""
     losses, orders = [], []
     for epoch in range(epochs):
         order = _shard(sampler, epoch, set_epoch)
@@ -100,15 +109,14 @@ def ddp_train(rank, world_size, port, out, weights, epochs, set_epoch, n, batch_
         for start in range(0, len(order), batch_size):
             idx = order[start:start + batch_size]
             optimizer.zero_grad()
-            loss = nn.functional.cross_entropy(ddp(data[idx]), labels[idx])
+            loss = loss_fn(ddp(data[idx]), labels[idx])
             loss.backward()                  # ... and DDP's all_reduce of the gradients
             optimizer.step()
             total += float(loss.item()) * len(idx)
         losses.append(total / len(order))
-    final = [p.detach().numpy().tolist() for p in model.parameters()]
-    with open(os.path.join(out, f"rank{rank}.json"), "w") as f:
+    final = [p.detach().numpy().tolist() for p in ddp.module.parameters()]
+    with open(path, "w") as f:
         json.dump({"losses": losses, "orders": orders, "weights": final}, f)
-    dist.destroy_process_group()
 
 
 def torch_ddp_train(rank, world_size, port, out, weights, epochs, set_epoch, n, batch_size, lr):
@@ -130,22 +138,8 @@ def torch_ddp_train(rank, world_size, port, out, weights, epochs, set_epoch, n, 
     data, labels = (torch.from_numpy(t.numpy()) for t in blobs.make_blobs(n))
     sampler = TorchSampler(range(n), num_replicas=world_size, rank=rank, seed=0)
     optimizer = torch.optim.SGD(ddp.parameters(), lr=lr)
-    losses, orders = [], []
-    for epoch in range(epochs):
-        order = _shard(sampler, epoch, set_epoch)
-        orders.append(order)
-        total = 0.0
-        for start in range(0, len(order), batch_size):
-            idx = order[start:start + batch_size]
-            optimizer.zero_grad()
-            loss = torch.nn.functional.cross_entropy(ddp(data[idx]), labels[idx])
-            loss.backward()
-            optimizer.step()
-            total += float(loss.item()) * len(idx)
-        losses.append(total / len(order))
-    final = [p.detach().numpy().tolist() for p in model.parameters()]
-    with open(os.path.join(out, f"rank{rank}.json"), "w") as f:
-        json.dump({"losses": losses, "orders": orders, "weights": final}, f)
+    train_epochs(ddp, data, labels, sampler, optimizer, torch.nn.functional.cross_entropy,
+                 epochs, set_epoch, batch_size, os.path.join(out, f"rank{rank}.json"))
     tdist.destroy_process_group()
 
 
