@@ -77,8 +77,10 @@ def test_the_ring_picture_holds_the_hand_computed_values_of_each_step(ring_run):
 
 
 def test_a_trace_without_ring_steps_is_refused_with_why_and_fix(ring_run):
-    with pytest.raises(ValueError, match="no ring steps of broadcast #None.*Fix:"):
+    with pytest.raises(ValueError, match="no ring steps of broadcast\\. Why: .*Fix:"):
         viz.ring_steps(ring_run.trace, op="broadcast")
+    with pytest.raises(ValueError, match="no ring steps of all_reduce #7\\. Why"):
+        viz.ring(ring_run.trace, seq=7)
 
 
 @pytest.mark.timeout(180)

@@ -58,7 +58,8 @@ def ring_steps(trace, inputs=None, seq=None, op="all_reduce"):
         seq = _first_seq(trace, op)
     events = [e for e in events if e.args["seq"] == seq]
     if not events:
-        raise ValueError(f"the trace has no ring steps of {op} #{seq}. Why: only "
+        which = f"{op} #{seq}" if seq is not None else op
+        raise ValueError(f"the trace has no ring steps of {which}. Why: only "
                          f"mpviz.distributed records them (torch's gloo runs its ring in C++), "
                          f"and only with more than one rank. Fix: trace a program that calls "
                          f"mpviz.distributed.{op} on 2 or more ranks.")
