@@ -160,7 +160,7 @@ def _panel(ax, s, ranks, W, name):
             whose = _whose(name(c), s.holds[r][c], W)
             value = _label(s.values[r][c] if s.values[r] is not None else None)
             ax.text(x, y + (0.12 if value else 0), value or whose, ha="center", va="center",
-                    fontsize=10 if value else 8, fontweight="bold" if value else "normal")
+                    fontsize=10 if value else 7, fontweight="bold" if value else "normal")
             if value:
                 ax.text(x, y - 0.22, whose, ha="center", va="center", fontsize=6.5,
                         color="#444444")
