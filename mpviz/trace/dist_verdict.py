@@ -158,8 +158,12 @@ class Verdict:
                 f"mpviz stopped {nkilled} process(es) with SIGKILL."]
 
     def who(self, pid):
+        """"rank 1 (SpawnProcess-2, pid 4242)"; on host b of several (trace/merge.py): "rank 3
+        (host b, SpawnProcess-2, pid 4242)", the pid as that host counts it."""
         rank = self.r.rank_of.get(pid)
         name = self.names.get(pid, "?")
+        if hasattr(self.trace, "host_of"):
+            name, pid = f"host {self.trace.host_of(pid)}, {name}", self.trace.real_pid(pid)
         return f"rank {rank} ({name}, pid {pid})" if rank is not None else f"{name} (pid {pid})"
 
     def how_it_ended(self, pid, after=""):
