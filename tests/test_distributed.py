@@ -368,8 +368,9 @@ def test_a_rank_that_left_is_seen_leaving_before_the_rank_that_waited_for_it_fai
     failed = [e for e in trace.of_kind("dist.collective") if e.args.get("error")]
     assert [(e.args["rank"], e.args["seq"]) for e in failed] == [(0, 2)]
     assert destroyed[0].ts_ns < failed[0].ts_ns
-    assert failed[0].args["error"] == ("CollectiveError: all_reduce #2 of group [0, 1]: rank 1 "
-                                       "closed its connection while rank 0 waited for it")
+    assert failed[0].args["error"] == ("CollectiveError: all_reduce #2 of group [0, 1]: "
+                                       "Connection closed by peer (rank 1): rank 1 closed its "
+                                       "connection while rank 0 waited for it")
     verdict = judge(trace)
     assert verdict.sentence.startswith(
         "rank 1 called destroy_process_group() after collective #1"), verdict.sentence

@@ -193,7 +193,10 @@ def init_process_group(backend=None, init_method=None, timeout=None, world_size=
     error, made = None, []
     try:
         deadline = time.monotonic() + seconds
-        the_store = TCPStore("127.0.0.1", port, rank == 0, seconds, address_file=address_file)
+        named = ("MASTER_PORT" if init_method == "env://" else      # (the fix names the one
+                 f"port in init_method={init_method!r}")            # the program set)
+        the_store = TCPStore("127.0.0.1", port, rank == 0, seconds, address_file=address_file,
+                             port_from=named)
         made.append(the_store)
         if rank == 0:
             the_store.set("job", links.new_job_token())
