@@ -1,6 +1,6 @@
-"""The distributed verdicts on mpviz.distributed: the torch programs of tests/dist_programs/ with one
-line changed -- ``import torch.distributed as dist`` becomes ``import mpviz.distributed as dist``,
-as the README tells a learner -- traced by ``python -m mpviz trace``; each must get the verdict
+"""The distributed verdicts on mpviz.distributed: the torch programs of tests/dist_programs/ with
+one line changed -- ``import torch.distributed as dist`` becomes
+``import mpviz.distributed as dist``, as the README tells a learner -- traced by ``python -m mpviz trace``; each must get the verdict
 (class and words) its torch run gets in tests/test_trace_distributed.py, with the library named.
 
 One difference is on purpose: ranks that disagree at a collective HANG under gloo (each waits in
@@ -16,6 +16,7 @@ import sys
 import pytest
 
 from test_trace_distributed import PROGRAMS, ROOT, _free_port
+from test_trace_merge import finish
 
 SETUP_TIMEOUT = 240
 TORCH, MPVIZ = "(torch.distributed)", "(mpviz.distributed)"
@@ -53,7 +54,8 @@ def _on_mpviz(program, folder):
     """`program` with its one torch.distributed import changed to mpviz.distributed."""
     with open(os.path.join(PROGRAMS, program)) as f:
         text = f.read()
-    changed = text.replace("import torch.distributed as dist\n", "import mpviz.distributed as dist\n")
+    changed = text.replace("import torch.distributed as dist\n",
+                           "import mpviz.distributed as dist\n")
     assert changed != text, program
     folder.mkdir()
     path = folder / program
@@ -82,14 +84,7 @@ def runs(tmp_path_factory):
                  str(tmp / "trace"), "--", sys.executable, str(_on_mpviz(name, tmp / "program")),
                  *args], cwd=tmp, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                 text=True, start_new_session=True)
-        out = {}
-        for name, proc in started.items():
-            try:
-                _, err = proc.communicate(timeout=SETUP_TIMEOUT - 40)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, 9)
-                _, err = proc.communicate()
-            out[name] = (proc.returncode, err)
+        out = {name: finish(proc) for name, proc in started.items()}
     finally:
         held.close()
     out["port"] = port

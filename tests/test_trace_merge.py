@@ -41,15 +41,18 @@ def hosts(tmp_path_factory):
             "uneven_b": (uneven, "1", "torch", "uneven"),
             "uneven_one_host": (one_host, "all", "torch", "uneven")}
     started = {name: _launch(tmp / name, *args) for name, args in plan.items()}
-    out = {}
-    for name, proc in started.items():
-        try:
-            _, err = proc.communicate(timeout=SETUP_TIMEOUT - 40)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, 9)
-            _, err = proc.communicate()
-        out[name] = (tmp / name, proc.returncode, err)
-    return out
+    return {name: (tmp / name, *finish(proc)) for name, proc in started.items()}
+
+
+def finish(proc, timeout=SETUP_TIMEOUT - 40):
+    """(returncode, stderr) of a traced program; one that outlives `timeout` is killed, with
+    its process group (each was started in a session of its own)."""
+    try:
+        _, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, 9)
+        _, err = proc.communicate()
+    return proc.returncode, err
 
 
 def _clock_note(trace, host):

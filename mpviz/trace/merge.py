@@ -1,4 +1,4 @@
-"""Several hosts' traces as one: ``mpviz.trace.load([dir_a, dir_b])``, clocks aligned at the rendezvous.
+"""Several hosts' traces as one: ``mpviz.trace.load([dir_a, dir_b])``, clocks aligned at rendezvous.
 
 When a class outgrows one machine, each machine runs its own ranks (torchrun, or mp.spawn with
 a node rank) under ``mpviz trace``, and each writes its own folder. Two things keep those
@@ -38,7 +38,7 @@ MEETINGS = {"all_reduce", "all_gather", "reduce_scatter", "barrier", "all_to_all
 PID_ARGS = {"child", "ppid", "producer", "pid"}
 ID_ARGS = {"queue", "msg", "lock", "pipe", "block", "token", "data_queue"}
 NAMED_THINGS = ("shm.", "copy", "fd.")         # kinds whose `name` is a segment's, not a process's
-_PID_IN_ID = re.compile(r"^(t|pipe-|args-)?(\d+)(\D.*)?$")   # t<pid>.<n>, pipe-<pid>-<fd>, <pid>.<n>
+_PID_IN_ID = re.compile(r"^(t|pipe-|args-)?(\d+)(\D.*)?$")   # t<pid>.<n>, pipe-<pid>-<fd>, <pid>.n
 
 
 class Host(NamedTuple):
@@ -88,7 +88,8 @@ def merge(paths):
     hosts, events, notes = [], [], []
     for k, (trace, name, path) in enumerate(zip(traces, names, paths)):
         if k == 0:
-            offset, uncertainty, said = 0, 0, f"host {name}: its clock is the one all times are given in"
+            offset, uncertainty = 0, 0
+            said = f"host {name}: its clock is the one all times are given in"
         else:
             offset, uncertainty, said = _offset(traces[0], trace, names[0], name)
         host = Host(name, _where(path), k * PID_STRIDE, offset, uncertainty)
