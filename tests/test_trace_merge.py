@@ -134,6 +134,11 @@ def test_ranks_that_disagree_across_hosts_get_the_verdict_they_get_on_one_host(h
         "ranks 2 and 3 called barrier #3 (group [0, 1, 2, 3]); each waits for the others to "
         "join its own collective, which they never will."), (across.sentence, err_a, err_b)
     assert across.kind == on_one.kind == "failed"
+    # each host alone sees its own ranks wait for ranks it has no process of, and says so
+    assert ("(torch.distributed) -- ranks 0 and 1 wait in all_reduce #3 for ranks 2 and 3, which "
+            "are in no process of this trace: another host's ranks, or ranks started outside "
+            "mpviz trace.") in err_a, err_a
+    assert "mpviz.trace.load([folder_a, folder_b]) judges the whole job" in err_a
     assert merged.verdict.startswith(f"mpviz trace: FAILED (torch.distributed) -- "
                                      f"{across.sentence}")
     ranks = {e.args["rank"]: e.pid for e in merged.of_kind("dist.rendezvous")}
