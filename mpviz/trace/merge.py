@@ -26,6 +26,7 @@ drifted during the run. The Trace's ``notes`` say both.
 """
 import os
 import re
+from statistics import fmean
 from typing import NamedTuple
 
 from .dist_verdict import Ranks, judge
@@ -87,16 +88,18 @@ def merge(paths):
     _same_job(rendezvous, names, traces)
     hosts, events, notes = [], [], []
     for k, (trace, name, path) in enumerate(zip(traces, names, paths)):
-        if k == 0:
-            offset, uncertainty = 0, 0
-            said = f"host {name}: its clock is the one all times are given in"
-        else:
-            offset, uncertainty, said = _offset(traces[0], trace, names[0], name)
+        offset, uncertainty = _offset(traces[0], trace, names[0], name) if k else (0, 0)
         host = Host(name, _where(path), k * PID_STRIDE, offset, uncertainty)
         hosts.append(host)
         events += [_moved(e, host) for e in trace.events]
-        notes.append(f"{said} ({host.path}" + (f"; its pids are shown + {host.pid_base}"
-                                                 if k else "") + ")")
+        if k:         # (what the recorder cannot know: how the hosts' clocks relate)
+            notes.append(
+                f"the hosts' clocks: each host counts its own time; host {name}'s was moved onto "
+                f"host {names[0]}'s by {offset / 1e6:+.3f} ms ± {uncertainty / 1e6:.3f} ms, "
+                f"estimated at the rendezvous (the truth lies within ±: no rank leaves a "
+                f"rendezvous, all_reduce or barrier before all its ranks entered it), so events "
+                f"of two hosts closer than that may be drawn in the wrong order (host {name}: "
+                f"{host.path}, its pids shown + {host.pid_base})")
         notes += [f"host {name}: {line}" for line in trace._file_notes()]   # (its events
         # say the rest: the merged trace reads them again, with every host's pids)
     merged = MergedTrace(events, hosts, notes)
@@ -192,10 +195,9 @@ def _same_job(rendezvous, names, traces):
 
 
 def _offset(first, other, name_a, name_k):
-    """(offset_ns, uncertainty_ns, words) that move `other`'s clock onto `first`'s."""
+    """(offset_ns, uncertainty_ns) that move `other`'s clock onto `first`'s."""
     a, k = _rendezvous(first, name_a, first), _rendezvous(other, name_k, other)
-    mean = lambda xs: sum(xs) / len(xs)                                   # noqa: E731
-    estimate = mean([end for _, end, _ in a.values()]) - mean([end for _, end, _ in k.values()])
+    estimate = fmean(end for _, end, _ in a.values()) - fmean(end for _, end, _ in k.values())
     low, high = -float("inf"), float("inf")
     for begin_a, end_a, begin_k, end_k in _meetings(first, other, a, k):
         low, high = max(low, begin_a - end_k), min(high, end_a - begin_k)
@@ -206,12 +208,7 @@ def _offset(first, other, name_a, name_k):
             f"ranks entered it. Why: these are traces of different runs. Fix: pass one folder per "
             f"host of the same run.")
     offset = round(min(max(estimate, low), high))
-    uncertainty = round(max(offset - low, high - offset))
-    words = (f"host {name_k}: clock aligned to host {name_a}'s at the rendezvous: offset "
-             f"{offset / 1e6:+.3f} ms ± {uncertainty / 1e6:.3f} ms (estimated from the ranks' "
-             f"rendezvous ends; the truth lies within ± by causality: no rank leaves a "
-             f"rendezvous, all_reduce or barrier before all of its ranks entered it)")
-    return offset, uncertainty, words
+    return offset, round(max(offset - low, high - offset))
 
 
 def _meetings(first, other, a, k):
