@@ -231,6 +231,8 @@ LAZY_BACK_EDGES = {
     ("mpviz.trace.messages", "mpviz.trace.hooks"):
         "hooks installs messages' wrappers; messages borrows hooks' _patch for mpviz's Queue",
     ("mpviz.trace.trace", "mpviz.viz"): "viz's timeline draws a Trace; Trace.plot is the way back",
+    ("mpviz.trace.trace", "mpviz.trace.merge"):
+        "merge builds MergedTrace on Trace and load; load() of a list of folders is the way in",
     ("mpviz.trace.trace", "mpviz.trace.watchdog"):
         "the watchdog reads Traces; record(hang_after=...) starts it only when asked",
 }

@@ -321,7 +321,12 @@ def load(path):
 
     A missing directory raises ``FileNotFoundError``; unreadable parts are skipped with a
     ``TraceFormatWarning`` that says what was skipped (``trace.problems`` lists them).
+    A list of directories, one per host of a torch.distributed job, is merged into one trace,
+    the hosts' clocks aligned at the rendezvous (merge.py says how, ``notes`` how well).
     """
+    if isinstance(path, (list, tuple)):
+        from .merge import merge          # (merge imports this module: Trace, and load)
+        return merge(path)
     trace = Trace(path)
     trace.refresh(final=True)
     try:              # a hang's verdict, kept by ``python -m mpviz trace`` (launcher.py)
