@@ -32,6 +32,10 @@ PLAUSIBLE = {
     "12.picture-ring": [222, 2, 22],
     "12.fix-set-epoch": [{"seed": 1}, {"shuffle": False}, {"set_epoch": False},
                          {"set_epoch": True, "shuffle": False}],
+    # notebook 13's memory fixes run a program: its default restated, one worker instead of two
+    # (it then caches all 64 images alone), no worker; gc.freeze(), the fix most often suggested
+    "13.fix-oom-cache": [{"cache_items": None}, {"num_workers": 1}, {"num_workers": 0}],
+    "13.fix-cow-list": [{"storage": "list"}, {"gc_freeze": True}],
 }
 
 

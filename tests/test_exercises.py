@@ -84,6 +84,8 @@ WRONG = {
     "13.picture-collate": 3,
     "13.predict-own-rng": 4,
     "13.fix-timeout": {"persistent_workers": True},
+    "13.fix-oom-cache": {"num_workers": 1},
+    "13.fix-cow-list": {"gc_freeze": True},
     "11.predict-forkserver-global": "error",
     "11.picture-small-shm": 8,
     "14.predict-spawn-logging": ["INFO", "WARNING"],

@@ -307,6 +307,7 @@ LAZY_IMPORTS = {
     ("mpviz.exercises.nb09", "mpviz.scenarios.puzzles"): _CHECKER,
     ("mpviz.exercises.nb09", "mpviz.stepper"): _CHECKER,
     ("mpviz.exercises.nb09", "mpviz.stepper.control"): _CHECKER,
+    ("mpviz.exercises.nb13", "mpviz.examples.dataloader_watch"): _CHECKER,
     ("mpviz.exercises.nb13", "mpviz.examples.your_program"): _CHECKER,
     ("mpviz.multiprocessing._codec", "mpviz.multiprocessing.reductions"):
         "reductions needs NumPy: a child that passes only numbers starts without it",

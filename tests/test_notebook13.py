@@ -10,8 +10,13 @@ checked here by running real torch (CPU), the notebook's own programs as it runs
     (inline)                Python's random is reseeded per worker, a random.Random() made in
                             __init__ is copied; torch.manual_seed(0) makes the workers' seeds repeat;
                             with persistent_workers a Generator repeats across workers, not epochs
+    cache (section 5)       a worker past the memory cgroup's limit is SIGKILLed by the kernel,
+                            torch's words, the verdict's; the stand-in says it is one; the fix
+    list / array (6)        a list dataset's workers' private memory (USS) grows, RSS hardly;
+                            NumPy arrays' stays flat; the printed numbers are the measured ones
 The hang verdict the notebook quotes is checked in tests/test_hang_classes.py, and the timeout
-fix by tests/test_exercises.py (13.fix-timeout, on real torch).
+fix by tests/test_exercises.py (13.fix-timeout, on real torch). Sections 5 and 6 use the runs of
+their exercises' checks (nb13._oom_run, nb13._cow_run: one run each per test session).
 """
 import json
 import os
@@ -180,3 +185,105 @@ def test_a_loader_still_waiting_is_told_why_for_its_own_arguments(monkeypatch):
     assert verdict.right is False and "still waiting" in verdict.why, verdict.why
     assert "timeout is 20 s" in verdict.why and "Without a timeout" not in verdict.why, \
         verdict.why
+
+
+# -- section 5: a worker killed by the OOM killer ----------------------------------------------
+
+def _texts(figure):
+    return [t.get_text() for ax in figure.axes for t in ax.texts] + \
+        [ax.get_title(loc="left") for ax in figure.axes]
+
+
+@pytest.mark.timeout(120)
+def test_a_worker_past_the_cgroup_limit_is_killed_by_the_kernel_and_the_verdict_says_who_and_why():
+    from mpviz.examples import dataloader_watch as watch
+    from mpviz.exercises import nb13
+    from mpviz.memory_cgroup import memory_cgroup_dir
+    run = nb13._oom_run(2, None)
+    if run.where != "cgroup":
+        pytest.skip(f"no memory cgroup can be made here ({run.why_no_cgroup}): the kernel's OOM "
+                    f"killer cannot be shown; the stand-in is tested below")
+    assert run.status != 0 and run.oom_kills >= 1 and run.cgroup_removed, run.messages[-2000:]
+    pid, sig = run.killed()
+    assert sig == "SIGKILL" and pid in run.workers.values(), (pid, run.workers)
+    # torch 2.13's own words, both, in the order the traceback has them
+    said = run.messages
+    first = said.index(f"RuntimeError: DataLoader worker (pid {pid}) is killed by signal: Killed.")
+    assert first < said.index(f"RuntimeError: DataLoader worker (pid(s) {pid}) exited unexpectedly")
+    outcome, verdict = watch.oom_verdict(run)
+    assert outcome == "error" and verdict.startswith(f"{run.name(pid)} (pid {pid}) was killed by "
+                                                     f"SIGKILL"), verdict
+    for words in ("The kernel's OOM killer", "memory cgroup (cgroup v", "of 256 MiB",
+                  f"oom_kill count: {run.oom_kills}", "uses the most memory", "self.cache",
+                  "Fix: no cache in the workers (cache_items=0)", "dmesg"):
+        assert words in verdict, (words, verdict)
+    assert "STAND-IN" not in verdict
+    # what the picture and the notebook say: each worker grew (8 MiB an image) from an RSS above
+    # 100 MiB (the shared pages); the cgroup's charge came near the limit, and the largest died
+    points = run.samples[pid]
+    assert points[0][1] > 100 * watch.MIB and points[-1][1] - points[0][1] > 64 * watch.MIB
+    assert max(c for _, c in run.charge) > 192 * watch.MIB
+    at_kill = {p: max(s[1] for s in pts if s[0] <= points[-1][0]) for p, pts in
+               run.samples.items()}
+    gap = (max(at_kill.values()) - at_kill[pid]) / watch.MIB
+    assert ("was the largest" in verdict) == (gap <= 0) and gap < 32, (gap, verdict)
+    figure = run.picture("rss")
+    assert f"SIGKILL ({run.name(pid)})" in _texts(figure)
+    assert len(figure.axes[0].get_lines()) >= len(run.workers) + 1   # + the charge, the limit
+    parent, _ = memory_cgroup_dir()
+    assert not [d for d in os.listdir(parent) if d.startswith("mpviz-oom-")], "a cgroup was left"
+
+
+@pytest.mark.timeout(120)
+def test_without_the_cache_every_worker_finishes_under_the_same_limit():
+    from mpviz.examples import dataloader_watch as watch
+    from mpviz.exercises import nb13
+    run = nb13._oom_run(2, 0)
+    outcome, verdict = watch.oom_verdict(run)
+    assert run.status == 0 and outcome == "ok" and run.killed() is None, verdict
+    assert max(c for _, c in run.charge) < 128 * watch.MIB
+    if run.where == "cgroup":
+        assert run.oom_kills == 0 and run.cgroup_removed
+
+
+@pytest.mark.timeout(120)
+def test_the_stand_in_limit_says_in_every_place_that_it_is_mpviz_not_the_kernel(capsys):
+    from mpviz.examples import dataloader_watch as watch
+    run = watch.watch("cache", limit_mb=256, limit="stand-in")
+    assert run.where == "stand-in" and run.oom_kills is None and run.cgroup_removed is None
+    pid, sig = run.killed()
+    assert pid == run.killed_by_watcher and sig == "SIGKILL"
+    outcome, verdict = watch.oom_verdict(run)
+    assert outcome == "error" and "STAND-IN, not the kernel" in verdict, verdict
+    assert "The kernel's OOM killer" not in verdict
+    run.show()
+    assert "STAND-IN LIMIT" in capsys.readouterr().out
+    assert any("STAND-IN" in t for t in _texts(run.picture("rss")))
+
+
+# -- section 6: copy-on-access of a Python list, in every worker --------------------------------
+
+@pytest.mark.timeout(180)
+def test_a_list_datasets_workers_copy_it_page_by_page_and_numpy_arrays_stay_flat():
+    from mpviz.examples import dataloader_watch as watch
+    from mpviz.exercises import nb13
+    as_list, as_array = nb13._cow_run("list", False), nb13._cow_run("array", False)
+    assert as_list.status == 0 and as_array.status == 0, as_list.messages + as_array.messages
+    listed, arrayed = watch.cow_growth(as_list), watch.cow_growth(as_array)
+    assert sorted(listed) == sorted(arrayed) == [0, 1]
+    made = int(re.search(r"dataset made: \+(\d+) MiB", as_list.output).group(1))
+    for g in listed.values():           # private memory: tens of MiB, "much of the list"
+        assert g["grew"] > 48 * watch.MIB and g["grew"] > 0.3 * made * watch.MIB, (g, made)
+        assert g["rss"] - g["rss0"] < 32 * watch.MIB, g      # "nearly flat": RSS misses it
+    for g in arrayed.values():          # flat: the exercise's bound
+        assert g["grew"] < nb13.FLAT_MIB * watch.MIB, g
+    # the sentences the notebook prints are the measurements, number for number
+    summary = watch.cow_summary(as_list, "list of tuples")
+    for w, g in listed.items():
+        assert (f"worker {w}: private {g['uss0'] / watch.MIB:.0f} -> {g['uss'] / watch.MIB:.0f} "
+                f"MiB (+{g['grew'] / watch.MIB:.0f})") in summary, summary
+    figure = watch.cow_picture(as_list, as_array)
+    titles = [ax.get_title(loc="left") for ax in figure.axes]
+    assert titles[0].startswith("a list of tuples: resident") and \
+        titles[3].startswith("NumPy arrays: private"), titles
+    assert all(len(ax.get_lines()) == 2 for ax in figure.axes)

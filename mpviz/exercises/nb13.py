@@ -9,6 +9,11 @@ right. The programs are the notebook's own, run as the notebook runs them:
                           Generator made in the dataset's __init__ give the 4 items of epoch 0?
     13.fix-timeout        runs the DataLoader of ``hang_dataloader.py`` with the learner's
                           keyword arguments, in a session of its own, killed after LIMIT_S
+    13.fix-oom-cache      runs ``dataloader_memory.py cache`` with the learner's num_workers and
+                          cache_items under the 256 MiB limit (a memory cgroup as root, else the
+                          stand-in, named as one): did every worker finish?
+    13.fix-cow-list       runs ``dataloader_memory.py`` with the learner's storage (and
+                          gc.freeze()): did each worker's private memory stay under FLAT_MIB?
 """
 import importlib.util
 import json
@@ -22,6 +27,9 @@ from .base import (BadAnswer, Exercise, Verdict, as_kwargs, as_number, finite_nu
                    measured, shown)
 
 LIMIT_S = 10                 # 13.fix-timeout: a fix must end the program within this
+LIMIT_MB = 256               # 13.fix-oom-cache: the memory limit of the workers together
+FLAT_MIB = 24                # 13.fix-cow-list: "flat" private memory grows less than this
+                             # (a worker's own start-up: up to ~10 MiB; the list: ~90 MiB)
 NEED_TORCH = ("this exercise runs real torch, which is not installed here, so no answer can be "
               "checked. Fix: install torch 2.13 (CPU is enough; ./run test installs it), then "
               "restart the kernel.")
@@ -176,6 +184,94 @@ def _judge_timeout(answer):
         f"its last line: {last[0][:300]}"))
 
 
+def _int_option(answer, key, default, low, high, why):
+    value = answer.get(key, default)
+    if value is None and default is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise BadAnswer(f"{key}={shown(value)}: give a whole number from {low} to {high}{why}")
+    return value
+
+
+@measured
+def _oom_run(workers, cache_items):
+    args = ["--workers", workers] + ([] if cache_items is None else ["--cache-items", cache_items])
+    from ..examples import dataloader_watch as watch
+    return watch.watch("cache", *args, limit_mb=LIMIT_MB)
+
+
+@judged
+def _judge_oom(answer):
+    as_kwargs(answer, "the program's options", "{'num_workers': 2, 'cache_items': 64}")
+    unknown = sorted(set(answer) - {"num_workers", "cache_items"})
+    if unknown:
+        raise BadAnswer(f"the program takes num_workers and cache_items, not {', '.join(unknown)}"
+                        f" (the limit stays {LIMIT_MB} MiB: it is the container's)")
+    workers = answer.get("num_workers", 2)
+    if workers == 0 and not isinstance(workers, bool):
+        raise BadAnswer("num_workers=0 starts no worker: the main process would decode and cache "
+                        "all 64 images itself, 512 MiB, and the lesson's limit is on the workers. "
+                        "Keep the workers (num_workers >= 1) and find what makes them grow")
+    workers = _int_option(answer, "num_workers", 2, 1, 8, "")
+    cache = _int_option(answer, "cache_items", None, 0, 64, ", or None (keep every image)")
+    if not _torch():
+        return Verdict(False, NEED_TORCH)
+    from ..examples import dataloader_watch as watch
+    run = _oom_run(workers, cache)
+    outcome, why = watch.oom_verdict(run)
+    stand_in = (" (The limit was mpviz's STAND-IN here, not a kernel cgroup: "
+                f"{run.why_no_cgroup}.)" if run.where == "stand-in" else "")
+    each = "every image" if cache is None else f"up to {cache} of the images"
+    told = (f"With num_workers={workers} and cache_items={cache} (each worker keeps {each} it "
+            f"decodes, 8 MiB each): ")
+    return Verdict(outcome == "ok" and run.status == 0, told + why + stand_in)
+
+
+@measured
+def _cow_run(storage, gc_freeze):
+    from ..examples import dataloader_watch as watch
+    return watch.watch(storage, *(["--gc-freeze"] if gc_freeze else []))
+
+
+@judged
+def _judge_cow(answer):
+    as_kwargs(answer, "the program's options", "{'storage': 'list', 'gc_freeze': False}")
+    unknown = sorted(set(answer) - {"storage", "gc_freeze"})
+    if unknown:
+        raise BadAnswer(f"the program takes storage and gc_freeze, not {', '.join(unknown)}")
+    storage = answer.get("storage", "list")
+    if storage not in ("list", "tuple", "array"):
+        raise BadAnswer(f"storage={shown(storage)}: one of 'list', 'tuple' or 'array'")
+    gc_freeze = answer.get("gc_freeze", False)
+    if not isinstance(gc_freeze, bool):
+        raise BadAnswer(f"gc_freeze={shown(gc_freeze)}: True or False")
+    if not _torch():
+        return Verdict(False, NEED_TORCH)
+    from ..examples import dataloader_watch as watch
+    run = _cow_run(storage, gc_freeze)
+    growth = watch.cow_growth(run)
+    if run.status != 0 or not growth:
+        return Verdict(False, f"the program failed or no worker could be measured (exit "
+                              f"{run.status}): {run.messages.strip()[-300:]}")
+    worst = max(g["grew"] for g in growth.values()) / watch.MIB
+    said = watch.cow_summary(run, f"storage={storage!r}, gc_freeze={gc_freeze}")
+    if worst < FLAT_MIB:
+        return Verdict(True, (
+            f"{said} Flat: every worker's private memory grew less than {FLAT_MIB} MiB. The "
+            f"arrays are a few large objects: reading an item writes no refcount on the pages "
+            f"fork shared; the str and int a worker makes are new objects of its own."))
+    why = {"list": "every item a worker reads is a tuple, a str and an int, each with a refcount "
+                   "that reading writes",
+           "tuple": "a tuple of tuples holds the same objects as the list: reading an item still "
+                    "writes their refcounts",
+           "array": ""}[storage]
+    if gc_freeze:
+        why += ("; gc.freeze() keeps the garbage collector from writing to them, but not the "
+                "refcounts")
+    return Verdict(False, f"{said} A worker's private memory grew by up to {worst:.0f} MiB: "
+                          f"{why}, and each page written is copied.")
+
+
 EXERCISES = [
     Exercise(
         "13.picture-collate", "picture",
@@ -195,4 +291,18 @@ EXERCISES = [
         f"DataLoader keyword arguments (a dict) that make it end with a clear error within "
         f"{LIMIT_S} s.",
         "a dict of DataLoader keyword arguments", _judge_timeout),
+    Exercise(
+        "13.fix-oom-cache", "fix",
+        f"'dataloader_memory.py cache': 2 workers decode 64 images of 8 MiB and each keeps what "
+        f"it decoded; a worker is SIGKILLed at the {LIMIT_MB} MiB limit. Give the program's "
+        f"options (a dict: num_workers, cache_items) under which every worker finishes, the "
+        f"limit unchanged.",
+        "a dict of the program's options: num_workers, cache_items", _judge_oom),
+    Exercise(
+        "13.fix-cow-list", "fix",
+        f"'dataloader_memory.py': 2 workers read a list of a million (path, label) tuples and "
+        f"each one's private memory grows over the epoch. Give the program's options (a dict: "
+        f"storage 'list', 'tuple' or 'array'; gc_freeze True or False) that keep every worker's "
+        f"private memory within {FLAT_MIB} MiB of where it started.",
+        "a dict of the program's options: storage, gc_freeze", _judge_cow),
 ]

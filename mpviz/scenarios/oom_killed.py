@@ -22,9 +22,9 @@ share one copy: ``share_memory_()``), fewer workers (``nprocs=2``), or a bigger 
 ``dmesg`` when a worker dies of SIGKILL.
 """
 import os
-import signal
 import time
 
+from ..memory_cgroup import make_cgroup, oom_kills, play_oom_killer, remove_cgroup, rss as _rss
 from ._common import check_between, step
 from .base import Param
 
@@ -41,7 +41,6 @@ PARAMS = {
 STALL_SECONDS = 6.0
 STEP_MB = 10
 SAMPLE_SECONDS = 0.05
-CGROUP_PREFIX = "mpviz-oom-"
 
 
 def check_params(p):
@@ -68,118 +67,7 @@ def load_data(rank, procs_file, mb, ready):
     time.sleep(1.0)
 
 
-# -- a memory cgroup, where one can be made -------------------------------------------------------
-
-def _memory_cgroup_dir():
-    """(directory of this process's memory cgroup, 'v1' or 'v2'), or (None, why not)."""
-    try:
-        with open("/proc/self/cgroup") as f:
-            lines = f.read().splitlines()
-    except OSError as exc:
-        return None, f"no /proc/self/cgroup ({exc})"
-    for line in lines:
-        _, controllers, path = line.split(":", 2)
-        if "memory" in controllers.split(","):
-            base = "/sys/fs/cgroup/memory"
-            if os.path.isdir(base + path):
-                return base + path, "v1"
-    for line in lines:
-        if line.startswith("0::"):
-            base = "/sys/fs/cgroup" + line[3:]
-            try:
-                with open(os.path.join(base, "cgroup.controllers")) as f:
-                    if "memory" in f.read().split():
-                        return base, "v2"
-            except OSError:
-                pass
-    return None, "no memory cgroup controller is mounted (v1 or v2)"
-
-
-def make_cgroup(limit_bytes):
-    """Create a memory cgroup limited to `limit_bytes` (no swap); return (dir, version) or raise
-    OSError saying why it cannot be made here."""
-    parent, version = _memory_cgroup_dir()
-    if parent is None:
-        raise OSError(version)
-    _remove_stale(parent)
-    path = os.path.join(parent, f"{CGROUP_PREFIX}{os.getpid()}")
-    os.mkdir(path)                    # OSError (EACCES, EROFS...) when we may not
-    try:
-        if version == "v1":
-            _write(path, "memory.limit_in_bytes", limit_bytes)
-            _write(path, "memory.memsw.limit_in_bytes", limit_bytes, optional=True)   # no swap
-        else:
-            _write(path, "memory.max", limit_bytes)
-            _write(path, "memory.swap.max", 0, optional=True)
-    except OSError:
-        os.rmdir(path)
-        raise
-    return path, version
-
-
-def oom_kills(path, version):
-    """How many processes the kernel's OOM killer killed in this cgroup."""
-    name, key = ("memory.oom_control", "oom_kill") if version == "v1" else \
-        ("memory.events", "oom_kill")
-    try:
-        with open(os.path.join(path, name)) as f:
-            for line in f:
-                k, _, v = line.partition(" ")
-                if k == key:
-                    return int(v)
-    except OSError:
-        pass
-    return None
-
-
-def remove_cgroup(path):
-    """rmdir the cgroup once its processes are gone (bounded wait: they may be exiting)."""
-    deadline = time.monotonic() + 3
-    while True:
-        try:
-            os.rmdir(path)
-            return True
-        except FileNotFoundError:
-            return True
-        except OSError:
-            if time.monotonic() > deadline:
-                return False
-            time.sleep(0.05)     # a killed worker leaves the cgroup as it exits; bounded
-
-
-def _remove_stale(parent):
-    """Remove cgroups of earlier runs whose driver is gone (a run the watchdog had to kill)."""
-    for entry in os.listdir(parent):
-        if entry.startswith(CGROUP_PREFIX) and entry[len(CGROUP_PREFIX):].isdigit() and \
-                not os.path.exists(f"/proc/{entry[len(CGROUP_PREFIX):]}"):
-            try:
-                os.rmdir(os.path.join(parent, entry))
-            except OSError:
-                pass
-
-
-def _write(path, name, value, optional=False):
-    try:
-        with open(os.path.join(path, name), "w") as f:
-            f.write(str(value))
-    except OSError:
-        if not optional:
-            raise
-
-
 # -- the driver: start, sample each worker's memory, play the OOM killer if there is no cgroup -----
-
-def _rss(pid):
-    """Resident memory of `pid` in bytes (VmRSS), or None once it is gone."""
-    try:
-        with open(f"/proc/{pid}/status") as f:
-            for line in f:
-                if line.startswith("VmRSS:"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError):
-        pass
-    return None
-
 
 def drive(p, details):
     """Where the limit comes from (``limit`` parameter): as root, with a memory cgroup controller
@@ -218,7 +106,12 @@ def drive(p, details):
                     recorder.emit("mem.rss", of=pids[r], rank=r, rss=rss)
                     peaks[r] = max(peaks.get(r, 0), rss)
             if cgroup is None and killed_by_us is None:
-                killed_by_us = _play_oom_killer(now, base, pids, limit)
+                victim = play_oom_killer({pids[r]: v for r, v in now.items()},
+                                         {pids[r]: v for r, v in base.items()}, limit)
+                if victim is not None:
+                    killed_by_us = pids.index(victim)
+                    step("watchdog: over the limit, SIGKILLed the largest worker",
+                         rank=killed_by_us)
         details["raised"] = None
     except mp.ProcessExitedException as exc:
         details.update(raised=type(exc).__name__, message=str(exc), error_index=exc.error_index,
@@ -228,18 +121,6 @@ def drive(p, details):
     if cgroup:
         details["oom_kills"] = oom_kills(cgroup, version)
         details["cgroup_removed"] = remove_cgroup(cgroup)
-
-
-def _play_oom_killer(now, base, pids, limit):
-    """No cgroup: SIGKILL the largest worker once their growth since joining passes `limit`."""
-    alive = {r: rss for r, rss in now.items() if rss is not None}
-    grown = sum(rss - base[r] for r, rss in alive.items())
-    if not alive or grown <= limit:
-        return None
-    victim = max(alive, key=alive.get)
-    step("watchdog: over the limit, SIGKILL the largest worker", rank=victim, grown=grown)
-    os.kill(pids[victim], signal.SIGKILL)
-    return victim
 
 
 def verdict(t, details):

@@ -5,7 +5,9 @@ A scenario that watches memory (``oom-killed``) reads each worker's resident mem
 event: ``{of: pid, rss: bytes}``. This draws them at true time (seconds since the trace began,
 like the timeline's axis but without squeezing idle stretches), and marks how each sampled
 process ended: a cross for a process killed by a signal (crimson for SIGKILL, the OOM killer's;
-grey for another, the SIGTERM the others get), named in a column right of the plot::
+grey for another, the SIGTERM the others get), named in a column right of the plot.
+:func:`memory_lines` draws any such lines (notebook 13 draws its DataLoader workers' RSS or USS,
+read from outside by mpviz/examples/dataloader_watch.py)::
 
     MiB
     150 ┤        ╭──✗ SIGKILL (rank 1)
@@ -24,45 +26,66 @@ def rss_lanes(trace, ax=None, limit_mb=None, title=None):
     `limit_mb`: also draw this as a dashed line (say in `title` what it limits). Processes
     without samples are left out; a trace with none says so in the picture.
     """
-    fig = ax.figure if ax is not None else Figure(figsize=(9, 3.2), layout="constrained")
-    ax = ax or fig.add_subplot()
     samples, ranks = {}, {}
     for e in trace.of_kind("mem.rss"):
         samples.setdefault(e.args["of"], []).append((e.ts_ns, e.args["rss"]))
         if e.args.get("rank") is not None:
             ranks[e.args["of"]] = e.args["rank"]
     if not samples:
-        ax.text(0.5, 0.5, "no memory samples (mem.rss events) in this trace", ha="center",
-                va="center", transform=ax.transAxes)
-        return fig
+        return memory_lines([], ax=ax, empty="no memory samples (mem.rss events) in this trace")
     t0 = trace.events[0].ts_ns
-    ends_drawn = []                         # (y, label, colour, cross) of each process killed
     labels = process_labels(trace)
     ends = {p.pid: p for p in trace.processes()}
+    lines = []
     for pid, points in sorted(samples.items()):
         p = ends.get(pid)
         if p is not None and p.exit_ns is not None and p.exit_ns > points[-1][0]:
             points = points + [(p.exit_ns, points[-1][1])]    # the last value, until it ended
-        xs = [(ts - t0) / 1e9 for ts, _ in points]
-        ys = [rss / (1 << 20) for _, rss in points]
         name = labels.get(pid, f"pid {pid}")
-        ax.step(xs, ys, where="post", lw=1.6,
-                label=f"rank {ranks[pid]} ({name})" if pid in ranks else name)
-        if p is not None and p.signal:
-            color = COLORS["deadlock"] if p.signal == "SIGKILL" else "#555555"
+        label = f"rank {ranks[pid]} ({name})" if pid in ranks else name
+        who = f"rank {ranks[pid]}" if pid in ranks else name.split("\n")[0]
+        lines.append((label, [(ts - t0) / 1e9 for ts, _ in points],
+                      [rss / (1 << 20) for _, rss in points],
+                      (p.signal, who) if p is not None and p.signal else None, "-"))
+    return memory_lines(lines, ax=ax, limit_mb=limit_mb, title=title)
+
+
+def memory_lines(lines, ax=None, limit_mb=None, title=None, ylabel="resident memory (MiB)",
+                 xlabel="time since the trace began (s)", empty="no memory samples"):
+    """Draw memory over time, one line per process; return the Figure.
+
+    `lines`: [(label, seconds, MiB, end, style)]: `end` is None or (signal name, who) for a
+    process killed by a signal (a cross: crimson for SIGKILL, grey for another, named right of
+    the plot); `style` a matplotlib line style ("-", ":", "--"). `limit_mb`: a dashed line.
+    The first line is drawn wide and pale under the others: processes that grow together
+    (two workers of one loader) would otherwise hide one line exactly behind another.
+    """
+    fig = ax.figure if ax is not None else Figure(figsize=(9, 3.2), layout="constrained")
+    ax = ax or fig.add_subplot()
+    if not lines:
+        ax.text(0.5, 0.5, empty, ha="center", va="center", transform=ax.transAxes)
+        return fig
+    ends_drawn = []                         # (y, label, colour, cross) of each process killed
+    for i, (label, xs, ys, end, style) in enumerate(lines):
+        under = i == 0 and len(lines) > 1
+        ax.step(xs, ys, where="post", lw=3.4 if under else 1.6, alpha=0.55 if under else 1,
+                ls=style, label=label)
+        if end is not None:
+            signal_name, who = end
+            color = COLORS["deadlock"] if signal_name == "SIGKILL" else "#555555"
             ax.plot([xs[-1]], [ys[-1]], marker="x", ms=9, mew=2.2, color=color)
-            who = f"rank {ranks[pid]}" if pid in ranks else name.split("\n")[0]
-            ends_drawn.append((ys[-1], f"{p.signal} ({who})", color, (xs[-1], ys[-1])))
-    top_mb = max(rss for pts in samples.values() for _, rss in pts) / (1 << 20)
+            ends_drawn.append((ys[-1], f"{signal_name} ({who})", color, (xs[-1], ys[-1])))
+    top_mb = max(max(ys, default=0) for _, _, ys, _, _ in lines) or 1
     _label_ends(ax, ends_drawn, top_mb)
     if limit_mb is not None:
         ax.axhline(limit_mb, color="#555555", ls="--", lw=1)
-        ax.annotate(f"{limit_mb} MiB", (0, limit_mb), xytext=(2, 2), textcoords="offset points",
-                    fontsize=8, color="#555555")
-    ax.set_xlabel("time since the trace began (s)")
-    ax.set_ylabel("resident memory (MiB)")
+        ax.annotate(f"limit {limit_mb} MiB", (1, limit_mb), xycoords=("axes fraction", "data"),
+                    xytext=(-2, 2), textcoords="offset points", ha="right", fontsize=8,
+                    color="#555555")
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
     ax.set_ylim(bottom=0)
-    ax.legend(fontsize=8, loc="upper left", frameon=False)
+    ax.legend(fontsize=8, loc="best", framealpha=0.9, edgecolor="none")
     ax.set_title(title or "Memory of each process as it grows (VmRSS, sampled from /proc)",
                  loc="left", fontsize=10)
     for side in ("top", "right"):
