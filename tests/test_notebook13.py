@@ -222,7 +222,7 @@ def test_a_worker_past_the_cgroup_limit_is_killed_by_the_kernel_and_the_verdict_
     # 100 MiB (the shared pages); the cgroup's charge came near the limit, and the largest died
     points = run.samples[pid]
     assert points[0][1] > 100 * watch.MIB and points[-1][1] - points[0][1] > 64 * watch.MIB
-    assert max(c for _, c in run.charge) > 192 * watch.MIB
+    assert max(c for _, c in run.charge) > 160 * watch.MIB
     at_kill = {p: max(s[1] for s in pts if s[0] <= points[-1][0]) for p, pts in
                run.samples.items()}
     gap = (max(at_kill.values()) - at_kill[pid]) / watch.MIB

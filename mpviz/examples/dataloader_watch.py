@@ -99,7 +99,8 @@ class WatchedRun:
             title = (f"Each worker's resident memory, and what the kernel charges to their memory "
                      f"cgroup (limit {self.limit_mb} MiB)")
         return memory_lines(lines, ax=ax, limit_mb=self.limit_mb, title=title,
-                            ylabel=what_is[what], xlabel="seconds since the program started")
+                            ylabel=what_is[what], xlabel="seconds since the program started",
+                            first_under=True)
 
     def killed(self):
         """(pid, signal name) of the worker torch says was killed, or None."""

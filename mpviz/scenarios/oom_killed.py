@@ -24,7 +24,8 @@ share one copy: ``share_memory_()``), fewer workers (``nprocs=2``), or a bigger 
 import os
 import time
 
-from ..memory_cgroup import make_cgroup, oom_kills, play_oom_killer, remove_cgroup, rss as _rss
+from ..memory_cgroup import make_cgroup, oom_kills, play_oom_killer, remove_cgroup
+from ..memory_cgroup import rss as _rss
 from ._common import check_between, step
 from .base import Param
 

@@ -51,14 +51,15 @@ def rss_lanes(trace, ax=None, limit_mb=None, title=None):
 
 
 def memory_lines(lines, ax=None, limit_mb=None, title=None, ylabel="resident memory (MiB)",
-                 xlabel="time since the trace began (s)", empty="no memory samples"):
+                 xlabel="time since the trace began (s)", empty="no memory samples",
+                 first_under=False):
     """Draw memory over time, one line per process; return the Figure.
 
     `lines`: [(label, seconds, MiB, end, style)]: `end` is None or (signal name, who) for a
     process killed by a signal (a cross: crimson for SIGKILL, grey for another, named right of
     the plot); `style` a matplotlib line style ("-", ":", "--"). `limit_mb`: a dashed line.
-    The first line is drawn wide and pale under the others: processes that grow together
-    (two workers of one loader) would otherwise hide one line exactly behind another.
+    `first_under`: draw the first line wide and pale under the others, for processes that grow
+    together (two workers of one loader), whose lines would otherwise hide one another.
     """
     fig = ax.figure if ax is not None else Figure(figsize=(9, 3.2), layout="constrained")
     ax = ax or fig.add_subplot()
@@ -67,7 +68,7 @@ def memory_lines(lines, ax=None, limit_mb=None, title=None, ylabel="resident mem
         return fig
     ends_drawn = []                         # (y, label, colour, cross) of each process killed
     for i, (label, xs, ys, end, style) in enumerate(lines):
-        under = i == 0 and len(lines) > 1
+        under = first_under and i == 0 and len(lines) > 1
         ax.step(xs, ys, where="post", lw=3.4 if under else 1.6, alpha=0.55 if under else 1,
                 ls=style, label=label)
         if end is not None:
