@@ -234,6 +234,28 @@ def test_a_worker_past_the_cgroup_limit_is_killed_by_the_kernel_and_the_verdict_
     assert not [d for d in os.listdir(parent) if d.startswith("mpviz-oom-")], "a cgroup was left"
 
 
+def test_a_name_a_killed_worker_left_in_dev_shm_is_removed_and_only_this_runs():
+    """torch shm_open()s each batch's storage under /dev/shm/torch_PID_... and unlinks it at once:
+    a worker SIGKILLed in between leaves the name (seen once after an OOM kill, 256 KiB)."""
+    import time
+    from mpviz.examples import dataloader_watch as watch
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    child.wait()                                   # a dead pid, as a killed worker's
+    since = time.time()
+    old, new = f"/dev/shm/torch_{child.pid}_1_1", f"/dev/shm/torch_{child.pid}_2_2"
+    try:
+        for path in (old, new):
+            with open(path, "wb") as f:
+                f.write(b"x" * 4096)
+        os.utime(old, (since - 60, since - 60))    # older than the run: not its own
+        assert watch._remove_shm_of([child.pid], since) == [(os.path.basename(new), 4096)]
+        assert os.path.exists(old) and not os.path.exists(new)
+    finally:
+        for path in (old, new):
+            if os.path.exists(path):
+                os.unlink(path)
+
+
 @pytest.mark.timeout(120)
 def test_without_the_cache_every_worker_finishes_under_the_same_limit():
     from mpviz.examples import dataloader_watch as watch

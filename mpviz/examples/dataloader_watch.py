@@ -22,6 +22,7 @@ import sys
 import threading
 import time
 from dataclasses import dataclass, field
+from glob import glob
 
 from ..memory_cgroup import (charged, make_cgroup, memory, oom_kills, play_oom_killer,
                              remove_cgroup)
@@ -50,7 +51,7 @@ class WatchedRun:
     oom_kills: int = None         # the kernel's count, cgroup only
     killed_by_watcher: int = None  # pid the stand-in killed
     cgroup_removed: bool = None
-    notes: list = field(default_factory=list)
+    left_in_shm: list = field(default_factory=list)   # [(name, bytes)] a killed worker left
 
     def show(self):
         print("$", " ".join(os.path.relpath(a, ROOT) if a.startswith(ROOT + os.sep) else
@@ -69,6 +70,9 @@ class WatchedRun:
             print("the traceback's error lines (first to last):", *errors, sep="\n")
         elif self.status:
             print("\n".join(self.messages.rstrip().splitlines()[-3:]))
+        for name, size in self.left_in_shm:
+            print(f"(left behind by a killed worker and removed by mpviz: /dev/shm/{name}, "
+                  f"{size:,} bytes)")
         print(f"exit status: {self.status}")
 
     def name(self, pid):
@@ -170,7 +174,7 @@ def watch(what, *args, limit_mb=None, limit="auto", timeout=120):
                for s, into in ((child.stdout, out), (child.stderr, err))]
     for r in readers:
         r.start()
-    t0 = time.monotonic()
+    t0, started = time.monotonic(), time.time()
     try:
         while child.poll() is None:
             now = time.monotonic() - t0
@@ -210,7 +214,29 @@ def watch(what, *args, limit_mb=None, limit="auto", timeout=120):
     if cgroup:
         run.oom_kills = oom_kills(cgroup, version)
         run.cgroup_removed = remove_cgroup(cgroup)
+    run.left_in_shm = _remove_shm_of(samples, since=started)
     return run
+
+
+def _remove_shm_of(pids, since):
+    """Remove /dev/shm/torch_PID_* of the (dead) workers `pids`, made after `since` (time.time()):
+    [(name, bytes)] removed.
+
+    torch's file_descriptor strategy shm_open()s a name for each batch's storage and unlinks it
+    at once; a worker SIGKILLed in between (the OOM killer strikes at an allocation) leaves the
+    name behind, and nothing ever removes it."""
+    removed = []
+    for pid in pids:
+        for path in glob(f"/dev/shm/torch_{pid}_*"):
+            try:
+                info = os.lstat(path)
+                if info.st_mtime < since:
+                    continue                    # an older file of the same pid: not this run's
+                os.unlink(path)         # a name, not followed: a planted symlink is only unlinked
+            except OSError:
+                continue
+            removed.append((os.path.basename(path), info.st_size))
+    return removed
 
 
 # -- verdicts: from what was measured -----------------------------------------------------------
