@@ -218,8 +218,8 @@ def test_a_worker_past_the_cgroup_limit_is_killed_by_the_kernel_and_the_verdict_
                   "Fix: no cache in the workers (cache_items=0)", "dmesg"):
         assert words in verdict, (words, verdict)
     assert "STAND-IN" not in verdict
-    # what the picture and the notebook say: each worker grew (8 MiB an image) from an RSS above
-    # 100 MiB (the shared pages); the cgroup's charge came near the limit, and the largest died
+    # what the picture and the notebook say: each worker grew (8 MiB an image) from an RSS well
+    # above zero (the shared pages); the cgroup's charge came near the limit; the largest died
     points = run.samples[pid]
     assert points[0][1] > 100 * watch.MIB and points[-1][1] - points[0][1] > 64 * watch.MIB
     assert max(c for _, c in run.charge) > 160 * watch.MIB
@@ -309,3 +309,58 @@ def test_a_list_datasets_workers_copy_it_page_by_page_and_numpy_arrays_stay_flat
     assert titles[0].startswith("a list of tuples: resident") and \
         titles[3].startswith("NumPy arrays: private"), titles
     assert all(len(ax.get_lines()) == 2 for ax in figure.axes)
+
+
+# -- mpviz.utils.data.DataLoader: torch's semantics and words, where torch is not installed -------
+
+_BOTH_LOADERS = """
+import json, os, sys
+import torch.utils.data as theirs
+import mpviz.utils.data as ours
+class Items:
+    def __init__(self, data): self.data = data
+    def __len__(self): return 7
+    def __getitem__(self, index):
+        info = self.data.get_worker_info()
+        return {"index": index, "worker": info.id, "seed": info.seed, "pid": os.getpid()}
+out = {}
+for name, data in (("ours", ours), ("theirs", theirs)):
+    out[name] = [{k: v.tolist() for k, v in b.items()}
+                 for b in data.DataLoader(Items(data), batch_size=2, num_workers=2)]
+print(json.dumps(out))
+"""
+
+
+@pytest.mark.timeout(120)
+def test_mpvizs_dataloader_hands_batches_round_robin_and_returns_them_in_order_as_torchs():
+    done = subprocess.run([sys.executable, "-c", _BOTH_LOADERS], capture_output=True, text=True,
+                          timeout=120, env=ENV)
+    assert done.returncode == 0, done.stderr[-2000:]
+    both = json.loads(done.stdout.strip().splitlines()[-1])
+    for name, batches in both.items():
+        assert [b["index"] for b in batches] == [[0, 1], [2, 3], [4, 5], [6]], name
+        assert [b["worker"][0] for b in batches] == [0, 1, 0, 1], name          # round robin
+        seeds = [b["seed"][0] for b in batches]
+        assert seeds[1] == seeds[0] + 1 and seeds[2] == seeds[0], name         # base_seed + id
+        assert len({b["pid"][0] for b in batches}) == 2, name
+
+
+@pytest.mark.timeout(120)
+def test_mpvizs_dataloader_says_torchs_words_when_a_worker_is_killed():
+    from mpviz.examples import dataloader_watch as watch
+    from mpviz.exercises import nb13
+    ours = watch.watch("cache", "--mpviz", limit_mb=256, limit="stand-in")
+    assert "DataLoader: mpviz.utils.data's" in ours.output, ours.output
+    pid, sig = ours.killed()
+    assert sig == "SIGKILL" and pid == ours.killed_by_watcher
+    torch_run = nb13._oom_run(2, None)           # torch's own, under the cgroup or the stand-in
+    tpid, _ = torch_run.killed()
+
+    def words(run, pid):
+        return [line.strip().replace(str(pid), "N") for line in run.messages.splitlines()
+                if line.startswith("RuntimeError: ")]
+    assert words(ours, pid) == words(torch_run, tpid) == [
+        "RuntimeError: DataLoader worker (pid N) is killed by signal: Killed.",
+        "RuntimeError: DataLoader worker (pid(s) N) exited unexpectedly"]
+    outcome, verdict = watch.oom_verdict(ours)
+    assert "DataLoader (mpviz.utils.data's (asked for)) said" in verdict, verdict

@@ -75,6 +75,11 @@ class WatchedRun:
                   f"{size:,} bytes)")
         print(f"exit status: {self.status}")
 
+    def loader(self):
+        """Whose DataLoader ran: the program's first line says ("torch 2.13.0+cpu's")."""
+        found = re.search(r"^DataLoader: (.*)$", self.output, re.M)
+        return f"DataLoader ({found.group(1)})" if found else "DataLoader"
+
     def name(self, pid):
         return next((f"worker {w}" for w, p in self.workers.items() if p == pid), f"pid {pid}")
 
@@ -279,7 +284,7 @@ def oom_verdict(run):
     return "error", (
         f"{run.name(pid)} (pid {pid}) was killed by {sig}: no exception, no traceback of its "
         f"own. {who}. At the last reading before the kill, resident memory was {sizes}: "
-        f"{run.name(pid)} was {largest}. torch's main process said: "
+        f"{run.name(pid)} was {largest}. The main process's {run.loader()} said: "
         f"{' / '.join(raised) or '(nothing)'}. Cause: each worker keeps every image it decodes "
         f"in its own self.cache (8 MiB each), so the workers together outgrow the limit. Fix: "
         f"no cache in the workers (cache_items=0), or a small one (cache_items x 8 MiB x "

@@ -1,7 +1,7 @@
-"""Exercises of notebook 13 (DataLoader workers): each one runs real torch.
+"""Exercises of notebook 13 (DataLoader workers): each one runs the notebook's own programs.
 
-They need torch (CPU is enough); where it is not installed, each says so and judges nothing
-right. The programs are the notebook's own, run as the notebook runs them:
+The first three need torch (CPU is enough); where it is not installed, each says so and judges
+nothing right. The last two run torch's DataLoader where it is installed, else mpviz's:
 
     13.picture-collate    traces ``dataloader_lesson.py workers 2`` (python -m mpviz trace) and
                           counts the batches DataLoader worker 0 collated into shared memory
@@ -214,8 +214,6 @@ def _judge_oom(answer):
                         "Keep the workers (num_workers >= 1) and find what makes them grow")
     workers = _int_option(answer, "num_workers", 2, 1, 8, "")
     cache = _int_option(answer, "cache_items", None, 0, 64, ", or None (keep every image)")
-    if not _torch():
-        return Verdict(False, NEED_TORCH)
     from ..examples import dataloader_watch as watch
     run = _oom_run(workers, cache)
     outcome, why = watch.oom_verdict(run)
@@ -245,8 +243,6 @@ def _judge_cow(answer):
     gc_freeze = answer.get("gc_freeze", False)
     if not isinstance(gc_freeze, bool):
         raise BadAnswer(f"gc_freeze={shown(gc_freeze)}: True or False")
-    if not _torch():
-        return Verdict(False, NEED_TORCH)
     from ..examples import dataloader_watch as watch
     run = _cow_run(storage, gc_freeze)
     growth = watch.cow_growth(run)

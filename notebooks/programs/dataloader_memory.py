@@ -7,15 +7,14 @@ Run one:  python dataloader_memory.py cache [--workers N] [--cache-items K] [--j
           python dataloader_memory.py tuple [--n N]    the same in a tuple of tuples
           python dataloader_memory.py array [--n N]    the same samples in NumPy arrays
               (batch_size 1024, 2 workers; --gc-freeze: gc.freeze() before the workers start)
-The datasets are in mpviz/examples/dataloader_memory.py.
+The datasets are in mpviz/examples/dataloader_memory.py. torch's DataLoader where torch is
+installed; else (or with --mpviz) mpviz.utils.data.DataLoader, which follows torch's semantics.
 """
 import argparse
 import functools
 import gc
 import os
 import sys
-
-from torch.utils.data import DataLoader
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 from mpviz.examples.dataloader_memory import (DecodedImages, PathArray, PathList,  # noqa: E402
@@ -36,7 +35,18 @@ def main(argv):
     parser.add_argument("--join", default=None)
     parser.add_argument("--n", type=int, default=1_000_000)
     parser.add_argument("--gc-freeze", action="store_true")
+    parser.add_argument("--mpviz", action="store_true", help="mpviz's DataLoader, not torch's")
     args = parser.parse_args(argv)
+    try:
+        if args.mpviz:
+            raise ImportError("--mpviz")
+        import torch
+        from torch.utils.data import DataLoader
+        print(f"DataLoader: torch {torch.__version__}'s", flush=True)
+    except ImportError as exc:
+        from mpviz.utils.data import DataLoader
+        print(f"DataLoader: mpviz.utils.data's ({'asked for' if args.mpviz else exc})",
+              flush=True)
     before = resident()
     if args.what == "cache":
         dataset, batch_size = DecodedImages(cache_items=args.cache_items), 4
