@@ -43,7 +43,8 @@ class WatchedRun:
     messages: str                 # stderr: torch's traceback, if any
     workers: dict                 # {worker id: pid}, as the workers printed it
     samples: dict                 # {pid: [(seconds, rss, uss), ...]}
-    charge: list                  # [(seconds, bytes charged to the cgroup)] (cgroup only)
+    charge: list                  # [(seconds, bytes)]: charged to the cgroup, or the stand-in's
+                                  # sum of the workers' growth (no limit: empty)
     limit_mb: int = None
     where: str = None             # "cgroup", "stand-in" or None (no limit)
     cgroup_version: str = None
@@ -60,7 +61,7 @@ class WatchedRun:
             print(f"(each worker joined a memory cgroup of {self.limit_mb} MiB, cgroup "
                   f"{self.cgroup_version}: the kernel enforces it)")
         elif self.where == "stand-in":
-            print(f"(STAND-IN LIMIT: no memory cgroup could be made here ({self.why_no_cgroup}); "
+            print(f"(STAND-IN LIMIT: no memory cgroup was made here ({self.why_no_cgroup}); "
                   f"mpviz's watcher SIGKILLs the largest worker once the workers have grown "
                   f"{self.limit_mb} MiB together. Any kill below is mpviz's, not the kernel's.)")
         print(self.output.rstrip())
@@ -112,7 +113,8 @@ class WatchedRun:
                             first_under=True)
 
     def killed(self):
-        """(pid, signal name) of the worker torch says was killed, or None."""
+        """(pid, signal name) of the worker the DataLoader says was killed (torch's words, or
+        mpviz's, which are the same), else the one the stand-in killed, else None."""
         found = re.search(r"DataLoader worker \(pid (\d+)\) is killed by signal: (.+?)\.?\s*$",
                           self.messages, re.M)
         if found:
@@ -278,7 +280,7 @@ def oom_verdict(run):
                f" of {run.limit_mb} MiB was full (its oom_kill count: {run.oom_kills}), and it "
                f"kills the process of the cgroup that uses the most memory")
     else:
-        who = (f"STAND-IN, not the kernel: no memory cgroup could be made here "
+        who = (f"STAND-IN, not the kernel: no memory cgroup was made here "
                f"({run.why_no_cgroup}), so mpviz's watcher SIGKILLed the largest worker once the "
                f"workers had grown {run.limit_mb} MiB together, as the OOM killer would")
     return "error", (
