@@ -308,8 +308,6 @@ LAZY_IMPORTS = {
     ("mpviz.exercises.nb13", "mpviz.examples.your_program"): _CHECKER,
     ("mpviz.multiprocessing._codec", "mpviz.multiprocessing.reductions"):
         "reductions needs NumPy: a child that passes only numbers starts without it",
-    ("mpviz.multiprocessing.queues", "mpviz.stepper.patches"):
-        "only in a stepped run (the gate module is loaded): the stepper is not the queue's",
     ("mpviz.multiprocessing.reductions", "mpviz.cuda"): "only a CUDA tensor goes to mpviz.cuda",
     ("mpviz.scenarios", "mpviz.scenarios.puzzles"): "the puzzles load the stepper: at step()",
     ("mpviz.scenarios", "mpviz.scenarios.runner"): "the runner loads the recorder: at start()",
@@ -355,10 +353,6 @@ LAZY_IMPORTS = {
         "a script: its imports wait until it has set up sys.path and the gate",
     ("mpviz.stepper._driver", "mpviz.trace"):
         "a script: its imports wait until it has set up sys.path and the gate",
-    ("mpviz.stepper.gate", "mpviz.stepper.patches"):
-        "patches and gate use each other: the gate installs the patches when a run starts",
-    ("mpviz.stepper.patches", "mpviz.stepper.gate"):
-        "patches and gate use each other: a patched call asks the gate, once installed",
     ("mpviz.stepper_widget", "mpviz.scenarios"): "ipywidgets' module loads for a Stepper only",
     ("mpviz.stepper_widget", "mpviz.stepper.control"): "ipywidgets' module loads for a Stepper only",
     ("mpviz.trace", "mpviz.trace.trace"):

@@ -45,7 +45,7 @@ from .. import _proc
 from .. import viz
 from ..scenarios import runner
 from ..scenarios._common import load_details
-from ..trace import osview
+from ..trace import autostart, osview
 from ..trace import trace as mtrace
 from ..viz.colors import human_bytes
 from . import gate
@@ -172,6 +172,7 @@ class Stepper:
         self._listener.listen(64)
         env = dict(os.environ)
         env[gate.ENV] = os.path.join(self._dir, "ctl.sock")
+        env[autostart.ON_BOOT] = gate.BOOT        # each spawned child of the run steps itself
         env["MPVIZ_PURE_PYTHON"] = "1"            # every put and get through the Python hooks
         env["PYTHONPATH"] = os.pathsep.join([_ROOT] + [os.path.abspath(p) for p in sys.path])
         for key in ("MPVIZ_TRACE_DIR", "MPVIZ_TRACE_THREADING_LOCKS"):
