@@ -372,7 +372,6 @@ LAZY_IMPORTS = {
     ("mpviz.trace.messages", "mpviz.trace.native"): "queue_hooks.c: only where the C Writer records",
     ("mpviz.trace.recorder", "mpviz.trace.native"): "writer.c is built, once, when recording starts",
     ("mpviz.trace.stuck", "mpviz.trace.watchdog"): "the watchdog imports stuck: labels borrowed",
-    ("mpviz.trace.stuck", "mpviz.viz.state"): "labels from viz: recorder to viz, upward (#31)",
     ("mpviz.trace.torch_hooks", "mpviz.trace.hooks"): "hooks installs torch_hooks when torch comes",
     ("mpviz.trace.trace", "mpviz.trace.chrome"): "the Chrome export: only when asked",
     ("mpviz.trace.trace", "mpviz.trace.hooks"): "reading a trace (`mpviz trace`) patches nothing",
@@ -382,8 +381,6 @@ LAZY_IMPORTS = {
     ("mpviz.trace.watchdog", "mpviz.trace.autostart"): "only when a child was interrupted",
     ("mpviz.trace.watchdog", "mpviz.trace.launcher"): "the launcher imports the watchdog",
     ("mpviz.trace.watchdog", "mpviz.trace.stuck"): "stuck imports the watchdog",
-    ("mpviz.trace.watchdog", "mpviz.viz.state"): "the verdict's analysis: recorder to viz (#31)",
-    ("mpviz.trace.watchdog", "mpviz.viz.wait_for"): "the verdict's analysis: recorder to viz (#31)",
     ("mpviz.viz.memory_map", "mpviz.sharing.shm_manager"):
         "the fate of a name left in /dev/shm: only when a picture shows one",
     ("mpviz.widgets", "mpviz.scenarios"): "a widget for a scenario loads the catalog only then",

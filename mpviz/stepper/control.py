@@ -47,7 +47,7 @@ from ..scenarios import runner
 from ..scenarios._common import load_details
 from ..trace import autostart, osview
 from ..trace import trace as mtrace
-from ..viz.colors import human_bytes
+from ..trace.names import human_bytes
 from . import gate
 
 QUIET_S = 0.02            # settled: nothing runnable and no message for this long

@@ -15,7 +15,7 @@ One mark's tour to the picture, in five files (docs/TOUR.md, "mark("x") → the 
                                      same Writer in C, the same bytes), in the kernel's page cache
      -> LogReader.poll  reader.py    reads each log's new records, checks and decodes them
      -> Trace.events    trace.py     Events of every process, merged by time; the views
-     -> Trace.plot      viz/state.py and viz/timeline.py: the marks, a tick on their lane each
+     -> Trace.plot      trace/analysis.py and viz/timeline.py: the marks, a tick on their lane each
     q.put(x)            messages.py  the hook that trace/ installed on the Queue (queues.py knows
                                      nothing of it) emits queue.put; then recorder.py and
                                      reader.py as above; Trace.flows() pairs it with its get

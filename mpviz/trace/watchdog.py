@@ -30,6 +30,7 @@ import signal
 import time
 
 from .. import _proc
+from . import analysis as st
 from . import osview, recorder
 from .trace import Trace
 
@@ -394,10 +395,6 @@ def parse_stacks(text):
 def waits_in_words(trace, at=None):
     """Who waits for whom when the run got stuck (or at instant `at`), as far as the trace
     recorded it."""
-    try:
-        from mpviz.viz import state as st
-    except ImportError:            # no matplotlib: mpviz.viz cannot be imported
-        return ["(The wait-for graph needs mpviz.viz, which needs matplotlib.)"]
     at = st.stuck_moment(trace) if at is None else at
     state = st.state_at(trace, at)
     lines = []
@@ -437,7 +434,6 @@ def _hang_at_exit(state, trace):
     scenario's words): a process that put more on a queue than its pipe holds ends its work;
     at exit it joins its queue's feeder thread, which waits to write into the full pipe; the
     process that would read the queue waits in ``join`` for it first."""
-    from mpviz.viz import state as st
     joins = {(b.pid, b.target): b for b in state.blocked if b.on == "thread"}
     out = []
     for write in (b for b in state.blocked if b.on == "pipe.write"):
@@ -475,7 +471,6 @@ def _hang_at_exit(state, trace):
 
 def _user_line(trace, pid):
     """" (at your line ...)" from the watchdog's stacks of `pid`, or ""."""
-    from mpviz.viz import state as st
     for e in trace.of_kind("watchdog.stuck"):
         if e.args.get("pid") == pid:
             return st.user_line(e.args.get("stacks")).strip()
@@ -508,9 +503,7 @@ def _lost_why(tasks):
 
 def _who_must_act(state, blocked, trace=None):
     """The end of a wait's line: who must act, as the wait-for graph's arrows say it."""
-    from mpviz.viz.wait_for import MUST
     if blocked.on == "pool.result" and trace is not None:
-        from mpviz.viz import state as st
         lost = st.lost_pool_tasks(trace, blocked.target, state.t_ns)
         if lost:
             return "; ".join(task.words() for task in lost) + _lost_why(lost)
@@ -518,7 +511,7 @@ def _who_must_act(state, blocked, trace=None):
         who = " or ".join(_thread_words(state, pid, tid) for pid, tid in blocked.waits_for)
         alive = {(p.pid, tid) for p in state.processes for tid, _ in p.threads}
         ended = not any(w in alive for w in blocked.waits_for)   # (the graph says "(ended)")
-        return f"{who} {MUST.get(blocked.on, 'must act')}" + (
+        return f"{who} {st.MUST.get(blocked.on, 'must act')}" + (
             f" -- but {'it has' if len(blocked.waits_for) == 1 else 'they have'} ended"
             if ended else "")
     name = state.channel_names.get(blocked.target, blocked.target)
@@ -635,8 +628,7 @@ class Guard:
             stacks = self.watchdog.capture_stacks(extra={os.getpid(): _own_stacks(frame)})
             stacks = interrupt_stacks(stacks, self.watchdog.stacks_dir)
             self.watchdog.trace.refresh()
-            from mpviz.viz.state import process_labels
-            names = process_labels(self.watchdog.trace)     # "main", as in the pictures
+            names = st.process_labels(self.watchdog.trace)     # "main", as in the pictures
             for pid, info in stacks.items():
                 info["name"] = names.get(pid) or info["name"]
             ends = [e.ts_ns for e in self.watchdog.trace.of_kind("wait.end")

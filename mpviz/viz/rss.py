@@ -15,7 +15,7 @@ grey for another, the SIGTERM the others get), named in a column right of the pl
 """
 from .colors import COLORS
 from .figure import Figure
-from .state import process_labels
+from ..trace.analysis import process_labels
 
 
 def rss_lanes(trace, ax=None, limit_mb=None, title=None):

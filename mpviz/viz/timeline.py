@@ -9,10 +9,10 @@
 One row per process (its main thread), and under it one sub-row per other thread that did
 something: a Queue's feeder thread, say (``└ QueueFeederThread``), which writes a large item into
 the pipe when ``put`` could not. An arrow starts where ``put`` was called; it is green when its
-sender pickled a handle into the message (``state.py``). A thin dashed arrow is a file
+sender pickled a handle into the message (``trace/analysis.py``). A thin dashed arrow is a file
 descriptor passed over a Unix socket (SCM_RIGHTS) for such a handle, from the thread that sent
 it to the one that received it (torch's ``_serve`` thread answers the consumer). A magenta ✗
-marks an action that failed, with what failed beside it (``state.failures``); ▸ a message put
+marks an action that failed, with what failed beside it (``analysis.failures``); ▸ a message put
 and never got. Colours are mpviz.viz.colors' vocabulary.
 
 Large traces stay fast because nothing invisible is drawn: event ticks are binned to about one
@@ -33,8 +33,9 @@ from matplotlib.patches import FancyArrowPatch, Rectangle
 from matplotlib.path import Path
 
 from . import collectives
-from . import state as st
-from .colors import BIG_MESSAGE, BLOCKED_FILL, COLORS, human_bytes, legend
+from ..trace import analysis as st
+from ..trace.names import human_bytes
+from .colors import BIG_MESSAGE, BLOCKED_FILL, COLORS, legend
 from .figure import Figure
 from ..trace.trace import Trace
 
