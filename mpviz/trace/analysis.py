@@ -24,6 +24,7 @@ How each answer is found is told where it is worked out: a lock's owner (and its
 ``Owner``, deadlocks at ``Deadlock``, who must act for a blocked thread at ``Blocked``, which
 messages carried handles above ``_Index``.
 """
+import os
 import re
 import weakref
 from dataclasses import dataclass, field
@@ -913,7 +914,7 @@ def _cycles(edges):
 
 
 _FRAME = re.compile(r'File "(?P<file>[^"]+)", line (?P<line>\d+),? in (?P<func>\S+)')
-_MPVIZ_DIR = __file__.rsplit("/viz/", 1)[0] + "/"
+_MPVIZ_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + "/"   # mpviz/
 _PEOPLES = ("scenarios/", "examples/")   # mpviz code that plays the user's program
 
 
@@ -937,7 +938,6 @@ def user_line(stacks):
     if not stacks:
         return ""
     import linecache
-    import os
     text = stacks if isinstance(stacks, str) else str(stacks)
     blocks = re.split(r"(?=^(?:Current thread|Thread) )", text, flags=re.M)
     blocks.sort(key=lambda b: not b.startswith("Current thread"))  # the main thread first
