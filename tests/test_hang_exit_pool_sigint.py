@@ -193,8 +193,8 @@ def _wait_until(directory, ready, timeout=30):
 
 
 def _session_alive(sid):
-    from mpviz.scenarios.runner import _session_pids
-    return _session_pids(sid)
+    from mpviz.trace.session import session_pids
+    return session_pids(sid)
 
 
 def _ctrl_c_to_the_launcher(directory, program, *args, said, ready):

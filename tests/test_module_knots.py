@@ -88,6 +88,7 @@ def test_the_scan_sees_lazy_and_relative_imports():
     assert "mpviz.cuda.backends" in {n for n, _ in imports_of("mpviz.cuda.storage")}
 
 
+
 # --- no cycle of top-level imports -----------------------------------------------------------
 
 # {the modules of a cycle: why it stays}. A cycle not named here fails the test, and so does a
@@ -336,8 +337,6 @@ LAZY_IMPORTS = {
     ("mpviz.scenarios.oom_killed", "mpviz.trace.recorder"): _RECORDER_ONLY,
     ("mpviz.scenarios.puzzles", "mpviz.stepper.control"):
         "the stepper imports the puzzles it runs (its _driver): loaded at step()",
-    ("mpviz.scenarios.runner", "mpviz.trace.watchdog"):
-        "the watchdog imports the runner: one stack parser, to be moved to a leaf (issue #31)",
     ("mpviz.scenarios.small_shm", "mpviz.errors"): _PROGRAM,
     ("mpviz.scenarios.small_shm", "mpviz.multiprocessing"): _DRIVEN,
     ("mpviz.scenarios.small_shm", "mpviz.sharing.segment"): _PROGRAM,
@@ -363,12 +362,10 @@ LAZY_IMPORTS = {
     ("mpviz.trace.hooks", "mpviz.trace.internals"): "the interpreter's internals: checked once",
     ("mpviz.trace.internals", "mpviz.trace.hooks"):
         "hooks asks internals what is missing; internals reads hooks' saved originals",
-    ("mpviz.trace.launcher", "mpviz.scenarios.runner"):
-        "the runner's session helpers, borrowed: to be moved to a leaf (issue #31)",
+    ("mpviz.trace.launcher", "mpviz.viz"): "the verdict's notes: recorder to viz, upward (#31)",
     ("mpviz.trace.launcher", "mpviz.trace.stuck"): "only for a run that hangs",
     ("mpviz.trace.launcher", "mpviz.trace.trace"): "only when reading the run back",
     ("mpviz.trace.launcher", "mpviz.trace.watchdog"): "only with a hang watchdog asked for",
-    ("mpviz.trace.launcher", "mpviz.viz"): "the verdict's notes: recorder to viz, upward (#31)",
     ("mpviz.trace.messages", "mpviz.trace.native"): "queue_hooks.c: only where the C Writer records",
     ("mpviz.trace.recorder", "mpviz.trace.native"): "writer.c is built, once, when recording starts",
     ("mpviz.trace.stuck", "mpviz.trace.watchdog"): "the watchdog imports stuck: labels borrowed",
@@ -376,8 +373,6 @@ LAZY_IMPORTS = {
     ("mpviz.trace.trace", "mpviz.trace.chrome"): "the Chrome export: only when asked",
     ("mpviz.trace.trace", "mpviz.trace.hooks"): "reading a trace (`mpviz trace`) patches nothing",
     ("mpviz.trace.trace", "mpviz.trace.torch_hooks"): "real torch's sharing: only when recording",
-    ("mpviz.trace.watchdog", "mpviz.scenarios.runner"):
-        "stacks and session helpers borrowed from the runner: to be one watchdog (issue #31)",
     ("mpviz.trace.watchdog", "mpviz.trace.autostart"): "only when a child was interrupted",
     ("mpviz.trace.watchdog", "mpviz.trace.launcher"): "the launcher imports the watchdog",
     ("mpviz.trace.watchdog", "mpviz.trace.stuck"): "stuck imports the watchdog",

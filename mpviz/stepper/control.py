@@ -43,9 +43,8 @@ from typing import NamedTuple
 
 from .. import _proc
 from .. import viz
-from ..scenarios import runner
 from ..scenarios._common import load_details
-from ..trace import autostart, osview
+from ..trace import autostart, osview, session
 from ..trace import trace as mtrace
 from ..trace.names import human_bytes
 from . import gate
@@ -191,7 +190,7 @@ class Stepper:
         if self._closing:
             return
         finished = self._proc.poll() is not None
-        runner._kill_session(self._proc.pid, self._proc, graceful=finished)
+        session.kill_session(self._proc.pid, self._proc, graceful=finished)
         self._closing = True
         self._io.join(5)
         self._output.close()
@@ -199,7 +198,7 @@ class Stepper:
             self._trace.refresh(final=True)
         except FileNotFoundError:
             pass
-        runner._remove_segments(self._trace, wait=0.5)
+        session.remove_segments(self._trace, wait=0.5)
         self._trace._detach()
         shutil.rmtree(self._dir, ignore_errors=True)
         _open.discard(self)
@@ -332,7 +331,7 @@ class Stepper:
         """(starting, running): is a process of the run still starting (each says hello first
         thing), and which threads of the run are runnable ([(pid, tid)], state R or D)."""
         running = []
-        for pid in runner._session_pids(self._proc.pid):
+        for pid in session.session_pids(self._proc.pid):
             if pid not in self._procs and not _is_helper(pid):
                 return True, running
             for tid in _proc.threads(pid) or ():           # None: gone meanwhile
@@ -346,7 +345,7 @@ class Stepper:
         two stops ("running"), or in ``time.sleep`` or a wait with a timeout (``_TIME_ENDS``)."""
         starting, running = self._activity()
         out = [(pid, tid, "running") for pid, tid in running]
-        for pid in runner._session_pids(self._proc.pid):
+        for pid in session.session_pids(self._proc.pid):
             if pid not in self._procs:               # a helper (resource tracker, fork server)
                 continue
             for view in osview.threads(pid):             # []: gone meanwhile
@@ -375,7 +374,7 @@ class Stepper:
             with self._cv:
                 paused = bool(self._waiting)
             if running and not starting and not paused and now - last >= QUIET_S:
-                cpu = runner._session_cpu(self._proc.pid)
+                cpu = session.session_cpu(self._proc.pid)
                 cpu_at = cpu if cpu_at is None else cpu_at
                 if cpu - cpu_at >= RUNNING_CPU_S:
                     return          # computing: choices() says so, and offers to wait on
@@ -670,7 +669,7 @@ class Stepper:
         return load_details(os.path.join(self._dir, "details.json"))
 
     def _read_output(self):
-        return runner._read_text(os.path.join(self._dir, "output.txt"))
+        return session.read_text(os.path.join(self._dir, "output.txt"))
 
     @property
     def output(self):
