@@ -89,6 +89,37 @@ def test_the_scan_sees_lazy_and_relative_imports():
 
 
 
+# --- the recorder is the bottom layer ----------------------------------------------------------
+
+# trace/ records a run and reads it back; viz/ draws Traces, scenarios/ and stepper/ run
+# programs: they import the recorder, never the other way. The stepper fills a slot instead
+# (trace/stops.py, autostart.ON_BOOT), and pictures are found by name (trace.trace.DRAWING).
+ABOVE_THE_RECORDER = ("mpviz.viz", "mpviz.scenarios", "mpviz.stepper")
+
+
+def _above(name):
+    return any(name == top or name.startswith(top + ".") for top in ABOVE_THE_RECORDER)
+
+
+def test_no_module_of_the_recorder_imports_viz_scenarios_or_the_stepper():
+    recorder_modules = [m for m in all_modules()
+                        if m == "mpviz.trace" or m.startswith("mpviz.trace.")]
+    assert "mpviz.trace.watchdog" in recorder_modules and "mpviz.trace.autostart" in recorder_modules
+    up = []
+    for module in recorder_modules:
+        up += [(module, name, line) for name, line in imports_of(module) if _above(name)]
+        with open(_path(module)) as f:           # and no __import__("mpviz.stepper...") either
+            tree = ast.parse(f.read())
+        up += [(module, call.args[0].value, call.lineno) for call in ast.walk(tree)
+               if isinstance(call, ast.Call) and getattr(call.func, "id", None) == "__import__"
+               and call.args and isinstance(call.args[0], ast.Constant)
+               and _above(str(call.args[0].value))]
+    assert not up, (f"the recorder imports a layer above it (module, imported, line): {up}, at the "
+                    f"top or inside a function. Fix: move what it needs down into trace/ (as "
+                    f"analysis.py and session.py were), or give the upper layer a slot to fill "
+                    f"(as trace/stops.py is for the stepper)")
+
+
 # --- no cycle of top-level imports -----------------------------------------------------------
 
 # {the modules of a cycle: why it stays}. A cycle not named here fails the test, and so does a
@@ -231,7 +262,6 @@ LAZY_BACK_EDGES = {
     ("mpviz.tensor", "mpviz.cuda"): "cuda wraps Tensors; only a device other than cpu needs it",
     ("mpviz.trace.messages", "mpviz.trace.hooks"):
         "hooks installs messages' wrappers; messages borrows hooks' _patch for mpviz's Queue",
-    ("mpviz.trace.trace", "mpviz.viz"): "viz's timeline draws a Trace; Trace.plot is the way back",
     ("mpviz.trace.trace", "mpviz.trace.watchdog"):
         "the watchdog reads Traces; record(hang_after=...) starts it only when asked",
 }
@@ -362,7 +392,6 @@ LAZY_IMPORTS = {
     ("mpviz.trace.hooks", "mpviz.trace.internals"): "the interpreter's internals: checked once",
     ("mpviz.trace.internals", "mpviz.trace.hooks"):
         "hooks asks internals what is missing; internals reads hooks' saved originals",
-    ("mpviz.trace.launcher", "mpviz.viz"): "the verdict's notes: recorder to viz, upward (#31)",
     ("mpviz.trace.launcher", "mpviz.trace.stuck"): "only for a run that hangs",
     ("mpviz.trace.launcher", "mpviz.trace.trace"): "only when reading the run back",
     ("mpviz.trace.launcher", "mpviz.trace.watchdog"): "only with a hang watchdog asked for",
@@ -428,5 +457,5 @@ def test_every_import_inside_a_function_says_why():
 def test_the_lazy_scan_counts_an_import_inside_a_function():
     found = lazy_imports()
     assert ("mpviz.trace.recorder", "mpviz.trace.native") in found       # inside writer_class
-    assert ("mpviz.trace.trace", "mpviz.viz.timeline") in found          # inside Trace.plot
+    assert ("mpviz.trace.trace", "mpviz.trace.chrome") in found          # inside Trace.to_chrome
     assert not any(importer == "mpviz._proc" for importer, _ in found)   # imports none of ours

@@ -539,8 +539,9 @@ def _say_notes(trace):
 
 def _draw(trace, directory, hang):
     """Save the timeline (and, after a hang, the wait-for graph); yield (what, path)."""
+    from .trace import drawing
     try:
-        from mpviz import viz
+        viz = drawing()                       # mpviz.viz, by name (trace.py: DRAWING)
     except ImportError as exc:
         say(f"no pictures: mpviz.viz cannot be imported here ({exc}); the trace above is "
             f"complete. Fix: run with the Python that has matplotlib (the project's .venv)")
@@ -654,8 +655,8 @@ def _save_with_notes(fig, notes, f):
     if not notes:
         fig.savefig(f, format="png")
         return
-    from mpviz.viz import notes_under
-    notes_under(fig, notes)
+    from .trace import drawing
+    drawing().notes_under(fig, notes)
     fig.savefig(f, format="png", bbox_inches="tight")
 
 

@@ -37,7 +37,6 @@ from ..trace import analysis as st
 from ..trace.names import human_bytes
 from .colors import BIG_MESSAGE, BLOCKED_FILL, COLORS, legend
 from .figure import Figure
-from ..trace.trace import Trace
 
 _MIN_SQUEEZE_NS = 20_000_000  # only stretches of 20 ms or more are squeezed
 _BINS = 700                   # a tick column per 1-2 px of the lanes (~870 px at 10 in)
@@ -820,11 +819,9 @@ def _fewer_lanes(trace, ix):
     # as "put and never got" (▸), and it was got
     crossing = {f.put.args.get("msg") for f in ix.flows
                 if f.get is not None and (f.put.pid in keep) != (f.get.pid in keep)}
-    shown = Trace()
-    shown.events = [e for e in trace.events if e.pid in keep and not (
+    shown = trace.subset(lambda e: e.pid in keep and not (
         e.kind in ("process.launch", "process.reaped") and e.args.get("child") not in keep)
-        and not (e.args.get("msg") in crossing and e.args.get("msg") is not None)]
-    shown._notes, shown.verdict = trace._file_notes(), trace.verdict
+        and not (e.args.get("msg") in crossing and e.args.get("msg") is not None))
     odd = sum(1 for p in hidden if telling(p))
     how = (f"{odd} of them did not end normally" if odd else "all ended normally")
     words = (f"{len(procs)} processes: {len(first)} drawn (every one stuck, killed, failed or "
