@@ -27,8 +27,6 @@ import html
 import inspect
 import io
 import multiprocessing
-import shutil
-import tempfile
 import threading
 import time
 import traceback
@@ -38,6 +36,7 @@ from typing import Any
 import ipywidgets as widgets
 
 import mpviz.trace as mt
+from mpviz import _tempdirs
 from mpviz import viz
 from mpviz.trace.names import human_bytes
 from mpviz.viz.colors import BLOCKED_FILL, COLORS, WORDS
@@ -428,7 +427,7 @@ class _CallableRun:
 
     def __init__(self, fn, params):
         self.fn, self.params = fn, params
-        self.directory = tempfile.mkdtemp(prefix="mpviz-live-")
+        self.directory = _tempdirs.make("mpviz-live-")
         self.trace = mt.Trace(self.directory)
         self.outcome, self.value, self.error = None, None, None
         self._before = {p.pid for p in multiprocessing.active_children()}
@@ -456,7 +455,7 @@ class _CallableRun:
         self._thread.join(timeout)
         trace = mt.load(self.directory)
         trace = trace.snapshot()   # keep the events, drop the directory
-        shutil.rmtree(self.directory, ignore_errors=True)
+        _tempdirs.remove(self.directory)
         stuck = viz.deadlocks(trace)
         leaked = [s for s in viz.state_at(trace).segments if s.status == "leaked"]
         if self.outcome == "stopped":

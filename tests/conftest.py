@@ -60,6 +60,39 @@ def hooked_torch():
     return torch
 
 
+# -- orphans are this run's children too ----------------------------------------------------------
+# A process whose parent dies is handed to the nearest "child subreaper" above it, else to init.
+# The pytest process makes itself one, so that a grandchild a test leaves behind (a worker whose
+# parent was killed, a daemon that double-forked) becomes pytest's child, and the leak check after
+# each test sees it (before this, it saw only direct children: orphans went to init, unseen).
+# Not inherited: the children pytest starts reparent their own orphans as before. The shm
+# manager's daemon is the one orphan made on purpose (it outlives tests, as it outlives notebooks).
+def _become_subreaper():
+    import ctypes
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        return libc.prctl(36, 1, 0, 0, 0) == 0          # PR_SET_CHILD_SUBREAPER
+    except (OSError, AttributeError):
+        return False
+
+
+SUBREAPER = _become_subreaper()
+
+
+def _long_lived_daemons(pids):
+    """Of `pids`, the shm manager daemons (started once, kept on purpose: see shm_manager.py)."""
+    kept = set()
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                words = f.read().split(b"\0")
+        except OSError:
+            continue
+        if any(w.endswith(b"shm_manager.py") for w in words) and b"--serve" in words:
+            kept.add(pid)
+    return kept
+
+
 def shm_entries():
     return sorted(f for f in os.listdir("/dev/shm") if f.startswith(SHM_PREFIX))
 
@@ -239,6 +272,7 @@ def leak_check(request):
         leaked_fds = open_fds() - before - _expected_fds()
         leaked_shm = sorted(set(shm_entries()) - shm_before)
         live = [pid for pid in children() if pid not in _stdlib_helpers()[0] | KEPT_ALIVE]
+        live = [pid for pid in live if pid not in _long_lived_daemons(live)]
         if not (leaked_fds or leaked_shm or live) or time.monotonic() > deadline:
             break
         time.sleep(0.05)  # polling for asynchronous cleanup, bounded; not synchronisation

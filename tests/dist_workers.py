@@ -179,6 +179,26 @@ def rank_raises(rank, W, port, results):
     dist.destroy_process_group()
 
 
+def recv_from_a_rank_that_died(rank, W, port, results):
+    """Rank 1 raises right after the rendezvous; rank 0 then receives from it (and, once that
+    failed, sends to it), under a 20 s timeout."""
+    import time
+
+    import mpviz
+    dist = init(rank, W, port)
+    if rank == 1:
+        raise RuntimeError("rank 1 fails on purpose")
+    for op, call in (("recv", lambda: dist.recv(mpviz.zeros(3), src=1)),
+                     ("send", lambda: dist.send(mpviz.ones(3), 1))):
+        began = time.monotonic()
+        try:
+            call()
+            results.put((op, None, None, time.monotonic() - began))
+        except Exception as e:
+            results.put((op, type(e).__name__, str(e), time.monotonic() - began))
+    dist.destroy_process_group()
+
+
 def rank_killed(rank, W, port, results):
     """Rank 1 is killed (SIGKILL) after the rendezvous; rank 0 waits for it in all_reduce."""
     import signal

@@ -26,6 +26,12 @@ PLAUSIBLE = {
     "08.fix-fork": [{"nprocs": 4}, {"start_method": "fork"}],
     "00.fix-producer-exits": [{"strategy": "file_descriptor"}],
     "01.fix-chunksize": [{"chunksize": None}],
+    # notebook 12: the whole tensor once, twice the answer, one chunk; the full sum (222), the
+    # input (2); a new seed, no shuffling, set_epoch with no shuffling
+    "12.predict-ring-bytes": [1024, 3072, 256],
+    "12.picture-ring": [222, 2, 22],
+    "12.fix-set-epoch": [{"seed": 1}, {"shuffle": False}, {"set_epoch": False},
+                         {"set_epoch": True, "shuffle": False}],
 }
 
 
@@ -84,6 +90,13 @@ def test_a_fix_that_restates_a_default_or_a_plausible_wrong_answer_is_not_quite(
     for answer in PLAUSIBLE.get(exercise_id, []):
         assert_not_quite(exercise_id, answer)
     for answer in _defaults_restated(exercise_id):
+        assert_not_quite(exercise_id, answer)
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("exercise_id", [k for k in PLAUSIBLE if k not in FIXES])
+def test_a_plausible_wrong_answer_is_not_quite(exercise_id):
+    for answer in PLAUSIBLE[exercise_id]:
         assert_not_quite(exercise_id, answer)
 
 

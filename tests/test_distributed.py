@@ -149,6 +149,20 @@ def test_a_rank_that_raised_is_named_by_the_rank_waiting_for_it():
     assert "rank 1 closed its connection" in message and "exited or crashed" in message
 
 
+def test_a_recv_or_send_to_a_rank_that_died_raises_at_once_with_gloos_words():
+    # (before: the recv waited its whole 20 s timeout, then blamed a send never called; torch's
+    # gloo raises at once: "Connection closed by peer" / "Connection reset by peer")
+    out = run(workers.recv_from_a_rank_that_died, 2, free_port(), expect_fail=True, first=2)
+    for op, way in (("recv", "from"), ("send", "to")):
+        kind, message, seconds = out[op]
+        assert kind == "CollectiveError", (op, message)
+        assert message.startswith(f"{op} #1 {way} rank 1: Connection closed by peer (rank 1): "
+                                  f"rank 1 ended while rank 0 waited for it"), message
+        assert "Why: rank 1 exited or crashed" in message
+        assert "Fix: fix rank 1's error first" in message
+        assert seconds < 10, (op, seconds)             # (the timeout is 20 s)
+
+
 def test_a_wrong_world_size_names_the_rank_that_never_joined():
     spawn = mp.get_context("spawn")       # (a Barrier would leave a stdlib heap arena in this
     out = run(workers.wrong_world_size, 2, free_port(),     # process, inherited by later forks)
@@ -222,6 +236,17 @@ def test_a_port_in_use_is_torchs_message_and_nothing_is_left(monkeypatch):
         f"The server socket has failed to listen on any local network address. port: {port}, "
         f"useIpv6: false, code: -98, name: EADDRINUSE, message: address already in use. Why:")
     assert "Fix:" in str(info.value) and not dist.is_initialized()
+
+
+@pytest.mark.parametrize("backend, said", [("gloo", "gloo"), ("GLOO", "gloo"),
+                                            ("cpu:gloo", "cpu:gloo"), ("mpviz", "mpviz")])
+def test_get_backend_says_the_backend_asked_for_as_torch_does(backend, said):
+    # (torch 2.13, one rank: 'gloo' -> 'gloo', 'GLOO' -> 'gloo', 'cpu:gloo' -> 'cpu:gloo'; a
+    # program that checks `dist.get_backend() == "gloo"` runs unchanged on mpviz)
+    dist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{free_port()}", rank=0,
+                            world_size=1, timeout=datetime.timedelta(seconds=5))
+    assert dist.get_backend() == said
+    dist.destroy_process_group()
 
 
 def test_one_rank_inits_runs_and_leaves_no_port_key_or_file(tmp_path):
@@ -343,8 +368,9 @@ def test_a_rank_that_left_is_seen_leaving_before_the_rank_that_waited_for_it_fai
     failed = [e for e in trace.of_kind("dist.collective") if e.args.get("error")]
     assert [(e.args["rank"], e.args["seq"]) for e in failed] == [(0, 2)]
     assert destroyed[0].ts_ns < failed[0].ts_ns
-    assert failed[0].args["error"] == ("CollectiveError: all_reduce #2 of group [0, 1]: rank 1 "
-                                       "closed its connection while rank 0 waited for it")
+    assert failed[0].args["error"] == ("CollectiveError: all_reduce #2 of group [0, 1]: "
+                                       "Connection closed by peer (rank 1): rank 1 closed its "
+                                       "connection while rank 0 waited for it")
     verdict = judge(trace)
     assert verdict.sentence.startswith(
         "rank 1 called destroy_process_group() after collective #1"), verdict.sentence

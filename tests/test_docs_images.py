@@ -1,8 +1,10 @@
-"""The README's pictures: each one it shows exists, and each PNG in docs/images has a maker.
+"""The pictures of the README and docs/: each one shown exists, each PNG in docs/images has a
+maker and is shown somewhere.
 
 docs/images/make_images.py redraws the pictures from real runs; a PNG it does not know would be
 drawn by nobody and drift from the code (students believe the pictures), and a picture the
-README links but nobody made is a broken image. Cheap: nothing is run or drawn here.
+README or a page of docs/ links but nobody made is a broken image. Cheap: nothing is run or
+drawn here.
 """
 import importlib.util
 import os
@@ -45,19 +47,25 @@ def test_every_png_has_a_maker():
                       f"`PYTHONPATH=. python docs/images/make_images.py {' '.join(gone)}`")
 
 
-def test_every_linked_image_exists():
-    documents = [os.path.join(ROOT, "README.md")] + [
-        os.path.join(ROOT, "docs", f) for f in os.listdir(os.path.join(ROOT, "docs"))
+def _documents():
+    """README.md and every Markdown page in docs/."""
+    return [os.path.join(ROOT, "README.md")] + [
+        os.path.join(ROOT, "docs", f) for f in sorted(os.listdir(os.path.join(ROOT, "docs")))
         if f.endswith(".md")]
+
+
+def test_every_linked_image_exists():
     missing = [(os.path.relpath(doc, ROOT), os.path.relpath(image, ROOT))
-               for doc in documents for image in _linked(doc) if not os.path.isfile(image)]
+               for doc in _documents() for image in _linked(doc) if not os.path.isfile(image)]
     assert not missing, f"images linked but not there (document, image): {missing}"
 
 
 def test_every_picture_is_shown_somewhere():
-    """A picture nobody links is a picture nobody checks against its text."""
-    linked = {os.path.basename(p)[:-4] for p in _linked(os.path.join(ROOT, "README.md"))}
-    assert _pngs() <= linked, f"not shown in README.md: {sorted(_pngs() - linked)}"
+    """A picture nobody links is a picture nobody checks against its text. The README shows
+    one; the others are shown in docs/ beside the text that explains them (docs/TRACE.md)."""
+    linked = {os.path.basename(p)[:-4] for doc in _documents() for p in _linked(doc)}
+    assert _pngs() <= linked, (f"not shown in README.md or docs/*.md: "
+                               f"{sorted(_pngs() - linked)}")
 
 
 def test_pictures_stay_small():

@@ -100,3 +100,26 @@ def test_a_leaked_child_is_killed_with_its_own_children(tmp_path):
     finally:
         if alive(grandchild):
             os.kill(grandchild, signal.SIGKILL)
+
+
+def test_a_grandchild_orphaned_by_its_parents_death_is_seen_as_this_runs_child():
+    """A test that kills a worker's parent leaves the worker behind: it is handed to pytest (a
+    child subreaper, see conftest), so the leak check sees it rather than init adopting it."""
+    import conftest
+    assert conftest.SUBREAPER, "prctl(PR_SET_CHILD_SUBREAPER) failed: orphans would go unseen"
+    parent = subprocess.Popen(
+        [sys.executable, "-c", "import os, subprocess, sys\n"
+         "kid = subprocess.Popen(['sleep', '60'])\nprint(kid.pid, flush=True)\nos._exit(0)"],
+        stdout=subprocess.PIPE, text=True)
+    grandchild = int(parent.stdout.readline())
+    parent.wait()
+    parent.stdout.close()
+    try:
+        deadline = time.monotonic() + 10
+        while grandchild not in children() and time.monotonic() < deadline:
+            time.sleep(0.01)            # polling the kernel's reparenting, bounded
+        assert grandchild in children()
+        assert grandchild in _children_by_scan()
+    finally:
+        os.kill(grandchild, signal.SIGKILL)
+        os.waitpid(grandchild, 0)       # ours now: reaped here, as a parent must

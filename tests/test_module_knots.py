@@ -262,6 +262,8 @@ LAZY_BACK_EDGES = {
     ("mpviz.tensor", "mpviz.cuda"): "cuda wraps Tensors; only a device other than cpu needs it",
     ("mpviz.trace.messages", "mpviz.trace.hooks"):
         "hooks installs messages' wrappers; messages borrows hooks' _patch for mpviz's Queue",
+    ("mpviz.trace.trace", "mpviz.trace.merge"):
+        "merge builds MergedTrace on Trace and load; load() of a list of folders is the way in",
     ("mpviz.trace.trace", "mpviz.trace.watchdog"):
         "the watchdog reads Traces; record(hang_after=...) starts it only when asked",
 }

@@ -296,7 +296,7 @@ def test_loss_errors_name_the_problem():
         F.cross_entropy(logits, mpviz.tensor([0, 1, 2]))
     with pytest.raises(ValueError, match="same shape"):
         F.mse_loss(logits, mpviz.zeros(3, 2))
-    with pytest.raises(ValueError, match="reduction='avg'"):
+    with pytest.raises(ValueError, match="avg is not a valid value for reduction. Why: mse_loss"):
         F.mse_loss(logits, logits, reduction="avg")
     with pytest.raises(TypeError, match="to be a Tensor"):
         F.relu([1.0])
@@ -349,3 +349,27 @@ def test_sgd_trains_a_model_and_validates_its_arguments():
     x = mpviz.zeros(2, requires_grad=True)
     with pytest.raises(ValueError, match="non-leaf"):
         optim.SGD([x * 2], lr=0.1)
+
+
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+def test_mse_loss_module_matches_torchs_value_and_gradient(reduction):
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(3)
+    x, y = rng.standard_normal((4, 3)).astype(np.float32), rng.standard_normal((4, 3))
+    y = y.astype(np.float32)
+    ours_x = mpviz.tensor(x, requires_grad=True)
+    ours = nn.MSELoss(reduction=reduction)(ours_x, mpviz.tensor(y))
+    theirs_x = torch.tensor(x, requires_grad=True)
+    theirs = torch.nn.MSELoss(reduction=reduction)(theirs_x, torch.tensor(y))
+    np.testing.assert_allclose(ours.detach().numpy(), theirs.detach().numpy(), rtol=1e-6)
+    ours.sum().backward()
+    theirs.sum().backward()
+    np.testing.assert_allclose(ours_x.grad.numpy(), theirs_x.grad.numpy(), rtol=1e-6)
+    assert repr(nn.MSELoss(reduction=reduction)) == repr(torch.nn.MSELoss(reduction=reduction))
+
+
+def test_mse_loss_with_a_reduction_torch_does_not_know_says_torchs_words_and_the_fix():
+    with pytest.raises(ValueError) as info:
+        nn.MSELoss(reduction="avg")
+    assert str(info.value).startswith("avg is not a valid value for reduction. Why:")  # torch's
+    assert 'Fix: reduction="mean", "sum" or "none".' in str(info.value)

@@ -23,8 +23,8 @@ def fresh_python(code, **env):
 
 
 def test_lazy_names_are_bound_on_first_use():
-    """`mpviz.trace.mark(...)` as the README writes it: the first access loads trace.py, every
-    later one is a plain attribute of the module (no import run per event)."""
+    """`mpviz.trace.mark(...)` as docs/PERFORMANCE.md writes it: the first access loads
+    trace.py, every later one is a plain attribute of the module (no import run per event)."""
     out = fresh_python(
         "import mpviz\n"
         "t = mpviz.trace\n"

@@ -359,7 +359,7 @@ def test_run_until_and_run_freely():
 def test_the_wait_for_graph_of_opposite_lock_orders_names_two_locks_as_the_choices_do():
     # take_both(first, second) runs with (A, B) in main and (B, A) in the child, so both locks
     # are waited for under one variable name, `second`: that name tells them apart no more. The
-    # graph must show two locks, called as the choices call them (the README shows this one).
+    # graph must show two locks, called as the choices call them (docs/TRACE.md shows this one).
     import matplotlib.text
     from mpviz import viz
     with sc.step("lock-order") as s:

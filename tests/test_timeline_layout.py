@@ -1,7 +1,7 @@
 """The timeline's layout, measured in pixels on real recorded runs: what a student believes is
 what is drawn, so nothing may be drawn out of sight, over another text, or too thin to see.
 
-Three real runs, recorded once for the module (the README's pictures are drawn from the same):
+Three real runs, recorded once for the module (docs/TRACE.md's pictures are drawn from the same):
 
 * fork-held-lock: a library's worker thread holds a lock for about 2 ms while main forks; the
   child waits forever for the copied lock (the watchdog kills both after ~2.5 s). The hold is
@@ -58,7 +58,7 @@ def producer_consumer():
 
 @pytest.fixture(scope="module")
 def hang(tmp_path_factory):
-    """The README's `mpviz trace --hang-after 2 -- python hang_join.py`, loaded back."""
+    """docs/TRACE.md's `mpviz trace --hang-after 2 -- python hang_join.py`, loaded back."""
     out = tmp_path_factory.mktemp("hang") / "trace"
     run = subprocess.run([sys.executable, "-m", "mpviz", "trace", "--hang-after", "2",
                           "--no-plot", "-o", str(out), "--", sys.executable,

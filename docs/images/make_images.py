@@ -1,4 +1,4 @@
-"""Redraw the pictures in docs/images/ from real runs -- the runs the README describes.
+"""Redraw the pictures in docs/images/ from real runs -- the runs README.md and docs/ describe.
 
     PYTHONPATH=. python docs/images/make_images.py              # every picture but the widget
     PYTHONPATH=. python docs/images/make_images.py your_own_hang stepped_wait_for
@@ -12,12 +12,12 @@ shows what older code drew. Each run is the one the text beside the picture desc
     wait_for_fork_lock           scenario fork-held-lock, its wait-for graph (notebook 04)
     timeline_fork_lock           the same run's timeline (`mpviz run fork-held-lock --plot`)
     stepped_wait_for             lock-order stepped into its deadlock, as notebook 09 does
-    your_own_hang                README: mpviz trace --hang-after 2 ... hang_join.py
-    your_own_torch               README: mpviz trace --plot ... torch_queue.py
+    your_own_hang                docs/TRACE.md: mpviz trace --hang-after 2 ... hang_join.py
+    your_own_torch               docs/TRACE.md: mpviz trace --plot ... torch_queue.py
     live_widget                  not drawn here: a screenshot of JupyterLab, taken by the browser
                                  test (see ELSEWHERE below for the command)
 
-Pictures are saved at 100 dpi (small files: the README shows them at page width anyway).
+Pictures are saved at 100 dpi (small files: the README and docs/ show them at page width anyway).
 """
 import os
 import shutil
@@ -88,7 +88,7 @@ def stepped_wait_for():
 
 
 def _trace_cli(name, args):
-    """Run the README's `mpviz trace ...` command in a temporary folder; keep its timeline.png."""
+    """Run docs/TRACE.md's `mpviz trace ...` command in a temporary folder; keep timeline.png."""
     out = tempfile.mkdtemp(prefix="mpviz_images_")
     try:
         cmd = [sys.executable, "-m", "mpviz", "trace", *args, "-o", out, "--", sys.executable]
@@ -97,7 +97,7 @@ def _trace_cli(name, args):
         picture = os.path.join(out, "timeline.png")
         if not os.path.exists(picture):
             sys.exit(f"{name}: mpviz trace drew no timeline.png:\n{run.stdout}\n{run.stderr}")
-        # the launcher's own picture, as the README's command makes it (matplotlib's 100 dpi;
+        # the launcher's own picture, as docs/TRACE.md's command makes it (matplotlib's 100 dpi;
         # with, under it, anything the trace could not record)
         shutil.copyfile(picture, os.path.join(HERE, name + ".png"))
         print(f"{name}.png: {os.path.getsize(picture) // 1024} KiB")

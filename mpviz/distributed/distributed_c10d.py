@@ -24,6 +24,7 @@ import socket
 import time
 from urllib.parse import urlparse
 
+from .. import _proc
 from ..trace import recorder
 from . import links
 from .errors import DistStoreError
@@ -49,9 +50,9 @@ class GroupMember:
 class _World:
     """What init_process_group made: the store, the links, the default group, the p2p sockets."""
 
-    def __init__(self, rank, world_size, timeout, store, link):
+    def __init__(self, rank, world_size, timeout, store, link, watch):
         self.rank, self.world_size, self.timeout = rank, world_size, timeout
-        self.store, self.links = store, link
+        self.store, self.links, self.watch = store, link, watch
         self.groups = []                       # every ProcessGroup this rank is in
         self.n_groups = 0                      # new_group calls so far (the same on every rank)
         self.p2p = {}                          # ("out"|"in", peer) -> socket
@@ -66,8 +67,9 @@ class _World:
     def p2p_socket(self, direction, peer, deadline):
         key = (direction, peer)
         if key not in self.p2p:
-            self.p2p[key] = (self.links.connect("p2p", peer, deadline) if direction == "out"
-                             else self.links.accept("p2p", peer, deadline))
+            self.p2p[key] = (self.links.connect("p2p", peer, deadline, self.watch)
+                             if direction == "out" else
+                             self.links.accept("p2p", peer, deadline, self.watch))
         return self.p2p[key]
 
     def close(self):
@@ -78,6 +80,7 @@ class _World:
         for sock in self.p2p.values():
             sock.close()
         self.links.close()
+        self.watch.close()
         self.store.close()
 
 
@@ -161,6 +164,8 @@ def init_process_group(backend=None, init_method=None, timeout=None, world_size=
     if _world is not None:
         raise ValueError("trying to initialize the default process group twice! Fix: call "
                          "destroy_process_group() first, or init once per process.")
+    if isinstance(backend, str):
+        backend = backend.lower()                # (torch's Backend("GLOO") is "gloo" too)
     if backend not in (None, "mpviz", "gloo", "cpu:gloo"):
         raise ValueError(
             f"backend={backend!r} is not a backend of mpviz.distributed. Why: 'nccl' is torch's "
@@ -188,7 +193,10 @@ def init_process_group(backend=None, init_method=None, timeout=None, world_size=
     error, made = None, []
     try:
         deadline = time.monotonic() + seconds
-        the_store = TCPStore("127.0.0.1", port, rank == 0, seconds, address_file=address_file)
+        named = ("MASTER_PORT" if init_method == "env://" else      # (the fix names the one
+                 f"port in init_method={init_method!r}")            # the program set)
+        the_store = TCPStore("127.0.0.1", port, rank == 0, seconds, address_file=address_file,
+                             port_from=named)
         made.append(the_store)
         if rank == 0:
             the_store.set("job", links.new_job_token())
@@ -198,7 +206,10 @@ def init_process_group(backend=None, init_method=None, timeout=None, world_size=
         made.append(link)
         _join(the_store, rank, world_size, deadline, seconds)
         the_store.forget_secret()             # rank 0: every rank is connected now
-        world = _World(rank, world_size, seconds, the_store, link)
+        processes = the_store.get_many(f"pid/{r}" for r in range(world_size))
+        watch = links.Watch({r: processes.get(f"pid/{r}") for r in range(world_size) if r != rank})
+        world = _World(rank, world_size, seconds, the_store, link, watch)
+        world.backend = backend
         world.groups.append(ProcessGroup(world, "g0", list(range(world_size)), deadline, seconds))
     except BaseException as e:
         error = e
@@ -218,6 +229,7 @@ def _join(store, rank, world_size, deadline, seconds):
     if store.add(f"rank/{rank}", 1) > 1:
         raise ValueError(f"rank {rank} joined twice: two processes passed rank={rank}. Fix: give "
                          f"each process its own rank (spawn's first argument).")
+    store.set(f"pid/{rank}", (os.getpid(), _proc.start_time(os.getpid())))   # (links.Watch)
     theirs = store.get("world_size")
     if theirs != world_size:
         raise ValueError(f"rank {rank} passed world_size={world_size}, rank 0 passed {theirs}. "
@@ -295,8 +307,10 @@ def get_world_size(group=None):
 
 
 def get_backend(group=None):
-    _the_world()
-    return "mpviz"
+    """The backend init_process_group was given, as torch says it: "gloo" for "gloo" (which
+    here runs mpviz's ring: a torch program that checks its backend runs unchanged), "mpviz"
+    for "mpviz" or none."""
+    return _the_world().backend
 
 
 def new_group(ranks=None, timeout=None, backend=None, pg_options=None):

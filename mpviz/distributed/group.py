@@ -108,8 +108,8 @@ class ProcessGroup:
             error = self._timed_out(op, seq)
         except LinkClosed as c:
             error = CollectiveError(
-                f"{op} #{seq} of group {self.members}: rank {c.peer} closed its connection while "
-                f"rank {rank} waited for it. Why: rank {c.peer} exited or crashed (its own error, "
+                f"{op} #{seq} of group {self.members}: Connection closed by peer (rank {c.peer}): "
+                f"rank {c.peer} closed its connection while rank {rank} waited for it. Why: rank {c.peer} exited or crashed (its own error, "
                 f"above or in its log, is the first cause). Fix: fix rank {c.peer}'s error; every "
                 f"rank must stay until the last collective.", op, seq, [c.peer])
         except Aborted as a:
@@ -293,9 +293,14 @@ class ProcessGroup:
         except LinkTimeout:
             error = self._timed_out_p2p(op, seq, peer)
         except (LinkClosed, OSError):
+            way = "from" if op == "recv" else "to"
             error = CollectiveError(
-                f"{op} #{seq}: rank {peer} closed its connection. Why: rank {peer} exited or "
-                f"crashed. Fix: fix rank {peer}'s error first.", op, seq, [peer])
+                f"{op} #{seq} {way} rank {peer}: Connection closed by peer (rank {peer}): rank "
+                f"{peer} ended while rank {rank} waited for it, so it will never "
+                f"{'send' if op == 'recv' else 'receive'} (torch's gloo says the same). Why: rank "
+                f"{peer} exited or crashed (its own error, above or in its log, is the first "
+                f"cause). Fix: fix rank {peer}'s error first; every rank must stay until its last "
+                f"send/recv.", op, seq, [peer])
         finally:
             if record:
                 recorder.emit("dist.collective", phase="end", op=op, seq=seq, group=self.members,

@@ -16,12 +16,19 @@ the data (ring.py). The tags::
 
 Nothing here is a file: the sockets' names are abstract, the buffers are memfds, so a rank that
 dies leaves nothing behind (the kernel frees both with the last process that holds them).
+
+A rank that waits for a peer that has not connected yet (a recv before the sender's first send)
+also watches the peer's process: a pidfd (``os.pidfd_open``) becomes readable when that process
+ends, so a recv from a rank that died raises at once instead of after the whole timeout (torch's
+gloo sees the same through its TCP connection: "Connection closed by peer").
 """
 import os
 import secrets
+import select
 import socket
 import time
 
+from .. import _proc
 from ..sharing.fd_passing import peer_credentials
 
 
@@ -63,14 +70,18 @@ class Links:
         self.listener.listen(64)
         self.accepted = {}       # (tag, peer rank) -> socket, accepted but not yet asked for
 
-    def connect(self, tag, peer, deadline):
-        """A socket to `peer`'s listener, introduced as (tag, this rank)."""
+    def connect(self, tag, peer, deadline, watch=None):
+        """A socket to `peer`'s listener, introduced as (tag, this rank). `watch`: a
+        :class:`Watch` of peers' processes (a peer that ended: LinkClosed, not a wait)."""
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET | socket.SOCK_CLOEXEC)
         while True:
             try:
                 sock.connect(_address(self.job, peer))
                 break
             except (ConnectionRefusedError, FileNotFoundError):
+                if watch is not None and watch.ended(peer):
+                    sock.close()
+                    raise LinkClosed(peer) from None
                 if time.monotonic() >= deadline:   # its listener exists once it joined the store
                     sock.close()
                     raise LinkTimeout(peer) from None
@@ -79,14 +90,22 @@ class Links:
         sock.send(f"{tag} {self.rank} {self.job}".encode())
         return sock
 
-    def accept(self, tag, peer, deadline):
-        """The socket `peer` connected as (tag, peer), accepting others on the way."""
+    def accept(self, tag, peer, deadline, watch=None):
+        """The socket `peer` connected as (tag, peer), accepting others on the way. `watch`: a
+        :class:`Watch`: if `peer`'s process ends first, LinkClosed (it never will connect)."""
+        ended = watch.fd(peer) if watch is not None else None
         while (tag, peer) not in self.accepted:
-            self.listener.settimeout(max(deadline - time.monotonic(), 0.0001))
+            waits = [self.listener] + ([ended] if ended is not None else [])
+            ready, _, _ = select.select(waits, [], [], max(deadline - time.monotonic(), 0))
+            if self.listener not in ready:
+                if ended is not None and (ended in ready or watch.ended(peer)):
+                    raise LinkClosed(peer)
+                raise LinkTimeout(peer)
+            self.listener.settimeout(0.0001)
             try:
                 sock, _ = self.listener.accept()
-            except socket.timeout:
-                raise LinkTimeout(peer) from None
+            except (socket.timeout, BlockingIOError):
+                continue
             try:
                 _check_peer(sock)
                 sock.settimeout(max(deadline - time.monotonic(), 0.0001))
@@ -107,6 +126,37 @@ class Links:
         for sock in self.accepted.values():
             sock.close()
         self.accepted.clear()
+
+
+class Watch:
+    """The processes of the other ranks, by rank: ``{rank: (pid, start time)}`` as each rank
+    wrote them to the store when it joined (the start time tells a process from a later one
+    given the same pid). ``fd(rank)``: a pidfd that becomes readable when it ends (None where
+    pidfds are missing: then only ``ended`` answers); ``ended(rank)``: it has ended."""
+
+    def __init__(self, processes):
+        self.processes, self.fds = dict(processes), {}
+
+    def fd(self, rank):
+        if rank not in self.fds:
+            pid, _ = self.processes.get(rank) or (None, None)
+            try:
+                self.fds[rank] = os.pidfd_open(pid) if pid is not None else None
+            except (AttributeError, OSError):       # (gone already, or no pidfd: Linux < 5.3)
+                self.fds[rank] = None
+        return self.fds[rank]
+
+    def ended(self, rank):
+        """True when rank's process is gone or a zombie (a pid's start time that differs: a
+        later process got its pid); False while it runs, or when it is unknown."""
+        pid, start = self.processes.get(rank) or (None, None)
+        return pid is not None and _proc.start_time(pid) != start
+
+    def close(self):
+        for fd in self.fds.values():
+            if fd is not None:
+                os.close(fd)
+        self.fds.clear()
 
 
 def _check_peer(sock):

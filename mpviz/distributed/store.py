@@ -103,7 +103,7 @@ def key_file(host, port):
 class _Server:
     """The dict and the threads that serve it. Lives in rank 0 until ``close()``."""
 
-    def __init__(self, host, port, secret):
+    def __init__(self, host, port, secret, port_from="MASTER_PORT"):
         self.secret = secret
         try:
             self.listener = socket.create_server((host, port))   # SO_REUSEADDR, as torch's
@@ -114,7 +114,7 @@ class _Server:
                 f"port: {port}, useIpv6: false, code: -{e.errno}, name: {name}, "
                 f"message: {os.strerror(e.errno).lower()}. Why: another process (maybe an "
                 f"earlier run that is still alive) holds port {port}. Fix: choose a free "
-                f"MASTER_PORT, or stop the other process (`ss -ltnp | grep {port}` shows "
+                f"{port_from}, or stop the other process (`ss -ltnp | grep {port}` shows "
                 f"it).") from None
         self.port = self.listener.getsockname()[1]
         self.data = {}
@@ -227,7 +227,8 @@ class TCPStore:
     at each try to connect, so a rank that starts before rank 0 waits for it.
     """
 
-    def __init__(self, host, port, is_master, timeout, secret=None, address_file=None):
+    def __init__(self, host, port, is_master, timeout, secret=None, address_file=None,
+                 port_from="MASTER_PORT"):
         self.timeout = timeout
         self.address_file = address_file
         self._key_file = None
@@ -237,7 +238,7 @@ class TCPStore:
             secret = os.environ["MPVIZ_DIST_SECRET"].encode()   # every rank knows it already
         if is_master:
             secret = secret or secrets.token_bytes(32)
-            self.server = _Server(host, port, secret)
+            self.server = _Server(host, port, secret, port_from)
             port = self.server.port
             try:
                 if address_file is not None:  # file:// init: the file says where, and the key

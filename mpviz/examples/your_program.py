@@ -18,8 +18,9 @@ import importlib.util
 import os
 import subprocess
 import sys
-import tempfile
 from dataclasses import dataclass
+
+from .. import _tempdirs
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 PROGRAMS = os.path.join(ROOT, "notebooks", "programs")
@@ -64,7 +65,7 @@ def trace_program(script, *args, hang_after=2, directory=None, timeout=60, wrap=
     if not os.path.isfile(path):
         raise ValueError(f"no program {script!r} in {PROGRAMS}. Fix: one of "
                          f"{', '.join(sorted(f for f in os.listdir(PROGRAMS) if f.endswith('.py')))}")
-    directory = directory or tempfile.mkdtemp(prefix=f"mpviz-{script[:-3]}-")
+    directory = directory or _tempdirs.make(f"mpviz-{script[:-3]}-")   # removed at exit
     command = [*wrap, sys.executable, "-m", "mpviz", "trace", "--hang-after", str(hang_after),
                "--no-plot", "-o", directory, "--", sys.executable, path, *map(str, args)]
     env = dict(os.environ)

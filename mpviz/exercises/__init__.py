@@ -35,6 +35,7 @@ __all__ = ["check", "judge", "exercises", "Exercise", "Verdict", "KINDS", "forge
 NOTEBOOKS = {
     "00": "nb00", "01": "nb01", "02": "nb02", "03": "nb03", "04": "nb04",
     "05": "nb05", "06": "nb06", "07": "nb07", "08": "nb08", "09": "nb09", "11": "nb11",
+    "12": "nb12",
     "13": "nb13",
     "14": "nb14",
 }

@@ -73,7 +73,8 @@ class QueueClosedEmptyError(QueueClosedError, OSError):
     catches it still does, as does the second half of CPython's own
     ``test_closed_queue_empty_exceptions`` (3.13: a queue used, then closed). Its first half
     differs, by design: on a queue closed before any use the stdlib's ``empty()`` answers True,
-    while this one raises, as this ``close()`` closes this process's ends at once (README)."""
+    while this one raises, as this ``close()`` closes this process's ends at once
+    (docs/INTERNALS.md)."""
 
 
 def _stepped(op, queue, **info):

@@ -71,13 +71,20 @@ def mse_loss(input, target, reduction="mean"):
 
 
 def _reduce(losses, reduction, fn):
+    check_reduction(reduction, fn)
     if reduction == "mean":
         return losses.mean()
     if reduction == "sum":
         return losses.sum()
-    if reduction == "none":
-        return losses
-    raise ValueError(f"{fn}(reduction={reduction!r}): expected 'mean', 'sum' or 'none'")
+    return losses
+
+
+def check_reduction(reduction, fn):
+    """torch's words for a reduction that is none of "mean", "sum", "none", then the fix."""
+    if reduction not in ("mean", "sum", "none"):
+        raise ValueError(f"{reduction} is not a valid value for reduction. Why: {fn} averages "
+                         f"(\"mean\"), adds up (\"sum\") or keeps (\"none\") the losses of "
+                         f"the elements. Fix: reduction=\"mean\", \"sum\" or \"none\".")
 
 
 def _tensor(x, fn, name):

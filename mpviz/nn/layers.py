@@ -49,6 +49,21 @@ class ReLU(Module):
         return F.relu(x)
 
 
+class MSELoss(Module):
+    """The mean (``reduction="mean"``), sum (``"sum"``) or elementwise (``"none"``) squared
+    difference of ``input`` and ``target``: ``torch.nn.MSELoss``, a Module around
+    ``functional.mse_loss`` (torch's deprecated ``size_average``/``reduce`` are left out; its
+    repr is torch's, ``MSELoss()``, whatever the reduction)."""
+
+    def __init__(self, reduction="mean"):
+        super().__init__()
+        F.check_reduction(reduction, "MSELoss")          # (torch checks only when called)
+        self.reduction = reduction
+
+    def forward(self, input, target):
+        return F.mse_loss(input, target, reduction=self.reduction)
+
+
 class Sequential(Module):
     """Modules applied one after the other: ``Sequential(Linear(2, 8), ReLU(), Linear(8, 3))``.
 

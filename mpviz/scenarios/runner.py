@@ -27,15 +27,14 @@ events are written as the hang watchdog of ``mpviz trace`` writes them (watchdog
 import atexit
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 import weakref
 
+from .. import _tempdirs
 from .. import trace as mtrace
 from ..trace import autostart, recorder, session, watchdog
 from ..trace.watchdog import parse_stacks   # one parser, shared with `mpviz trace`'s watchdog
@@ -51,7 +50,6 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 SITE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_site")
 
 _active = weakref.WeakSet()     # runs still going (stopped when this process exits)
-_temporary = []                 # trace directories to remove when this process exits
 
 
 class Running:
@@ -69,8 +67,7 @@ class Running:
         self.stall_seconds = float(getattr(self._case, "STALL_SECONDS", DEFAULT_STALL_SECONDS))
         self.time_limit = float(getattr(self._case, "TIME_LIMIT", DEFAULT_TIME_LIMIT))
         if trace_dir is None:
-            self.trace_dir = tempfile.mkdtemp(prefix=f"mpviz-{name}-")
-            _temporary.append(self.trace_dir)
+            self.trace_dir = _tempdirs.make(f"mpviz-{name}-")    # removed at exit
         else:
             self.trace_dir = os.path.abspath(os.fspath(trace_dir))
             os.makedirs(self.trace_dir, exist_ok=True)
@@ -283,6 +280,4 @@ def _at_exit():
         try:
             running.stop()
         except Exception:
-            pass
-    for directory in _temporary:
-        shutil.rmtree(directory, ignore_errors=True)
+            pass                # (their temporary folders go after this: see _tempdirs)

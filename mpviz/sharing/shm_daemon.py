@@ -3,7 +3,7 @@
 Started by the first client (``shm_manager.py --serve``, see :mod:`mpviz.sharing.shm_manager`
 for why and for the client's side), it runs one loop::
 
-    clients' sockets ──lines──▶ serve(): a round every select() (+1 ms to gather more)
+    clients' sockets ──lines──▶ _Manager.round(): every select() (+1 ms to gather more)
       HOLD name n / DROP name     per client (_Peer): what it holds and its count in the header
       GROUP g / UNLINKED / FATE   a client that closes (exited, or SIGKILLed) holds nothing
                                   ▼
@@ -13,7 +13,7 @@ for why and for the client's side), it runs one loop::
 
 * Exactly one per address: a lock file (flock, freed by the kernel even after SIGKILL) says
   who serves; the one holding it removes a socket file a killed manager left (:func:`_listen`).
-* A killed manager's names are *adopted* by the next one (:func:`serve`'s ``adopt``).
+* A killed manager's names are *adopted* by the next one (``_Manager.adopt``).
 * Idle for ``IDLE_SECONDS`` (no client, nothing in flight): it unlinks what it knows, exits.
 
 Standard library only, imported beside shm_manager.py (not through the mpviz package) so that
@@ -213,112 +213,184 @@ def _ours(prefix):
 
 
 def serve():
+    """Listen (unless another manager serves this address), then serve until idle."""
     listener = _listen()           # (an error here reaches the starter: see main())
     _quiet()
     if listener is None:
         return  # another manager is already serving this user
-    _raise_fd_limit()
-    soft_limit = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
-    most_clients = soft_limit - FD_RESERVE
-    spare = os.open(os.devnull, os.O_RDONLY)   # given up to accept, and refuse, one client
-    sel = selectors.DefaultSelector()
-    sel.register(listener, selectors.EVENT_READ)
-    peers = {}      # client socket -> _Peer
-    counted = set() # names whose header counts holders and handles in flight (file_system)
-    dead = {}       # name -> counts in its header that belong to clients that died holding it
-    groups = {}     # name -> the process groups of the clients that ever held it
-    known = set()   # every name ever mentioned, for the final sweep
-    in_flight = {}  # name -> since when nobody holds it, with handles still in flight
-    adopted = {}    # name -> pids that mapped it when we found it (a killed manager's names)
-    idle_since = last_check = time.monotonic()
-    paused_until = 0.0
+    _Manager(listener).run()
 
-    def unlink(name):
+
+class _Manager:
+    """What the daemon knows, and one method per thing it does: ``run`` loops over rounds;
+    each round ``accept``s clients and ``receive``s their lines, then ``decide``s the names
+    that lost their last holder and answers ``FATE`` questions (``judge_all``); every
+    CHECK_SECONDS it looks again at adopted names and names in flight."""
+
+    def __init__(self, listener):
+        self.listener = listener
+        _raise_fd_limit()
+        self.soft_limit = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+        self.most_clients = self.soft_limit - FD_RESERVE
+        self.spare = os.open(os.devnull, os.O_RDONLY)  # given up to accept, refuse, one client
+        self.sel = selectors.DefaultSelector()
+        self.sel.register(listener, selectors.EVENT_READ)
+        self.peers = {}       # client socket -> _Peer
+        self.counted = set()  # names whose header counts holders, handles in flight (file_system)
+        self.dead = {}        # name -> counts in its header of clients that died holding it
+        self.groups = {}      # name -> the process groups of the clients that ever held it
+        self.known = set()    # every name ever mentioned, for the final sweep
+        self.in_flight = {}   # name -> since when nobody holds it, with handles in flight
+        self.adopted = {}     # name -> pids that mapped it when we found it (a killed
+                              # manager's names)
+        self.idle_since = self.last_check = time.monotonic()
+        self.paused_until = 0.0
+
+    def run(self):
+        """Adopt what a killed manager left, then serve rounds until idle for IDLE_SECONDS."""
+        self.adopt()
+        while self.round():
+            pass
+
+    def round(self):
+        """Read every client that wrote, decide, answer, check; False when it is time to go."""
+        events = self.sel.select(timeout=0.1)
+        # Nobody waits for our answers, so there is no hurry: gather what arrives in the next
+        # millisecond into one round. On a busy machine that is one wake-up instead of one per
+        # message (each costs the sender a context switch), for 1 ms more cleanup latency. Not
+        # much longer: each small message takes ~1 KiB of its sender's socket buffer (212 KiB),
+        # so a client sending more than ~200 messages per pause would block until we read.
+        time.sleep(BATCH_SECONDS)
+        events = self.sel.select(timeout=0) or events
+        candidates = set()  # names that may have lost their last holder in this round
+        questions = []
+        now = time.monotonic()
+        for key, _ in events:
+            if key.fileobj is self.listener:
+                if now >= self.paused_until:
+                    self.accept()
+            elif key.fileobj in self.peers:
+                self.receive(key.fileobj, self.peers[key.fileobj], candidates, questions)
+        if self.paused_until > now:
+            time.sleep(0.01)
+        # Decide only after reading every socket that was readable: a message that *caused*
+        # another (the sender's HOLD before the receiver's DROP) was written earlier, so it is
+        # in this round too, whichever socket we happened to read first.
+        for name in candidates:
+            if name in self.known and not self.held(name):
+                self.decide(name)
+        if questions:
+            self.answer(questions)
+        now = time.monotonic()
+        if (self.in_flight or self.adopted) and now - self.last_check >= CHECK_SECONDS:
+            self.last_check = now
+            self.check_adopted()
+            self.check_in_flight(now)
+        if self.peers or self.in_flight or self.adopted:
+            self.idle_since = now
+        elif now - self.idle_since > IDLE_SECONDS:
+            self.close()
+            return False
+        return True
+
+    def close(self):
+        """Idle: unlink every name we know, remove our socket and lock files."""
+        for name in list(self.known):
+            self.unlink(name)
+        path = self.listener.getsockname()      # (we still hold the lock: both are ours to remove)
+        os.unlink(path)
+        os.unlink(_lock_path(path))
+
+    def unlink(self, name):
+        """Remove `name` from /dev/shm, and from everything we know."""
         try:
             import _posixshmem
             _posixshmem.shm_unlink(name)
         except OSError:
             pass
-        forget(name)
+        self.forget(name)
 
-    def forget(name):
-        known.discard(name)
-        counted.discard(name)
-        dead.pop(name, None)
-        groups.pop(name, None)
-        in_flight.pop(name, None)
-        adopted.pop(name, None)
+    def forget(self, name):
+        """Drop `name` from everything we know (it is gone from /dev/shm)."""
+        self.known.discard(name)
+        self.counted.discard(name)
+        self.dead.pop(name, None)
+        self.groups.pop(name, None)
+        self.in_flight.pop(name, None)
+        self.adopted.pop(name, None)
 
-    def held(name):
-        return name in adopted or any(name in p.holds for p in peers.values())
+    def held(self, name):
+        """Whether a client, or a live process that mapped an adopted name, holds `name`."""
+        return name in self.adopted or any(name in p.holds for p in self.peers.values())
 
-    def decide(name):
+    def decide(self, name):
         """For a name nobody alive holds: unlink it, or keep it in flight."""
-        if name not in counted:
-            return unlink(name)
+        if name not in self.counted:
+            return self.unlink(name)
         header = _header(name)
-        if header is None or header[0] - dead.get(name, 0) <= 0:
-            return unlink(name)            # no handle in flight: nobody can come for it
-        in_flight.setdefault(name, time.monotonic())
+        if header is None or header[0] - self.dead.get(name, 0) <= 0:
+            return self.unlink(name)       # no handle in flight: nobody can come for it
+        self.in_flight.setdefault(name, time.monotonic())
 
-    def adopt():
+    def adopt(self):
         """A manager killed before us left these names: each is held for the live processes
         that map it. One that nobody maps is judged at the first check (CHECK_SECONDS from now),
         not at once: its creator may be between creating and mapping it."""
         found = _ours("mpviz_" + os.environ.get("MPVIZ_SHM_TAG", ""))
         holders = _proc.mappers(list(found), _pids())
         for name, has_count in found.items():
-            known.add(name)
+            self.known.add(name)
             if has_count:
-                counted.add(name)
-            groups[name] = {g for g in (process_group(p) for p in holders[name]) if g is not None}
-            adopted[name] = set(holders[name])
+                self.counted.add(name)
+            self.groups[name] = {g for g in (process_group(p) for p in holders[name])
+                                 if g is not None}
+            self.adopted[name] = set(holders[name])
 
-    def check_adopted():
+    def check_adopted(self):
         """Adopted names that no live process maps any more are nobody's now (unless a
         client said it holds them since): judged as if their last holder had just gone.
         (Their holders' counts in the header are not known: they count as in flight, and
         go with their holders' process groups, or when no live process can read their
         queue.)"""
-        alive = _proc.mappers(list(adopted), _pids())
-        for name in list(adopted):
-            adopted[name] = set(alive[name])
-            if not adopted[name]:
-                del adopted[name]
-                if not held(name):
-                    decide(name)
+        alive = _proc.mappers(list(self.adopted), _pids())
+        for name in list(self.adopted):
+            self.adopted[name] = set(alive[name])
+            if not self.adopted[name]:
+                del self.adopted[name]
+                if not self.held(name):
+                    self.decide(name)
 
-    def check_in_flight(now):
+    def check_in_flight(self, now):
         """Names in flight for a while: can a live process still receive one of their handles?
         Every ``CHECK_SECONDS`` each is looked at again (``keep_or_unlink``); one that nobody
         can ever receive is unlinked. So a tensor put on a queue arrives however long after its
         sender died, while anyone can still ``get`` from that queue (a forked child that
         inherited the pipe counts too)."""
         waiting = {}
-        for name, since in list(in_flight.items()):
-            if held(name):
-                del in_flight[name]        # it arrived: its receiver holds it now
+        for name, since in list(self.in_flight.items()):
+            if self.held(name):
+                del self.in_flight[name]   # it arrived: its receiver holds it now
             elif now - since >= CHECK_SECONDS:
                 header = _header(name)
-                if header is None or header[0] - dead.get(name, 0) <= 0:
-                    unlink(name)           # its last handle arrived, and was let go
+                if header is None or header[0] - self.dead.get(name, 0) <= 0:
+                    self.unlink(name)      # its last handle arrived, and was let go
                 else:
                     waiting[name] = header
-        readers, lives = look_at_proc(waiting)
+        readers, lives = self.look_at_proc(waiting)
         for name, header in waiting.items():
-            if keep_or_unlink(name, header, readers, lives)[0] == "unreachable":
-                unlink(name)               # no live process can ever receive a handle to it
+            if self.keep_or_unlink(name, header, readers, lives)[0] == "unreachable":
+                self.unlink(name)          # no live process can ever receive a handle to it
 
-    def look_at_proc(headers):
+    def look_at_proc(self, headers):
         """For `headers` ({name: header}): which of their queue pipes a live process reads,
         and which of their holders' process groups live (/proc read once for all)."""
         if not headers:
             return {}, set()
         pipes = set().union(*(channels(header)[0] for header in headers.values()))
         return (_proc.pipes_read(pipes, _pids()),
-                groups_alive({g for name in headers for g in groups.get(name, ())}))
+                groups_alive({g for name in headers for g in self.groups.get(name, ())}))
 
-    def keep_or_unlink(name, header, readers, lives):
+    def keep_or_unlink(self, name, header, readers, lives):
         """For a name nobody alive holds: (kind, handles left in flight, pids that can read its
         queue), kind as decided from the channel each sender wrote in the header (the queue pipe's
         inode; -1 for a ``Pipe``, ``SimpleQueue``, ``Pool``)::
@@ -328,76 +400,86 @@ def serve():
             no channel named, and a process of a holder's process group lives   -> "group": kept
             otherwise: no live process can ever receive a handle to it       -> "unreachable"
         """
-        left = header[0] - dead.get(name, 0)
+        left = header[0] - self.dead.get(name, 0)
         pipes, unknown = channels(header)
         pids = sorted({p for ino in pipes for p in readers.get(ino, ())})
         if left > 0 and pids:
             return "queue", left, pids
-        if left > 0 and (unknown or not pipes) and groups.get(name, set()) & lives:
+        if left > 0 and (unknown or not pipes) and self.groups.get(name, set()) & lives:
             return "group", left, []
         return "unreachable", left, []
 
-    def judge_all(names):
+    def answer(self, questions):
+        """Answer each ``FATE`` question [(conn, name)] of this round, a line each."""
+        answers = self.judge_all([name for _, name in questions])
+        for (conn, _), answer in zip(questions, answers):
+            try:
+                conn.send(answer.encode())
+            except OSError:
+                pass
+
+    def judge_all(self, names):
         """Our view of each of `names`, a line each (``FATE``'s answer): what decide() and
         check_in_flight() go by."""
         headers = {name: _header(name) for name in names}
-        readers, lives = look_at_proc({n: h for n, h in headers.items() if h is not None})
+        readers, lives = self.look_at_proc({n: h for n, h in headers.items() if h is not None})
         answers = []
         for name in names:
-            pids = ([p.pid for p in peers.values() if name in p.holds]
-                    + sorted(adopted.get(name, ())))
+            pids = ([p.pid for p in self.peers.values() if name in p.holds]
+                    + sorted(self.adopted.get(name, ())))
             if pids:
                 kind, left = "held", 0
-            elif name not in known or headers[name] is None or name not in counted:
+            elif name not in self.known or headers[name] is None or name not in self.counted:
                 kind, left = "unknown", 0
             else:
-                kind, left, pids = keep_or_unlink(name, headers[name], readers, lives)
+                kind, left, pids = self.keep_or_unlink(name, headers[name], readers, lives)
             answers.append(f"{kind} {left} {','.join(map(str, pids)) or '-'}\n")
         return answers
 
-    def accept():
+    def accept(self):
         """A new client, if it is of our user and we have a descriptor for it beyond
         FD_RESERVE. Else it is told why and closed (else it would wait). Out of descriptors all
         the same (the whole system is): the spare one is given up to take the client and do so
         (else we would spin on a listener that stays readable)."""
-        nonlocal spare, paused_until
         try:
-            conn, _ = listener.accept()
+            conn, _ = self.listener.accept()
         except OSError as exc:
             if exc.errno not in (errno.EMFILE, errno.ENFILE):
                 return
-            os.close(spare)
+            os.close(self.spare)
             try:
-                refuse(listener.accept()[0])
+                self.refuse(self.listener.accept()[0])
             except OSError:
-                paused_until = time.monotonic() + 0.5  # not even that: stop looking a while
-            spare = os.open(os.devnull, os.O_RDONLY)
+                self.paused_until = time.monotonic() + 0.5  # not even that: stop looking a while
+            self.spare = os.open(os.devnull, os.O_RDONLY)
             return
         pid, uid, _ = _peer(conn)
         if uid != os.getuid():
             conn.close()
             return
-        if len(peers) >= most_clients:
+        if len(self.peers) >= self.most_clients:
             try:
-                refuse(conn)
+                self.refuse(conn)
             except OSError:
                 conn.close()                       # (it left already)
             return
         conn.setblocking(False)
-        sel.register(conn, selectors.EVENT_READ)
-        peers[conn] = _Peer(pid)
+        self.sel.register(conn, selectors.EVENT_READ)
+        self.peers[conn] = _Peer(pid)
 
-    def refuse(conn):
+    def refuse(self, conn):
+        """Tell a client we have no descriptor for it why, and close it."""
         conn.setblocking(False)
-        conn.send(f"REFUSED the shm manager (pid {os.getpid()}) serves {len(peers)} "
-                  f"processes and has no descriptor left for more (limit {soft_limit}, of "
+        conn.send(f"REFUSED the shm manager (pid {os.getpid()}) serves {len(self.peers)} "
+                  f"processes and has no descriptor left for more (limit {self.soft_limit}, of "
                   f"which it keeps {FD_RESERVE} for its own reads): this process shares "
                   f"without it, so its segments stay in /dev/shm if it is killed. Fix: raise "
                   f"the hard limit (ulimit -Hn) before the first share, or run fewer "
                   f"processes at once\n".encode())
         conn.close()
 
-    def receive(conn, peer, candidates, questions):
+    def receive(self, conn, peer, candidates, questions):
+        """Read a client's lines and act on each; a client that closed holds nothing now."""
         data, closed = _drain(conn)
         for line in peer.lines(data):
             message = parse(line)
@@ -410,79 +492,31 @@ def serve():
                 if name not in peer.holds and len(peer.holds) >= MAX_NAMES:
                     continue
                 peer.holds[name] = n
-                known.add(name)
-                groups.setdefault(name, set()).add(peer.group)
-                in_flight.pop(name, None)  # held again: it arrived
+                self.known.add(name)
+                self.groups.setdefault(name, set()).add(peer.group)
+                self.in_flight.pop(name, None)  # held again: it arrived
                 if n is not None:
-                    counted.add(name)
+                    self.counted.add(name)
             elif op == "DROP":
                 if peer.holds.pop(name, False) is not False:
                     candidates.add(name)
             elif op == "UNLINKED":
                 if not os.path.exists("/dev/shm" + name):
-                    forget(name)           # believed only when it is true: the name is gone
+                    self.forget(name)      # believed only when it is true: the name is gone
             elif op == "FATE":             # a question (see fate()): answered after the round
                 questions.append((conn, name))
         if closed:
-            # The client exited, normally or killed: what it held may be nobody's now, and
-            # the counts it held in headers will never be given back.
-            sel.unregister(conn)
-            for name, n in peers.pop(conn).holds.items():
-                if n:                      # counts of ours it will never give back
-                    dead[name] = dead.get(name, 0) + n
-                candidates.add(name)
-            conn.close()
+            self.drop_peer(conn, candidates)
 
-    adopt()
-    while True:
-        events = sel.select(timeout=0.1)
-        # Nobody waits for our answers, so there is no hurry: gather what arrives in the next
-        # millisecond into one round. On a busy machine that is one wake-up instead of one per
-        # message (each costs the sender a context switch), for 1 ms more cleanup latency. Not
-        # much longer: each small message takes ~1 KiB of its sender's socket buffer (212 KiB),
-        # so a client sending more than ~200 messages per pause would block until we read.
-        time.sleep(BATCH_SECONDS)
-        events = sel.select(timeout=0) or events
-        candidates = set()  # names that may have lost their last holder in this round
-        questions = []
-        now = time.monotonic()
-        for key, _ in events:
-            if key.fileobj is listener:
-                if now >= paused_until:
-                    accept()
-            elif key.fileobj in peers:
-                receive(key.fileobj, peers[key.fileobj], candidates, questions)
-        if paused_until > now:
-            time.sleep(0.01)
-        # Decide only after reading every socket that was readable: a message that *caused*
-        # another (the sender's HOLD before the receiver's DROP) was written earlier, so it is
-        # in this round too, whichever socket we happened to read first.
-        for name in candidates:
-            if name in known and not held(name):
-                decide(name)
-        if questions:
-            answers = judge_all([name for _, name in questions])
-            for (conn, _), answer in zip(questions, answers):
-                try:
-                    conn.send(answer.encode())
-                except OSError:
-                    pass
-        now = time.monotonic()
-        if (in_flight or adopted) and now - last_check >= CHECK_SECONDS:
-            last_check = now
-            check_adopted()
-            check_in_flight(now)
-        if peers or in_flight or adopted:
-            idle_since = now
-        elif now - idle_since > IDLE_SECONDS:
-            for name in list(known):
-                unlink(name)
-            path = listener.getsockname()      # (we still hold the lock: both are ours to remove)
-            os.unlink(path)
-            os.unlink(_lock_path(path))
-            return
-
-
+    def drop_peer(self, conn, candidates):
+        """The client exited, normally or killed: what it held may be nobody's now, and the
+        counts it held in headers will never be given back."""
+        self.sel.unregister(conn)
+        for name, n in self.peers.pop(conn).holds.items():
+            if n:                          # counts of ours it will never give back
+                self.dead[name] = self.dead.get(name, 0) + n
+            candidates.add(name)
+        conn.close()
 
 
 def _drain(conn, most=READ_PER_ROUND):

@@ -483,6 +483,8 @@ class _Index:
             rank = e.args.get("rank")
             if isinstance(rank, int) and rank >= 0:
                 self.labels[e.pid] = f"rank {rank}"
+        if hasattr(trace, "host_of"):       # several hosts' traces (trace/merge.py): "b: rank 2"
+            self.labels = {pid: trace.label(pid, name) for pid, name in self.labels.items()}
 
     def _torch_event(self, e):
         """What real torch's events add to the index: DataLoader workers, torch segments."""

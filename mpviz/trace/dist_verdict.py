@@ -158,8 +158,12 @@ class Verdict:
                 f"mpviz stopped {nkilled} process(es) with SIGKILL."]
 
     def who(self, pid):
+        """"rank 1 (SpawnProcess-2, pid 4242)"; on host b of several (trace/merge.py): "rank 3
+        (host b, SpawnProcess-2, pid 4242)", the pid as that host counts it."""
         rank = self.r.rank_of.get(pid)
         name = self.names.get(pid, "?")
+        if hasattr(self.trace, "host_of"):
+            name, pid = f"host {self.trace.host_of(pid)}, {name}", self.trace.real_pid(pid)
         return f"rank {rank} ({name}, pid {pid})" if rank is not None else f"{name} (pid {pid})"
 
     def how_it_ended(self, pid, after=""):
@@ -376,7 +380,7 @@ class Verdict:
             lines.append(f"  {self.who(pid)}: has not called {needed} yet"
                          + (f" ({after[1:]})" if after else "") + f"; its main thread {words}")
         if not sentences:
-            return False
+            return self.elsewhere(first, [k for k in absent if k not in self.r.pid_of], lines)
         if "gave up" in kinds:
             self.kind, self.lines = "failed", lines + [
                 f"  A rank slower than the timeout given to init_process_group, or one that "
@@ -419,6 +423,24 @@ class Verdict:
                               "`if rank == ...:` -- it is one). Fix: find why that rank is slow "
                               "(its line above); give the ranks equal work; a longer "
                               "--hang-after waits for it.")
+        return True
+
+    def elsewhere(self, first, absent, lines):
+        """The ranks `first` waits for are in no process of this trace: another host's (each
+        host traced apart), or started outside ``mpviz trace``."""
+        if not absent:
+            return False
+        waiting = sorted(c.rank for c in self.r.calls if c.group == first.group and
+                         c.seq == first.seq and c.p2p == first.p2p)
+        self.kind = "failed" if self.watchdog is None else self.kind_of_waits()
+        verb = ("waited" if self.watchdog is None else "waits" if len(waiting) == 1 else "wait")
+        self.sentence = (f"{_ranks(waiting)} {verb} in {_called(first)} for {_ranks(absent)}, "
+                         f"which {'is' if len(absent) == 1 else 'are'} in no process of this "
+                         f"trace: another host's ranks, or ranks started outside mpviz trace.")
+        self.lines = lines + [
+            f"  What {_ranks(absent)} did is not here. Fix: trace every host's ranks (`python -m "
+            f"mpviz trace -o FOLDER` on each) and load the folders together: "
+            f"mpviz.trace.load([folder_a, folder_b]) judges the whole job."]
         return True
 
     def aborted(self, first, here, lines):

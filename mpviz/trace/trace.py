@@ -21,9 +21,8 @@ import contextlib
 import gc
 import importlib
 import os
-import shutil
-import tempfile
 
+from .. import _tempdirs
 from . import messages, recorder
 from .events import Event, Flow, Hold, LockInfo, ProcessInfo, Segment
 from .events import order as _order
@@ -343,7 +342,12 @@ def load(path):
 
     A missing directory raises ``FileNotFoundError``; unreadable parts are skipped with a
     ``TraceFormatWarning`` that says what was skipped (``trace.problems`` lists them).
+    A list of directories, one per host of a torch.distributed job, is merged into one trace,
+    the hosts' clocks aligned at the rendezvous (merge.py says how, ``notes`` how well).
     """
+    if isinstance(path, (list, tuple)):
+        from .merge import merge          # (merge imports this module: Trace, and load)
+        return merge(path)
     trace = Trace(path)
     trace.refresh(final=True)
     try:              # a hang's verdict, kept by ``python -m mpviz trace`` (launcher.py)
@@ -377,7 +381,7 @@ def record(path=None, *, threading_locks=False, hang_after=None):
         from .watchdog import check_hang_after
         hang_after = check_hang_after(hang_after)
     temporary = path is None
-    directory = tempfile.mkdtemp(prefix="mpviz-trace-") if temporary else os.fspath(path)
+    directory = _tempdirs.make("mpviz-trace-") if temporary else os.fspath(path)
     from . import hooks      # (here: reading a trace, as `mpviz trace` does, patches nothing)
     previous = recorder.current_directory()
     trace = Trace(directory)
@@ -415,7 +419,7 @@ def record(path=None, *, threading_locks=False, hang_after=None):
             recorder.start(previous, "resume")
         if temporary:
             trace._detach()
-            shutil.rmtree(directory, ignore_errors=True)
+            _tempdirs.remove(directory)
         if guard is not None and guard.verdict is not None:
             from .watchdog import HangError
             trace.verdict = guard.verdict

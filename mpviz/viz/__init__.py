@@ -4,6 +4,7 @@
     viz.timeline(trace)                  # one lane per process: life, messages, copies, waits
     viz.memory_map(trace, at=None)       # processes × shared-memory segments: who maps, leaks
     viz.wait_for(trace, at=None)         # owner → lock → waiter; cycles and ghost owners in red
+    viz.ring(trace, inputs)              # mpviz.distributed's ring all-reduce, step by step
     viz.state_at(trace, t_ns).text()     # the same facts in words, at one instant (no picture)
     viz.plot(result)                     # a scenario's Result: its pictures, one figure
 
@@ -26,11 +27,12 @@ from ..trace.trace import UNKNOWN
 from .colors import BIG_MESSAGE, COLORS, WORDS, legend
 from .figure import Figure
 from .memory_map import memory_map
+from .ring import ring, ring_steps
 from .timeline import timeline
 from .wait_for import wait_for
 
-__all__ = ["timeline", "memory_map", "wait_for", "state_at", "plot", "summary", "COLORS",
-           "WORDS", "legend", "human_bytes", "deadlocks", "stuck_moment", "trace_span",
+__all__ = ["timeline", "memory_map", "wait_for", "ring", "ring_steps", "state_at", "plot",
+           "summary", "COLORS", "WORDS", "legend", "human_bytes", "deadlocks", "stuck_moment", "trace_span",
            "process_labels", "State", "ProcessState", "SegmentState", "LockState", "Owner",
            "Deadlock", "BIG_MESSAGE", "Failure", "failures", "channel_names", "lock_name"]
 

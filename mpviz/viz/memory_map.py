@@ -47,7 +47,10 @@ def memory_map(trace, at=None, ax=None, check_os=False, max_segments=30, title=N
       arrive later (a producer put a tensor and exited). From the trace alone, a ``file_system``
       segment nobody maps while a message put by one of its holders has not been got yet is drawn
       "in flight?": that message may carry it (the trace does not say which memory a message
-      names)."""
+      names).
+
+    The steps: the rows and columns, a row of cells per segment with its fate
+    (``_draw_segment``), the names of rows and columns, the title (``_summary``), the legend."""
     ix = st._index(trace)
     t = ix.t1 if at is None else int(at)
     segs = ix.segment_states(t)
@@ -65,44 +68,7 @@ def memory_map(trace, at=None, ax=None, check_os=False, max_segments=30, title=N
     views = _os_views(procs, ix, t) if check_os else {}
     used, fates = set(), []
     for r, s in enumerate(shown):
-        for c, p in enumerate(procs):
-            words, face = [], "white"
-            if s.created_by == p.pid:
-                words.append("created")
-            if p.pid in s.mapped_by:
-                # torch unmaps in C++, where no hook sees it: mapped once, maybe not now
-                words.append("mapped it\n(unmap not seen)" if s.name in ix.torch_segments
-                             else "maps it")
-                face = COLORS["mapped"]
-                used.add("mapped")
-            elif p.pid in s.died_holding:
-                words.append("died holding it")
-                face = "#d9d9d9"
-                used.add("died")
-            elif p.pid in s.mapped_ever and s.created_by != p.pid:
-                words.append("mapped, let go")
-            if s.unlinked_by == p.pid:
-                words.append("unlinked")
-            if p.pid in views:
-                seen = s.name.lstrip("/") in views[p.pid]
-                if seen != (p.pid in s.mapped_by):
-                    words.append("✗ /proc disagrees")
-                elif seen:
-                    words.append("✓ /proc")
-            ax.add_patch(Rectangle((c, r), 1, 1, facecolor=face, edgecolor="#cccccc", lw=0.8))
-            if words:
-                ax.text(c + 0.5, r + 0.5, "\n".join(words) if len(words) > 2 else
-                        " · ".join(words), ha="center", va="center", fontsize=7.5)
-        status, face, color = _fate(s, ix, t, check_os)
-        if status == "in use" and s.name in ix.torch_segments:
-            status = "in use, unless torch\nhas let go (unseen)"
-        used.add({COLORS["leak"]: "leak", COLORS["freed"]: "freed", IN_FLIGHT: "in flight",
-                  COLORS["mapped"]: "mapped"}.get(face))
-        fates.append(status)
-        ax.add_patch(Rectangle((ncols - 1 + 0.08, r), 0.92, 1, facecolor=face,
-                               edgecolor="#cccccc", lw=0.8))
-        ax.text(ncols - 0.46, r + 0.5, status, ha="center", va="center", fontsize=8,
-                color=color, fontweight="bold" if face == COLORS["leak"] else "normal")
+        fates.append(_draw_segment(ax, r, s, procs, ix, t, views, check_os, used))
     if hidden:
         total = sum(s.nbytes or 0 for s in hidden)
         leaked = sum(s.status == "leaked" for s in hidden)
@@ -112,7 +78,64 @@ def memory_map(trace, at=None, ax=None, check_os=False, max_segments=30, title=N
     if not segs:
         ax.text(ncols / 2, 0.5, "no shared-memory segment recorded (yet)", ha="center",
                 va="center", fontsize=9, color="#555555")
+    _name_rows_and_columns(ax, procs, shown, ix, t, at, nrows)
+    when = "" if at is None else f" at {(t - ix.t0) / 1e6:.1f} ms"
+    leaked = [s for s, f in zip(shown, fates) if f == "LEAKED"] + \
+        [s for s in hidden if s.status == "leaked"]
+    summary = _summary(trace, segs, fates, leaked)
+    ax.set_title(title or f"Who maps which shared-memory segment{when}\n{summary}",
+                 loc="left", fontsize=10, color=COLORS["leak"] if leaked else "black")
+    _legend(ax, used)
+    return fig
 
+
+def _draw_segment(ax, r, s, procs, ix, t, views, check_os, used):
+    """Row `r`: segment `s`'s cell for each process, then its fate; the fate's words (adds
+    the legend keys it drew to `used`)."""
+    ncols = len(procs) + 1
+    for c, p in enumerate(procs):
+        words, face = [], "white"
+        if s.created_by == p.pid:
+            words.append("created")
+        if p.pid in s.mapped_by:
+            # torch unmaps in C++, where no hook sees it: mapped once, maybe not now
+            words.append("mapped it\n(unmap not seen)" if s.name in ix.torch_segments
+                         else "maps it")
+            face = COLORS["mapped"]
+            used.add("mapped")
+        elif p.pid in s.died_holding:
+            words.append("died holding it")
+            face = "#d9d9d9"
+            used.add("died")
+        elif p.pid in s.mapped_ever and s.created_by != p.pid:
+            words.append("mapped, let go")
+        if s.unlinked_by == p.pid:
+            words.append("unlinked")
+        if p.pid in views:
+            seen = s.name.lstrip("/") in views[p.pid]
+            if seen != (p.pid in s.mapped_by):
+                words.append("✗ /proc disagrees")
+            elif seen:
+                words.append("✓ /proc")
+        ax.add_patch(Rectangle((c, r), 1, 1, facecolor=face, edgecolor="#cccccc", lw=0.8))
+        if words:
+            ax.text(c + 0.5, r + 0.5, "\n".join(words) if len(words) > 2 else
+                    " · ".join(words), ha="center", va="center", fontsize=7.5)
+    status, face, color = _fate(s, ix, t, check_os)
+    if status == "in use" and s.name in ix.torch_segments:
+        status = "in use, unless torch\nhas let go (unseen)"
+    used.add({COLORS["leak"]: "leak", COLORS["freed"]: "freed", IN_FLIGHT: "in flight",
+              COLORS["mapped"]: "mapped"}.get(face))
+    ax.add_patch(Rectangle((ncols - 1 + 0.08, r), 0.92, 1, facecolor=face,
+                           edgecolor="#cccccc", lw=0.8))
+    ax.text(ncols - 0.46, r + 0.5, status, ha="center", va="center", fontsize=8,
+            color=color, fontweight="bold" if face == COLORS["leak"] else "normal")
+    return status
+
+
+def _name_rows_and_columns(ax, procs, shown, ix, t, at, nrows):
+    """Columns named by process (and whether it ended), rows by segment (strategy, size)."""
+    ncols = len(procs) + 1
     ax.set_xlim(0, ncols)
     ax.set_ylim(nrows, 0)
     ax.xaxis.tick_top()
@@ -130,9 +153,10 @@ def memory_map(trace, at=None, ax=None, check_os=False, max_segments=30, title=N
     ax.tick_params(length=0)
     for side in ax.spines.values():
         side.set_visible(False)
-    when = "" if at is None else f" at {(t - ix.t0) / 1e6:.1f} ms"
-    leaked = [s for s, f in zip(shown, fates) if f == "LEAKED"] + \
-        [s for s in hidden if s.status == "leaked"]
+
+
+def _summary(trace, segs, fates, leaked):
+    """The title's second line: how much leaked, how many in flight, what was not recorded."""
     flying = sum(f.startswith("in flight in a queue") for f in fates)
     maybe = sum(f.startswith(("in flight?", "maybe in flight")) for f in fates)
     summary = (f"{len(leaked)} leaked: {human_bytes(sum(s.nbytes or 0 for s in leaked))} "
@@ -146,9 +170,11 @@ def memory_map(trace, at=None, ax=None, check_os=False, max_segments=30, title=N
     if unseen:                              # torch's are unknown: not "0 segments, none leaked"
         summary = "\n".join(textwrap.wrap(f"{len(segs)} segment(s) recorded, not counting "
                                            f"torch's: {unseen}", 90))
-    summary += _not_recorded(trace)
-    ax.set_title(title or f"Who maps which shared-memory segment{when}\n{summary}",
-                 loc="left", fontsize=10, color=COLORS["leak"] if leaked else "black")
+    return summary + _not_recorded(trace)
+
+
+def _legend(ax, used):
+    """The legend of the colours drawn, with a process that died mapping and one in flight."""
     leg = legend(ax, [k for k in ("mapped", "leak", "freed") if k in used] or ["mapped"],
                  loc="upper left", bbox_to_anchor=(0.0, -0.02), ncols=4)
     extra = []
@@ -162,7 +188,6 @@ def memory_map(trace, at=None, ax=None, check_os=False, max_segments=30, title=N
     if extra:
         ax.legend(handles=leg.legend_handles + extra, loc="upper left",
                   bbox_to_anchor=(0.0, -0.02), ncols=2, frameon=False, fontsize=8)
-    return fig
 
 
 def _not_recorded(trace):

@@ -52,6 +52,12 @@ def timeline(trace, ax=None, at=None, title=None, max_arrows=300, max_labels=24,
     `compress_idle`: squeeze long stretches where nothing was recorded (a spawn start-up, a
     sleep) to a narrow band marked "≈", so the busy parts get the width. `fast`: no legend and
     fixed margins (about 3× quicker; the Live widget redraws this way and shows the legend once).
+
+    The steps, in the order they draw (later ones over earlier ones, and their labels placed
+    after theirs): lay out the lanes (``_Lanes``), then ``_Picture``'s methods, one per thing
+    drawn: lives, lock waits and holds, blocked waits, collectives, Pool tasks, event ticks,
+    marks, copies, messages, failures, STUCK boxes, CUDA warnings; then the lane names and the
+    axes, and the legend with its notes.
     """
     ix = st._index(trace)
     whole, whole_ix = trace, ix       # time is judged on every process, drawn or not
@@ -63,82 +69,85 @@ def timeline(trace, ax=None, at=None, title=None, max_arrows=300, max_labels=24,
         return fig
     t0, t1 = whole_ix.t0, max(whole_ix.t1, whole_ix.t0 + 1)
     axis = _TimeAxis(whole, t0, t1, compress_idle)   # squeezed: where nothing at all was recorded
-    x = axis.x
-
-    # --- rows: one per process, then one per busy thread ---
-    procs = sorted((p for p in ix.procs.values() if p.pid not in ix.watchdogs),
-                   key=lambda p: (p.ppid in ix.procs and p.ppid not in ix.watchdogs,
-                                  p.start_ns))
-    busy, first_seen = ix.busy, ix.first_seen
-    by_kind = defaultdict(list, ix.by_kind)       # the kinds drawn specially (one pass, cached)
     if deadlocks is None:                         # (lanes were left out: judged again)
         deadlocks = st.deadlocks(trace)
-    dead = {d.pid: d for d in deadlocks}
-    own_lane, folded = _thread_lanes(ix, deadlocks)
-    rows, row_of, proc_row = [], {}, {}
-    for p in procs:
-        proc_row[p.pid] = len(rows)
-        row_of[(p.pid, p.pid)] = len(rows)
-        rows.append(("process", p))
-        for tid in p.threads:
-            if (p.pid, tid) in own_lane:
-                row_of[(p.pid, tid)] = len(rows)
-                rows.append(("thread", (p, tid)))
-        if p.pid in dead:      # as many rows as its explanation needs, wrapped
-            rows += [("reason", p)] * _reason_rows(_stuck_words(dead[p.pid]), ax)
-
-    def row(pid, tid):
-        r = row_of.get((pid, tid))
-        return r if r is not None else proc_row.get(pid, 0)
-
+    lanes = _Lanes(ix, deadlocks, ax)
     owned = ax is None
-    fig, ax = _new(fig, ax, len(rows), fast)
-    used = set()
-    labels = _LabelLayout(ax)        # every label is placed at draw time, none over another
+    fig, ax = _new(fig, ax, len(lanes.rows), fast)
+    pic = _Picture(ax, ix, axis, lanes, t1, max_labels, fast)
+    pic.draw_lives()
+    pic.draw_lock_waits()
+    pic.draw_lock_holds()
+    pic.draw_blocked()
+    pic.draw_collectives(trace)
+    pic.draw_tasks()
+    pic.draw_ticks()
+    pic.draw_marks()
+    pic.draw_copies()
+    pic.draw_messages(max_arrows)
+    pic.draw_failures()
+    pic.draw_stuck()
+    pic.draw_cuda_warnings()
+    pic.name_lanes(at, title, left_out)
+    pic.legend_and_notes(fig, owned, getattr(whole, "notes", ()))
+    return fig
 
-    # --- lanes: background bands, life bars, thread lines ---
-    bars, bar_colors, threads = [], [], []
-    for r, (kind, obj) in enumerate(rows):
-        if kind == "process":
-            p = obj
-            end = p.exit_ns if p.exit_ns is not None else t1
-            key = _ending(p)
-            used.add(key)
-            bars.append(Rectangle((x(p.start_ns), r - 0.22), max(x(end) - x(p.start_ns), 1e-9),
-                                  0.44))
-            bar_colors.append(COLORS[key])
-            # (never clipped: "SIGTERM" cut to "SIGTER" at the axes' edge would be a lie;
-            # MIN_PX right of the end: past a last wait drawn MIN_PX wide there)
-            if not fast:
-                labels.fixed.append(ax.annotate(
-                    " " + _ending_words(p), (x(end), r), xytext=(MIN_PX * 0.75, 0),
-                    textcoords="offset points", va="center", ha="left", fontsize=7.5,
-                    color=COLORS[key] if key != "exit0" else "#555555", clip_on=False))
-        elif kind == "thread":
-            p, tid = obj
-            start = first_seen.get((p.pid, tid), p.start_ns)
-            end = ix.thread_end.get((p.pid, tid)) or p.exit_ns or t1
-            threads.append((x(start), x(end), r, 0))
-        if r and kind == "process":
-            ax.axhline(r - 0.5, color="#dddddd", lw=0.8, zorder=0)
-    # (a process that lived 5 ms on a 3 s axis is still drawn, MIN_PX wide)
-    labels.widen(ax.add_collection(PatchCollection(bars, facecolors=bar_colors, edgecolors="none",
-                                                   zorder=1, gid="lives")),
-                 [(b.get_x(), b.get_x() + b.get_width(), b.get_y(), b.get_height())
-                  for b in bars])
-    if threads:              # a thread's line, from its first event to its end
-        labels.widen(ax.add_collection(LineCollection(
-            [((a, y), (b, y)) for a, b, y, _ in threads], colors="#999999", linewidths=1.0,
-            zorder=1, gid="threads")), threads)
 
-    # Dense things (event ticks, many lock waits or holds) are painted into one raster image
-    # at about one column per pixel; sparse ones are drawn as vector shapes.
-    span = axis.span
-    raster = np.zeros((5 * len(rows), _BINS, 4))           # 5 sub-rows per row
+class _Lanes:
+    """The rows of the picture, top to bottom: each process (parents first, then by start), under
+    it a row per thread with a lane of its own, and under a stuck one the rows its STUCK
+    explanation needs."""
 
-    def paint(r, subrows, x0, x1, color, share=False):
+    def __init__(self, ix, deadlocks, ax):
+        procs = sorted((p for p in ix.procs.values() if p.pid not in ix.watchdogs),
+                       key=lambda p: (p.ppid in ix.procs and p.ppid not in ix.watchdogs,
+                                      p.start_ns))
+        self.dead = {d.pid: d for d in deadlocks}
+        own_lane, self.folded = _thread_lanes(ix, deadlocks)
+        self.rows, self.row_of, self.proc_row = [], {}, {}
+        rows = self.rows
+        for p in procs:
+            self.proc_row[p.pid] = len(rows)
+            self.row_of[(p.pid, p.pid)] = len(rows)
+            rows.append(("process", p))
+            for tid in p.threads:
+                if (p.pid, tid) in own_lane:
+                    self.row_of[(p.pid, tid)] = len(rows)
+                    rows.append(("thread", (p, tid)))
+            if p.pid in self.dead:      # as many rows as its explanation needs, wrapped
+                rows += [("reason", p)] * _reason_rows(_stuck_words(self.dead[p.pid]), ax)
+
+    def row(self, pid, tid):
+        """The row of thread `tid` of process `pid`: its own lane, else its process's."""
+        r = self.row_of.get((pid, tid))
+        return r if r is not None else self.proc_row.get(pid, 0)
+
+
+class _Picture:
+    """One timeline being drawn: the axes, the lanes, real time → x, and what the legend and the
+    notes under the lanes will say (``used``, ``said``). Each ``draw_*`` method draws one kind of
+    thing; ``labels`` places every label when the figure is drawn."""
+
+    def __init__(self, ax, ix, axis, lanes, t1, max_labels, fast):
+        self.ax, self.ix, self.axis, self.lanes = ax, ix, axis, lanes
+        self.x, self.row, self.span = axis.x, lanes.row, axis.span
+        self.t1, self.max_labels, self.fast = t1, max_labels, fast
+        self.by_kind = defaultdict(list, ix.by_kind)  # the kinds drawn specially (one pass, cached)
+        self.used = set()        # the legend's keys
+        self.said = []           # what was aggregated, how many of each: written under the lanes
+        self.labels = _LabelLayout(ax)   # every label is placed at draw time, none over another
+        # Dense things (event ticks, many lock waits or holds) are painted into one raster
+        # image at about one column per pixel; sparse ones are drawn as vector shapes.
+        self.raster = np.zeros((5 * len(lanes.rows), _BINS, 4))     # 5 sub-rows per row
+
+    def end_of(self, pid):
+        """When process `pid`'s lane ends (as the time axis judges it)."""
+        return _end_of(self.ix, pid, None, self.t1)
+
+    def paint(self, r, subrows, x0, x1, color, share=False):
         """Colour the pixel columns covered by the spans [x0, x1] in sub-rows of row r; with
         `share`, each column as opaque as the share of its width the spans cover."""
+        span, raster = self.span, self.raster
         if share:
             cover = _coverage(np.asarray(x0, dtype=float), np.asarray(x1, dtype=float),
                               span / _BINS, _BINS)
@@ -155,107 +164,172 @@ def timeline(trace, ax=None, at=None, title=None, max_arrows=300, max_labels=24,
         cols = np.cumsum(cover[:-1]) > 0
         raster[5 * r + subrows[0]:5 * r + subrows[1], cols] = to_rgba(color)
 
-    # --- lock waits (hatched) and holds (thin blue), merged to pixel resolution; a short one
-    # is drawn at least MIN_PX pixels wide (at draw time, when the pixel size is known) ---
-    waits = defaultdict(list)                     # (row, stuck) -> [(x0, x1)]
-    for lid, pid, tid, since, until in ix.waits:
-        if (pid, tid) in folded:     # (a hatched process lane says its main thread waits)
-            continue
-        end = until or _end_of(ix, pid, None, t1)          # (as the time axis judges it)
-        waits[(row(pid, tid), until is None and pid in dead)].append((x(since), x(end)))
-    for (r, stuck), spans in waits.items():
-        color = COLORS["deadlock"] if stuck else COLORS["waiting"]
-        merged = _merge(spans, 2 * span / _BINS)
-        if len(merged) <= 60:
-            boxes = [(a, b, r - 0.3, 0.6) for a, b in merged]
-            labels.widen(ax.add_collection(PatchCollection(
-                _rects(boxes), facecolors="white", edgecolors=color, hatch="///",
-                linewidths=1.0, zorder=3, gid="lock waits")), boxes)
-        else:                                     # too many to hatch: painted, pale
-            paint(r, (1, 4), [m[0] for m in merged], [m[1] for m in merged],
-                  to_rgba(color, 0.5))
-        if not stuck:                             # (a stuck one is "stuck for good" in the key)
-            used.add("waiting")
-    _label_short_lock_waits(ax, ix, x, row, span, labels, max_labels)
-    holds = defaultdict(list)
-    for lk in ix.lock_infos.values():
-        for h in lk.holds:
-            end = h.release_ns or _end_of(ix, h.pid, None, t1)
-            holds[row(h.pid, h.tid)].append((x(h.acquire_ns), x(end)))
-    if holds:
-        merged = {r: _merge(spans, span / _BINS) for r, spans in holds.items()}
+    def draw_lives(self):
+        """Background bands, each process's life bar with how it ended, each thread's line."""
+        ax, ix, x, labels, t1 = self.ax, self.ix, self.x, self.labels, self.t1
+        bars, bar_colors, threads = [], [], []
+        for r, (kind, obj) in enumerate(self.lanes.rows):
+            if kind == "process":
+                p = obj
+                end = p.exit_ns if p.exit_ns is not None else t1
+                key = _ending(p)
+                self.used.add(key)
+                bars.append(Rectangle((x(p.start_ns), r - 0.22),
+                                      max(x(end) - x(p.start_ns), 1e-9), 0.44))
+                bar_colors.append(COLORS[key])
+                # (never clipped: "SIGTERM" cut to "SIGTER" at the axes' edge would be a lie;
+                # MIN_PX right of the end: past a last wait drawn MIN_PX wide there)
+                if not self.fast:
+                    labels.fixed.append(ax.annotate(
+                        " " + _ending_words(p), (x(end), r), xytext=(MIN_PX * 0.75, 0),
+                        textcoords="offset points", va="center", ha="left", fontsize=7.5,
+                        color=COLORS[key] if key != "exit0" else "#555555", clip_on=False))
+            elif kind == "thread":
+                p, tid = obj
+                start = ix.first_seen.get((p.pid, tid), p.start_ns)
+                end = ix.thread_end.get((p.pid, tid)) or p.exit_ns or t1
+                threads.append((x(start), x(end), r, 0))
+            if r and kind == "process":
+                ax.axhline(r - 0.5, color="#dddddd", lw=0.8, zorder=0)
+        # (a process that lived 5 ms on a 3 s axis is still drawn, MIN_PX wide)
+        labels.widen(ax.add_collection(PatchCollection(bars, facecolors=bar_colors,
+                                                       edgecolors="none", zorder=1,
+                                                       gid="lives")),
+                     [(b.get_x(), b.get_x() + b.get_width(), b.get_y(), b.get_height())
+                      for b in bars])
+        if threads:              # a thread's line, from its first event to its end
+            labels.widen(ax.add_collection(LineCollection(
+                [((a, y), (b, y)) for a, b, y, _ in threads], colors="#999999", linewidths=1.0,
+                zorder=1, gid="threads")), threads)
+
+    def draw_lock_waits(self):
+        """Lock waits, hatched (red where stuck for good), merged to pixel resolution; a short
+        one is drawn at least MIN_PX pixels wide (at draw time, when the pixel size is known)."""
+        ax, ix, x, row, span = self.ax, self.ix, self.x, self.row, self.span
+        waits = defaultdict(list)                     # (row, stuck) -> [(x0, x1)]
+        for lid, pid, tid, since, until in ix.waits:
+            if (pid, tid) in self.lanes.folded:  # (a hatched process lane: its main thread waits)
+                continue
+            end = until or _end_of(ix, pid, None, self.t1)     # (as the time axis judges it)
+            waits[(row(pid, tid), until is None and pid in self.lanes.dead)].append(
+                (x(since), x(end)))
+        for (r, stuck), spans in waits.items():
+            color = COLORS["deadlock"] if stuck else COLORS["waiting"]
+            merged = _merge(spans, 2 * span / _BINS)
+            if len(merged) <= 60:
+                boxes = [(a, b, r - 0.3, 0.6) for a, b in merged]
+                self.labels.widen(ax.add_collection(PatchCollection(
+                    _rects(boxes), facecolors="white", edgecolors=color, hatch="///",
+                    linewidths=1.0, zorder=3, gid="lock waits")), boxes)
+            else:                                     # too many to hatch: painted, pale
+                self.paint(r, (1, 4), [m[0] for m in merged], [m[1] for m in merged],
+                           to_rgba(color, 0.5))
+            if not stuck:                             # (a stuck one is "stuck for good" in the key)
+                self.used.add("waiting")
+        _label_short_lock_waits(ax, ix, x, row, span, self.labels, self.max_labels)
+
+    def draw_lock_holds(self):
+        """Lock holds: a thin blue line under the holder's lane (painted when there are many)."""
+        ix, x = self.ix, self.x
+        holds = defaultdict(list)
+        for lk in ix.lock_infos.values():
+            for h in lk.holds:
+                end = h.release_ns or _end_of(ix, h.pid, None, self.t1)
+                holds[self.row(h.pid, h.tid)].append((x(h.acquire_ns), x(end)))
+        if not holds:
+            return
+        merged = {r: _merge(spans, self.span / _BINS) for r, spans in holds.items()}
         if sum(map(len, merged.values())) <= 300:
             segs = [(a, b, r + 0.3, 0) for r, m in merged.items() for a, b in m]
-            labels.widen(ax.add_collection(LineCollection(
+            self.labels.widen(self.ax.add_collection(LineCollection(
                 [((a, y), (b, y)) for a, b, y, _ in segs], colors=COLORS["holding"],
                 linewidths=3, zorder=3, gid="lock holds")), segs)
-            _label_short_holds(ax, ix, x, row, t1, span, labels, max_labels)
+            _label_short_holds(self.ax, ix, x, self.row, self.t1, self.span, self.labels,
+                               self.max_labels)
         else:
             for r, m in merged.items():
-                paint(r, (4, 5), [a for a, _ in m], [b for _, b in m], COLORS["holding"])
-        used.add("holding")
+                self.paint(r, (4, 5), [a for a, _ in m], [b for _, b in m], COLORS["holding"])
+        self.used.add("holding")
 
-    # --- blocked in a recorded wait (join, q.join, a full pipe ...): cross-hatched, labelled ---
-    said = []                 # what was aggregated, and how many of each: written under the lanes
-    _draw_blocked(ax, ix, x, row, t1, span, labels, max_labels, used, folded, said, paint)
+    def draw_blocked(self):
+        """Blocked in a recorded wait (join, q.join, a full pipe ...): cross-hatched, labelled."""
+        _draw_blocked(self.ax, self.ix, self.x, self.row, self.t1, self.span, self.labels,
+                      self.max_labels, self.used, self.lanes.folded, self.said, self.paint)
 
-    # --- torch.distributed: each rank's collectives, joined at the last arrival ---
-    collectives.draw(ax, trace, x, proc_row, t1, span, labels, used, max_labels,
-                     lambda pid: _end_of(ix, pid, None, t1), said)
+    def draw_collectives(self, trace):
+        """torch.distributed: each rank's collectives, joined at the last arrival."""
+        collectives.draw(self.ax, trace, self.x, self.lanes.proc_row, self.t1, self.span,
+                         self.labels, self.used, self.max_labels, self.end_of, self.said)
 
-    # --- pool tasks: white boxes on the worker's lane ---
-    tasks = [(x(a), x(b), row(pid, tid) - 0.18, 0.36) for pid, tid, a, b in ix.tasks]
-    if tasks:
-        labels.widen(ax.add_collection(PatchCollection(
-            _rects(tasks), facecolors="white", edgecolors="#333333", linewidths=0.8, zorder=2,
-            gid="tasks")), tasks if len(tasks) <= 2000 else None, unlabelled="Pool tasks")
-        used.add("task")
-    # a task that raised: pink over its white box, at least a few pixels wide, and an ✕ at
-    # its end (a task that fails at once would be a hairline)
-    failed = [Rectangle((x(a), row(pid, tid) - 0.18), max(x(b) - x(a), span / 200), 0.36)
-              for pid, tid, a, b in ix.failed_tasks]
-    if failed:
-        ax.add_collection(PatchCollection(failed, facecolors=COLORS["task_failed"],
-                                          edgecolors=COLORS["exitcode"], linewidths=1.2,
-                                          zorder=2))
-        ax.scatter([x(b) for _, _, _, b in ix.failed_tasks],
-                   [row(pid, tid) - 0.3 for pid, tid, _, _ in ix.failed_tasks], marker="x",
-                   s=30, color=COLORS["exitcode"], linewidths=1.5, zorder=6)
-        used.add("task_failed")
+    def draw_tasks(self):
+        """Pool tasks: white boxes on the worker's lane; one that raised, pink with an ✕."""
+        ax, ix, x, row = self.ax, self.ix, self.x, self.row
+        tasks = [(x(a), x(b), row(pid, tid) - 0.18, 0.36) for pid, tid, a, b in ix.tasks]
+        if tasks:
+            self.labels.widen(ax.add_collection(PatchCollection(
+                _rects(tasks), facecolors="white", edgecolors="#333333", linewidths=0.8,
+                zorder=2, gid="tasks")), tasks if len(tasks) <= 2000 else None,
+                unlabelled="Pool tasks")
+            self.used.add("task")
+        # a task that raised: pink over its white box, at least a few pixels wide, and an ✕ at
+        # its end (a task that fails at once would be a hairline)
+        failed = [Rectangle((x(a), row(pid, tid) - 0.18), max(x(b) - x(a), self.span / 200), 0.36)
+                  for pid, tid, a, b in ix.failed_tasks]
+        if failed:
+            ax.add_collection(PatchCollection(failed, facecolors=COLORS["task_failed"],
+                                              edgecolors=COLORS["exitcode"], linewidths=1.2,
+                                              zorder=2))
+            ax.scatter([x(b) for _, _, _, b in ix.failed_tasks],
+                       [row(pid, tid) - 0.3 for pid, tid, _, _ in ix.failed_tasks], marker="x",
+                       s=30, color=COLORS["exitcode"], linewidths=1.5, zorder=6)
+            self.used.add("task_failed")
 
-    # --- event ticks, binned to pixel columns, painted ---
-    marks = [e for e in by_kind["mark"] if not e.args.get("failed")]  # failed: drawn as ✗
-    for who, stamps in ix.ticks.items():
-        xs = np.interp(np.asarray(stamps, dtype=float), axis.real, axis.disp)
-        paint(row(*who), (1, 4), xs, xs, COLORS["event"])
-        used.add("event")
-    if raster[..., 3].any():
-        ax.imshow(raster, extent=(0, span, len(rows) - 0.5, -0.5), aspect="auto",
-                  interpolation="nearest", zorder=4)
-    if marks:
+    def draw_ticks(self):
+        """Event ticks, binned to pixel columns, painted; then the raster image of all painted."""
+        axis = self.axis
+        for who, stamps in self.ix.ticks.items():
+            xs = np.interp(np.asarray(stamps, dtype=float), axis.real, axis.disp)
+            self.paint(self.row(*who), (1, 4), xs, xs, COLORS["event"])
+            self.used.add("event")
+        if self.raster[..., 3].any():
+            n = len(self.lanes.rows)
+            self.ax.imshow(self.raster, extent=(0, self.span, n - 0.5, -0.5), aspect="auto",
+                           interpolation="nearest", zorder=4)
+
+    def draw_marks(self):
+        """The program's marks (``mpviz.trace.mark``): a tick on the lane, its name below it."""
+        ax, x, row, span = self.ax, self.x, self.row, self.span
+        marks = [e for e in self.by_kind["mark"] if not e.args.get("failed")]  # failed: an ✗
+        if not marks:
+            return
         mx = np.array([x(e.ts_ns) for e in marks])
         my = np.array([row(e.pid, e.tid) for e in marks])
         if len(marks) > _BINS:
             keep = np.unique(np.stack([my, (mx / span * _BINS).astype(int)]), axis=1,
                              return_index=True)[1]
             mx, my = mx[keep], my[keep]
-            said.append(f"{len(marks):,} marks drawn as {len(mx):,} ticks (one per pixel column)")
+            self.said.append(f"{len(marks):,} marks drawn as {len(mx):,} ticks (one per pixel "
+                             f"column)")
         ax.scatter(mx, my, marker="|", s=90, color=COLORS["mark"], zorder=5, linewidths=1.5,
                    gid="marks")
-        if len(marks) <= max_labels:
+        if len(marks) <= self.max_labels:
             for e in marks:
                 name = str(e.args.get("name", ""))
-                labels.add(ax.annotate(name, (x(e.ts_ns), row(e.pid, e.tid)),
-                                       xytext=(0, -11), textcoords="offset points", fontsize=7,
-                                       ha="center", va="top", color=COLORS["mark"], zorder=7,
-                                       bbox=dict(boxstyle="square,pad=0.05", fc="white",
-                                                 ec="none", alpha=0.7)),
-                           4 if name.startswith("scenario.") else 2, _BELOW)
-        used.add("mark")
+                self.labels.add(ax.annotate(name, (x(e.ts_ns), row(e.pid, e.tid)),
+                                            xytext=(0, -11), textcoords="offset points",
+                                            fontsize=7, ha="center", va="top",
+                                            color=COLORS["mark"], zorder=7,
+                                            bbox=dict(boxstyle="square,pad=0.05", fc="white",
+                                                      ec="none", alpha=0.7)),
+                                4 if name.startswith("scenario.") else 2, _BELOW)
+        self.used.add("mark")
 
-    # --- copies into shared memory: red squares sized by bytes ---
-    copies = by_kind["copy"]
-    if copies:
+    def draw_copies(self):
+        """Copies into shared memory: red squares sized by bytes, labelled in groups."""
+        ax, x, row, span, labels = self.ax, self.x, self.row, self.span, self.labels
+        copies = self.by_kind["copy"]
+        if not copies:
+            return
         cx = np.array([x(e.ts_ns) for e in copies])
         cy = np.array([row(e.pid, e.tid) for e in copies])
         sizes = np.array([e.args.get("nbytes") or 0 for e in copies], dtype=float)
@@ -266,17 +340,17 @@ def timeline(trace, ax=None, at=None, title=None, max_arrows=300, max_labels=24,
             np.add.at(total, inverse, sizes)
             cx = ((keys % _BINS) + 0.5) * span / _BINS
             cy, sizes = keys // _BINS, total
-            said.append(f"{len(copies):,} copies drawn as {len(keys):,} squares (one per pixel "
-                        f"column, sized by their bytes)")
+            self.said.append(f"{len(copies):,} copies drawn as {len(keys):,} squares (one per "
+                             f"pixel column, sized by their bytes)")
         area = 20 + 180 * np.sqrt(sizes / max(sizes.max(), 1.0))
         labels.marks += [(a, b, math.sqrt(s) / 2) for a, b, s in zip(cx, cy, area)]
         ax.scatter(cx, cy, s=area,
                    marker="s", color=COLORS["copy"], edgecolors="white", linewidths=0.5,
                    zorder=6)
         groups = _clusters([(x(e.ts_ns), row(e.pid, e.tid), e.args.get("nbytes") or 0)
-                            for e in copies], span, gap=0.12) if len(copies) <= 20 * max_labels \
-            else ()
-        if 0 < len(groups) <= max_labels:
+                            for e in copies], span, gap=0.12) \
+            if len(copies) <= 20 * self.max_labels else ()
+        if 0 < len(groups) <= self.max_labels:
             for g in groups:
                 total = sum(i[2] for i in g)
                 text = (f"copy {human_bytes(total)}" if len(g) == 1 else
@@ -287,17 +361,33 @@ def timeline(trace, ax=None, at=None, title=None, max_arrows=300, max_labels=24,
                                        zorder=7, bbox=dict(boxstyle="square,pad=0.05",
                                                            fc="white", ec="none", alpha=0.8)),
                            0, _ABOVE)
-        used.add("copy")
+        self.used.add("copy")
 
-    # --- messages: put → get ---
-    flows = [f for f in ix.flows if f.get is not None]
-    lost = [f for f in ix.flows if f.get is None]
-    handles = ix.handles
-    arrow_labels = []
-    if len(flows) <= max_arrows:
+    def draw_messages(self, max_arrows):
+        """Messages: an arrow put → get (bundled above `max_arrows`), fds passed, ▸ never got."""
+        ax, ix, x, row, span = self.ax, self.ix, self.x, self.row, self.span
+        flows = [f for f in ix.flows if f.get is not None]
+        lost = [f for f in ix.flows if f.get is None]
+        if len(flows) <= max_arrows:
+            self._draw_arrows(flows)
+        else:
+            _bundled_arrows(ax, flows, ix.handles, self.axis, row, span, self.used, self.said)
+        self.labels.lines += _draw_fd_passes(ax, ix, x, row, span, max_arrows, self.used,
+                                             self.said)
+        for f in lost:
+            ax.plot([x(f.put.ts_ns)], [row(f.put.pid, f.put.tid)], marker=">", ms=6,
+                    color=COLORS["message"], zorder=6)
+        if lost:
+            self.labels.note = f"{len(lost)} message{'s' * (len(lost) > 1)} never got (▸)"
+            self.used.add("lost")
+
+    def _draw_arrows(self, flows):
+        """One arrow per message, as thick as its bytes, labelled with them in groups."""
+        ax, x, row, labels, handles = self.ax, self.x, self.row, self.labels, self.ix.handles
+        arrow_labels = []
         for f in flows:
             key = _message_kind(f, handles)
-            used.add(key)
+            self.used.add(key)
             n = f.nbytes or 0
             lw = min(4.0, 0.7 + 0.55 * math.log10(max(n, 10) / 10))
             a = (x(f.put.ts_ns), row(f.put.pid, f.put.tid))
@@ -308,134 +398,142 @@ def timeline(trace, ax=None, at=None, title=None, max_arrows=300, max_labels=24,
             labels.lines.append((a, b))
             arrow_labels.append((a[0] + 0.35 * (b[0] - a[0]), (a[1], b[1], key),
                                  (a[1] + 0.35 * (b[1] - a[1]), n)))
-        groups = _clusters(arrow_labels, span)
-        if len(groups) <= max_labels:
-            rank = {"copy": 0, "handle": 1, "message": 3}        # the lesson first
-            for g in groups:
-                sizes = sorted({i[2][1] for i in g})
-                each = human_bytes(sizes[0]) if len(sizes) == 1 else \
-                    f"{human_bytes(sizes[0])}–{human_bytes(sizes[-1])}"
-                text = each if len(g) == 1 else f"{len(g)}× {each}"
-                labels.add(ax.annotate(text, (g[0][0], g[0][2][0]), xytext=(0, 0),
-                                       textcoords="offset points", fontsize=6.5, ha="center",
-                                       va="center", color=COLORS[g[0][1][2]], zorder=6,
-                                       bbox=dict(boxstyle="round,pad=0.1", fc="white",
-                                                 ec="none", alpha=0.85)),
-                           rank[g[0][1][2]] + 0.5 / len(g), _ON_ARROW)
-    else:
-        _bundled_arrows(ax, flows, handles, axis, row, span, used, said)
-    labels.lines += _draw_fd_passes(ax, ix, x, row, span, max_arrows, used, said)
-    for f in lost:
-        ax.plot([x(f.put.ts_ns)], [row(f.put.pid, f.put.tid)], marker=">", ms=6,
-                color=COLORS["message"], zorder=6)
-    if lost:
-        labels.note = f"{len(lost)} message{'s' * (len(lost) > 1)} never got (▸)"
-        used.add("lost")
+        groups = _clusters(arrow_labels, self.span)
+        if len(groups) > self.max_labels:
+            return
+        rank = {"copy": 0, "handle": 1, "message": 3}        # the lesson first
+        for g in groups:
+            sizes = sorted({i[2][1] for i in g})
+            each = human_bytes(sizes[0]) if len(sizes) == 1 else \
+                f"{human_bytes(sizes[0])}–{human_bytes(sizes[-1])}"
+            text = each if len(g) == 1 else f"{len(g)}× {each}"
+            labels.add(ax.annotate(text, (g[0][0], g[0][2][0]), xytext=(0, 0),
+                                   textcoords="offset points", fontsize=6.5, ha="center",
+                                   va="center", color=COLORS[g[0][1][2]], zorder=6,
+                                   bbox=dict(boxstyle="round,pad=0.1", fc="white",
+                                             ec="none", alpha=0.85)),
+                       rank[g[0][1][2]] + 0.5 / len(g), _ON_ARROW)
 
-    # --- actions that failed: a magenta ✗ on the lane, and what failed ---
-    for fail in ix.failures:
-        where = (x(fail.ts_ns), row(fail.pid, fail.tid))
-        labels.marks.append((where[0], where[1], 5))
-        ax.plot([where[0]], [where[1]], marker="X", ms=10, color=COLORS["failed"],
-                markeredgecolor="white", markeredgewidth=0.8, zorder=8)
-        labels.add(ax.annotate("✗ " + fail.what, where, xytext=_BESIDE_MARK[0],
-                               textcoords="offset points", fontsize=7, ha="left",
-                               va="center", color=COLORS["failed"], fontweight="bold",
-                               zorder=8, bbox=dict(boxstyle="square,pad=0.1", fc="white",
-                                                   ec="none", alpha=0.85)),
-                   -1, _BESIDE_MARK)
-        used.add("failed")
+    def draw_failures(self):
+        """Actions that failed: a magenta ✗ on the lane, and what failed beside it."""
+        ax, x, row, labels = self.ax, self.x, self.row, self.labels
+        for fail in self.ix.failures:
+            where = (x(fail.ts_ns), row(fail.pid, fail.tid))
+            labels.marks.append((where[0], where[1], 5))
+            ax.plot([where[0]], [where[1]], marker="X", ms=10, color=COLORS["failed"],
+                    markeredgecolor="white", markeredgewidth=0.8, zorder=8)
+            labels.add(ax.annotate("✗ " + fail.what, where, xytext=_BESIDE_MARK[0],
+                                   textcoords="offset points", fontsize=7, ha="left",
+                                   va="center", color=COLORS["failed"], fontweight="bold",
+                                   zorder=8, bbox=dict(boxstyle="square,pad=0.1", fc="white",
+                                                       ec="none", alpha=0.85)),
+                       -1, _BESIDE_MARK)
+            self.used.add("failed")
 
-    # --- problems: deadlocks (red lanes with the reason), CUDA warnings ---
-    for pid, d in dead.items():
-        r = proc_row.get(pid)
-        if r is None:
-            continue
-        first = r + 1
-        while first < len(rows) and rows[first][0] != "reason":
-            first += 1
-        last = first
-        while last + 1 < len(rows) and rows[last + 1] == ("reason", rows[first][1]):
-            last += 1
-        box = ax.add_patch(Rectangle((-0.005 * span, r - 0.45), span * 1.01, last - r + 0.9,
-                                     fill=False, edgecolor=COLORS["deadlock"], lw=2.0,
-                                     zorder=7, gid="stuck box"))
-        # from the top of its rows, wrapped to the box's width when drawn (labels.stuck)
-        text = ax.annotate(_stuck_words(d), (-0.005 * span, first - 0.5), xytext=(7, -2),
-                           textcoords="offset points", fontsize=_STUCK_FONT,
-                           color=COLORS["deadlock"], va="top", ha="left", zorder=8,
-                           gid="stuck text")
-        text.set_in_layout(False)             # (wrapped inside its box when drawn)
-        labels.stuck.append((text, _stuck_words(d), box))
-        labels.fixed.append(text)
-        used.add("deadlock")
-    for e in by_kind["cuda.warning"]:                 # a warning, not a deadlock: amber
-        labels.marks.append((x(e.ts_ns), row(e.pid, e.tid), 5))
-        ax.plot([x(e.ts_ns)], [row(e.pid, e.tid)], marker="v", ms=10, color=COLORS["warning"],
-                markeredgecolor="#7a5200", markeredgewidth=0.8, zorder=8)
-        labels.add(ax.annotate("warning", (x(e.ts_ns), row(e.pid, e.tid)), xytext=(0, 9),
-                               textcoords="offset points", fontsize=7, ha="center",
-                               va="bottom", color="#7a5200", fontweight="bold", zorder=8),
-                   0, _ABOVE)
-        used.add("warning")
+    def draw_stuck(self):
+        """Each process stuck for good: a red box round its rows, with the reason inside."""
+        ax, rows, span = self.ax, self.lanes.rows, self.span
+        for pid, d in self.lanes.dead.items():
+            r = self.lanes.proc_row.get(pid)
+            if r is None:
+                continue
+            first = r + 1
+            while first < len(rows) and rows[first][0] != "reason":
+                first += 1
+            last = first
+            while last + 1 < len(rows) and rows[last + 1] == ("reason", rows[first][1]):
+                last += 1
+            box = ax.add_patch(Rectangle((-0.005 * span, r - 0.45), span * 1.01, last - r + 0.9,
+                                         fill=False, edgecolor=COLORS["deadlock"], lw=2.0,
+                                         zorder=7, gid="stuck box"))
+            # from the top of its rows, wrapped to the box's width when drawn (labels.stuck)
+            text = ax.annotate(_stuck_words(d), (-0.005 * span, first - 0.5), xytext=(7, -2),
+                               textcoords="offset points", fontsize=_STUCK_FONT,
+                               color=COLORS["deadlock"], va="top", ha="left", zorder=8,
+                               gid="stuck text")
+            text.set_in_layout(False)             # (wrapped inside its box when drawn)
+            self.labels.stuck.append((text, _stuck_words(d), box))
+            self.labels.fixed.append(text)
+            self.used.add("deadlock")
 
-    if folded:
-        said.append(f"{len(folded)} helper thread{'s' * (len(folded) > 1)} (Pool handlers, Queue "
-                    f"feeders, fd servers) drawn on their process's lane")
+    def draw_cuda_warnings(self):
+        """A CUDA warning: an amber ▼ (a warning, not a deadlock)."""
+        ax, x, row = self.ax, self.x, self.row
+        for e in self.by_kind["cuda.warning"]:
+            self.labels.marks.append((x(e.ts_ns), row(e.pid, e.tid), 5))
+            ax.plot([x(e.ts_ns)], [row(e.pid, e.tid)], marker="v", ms=10,
+                    color=COLORS["warning"], markeredgecolor="#7a5200", markeredgewidth=0.8,
+                    zorder=8)
+            self.labels.add(ax.annotate("warning", (x(e.ts_ns), row(e.pid, e.tid)),
+                                        xytext=(0, 9), textcoords="offset points", fontsize=7,
+                                        ha="center", va="bottom", color="#7a5200",
+                                        fontweight="bold", zorder=8),
+                            0, _ABOVE)
+            self.used.add("warning")
 
-    # --- axes, labels, legend ---
-    names = []
-    for kind, obj in rows:
-        if kind == "process":
-            p = obj
-            how = f" · {p.how}" if p.how not in (None, "record") else ""
-            name = ix.labels[p.pid]
-            names.append(f"{name}{how}" if name == f"pid {p.pid}" else
-                         f"{name}\npid {p.pid}{how}")
-        elif kind == "thread":
-            p, tid = obj
-            names.append(f"└ {ix.thread_name(p.pid, tid)}")
-        else:
-            names.append("")
-    ax.set_yticks(range(len(rows)))
-    ax.set_yticklabels(names, fontsize=8)
-    for tick, (kind, obj) in zip(ax.get_yticklabels(), rows):
-        if kind == "process" and obj.pid in dead:
-            tick.set_color(COLORS["deadlock"])
-            tick.set_fontweight("bold")
-        elif kind == "thread":
-            tick.set_fontsize(7)
-            tick.set_color("#555555")
-    ax.set_ylim(len(rows) - 0.5, -0.5)
-    ax.set_xlim(-0.01 * span, span * 1.08)
-    axis.decorate(ax, fast)
-    for side in ("top", "right", "left"):
-        ax.spines[side].set_visible(False)
-    ax.tick_params(axis="y", length=0)
-    if at is not None:
-        ax.axvline(x(at), color="#000000", lw=1.2, ls="--", zorder=9)
-    if not fast or title or left_out:
-        ax.set_title("\n".join(filter(None, [
-            title or "What each process did, and what travelled between them", left_out])),
-            loc="left", fontsize=10)
-    order = ["handle", "fd", "copy", "message", "lost", "failed", "collective",
-             "collective_wait", "disagree", "blocked", "waiting", "holding",
-             "deadlock", "warning", "task", "task_failed", "exit0", "exitcode", "signal",
-             "running", "mark", "event"]
-    note = _wrap(" · ".join(said), 160) if said else ""
-    if not fast:
-        keys = [k for k in order if k in used]
-        _legend_below(ax, keys, bool(axis.gaps), note)
-        if owned:                  # room for the legend's rows, the lanes keep their height
-            fig.set_figheight(fig.get_figheight() + 0.2 * _legend_rows(keys) + 0.2 +
-                              0.15 * (note.count("\n") + 1 if note else 0))
-    elif note:
-        ax.text(0.0, -0.02, note, transform=ax.transAxes, fontsize=7.5, va="top", ha="left",
-                color="#555555", gid="aggregated")
-    if owned and not fast:               # (in viz.plot's figure, plot writes them once)
-        from . import notes_under
-        notes_under(fig, getattr(whole, "notes", ()))
-    return fig
+    def name_lanes(self, at, title, left_out):
+        """The lanes' names (a stuck process's in red), the axes' limits, time ticks, title."""
+        ax, ix, rows, span = self.ax, self.ix, self.lanes.rows, self.span
+        names = []
+        for kind, obj in rows:
+            if kind == "process":
+                p = obj
+                how = f" · {p.how}" if p.how not in (None, "record") else ""
+                name = ix.labels[p.pid]
+                names.append(f"{name}{how}" if name == f"pid {p.pid}" else
+                             f"{name}\npid {p.pid}{how}")
+            elif kind == "thread":
+                p, tid = obj
+                names.append(f"└ {ix.thread_name(p.pid, tid)}")
+            else:
+                names.append("")
+        ax.set_yticks(range(len(rows)))
+        ax.set_yticklabels(names, fontsize=8)
+        for tick, (kind, obj) in zip(ax.get_yticklabels(), rows):
+            if kind == "process" and obj.pid in self.lanes.dead:
+                tick.set_color(COLORS["deadlock"])
+                tick.set_fontweight("bold")
+            elif kind == "thread":
+                tick.set_fontsize(7)
+                tick.set_color("#555555")
+        ax.set_ylim(len(rows) - 0.5, -0.5)
+        ax.set_xlim(-0.01 * span, span * 1.08)
+        self.axis.decorate(ax, self.fast)
+        for side in ("top", "right", "left"):
+            ax.spines[side].set_visible(False)
+        ax.tick_params(axis="y", length=0)
+        if at is not None:
+            ax.axvline(self.x(at), color="#000000", lw=1.2, ls="--", zorder=9)
+        if not self.fast or title or left_out:
+            ax.set_title("\n".join(filter(None, [
+                title or "What each process did, and what travelled between them", left_out])),
+                loc="left", fontsize=10)
+
+    def legend_and_notes(self, fig, owned, notes):
+        """The legend of what was drawn, what was aggregated, and the trace's `notes`, below."""
+        ax, folded, said = self.ax, self.lanes.folded, self.said
+        if folded:
+            said.append(f"{len(folded)} helper thread{'s' * (len(folded) > 1)} (Pool handlers, "
+                        f"Queue feeders, fd servers) drawn on their process's lane")
+        note = _wrap(" · ".join(said), 160) if said else ""
+        if not self.fast:
+            keys = [k for k in _LEGEND_ORDER if k in self.used]
+            _legend_below(ax, keys, bool(self.axis.gaps), note)
+            if owned:                  # room for the legend's rows, the lanes keep their height
+                fig.set_figheight(fig.get_figheight() + 0.2 * _legend_rows(keys) + 0.2 +
+                                  0.15 * (note.count("\n") + 1 if note else 0))
+        elif note:
+            ax.text(0.0, -0.02, note, transform=ax.transAxes, fontsize=7.5, va="top", ha="left",
+                    color="#555555", gid="aggregated")
+        if owned and not self.fast:           # (in viz.plot's figure, plot writes them once)
+            from . import notes_under
+            notes_under(fig, notes)
+
+
+_LEGEND_ORDER = ["handle", "fd", "copy", "message", "lost", "failed", "collective",
+                 "collective_wait", "disagree", "blocked", "waiting", "holding",
+                 "deadlock", "warning", "task", "task_failed", "exit0", "exitcode", "signal",
+                 "running", "mark", "event"]
 
 
 # --- labels that never overlap -------------------------------------------------------------
@@ -520,10 +618,6 @@ class _LabelLayout(Artist):
         for text, words, box in self.stuck:
             _fit_in_box(text, words, box.get_window_extent(renderer), renderer)
         boxes, keys = self._obstacles(renderer, least)
-        # inside the axes by a few points: a label pushed flush against the left edge would
-        # sit on a STUCK box's border (drawn just inside it) and its first glyph be lost there
-        pad = 6 * renderer.dpi / 72
-        left, right = frame.x0 + pad, frame.x1 - pad
         taken = [t.get_window_extent(renderer) for t in self.fixed if t.get_visible()]
         taken = [b for b in taken if b.width > 0]
         lines = [ax.transData.transform(seg) for seg in self.lines]
@@ -542,38 +636,8 @@ class _LabelLayout(Artist):
                         o = boxes[at]
                         mine |= ((boxes[:, 0] <= o[0] + 1) & (boxes[:, 2] >= o[2] - 1) &
                                  (boxes[:, 1] <= o[1] + 1) & (boxes[:, 3] >= o[3] - 1))
-            others = boxes[~mine]
-            best = None
-            for dx, dy, *side in places + self._off_span(own, places, renderer):
-                # a span's name written wholly before its start points at it
-                before = side and side[0] < 0 and own is not None and not words.endswith("→")
-                text.set_text(words + " →" if before else words)
-                text.xyann = (dx, dy)
-                box = text.get_window_extent(renderer)
-                if side:                       # beside its anchor, 4 points off
-                    at = ax.transData.transform(text.xy)[0] + side[0] * 4 * renderer.dpi / 72
-                    move = at - box.x0 if side[0] > 0 else at - box.x1
-                    text.xyann = (dx + move * 72 / renderer.dpi, dy)
-                    box = text.get_window_extent(renderer)
-                shift = max(0.0, left - box.x0) - max(0.0, box.x1 - right)
-                if shift:                      # keep it inside the axes, left to right
-                    text.xyann = (text.xyann[0] + shift * 72 / renderer.dpi, dy)
-                    box = text.get_window_extent(renderer)
-                if not _near(box, ax.transData.transform(text.xy), renderer):
-                    continue                   # pushed away from what it names
-                if box.y0 < frame.y0 + 2 or box.y1 > frame.y1 - 2 or box.x0 < frame.x0 - 1:
-                    continue       # out of the picture (or wider than it; its white pad too)
-                padded = box.padded(2)
-                if any(padded.overlaps(b) for b in taken):
-                    continue
-                if np.any((others[:, 0] < box.x1) & (others[:, 2] > box.x0) &
-                          (others[:, 1] < box.y1) & (others[:, 3] > box.y0)):
-                    continue                   # over another box, a copy's square, a ✗
-                crossed = sum(_crosses(seg, padded) for seg in lines)
-                if best is None or crossed < best[0]:
-                    best = (crossed, text.xyann, box, text.get_text())
-                if not crossed:
-                    break
+            best = self._best_place(text, words, places, own, boxes[~mine], taken, lines,
+                                    renderer)
             if best is None:
                 text.set_visible(False)
                 hidden += 1
@@ -587,6 +651,49 @@ class _LabelLayout(Artist):
         if self.unsaid:
             notes.append(f"{self.unsaid} more labels not written: too many of their kind")
         self._write_notes(notes, renderer)
+
+    def _best_place(self, text, words, places, own, others, taken, lines, renderer):
+        """The first of `places` where `text` stays near its anchor, inside the axes, over no
+        label `taken` and no box of `others`, crossing the fewest `lines`: (crossed, offset,
+        box, words), or None where there is no such place."""
+        ax = self.axes
+        frame = ax.get_window_extent(renderer)
+        # inside the axes by a few points: a label pushed flush against the left edge would
+        # sit on a STUCK box's border (drawn just inside it) and its first glyph be lost there
+        pad = 6 * renderer.dpi / 72
+        left, right = frame.x0 + pad, frame.x1 - pad
+        best = None
+        for dx, dy, *side in places + self._off_span(own, places, renderer):
+            # a span's name written wholly before its start points at it
+            before = side and side[0] < 0 and own is not None and not words.endswith("→")
+            text.set_text(words + " →" if before else words)
+            text.xyann = (dx, dy)
+            box = text.get_window_extent(renderer)
+            if side:                       # beside its anchor, 4 points off
+                at = ax.transData.transform(text.xy)[0] + side[0] * 4 * renderer.dpi / 72
+                move = at - box.x0 if side[0] > 0 else at - box.x1
+                text.xyann = (dx + move * 72 / renderer.dpi, dy)
+                box = text.get_window_extent(renderer)
+            shift = max(0.0, left - box.x0) - max(0.0, box.x1 - right)
+            if shift:                      # keep it inside the axes, left to right
+                text.xyann = (text.xyann[0] + shift * 72 / renderer.dpi, dy)
+                box = text.get_window_extent(renderer)
+            if not _near(box, ax.transData.transform(text.xy), renderer):
+                continue                   # pushed away from what it names
+            if box.y0 < frame.y0 + 2 or box.y1 > frame.y1 - 2 or box.x0 < frame.x0 - 1:
+                continue       # out of the picture (or wider than it; its white pad too)
+            padded = box.padded(2)
+            if any(padded.overlaps(b) for b in taken):
+                continue
+            if np.any((others[:, 0] < box.x1) & (others[:, 2] > box.x0) &
+                      (others[:, 1] < box.y1) & (others[:, 3] > box.y0)):
+                continue                   # over another box, a copy's square, a ✗
+            crossed = sum(_crosses(seg, padded) for seg in lines)
+            if best is None or crossed < best[0]:
+                best = (crossed, text.xyann, box, text.get_text())
+            if not crossed:
+                break
+        return best
 
     def _write_notes(self, notes, renderer):
         """The notes over the top right corner, on one line where that fits beside the title

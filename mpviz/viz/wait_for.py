@@ -43,14 +43,51 @@ def wait_for(trace, at=None, ax=None, title=None):
     Everything here is computed by ``state.state_at``; this module only places and draws it.
     The instant defaults to the moment a stuck run is judged (``state.stuck_moment``), else the
     instant at which the most threads wait (``state.busiest_wait``), else the end.
+    The steps: the graph (``_graph``), where each node goes (``_layout``), the boxes
+    (``_draw_nodes``), the arrows (``_draw_edges``), the title and the legend.
     """
     if at is None:
         at = st.stuck_moment(trace)
     if at is None:
         at = st.busiest_wait(trace)
     state = st.state_at(trace, at)
-    labels, names = state.labels, state.thread_names
+    nodes, edges, cycle_nodes, red_threads = _graph(state)
+    in_cycle = set(cycle_nodes)
+    pos = _layout(nodes, edges, cycle_nodes)
+    xs = [x for x, _ in pos.values()] or [0]
+    ys = [y for _, y in pos.values()] or [0]
+    top = max(ys)                        # arrows that go back or skip a column arc above it
+    arcs = any(_arc(pos[a], pos[b], top) for a, b, _, _ in edges if a not in in_cycle)
+    owned = ax is None
+    if owned:
+        fig = Figure(figsize=(min(14, max(7.5, 1.5 + 1.7 * (max(xs) - min(xs) + 1.6))),
+                              1.6 + 1.0 * (max(ys) - min(ys) + 1.4 + (0.6 if arcs else 0)) +
+                              0.45 * len(state.deadlocks)), layout="constrained")
+        ax = fig.add_subplot()
+    fig = ax.figure
+    ax.set_axis_off()
+    if not nodes:
+        ax.text(0.5, 0.5, "No thread is waiting for a lock or blocked in a recorded wait\n"
+                "at this instant, and no lock is held.", ha="center", va="center", fontsize=10,
+                transform=ax.transAxes)
+    texts, used = _draw_nodes(ax, nodes, pos, in_cycle, red_threads)
+    ax.set_xlim(min(xs) - 0.8, max(xs) + 0.8)
+    ax.set_ylim(min(ys) - 0.7, max(ys) + 0.7 + (0.6 if arcs else 0))
+    used |= _draw_edges(ax, edges, pos, texts, in_cycle, top)
+    _title(ax, state, title)
+    keys = [k for k in ("holding", "waiting", "blocked", "deadlock", "ghost") if k in used]
+    if keys:
+        legend(ax, keys, loc="upper left", bbox_to_anchor=(0.0, 0.0), ncols=len(keys))
+    if owned:                            # (in viz.plot's figure, plot writes them once)
+        from . import notes_under
+        notes_under(fig, getattr(trace, "notes", ()))
+    return fig
 
+
+def _graph(state):
+    """The graph at `state`: (nodes {key: (kind, text)}, edges [(a, b, word, key)], the keys
+    of the nodes on a cycle in order round it, the threads stuck for good)."""
+    labels, names = state.labels, state.thread_names
     nodes, edges = {}, []                # node key -> (kind, text); edges (a, b, word, key)
     dead_threads = {(d.pid, d.tid) for d in state.deadlocks}
     cycle_nodes = []
@@ -91,25 +128,13 @@ def wait_for(trace, at=None, ax=None, title=None):
                         idx = cycle_nodes.index(("thread", d.cycle[i - 1]))
                         cycle_nodes.insert(idx + 1, key)
                         in_cycle.add(key)
-
     _add_blocked(state, nodes, edges)
-    pos = _layout(nodes, edges, cycle_nodes)
-    xs = [x for x, _ in pos.values()] or [0]
-    ys = [y for _, y in pos.values()] or [0]
-    top = max(ys)                        # arrows that go back or skip a column arc above it
-    arcs = any(_arc(pos[a], pos[b], top) for a, b, _, _ in edges if a not in in_cycle)
-    owned = ax is None
-    if owned:
-        fig = Figure(figsize=(min(14, max(7.5, 1.5 + 1.7 * (max(xs) - min(xs) + 1.6))),
-                              1.6 + 1.0 * (max(ys) - min(ys) + 1.4 + (0.6 if arcs else 0)) +
-                              0.45 * len(state.deadlocks)), layout="constrained")
-        ax = fig.add_subplot()
-    fig = ax.figure
-    ax.set_axis_off()
-    if not nodes:
-        ax.text(0.5, 0.5, "No thread is waiting for a lock or blocked in a recorded wait\n"
-                "at this instant, and no lock is held.", ha="center", va="center", fontsize=10,
-                transform=ax.transAxes)
+    return nodes, edges, cycle_nodes, dead_threads
+
+
+def _draw_nodes(ax, nodes, pos, in_cycle, dead_threads):
+    """A box per thread, a rounded one per lock, a dashed one per ghost owner (red: stuck);
+    ({key: its text}, the legend keys used)."""
     texts, used = {}, set()
     for key, (kind, text) in nodes.items():
         x, y = pos[key]
@@ -123,8 +148,12 @@ def wait_for(trace, at=None, ax=None, title=None):
                              zorder=3)
         if kind == "ghost":
             used.add("ghost")
-    ax.set_xlim(min(xs) - 0.8, max(xs) + 0.8)
-    ax.set_ylim(min(ys) - 0.7, max(ys) + 0.7 + (0.6 if arcs else 0))
+    return texts, used
+
+
+def _draw_edges(ax, edges, pos, texts, in_cycle, top):
+    """An arrow per edge with its word ("holds", "blocks", "must exit" ...); the legend keys."""
+    used = set()
     aspect = _aspect(ax)
     xs_of = [x for k, (x, _) in pos.items() if k not in in_cycle]
     alone = {x for x in xs_of if xs_of.count(x) == 1}      # columns of one box
@@ -148,7 +177,11 @@ def wait_for(trace, at=None, ax=None, title=None):
         ax.add_patch(arrow)
         ax.text(at[0], at[1] + 0.12, word, ha="center", va="bottom", fontsize=7.5, color=color,
                 zorder=4)
+    return used
 
+
+def _title(ax, state, title):
+    """The title: the instant and how to read the arrows; in red, why the run is stuck."""
     when = (state.t_ns - state.t0_ns) / 1e6
     head = title or (f"Who waits for whom (at {when:.1f} ms): " +
                      ("who must act → what → who waits" if state.blocked else
@@ -156,7 +189,7 @@ def wait_for(trace, at=None, ax=None, title=None):
     if state.deadlocks:
         reasons = []
         for d in state.deadlocks:
-            r = d.reason if d.cycle else f"{labels.get(d.pid, d.pid)}: {d.reason}"
+            r = d.reason if d.cycle else f"{state.labels.get(d.pid, d.pid)}: {d.reason}"
             if r not in reasons:
                 reasons.append(r)
         ax.set_title(head + "\n" + "\n".join(textwrap.fill("STUCK FOR GOOD — " + r, 110)
@@ -164,13 +197,6 @@ def wait_for(trace, at=None, ax=None, title=None):
                      loc="left", fontsize=9.5, color=COLORS["deadlock"])
     else:
         ax.set_title(head, loc="left", fontsize=10)
-    keys = [k for k in ("holding", "waiting", "blocked", "deadlock", "ghost") if k in used]
-    if keys:
-        legend(ax, keys, loc="upper left", bbox_to_anchor=(0.0, 0.0), ncols=len(keys))
-    if owned:                            # (in viz.plot's figure, plot writes them once)
-        from . import notes_under
-        notes_under(fig, getattr(trace, "notes", ()))
-    return fig
 
 
 # The object in the middle, when there is one: (rounded node text, who must act in words).

@@ -1,0 +1,99 @@
+"""Temporary trace folders do not pile up: a folder whose maker was SIGKILLed is removed by the
+next run; a live maker's folder, another user's, a symlink and a folder without our .owner stay."""
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from mpviz import _tempdirs
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+MAKER = textwrap.dedent("""
+    import os, sys, time
+    import mpviz._tempdirs as t
+    print(t.make("mpviz-test-sweep-"), flush=True)
+    time.sleep(60)
+""")
+
+
+def _maker():
+    child = subprocess.Popen([sys.executable, "-c", MAKER], stdout=subprocess.PIPE, text=True,
+                             env={**os.environ, "PYTHONPATH": ROOT})
+    return child, child.stdout.readline().strip()
+
+
+def test_a_folder_whose_maker_was_sigkilled_is_removed_by_the_next_make():
+    child, folder = _maker()
+    try:
+        assert os.path.isdir(folder) and os.stat(folder).st_mode & 0o777 == 0o700
+        assert folder not in _tempdirs.sweep()          # its maker still runs: kept
+        assert os.path.isdir(folder)
+    finally:
+        child.send_signal(signal.SIGKILL)
+        child.wait()
+        child.stdout.close()
+    assert os.path.isdir(folder)                        # SIGKILL: no atexit ran
+    assert folder in _tempdirs.sweep()
+    assert not os.path.exists(folder)
+
+
+def test_a_folder_removed_at_exit_when_its_maker_ends_normally():
+    done = subprocess.run([sys.executable, "-c", MAKER.replace("time.sleep(60)", "")],
+                          capture_output=True, text=True, env={**os.environ, "PYTHONPATH": ROOT},
+                          timeout=60)
+    folder = done.stdout.strip()
+    assert folder.startswith("/") and not os.path.exists(folder)
+
+
+def test_the_sweep_leaves_symlinks_folders_without_owner_and_pid_reuse_with_other_start(tmp_path):
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    stale = tmp_path / "mpviz-stale-1"
+    stale.mkdir()
+    (stale / ".owner").write_text(f"{dead.pid} 1\n")
+    target = tmp_path / "elsewhere"
+    target.mkdir()
+    (target / ".owner").write_text(f"{dead.pid} 1\n")
+    os.symlink(target, tmp_path / "mpviz-link-1")
+    plain = tmp_path / "mpviz-0"                      # e.g. the shm manager's folder: no .owner
+    plain.mkdir()
+    me = tmp_path / "mpviz-mine-1"                    # this process, alive
+    me.mkdir()
+    (me / ".owner").write_text(f"{os.getpid()} 1\n")
+    mine_reused = tmp_path / "mpviz-reused-1"         # pid alive but started at another tick
+    mine_reused.mkdir()
+    (mine_reused / ".owner").write_text(f"{os.getppid()} 1\n")
+    removed = _tempdirs.sweep(str(tmp_path))
+    assert sorted(removed) == sorted([str(stale), str(mine_reused)])
+    assert target.exists() and (tmp_path / "mpviz-link-1").is_symlink()
+    assert plain.exists() and me.exists()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to make a folder owned by another uid")
+def test_the_sweep_never_removes_another_users_folder(tmp_path):
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    theirs = tmp_path / "mpviz-theirs-1"
+    theirs.mkdir()
+    (theirs / ".owner").write_text(f"{dead.pid} 1\n")
+    os.chown(theirs, 65534, 65534)
+    assert _tempdirs.sweep(str(tmp_path)) == []
+    assert theirs.exists()
+
+
+def test_scenario_and_record_folders_carry_an_owner_so_a_killed_kernel_leaves_nothing():
+    import mpviz.scenarios as scenarios
+    import mpviz.trace as mtrace
+    running = scenarios.start("queue-sharing")
+    try:
+        assert os.path.isfile(os.path.join(running.trace_dir, _tempdirs.OWNER))
+    finally:
+        running.stop()
+    with mtrace.record() as trace:
+        folder = trace.path
+        assert os.path.isfile(os.path.join(folder, _tempdirs.OWNER))
+    assert not os.path.exists(folder)
