@@ -38,7 +38,8 @@ import ipywidgets as widgets
 import mpviz.trace as mt
 from mpviz import _tempdirs
 from mpviz import viz
-from mpviz.viz.colors import BLOCKED_FILL, COLORS, WORDS, human_bytes
+from mpviz.trace.names import human_bytes
+from mpviz.viz.colors import BLOCKED_FILL, COLORS, WORDS
 
 REFRESH_HZ = 8
 _RENDERER = None                     # one long-lived drawing thread (see _render_in_background)

@@ -250,7 +250,7 @@ def test_a_withdrawn_fd_offer_is_recorded_and_linked_to_no_message():
     # thread once took its token as its own (an fd hand-over that never happened, put on a
     # message that carried none). The withdraw is an event, and the offer goes with it.
     import mpviz.trace as mt
-    from mpviz.viz.state import _index
+    from mpviz.trace.analysis import _index
     old = mp.get_sharing_strategy()
     mp.set_sharing_strategy("file_descriptor")
     a, b = mp.get_context("fork").Pipe()

@@ -18,7 +18,7 @@ _PENDING = "split pending (another change in flight)"
 
 # "path:Qualified.name" -> why it is longer than MAX_LINES
 LONG = {
-    "mpviz/viz/state.py:_Index.__init__": _PENDING,
+    "mpviz/trace/analysis.py:_Index.__init__": _PENDING,
     "mpviz/trace/dist_verdict.py:Verdict.missing": _PENDING,
     "mpviz/trace/chrome.py:to_chrome": _PENDING,
 }

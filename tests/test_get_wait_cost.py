@@ -16,7 +16,7 @@ import pytest
 
 import mpviz.trace as mt
 from mpviz.trace import reader
-from mpviz.viz import state as st
+from mpviz.trace import analysis as st
 
 pytestmark = pytest.mark.timeout(90)
 FORK = mp.get_context("fork")

@@ -116,7 +116,7 @@ def test_a_pool_worker_that_exits_in_its_task_leaves_the_pool_waiting_for_ever(h
     assert len(workers) == 2 and set(workers) == {"main thread"}, err   # (one has exited)
     assert "`with Pool(2) as pool:`" not in err and "pool_task_exits.py:21" not in err, err
     t = load(str(tmp_path))
-    from mpviz.viz import state as st
+    from mpviz.trace import analysis as st
     stuck = {d.pid: d.reason for d in st.deadlocks(t)}
     main = next(p.pid for p in t.processes() if p.how == "exec")
     assert list(stuck) == [main], stuck
@@ -193,8 +193,8 @@ def _wait_until(directory, ready, timeout=30):
 
 
 def _session_alive(sid):
-    from mpviz.scenarios.runner import _session_pids
-    return _session_pids(sid)
+    from mpviz.trace.session import session_pids
+    return session_pids(sid)
 
 
 def _ctrl_c_to_the_launcher(directory, program, *args, said, ready):

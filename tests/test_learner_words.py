@@ -288,7 +288,7 @@ def test_an_error_raised_in_mpvizs_own_code_keeps_that_frame_in_the_printed_trac
 def test_a_pool_worker_that_waits_for_its_first_task_waits_on_the_pools_task_queue(runs):
     # not on "the arguments of pid N": the one message it had read was its arguments, in
     # _bootstrap, which no get() reads; and the Pool's task thread is who must put
-    from mpviz.viz import state as st
+    from mpviz.trace import analysis as st
     directory, err = runs["pool worker exits"]
     trace = mt.load(directory)
     assert re.search(r"worker \d exited \(exit 1\) while running job 0", trace.verdict), \

@@ -88,6 +88,38 @@ def test_the_scan_sees_lazy_and_relative_imports():
     assert "mpviz.cuda.backends" in {n for n, _ in imports_of("mpviz.cuda.storage")}
 
 
+
+# --- the recorder is the bottom layer ----------------------------------------------------------
+
+# trace/ records a run and reads it back; viz/ draws Traces, scenarios/ and stepper/ run
+# programs: they import the recorder, never the other way. The stepper fills a slot instead
+# (trace/stops.py, autostart.ON_BOOT), and pictures are found by name (trace.trace.DRAWING).
+ABOVE_THE_RECORDER = ("mpviz.viz", "mpviz.scenarios", "mpviz.stepper")
+
+
+def _above(name):
+    return any(name == top or name.startswith(top + ".") for top in ABOVE_THE_RECORDER)
+
+
+def test_no_module_of_the_recorder_imports_viz_scenarios_or_the_stepper():
+    recorder_modules = [m for m in all_modules()
+                        if m == "mpviz.trace" or m.startswith("mpviz.trace.")]
+    assert "mpviz.trace.watchdog" in recorder_modules and "mpviz.trace.autostart" in recorder_modules
+    up = []
+    for module in recorder_modules:
+        up += [(module, name, line) for name, line in imports_of(module) if _above(name)]
+        with open(_path(module)) as f:           # and no __import__("mpviz.stepper...") either
+            tree = ast.parse(f.read())
+        up += [(module, call.args[0].value, call.lineno) for call in ast.walk(tree)
+               if isinstance(call, ast.Call) and getattr(call.func, "id", None) == "__import__"
+               and call.args and isinstance(call.args[0], ast.Constant)
+               and _above(str(call.args[0].value))]
+    assert not up, (f"the recorder imports a layer above it (module, imported, line): {up}, at the "
+                    f"top or inside a function. Fix: move what it needs down into trace/ (as "
+                    f"analysis.py and session.py were), or give the upper layer a slot to fill "
+                    f"(as trace/stops.py is for the stepper)")
+
+
 # --- no cycle of top-level imports -----------------------------------------------------------
 
 # {the modules of a cycle: why it stays}. A cycle not named here fails the test, and so does a
@@ -230,7 +262,6 @@ LAZY_BACK_EDGES = {
     ("mpviz.tensor", "mpviz.cuda"): "cuda wraps Tensors; only a device other than cpu needs it",
     ("mpviz.trace.messages", "mpviz.trace.hooks"):
         "hooks installs messages' wrappers; messages borrows hooks' _patch for mpviz's Queue",
-    ("mpviz.trace.trace", "mpviz.viz"): "viz's timeline draws a Trace; Trace.plot is the way back",
     ("mpviz.trace.trace", "mpviz.trace.merge"):
         "merge builds MergedTrace on Trace and load; load() of a list of folders is the way in",
     ("mpviz.trace.trace", "mpviz.trace.watchdog"):
@@ -311,8 +342,6 @@ LAZY_IMPORTS = {
     ("mpviz.exercises.nb13", "mpviz.examples.your_program"): _CHECKER,
     ("mpviz.multiprocessing._codec", "mpviz.multiprocessing.reductions"):
         "reductions needs NumPy: a child that passes only numbers starts without it",
-    ("mpviz.multiprocessing.queues", "mpviz.stepper.patches"):
-        "only in a stepped run (the gate module is loaded): the stepper is not the queue's",
     ("mpviz.multiprocessing.reductions", "mpviz.cuda"): "only a CUDA tensor goes to mpviz.cuda",
     ("mpviz.scenarios", "mpviz.scenarios.puzzles"): "the puzzles load the stepper: at step()",
     ("mpviz.scenarios", "mpviz.scenarios.runner"): "the runner loads the recorder: at start()",
@@ -341,8 +370,6 @@ LAZY_IMPORTS = {
     ("mpviz.scenarios.oom_killed", "mpviz.trace.recorder"): _RECORDER_ONLY,
     ("mpviz.scenarios.puzzles", "mpviz.stepper.control"):
         "the stepper imports the puzzles it runs (its _driver): loaded at step()",
-    ("mpviz.scenarios.runner", "mpviz.trace.watchdog"):
-        "the watchdog imports the runner: one stack parser, to be moved to a leaf (issue #31)",
     ("mpviz.scenarios.small_shm", "mpviz.errors"): _PROGRAM,
     ("mpviz.scenarios.small_shm", "mpviz.multiprocessing"): _DRIVEN,
     ("mpviz.scenarios.small_shm", "mpviz.sharing.segment"): _PROGRAM,
@@ -358,10 +385,6 @@ LAZY_IMPORTS = {
         "a script: its imports wait until it has set up sys.path and the gate",
     ("mpviz.stepper._driver", "mpviz.trace"):
         "a script: its imports wait until it has set up sys.path and the gate",
-    ("mpviz.stepper.gate", "mpviz.stepper.patches"):
-        "patches and gate use each other: the gate installs the patches when a run starts",
-    ("mpviz.stepper.patches", "mpviz.stepper.gate"):
-        "patches and gate use each other: a patched call asks the gate, once installed",
     ("mpviz.stepper_widget", "mpviz.scenarios"): "ipywidgets' module loads for a Stepper only",
     ("mpviz.stepper_widget", "mpviz.stepper.control"): "ipywidgets' module loads for a Stepper only",
     ("mpviz.trace", "mpviz.trace.trace"):
@@ -372,27 +395,19 @@ LAZY_IMPORTS = {
     ("mpviz.trace.hooks", "mpviz.trace.internals"): "the interpreter's internals: checked once",
     ("mpviz.trace.internals", "mpviz.trace.hooks"):
         "hooks asks internals what is missing; internals reads hooks' saved originals",
-    ("mpviz.trace.launcher", "mpviz.scenarios.runner"):
-        "the runner's session helpers, borrowed: to be moved to a leaf (issue #31)",
     ("mpviz.trace.launcher", "mpviz.trace.stuck"): "only for a run that hangs",
     ("mpviz.trace.launcher", "mpviz.trace.trace"): "only when reading the run back",
     ("mpviz.trace.launcher", "mpviz.trace.watchdog"): "only with a hang watchdog asked for",
-    ("mpviz.trace.launcher", "mpviz.viz"): "the verdict's notes: recorder to viz, upward (#31)",
     ("mpviz.trace.messages", "mpviz.trace.native"): "queue_hooks.c: only where the C Writer records",
     ("mpviz.trace.recorder", "mpviz.trace.native"): "writer.c is built, once, when recording starts",
     ("mpviz.trace.stuck", "mpviz.trace.watchdog"): "the watchdog imports stuck: labels borrowed",
-    ("mpviz.trace.stuck", "mpviz.viz.state"): "labels from viz: recorder to viz, upward (#31)",
     ("mpviz.trace.torch_hooks", "mpviz.trace.hooks"): "hooks installs torch_hooks when torch comes",
     ("mpviz.trace.trace", "mpviz.trace.chrome"): "the Chrome export: only when asked",
     ("mpviz.trace.trace", "mpviz.trace.hooks"): "reading a trace (`mpviz trace`) patches nothing",
     ("mpviz.trace.trace", "mpviz.trace.torch_hooks"): "real torch's sharing: only when recording",
-    ("mpviz.trace.watchdog", "mpviz.scenarios.runner"):
-        "stacks and session helpers borrowed from the runner: to be one watchdog (issue #31)",
     ("mpviz.trace.watchdog", "mpviz.trace.autostart"): "only when a child was interrupted",
     ("mpviz.trace.watchdog", "mpviz.trace.launcher"): "the launcher imports the watchdog",
     ("mpviz.trace.watchdog", "mpviz.trace.stuck"): "stuck imports the watchdog",
-    ("mpviz.trace.watchdog", "mpviz.viz.state"): "the verdict's analysis: recorder to viz (#31)",
-    ("mpviz.trace.watchdog", "mpviz.viz.wait_for"): "the verdict's analysis: recorder to viz (#31)",
     ("mpviz.viz.memory_map", "mpviz.sharing.shm_manager"):
         "the fate of a name left in /dev/shm: only when a picture shows one",
     ("mpviz.widgets", "mpviz.scenarios"): "a widget for a scenario loads the catalog only then",
@@ -445,5 +460,5 @@ def test_every_import_inside_a_function_says_why():
 def test_the_lazy_scan_counts_an_import_inside_a_function():
     found = lazy_imports()
     assert ("mpviz.trace.recorder", "mpviz.trace.native") in found       # inside writer_class
-    assert ("mpviz.trace.trace", "mpviz.viz.timeline") in found          # inside Trace.plot
+    assert ("mpviz.trace.trace", "mpviz.trace.chrome") in found          # inside Trace.to_chrome
     assert not any(importer == "mpviz._proc" for importer, _ in found)   # imports none of ours

@@ -260,7 +260,7 @@ def test_the_memory_map_counts_what_proc_says_was_mapped_not_every_segment_ever_
     trace = run.trace()
     seen = json.loads((run.tmp / "seen.json").read_text())
     program = _program(trace)
-    from mpviz.viz import state as st
+    from mpviz.trace import analysis as st
     ix = st._index(trace)
     most = {program: 0, seen["consumer_pid"]: 0}
     for e in ix.shm:                       # every instant a mapping began: who mapped how many

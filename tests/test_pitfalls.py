@@ -14,7 +14,7 @@ import sys
 import pytest
 
 import mpviz.scenarios as sc
-from mpviz.scenarios import runner
+from mpviz.trace import session
 from proc_helpers import run_with_small_dev_shm
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -27,8 +27,8 @@ def run(name, **params):
     assert result.problem is None, result.explanation + "\n" + result.output[-3000:]
     assert result.duration_s <= 30
     sid = result.details["driver_pid"]
-    assert runner._session_pids(sid) == [], "processes of the run are still alive"
-    left = [n for n in runner.run_segments(result.trace) if os.path.exists("/dev/shm" + n)]
+    assert session.session_pids(sid) == [], "processes of the run are still alive"
+    left = [n for n in session.run_segments(result.trace) if os.path.exists("/dev/shm" + n)]
     assert left == [], f"segments of the run left in /dev/shm: {left}"
     return result
 

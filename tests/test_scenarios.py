@@ -15,7 +15,7 @@ import pytest
 
 import mpviz.scenarios as sc
 import mpviz.trace
-from mpviz.scenarios import runner
+from mpviz.trace import session
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DESIGN_NAMES = [
@@ -78,8 +78,8 @@ def _id(case):
 
 def assert_nothing_left(result):
     sid = result.details["driver_pid"]
-    assert runner._session_pids(sid) == [], "processes of the run are still alive"
-    left = [n for n in runner.run_segments(result.trace) if os.path.exists("/dev/shm" + n)]
+    assert session.session_pids(sid) == [], "processes of the run are still alive"
+    left = [n for n in session.run_segments(result.trace) if os.path.exists("/dev/shm" + n)]
     assert left == [], f"segments of the run left in /dev/shm: {left}"
 
 

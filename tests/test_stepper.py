@@ -12,9 +12,9 @@ import pytest
 import mpviz
 import mpviz.scenarios as sc
 import stepper_workers as w
-from mpviz.scenarios import runner
 from mpviz.scenarios.puzzles import PUZZLES
 from mpviz.stepper import ChoiceError, gate, random_schedules
+from mpviz.trace import session, stops
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -69,7 +69,7 @@ def goal_run():
 
 
 def test_not_stepping_costs_a_none_check():
-    assert gate.pause is None          # the hooks' gate, in a process that is not stepped
+    assert stops.pause is None         # the hooks' slot, in a process that is not stepped
 
 
 def test_fork_held_lock_one_schedule_deadlocks_another_is_ok(goal_run):
@@ -182,7 +182,7 @@ def test_close_ends_paused_and_blocked_processes():
     assert s.choices() == []
     sid = s._proc.pid
     s.close()
-    assert runner._session_pids(sid) == []
+    assert session.session_pids(sid) == []
     assert s.outcome == "deadlock"
 
 
@@ -190,13 +190,13 @@ def test_a_paused_process_ends_itself_when_its_controller_goes_away():
     s = mpviz.step(w.two_locks)
     s.step("main/main")
     sid = s._proc.pid
-    assert runner._session_pids(sid)
+    assert session.session_pids(sid)
     s._closing = True                         # the controller stops answering and hangs up
     s._io.join(5)
     deadline = time.monotonic() + 10
-    while runner._session_pids(sid) and time.monotonic() < deadline:
+    while session.session_pids(sid) and time.monotonic() < deadline:
         time.sleep(0.05)                      # polling other processes' exit, bounded
-    left = runner._session_pids(sid)
+    left = session.session_pids(sid)
     s._closing = False
     s.close()
     assert left == []

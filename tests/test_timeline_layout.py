@@ -36,7 +36,7 @@ from matplotlib.patches import Rectangle  # noqa: E402
 import mpviz.trace as mt  # noqa: E402
 from mpviz import scenarios, viz  # noqa: E402
 from mpviz.viz import COLORS  # noqa: E402
-from mpviz.viz import state  # noqa: E402
+from mpviz.trace import analysis as state  # noqa: E402
 
 pytestmark = pytest.mark.timeout(180)
 

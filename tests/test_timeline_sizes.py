@@ -24,7 +24,7 @@ import size_workers as w  # noqa: E402
 import mpviz.multiprocessing as mp  # noqa: E402
 import mpviz.trace as mt  # noqa: E402
 from mpviz import viz  # noqa: E402
-from mpviz.viz import state as st  # noqa: E402
+from mpviz.trace import analysis as st  # noqa: E402
 
 pytestmark = pytest.mark.timeout(120)
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

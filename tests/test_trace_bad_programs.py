@@ -214,7 +214,7 @@ def test_finish_refuses_a_directory_without_a_recording(tmp_path):
 # --- os._exit: no atexit, no flush -------------------------------------------------------------
 
 def test_os_exit_keeps_every_event_and_the_exit_codes(tmp_path):
-    from mpviz.viz import state as st
+    from mpviz.trace import analysis as st
     a, b, _, _ = both(tmp_path, "os_exit", "5")
     assert (b.returncode, b.stdout) == (a.returncode, a.stdout) == (5, "child exitcode 6\n"), \
         b.stderr

@@ -150,7 +150,7 @@ def test_the_ddp_tutorials_demo_basic_shows_its_rendezvous_and_collectives_per_r
         assert begins == [(1, "_verify_params_across_processes", 660),
                           (2, "_broadcast_coalesced", 660)]
         assert ends == [(1, None), (2, None)]
-    from mpviz.viz.state import process_labels
+    from mpviz.trace.analysis import process_labels
     labels = process_labels(trace)
     assert labels[ranks[0]] == "rank 0" and labels[ranks[1]] == "rank 1"
     # the Reducer's gradient all-reduces are C++: said, never blank time

@@ -396,7 +396,7 @@ def test_pictures_name_the_program_and_draw_a_failed_task(tmp_path):
 def test_wait_for_without_an_instant_shows_the_most_waiters():
     import threading
     from mpviz import viz
-    from mpviz.viz import state as st
+    from mpviz.trace import analysis as st
     lock = threading.Lock()
     with mt.record(threading_locks=True) as trace:
         lock = threading.Lock()

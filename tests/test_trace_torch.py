@@ -19,7 +19,7 @@ torch = pytest.importorskip("torch")
 
 import mpviz.trace as mt  # noqa: E402
 import mpviz.viz as viz  # noqa: E402
-from mpviz.viz import state as st  # noqa: E402
+from mpviz.trace import analysis as st  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 WORKERS = os.path.join(ROOT, "tests", "torch_workers.py")

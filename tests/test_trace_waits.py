@@ -19,7 +19,7 @@ sys.path.insert(0, os.path.dirname(__file__))
 import wait_workers as w  # noqa: E402
 
 import mpviz.trace as mt  # noqa: E402
-from mpviz.viz import state as st  # noqa: E402
+from mpviz.trace import analysis as st  # noqa: E402
 from mpviz.viz import timeline, wait_for  # noqa: E402
 from mpviz.viz.timeline import _TimeAxis  # noqa: E402
 

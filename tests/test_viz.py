@@ -25,7 +25,7 @@ import mpviz.multiprocessing as mp  # noqa: E402
 import mpviz.trace as mt  # noqa: E402
 from mpviz import viz  # noqa: E402
 from mpviz.viz import COLORS, WORDS  # noqa: E402
-from mpviz.viz import state as st  # noqa: E402
+from mpviz.trace import analysis as st  # noqa: E402
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -25,7 +25,7 @@ import mpviz.multiprocessing as mp  # noqa: E402
 import mpviz.trace as mt  # noqa: E402
 from mpviz import viz  # noqa: E402
 from mpviz.viz import COLORS  # noqa: E402
-from mpviz.viz.state import _index  # noqa: E402
+from mpviz.trace.analysis import _index  # noqa: E402
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -346,7 +346,7 @@ def test_a_forked_childs_stuck_reason_names_the_parents_line_it_inherited():
     # in the terminal contradicted.
     import sysconfig
 
-    from mpviz.viz.state import user_line
+    from mpviz.trace.analysis import user_line
     lib = sysconfig.get_paths()["stdlib"] + "/multiprocessing"
     dump = (
         'Current thread 0x00007f (most recent call first):\n'

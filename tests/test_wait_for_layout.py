@@ -22,7 +22,7 @@ from matplotlib.path import Path  # noqa: E402
 
 import mpviz.trace as mt  # noqa: E402
 from mpviz import viz  # noqa: E402
-from mpviz.viz import state as st  # noqa: E402
+from mpviz.trace import analysis as st  # noqa: E402
 
 pytestmark = pytest.mark.timeout(120)
 WORKERS, STEPS = 8, 3

@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from mpviz.scenarios.runner import _session_pids
+from mpviz.trace.session import session_pids
 from mpviz.trace.watchdog import SessionPids
 
 # A program in a session (and process group) of its own: an orphaned grandchild at once, then a
@@ -54,7 +54,7 @@ def test_the_watchdogs_session_pids_find_an_orphan_and_a_later_child_as_a_full_w
     try:
         assert p.stdout.readline().strip() == "ready"
         first = look()
-        assert first == sorted(_session_pids(p.pid))
+        assert first == sorted(session_pids(p.pid))
         assert p.pid in first and len(first) == 2, first   # the program and the orphan
         assert os.getpid() not in first
         look()                                  # (the machine's other processes now known)
@@ -62,10 +62,10 @@ def test_the_watchdogs_session_pids_find_an_orphan_and_a_later_child_as_a_full_w
         p.stdin.flush()
         assert p.stdout.readline().strip() == "forked"
         later = look()
-        assert later == sorted(_session_pids(p.pid)) and len(later) == 3, later
+        assert later == sorted(session_pids(p.pid)) and len(later) == 3, later
         assert set(first) < set(later)          # the child forked after the first look
     finally:
         os.killpg(p.pid, signal.SIGTERM)      # the children, the orphan too: one group
         p.stdin.close()
         p.wait(timeout=10)
-    assert _wait_until(lambda: look() == [] and _session_pids(p.pid) == [])
+    assert _wait_until(lambda: look() == [] and session_pids(p.pid) == [])

@@ -177,7 +177,7 @@ def test_live_stepped_is_the_stepping_widget_in_a_vbox():
     """Live(..., stepped=True): the parts of mpviz.widgets.Stepper (one button per choice, Undo,
     the wait-for graph), in the Live itself -- still an ipywidgets VBox; clicks step the run."""
     import ipywidgets as widgets
-    from mpviz.scenarios import runner
+    from mpviz.trace import session
     from mpviz.scenarios.puzzles import PUZZLES
     live = Live("lock-order", stepped=True)
     try:
@@ -198,7 +198,7 @@ def test_live_stepped_is_the_stepping_widget_in_a_vbox():
         sid = live.stepper._proc.pid
     finally:
         live.close()                   # ends the run's processes, then closes the widget
-    assert runner._session_pids(sid) == []
+    assert session.session_pids(sid) == []
     with pytest.raises(RuntimeError, match="only a stepped Live.*Fix: Live"):
         Live(w.producer_consumer).click(0)
     with pytest.raises(ValueError, match="the puzzles are"):

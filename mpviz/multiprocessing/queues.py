@@ -27,10 +27,11 @@ Also unlike the stdlib: a call after ``close()`` raises :class:`QueueClosedError
 import functools
 import multiprocessing.queues
 import os
-import sys
 import time
 from queue import Empty, Full
 
+from ..trace import stops
+from ..trace.events import semlock_id
 from ._codec import Pickled, decode, encode, raise_explained
 from ._pipe import DirectWrite, read_message
 
@@ -77,12 +78,11 @@ class QueueClosedEmptyError(QueueClosedError, OSError):
 
 
 def _stepped(op, queue, **info):
-    """A stepped run (mpviz.stepper): wait for the learner's "go" before `op`. A dict lookup
-    when nothing is stepped: the gate module is loaded only in a stepped process."""
-    gate = sys.modules.get("mpviz.stepper.gate")
-    if gate is not None and gate.pause:
-        from ..stepper.patches import object_id
-        gate.pause(op, object_id(queue), **info)
+    """A stepped run (mpviz.stepper): wait for the learner's "go" before `op`. One attribute
+    read when nothing is stepped: the stepper fills the slot ``stops.pause`` (trace/stops.py).
+    The queue is named as the recorder names it: by its read lock."""
+    if stops.pause:
+        stops.pause(op, semlock_id(queue._rlock), **info)
 
 
 class Queue(DirectWrite, multiprocessing.queues.Queue):

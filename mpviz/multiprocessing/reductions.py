@@ -27,7 +27,6 @@ travels when set (torch 2.x drops it: its receiver sees None); CUDA tensors go t
 import functools
 import multiprocessing
 import os
-import sys
 from multiprocessing.reduction import ForkingPickler
 
 import numpy as np
@@ -35,7 +34,7 @@ import numpy as np
 from ..sharing import allocator, cache, fd_passing, file_descriptor, file_system, handles
 from ..storage import Storage
 from ..tensor import Tensor
-from ..trace import recorder
+from ..trace import recorder, stops
 
 
 # -- tensors --------------------------------------------------------------------------------------
@@ -91,9 +90,9 @@ def _stop_before_attach(kind, args):
     """In a stepped run (mpviz.stepper), wait for the learner's "go" before this process maps
     the segment a handle names -- unless it maps that segment already (the receive cache), which
     attaches nothing. Every channel a storage arrives by (a queue, a pipe, a spawned child's
-    Process arguments) comes through here. Costs a dict lookup when nothing is stepped."""
-    gate = sys.modules.get("mpviz.stepper.gate")
-    if gate is None or gate.pause is None:
+    Process arguments) comes through here. Costs an attribute read when nothing is stepped (the
+    stepper fills the slot ``stops.pause``: trace/stops.py)."""
+    if stops.pause is None:
         return
     if kind == "storage_fd":
         _, _, key, _, nbytes, name = args
@@ -105,7 +104,7 @@ def _stop_before_attach(kind, args):
     if cache.get(key) is None:
         # a spawned child unpickles its Process (and so its arguments) while _inheriting is set
         arguments = getattr(multiprocessing.current_process(), "_inheriting", False)
-        gate.pause("shm.attach", name, nbytes=nbytes, arguments=arguments)
+        stops.pause("shm.attach", name, nbytes=nbytes, arguments=arguments)
 
 
 def rebuild_tensor(cls, storage, offset, shape, strides, dtype, requires_grad, grad):

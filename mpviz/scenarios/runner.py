@@ -21,8 +21,8 @@ died and which was re-parented to init, so "all processes of the run" is "all pr
 session" -- minus mpviz's shm manager, which starts a session of its own on purpose (it serves
 every mpviz process of this user, and exits by itself when idle).
 
-The watchdog writes its events with a log of its own in DIR (``recorder.SideLog``), so they
-merge into the trace like any process's events.
+The session's helpers (list, kill, stacks, segments) are mpviz/trace/session.py's, and the
+events are written as the hang watchdog of ``mpviz trace`` writes them (watchdog.record_stuck).
 """
 import atexit
 import json
@@ -34,9 +34,10 @@ import threading
 import time
 import weakref
 
-from .. import _proc, _tempdirs
+from .. import _tempdirs
 from .. import trace as mtrace
-from ..trace import autostart, recorder
+from ..trace import autostart, recorder, session, watchdog
+from ..trace.watchdog import parse_stacks   # one parser, shared with `mpviz trace`'s watchdog
 from . import module as _scenario_module
 from ._common import load_details
 from .base import Result
@@ -153,7 +154,7 @@ class Running:
         try:
             live = mtrace.Trace(self.trace_dir)
             last_progress = time.monotonic()
-            cpu_mark = _session_cpu(self.pid)
+            cpu_mark = session.session_cpu(self.pid)
             reason = None
             while True:
                 finished = self._proc.poll() is not None
@@ -162,7 +163,7 @@ class Running:
                 except Exception:
                     new = 0
                 now = time.monotonic()
-                cpu = _session_cpu(self.pid)
+                cpu = session.session_cpu(self.pid)
                 if new or cpu - cpu_mark > CPU_PROGRESS_SECONDS:
                     last_progress, cpu_mark = now, cpu
                 self._events = len(live)
@@ -181,7 +182,7 @@ class Running:
             self._result = self._finish(reason, live, now - last_progress)
         except BaseException as exc:      # never leave a caller waiting forever
             import traceback
-            _kill_session(self.pid, self._proc, graceful=False)
+            session.kill_session(self.pid, self._proc, graceful=False)
             self._result = Result(self.name, self.params, mtrace.Trace(None), "error",
                                   f"mpviz failed while watching this run: {exc!r}",
                                   time.monotonic() - self.started,
@@ -194,15 +195,16 @@ class Running:
         stacks = {}
         if reason in ("stuck", "time limit"):
             stacks = self._capture_stacks(live)
-        killed = _kill_session(self.pid, self._proc, graceful=reason is None)
+        killed = session.kill_session(self.pid, self._proc, graceful=reason is None)
         duration = time.monotonic() - self.started
         if reason is not None:
-            self._write_watchdog_events(reason, stacks, killed, live, stalled_for)
+            watchdog.record_stuck(self.trace_dir, stacks, lambda pid: reason, stalled_for,
+                                  killed, why=reason)
         trace = mtrace.load(self.trace_dir)
         details = load_details(os.path.join(self.trace_dir, "details.json"))
-        removed = _remove_segments(trace, wait=0.0 if reason else 1.0)
+        removed = session.remove_segments(trace, wait=0.0 if reason else 1.0)
         details["cleanup"] = {"killed": killed, "unlinked": removed}
-        output = _read_text(os.path.join(self.trace_dir, "output.txt"))
+        output = session.read_text(os.path.join(self.trace_dir, "output.txt"))
         stopped = reason == "stopped"
         problem = None
         if reason == "stuck":
@@ -247,191 +249,12 @@ class Running:
         """Ask each recorded, still-running process of the run for its Python stacks."""
         names = {p.pid: p.name for p in live.processes()}
         names.setdefault(self.pid, "driver")
-        pids = [pid for pid in _session_pids(self.pid) if pid in names]
-        return capture_stacks(pids, names, self.stacks_dir)
+        pids = [pid for pid in session.session_pids(self.pid) if pid in names]
+        return session.capture_stacks(pids, names, self.stacks_dir)
 
-    def _write_watchdog_events(self, reason, stacks, killed, live, stalled_for):
-        try:
-            log = recorder.SideLog(self.trace_dir, "watchdog")
-        except OSError:
-            return
-        try:
-            for pid, info in stacks.items():
-                log.emit("watchdog.stuck", pid=pid, name=info["name"], stacks=info["stacks"],
-                         reason=reason, seconds=round(stalled_for, 2))
-            log.emit("watchdog.kill", pids=killed, reason=reason)
-        finally:
-            log.close()
-
-
-def capture_stacks(pids, names, stacks_dir):
-    """``{pid: {"name", "stacks"}}``: SIGUSR1 to each of `pids`, whose faulthandler (registered
-    at start-up, see _site/sitecustomize.py) appends its threads' stacks to STACKS_DIR/PID.txt.
-    Also used by the hang watchdog of ``python -m mpviz trace`` (mpviz/trace/watchdog.py)."""
-    sizes, blind = {}, {}
-    for pid in pids:
-        path = os.path.join(stacks_dir, f"{pid}.txt")
-        sizes[pid] = _size(path)
-        if not _holds_open(pid, path):
-            blind[pid] = (f"(no stacks captured: the process closed the file its stacks go to "
-                          f"-- os.closerange? -- and SIGUSR1 would write them into whatever "
-                          f"file now has that number, maybe one of its own; not sent)")
-            continue
-        try:
-            os.kill(pid, signal.SIGUSR1)
-        except OSError:
-            pass
-    pids = [pid for pid in pids if pid not in blind]
-    deadline = time.monotonic() + 1.5
-    last, stable_since = None, time.monotonic()
-    while time.monotonic() < deadline:          # until every file has grown and settled
-        now_sizes = {pid: _size(os.path.join(stacks_dir, f"{pid}.txt")) for pid in pids}
-        if now_sizes != last:
-            last, stable_since = now_sizes, time.monotonic()
-        elif all(now_sizes[p] > sizes[p] for p in pids) and \
-                time.monotonic() - stable_since > 0.1:
-            break
-        time.sleep(0.02)     # polling a file written by a signal handler; bounded
-    out = {}
-    for pid in pids:
-        text = _read_text(os.path.join(stacks_dir, f"{pid}.txt"))[sizes[pid]:]
-        out[pid] = {"name": names.get(pid), "stacks": text.strip() or "(no stacks captured)"}
-    for pid, why in blind.items():
-        out[pid] = {"name": names.get(pid), "stacks": why}
-    return out
-
-
-def _holds_open(pid, path):
-    """Does `pid` still have `path` open (faulthandler writes its stacks there)? True when
-    /proc cannot tell (not ours to read): then SIGUSR1 is sent as before."""
-    files = _proc.open_files(pid)
-    if files is None:
-        return True                        # /proc cannot tell: signal it as before
-    return os.path.realpath(path) in files.values()
-
-
-# --- processes of a session -----------------------------------------------------------------------
-
-def _session_pids(sid):
-    """Live (not zombie) processes of session `sid`."""
-    out = []
-    for pid in _proc.pids():
-        st = _proc.stat(pid)
-        if _proc.alive(st) and st.session == sid:
-            out.append(pid)
-    return out
-
-
-def _session_cpu(sid):
-    total = 0.0
-    for pid in _session_pids(sid):
-        st = _proc.stat(pid)
-        if st is not None:                 # (gone since: its time is no longer counted)
-            total += st.cpu_seconds
-    return total
-
-
-def _is_resource_tracker(pid):
-    cmd = _proc.cmdline(pid)               # None: gone, so not a tracker left to wait for
-    return cmd is not None and b"resource_tracker" in cmd
-
-
-def _kill_session(sid, proc, graceful):
-    """Make sure no process of session `sid` is left; return the pids that had to be killed.
-
-    `graceful`: the driver finished by itself; give its helpers (fork server, resource tracker)
-    a moment to exit on their own first.
-    """
-    killed = []
-    if graceful:
-        deadline = time.monotonic() + 2.0
-        while _session_pids(sid) and time.monotonic() < deadline:
-            time.sleep(0.02)     # helpers exit when the driver's pipes close; bounded
-    deadline = time.monotonic() + 5.0
-    while time.monotonic() < deadline:     # everything but the resource trackers first ...
-        others = [p for p in _session_pids(sid) if not _is_resource_tracker(p)]
-        if not others:
-            break
-        for pid in others:
-            try:
-                os.kill(pid, signal.SIGKILL)
-                if pid not in killed:
-                    killed.append(pid)
-            except OSError:
-                pass
-        proc.poll()
-        time.sleep(0.02)
-    deadline = time.monotonic() + 2.0      # ... which unlink their semaphores when all are gone
-    while _session_pids(sid) and time.monotonic() < deadline:
-        time.sleep(0.02)
-    for pid in _session_pids(sid):
-        try:
-            os.kill(pid, signal.SIGKILL)
-            killed.append(pid)
-        except OSError:
-            pass
-    try:
-        proc.wait(timeout=5)
-    except subprocess.TimeoutExpired:
-        pass
-    return killed
-
-
-# --- shared memory left behind ---------------------------------------------------------------------
-
-def run_segments(trace):
-    """/dev/shm names (with the leading '/') that this run's trace says it created."""
-    names = set()
-    for e in trace.events:
-        if e.kind == "shm.create" and e.args.get("name"):
-            names.add(e.args["name"])
-        elif e.kind == "cuda.alloc" and e.args.get("block"):
-            names.add(e.args["block"])
-    pids = {str(p.pid) for p in trace.processes()}
-    try:
-        entries = os.listdir("/dev/shm")
-    except OSError:
-        entries = []
-    for entry in entries:           # CUDA simulator blocks and counters carry their owner's pid
-        for prefix in ("mpviz_cuda_", "mpviz_cudarc_"):
-            if entry.startswith(prefix) and entry[len(prefix):].split("_")[0] in pids:
-                names.add("/" + entry)
-    return sorted(n if n.startswith("/") else "/" + n for n in names)
-
-
-def _remove_segments(trace, wait):
-    """Unlink this run's segments that are still in /dev/shm; return their names."""
-    left = [n for n in run_segments(trace) if os.path.exists("/dev/shm" + n)]
-    deadline = time.monotonic() + wait
-    while left and time.monotonic() < deadline:   # the shm manager may be removing them now
-        time.sleep(0.05)
-        left = [n for n in left if os.path.exists("/dev/shm" + n)]
-    removed = []
-    for name in left:
-        try:
-            os.unlink("/dev/shm" + name)
-            removed.append(name)
-        except FileNotFoundError:
-            pass
-    return removed
 
 
 # --- small things -----------------------------------------------------------------------------------
-
-def _size(path):
-    try:
-        return os.path.getsize(path)
-    except OSError:
-        return 0
-
-
-def _read_text(path):
-    try:
-        with open(path, "rb") as f:
-            return f.read().decode("utf-8", "replace")
-    except OSError:
-        return ""
-
 
 def _stack_summary(stacks, frames=4):
     """Each stuck process's threads, innermost frames first, one line per thread."""
@@ -448,7 +271,6 @@ def _stack_summary(stacks, frames=4):
 
 def _parse_stacks(text):
     """faulthandler's text as [(thread label, ["fn (file.py:line)", ...innermost first])]."""
-    from ..trace.watchdog import parse_stacks   # one parser, shared with `mpviz trace`'s watchdog
     return [(label, [call for call, _mine in calls]) for label, calls in parse_stacks(text)]
 
 

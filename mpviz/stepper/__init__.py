@@ -19,7 +19,8 @@ How it works, in three modules:
                  blocked in the OS from one that is paused, and judges the outcome
     explore.py   many schedules: random ones, or all of them for a small program
 
-This package's __init__ stays light: the recorder's hooks import ``gate`` from it.
+This package's __init__ stays light. Nothing it steps imports it: gate.py fills the slot that
+they call (mpviz/trace/stops.py), and autostart's ON_BOOT steps a spawned child.
 """
 
 __all__ = ["Stepper", "Choice", "step", "point", "name", "random_schedules", "all_schedules",

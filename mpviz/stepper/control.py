@@ -43,11 +43,10 @@ from typing import NamedTuple
 
 from .. import _proc
 from .. import viz
-from ..scenarios import runner
 from ..scenarios._common import load_details
-from ..trace import osview
+from ..trace import autostart, osview, session
 from ..trace import trace as mtrace
-from ..viz.colors import human_bytes
+from ..trace.names import human_bytes
 from . import gate
 
 QUIET_S = 0.02            # settled: nothing runnable and no message for this long
@@ -172,6 +171,7 @@ class Stepper:
         self._listener.listen(64)
         env = dict(os.environ)
         env[gate.ENV] = os.path.join(self._dir, "ctl.sock")
+        env[autostart.ON_BOOT] = gate.BOOT        # each spawned child of the run steps itself
         env["MPVIZ_PURE_PYTHON"] = "1"            # every put and get through the Python hooks
         env["PYTHONPATH"] = os.pathsep.join([_ROOT] + [os.path.abspath(p) for p in sys.path])
         for key in ("MPVIZ_TRACE_DIR", "MPVIZ_TRACE_THREADING_LOCKS"):
@@ -190,7 +190,7 @@ class Stepper:
         if self._closing:
             return
         finished = self._proc.poll() is not None
-        runner._kill_session(self._proc.pid, self._proc, graceful=finished)
+        session.kill_session(self._proc.pid, self._proc, graceful=finished)
         self._closing = True
         self._io.join(5)
         self._output.close()
@@ -198,7 +198,7 @@ class Stepper:
             self._trace.refresh(final=True)
         except FileNotFoundError:
             pass
-        runner._remove_segments(self._trace, wait=0.5)
+        session.remove_segments(self._trace, wait=0.5)
         self._trace._detach()
         shutil.rmtree(self._dir, ignore_errors=True)
         _open.discard(self)
@@ -331,7 +331,7 @@ class Stepper:
         """(starting, running): is a process of the run still starting (each says hello first
         thing), and which threads of the run are runnable ([(pid, tid)], state R or D)."""
         running = []
-        for pid in runner._session_pids(self._proc.pid):
+        for pid in session.session_pids(self._proc.pid):
             if pid not in self._procs and not _is_helper(pid):
                 return True, running
             for tid in _proc.threads(pid) or ():           # None: gone meanwhile
@@ -345,7 +345,7 @@ class Stepper:
         two stops ("running"), or in ``time.sleep`` or a wait with a timeout (``_TIME_ENDS``)."""
         starting, running = self._activity()
         out = [(pid, tid, "running") for pid, tid in running]
-        for pid in runner._session_pids(self._proc.pid):
+        for pid in session.session_pids(self._proc.pid):
             if pid not in self._procs:               # a helper (resource tracker, fork server)
                 continue
             for view in osview.threads(pid):             # []: gone meanwhile
@@ -374,7 +374,7 @@ class Stepper:
             with self._cv:
                 paused = bool(self._waiting)
             if running and not starting and not paused and now - last >= QUIET_S:
-                cpu = runner._session_cpu(self._proc.pid)
+                cpu = session.session_cpu(self._proc.pid)
                 cpu_at = cpu if cpu_at is None else cpu_at
                 if cpu - cpu_at >= RUNNING_CPU_S:
                     return          # computing: choices() says so, and offers to wait on
@@ -669,7 +669,7 @@ class Stepper:
         return load_details(os.path.join(self._dir, "details.json"))
 
     def _read_output(self):
-        return runner._read_text(os.path.join(self._dir, "output.txt"))
+        return session.read_text(os.path.join(self._dir, "output.txt"))
 
     @property
     def output(self):

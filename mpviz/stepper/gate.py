@@ -1,13 +1,13 @@
 """The stepped process's side of stepping: stop before an interesting operation, wait for "go".
 
-The recorder's hooks (trace/hooks.py, locks.py, messages.py) and reductions.py's ``rebuild``
-(see ``_stop_before_attach`` there) each have one line::
+The recorder's hooks (trace/hooks.py, locks.py, messages.py), mpviz's Queue and reductions.py's
+``rebuild`` (see ``_stop_before_attach`` there) each have one line, and do not import us::
 
-    if gate.pause: gate.pause("lock.acquire", lid)
+    if stops.pause: stops.pause("lock.acquire", lid)        # stops: mpviz/trace/stops.py
 
-``pause`` is None in a process that is not stepped, so that line costs one attribute read. In a
-stepped process it is ``_pause``: the calling thread tells the controller what it is about to do
-and blocks in ``recv`` until the controller answers ``go``::
+``stops.pause`` is None in a process that is not stepped. In a stepped one ``activate`` puts
+``_pause`` there: the calling thread tells the controller what it is about to do and blocks in
+``recv`` until the controller answers ``go``::
 
     stepped thread                              controller (the Stepper, in your kernel)
     --------------                              ----------------------------------------
@@ -31,8 +31,11 @@ import socket
 import threading
 import weakref
 
+from ..trace import stops
+from . import patches
+
 ENV = "MPVIZ_STEP_SOCKET"
-pause = None                     # the hooks' gate: None, or _pause while this process is stepped
+BOOT = "mpviz.stepper.gate:activate_from_env"   # autostart.ON_BOOT: a spawned child steps itself
 
 _path = None                     # the controller's socket
 _local = threading.local()       # .conn, .pid: this thread's connection to the controller
@@ -48,15 +51,14 @@ def activate(path=None):
     ``MPVIZ_STEP_SOCKET`` in the run's environment; the run's first process calls ``activate``; a
     forked child carries the activation over (``os.register_at_fork``, with its own
     connections); a spawned child activates in ``autostart.boot``, which every spawned child of
-    a recorded run calls."""
-    global pause, _path, _fork_hook
+    a recorded run calls (the controller names ``activate_from_env`` in ``ON_BOOT`` for it)."""
+    global _path, _fork_hook
     _path = path or os.environ.get(ENV)
     if not _path:
         return False
     if not _fork_hook:
         os.register_at_fork(after_in_child=_after_fork_child)
         _fork_hook = True
-    from . import patches
     patches.install()
     try:
         _hello("start")
@@ -66,13 +68,13 @@ def activate(path=None):
             f"process cannot be stepped. mpviz.step sets {ENV} for the processes of a stepped "
             f"run only; elsewhere (a shell export, a notebook's %env, a run that has ended) it "
             f"must not be set. Fix: unset {ENV}.") from None
-    pause = _pause
+    stops.pause = _pause
     return True
 
 
 def activate_from_env():
     """For ``autostart.boot``: step this process if the run it belongs to is stepped."""
-    if os.environ.get(ENV) and pause is None:
+    if os.environ.get(ENV) and stops.pause is None:
         activate()
 
 
@@ -112,7 +114,6 @@ def name(obj, label):
     """Give a lock, queue or event a short name for the choices ("acquire lock L").
 
     Call it in the process that made `obj` (before starting children, so they know it too)."""
-    from . import patches
     key = patches.object_id(obj)
     if key is None:
         raise TypeError(f"mpviz.stepper.name: cannot name a {type(obj).__name__}; name a "
@@ -130,8 +131,8 @@ def name(obj, label):
 def point(label):
     """A stop of your own choosing: the thread waits here for the controller (in a stepped run;
     elsewhere nothing happens). ``point("write row 2")``: the choice reads "... : write row 2"."""
-    if pause is not None:
-        pause("point", None, text=str(label))
+    if stops.pause is not None:
+        stops.pause("point", None, text=str(label))
 
 
 # --- the process's own connection ----------------------------------------------------------
@@ -174,5 +175,5 @@ def _after_fork_child():
             pass
     _hello_conn = None
     _local.__dict__.clear()
-    if pause is not None:
+    if stops.pause is not None:
         _hello("fork")

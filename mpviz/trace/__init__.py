@@ -15,14 +15,14 @@ One mark's tour to the picture, in five files (docs/TOUR.md, "mark("x") → the 
                                      same Writer in C, the same bytes), in the kernel's page cache
      -> LogReader.poll  reader.py    reads each log's new records, checks and decodes them
      -> Trace.events    trace.py     Events of every process, merged by time; the views
-     -> Trace.plot      viz/state.py and viz/timeline.py: the marks, a tick on their lane each
+     -> Trace.plot      trace/analysis.py and viz/timeline.py: the marks, a tick on their lane each
     q.put(x)            messages.py  the hook that trace/ installed on the Queue (queues.py knows
                                      nothing of it) emits queue.put; then recorder.py and
                                      reader.py as above; Trace.flows() pairs it with its get
 
-The rest: hooks.py (what is patched, how children start recording), locks.py, waits.py,
-autostart/ (a fresh interpreter joining), events.py (every kind and its args: KINDS),
-chrome.py (Chrome/Perfetto JSON), osview.py (/proc cross-checks), native.py (loads writer.c).
+The rest: hooks.py, locks.py, waits.py (the patches), autostart/ (a fresh interpreter joining),
+events.py (KINDS), analysis.py (what pictures and verdicts read), watchdog.py, session.py (hangs;
+a run's processes), stops.py (the stepper's slot), chrome.py, osview.py (/proc), native.py.
 """
 from .events import Event, Flow, Hold, LockInfo, ProcessInfo, Segment
 from .osview import OSView, os_view

@@ -32,7 +32,7 @@ import subprocess
 import sys
 import tempfile
 
-from . import autostart, recorder
+from . import autostart, recorder, session
 
 FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 TO_GROUP = (signal.SIGINT, signal.SIGHUP)   # a terminal sends these to the whole process group
@@ -402,14 +402,13 @@ def _wait_for_the_rest(child, seconds=1.0, stop=False, trace=None):
     Ctrl-C (`stop`): you asked for the program to stop, so they are killed, and the shared
     memory its processes left is removed."""
     import time
-    from ..scenarios.runner import _kill_session, _remove_segments, _session_pids
     deadline = time.monotonic() + seconds
-    left = _session_pids(child.pid)
+    left = session.session_pids(child.pid)
     while left and time.monotonic() < deadline:
         time.sleep(0.02)        # polling /proc: there is nothing to wait on for a non-child
-        left = _session_pids(child.pid)
+        left = session.session_pids(child.pid)
     if left and stop:
-        killed = _kill_session(child.pid, child, graceful=False)
+        killed = session.kill_session(child.pid, child, graceful=False)
         say(f"after the Ctrl-C, stopped {len(killed)} process(es) the program left running "
             f"(pids {', '.join(map(str, killed[:10]))}) with SIGKILL")
     elif left:
@@ -417,21 +416,20 @@ def _wait_for_the_rest(child, seconds=1.0, stop=False, trace=None):
             f"{', '.join(map(str, left[:10]))}); what they do from now on is not in trace.json")
     if stop and trace is not None:
         trace.refresh()
-        removed = _remove_segments(trace, wait=0.5)
+        removed = session.remove_segments(trace, wait=0.5)
         if removed:
             say(f"after the Ctrl-C, removed {len(removed)} shared-memory segment(s) the "
                 f"program left in /dev/shm")
 
 
 def _stop_hung(child, watchdog):
-    from ..scenarios.runner import _kill_session, _remove_segments
     import time
     stacks = watchdog.capture_stacks()
     kill_ns = time.monotonic_ns()
-    killed = _kill_session(child.pid, child, graceful=False)
+    killed = session.kill_session(child.pid, child, graceful=False)
     watchdog.record_verdict(stacks, killed, kill_ns)
     watchdog.trace.refresh(final=True)
-    _remove_segments(watchdog.trace, wait=0.0)
+    session.remove_segments(watchdog.trace, wait=0.0)
     return watchdog.verdict(stacks, killed)
 
 
@@ -541,8 +539,9 @@ def _say_notes(trace):
 
 def _draw(trace, directory, hang):
     """Save the timeline (and, after a hang, the wait-for graph); yield (what, path)."""
+    from .trace import drawing
     try:
-        from mpviz import viz
+        viz = drawing()                       # mpviz.viz, by name (trace.py: DRAWING)
     except ImportError as exc:
         say(f"no pictures: mpviz.viz cannot be imported here ({exc}); the trace above is "
             f"complete. Fix: run with the Python that has matplotlib (the project's .venv)")
@@ -656,8 +655,8 @@ def _save_with_notes(fig, notes, f):
     if not notes:
         fig.savefig(f, format="png")
         return
-    from mpviz.viz import notes_under
-    notes_under(fig, notes)
+    from .trace import drawing
+    drawing().notes_under(fig, notes)
     fig.savefig(f, format="png", bbox_inches="tight")
 
 

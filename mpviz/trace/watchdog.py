@@ -20,9 +20,9 @@ processes (the launcher: the program's session; ``record()``: see ``Guard``); th
 thread was and what it waits on; who waits for whom as far as the trace recorded it). A Ctrl-C
 gets the same report first (``interrupt_report``), then the processes left are ended.
 
-Scenarios have their own watchdog (scenarios/runner.py), whose helpers this one reuses. A wait on
-something outside the program (a slow network read) looks like a hang: the verdict shows what was
-seen and the stacks; ``--hang-after 0`` turns it off; below MIN_HANG_AFTER it is refused.
+The scenarios' runner judges by silence alone, with this one's parts (session.py, record_stuck).
+A wait on something outside the program (a slow network read) looks like a hang: the verdict
+shows the stacks; ``--hang-after 0`` turns it off; below MIN_HANG_AFTER it is refused.
 """
 import math
 import os
@@ -30,7 +30,8 @@ import signal
 import time
 
 from .. import _proc
-from . import osview, recorder
+from . import analysis as st
+from . import osview, recorder, session
 from .trace import Trace
 
 POLL_SECONDS = 0.1
@@ -87,8 +88,6 @@ class Watchdog:
     """
 
     def __init__(self, directory, hang_after, pids, ignore=None):
-        from ..scenarios import runner
-        self._runner = runner
         self.directory, self.pids = directory, pids
         self.hang_after = check_hang_after(hang_after)
         self._ignore = ignore or (lambda: ())
@@ -220,7 +219,7 @@ class Watchdog:
         `extra`: ``{pid: text}`` stacks already known (this process's own, in ``record()``)."""
         names = labels(self.trace)
         pids = [pid for pid in self.pids() if pid in names and pid not in (extra or {})]
-        out = self._runner.capture_stacks(pids, names, self.stacks_dir)
+        out = session.capture_stacks(pids, names, self.stacks_dir)
         for pid, text in (extra or {}).items():
             out[pid] = {"name": names.get(pid), "stacks": text}
         return out
@@ -235,23 +234,9 @@ class Watchdog:
             from . import dist_verdict      # (a DDP rank waiting in backward(): a deadlock)
             judged = dist_verdict.judge(self.trace, self, stacks, self.judged_ns)
             self.kind = judged.kind if judged is not None else self.kind
-        try:
-            log = recorder.SideLog(self.directory, "watchdog")
-        except OSError:
-            return
-        try:
-            for pid, info in stacks.items():
-                log.emit("watchdog.stuck", pid=pid, name=info["name"], stacks=info["stacks"],
-                         reason=self.reason(pid), seconds=round(self.stalled_for, 2))
-            log.emit("watchdog.kill", pids=list(killed), reason="stuck",
-                     **({"at_ns": kill_ns} if kill_ns else {}))
-            recorded = {p.pid for p in self.trace.processes()}
-            for pid in killed:       # how they ended, for the pictures: not "still running"
-                if pid in recorded:
-                    log.emit("process.reaped", child=pid, exitcode=-signal.SIGKILL,
-                             signal="SIGKILL", by="watchdog")
-        finally:
-            log.close()
+        recorded = {p.pid for p in self.trace.processes()}
+        record_stuck(self.directory, stacks, self.reason, self.stalled_for, killed, "stuck",
+                     kill_ns, reaped=[pid for pid in killed if pid in recorded])
 
     def look_now(self):
         """Look at every thread once more, for a Ctrl-C's report (``stuck.threads_in_words``
@@ -279,6 +264,29 @@ class Watchdog:
                   stack_summary(stacks)]
         lines += waits_in_words(self.trace)
         return "\n".join(lines)
+
+
+def record_stuck(directory, stacks, reason, seconds, killed, why, kill_ns=None, reaped=()):
+    """The one writer of a watcher's verdict (this watchdog's, and the scenarios' runner's):
+    ``watchdog.stuck`` for each process in `stacks` (``reason(pid)``: "deadlock", "stuck" ...),
+    ``watchdog.kill`` (`why`: what ended the run), and ``process.reaped`` for each of `reaped`
+    (for the pictures: how they ended, not "still running"). In a log of the watchdog's own
+    (``recorder.SideLog``), merged into the trace like any process's."""
+    try:
+        log = recorder.SideLog(directory, "watchdog")
+    except OSError:
+        return
+    try:
+        for pid, info in stacks.items():
+            log.emit("watchdog.stuck", pid=pid, name=info["name"], stacks=info["stacks"],
+                     reason=reason(pid), seconds=round(seconds, 2))
+        log.emit("watchdog.kill", pids=list(killed), reason=why,
+                 **({"at_ns": kill_ns} if kill_ns else {}))
+        for pid in reaped:
+            log.emit("process.reaped", child=pid, exitcode=-signal.SIGKILL, signal="SIGKILL",
+                     by="watchdog")
+    finally:
+        log.close()
 
 
 def interrupt_report(trace, stacks, at=None, who="mpviz trace", threads=()):
@@ -394,10 +402,6 @@ def parse_stacks(text):
 def waits_in_words(trace, at=None):
     """Who waits for whom when the run got stuck (or at instant `at`), as far as the trace
     recorded it."""
-    try:
-        from mpviz.viz import state as st
-    except ImportError:            # no matplotlib: mpviz.viz cannot be imported
-        return ["(The wait-for graph needs mpviz.viz, which needs matplotlib.)"]
     at = st.stuck_moment(trace) if at is None else at
     state = st.state_at(trace, at)
     lines = []
@@ -437,7 +441,6 @@ def _hang_at_exit(state, trace):
     scenario's words): a process that put more on a queue than its pipe holds ends its work;
     at exit it joins its queue's feeder thread, which waits to write into the full pipe; the
     process that would read the queue waits in ``join`` for it first."""
-    from mpviz.viz import state as st
     joins = {(b.pid, b.target): b for b in state.blocked if b.on == "thread"}
     out = []
     for write in (b for b in state.blocked if b.on == "pipe.write"):
@@ -475,7 +478,6 @@ def _hang_at_exit(state, trace):
 
 def _user_line(trace, pid):
     """" (at your line ...)" from the watchdog's stacks of `pid`, or ""."""
-    from mpviz.viz import state as st
     for e in trace.of_kind("watchdog.stuck"):
         if e.args.get("pid") == pid:
             return st.user_line(e.args.get("stacks")).strip()
@@ -508,9 +510,7 @@ def _lost_why(tasks):
 
 def _who_must_act(state, blocked, trace=None):
     """The end of a wait's line: who must act, as the wait-for graph's arrows say it."""
-    from mpviz.viz.wait_for import MUST
     if blocked.on == "pool.result" and trace is not None:
-        from mpviz.viz import state as st
         lost = st.lost_pool_tasks(trace, blocked.target, state.t_ns)
         if lost:
             return "; ".join(task.words() for task in lost) + _lost_why(lost)
@@ -518,7 +518,7 @@ def _who_must_act(state, blocked, trace=None):
         who = " or ".join(_thread_words(state, pid, tid) for pid, tid in blocked.waits_for)
         alive = {(p.pid, tid) for p in state.processes for tid, _ in p.threads}
         ended = not any(w in alive for w in blocked.waits_for)   # (the graph says "(ended)")
-        return f"{who} {MUST.get(blocked.on, 'must act')}" + (
+        return f"{who} {st.MUST.get(blocked.on, 'must act')}" + (
             f" -- but {'it has' if len(blocked.waits_for) == 1 else 'they have'} ended"
             if ended else "")
     name = state.channel_names.get(blocked.target, blocked.target)
@@ -635,8 +635,7 @@ class Guard:
             stacks = self.watchdog.capture_stacks(extra={os.getpid(): _own_stacks(frame)})
             stacks = interrupt_stacks(stacks, self.watchdog.stacks_dir)
             self.watchdog.trace.refresh()
-            from mpviz.viz.state import process_labels
-            names = process_labels(self.watchdog.trace)     # "main", as in the pictures
+            names = st.process_labels(self.watchdog.trace)     # "main", as in the pictures
             for pid, info in stacks.items():
                 info["name"] = names.get(pid) or info["name"]
             ends = [e.ts_ns for e in self.watchdog.trace.of_kind("wait.end")
@@ -665,7 +664,6 @@ class Guard:
         not end) and remove the shared memory they left: the block has stopped."""
         import sys
         import time
-        from ..scenarios.runner import _remove_segments
         recorded = {p.pid for p in self.watchdog.trace.processes()}
         killed = kill_descendants(os.getpid(), recorded)
         deadline = time.monotonic() + 2.0
@@ -673,7 +671,7 @@ class Guard:
                 time.monotonic() < deadline:
             time.sleep(0.02)      # reaped by multiprocessing's next active_children(); bounded
         self.watchdog.trace.refresh()
-        removed = _remove_segments(self.watchdog.trace, wait=0.5)
+        removed = session.remove_segments(self.watchdog.trace, wait=0.5)
         if killed or removed:
             print(f"mpviz: after the Ctrl-C, stopped {len(killed)} process(es) started in the "
                   f"block and removed {len(removed)} shared-memory segment(s) they left",
@@ -810,7 +808,7 @@ def descendants(root):
 
 class SessionPids:
     """``SessionPids(sid)()``: the living (not zombie) processes of session `sid`, as
-    ``runner._session_pids`` finds them, for the watchdog's every look, at less cost: a process
+    ``session.session_pids`` finds them, for the watchdog's every look, at less cost: a process
     found outside the session is not read again while its pid stays in /proc (a process cannot
     join another session, only leave its own: setsid), so a look reads /proc's list and the
     stat of the session's processes and of new ones -- not the ~150 of a shared machine."""

@@ -15,16 +15,19 @@ and takes ``ax=`` to draw into your own axes. One colour vocabulary everywhere: 
 ``colors.py`` (``COLORS``, ``WORDS``, ``legend``). ``import mpviz`` does not import this package
 (or matplotlib); ``Trace.plot()`` does, and draws the timeline.
 
-One module per picture; ``state.py`` holds the analysis they share (plain Python, testable).
+One module per picture; the analysis they share sits beside ``Trace``: mpviz/trace/analysis.py
+(plain Python, testable).
 """
+from ..trace.analysis import (Deadlock, Failure, LockState, Owner, ProcessState, SegmentState,
+                              State, _index, busiest_moment, channel_names, deadlocks, failures,
+                              lock_name, process_labels, state_at, stuck_moment,
+                              torch_not_recorded, trace_span)
+from ..trace.names import human_bytes
 from ..trace.trace import UNKNOWN
-from .colors import BIG_MESSAGE, COLORS, WORDS, human_bytes, legend
+from .colors import BIG_MESSAGE, COLORS, WORDS, legend
 from .figure import Figure
 from .memory_map import memory_map
 from .ring import ring, ring_steps
-from .state import (Deadlock, Failure, LockState, Owner, ProcessState, SegmentState, State,
-                    _index, busiest_moment, channel_names, deadlocks, failures, lock_name,
-                    process_labels, state_at, stuck_moment, torch_not_recorded, trace_span)
 from .timeline import timeline
 from .wait_for import wait_for
 
@@ -140,7 +143,6 @@ def summary(trace):
 
 def _torch_lines(trace):
     """Real torch's part of the summary: what was seen, and what cannot be."""
-    from .state import torch_not_recorded
     if torch_not_recorded(trace):
         return ["NOT RECORDED: " + torch_not_recorded(trace)]
     made = [e for e in trace.of_kind("shm.create") if e.args.get("torch")]

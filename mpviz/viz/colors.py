@@ -89,16 +89,6 @@ BLOCKED_FILL = "#fdebd7"        # the pale fill under a blocked span's hatching
 BIG_MESSAGE = 64 * 1024
 
 
-def human_bytes(n):
-    """``65536`` → ``'64 KiB'``, ``400000`` → ``'391 KiB'``: binary units, the ones the scenario
-    texts and ``numel * 4`` arithmetic use (a 64K-element float32 tensor is 256 KiB)."""
-    if n is None:
-        return "?"
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if abs(n) < 1024 or unit == "GiB":
-            return f"{n:.0f} {unit}" if unit == "B" or abs(n) >= 100 else f"{n:.3g} {unit}"
-        n /= 1024
-
 
 def legend(ax, keys, **kwargs):
     """Draw a legend on `ax` with the plain-words meaning of each key in `keys` (see ``WORDS``)."""

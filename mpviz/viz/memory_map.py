@@ -25,8 +25,9 @@ import textwrap
 
 from matplotlib.patches import Rectangle
 
-from . import state as st
-from .colors import COLORS, human_bytes, legend
+from ..trace import analysis as st
+from ..trace.names import human_bytes
+from .colors import COLORS, legend
 from .figure import Figure
 from mpviz.trace.osview import os_view
 from mpviz.trace.trace import UNKNOWN

@@ -17,7 +17,7 @@ read from outside by mpviz/examples/dataloader_watch.py)::
 """
 from .colors import COLORS
 from .figure import Figure
-from .state import process_labels
+from ..trace.analysis import process_labels
 
 
 def rss_lanes(trace, ax=None, limit_mb=None, title=None):

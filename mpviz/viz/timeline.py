@@ -9,10 +9,10 @@
 One row per process (its main thread), and under it one sub-row per other thread that did
 something: a Queue's feeder thread, say (``└ QueueFeederThread``), which writes a large item into
 the pipe when ``put`` could not. An arrow starts where ``put`` was called; it is green when its
-sender pickled a handle into the message (``state.py``). A thin dashed arrow is a file
+sender pickled a handle into the message (``trace/analysis.py``). A thin dashed arrow is a file
 descriptor passed over a Unix socket (SCM_RIGHTS) for such a handle, from the thread that sent
 it to the one that received it (torch's ``_serve`` thread answers the consumer). A magenta ✗
-marks an action that failed, with what failed beside it (``state.failures``); ▸ a message put
+marks an action that failed, with what failed beside it (``analysis.failures``); ▸ a message put
 and never got. Colours are mpviz.viz.colors' vocabulary.
 
 Large traces stay fast because nothing invisible is drawn: event ticks are binned to about one
@@ -33,10 +33,10 @@ from matplotlib.patches import FancyArrowPatch, Rectangle
 from matplotlib.path import Path
 
 from . import collectives
-from . import state as st
-from .colors import BIG_MESSAGE, BLOCKED_FILL, COLORS, human_bytes, legend
+from ..trace import analysis as st
+from ..trace.names import human_bytes
+from .colors import BIG_MESSAGE, BLOCKED_FILL, COLORS, legend
 from .figure import Figure
-from ..trace.trace import Trace
 
 _MIN_SQUEEZE_NS = 20_000_000  # only stretches of 20 ms or more are squeezed
 _BINS = 700                   # a tick column per 1-2 px of the lanes (~870 px at 10 in)
@@ -926,11 +926,9 @@ def _fewer_lanes(trace, ix):
     # as "put and never got" (▸), and it was got
     crossing = {f.put.args.get("msg") for f in ix.flows
                 if f.get is not None and (f.put.pid in keep) != (f.get.pid in keep)}
-    shown = Trace()
-    shown.events = [e for e in trace.events if e.pid in keep and not (
+    shown = trace.subset(lambda e: e.pid in keep and not (
         e.kind in ("process.launch", "process.reaped") and e.args.get("child") not in keep)
-        and not (e.args.get("msg") in crossing and e.args.get("msg") is not None)]
-    shown._notes, shown.verdict = trace._file_notes(), trace.verdict
+        and not (e.args.get("msg") in crossing and e.args.get("msg") is not None))
     odd = sum(1 for p in hidden if telling(p))
     how = (f"{odd} of them did not end normally" if odd else "all ended normally")
     words = (f"{len(procs)} processes: {len(first)} drawn (every one stuck, killed, failed or "

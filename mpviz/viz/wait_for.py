@@ -29,7 +29,7 @@ import textwrap
 
 from matplotlib.patches import FancyArrowPatch
 
-from . import state as st
+from ..trace import analysis as st
 from .colors import COLORS, legend
 from .figure import Figure
 
@@ -199,10 +199,6 @@ def _title(ax, state, title):
         ax.set_title(head, loc="left", fontsize=10)
 
 
-# What the one who must act has to do, per kind of wait (an arrow's word).
-MUST = {"process": "must exit", "thread": "must finish", "pipe.write": "must read",
-         "queue.join": "must call task_done()", "pool.result": "must finish its task",
-         "queue.get": "must put", "queue.put": "must get"}
 # The object in the middle, when there is one: (rounded node text, who must act in words).
 _OBJECT = {"pipe.write": "{id}\npipe full: {who}",
            "queue.join": "{id} (a JoinableQueue)\nnot every item is task_done(): {who}",
@@ -239,7 +235,7 @@ def _add_blocked(state, nodes, edges):
             actors.append(akey)
         template = _OBJECT.get(b.on)
         if template is None:                         # a join: straight from the one to the other
-            edges.extend((a, wkey, MUST.get(b.on, "must act"), "blocked") for a in actors)
+            edges.extend((a, wkey, st.MUST.get(b.on, "must act"), "blocked") for a in actors)
             continue
         who = _NOBODY.get(b.on, "")
         okey = ("lock", f"{b.on}:{b.target}", None)  # drawn as a rounded node, like a lock
@@ -249,8 +245,8 @@ def _add_blocked(state, nodes, edges):
                 name = b.what.removesuffix(".wait()")
             text = template.format(id=name, who=who if not actors else "")
             nodes[okey] = ("lock", text.rstrip(": \n"))
-        edges.extend((a, okey, MUST.get(b.on, "must act"), "blocked") for a in actors
-                     if (a, okey, MUST.get(b.on, "must act"), "blocked") not in edges)
+        edges.extend((a, okey, st.MUST.get(b.on, "must act"), "blocked") for a in actors
+                     if (a, okey, st.MUST.get(b.on, "must act"), "blocked") not in edges)
         edges.append((okey, wkey, "blocks", "blocked"))
 
 

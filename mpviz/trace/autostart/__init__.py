@@ -24,6 +24,7 @@ Python stack to FOLDER/PID.txt -- how the hang watchdog (watchdog.py) sees where
 waits. The scenarios' ``_site/sitecustomize.py`` does the same for their runs.
 """
 import atexit
+import importlib
 import os
 import sys
 
@@ -31,6 +32,10 @@ ENV_DIR = "MPVIZ_TRACE_DIR"
 ENV_THREADING_LOCKS = "MPVIZ_TRACE_THREADING_LOCKS"
 ENV_LAUNCHER = "MPVIZ_TRACE_LAUNCHER"   # the pid of `mpviz trace`, for its program to check
 ENV_STACKS = "MPVIZ_SCENARIO_STACKS"     # the scenarios' runner uses the same variable
+# A hook slot: "module:function" (or several, comma-separated), called once the hooks are in.
+# Whoever starts a run puts its own here; the recorder imports nobody above it (the stepper names
+# mpviz.stepper.gate's activate_from_env, so each spawned child of a stepped run steps itself).
+ON_BOOT = "MPVIZ_ON_BOOT"
 _stacks_file = None
 _interrupt_file = None
 INTERRUPT_SUFFIX = ".int.txt"           # where a process's stacks at a SIGINT go
@@ -70,7 +75,9 @@ def boot():
     if os.environ.get(ENV_STACKS) and not getattr(sys, "_mpviz_scenario_site", False):
         register_stacks()            # (a scenario's site has registered them already)
     hooks.install(threading_locks=os.environ.get(ENV_THREADING_LOCKS) == "1")
-    __import__("mpviz.stepper.gate").stepper.gate.activate_from_env()  # a stepped run's child
+    for hook in filter(None, os.environ.get(ON_BOOT, "").split(",")):     # see ON_BOOT
+        module, _, function = hook.partition(":")
+        getattr(importlib.import_module(module), function)()
     if directory and me == "program":
         if recorder.start(directory, "exec"):
             hooks.say_missing(directory)

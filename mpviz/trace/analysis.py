@@ -1,7 +1,7 @@
 """The state of a recorded run at one instant: who is alive, who maps what, who holds what.
 
-Every picture and the Live widget's panels ask the same questions of a trace, so they are
-answered once, here, in plain Python (no matplotlib), and can be tested without pictures::
+The pictures (viz/), the Live widget and the hang verdicts (watchdog.py) ask the same questions
+of a trace: answered once, here beside ``Trace``, in plain Python (testable without pictures)::
 
     state = state_at(trace, t_ns)          # t_ns=None: the end of the trace
     state.processes    alive processes, each with its label ("main", "worker 0", "producer")
@@ -24,16 +24,15 @@ How each answer is found is told where it is worked out: a lock's owner (and its
 ``Owner``, deadlocks at ``Deadlock``, who must act for a blocked thread at ``Blocked``, which
 messages carried handles above ``_Index``.
 """
+import os
 import re
 import weakref
 from dataclasses import dataclass, field
 from typing import Optional
 
-from mpviz.trace import names
-from mpviz.trace.names import is_thread_lock
-from mpviz.trace.trace import without_gc
-
-from .colors import human_bytes
+from . import names
+from .names import human_bytes, is_thread_lock
+from .trace import without_gc
 
 _THREAD_LOCK = re.compile(r"^t(\d+)\.\d+$")
 _SHM_KINDS = frozenset({"shm.create", "shm.attach", "shm.detach", "shm.unlink"})
@@ -46,6 +45,10 @@ GLYPH_KINDS = frozenset({
     "cuda.warning", "queue.put_failed", "queue.get_failed", "wait.begin", "wait.end",
     "dist.rendezvous", "dist.collective"})        # (drawn as bars: viz/collectives.py)
 PIPE_BYTES = 64 * 1024         # what a Linux pipe holds before a write waits for a reader
+# What the one who must act has to do, per kind of wait (the wait-for graph's arrow, a verdict).
+MUST = {"process": "must exit", "thread": "must finish", "pipe.write": "must read",
+        "queue.join": "must call task_done()", "pool.result": "must finish its task",
+        "queue.get": "must put", "queue.put": "must get"}
 
 
 # --- naming ------------------------------------------------------------------------------------
@@ -913,7 +916,7 @@ def _cycles(edges):
 
 
 _FRAME = re.compile(r'File "(?P<file>[^"]+)", line (?P<line>\d+),? in (?P<func>\S+)')
-_MPVIZ_DIR = __file__.rsplit("/viz/", 1)[0] + "/"
+_MPVIZ_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + "/"   # mpviz/
 _PEOPLES = ("scenarios/", "examples/")   # mpviz code that plays the user's program
 
 
@@ -937,7 +940,6 @@ def user_line(stacks):
     if not stacks:
         return ""
     import linecache
-    import os
     text = stacks if isinstance(stacks, str) else str(stacks)
     blocks = re.split(r"(?=^(?:Current thread|Thread) )", text, flags=re.M)
     blocks.sort(key=lambda b: not b.startswith("Current thread"))  # the main thread first
