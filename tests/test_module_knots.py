@@ -372,6 +372,7 @@ LAZY_IMPORTS = {
     ("mpviz.trace.launcher", "mpviz.scenarios.runner"):
         "the runner's session helpers, borrowed: to be moved to a leaf (issue #31)",
     ("mpviz.trace.launcher", "mpviz.trace.stuck"): "only for a run that hangs",
+    ("mpviz.trace.launcher", "mpviz.trace.chrome"): "only when the run has ended: trace.json",
     ("mpviz.trace.launcher", "mpviz.trace.trace"): "only when reading the run back",
     ("mpviz.trace.launcher", "mpviz.trace.watchdog"): "only with a hang watchdog asked for",
     ("mpviz.trace.launcher", "mpviz.viz"): "the verdict's notes: recorder to viz, upward (#31)",
