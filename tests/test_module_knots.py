@@ -396,6 +396,7 @@ LAZY_IMPORTS = {
     ("mpviz.trace.internals", "mpviz.trace.hooks"):
         "hooks asks internals what is missing; internals reads hooks' saved originals",
     ("mpviz.trace.launcher", "mpviz.trace.stuck"): "only for a run that hangs",
+    ("mpviz.trace.launcher", "mpviz.trace.chrome"): "only when the run has ended: trace.json",
     ("mpviz.trace.launcher", "mpviz.trace.trace"): "only when reading the run back",
     ("mpviz.trace.launcher", "mpviz.trace.watchdog"): "only with a hang watchdog asked for",
     ("mpviz.trace.messages", "mpviz.trace.native"): "queue_hooks.c: only where the C Writer records",

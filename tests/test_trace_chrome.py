@@ -135,3 +135,48 @@ def test_export_validates(tmp_path):
     assert max(e["ts"] for e in events if "ts" in e) == pytest.approx((last.ts_ns - t0) / 1e3)
     assert [e for e in events if e["ph"] == "C" and e["name"] == "shm bytes live"][-1][
         "args"] == {"bytes": 0}
+
+
+def test_trace_json_encoded_beside_its_building_is_the_same_text(tmp_path, monkeypatch):
+    """The launcher encodes trace.json in forked children while to_chrome still builds it
+    (launcher._EncodedAside): byte for byte the text one process writes -- also when every
+    child fails (each part is then encoded by the launcher itself)."""
+    from mpviz.trace import chrome, launcher
+    ctx = mp.get_context("fork")
+    with mt.record(tmp_path / "rec") as trace:
+        q, results = ctx.Queue(), ctx.Queue()
+        procs = [ctx.Process(target=w.producer, args=(q, 60, "mpviz_chrome_aside")),
+                 ctx.Process(target=w.consumer, args=(q, results, "mpviz_chrome_aside"))]
+        for p in procs:
+            p.start()
+        assert results.get() == list(range(60))
+        for p in procs:
+            p.join()
+    one = tmp_path / "one.json"
+    with open(one, "wb") as f:
+        launcher._json_into(f, trace.to_chrome())
+    # small parts, so that this small trace is cut as a 290,000-event one is
+    monkeypatch.setattr(chrome, "PROGRESS_EVERY", 40)
+    monkeypatch.setattr(launcher, "_JSON_SLICE", 7)
+    copied = []
+    real_copy = launcher._Child.copy_into
+    monkeypatch.setattr(launcher._Child, "copy_into",
+                        lambda child, f: copied.append(real_copy(child, f)) or copied[-1])
+    parent, real_encode = os.getpid(), launcher._encode_slices
+
+    def fails_in_a_child(write, events, start, stop):
+        if os.getpid() != parent:
+            raise OSError(28, "No space left on device (in this test)")
+        real_encode(write, events, start, stop)
+
+    for name in ("children", "children that fail"):
+        if name == "children that fail":
+            monkeypatch.setattr(launcher, "_encode_slices", fails_in_a_child)
+        directory = tmp_path / name
+        directory.mkdir()
+        copied.clear()
+        path = launcher._write_trace_json(str(directory), trace)
+        assert len(copied) >= 3, copied                   # (it was cut into parts)
+        assert set(copied) == {name == "children"}        # copied, or each encoded here
+        assert open(path, "rb").read() == one.read_bytes(), name
+        assert os.listdir(directory) == ["trace.json"]    # (the parts' files had no name)

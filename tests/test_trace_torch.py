@@ -483,3 +483,27 @@ def test_a_second_record_in_one_process_lists_only_the_torch_segments_it_saw():
     creates = sorted(_torch(second, "shm.create"), key=lambda e: e.ts_ns)
     assert {e.args["name"] for e in creates[:8]} <= torch_names(second, "shm.detach")
     assert all(s.created_ns for s in second.segments() if s.name.startswith("/torch_"))
+
+
+def test_a_reused_fd_number_is_named_for_the_file_it_holds_now():
+    """_fd_name keeps each fd's answer (a readlink costs ~10 us, and a sender asks twice per
+    segment); a number closed and given to another file, or another file dup2'd onto it, must
+    still be named for the file it holds now, never for the one it held."""
+    from mpviz.trace import torch_hooks
+    first = os.memfd_create("mpviz-fd-first")
+    number = first
+    assert torch_hooks._fd_name(number) == "/memfd:mpviz-fd-first"
+    assert torch_hooks._fd_name(number) == "/memfd:mpviz-fd-first"      # (now from the cache)
+    other = os.memfd_create("mpviz-fd-second")
+    try:
+        os.dup2(other, number)                  # another file put on the same number
+        assert torch_hooks._fd_name(number) == "/memfd:mpviz-fd-second"
+        os.close(number)                        # closed, and the number handed out again
+        third = os.memfd_create("mpviz-fd-third")
+        if third != number:
+            os.dup2(third, number)
+            os.close(third)
+        assert torch_hooks._fd_name(number, os.fstat(number)) == "/memfd:mpviz-fd-third"
+    finally:
+        os.close(other)
+        os.close(number)

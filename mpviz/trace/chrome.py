@@ -28,13 +28,17 @@ from operator import itemgetter
 from . import names
 
 SHORT_US = 1.0
+PROGRESS_EVERY = 60_000                      # recorded events between to_chrome's progress calls
 _MESSAGE_OUT = ("queue.put", "pipe.send")
 _MESSAGE_IN = ("queue.get", "pipe.recv")
-_PLAIN_KINDS = ("queue.", "pipe.", "pool.", "shm.", "lock.")   # the kinds not drawn as instants
 
 
-def to_chrome(trace, path=None):
-    """Convert `trace` to a Chrome trace dict; write it as JSON to `path` if given."""
+def to_chrome(trace, path=None, progress=None):
+    """Convert `trace` to a Chrome trace dict; write it as JSON to `path` if given.
+
+    The list of Chrome events only grows: an event once appended is never changed. So what is
+    in it is final, and `progress(out)` (if given), called every PROGRESS_EVERY recorded events,
+    may encode it while the rest is built (the launcher does, in a forked child)."""
     events = trace.events
     t0 = events[0].ts_ns if events else 0
 
@@ -67,16 +71,24 @@ def to_chrome(trace, path=None):
     next_ts = _next_event_ts(events)
     starts = {}                                               # pool task (pid, tid, job, index)
     depth, live_bytes, lock_open = {}, 0, {}
-    plain = _PLAIN_KINDS
+    route = {}                          # kind -> how it is drawn (_route), asked once a kind
+    report = PROGRESS_EVERY if progress is not None else -1
     for i, e in enumerate(events):
+        if i == report:
+            progress(out)
+            report += PROGRESS_EVERY
         ts, a, kind = (e.ts_ns - t0) / 1000.0, e.args, e.kind
-        if not kind.startswith(plain):       # (most events: one dict, made at once)
+        way = route.get(kind)
+        if way is None:
+            way = route[kind] = _route(kind)
+        if way is _INSTANT:                  # (most events: one dict, made at once)
             out.append({"pid": e.pid, "tid": e.tid, "ts": ts, "ph": "i", "s": "t",
                         "cat": kind.partition(".")[0], "name": kind, "args": dict(a)})
             continue
-        if kind in _MESSAGE_OUT or kind in _MESSAGE_IN:
+        if way is _MESSAGE:
             channel = channel_name(a.get("queue") or a.get("pipe"))
-            dur = min(SHORT_US, us(next_ts[i]) - ts) if next_ts[i] is not None else SHORT_US
+            after = next_ts[i]
+            dur = min(SHORT_US, (after - t0) / 1000.0 - ts) if after is not None else SHORT_US
             cat, _, verb = kind.partition(".")
             x = {"pid": e.pid, "tid": e.tid, "ts": ts, "ph": "X", "dur": dur, "cat": cat,
                  "name": f"{verb} {channel}", "args": dict(a)}
@@ -88,6 +100,9 @@ def to_chrome(trace, path=None):
             out.append(x)
             if cat == "queue":
                 _depth(out, depth, channel, 1 if kind == "queue.put" else -1, root, ts)
+            continue
+        if way is _SEGMENT:
+            live_bytes = _segment(e, ts, a, out, live_bytes, root)
             continue
         base = dict(pid=e.pid, tid=e.tid, ts=ts)
         if e.kind == "queue.put_failed":                   # it never entered the queue
@@ -103,8 +118,6 @@ def to_chrome(trace, path=None):
                 out.append(dict(pid=e.pid, tid=e.tid, ts=us(s.ts_ns), ph="X", cat="pool",
                                 dur=us(e.ts_ns) - us(s.ts_ns), name=f"task {a.get('func')}",
                                 args=dict(a)))
-        elif e.kind.startswith("shm."):
-            live_bytes = _segment(e, base, a, out, live_bytes, root)
         elif e.kind.startswith("lock."):
             _lock(e, base, a, out, lock_open, locks.name(a.get("lock")))
         else:
@@ -134,6 +147,21 @@ def _names(trace, procs, out):
         out.append(dict(ph="M", pid=key[0], tid=key[1], name="thread_name", args=dict(name=name)))
 
 
+_INSTANT, _MESSAGE, _SEGMENT, _OTHER = "instant", "message", "segment", "other"
+
+
+def _route(kind):
+    """How to_chrome draws an event of `kind`: a plain instant, a message slice (X), a segment
+    (shm.*: async b/e and n), or one of the rest (pool tasks, locks, a put that failed)."""
+    if kind in _MESSAGE_OUT or kind in _MESSAGE_IN:
+        return _MESSAGE
+    if kind.startswith("shm."):
+        return _SEGMENT
+    if kind == "queue.put_failed" or kind.startswith(("pool.", "lock.")):
+        return _OTHER
+    return _INSTANT
+
+
 def _next_event_ts(events):
     """For each event, the timestamp of the next event in the same thread (or None)."""
     nxt, last = [None] * len(events), {}
@@ -145,9 +173,9 @@ def _next_event_ts(events):
     return nxt
 
 
-def _segment(e, base, a, out, live_bytes, root):
+def _segment(e, ts, a, out, live_bytes, root):
     name = a.get("name")
-    kind, ts = e.kind, base["ts"]
+    kind = e.kind
     # (dicts written out in the order of their keys in trace.json: pid, tid, ts, ph, cat, ...)
     if kind == "shm.create":
         ph, args = "b", dict(a)

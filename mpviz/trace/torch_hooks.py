@@ -29,6 +29,8 @@ import importlib.abc
 import os
 import sys
 import threading
+import time
+from multiprocessing.context import get_spawning_popen as _spawning_popen
 
 from .. import _proc
 from . import recorder
@@ -46,6 +48,8 @@ _mine_for = [None]                # (pid, trace directory): the recording _mine 
 _looked = [0, 0.0]                # segments mapped since the last look; when /proc was last read
 LOOK_EVERY, READ_MAPS_EVERY_S = 8, 1.0
 _orig = {}
+_fd_names = {}                    # fd -> (st_dev, st_ino, segment name): _fd_name's cache
+_R = None                         # torch.multiprocessing.reductions, once install() has run
 
 
 # --- installing: when (and if) the program imports torch ---------------------------------------
@@ -133,6 +137,8 @@ def install():
     from torch.utils.data import dataloader
     from torch.utils.data._utils import pin_memory, worker
 
+    global _R
+    _R = R                                       # (the hooks below run per tensor: no import)
     recorder._install_fork_hooks()               # the recorder's child log opens before ours runs
     _wrap_method(torch.UntypedStorage, "_share_fd_cpu_", _share_fd)
     _wrap_method(torch.UntypedStorage, "_share_filename_cpu_", _share_filename)
@@ -284,10 +290,21 @@ def _shared(storage, strategy, handle, nbytes, was_shared):
         recorder.emit("copy", name=name, strategy=strategy, nbytes=nbytes, via=via, torch=True)
 
 
-def _fd_name(fd):
-    """torch's name of the segment behind `fd`: /dev/shm/torch_1_2_3 (deleted) -> /torch_1_2_3."""
-    target = os.readlink(f"/proc/self/fd/{fd}")
-    return target.removeprefix("/dev/shm").removesuffix(" (deleted)")
+def _fd_name(fd, st=None):
+    """torch's name of the segment behind `fd`: /dev/shm/torch_1_2_3 (deleted) -> /torch_1_2_3.
+
+    Linux says it in /proc/self/fd/N (a readlink: ~10 us); a sender asks twice for one segment
+    (made, then pickled), so the answer is kept per fd number with the file's identity,
+    ``(st_dev, st_ino)`` from `st` (``os.fstat(fd)``, ~1 us): an fd closed and its number reused,
+    or another file dup2'd onto it, is another file, and is read again. (A tmpfs inode number is
+    not handed out again while its file is open, and the name of a torch segment never changes.)"""
+    st = os.fstat(fd) if st is None else st
+    known = _fd_names.get(fd)
+    if known is not None and known[0] == st.st_dev and known[1] == st.st_ino:
+        return known[2]
+    name = os.readlink(f"/proc/self/fd/{fd}").removeprefix("/dev/shm").removesuffix(" (deleted)")
+    _fd_names[fd] = (st.st_dev, st.st_ino, name)
+    return name
 
 
 def _new_shared(original, size, **kwargs):
@@ -342,11 +359,10 @@ def _reduce_storage(original, storage):
 def _handle_sent(result):
     """Say that the message being pickled in this thread carries a handle: the next message
     event of this thread (queue.feed, pipe.send, queue.put) is that message (analysis.py)."""
-    from multiprocessing import context
     name, strategy, nbytes = _here.handle
     df = result[1][1] if strategy == "file_descriptor" else None
     token = _token(getattr(df, "_id", None))
-    via = ("process start" if context.get_spawning_popen() is not None else
+    via = ("process start" if _spawning_popen() is not None else
            "resource_sharer" if token is not None else "name")
     recorder.count_handle()        # the message (or a Process's arguments) carries one more
     recorder.emit("shm.handle", name=name, strategy=strategy, nbytes=nbytes, via=via,
@@ -414,21 +430,20 @@ class _WatchedFd:
 
 
 def _fd_received(df, fd):
-    import torch.multiprocessing.reductions as R
-    name = _fd_name(fd)
+    st = os.fstat(fd)                            # (one fstat for the name, the key, the size)
+    name = _fd_name(fd, st)
     token = _token(getattr(df, "_id", None))
-    # torch looks in its shared_cache by the fd's (inode, device) next: a hit maps nothing new
-    _here.received = (name, _cached(R.fd_id(fd)))
+    # torch looks in its shared_cache by the fd's (inode, device) next -- reductions.fd_id(fd):
+    # a hit maps nothing new
+    _here.received = (name, _cached((st.st_ino, st.st_dev)))
     recorder.emit("fd.recv", name=name, token=token, via="resource_sharer" if token else
-                  "process start", nbytes=os.fstat(fd).st_size, torch=True)
+                  "process start", nbytes=st.st_size, torch=True)
 
 
 def _cached(key):
     """Whether torch's receive cache holds a live storage for `key` (what rebuild asks first)."""
-    import torch
-    import torch.multiprocessing.reductions as R
-    ref = R.shared_cache.get(key)
-    return ref is not None and torch.UntypedStorage._new_with_weak_ptr(ref.cdata) is not None
+    ref = _R.shared_cache.get(key)
+    return ref is not None and _R.torch.UntypedStorage._new_with_weak_ptr(ref.cdata) is not None
 
 
 def _rebuild_storage_fd(original, cls, df, size):
@@ -448,6 +463,18 @@ def _rebuild_storage_filename(original, cls, manager, handle, size, dtype=None):
     return storage
 
 
+def _hooks():
+    """mpviz.trace.hooks (imported here, not at the top: it installs this module)."""
+    global _hooks_module
+    if _hooks_module is None:
+        from . import hooks
+        _hooks_module = hooks
+    return _hooks_module
+
+
+_hooks_module = None
+
+
 def _mapped(name, strategy, storage, hit):
     nbytes = storage.nbytes()
     if hit:
@@ -457,8 +484,7 @@ def _mapped(name, strategy, storage, hit):
         _sizes[name] = nbytes
         _mapped_now(name, strategy, storage)
         recorder.emit("shm.attach", name=name, strategy=strategy, nbytes=nbytes, torch=True)
-    from . import hooks
-    hooks.received_at_start()      # a spawned child unpickling its arguments: one handle more
+    _hooks().received_at_start()   # a spawned child unpickling its arguments: one handle more
 
 
 # --- CUDA tensors: an IPC handle to GPU memory travels, never the bytes ---------------------------
@@ -513,8 +539,7 @@ def _rebuild_cuda_tensor(original, *args, **kwargs):
         recorder.emit("cuda.ipc_open", block=_cuda_block(named),
                       nbytes=named["storage_size_bytes"], device=named["storage_device"],
                       torch=True)
-        from . import hooks
-        hooks.received_at_start()
+        _hooks().received_at_start()
     return tensor
 
 
@@ -584,10 +609,7 @@ def _mapped_now(name, strategy, storage=None):
     """This process maps torch segment `name` now (through `storage`); every LOOK_EVERY such
     (more when it maps many at once: the look is then as cheap per segment), look which of them
     torch has let go of."""
-    import time
-
-    from torch.multiprocessing.reductions import StorageWeakRef
-    _known()[name] = (strategy, StorageWeakRef(storage) if storage is not None else None)
+    _known()[name] = (strategy, _R.StorageWeakRef(storage) if storage is not None else None)
     _looked[0] += 1
     if _looked[0] >= max(LOOK_EVERY, len(_mine) // 4):
         _looked[0] = 0
@@ -610,7 +632,6 @@ def _sweep_freed():
 def _look_at_maps():
     """Read /proc/self/maps; every segment of ours not there any more was unmapped by torch
     (in C++, unseen) since the last look: record its ``shm.detach`` now."""
-    import time
     _looked[0], _looked[1] = 0, time.monotonic()
     if not _mine:
         return
