@@ -80,6 +80,7 @@ def test_a_failed_put_leaves_the_tensors_count_as_it_was(strategy):
 ])
 def test_a_queue_used_after_close_names_the_call_and_why(call, use):
     q = mp.get_context("fork").Queue()
+    q.put_nowait(0)                               # (empty() can't know it is empty: see below)
     q.close()
     q.join_thread()
     with pytest.raises(queues.QueueClosedError, match=rf"Queue\.{call}\(\): .* is closed in this process: "
@@ -111,6 +112,52 @@ def test_empty_on_a_used_closed_queue_raises_an_oserror_saying_is_closed_as_the_
         q.close()
         q.join_thread()
         with pytest.raises(OSError, match="is closed"):
+            q.empty()
+
+
+def test_empty_on_a_queue_closed_before_any_use_is_true_as_the_stdlibs():
+    # CPython 3.13's test_closed_queue_empty_exceptions, first half: nothing can ever have been
+    # put in a queue made here, never handed to another process and never put to here
+    for q in mp.Queue(), mp.JoinableQueue():
+        q.close()
+        q.join_thread()
+        assert q.empty() is True
+
+
+def _put_one(q):
+    q.put(1)
+
+
+def _handed_over(how, q):
+    """`q` handed to another process, which put one item in it: a child of `how`, or os.fork."""
+    if how == "os.fork":
+        pid = os.fork()
+        if pid == 0:                              # (the child: put, then leave at once)
+            try:
+                _put_one(q)
+                q.close()
+                q.join_thread()
+            finally:
+                os._exit(0)
+        assert os.waitpid(pid, 0)[1] == 0
+        return
+    p = mp.get_context(how).Process(target=_put_one, args=(q,))
+    p.start()
+    p.join(60)
+    assert p.exitcode == 0, p.exitcode
+
+
+@pytest.mark.parametrize("how", ["fork", "spawn", "os.fork"])
+def test_empty_on_a_closed_queue_another_process_has_raises_rather_than_guess(how):
+    # the stdlib would answer False (its reading end is open, the child's item in the pipe);
+    # ours is closed, so True would be false: it says why it cannot answer
+    ctx = mp.get_context("fork" if how == "os.fork" else how)
+    for q in ctx.Queue(), ctx.JoinableQueue():
+        _handed_over(how, q)
+        q.close()
+        q.join_thread()
+        with pytest.raises(queues.QueueClosedEmptyError,
+                           match=r"Queue\.empty\(\): .* is closed in this process: .*Fix: "):
             q.empty()
 
 

@@ -70,11 +70,23 @@ class QueueClosedError(ValueError):
 class QueueClosedEmptyError(QueueClosedError, OSError):
     """``empty()`` on a Queue closed in this process: also an ``OSError``, as the stdlib's
     "handle is closed" there is (its ``empty()`` polls the closed reading end), so code that
-    catches it still does, as does the second half of CPython's own
-    ``test_closed_queue_empty_exceptions`` (3.13: a queue used, then closed). Its first half
-    differs, by design: on a queue closed before any use the stdlib's ``empty()`` answers True,
-    while this one raises, as this ``close()`` closes this process's ends at once
-    (docs/INTERNALS.md)."""
+    catches it still does, as does CPython's own ``test_closed_queue_empty_exceptions`` (3.13:
+    a queue used, then closed). Not raised where the answer is certain without the reading
+    end: see ``Queue.empty``."""
+
+
+# os.fork() calls this process has made (and one more in a forked child: what it inherited was
+# made elsewhere): a queue made after the last of them, never pickled and never put to here, is
+# in no other process and holds nothing (see Queue.empty).
+_forks = 0
+
+
+def _count_fork():
+    global _forks
+    _forks += 1
+
+
+os.register_at_fork(after_in_parent=_count_fork, after_in_child=_count_fork)
 
 
 def _stepped(op, queue, **info):
@@ -100,6 +112,16 @@ class Queue(DirectWrite, multiprocessing.queues.Queue):
         # Which pipe this is (the same inode in every process that has it): a file_system handle
         # put here says so in its segment's header, for the shm manager (see reductions).
         self._channel = os.fstat(self._reader.fileno()).st_ino
+        # Made in this process (not a forked child's copy, not one unpickled from its maker):
+        # how many forks this process had made by then (see empty).
+        made_here = not after_fork and self._opid == os.getpid()
+        self._made_at_fork = self.__dict__.get("_made_at_fork", _forks) if made_here else None
+        self._put_here = False
+
+    def __reduce_ex__(self, protocol):
+        reduced = super().__reduce_ex__(protocol)   # (raises unless a child is being started)
+        self._made_at_fork = None                   # another process will have it
+        return reduced
 
     def put(self, obj, block=True, timeout=None):
         _stepped("queue.put", self, direct=True)
@@ -113,6 +135,7 @@ class Queue(DirectWrite, multiprocessing.queues.Queue):
         the object can't be encoded: a re-sent CUDA tensor, say)."""
         if self._closed:
             raise QueueClosedError("put" if block else "put_nowait", repr(self))
+        self._put_here = True
         if not self._take_slot(block, timeout):
             raise Full
         try:
@@ -185,7 +208,16 @@ class Queue(DirectWrite, multiprocessing.queues.Queue):
             self._writer.close()
 
     def empty(self):
+        """As the stdlib's. After ``close()`` (which closed the reading end it looks into): True
+        where nothing can ever have been put in the queue -- made in this process after its last
+        ``os.fork()``, never pickled (so no other process has it) and never put to here -- as the
+        stdlib's ``empty()`` answers for a queue closed before any use (its ``close()`` does
+        nothing there); otherwise :class:`QueueClosedEmptyError`, as the stdlib's does for a
+        queue closed after a put (its feeder closed the reading end). Where another process
+        has the queue mpviz cannot know, so it says so rather than guess."""
         if self._closed:
+            if not self._put_here and self._made_at_fork == _forks:
+                return True
             raise QueueClosedEmptyError("empty", repr(self))
         return super().empty()
 
