@@ -49,24 +49,28 @@ def test_a_folder_removed_at_exit_when_its_maker_ends_normally():
     assert folder.startswith("/") and not os.path.exists(folder)
 
 
-def test_the_sweep_leaves_symlinks_folders_without_owner_and_pid_reuse_with_other_start(tmp_path):
+def _dead_pid():
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()
-    stale = tmp_path / "mpviz-stale-1"
-    stale.mkdir()
-    (stale / ".owner").write_text(f"{dead.pid} 1\n")
-    target = tmp_path / "elsewhere"
-    target.mkdir()
-    (target / ".owner").write_text(f"{dead.pid} 1\n")
+    return dead.pid
+
+
+def _folder(path, owner=None):
+    """Make folder `path`, with an .owner naming process `owner` (started at tick 1) if given."""
+    path.mkdir()
+    if owner is not None:
+        (path / _tempdirs.OWNER).write_text(f"{owner} 1\n")
+    return path
+
+
+def test_the_sweep_leaves_symlinks_folders_without_owner_and_pid_reuse_with_other_start(tmp_path):
+    dead = _dead_pid()
+    stale = _folder(tmp_path / "mpviz-stale-1", dead)
+    target = _folder(tmp_path / "elsewhere", dead)
     os.symlink(target, tmp_path / "mpviz-link-1")
-    plain = tmp_path / "mpviz-0"                      # e.g. the shm manager's folder: no .owner
-    plain.mkdir()
-    me = tmp_path / "mpviz-mine-1"                    # this process, alive
-    me.mkdir()
-    (me / ".owner").write_text(f"{os.getpid()} 1\n")
-    mine_reused = tmp_path / "mpviz-reused-1"         # pid alive but started at another tick
-    mine_reused.mkdir()
-    (mine_reused / ".owner").write_text(f"{os.getppid()} 1\n")
+    plain = _folder(tmp_path / "mpviz-0")                 # e.g. the shm manager's: no .owner
+    me = _folder(tmp_path / "mpviz-mine-1", os.getpid())  # this process, alive
+    mine_reused = _folder(tmp_path / "mpviz-reused-1", os.getppid())   # alive, other start tick
     removed = _tempdirs.sweep(str(tmp_path))
     assert sorted(removed) == sorted([str(stale), str(mine_reused)])
     assert target.exists() and (tmp_path / "mpviz-link-1").is_symlink()
@@ -75,11 +79,7 @@ def test_the_sweep_leaves_symlinks_folders_without_owner_and_pid_reuse_with_othe
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="needs root to make a folder owned by another uid")
 def test_the_sweep_never_removes_another_users_folder(tmp_path):
-    dead = subprocess.Popen([sys.executable, "-c", "pass"])
-    dead.wait()
-    theirs = tmp_path / "mpviz-theirs-1"
-    theirs.mkdir()
-    (theirs / ".owner").write_text(f"{dead.pid} 1\n")
+    theirs = _folder(tmp_path / "mpviz-theirs-1", _dead_pid())
     os.chown(theirs, 65534, 65534)
     assert _tempdirs.sweep(str(tmp_path)) == []
     assert theirs.exists()
