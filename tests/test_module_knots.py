@@ -93,7 +93,7 @@ def test_the_scan_sees_lazy_and_relative_imports():
 
 # trace/ records a run and reads it back; viz/ draws Traces, scenarios/ and stepper/ run
 # programs: they import the recorder, never the other way. The stepper fills a slot instead
-# (trace/stops.py, autostart.ON_BOOT), and pictures are found by name (trace.trace.DRAWING).
+# (mpviz/_stops.py, autostart.ON_BOOT), and pictures are found by name (trace.trace.DRAWING).
 ABOVE_THE_RECORDER = ("mpviz.viz", "mpviz.scenarios", "mpviz.stepper")
 
 
@@ -117,7 +117,7 @@ def test_no_module_of_the_recorder_imports_viz_scenarios_or_the_stepper():
     assert not up, (f"the recorder imports a layer above it (module, imported, line): {up}, at the "
                     f"top or inside a function. Fix: move what it needs down into trace/ (as "
                     f"analysis.py and session.py were), or give the upper layer a slot to fill "
-                    f"(as trace/stops.py is for the stepper)")
+                    f"(as mpviz/_stops.py is for the stepper)")
 
 
 # --- no cycle of top-level imports -----------------------------------------------------------

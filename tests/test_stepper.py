@@ -14,7 +14,8 @@ import mpviz.scenarios as sc
 import stepper_workers as w
 from mpviz.scenarios.puzzles import PUZZLES
 from mpviz.stepper import ChoiceError, gate, random_schedules
-from mpviz.trace import session, stops
+from mpviz import _stops
+from mpviz.trace import session
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -69,7 +70,7 @@ def goal_run():
 
 
 def test_not_stepping_costs_a_none_check():
-    assert stops.pause is None         # the hooks' slot, in a process that is not stepped
+    assert _stops.pause is None         # the hooks' slot, in a process that is not stepped
 
 
 def test_fork_held_lock_one_schedule_deadlocks_another_is_ok(goal_run):

@@ -30,8 +30,7 @@ import os
 import time
 from queue import Empty, Full
 
-from ..trace import stops
-from ..trace.events import semlock_id
+from .. import _stops
 from ._codec import Pickled, decode, encode, raise_explained
 from ._pipe import DirectWrite, read_message
 
@@ -91,10 +90,10 @@ os.register_at_fork(after_in_parent=_count_fork, after_in_child=_count_fork)
 
 def _stepped(op, queue, **info):
     """A stepped run (mpviz.stepper): wait for the learner's "go" before `op`. One attribute
-    read when nothing is stepped: the stepper fills the slot ``stops.pause`` (trace/stops.py).
-    The queue is named as the recorder names it: by its read lock."""
-    if stops.pause:
-        stops.pause(op, semlock_id(queue._rlock), **info)
+    read when nothing is stepped: the stepper fills the slot ``_stops.pause`` (mpviz/_stops.py).
+    The stepper names the queue as the recorder does: by its read lock (``semlock_id``)."""
+    if _stops.pause:
+        _stops.pause(op, queue._rlock, **info)     # named by its read lock, in the stepper
 
 
 class Queue(DirectWrite, multiprocessing.queues.Queue):

@@ -34,7 +34,8 @@ import numpy as np
 from ..sharing import allocator, cache, fd_passing, file_descriptor, file_system, handles
 from ..storage import Storage
 from ..tensor import Tensor
-from ..trace import recorder, stops
+from .. import _stops
+from ..trace import recorder
 
 
 # -- tensors --------------------------------------------------------------------------------------
@@ -91,8 +92,8 @@ def _stop_before_attach(kind, args):
     the segment a handle names -- unless it maps that segment already (the receive cache), which
     attaches nothing. Every channel a storage arrives by (a queue, a pipe, a spawned child's
     Process arguments) comes through here. Costs an attribute read when nothing is stepped (the
-    stepper fills the slot ``stops.pause``: trace/stops.py)."""
-    if stops.pause is None:
+    stepper fills the slot ``_stops.pause``: mpviz/_stops.py)."""
+    if _stops.pause is None:
         return
     if kind == "storage_fd":
         _, _, key, _, nbytes, name = args
@@ -104,7 +105,7 @@ def _stop_before_attach(kind, args):
     if cache.get(key) is None:
         # a spawned child unpickles its Process (and so its arguments) while _inheriting is set
         arguments = getattr(multiprocessing.current_process(), "_inheriting", False)
-        stops.pause("shm.attach", name, nbytes=nbytes, arguments=arguments)
+        _stops.pause("shm.attach", name, nbytes=nbytes, arguments=arguments)
 
 
 def rebuild_tensor(cls, storage, offset, shape, strides, dtype, requires_grad, grad):

@@ -20,7 +20,7 @@ How it works, in three modules:
     explore.py   many schedules: random ones, or all of them for a small program
 
 This package's __init__ stays light. Nothing it steps imports it: gate.py fills the slot that
-they call (mpviz/trace/stops.py), and autostart's ON_BOOT steps a spawned child.
+they call (mpviz/_stops.py), and autostart's ON_BOOT steps a spawned child.
 """
 
 __all__ = ["Stepper", "Choice", "step", "point", "name", "random_schedules", "all_schedules",

@@ -3,9 +3,9 @@
 The recorder's hooks (trace/hooks.py, locks.py, messages.py), mpviz's Queue and reductions.py's
 ``rebuild`` (see ``_stop_before_attach`` there) each have one line, and do not import us::
 
-    if stops.pause: stops.pause("lock.acquire", lid)        # stops: mpviz/trace/stops.py
+    if _stops.pause: _stops.pause("lock.acquire", lid)        # stops: mpviz/_stops.py
 
-``stops.pause`` is None in a process that is not stepped. In a stepped one ``activate`` puts
+``_stops.pause`` is None in a process that is not stepped. In a stepped one ``activate`` puts
 ``_pause`` there: the calling thread tells the controller what it is about to do and blocks in
 ``recv`` until the controller answers ``go``::
 
@@ -31,7 +31,8 @@ import socket
 import threading
 import weakref
 
-from ..trace import stops
+from .. import _stops
+from ..trace.events import semlock_id
 from . import patches
 
 ENV = "MPVIZ_STEP_SOCKET"
@@ -68,13 +69,13 @@ def activate(path=None):
             f"process cannot be stepped. mpviz.step sets {ENV} for the processes of a stepped "
             f"run only; elsewhere (a shell export, a notebook's %env, a run that has ended) it "
             f"must not be set. Fix: unset {ENV}.") from None
-    stops.pause = _pause
+    _stops.pause = _pause
     return True
 
 
 def activate_from_env():
     """For ``autostart.boot``: step this process if the run it belongs to is stepped."""
-    if os.environ.get(ENV) and stops.pause is None:
+    if os.environ.get(ENV) and _stops.pause is None:
         activate()
 
 
@@ -100,6 +101,8 @@ def who():
 
 def _pause(op, obj=None, **info):
     """Tell the controller what this thread is about to do, and wait until it says go."""
+    if hasattr(obj, "_semlock"):        # a lock passed as it is (mpviz's Queue: its read lock)
+        obj = semlock_id(obj)
     conn = getattr(_local, "conn", None)
     if conn is None or _local.pid != os.getpid():          # first stop of this thread
         conn = _local.conn = _connect()                     # (closed when the thread ends:
@@ -131,8 +134,8 @@ def name(obj, label):
 def point(label):
     """A stop of your own choosing: the thread waits here for the controller (in a stepped run;
     elsewhere nothing happens). ``point("write row 2")``: the choice reads "... : write row 2"."""
-    if stops.pause is not None:
-        stops.pause("point", None, text=str(label))
+    if _stops.pause is not None:
+        _stops.pause("point", None, text=str(label))
 
 
 # --- the process's own connection ----------------------------------------------------------
@@ -175,5 +178,5 @@ def _after_fork_child():
             pass
     _hello_conn = None
     _local.__dict__.clear()
-    if stops.pause is not None:
+    if _stops.pause is not None:
         _hello("fork")

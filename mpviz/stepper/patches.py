@@ -11,7 +11,7 @@ the way every process computes it, so that a name given in one process shows in 
 import threading
 from multiprocessing import connection, queues, synchronize
 
-from ..trace import stops
+from .. import _stops
 from ..trace.events import semlock_id
 
 _orig = {}
@@ -38,8 +38,8 @@ _inside = threading.local()      # .depth: in one of these methods (an Event's s
 def _stop_then(op, method):
     def wrapper(self, *args, **kwargs):
         depth = getattr(_inside, "depth", 0)
-        if stops.pause and depth == 0:
-            stops.pause(op, object_id(self) if op != "pipe.recv" else None)
+        if _stops.pause and depth == 0:
+            _stops.pause(op, object_id(self) if op != "pipe.recv" else None)
         _inside.depth = depth + 1
         try:
             return _orig[method](self, *args, **kwargs)

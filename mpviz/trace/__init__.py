@@ -22,7 +22,7 @@ One mark's tour to the picture, in five files (docs/TOUR.md, "mark("x") → the 
 
 The rest: hooks.py, locks.py, waits.py (the patches), autostart/ (a fresh interpreter joining),
 events.py (KINDS), analysis.py (what pictures and verdicts read), watchdog.py, session.py (hangs;
-a run's processes), stops.py (the stepper's slot), chrome.py, osview.py (/proc), native.py.
+a run's processes), chrome.py, osview.py (/proc), native.py.
 """
 from .events import Event, Flow, Hold, LockInfo, ProcessInfo, Segment
 from .osview import OSView, os_view

@@ -32,7 +32,8 @@ import time
 
 from multiprocessing import heap, process, reduction, spawn, util
 
-from . import frames, locks, messages, names, recorder, stops, waits
+from .. import _stops
+from . import frames, locks, messages, names, recorder, waits
 
 TRACE_KEY = "mpviz_trace"               # our key in the spawn preparation data
 _orig = {}
@@ -51,7 +52,7 @@ _role = None                             # "forkserver" in a fork server and its
 # Under fork nothing is pickled: the child inherits the mappings (``shm.attach how="fork"``).
 
 def _process_start(self):
-    if stops.pause: stops.pause("process.start", None, name=self.name)  # stepped: see stops.py
+    if _stops.pause: _stops.pause("process.start", None, name=self.name)  # stepped: see _stops.py
     if not recorder.ENABLED:
         return _orig["start"](self)
     ts = time.monotonic_ns()
@@ -105,7 +106,7 @@ def _observe_exit(self):
 
 
 def _process_join(self, timeout=None):
-    if stops.pause: stops.pause("process.join", None, name=self.name, pid=self.pid)  # stepped
+    if _stops.pause: _stops.pause("process.join", None, name=self.name, pid=self.pid)  # stepped
     waits.process_join(_orig["join"], self, timeout)      # a wait on the child (waits.py)
     _observe_exit(self)
 

@@ -36,7 +36,8 @@ from itertools import count
 
 from multiprocessing import synchronize
 
-from . import recorder, stops
+from .. import _stops
+from . import recorder
 from .events import semlock_id
 
 user_lock_ids = set()           # ids of instrumented multiprocessing locks (sent to children)
@@ -115,7 +116,7 @@ def _wrap(lock, lid, typ):
     me = weakref.ref(lock)             # (a strong one would make the lock a cycle with itself)
 
     def acquire(block=True, timeout=None):
-        if stops.pause: stops.pause("lock.acquire", lid)  # a stepped run: wait for the stepper
+        if _stops.pause: _stops.pause("lock.acquire", lid)  # a stepped run: wait for the stepper
         if not recorder.ENABLED:
             return raw_acquire(block, timeout)
         if raw_acquire(False):
@@ -130,7 +131,7 @@ def _wrap(lock, lid, typ):
         return ok
 
     def release():
-        if stops.pause: stops.pause("lock.release", lid)  # a stepped run: wait for the stepper
+        if _stops.pause: _stops.pause("lock.release", lid)  # a stepped run: wait for the stepper
         ts = time.monotonic_ns()
         raw_release()
         if recorder.ENABLED:
@@ -182,7 +183,7 @@ class _TracedThreadLock:
         self._id = f"t{os.getpid()}.{next(_thread_lock_ids)}"
 
     def acquire(self, blocking=True, timeout=-1):
-        if stops.pause: stops.pause("lock.acquire", self._id)  # a stepped run: see stepper/gate.py
+        if _stops.pause: _stops.pause("lock.acquire", self._id)  # a stepped run: see stepper/gate.py
         inner = self._inner
         if not recorder.ENABLED:
             return inner.acquire(blocking, timeout)
@@ -198,7 +199,7 @@ class _TracedThreadLock:
         return ok
 
     def release(self):
-        if stops.pause: stops.pause("lock.release", self._id)  # a stepped run: see stepper/gate.py
+        if _stops.pause: _stops.pause("lock.release", self._id)  # a stepped run: see stepper/gate.py
         ts = time.monotonic_ns()
         self._inner.release()
         if recorder.ENABLED:

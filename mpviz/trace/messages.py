@@ -35,7 +35,8 @@ import time
 from multiprocessing import connection, pool, queues
 from multiprocessing.reduction import ForkingPickler
 
-from . import recorder, stops, waits
+from .. import _stops
+from . import recorder, waits
 from .events import order as _order
 from .events import queue_id as _queue_id  # noqa: F401  (queue_hooks.c looks it up here)
 
@@ -164,7 +165,7 @@ def _tagging_put(stdlib_put):
     bounded queue) is seen while it waits. Should it raise instead (``Full``, a closed queue),
     ``queue.put_failed`` says that the message never entered the queue."""
     def put(self, obj, block=True, timeout=None):
-        if stops.pause: stops.pause("queue.put", _queue_id(self))  # a stepped run: see stepper/
+        if _stops.pause: _stops.pause("queue.put", _queue_id(self))  # a stepped run: see stepper/
         w = recorder.writer                    # None: not recording
         if w is None:
             return _orig[stdlib_put](self, obj, block, timeout)
@@ -228,7 +229,7 @@ def _unrecorded(kind, exc):
 def _fed(send_bytes, qid):
     """The feeder's write, recorded: the Python reference of ``Tap(send_bytes, ..., _feeding)``."""
     def fed_send_bytes(buf):
-        if stops.pause: stops.pause("queue.feed", qid, nbytes=len(buf))  # stepped: stepper/gate
+        if _stops.pause: _stops.pause("queue.feed", qid, nbytes=len(buf))  # stepped: stepper/gate
         # The event goes first: once a reader can have the bytes, their write is in the log --
         # even if recording stops, or this process is killed, right after the write.
         w = recorder.writer
@@ -283,7 +284,7 @@ def _queue_start_thread(self):
 
 
 def _queue_get(self, block=True, timeout=None):
-    if stops.pause: stops.pause("queue.get", _queue_id(self))  # a stepped run: see stepper/gate.py
+    if _stops.pause: _stops.pause("queue.get", _queue_id(self))  # a stepped run: see stepper/gate.py
     if recorder.ENABLED:
         watch_reads(self)
         if block and get_would_wait(self):          # nothing to read yet: a recorded wait
@@ -466,7 +467,7 @@ class OrderLinks:
 
 
 def _simple_put(self, obj):
-    if stops.pause: stops.pause("queue.put", _queue_id(self))  # a stepped run: see stepper/gate.py
+    if _stops.pause: _stops.pause("queue.put", _queue_id(self))  # a stepped run: see stepper/gate.py
     if not recorder.ENABLED:
         return _orig["SimpleQueue.put"](self, obj)
     # the stdlib's SimpleQueue.put, with the envelope and the size recorded
@@ -483,7 +484,7 @@ def _simple_put(self, obj):
 
 
 def _conn_send(self, obj):
-    if stops.pause: stops.pause("pipe.send", None)  # a stepped run: see stepper/gate.py
+    if _stops.pause: _stops.pause("pipe.send", None)  # a stepped run: see stepper/gate.py
     if not recorder.ENABLED:
         return _orig["Connection.send"](self, obj)
     # the stdlib's Connection.send, with the envelope and the size recorded
