@@ -162,7 +162,7 @@ def test_bad_lists_of_traces_say_what_why_and_fix(hosts, tmp_path):
              ([a, tmp_path / "missing"], FileNotFoundError, "is not a folder"),
              ([ua, one], ValueError, "rank 0 is in the traces of hosts uneven_a and "
                                      "uneven_one_host"),
-             ([a, a], ValueError, "rank 0 is in the traces of hosts")]
+             ([a, a], ValueError, "is given twice")]
     for paths, kind, words in cases:
         with pytest.raises(kind) as info:
             mt.load(paths)

@@ -82,6 +82,7 @@ def merge(paths):
         raise ValueError("load([]): no trace to load. Why: merging needs one trace folder per "
                          "host. Fix: mpviz.trace.load(['host_a/trace', 'host_b/trace']) (one "
                          "folder: load('trace')).")
+    _no_folder_twice(paths)
     traces = [_read(p) for p in paths]
     names = _host_names(paths)
     rendezvous = [_rendezvous(t, name, p) for t, name, p in zip(traces, names, paths)]
@@ -145,6 +146,22 @@ def _host_names(paths):
     return names
 
 
+def _no_folder_twice(paths):
+    """The same trace folder given twice is a slip, said as one (not as a rank seen twice)."""
+    seen = {}
+    for p in paths:
+        where = getattr(p, "path", None) if isinstance(p, Trace) else os.fspath(p)
+        if not where:
+            continue
+        key = os.path.realpath(where)
+        if key in seen:
+            raise ValueError(
+                f"load([...]): the folder {_where(p)} is given twice. Why: each host's trace is "
+                f"merged once; the same ranks twice would be two runs of one job. Fix: pass "
+                f"each host's folder once: load([host_a_folder, host_b_folder]).")
+        seen[key] = p
+
+
 def _rendezvous(trace, name, path):
     """{rank: (begin_ns, end_ns, world_size)} of the ranks that joined, in this trace."""
     ranks = Ranks(trace)
@@ -167,7 +184,7 @@ def _same_job(rendezvous, names, traces):
     """Each rank once, one world size: else these are traces of different jobs."""
     seen = {}
     for name, ranks in zip(names, rendezvous):
-        for rank in ranks:
+        for rank in sorted(ranks):          # (the lowest rank named: the same words every run)
             if rank in seen:
                 raise ValueError(
                     f"load([...]): rank {rank} is in the traces of hosts {seen[rank]} and "
