@@ -209,7 +209,10 @@ def test_a_worker_past_the_cgroup_limit_is_killed_by_the_kernel_and_the_verdict_
     # torch 2.13's own words, both, in the order the traceback has them
     said = run.messages
     first = said.index(f"RuntimeError: DataLoader worker (pid {pid}) is killed by signal: Killed.")
-    assert first < said.index(f"RuntimeError: DataLoader worker (pid(s) {pid}) exited unexpectedly")
+    # (the other worker may be killed too, before torch shuts it down: "(pid(s) N, M)")
+    gone = re.search(r"RuntimeError: DataLoader worker \(pid\(s\) ([\d, ]+)\) exited unexpectedly",
+                     said)
+    assert gone and first < gone.start() and str(pid) in gone.group(1).split(", "), said[-2000:]
     outcome, verdict = watch.oom_verdict(run)
     assert outcome == "error" and verdict.startswith(f"{run.name(pid)} (pid {pid}) was killed by "
                                                      f"SIGKILL"), verdict
@@ -296,7 +299,8 @@ def test_a_list_datasets_workers_copy_it_page_by_page_and_numpy_arrays_stay_flat
     made = int(re.search(r"dataset made: \+(\d+) MiB", as_list.output).group(1))
     for g in listed.values():           # private memory: tens of MiB, "much of the list"
         assert g["grew"] > 48 * watch.MIB and g["grew"] > 0.3 * made * watch.MIB, (g, made)
-        assert g["rss"] - g["rss0"] < 32 * watch.MIB, g      # "nearly flat": RSS misses it
+        assert g["rss"] - g["rss0"] < 0.5 * g["grew"], g     # "far less than the USS": RSS
+        # counts a copied page already (shared); it rose 15 MiB here, 36 MiB in a CI run
     for g in arrayed.values():          # flat: the exercise's bound
         assert g["grew"] < nb13.FLAT_MIB * watch.MIB, g
     # the sentences the notebook prints are the measurements, number for number
@@ -356,9 +360,12 @@ def test_mpvizs_dataloader_says_torchs_words_when_a_worker_is_killed():
     torch_run = nb13._oom_run(2, None)           # torch's own, under the cgroup or the stand-in
     tpid, _ = torch_run.killed()
 
-    def words(run, pid):
-        return [line.strip().replace(str(pid), "N") for line in run.messages.splitlines()
+    def words(run, pid):            # every worker's pid as N: under a real cgroup the kernel may
+        said = [line.strip() for line in run.messages.splitlines()   # kill the other one too
                 if line.startswith("RuntimeError: ")]
+        for p in {pid, *run.workers.values()}:
+            said = [line.replace(str(p), "N") for line in said]
+        return [re.sub(r"N(, N)+", "N", line) for line in said]
     assert words(ours, pid) == words(torch_run, tpid) == [
         "RuntimeError: DataLoader worker (pid N) is killed by signal: Killed.",
         "RuntimeError: DataLoader worker (pid(s) N) exited unexpectedly"]

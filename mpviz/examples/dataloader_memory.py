@@ -16,6 +16,7 @@ The program is notebooks/programs/dataloader_memory.py; mpviz/examples/dataloade
 it and reads each worker's memory from /proc.
 """
 import os
+import sys
 import time
 
 import numpy as np
@@ -80,4 +81,7 @@ def announce(join, worker_id):
     if join:
         with open(join, "w") as f:
             f.write(str(os.getpid()))         # from now on the kernel charges our pages there
-    print(f"worker {worker_id} pid {os.getpid()}", flush=True)
+    sys.stdout.flush()
+    # one write() of the whole line: two workers' print()s may interleave on the shared pipe
+    # (print writes the text and its "\n" apart: "worker 0 pid 11worker 1 pid 12\n\n" was seen)
+    os.write(sys.stdout.fileno(), f"worker {worker_id} pid {os.getpid()}\n".encode())
