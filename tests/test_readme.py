@@ -43,3 +43,59 @@ def test_every_notebook_has_a_row_in_the_workshop_table():
         f"Fix: add a row `| `NN_name` | what you will see |`")
     assert rows - notebooks == set(), (
         f"README.md's workshop table names notebooks that do not exist: {sorted(rows - notebooks)}")
+
+
+def _heading_anchors(text):
+    """The anchors GitHub makes for a Markdown file's headings: lower case, punctuation dropped,
+    spaces as hyphens, "-1", "-2" ... after a repeated one (code blocks hold no headings)."""
+    text = re.sub(r"```.*?```", "", text, flags=re.S)
+    anchors, seen = set(), {}
+    for heading in re.findall(r"^#{1,6}\s+(.*?)\s*#*\s*$", text, re.M):
+        heading = re.sub(r"\[([^\]]*)\]\([^)]*\)", r"\1", heading)     # a link: its words
+        slug = re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+        n = seen.get(slug, 0)
+        seen[slug] = n + 1
+        anchors.add(slug if n == 0 else f"{slug}-{n}")
+    return anchors
+
+
+def _broken_links(md_path):
+    """[(target, why)] for each relative link in `md_path` that leads nowhere: a file that is
+    not there, or a #heading that file does not have (web addresses are not followed)."""
+    with open(md_path, encoding="utf-8") as f:
+        text = re.sub(r"```.*?```", "", f.read(), flags=re.S)
+    broken = []
+    for target in re.findall(r"\]\(([^)\s]+)\)", text):
+        if re.match(r"[a-z]+:", target):
+            continue
+        path, _, anchor = target.partition("#")
+        dest = os.path.normpath(os.path.join(os.path.dirname(md_path), path)) if path else md_path
+        if not os.path.exists(dest):
+            broken.append((target, "no such file"))
+        elif anchor and dest.endswith(".md"):
+            with open(dest, encoding="utf-8") as f:
+                if anchor not in _heading_anchors(f.read()):
+                    broken.append((target, f"{os.path.relpath(dest, ROOT)} has no heading "
+                                           f"whose anchor is #{anchor}"))
+    return broken
+
+
+def test_every_link_in_the_readme_and_docs_leads_to_a_file_and_heading_that_exist():
+    docs = os.path.join(ROOT, "docs")
+    files = ["README.md"] + [os.path.join("docs", f) for f in sorted(os.listdir(docs))
+                             if f.endswith(".md")]
+    broken = [(f, target, why) for f in files
+              for target, why in _broken_links(os.path.join(ROOT, f))]
+    assert broken == [], (
+        "links that lead nowhere (text moved out of the README, a heading renamed): "
+        + "; ".join(f"{f}: ({target}) {why}" for f, target, why in broken)
+        + ". Fix: point the link at the file and heading where the text is now")
+
+
+def test_the_link_check_finds_a_missing_file_and_a_missing_heading(tmp_path):
+    (tmp_path / "there.md").write_text("# The pictures, and what they say\n\n## 6. Limits\n")
+    page = tmp_path / "page.md"
+    page.write_text("[ok](there.md#the-pictures-and-what-they-say) [ok](there.md#6-limits) "
+                    "[web](https://example.org/x#y) [gone](gone.md) "
+                    "[renamed](there.md#what-the-pictures-say)\n```\n[in code](nowhere.md)\n```\n")
+    assert [t for t, _ in _broken_links(str(page))] == ["gone.md", "there.md#what-the-pictures-say"]
