@@ -252,9 +252,66 @@ class _Picture:
         self.used.add("holding")
 
     def draw_blocked(self):
-        """Blocked in a recorded wait (join, q.join, a full pipe ...): cross-hatched, labelled."""
-        _draw_blocked(self.ax, self.ix, self.x, self.row, self.t1, self.span, self.labels,
-                      self.max_labels, self.used, self.lanes.folded, self.said, self.paint)
+        """Blocked in a recorded wait (join, q.join, a full pipe ...): each wait as a
+        cross-hatched box on its thread's lane, labelled with what it waits on ("join producer
+        (pid 12)"); a wait with no end lasts to its process's end. A short wait is drawn at least
+        MIN_PX pixels wide, and then says how long it truly was. A folded helper thread's waits
+        are not drawn (see ``_HELPER_THREAD``).
+
+        Thousands of finished waits (a DataLoader's worker waits for each index) cannot be boxes:
+        ten of them share a pixel column. Each column is then painted as dark as the share of its
+        time the thread spent waiting -- never a box over the whole stretch, which would say it
+        waited all along -- in a band over its lane, and the note under the lanes says how many
+        waits were painted so. An unfinished wait is the story: it is always a box."""
+        ax, ix, x, row, span, labels = self.ax, self.ix, self.x, self.row, self.span, self.labels
+        runs = [w for w in _runs_of_waits(ix, self.t1) if (w[0], w[1]) not in self.lanes.folded]
+        done = [w for w in runs if w[4]]
+        if len(done) > _MANY_WAITS:
+            per_row = defaultdict(list)
+            for pid, tid, since, end, _, _, _ in done:
+                per_row[row(pid, tid)].append((x(since), x(end)))
+            for r, spans in per_row.items():
+                self.paint(r, (0, 1), [a for a, _ in spans], [b for _, b in spans],
+                           COLORS["blocked"], share=True)
+            self.said.append(f"{sum(w[6] for w in done):,} waits painted as the share of each "
+                             f"pixel column spent waiting (the band over a lane: darker = longer)")
+            runs = [w for w in runs if not w[4]]
+            self.used.add("blocked")
+        boxes, texts, short = [], [], []
+        for pid, tid, since, end, finished, words, n in runs:
+            a, b, r = x(since), x(end), row(pid, tid)
+            boxes.append((a, b, r - 0.26, 0.52))
+            if n > 1:                 # a get(timeout=...) in a loop: one box, said how many
+                words += f" ({n} waits in a row: it timed out and asked again {n - 1}×)"
+            if not finished or b - a > 0.02 * span:   # an unfinished wait is the story: always
+                texts.append((a, b, r, ("waited: " if finished else "waits: ") + words))
+            else:
+                short.append((a, b, r, f"waited {_duration(end - since)}"))
+        if not boxes:
+            return
+        labels.widen(ax.add_collection(PatchCollection(
+            _rects(boxes), facecolors=BLOCKED_FILL, edgecolors=COLORS["blocked"], hatch="xx",
+            linewidths=0.8, zorder=2.5, gid="blocked")), boxes)
+        self.used.add("blocked")
+        if len(short) <= self.max_labels:    # its true length, where the box is drawn wider
+            for a, b, r, text in short:
+                _label_true_length(ax, labels, text, COLORS["blocked"], (a, b, r - 0.26, 0.52))
+        else:
+            labels.unsaid += len(short)
+        if len(texts) <= self.max_labels:
+            for a, b, r, text in texts:
+                # on the box, from its start; a short box near the right edge: to its left, → it
+                left = b - a < 0.12 * span and a > 0.6 * span
+                labels.add(ax.annotate(text + " →" if left else text, (a, r),
+                                       xytext=_LEFT_OF_SPAN[0] if left else _ON_SPAN[0],
+                                       textcoords="offset points", fontsize=7,
+                                       ha="right" if left else "left", va="center",
+                                       color=COLORS["blocked"], zorder=7,
+                                       bbox=dict(boxstyle="square,pad=0.1", fc="white", ec="none",
+                                                 alpha=0.8)),
+                           1, _LEFT_OF_SPAN if left else _ON_SPAN, own=(a, b, r - 0.26, 0.52))
+        else:
+            labels.unsaid += len(texts)
 
     def draw_collectives(self, trace):
         """torch.distributed: each rank's collectives, joined at the last arrival."""
@@ -1276,69 +1333,6 @@ def _runs_of_waits(ix, t1):
 
 
 _MANY_WAITS = 200     # more finished waits than this: painted as a share of each pixel column
-
-
-def _draw_blocked(ax, ix, x, row, t1, span, labels, max_labels, used, folded=(), said=None,
-                  paint=None):
-    """Each recorded wait as a cross-hatched box on its thread's lane, labelled with what it
-    waits on ("join producer (pid 12)"); a wait with no end lasts to its process's end.
-    A short wait is drawn at least MIN_PX pixels wide, and then says how long it truly was.
-    A folded helper thread's waits are not drawn (see ``_HELPER_THREAD``).
-
-    Thousands of finished waits (a DataLoader's worker waits for each index) cannot be boxes:
-    ten of them share a pixel column. Each column is then painted as dark as the share of its
-    time the thread spent waiting -- never a box over the whole stretch, which would say it
-    waited all along -- in a band over its lane, and the note under the lanes says how many
-    waits were painted so. An unfinished wait is the story: it is always a box."""
-    runs = [w for w in _runs_of_waits(ix, t1) if (w[0], w[1]) not in folded]
-    done = [w for w in runs if w[4]]
-    if len(done) > _MANY_WAITS and paint is not None:
-        per_row = defaultdict(list)
-        for pid, tid, since, end, _, _, _ in done:
-            per_row[row(pid, tid)].append((x(since), x(end)))
-        for r, spans in per_row.items():
-            paint(r, (0, 1), [a for a, _ in spans], [b for _, b in spans], COLORS["blocked"],
-                  share=True)
-        if said is not None:
-            said.append(f"{sum(w[6] for w in done):,} waits painted as the share of each pixel "
-                        f"column spent waiting (the band over a lane: darker = longer)")
-        runs = [w for w in runs if not w[4]]
-        used.add("blocked")
-    boxes, texts, short = [], [], []
-    for pid, tid, since, end, finished, words, n in runs:
-        a, b, r = x(since), x(end), row(pid, tid)
-        boxes.append((a, b, r - 0.26, 0.52))
-        if n > 1:                 # a get(timeout=...) in a loop: one box, said how many
-            words += f" ({n} waits in a row: it timed out and asked again {n - 1}×)"
-        if not finished or b - a > 0.02 * span:   # an unfinished wait is the story: always
-            texts.append((a, b, r, ("waited: " if finished else "waits: ") + words))
-        else:
-            short.append((a, b, r, f"waited {_duration(end - since)}"))
-    if not boxes:
-        return
-    labels.widen(ax.add_collection(PatchCollection(
-        _rects(boxes), facecolors=BLOCKED_FILL, edgecolors=COLORS["blocked"], hatch="xx",
-        linewidths=0.8, zorder=2.5, gid="blocked")), boxes)
-    used.add("blocked")
-    if len(short) <= max_labels:         # its true length, where the box is drawn wider
-        for a, b, r, text in short:
-            _label_true_length(ax, labels, text, COLORS["blocked"], (a, b, r - 0.26, 0.52))
-    else:
-        labels.unsaid += len(short)
-    if len(texts) <= max_labels:
-        for a, b, r, text in texts:
-            # on the box, from its start; a short box near the right edge: to its left, → it
-            left = b - a < 0.12 * span and a > 0.6 * span
-            labels.add(ax.annotate(text + " →" if left else text, (a, r),
-                                   xytext=_LEFT_OF_SPAN[0] if left else _ON_SPAN[0],
-                                   textcoords="offset points", fontsize=7,
-                                   ha="right" if left else "left", va="center",
-                                   color=COLORS["blocked"], zorder=7,
-                                   bbox=dict(boxstyle="square,pad=0.1", fc="white", ec="none",
-                                             alpha=0.8)),
-                       1, _LEFT_OF_SPAN if left else _ON_SPAN, own=(a, b, r - 0.26, 0.52))
-    else:
-        labels.unsaid += len(texts)
 
 
 def _coverage(x0, x1, width, nbins):
