@@ -9,7 +9,7 @@ for why and for the client's side), it runs one loop::
                                   ▼
     a name nobody alive holds ──▶ decide(): no handle in flight → unlink it
                                   handles in flight → check_in_flight() every CHECK_SECONDS:
-                                  keep_or_unlink() reads the header's channels and /proc
+                                  look_at_proc() reads /proc, judge() the header's channels
 
 * Exactly one per address: a lock file (flock, freed by the kernel even after SIGKILL) says
   who serves; the one holding it removes a socket file a killed manager left (:func:`_listen`).
@@ -36,7 +36,8 @@ else:                    # in the daemon, started as shm_manager.py --serve (see
 
 IDLE_SECONDS = 1.0
 CHECK_SECONDS = 1.0     # how often names in flight are looked at again (a scan of /proc)
-BATCH_SECONDS = 0.001   # see serve(): longer, and a busy client fills its socket buffer and waits
+BATCH_SECONDS = 0.001   # see _Manager.round(): longer, and a busy client fills its socket
+                        # buffer and waits
 READ_PER_ROUND = 1 << 20  # bytes read from one client per round: a flood cannot grow us
 MAX_NAMES = 1 << 16     # names one client may hold (a process cannot map more: vm.max_map_count)
 FD_RESERVE = 24         # descriptors no client gets: our own ~8 (stdio, listener, lock, spare,
@@ -92,8 +93,8 @@ def _lock_path(path):
 
 def _lock(path):
     """Take the lock file `path` for as long as we live; False if another process holds it.
-    A manager removes its lock file when it exits (see serve()), so the file we locked must
-    still be the one at `path`: else we locked one just removed, and try again."""
+    A manager removes its lock file when it exits (``_Manager.close``), so the file we locked
+    must still be the one at `path`: else we locked one just removed, and try again."""
     for _ in range(100):
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
         try:
@@ -362,7 +363,7 @@ class _Manager:
 
     def check_in_flight(self, now):
         """Names in flight for a while: can a live process still receive one of their handles?
-        Every ``CHECK_SECONDS`` each is looked at again (``keep_or_unlink``); one that nobody
+        Every ``CHECK_SECONDS`` each is looked at again (``judge``); one that nobody
         can ever receive is unlinked. So a tensor put on a queue arrives however long after its
         sender died, while anyone can still ``get`` from that queue (a forked child that
         inherited the pipe counts too)."""
@@ -378,7 +379,7 @@ class _Manager:
                     waiting[name] = header
         readers, lives = self.look_at_proc(waiting)
         for name, header in waiting.items():
-            if self.keep_or_unlink(name, header, readers, lives)[0] == "unreachable":
+            if self.judge(name, header, readers, lives)[0] == "unreachable":
                 self.unlink(name)          # no live process can ever receive a handle to it
 
     def look_at_proc(self, headers):
@@ -390,7 +391,7 @@ class _Manager:
         return (_proc.pipes_read(pipes, _pids()),
                 groups_alive({g for name in headers for g in self.groups.get(name, ())}))
 
-    def keep_or_unlink(self, name, header, readers, lives):
+    def judge(self, name, header, readers, lives):
         """For a name nobody alive holds: (kind, handles left in flight, pids that can read its
         queue), kind as decided from the channel each sender wrote in the header (the queue pipe's
         inode; -1 for a ``Pipe``, ``SimpleQueue``, ``Pool``)::
@@ -432,7 +433,7 @@ class _Manager:
             elif name not in self.known or headers[name] is None or name not in self.counted:
                 kind, left = "unknown", 0
             else:
-                kind, left, pids = self.keep_or_unlink(name, headers[name], readers, lives)
+                kind, left, pids = self.judge(name, headers[name], readers, lives)
             answers.append(f"{kind} {left} {','.join(map(str, pids)) or '-'}\n")
         return answers
 
