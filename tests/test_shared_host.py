@@ -85,7 +85,9 @@ def _other_python():
     """A Python of this version that another user can run, and the path where it finds
     numpy: this one if reachable (a venv under a private home is not), else the system's."""
     import site
-    packages = [p for p in site.getsitepackages() if _reachable(os.path.join(p, "x"))]
+    # (a venv of Debian's Python 3.13 lists a .../local/lib/python3.13/dist-packages never made)
+    packages = [p for p in site.getsitepackages()
+                if os.path.isdir(p) and _reachable(os.path.join(p, "x"))]
     system = "/usr/bin/python{}.{}".format(*sys.version_info[:2])
     for python in (os.path.realpath(PY), system):
         if os.path.exists(python) and _reachable(python) and packages:
