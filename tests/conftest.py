@@ -24,6 +24,7 @@ os.environ.setdefault("MPVIZ_SHM_TAG", f"t{os.getpid()}_")
 SHM_PREFIX = "mpviz_" + os.environ["MPVIZ_SHM_TAG"]
 
 import mpviz  # noqa: E402
+from mpviz import _proc  # noqa: E402
 import mpviz.multiprocessing as mp  # noqa: E402
 from mpviz.sharing import fd_passing, shm_manager  # noqa: E402
 
@@ -129,11 +130,7 @@ def children():
 
 def alive(pid):
     """Whether process `pid` runs: it exists (not reaped) and is not a zombie."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
+    return _proc.alive(_proc.stat(pid))
 
 
 def _descendants(pid):

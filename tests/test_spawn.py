@@ -11,6 +11,7 @@ import pytest
 
 import mpviz
 import mpviz.multiprocessing as mp
+from mpviz import _proc
 from mpviz.multiprocessing import ProcessExitedException, ProcessRaisedException
 
 import workers
@@ -114,17 +115,9 @@ def test_children_die_with_the_parent(method):
     parent.wait(10)
     parent.stdout.close()
     deadline = time.monotonic() + 10
-    while _alive(child) and time.monotonic() < deadline:
+    while _proc.alive(_proc.stat(child)) and time.monotonic() < deadline:
         time.sleep(0.02)
-    assert not _alive(child), "the child outlived its SIGKILLed parent"
-
-
-def _alive(pid):
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
+    assert not _proc.alive(_proc.stat(child)), "the child outlived its SIGKILLed parent"
 
 
 # -- errors instead of hangs ----------------------------------------------------------------------

@@ -25,6 +25,8 @@ import subprocess
 import sys
 import time
 
+from .. import _proc
+
 # --- 1. where a child's output goes ---------------------------------------------------------
 
 
@@ -164,11 +166,7 @@ def child_pids(path):
 
 def is_running(pid):
     """True while `pid` exists and is not a zombie (a zombie has ended; it waits to be reaped)."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except FileNotFoundError:
-        return False
+    return _proc.alive(_proc.stat(pid))
 
 
 def parent_of(pid):
