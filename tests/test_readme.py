@@ -99,3 +99,14 @@ def test_the_link_check_finds_a_missing_file_and_a_missing_heading(tmp_path):
                     "[web](https://example.org/x#y) [gone](gone.md) "
                     "[renamed](there.md#what-the-pictures-say)\n```\n[in code](nowhere.md)\n```\n")
     assert [t for t, _ in _broken_links(str(page))] == ["gone.md", "there.md#what-the-pictures-say"]
+
+
+def test_the_readmes_count_of_the_scenarios_is_the_catalogs():
+    # test_text_truth holds the notebooks' counts to the catalog; the README's `mpviz list` line
+    # ("the 28 scenarios") is the first count a new user reads
+    import mpviz.scenarios as sc
+    said = re.findall(r"(\d+) scenarios\b", _readme())
+    assert said, "README.md no longer counts the scenarios: drop this test"
+    assert {int(n) for n in said} == {len(sc.catalog())}, (
+        f"README.md says {', '.join(said)} scenarios; `mpviz list` lists {len(sc.catalog())}. "
+        f"Fix: write the catalog's number")
