@@ -74,7 +74,7 @@ def timeline(trace, ax=None, at=None, title=None, max_arrows=300, max_labels=24,
     lanes = _Lanes(ix, deadlocks, ax)
     owned = ax is None
     fig, ax = _new(fig, ax, len(lanes.rows), fast)
-    pic = _Picture(ax, ix, axis, lanes, t1, max_labels, fast)
+    pic = _Picture(ax, ix, axis, lanes, max_labels, fast)
     pic.draw_lives()
     pic.draw_lock_waits()
     pic.draw_lock_holds()
@@ -128,11 +128,10 @@ class _Picture:
     notes under the lanes will say (``used``, ``said``). Each ``draw_*`` method draws one kind of
     thing; ``labels`` places every label when the figure is drawn."""
 
-    def __init__(self, ax, ix, axis, lanes, t1, max_labels, fast):
+    def __init__(self, ax, ix, axis, lanes, max_labels, fast):
         self.ax, self.ix, self.axis, self.lanes = ax, ix, axis, lanes
         self.x, self.row, self.span = axis.x, lanes.row, axis.span
-        self.t1, self.max_labels, self.fast = t1, max_labels, fast
-        self.by_kind = defaultdict(list, ix.by_kind)  # the kinds drawn specially (one pass, cached)
+        self.t1, self.max_labels, self.fast = axis.t1, max_labels, fast   # t1: the axis' end
         self.used = set()        # the legend's keys
         self.said = []           # what was aggregated, how many of each: written under the lanes
         self.labels = _LabelLayout(ax)   # every label is placed at draw time, none over another
@@ -356,7 +355,8 @@ class _Picture:
     def draw_marks(self):
         """The program's marks (``mpviz.trace.mark``): a tick on the lane, its name below it."""
         ax, x, row, span = self.ax, self.x, self.row, self.span
-        marks = [e for e in self.by_kind["mark"] if not e.args.get("failed")]  # failed: an ✗
+        marks = [e for e in self.ix.by_kind.get("mark", ())
+                 if not e.args.get("failed")]      # (a failed one is drawn as an ✗)
         if not marks:
             return
         mx = np.array([x(e.ts_ns) for e in marks])
@@ -384,7 +384,7 @@ class _Picture:
     def draw_copies(self):
         """Copies into shared memory: red squares sized by bytes, labelled in groups."""
         ax, x, row, span, labels = self.ax, self.x, self.row, self.span, self.labels
-        copies = self.by_kind["copy"]
+        copies = self.ix.by_kind.get("copy", ())
         if not copies:
             return
         cx = np.array([x(e.ts_ns) for e in copies])
@@ -516,7 +516,7 @@ class _Picture:
     def draw_cuda_warnings(self):
         """A CUDA warning: an amber ▼ (a warning, not a deadlock)."""
         ax, x, row = self.ax, self.x, self.row
-        for e in self.by_kind["cuda.warning"]:
+        for e in self.ix.by_kind.get("cuda.warning", ()):
             self.labels.marks.append((x(e.ts_ns), row(e.pid, e.tid), 5))
             ax.plot([x(e.ts_ns)], [row(e.pid, e.tid)], marker="v", ms=10,
                     color=COLORS["warning"], markeredgecolor="#7a5200", markeredgewidth=0.8,
