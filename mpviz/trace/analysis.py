@@ -920,16 +920,29 @@ _MPVIZ_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + "/"  
 _PEOPLES = ("scenarios/", "examples/")   # mpviz code that plays the user's program
 
 
+_PYTHON_LIB = re.compile(r"/lib(?:64)?/python3\.\d+/")   # any Python's stdlib (and packages)
+
+
 def _is_machinery(path):
     """A frame no user wrote: the stdlib's, an installed package's, or mpviz's own (its
-    scenarios and examples are programs like the user's, so they count as the user's)."""
+    scenarios and examples are programs like the user's, so they count as the user's).
+    The stacks carry the paths of the machine and the mpviz copy that recorded them, which
+    need not be ours (another host's trace in a merged job, another checkout's): an mpviz
+    file is known by what follows a "/mpviz/" in its path, a Python's by ".../lib/python3.X/"."""
     import sysconfig
     if path.startswith("<"):                                  # <frozen runpy>, <string>
         return True
     if path.startswith(_MPVIZ_DIR):
         return not path[len(_MPVIZ_DIR):].startswith(_PEOPLES)
     lib = (sysconfig.get_paths()["stdlib"], sysconfig.get_paths()["platstdlib"])
-    return path.startswith(lib) or "site-packages" in path or "dist-packages" in path
+    if path.startswith(lib) or "site-packages" in path or "dist-packages" in path:
+        return True
+    parts = path.split("/mpviz/")                 # another copy of mpviz: our files' names
+    for i in range(1, len(parts)):
+        inside = "/mpviz/".join(parts[i:])
+        if os.path.isfile(_MPVIZ_DIR + inside):
+            return not inside.startswith(_PEOPLES)
+    return bool(_PYTHON_LIB.search(path))
 
 
 def user_line(stacks):
