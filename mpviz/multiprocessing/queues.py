@@ -114,7 +114,7 @@ class Queue(DirectWrite, multiprocessing.queues.Queue):
         # Made in this process (not a forked child's copy, not one unpickled from its maker):
         # how many forks this process had made by then (see empty).
         made_here = not after_fork and self._opid == os.getpid()
-        self._made_at_fork = self.__dict__.get("_made_at_fork", _forks) if made_here else None
+        self._made_at_fork = _forks if made_here else None
         self._put_here = False
 
     def __reduce_ex__(self, protocol):
