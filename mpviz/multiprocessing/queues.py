@@ -90,10 +90,10 @@ os.register_at_fork(after_in_parent=_count_fork, after_in_child=_count_fork)
 
 def _stepped(op, queue, **info):
     """A stepped run (mpviz.stepper): wait for the learner's "go" before `op`. One attribute
-    read when nothing is stepped: the stepper fills the slot ``_stops.pause`` (mpviz/_stops.py).
-    The stepper names the queue as the recorder does: by its read lock (``semlock_id``)."""
+    read when nothing is stepped: the stepper fills the slot ``_stops.pause`` (mpviz/_stops.py),
+    and names the queue as it names any (``stepper.patches.object_id``)."""
     if _stops.pause:
-        _stops.pause(op, queue._rlock, **info)     # named by its read lock, in the stepper
+        _stops.pause(op, queue, **info)
 
 
 class Queue(DirectWrite, multiprocessing.queues.Queue):
