@@ -1,6 +1,7 @@
 """docs/TOUR.md stays true: every step names a function that is in its file, every module header
 that promises a tour ("in ten files") names one of its tours and counts its files alike, and a
-real put and get (under each strategy) call the put → get steps in the tour's order.
+real put and get (under each strategy) call the put → get steps in the tour's order, and a real
+mark, read back and drawn, goes through the mark tour's steps.
 
 Read by ``ast``, not imported: a step names where the code is written, and a function that moved
 to another file fails here even if the old module still re-exports it. The path is followed with
@@ -195,3 +196,25 @@ def test_the_path_check_finds_a_step_out_of_order_and_one_never_called():
     assert _steps_missing_or_out_of_order(steps[:2] + steps[3:], calls) == [
         "step 4 c.py:k: not called"]
     assert _steps_missing_or_out_of_order(steps[:2], calls) == []
+
+
+@pytest.mark.timeout(60)
+def test_the_mark_tour_is_the_path_a_real_mark_takes_to_its_tick(monkeypatch, tmp_path):
+    # the mark tour follows the event (written, read back, merged, drawn), so its reading steps
+    # are checked as called, and the drawing steps in their order: the picture's own calls
+    import mpviz.trace as mt
+    monkeypatch.setenv("MPVIZ_PURE_PYTHON", "1")   # the Python Writer (writer.c is a side trip)
+    steps = tours(TOUR.read_text())['mark("x") → the picture']
+    at_plot = next(i for i, step in enumerate(steps) if step[2] == "Trace.plot")
+    with mt.record(tmp_path / "run"):
+        _, mark_calls = _calls_in_mpviz(mt.mark, "x")
+    trace, read_calls = _calls_in_mpviz(mt.load, tmp_path / "run")
+    fig, plot_calls = _calls_in_mpviz(trace.plot)
+    assert "x" in {t.get_text() for t in fig.findobj(lambda a: hasattr(a, "get_text"))}
+    calls = mark_calls + read_calls
+    missing = [f"step {n} {path}:{function}: not called" for n, path, function, _ in
+               steps[:at_plot] if (path, function) not in calls]
+    wrong = missing or _steps_missing_or_out_of_order(steps[at_plot:], plot_calls)
+    assert not wrong, ("docs/TOUR.md's 'mark(\"x\") → the picture' is not the way a mark goes:"
+                       "\n  " + "\n  ".join(wrong) + "\nFix: name the functions it goes "
+                       "through now")

@@ -90,10 +90,10 @@ os.register_at_fork(after_in_parent=_count_fork, after_in_child=_count_fork)
 
 def _stepped(op, queue, **info):
     """A stepped run (mpviz.stepper): wait for the learner's "go" before `op`. One attribute
-    read when nothing is stepped: the stepper fills the slot ``_stops.pause`` (mpviz/_stops.py).
-    The stepper names the queue as the recorder does: by its read lock (``semlock_id``)."""
+    read when nothing is stepped: the stepper fills the slot ``_stops.pause`` (mpviz/_stops.py),
+    and names the queue as it names any (``stepper.patches.object_id``)."""
     if _stops.pause:
-        _stops.pause(op, queue._rlock, **info)     # named by its read lock, in the stepper
+        _stops.pause(op, queue, **info)
 
 
 class Queue(DirectWrite, multiprocessing.queues.Queue):
@@ -114,7 +114,7 @@ class Queue(DirectWrite, multiprocessing.queues.Queue):
         # Made in this process (not a forked child's copy, not one unpickled from its maker):
         # how many forks this process had made by then (see empty).
         made_here = not after_fork and self._opid == os.getpid()
-        self._made_at_fork = self.__dict__.get("_made_at_fork", _forks) if made_here else None
+        self._made_at_fork = _forks if made_here else None
         self._put_here = False
 
     def __reduce_ex__(self, protocol):

@@ -27,7 +27,6 @@ events are written as the hang watchdog of ``mpviz trace`` writes them (watchdog
 import atexit
 import json
 import os
-import signal
 import subprocess
 import sys
 import threading

@@ -32,7 +32,6 @@ import threading
 import weakref
 
 from .. import _stops
-from ..trace.events import semlock_id
 from . import patches
 
 ENV = "MPVIZ_STEP_SOCKET"
@@ -101,8 +100,8 @@ def who():
 
 def _pause(op, obj=None, **info):
     """Tell the controller what this thread is about to do, and wait until it says go."""
-    if hasattr(obj, "_semlock"):        # a lock passed as it is (mpviz's Queue: its read lock)
-        obj = semlock_id(obj)
+    if obj is not None and not isinstance(obj, str):   # an object passed as it is (mpviz's
+        obj = patches.object_id(obj)                    # Queue): named as name() names it
     conn = getattr(_local, "conn", None)
     if conn is None or _local.pid != os.getpid():          # first stop of this thread
         conn = _local.conn = _connect()                     # (closed when the thread ends:

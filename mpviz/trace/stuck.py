@@ -249,7 +249,7 @@ def _stacks_by_thread(trace, pid, text):
 def own_frames(calls):
     """`calls` (innermost first) without the frames a forked child inherited: its stack goes on
     below the fork (``popen_fork.py``'s ``_launch``) into its parent's, down to the parent's
-    line that started it -- not where the child is (``state.user_line`` cuts them too). A
+    line that started it -- not where the child is (``analysis.user_line`` cuts them too). A
     child forked by a Pool's helper thread would otherwise read as a thread, not a main one."""
     for i, (fn, path, _) in enumerate(calls):
         if fn == "_launch" and path.endswith("popen_fork.py"):

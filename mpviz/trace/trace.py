@@ -14,7 +14,7 @@ sorted by ``ts_ns`` (one clock for all processes, see recorder.py)::
 
 An event's tour starts and ends here: ``mark()`` (at the end) hands it to recorder.py's Writer;
 reader.py reads it back; ``Trace.refresh`` merges it in. ``plot()`` draws it with mpviz.viz,
-found by name (``DRAWING``): nothing here imports the layer above.
+imported by name (``DRAWING``) only then: the recorder's one import of the layer above.
 """
 import bisect
 import contextlib
@@ -267,9 +267,10 @@ class Trace:
         return drawing().timeline(self, **kwargs)
 
 
-# Pictures are mpviz.viz's: it draws Traces, and imports matplotlib. The recorder's modules never
-# import it (layers point one way: tests/test_module_knots.py); ``Trace.plot()`` and the pictures
-# of `mpviz trace` (launcher.py) reach it by this name, looked up only when a picture is asked.
+# Pictures are mpviz.viz's: it draws Traces, and imports matplotlib. Layers point one way (viz
+# imports the recorder: tests/test_module_knots.py), with this one exception, named there
+# (UP_BY_NAME): ``Trace.plot()`` and the pictures of `mpviz trace` (launcher.py) import it by
+# this name, only when a picture is asked -- never at import, nor while recording.
 DRAWING = "mpviz.viz"
 
 

@@ -229,7 +229,7 @@ class Watchdog:
         (a log of the watchdog's own, merged into the trace like any process's). `kill_ns`:
         when the killing began (``time.monotonic_ns()``): what the kill set off -- a worker's
         get() that ends in EOFError as its parent dies -- comes after it, and the waits are
-        judged just before it (``state.stuck_moment``)."""
+        judged just before it (``analysis.stuck_moment``)."""
         if self.dist:         # the stacks settle what the events could not: the kind again
             from . import dist_verdict      # (a DDP rank waiting in backward(): a deadlock)
             judged = dist_verdict.judge(self.trace, self, stacks, self.judged_ns)

@@ -7,7 +7,7 @@
 Rows are segments (in the order they were created), columns are processes; a cell says what
 that process did with that segment *up to the instant* ``at`` (default: the trace's end):
 created it, maps it now (green), mapped it and let go, died while still mapping it, unlinked it.
-The last column is the segment's fate, worked out by ``state.segment_states``:
+The last column is the segment's fate, worked out by analysis.py (``_Index.segment_states``):
 
 * ``file_system`` segments have a name in /dev/shm. They are freed only when *unlinked* and
   unmapped; one that nobody maps and nobody unlinked is **leaked** (purple): it stays in RAM

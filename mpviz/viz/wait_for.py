@@ -40,9 +40,10 @@ def wait_for(trace, at=None, ax=None, title=None):
     `at=None`: the moment the run got stuck if it did (just before the stuck processes were
     killed), else the instant at which the most threads wait, else the end of the trace.
 
-    Everything here is computed by ``state.state_at``; this module only places and draws it.
-    The instant defaults to the moment a stuck run is judged (``state.stuck_moment``), else the
-    instant at which the most threads wait (``state.busiest_wait``), else the end.
+    Everything here is computed by ``analysis.state_at`` (trace/analysis.py); this module only
+    places and draws it. The instant defaults to the moment a stuck run is judged
+    (``analysis.stuck_moment``), else the instant at which the most threads wait
+    (``analysis.busiest_wait``), else the end.
     The steps: the graph (``_graph``), where each node goes (``_layout``), the boxes
     (``_draw_nodes``), the arrows (``_draw_edges``), the title and the legend.
     """

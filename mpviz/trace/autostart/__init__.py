@@ -32,9 +32,10 @@ ENV_DIR = "MPVIZ_TRACE_DIR"
 ENV_THREADING_LOCKS = "MPVIZ_TRACE_THREADING_LOCKS"
 ENV_LAUNCHER = "MPVIZ_TRACE_LAUNCHER"   # the pid of `mpviz trace`, for its program to check
 ENV_STACKS = "MPVIZ_SCENARIO_STACKS"     # the scenarios' runner uses the same variable
-# A hook slot: "module:function" (or several, comma-separated), called once the hooks are in.
-# Whoever starts a run puts its own here; the recorder imports nobody above it (the stepper names
-# mpviz.stepper.gate's activate_from_env, so each spawned child of a stepped run steps itself).
+# A hook slot: "mpviz.MODULE:FUNCTION" (or several, comma-separated), called once the hooks are
+# in. Whoever starts a run puts its own here; the recorder imports nobody above it (the stepper
+# names mpviz.stepper.gate's activate_from_env, so each spawned child of a stepped run steps
+# itself). Only mpviz's own functions: any other entry is said and skipped (see _on_boot).
 ON_BOOT = "MPVIZ_ON_BOOT"
 _stacks_file = None
 _interrupt_file = None
@@ -75,14 +76,39 @@ def boot():
     if os.environ.get(ENV_STACKS) and not getattr(sys, "_mpviz_scenario_site", False):
         register_stacks()            # (a scenario's site has registered them already)
     hooks.install(threading_locks=os.environ.get(ENV_THREADING_LOCKS) == "1")
-    for hook in filter(None, os.environ.get(ON_BOOT, "").split(",")):     # see ON_BOOT
-        module, _, function = hook.partition(":")
-        getattr(importlib.import_module(module), function)()
+    for call in _on_boot():                                            # see ON_BOOT
+        call()
     if directory and me == "program":
         if recorder.start(directory, "exec"):
             hooks.say_missing(directory)
     from .. import torch_hooks      # real torch's sharing, once the program imports torch
     torch_hooks.watch()
+
+
+def _on_boot():
+    """The functions ``ON_BOOT`` names. An entry that is not one of mpviz's own functions (a
+    leftover shell export, a typo) is said on stderr and skipped: it must not stop this process
+    from recording, nor run code that is not mpviz's."""
+    calls = []
+    for entry in filter(None, os.environ.get(ON_BOOT, "").split(",")):
+        module, _, function = entry.partition(":")
+        why = None
+        if not (module.startswith("mpviz.") and function.isidentifier()):
+            why = "it must name one of mpviz's own functions, as 'mpviz.MODULE:FUNCTION'"
+        else:
+            try:
+                call = getattr(importlib.import_module(module), function)
+            except (ImportError, AttributeError) as exc:
+                call, why = None, f"no such function ({exc})"
+            if callable(call):
+                calls.append(call)
+            elif why is None:
+                why = f"{function} is not a function"
+        if why:
+            print(f"mpviz.trace: {ON_BOOT}={entry!r} skipped in pid {os.getpid()}: {why}. Only "
+                  f"mpviz sets it (mpviz.step, for the processes of a stepped run). Fix: unset "
+                  f"{ON_BOOT}.", file=sys.stderr)
+    return calls
 
 
 def register_stacks():
