@@ -4,8 +4,8 @@ The launcher's tail: read the logs to their end (``load``: what ``Trace.refresh(
 does), build the Chrome events and write trace.json, let the trace go. Each is run in a fresh
 interpreter on a copy of the same logs, this checkout and ``--before DIR`` in turn (``--rounds``
 pairs, the order turning each round); wall time and the CPU of the process and of any children
-it forked (this checkout encodes parts of trace.json in forked children while it builds it).
-trace.json's md5 is printed: both must write the same bytes.
+it forked (the launcher of 2026-11-28 encoded parts of trace.json in forked children: a
+`--before` of it counts them). trace.json's md5 is printed: both must write the same bytes.
 
     python bench/bench_trace_tail.py TRACE_DIR [--before DIR] [--rounds 5]
 
@@ -42,7 +42,7 @@ with without_gc():
     t, c, k = time.perf_counter(), cpu(resource.RUSAGE_SELF), cpu(resource.RUSAGE_CHILDREN)
     if hasattr(launcher, "_write_trace_json"):
         path = launcher._write_trace_json(d, trace)
-    else:                                       # (the launcher before: one process)
+    else:                                       # (the launcher before 2026-11-28)
         path = launcher._write_private(d, "trace.json",
                                        lambda f: launcher._json_into(f, trace.to_chrome()))
     out["json_s"] = time.perf_counter() - t

@@ -137,11 +137,10 @@ def test_export_validates(tmp_path):
         "args"] == {"bytes": 0}
 
 
-def test_trace_json_encoded_beside_its_building_is_the_same_text(tmp_path, monkeypatch):
-    """The launcher encodes trace.json in forked children while to_chrome still builds it
-    (launcher._EncodedAside): byte for byte the text one process writes -- also when every
-    child fails (each part is then encoded by the launcher itself)."""
-    from mpviz.trace import chrome, launcher
+def test_trace_json_encoded_in_slices_is_the_text_json_dumps_writes_whole(tmp_path, monkeypatch):
+    """The launcher encodes trace.json's events a slice at a time (launcher._json_into, the C
+    encoder on each slice): byte for byte the text one json.dumps of the whole dict writes."""
+    from mpviz.trace import launcher
     ctx = mp.get_context("fork")
     with mt.record(tmp_path / "rec") as trace:
         q, results = ctx.Queue(), ctx.Queue()
@@ -153,30 +152,13 @@ def test_trace_json_encoded_beside_its_building_is_the_same_text(tmp_path, monke
         for p in procs:
             p.join()
     one = tmp_path / "one.json"
-    with open(one, "wb") as f:
-        launcher._json_into(f, trace.to_chrome())
-    # small parts, so that this small trace is cut as a 290,000-event one is
-    monkeypatch.setattr(chrome, "PROGRESS_EVERY", 40)
+    one.write_bytes(json.dumps(trace.to_chrome()).encode())
+    # small slices, so that this small trace is cut as a 290,000-event one is
     monkeypatch.setattr(launcher, "_JSON_SLICE", 7)
-    copied = []
-    real_copy = launcher._Child.copy_into
-    monkeypatch.setattr(launcher._Child, "copy_into",
-                        lambda child, f: copied.append(real_copy(child, f)) or copied[-1])
-    parent, real_encode = os.getpid(), launcher._encode_slices
-
-    def fails_in_a_child(write, events, start, stop):
-        if os.getpid() != parent:
-            raise OSError(28, "No space left on device (in this test)")
-        real_encode(write, events, start, stop)
-
-    for name in ("children", "children that fail"):
-        if name == "children that fail":
-            monkeypatch.setattr(launcher, "_encode_slices", fails_in_a_child)
-        directory = tmp_path / name
-        directory.mkdir()
-        copied.clear()
-        path = launcher._write_trace_json(str(directory), trace)
-        assert len(copied) >= 3, copied                   # (it was cut into parts)
-        assert set(copied) == {name == "children"}        # copied, or each encoded here
-        assert open(path, "rb").read() == one.read_bytes(), name
-        assert os.listdir(directory) == ["trace.json"]    # (the parts' files had no name)
+    directory = tmp_path / "sliced"
+    directory.mkdir()
+    path = launcher._write_trace_json(str(directory), trace)
+    assert len(trace.to_chrome()["traceEvents"]) > 3 * 7           # (it was cut into slices)
+    assert (directory / "trace.json").read_bytes() == one.read_bytes()
+    assert path == str(directory / "trace.json")
+    assert os.listdir(directory) == ["trace.json"]

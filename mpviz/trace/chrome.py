@@ -28,17 +28,12 @@ from operator import itemgetter
 from . import names
 
 SHORT_US = 1.0
-PROGRESS_EVERY = 60_000                      # recorded events between to_chrome's progress calls
 _MESSAGE_OUT = ("queue.put", "pipe.send")
 _MESSAGE_IN = ("queue.get", "pipe.recv")
 
 
-def to_chrome(trace, path=None, progress=None):
-    """Convert `trace` to a Chrome trace dict; write it as JSON to `path` if given.
-
-    The list of Chrome events only grows: an event once appended is never changed. So what is
-    in it is final, and `progress(out)` (if given), called every PROGRESS_EVERY recorded events,
-    may encode it while the rest is built (the launcher does, in a forked child)."""
+def to_chrome(trace, path=None):
+    """Convert `trace` to a Chrome trace dict; write it as JSON to `path` if given."""
     events = trace.events
     t0 = events[0].ts_ns if events else 0
 
@@ -72,11 +67,7 @@ def to_chrome(trace, path=None, progress=None):
     starts = {}                                               # pool task (pid, tid, job, index)
     depth, live_bytes, lock_open = {}, 0, {}
     route = {}                          # kind -> how it is drawn (_route), asked once a kind
-    report = PROGRESS_EVERY if progress is not None else -1
     for i, e in enumerate(events):
-        if i == report:
-            progress(out)
-            report += PROGRESS_EVERY
         ts, a, kind = (e.ts_ns - t0) / 1000.0, e.args, e.kind
         way = route.get(kind)
         if way is None:

@@ -487,16 +487,8 @@ def _report(directory, child, code, watchdog, verdict, received, plot):
 
 
 def _write_trace_json(directory, trace):
-    """DIR/trace.json (its path), encoded on the side while it is built (_EncodedAside)."""
-    from .chrome import to_chrome
-    from .trace import without_gc
-    aside = _EncodedAside(directory)
-    try:
-        with without_gc():
-            return _write_private(directory, "trace.json", lambda f: _json_into(
-                f, to_chrome(trace, progress=aside), aside.parts))
-    finally:
-        aside.close()
+    """DIR/trace.json (its path)."""
+    return _write_private(directory, "trace.json", lambda f: _json_into(f, trace.to_chrome()))
 
 
 def _killed_words(child):
@@ -639,126 +631,25 @@ def _write_private(directory, name, write):
     return path
 
 
-def _json_into(f, data, parts=()):
+def _json_into(f, data):
     """`data` (``to_chrome``'s dict) as JSON into the binary file `f`. Not ``json.dump``: it
     encodes piece by piece in Python (3.8 s for a 290,000-event DataLoader trace); ``json.dumps``
     runs the C encoder, here on slices of the event list (1.1 s, and never the whole text in
-    memory at once). `parts`: ``_EncodedAside.parts``, the first events encoded already by
-    children (each part copied from its child's file; one whose child failed is encoded here).
-    The same bytes either way: JSON puts ", " between a list's items wherever it is cut."""
+    memory at once). The same bytes: JSON puts ", " between a list's items wherever it is cut."""
     events = data.get("traceEvents")
     if not isinstance(events, list):
         f.write(json.dumps(data).encode())
         return
     rest = json.dumps({k: v for k, v in data.items() if k != "traceEvents"})
     f.write(b'{"traceEvents": [')
-    at = 0
-    for start, stop, child in parts:              # (in order: 0 to the first stop, ...)
+    for at in range(0, len(events), _JSON_SLICE):
         if at:
             f.write(b", ")
-        if not child.copy_into(f):
-            _encode_slices(f.write, events, start, stop)
-        at = stop
-    if at < len(events):
-        if at:
-            f.write(b", ")
-        _encode_slices(f.write, events, at, len(events))
+        f.write(json.dumps(events[at:at + _JSON_SLICE])[1:-1].encode())
     f.write(b"]" + (b", " + rest[1:].encode() if rest != "{}" else b"}"))
 
 
-_JSON_SLICE = 20_000                       # events encoded at once by _encode_slices
-
-
-def _encode_slices(write, events, start, stop):
-    """events[start:stop] as JSON list items, ", " between them, in slices of _JSON_SLICE."""
-    for at in range(start, stop, _JSON_SLICE):
-        if at != start:
-            write(b", ")
-        write(json.dumps(events[at:min(at + _JSON_SLICE, stop)])[1:-1].encode())
-
-
-class _EncodedAside:
-    """trace.json encoded on the second core while ``to_chrome`` builds it: its `progress`.
-
-    The Chrome events only grow (chrome.py), so each time to_chrome reports, the events made
-    since the last part are final: a forked child (``_Child``) encodes them into a private
-    unnamed file while this process goes on building. ``_json_into`` then copies the parts in
-    order and encodes only what came after the last one. On a 290,000-event DataLoader trace
-    the tail's CPU is the same; its wall time is shorter by most of the encoding, when a core
-    is free (the program has ended: usually both are). A child that cannot start or fails
-    costs nothing but time: its part is encoded here."""
-
-    def __init__(self, directory):
-        self.directory, self.parts, self.done = directory, [], 0
-
-    def __call__(self, out):
-        if len(out) - self.done < _JSON_SLICE or not hasattr(os, "fork"):
-            return
-        child = _Child.start(out, self.done, len(out), self.directory)
-        if child is not None:
-            self.parts.append((self.done, len(out), child))
-            self.done = len(out)
-
-    def close(self):
-        for _, _, child in self.parts:
-            child.end()
-
-
-class _Child:
-    """One forked child encoding events[start:stop] into a private unnamed file (O_TMPFILE in
-    the trace directory): only os-level writes, then os._exit (never the parent's buffers, no
-    atexit)."""
-
-    def __init__(self, pid, out):
-        self.pid, self.out = pid, out
-
-    @classmethod
-    def start(cls, events, start, stop, directory):
-        """The child, running; None if it cannot be started."""
-        try:
-            out = tempfile.TemporaryFile(dir=directory)
-        except OSError:
-            return None
-        try:
-            pid = os.fork()
-        except OSError:
-            out.close()
-            return None
-        if pid == 0:
-            status = 1
-            try:
-                fd = out.fileno()
-
-                def write(b):
-                    view = memoryview(b)
-                    while view:
-                        view = view[os.write(fd, view):]
-                _encode_slices(write, events, start, stop)
-                status = 0
-            finally:
-                os._exit(status)
-        return cls(pid, out)
-
-    def copy_into(self, f):
-        """Wait for it; append what it encoded to `f`. False if it failed (nothing copied)."""
-        _, status = os.waitpid(self.pid, 0)
-        self.pid = None
-        if not os.WIFEXITED(status) or os.WEXITSTATUS(status) != 0:
-            return False
-        self.out.seek(0)
-        shutil.copyfileobj(self.out, f, 1 << 20)
-        return True
-
-    def end(self):
-        """Gone (killed if trace.json was given up before it was waited for); file closed."""
-        if self.pid is not None:
-            try:
-                os.kill(self.pid, signal.SIGKILL)
-            except OSError:
-                pass
-            os.waitpid(self.pid, 0)
-            self.pid = None
-        self.out.close()
+_JSON_SLICE = 20_000                       # events encoded at once by _json_into
 
 
 def _save_with_notes(fig, notes, f):

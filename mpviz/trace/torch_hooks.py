@@ -296,8 +296,9 @@ def _fd_name(fd, st=None):
     Linux says it in /proc/self/fd/N (a readlink: ~10 us); a sender asks twice for one segment
     (made, then pickled), so the answer is kept per fd number with the file's identity,
     ``(st_dev, st_ino)`` from `st` (``os.fstat(fd)``, ~1 us): an fd closed and its number reused,
-    or another file dup2'd onto it, is another file, and is read again. (A tmpfs inode number is
-    not handed out again while its file is open, and the name of a torch segment never changes.)"""
+    or another file dup2'd onto it, is another file, and is read again. (tmpfs, and so memfd,
+    numbers its inodes from a counter: a closed file's number comes back only when the counter
+    wraps, never at the next file -- unlike ext4. And a torch segment's name never changes.)"""
     st = os.fstat(fd) if st is None else st
     known = _fd_names.get(fd)
     if known is not None and known[0] == st.st_dev and known[1] == st.st_ino:
