@@ -262,6 +262,13 @@ class Verdict:
         self.lines.append(f"  Fix: start as many processes as world_size says "
                           f"(mp.spawn(fn, args=(world_size,), nprocs=world_size)), or pass the "
                           f"world_size you start.")
+        if never:            # (one host's trace cannot tell a missing process from a late host)
+            self.lines.append(
+                f"  Or, in a job of several hosts (torchrun --nnodes, two_hosts.py), "
+                f"{_ranks(never)} {'is' if len(never) == 1 else 'are'} another host's, not "
+                f"started yet: start every host's `mpviz trace` within --hang-after seconds of "
+                f"the first (or give --hang-after more), then "
+                f"mpviz.trace.load([folder_a, folder_b]).")
         return True
 
     def waiting_lines(self, but=None):
