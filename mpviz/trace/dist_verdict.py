@@ -56,8 +56,9 @@ class Call(NamedTuple):
 
 P2P = {"send": "send", "isend": "send", "recv": "recv", "irecv": "recv"}
 # the collectives whose tensor (``nbytes``) must be the same size on every rank of the group
-SAME_SIZE = {"all_reduce", "broadcast", "reduce", "all_gather", "gather", "reduce_scatter",
-             "all_gather_into_tensor", "reduce_scatter_tensor"}
+# (not all_gather, gather, reduce_scatter: torch allows them uneven tensors, on NCCL)
+SAME_SIZE = {"all_reduce", "broadcast", "reduce", "all_gather_into_tensor",
+             "reduce_scatter_tensor"}
 
 
 def _pair(a):
