@@ -22,6 +22,8 @@ timeout given to init_process_group), and all of them run at once in one fixture
                        rank 1 raises before all_reduce #1
     grad_average_shards  gradients all-reduced by hand,     -> all_reduce #5 of 16 bytes and
                        rank 1's loop one step shorter        of 4: sizes differ, a wrong result
+    broadcast_group_src  ranks 1, 2 broadcast in their group   -> they raised IN broadcast #1 of
+                       with src=0 (not in it), rank 0 barrier   group [1, 2], not "before any"
 """
 import os
 import re
@@ -102,6 +104,7 @@ def runs(tmp_path_factory):
             "mpviz p2p": _Run(tmp("mpviz_p2p"), "mpviz_send_then_raise.py"),
             "grad average": _Run(tmp("grad_average"), "grad_average_shards.py",
                                  GLOO_TIMEOUT="90"),
+            "group src": _Run(tmp("group_src"), "broadcast_group_src.py", GLOO_TIMEOUT="90"),
         }
         for run in started.values():
             run.done(SETUP_TIMEOUT - 30)
@@ -397,3 +400,16 @@ def test_an_all_reduce_that_meets_one_of_another_size_is_named_with_both_sizes(r
                      r"all_reduce #5 completed with no error, on tensors that do not match: "
                      r"its result is wrong", run.stderr), run.stderr
     assert "DistributedSampler pads the shards to equal length" in run.stderr
+
+
+@pytest.mark.timeout(SETUP_TIMEOUT)
+def test_ranks_that_raised_in_another_groups_collective_are_said_to_have_raised_in_it(runs):
+    run = runs["group src"]
+    err = run.stderr
+    assert run.returncode == 1, err
+    for k in (1, 2):
+        assert re.search(rf"rank {k} raised ValueError: Global rank 0 is not part of group "
+                         rf"<[^>]*> in broadcast #1 of group \[1, 2\] \((exit code 1|later it "
+                         rf"was killed by SIGTERM)\), without calling barrier #1", err), err
+    assert "rank 0 waited in barrier #1, which could never complete." in err
+    assert "before any collective" not in err

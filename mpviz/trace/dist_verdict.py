@@ -395,7 +395,7 @@ class Verdict:
             if pid is None:
                 continue
             after = "" if first.p2p else f" after collective #{last.get(k, 0)}" if \
-                last.get(k) else " before any collective"
+                last.get(k) else self.elsewhere_call(pid, group) or " before any collective"
             ended = self.how_it_ended(pid, after)
             gave_up = ended and first.end_ns is not None and self.leaving(pid) > first.end_ns
             if gave_up:             # it ended after the waiting rank gave up: not the cause
@@ -480,6 +480,15 @@ class Verdict:
                               "(its line above); give the ranks equal work; a longer "
                               "--hang-after waits for it.")
         return True
+
+    def elsewhere_call(self, pid, group):
+        """" in broadcast #1 of group [1, 2]": the last collective of another group that rank
+        `pid` called (it raised in it, or left after it), else None."""
+        calls = [c for c in self.r.calls if c.pid == pid and not c.p2p and c.group != group]
+        if not calls:
+            return None
+        c = max(calls, key=lambda c: c.begin_ns)
+        return f" {'in' if c.error else 'after'} {_called(c)} of group {list(c.group)}"
 
     def elsewhere(self, first, absent, lines):
         """The ranks `first` waits for are in no process of this trace: another host's (each
