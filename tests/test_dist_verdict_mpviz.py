@@ -70,7 +70,8 @@ def runs(tmp_path_factory):
     held.bind(("127.0.0.1", 0))
     held.listen()
     port = held.getsockname()[1]
-    plan = {name: ([], _free_port()) for name in [*SAME, "uneven_batches.py"]}
+    plan = {name: ([], _free_port()) for name in [*SAME, "uneven_batches.py",
+                                                  "grad_average_shards.py"]}
     plan["ddp_demo_basic.py"] = ([], port)                 # MASTER_PORT in use
     plan["tcp_init_method.py"] = ([str(port)], _free_port())   # its tcp:// port in use
     started = {}
@@ -107,6 +108,16 @@ def test_ranks_that_disagree_fail_at_once_on_mpviz_with_the_words_of_glooss_hang
     assert code == 1, err                      # (gloo: 124, a HANG: DEADLOCK -- see the top)
     assert f"mpviz trace: FAILED {MPVIZ} -- {DISAGREE}." in err, err
     assert "DistributedSampler pads the shards to equal length" in err
+
+
+@pytest.mark.timeout(SETUP_TIMEOUT)
+def test_an_all_reduce_of_another_size_fails_on_mpviz_with_the_sentence_gloo_gets(runs):
+    code, err = runs["grad_average_shards.py"]
+    assert code == 1, err     # (gloo: rank 1 completes it with a wrong result, rank 0 fails)
+    assert (f"mpviz trace: FAILED {MPVIZ} -- ranks 0 and 1 disagree at collective #5: each "
+            f"called all_reduce #5, with tensors of different sizes: rank 0 16 bytes, rank 1 4 "
+            f"bytes (group [0, 1]).") in err, err
+    assert "result is wrong" not in err          # (mpviz.distributed raised on both ranks)
 
 
 @pytest.mark.timeout(SETUP_TIMEOUT)

@@ -20,6 +20,10 @@ timeout given to init_process_group), and all of them run at once in one fixture
     all_gather_sizes   all_gather of 5 floats and of 3        -> rank 1 aborted in all_gather #1
     mpviz_send_then_raise  (mpviz.distributed) send/recv, then -> rank 1 left, not "disagree"
                        rank 1 raises before all_reduce #1
+    grad_average_shards  gradients all-reduced by hand,     -> all_reduce #5 of 16 bytes and
+                       rank 1's loop one step shorter        of 4: sizes differ, a wrong result
+    broadcast_group_src  ranks 1, 2 broadcast in their group   -> they raised IN broadcast #1 of
+                       with src=0 (not in it), rank 0 barrier   group [1, 2], not "before any"
 """
 import os
 import re
@@ -98,6 +102,9 @@ def runs(tmp_path_factory):
             "sizes": _Run(tmp("sizes"), "all_gather_sizes.py", GLOO_TIMEOUT="90"),
             "late": _Run(tmp("late"), "late_to_rendezvous.py", BUILD_SECONDS="4"),
             "mpviz p2p": _Run(tmp("mpviz_p2p"), "mpviz_send_then_raise.py"),
+            "grad average": _Run(tmp("grad_average"), "grad_average_shards.py",
+                                 GLOO_TIMEOUT="90"),
+            "group src": _Run(tmp("group_src"), "broadcast_group_src.py", GLOO_TIMEOUT="90"),
         }
         for run in started.values():
             run.done(SETUP_TIMEOUT - 30)
@@ -377,3 +384,32 @@ def test_mpviz_distributeds_send_and_recv_do_not_disagree_with_the_collective_af
             "collective, without calling all_reduce #1: rank 0 waited in all_reduce #1, which "
             "could never complete.") in err
     assert "disagree" not in err
+
+
+@pytest.mark.timeout(SETUP_TIMEOUT)
+def test_an_all_reduce_that_meets_one_of_another_size_is_named_with_both_sizes(runs):
+    # gloo matches rank 1's epoch-loss all_reduce (4 bytes) with rank 0's 3rd gradient
+    # all_reduce (16 bytes): rank 1 completes it with a wrong result and leaves, rank 0 then
+    # fails with "Connection closed by peer"; no recorded call is missing
+    run = runs["grad average"]
+    assert run.returncode == 1, run.stderr
+    assert ("mpviz trace: FAILED (torch.distributed) -- ranks 0 and 1 disagree at collective "
+            "#5: each called all_reduce #5, with tensors of different sizes: rank 0 16 bytes, "
+            "rank 1 4 bytes (group [0, 1]).") in run.stderr, run.stderr
+    assert re.search(r"rank 1 \(SpawnProcess-2, pid \d+\): all_reduce #5 completed\n  rank 1's "
+                     r"all_reduce #5 completed with no error, on tensors that do not match: "
+                     r"its result is wrong", run.stderr), run.stderr
+    assert "DistributedSampler pads the shards to equal length" in run.stderr
+
+
+@pytest.mark.timeout(SETUP_TIMEOUT)
+def test_ranks_that_raised_in_another_groups_collective_are_said_to_have_raised_in_it(runs):
+    run = runs["group src"]
+    err = run.stderr
+    assert run.returncode == 1, err
+    for k in (1, 2):
+        assert re.search(rf"rank {k} raised ValueError: Global rank 0 is not part of group "
+                         rf"<[^>]*> in broadcast #1 of group \[1, 2\] \((exit code 1|later it "
+                         rf"was killed by SIGTERM)\), without calling barrier #1", err), err
+    assert "rank 0 waited in barrier #1, which could never complete." in err
+    assert "before any collective" not in err

@@ -176,3 +176,18 @@ def test_bad_lists_of_traces_say_what_why_and_fix(hosts, tmp_path):
     with pytest.raises(ValueError, match="has no completed rendezvous") as info:
         mt.load([a, tmp_path / "plain"])
     assert "Fix:" in str(info.value)
+
+
+@pytest.mark.timeout(SETUP_TIMEOUT)
+def test_one_host_whose_other_host_is_late_is_told_that_its_ranks_may_be_there(tmp_path):
+    # a class types the second host's command seconds after the first's: the first host's
+    # watchdog sees ranks 2 and 3 never arrive, which a missing process and a late host both
+    # look like from one host -- the verdict must not say only the first
+    proc = _launch(tmp_path / "a", _free_port(), "0", "mpviz", "train")
+    code, err = finish(proc)
+    assert code == 124, err
+    assert ("HANG: STALLED (mpviz.distributed) -- waiting for 4 ranks at the rendezvous; 2 "
+            "arrived (ranks 0 and 1).") in err, err
+    assert ("Or, in a job of several hosts (torchrun --nnodes, two_hosts.py), ranks 2 and 3 are "
+            "another host's, not started yet: start every host's `mpviz trace` within "
+            "--hang-after seconds of the first") in err, err

@@ -12,6 +12,8 @@ calls by their order (the seq), not by name. So the trace answers, rank by rank:
     DDP:               rank 0 in backward() (by its stack), rank 1 in barrier #3 or gone
                                                -> its gradient all-reduce is never joined
     at all_gather #1:  rank 1 killed by SIGABRT in it  -> the backend ended it (sizes differ)
+    at all_reduce #5:  rank 0 16 bytes, rank 1 4 bytes  -> they DISAGREE in size (gloo may
+                       complete it on one rank with a wrong result: no call is missing)
 
 A send and a recv are no collective: the n-th send from rank 0 to rank 1 meets rank 1's n-th
 recv from rank 0 (``seq`` counts that pair's messages), whatever else the group does. So a
@@ -49,9 +51,14 @@ class Call(NamedTuple):
     error: Optional[str]
     async_op: bool
     p2p: bool = False       # a send or recv: `group` is (sender, receiver), `seq` their n-th
+    nbytes: Optional[int] = None    # the bytes of the tensor(s) this rank put in
 
 
 P2P = {"send": "send", "isend": "send", "recv": "recv", "irecv": "recv"}
+# the collectives whose tensor (``nbytes``) must be the same size on every rank of the group
+# (not all_gather, gather, reduce_scatter: torch allows them uneven tensors, on NCCL)
+SAME_SIZE = {"all_reduce", "broadcast", "reduce", "all_gather_into_tensor",
+             "reduce_scatter_tensor"}
 
 
 def _pair(a):
@@ -90,7 +97,7 @@ class Ranks:
                     open_[key] = len(self.calls)
                     self.calls.append(Call(e.pid, a.get("rank"), _pair(a) if p2p else key[1],
                                            a.get("seq"), a.get("op"), e.ts_ns, None, None,
-                                           bool(a.get("async_op")), p2p))
+                                           bool(a.get("async_op")), p2p, a.get("nbytes")))
                 elif key in open_:
                     i = open_.pop(key)
                     self.calls[i] = self.calls[i]._replace(end_ns=e.ts_ns, error=a.get("error"))
@@ -116,7 +123,8 @@ def judge(trace, watchdog=None, stacks=None, until_ns=None):
     if not ranks:
         return None
     v = Verdict(trace, ranks, watchdog, stacks)
-    v.rendezvous() or v.disagree() or v.missing() or v.raised_in_backward()
+    (v.rendezvous() or v.disagree() or v.missing() or v.raised_in_backward() or
+     v.sizes_differ())
     return v if v.sentence else None
 
 
@@ -255,6 +263,13 @@ class Verdict:
         self.lines.append(f"  Fix: start as many processes as world_size says "
                           f"(mp.spawn(fn, args=(world_size,), nprocs=world_size)), or pass the "
                           f"world_size you start.")
+        if never:            # (one host's trace cannot tell a missing process from a late host)
+            self.lines.append(
+                f"  Or, in a job of several hosts (torchrun --nnodes, two_hosts.py), "
+                f"{_ranks(never)} {'is' if len(never) == 1 else 'are'} another host's, not "
+                f"started yet: start every host's `mpviz trace` within --hang-after seconds of "
+                f"the first (or give --hang-after more), then "
+                f"mpviz.trace.load([folder_a, folder_b]).")
         return True
 
     def waiting_lines(self, but=None):
@@ -300,6 +315,47 @@ class Verdict:
             return True
         return False
 
+    def sizes_differ(self):
+        """Every rank at the same seq of a group called the same collective, with tensors of
+        different sizes: two different calls that share a name (one rank's gradient all_reduce,
+        another's loss all_reduce). mpviz.distributed raises on every rank; gloo may not notice
+        -- a rank completes it with a wrong result, another fails later ("Connection closed by
+        peer"), and no recorded call is missing."""
+        by = {}
+        for c in self.r.calls:
+            if not c.p2p and c.op in SAME_SIZE and c.nbytes is not None:
+                by.setdefault((c.group, c.seq), {})[c.rank] = c
+        for (group, seq), calls in sorted(by.items(), key=lambda kv: min(
+                c.begin_ns for c in kv[1].values())):
+            sizes = sorted({c.nbytes for c in calls.values()})
+            if len(sizes) < 2 or len({c.op for c in calls.values()}) > 1:
+                continue
+            ranks, op = sorted(calls), calls[min(calls)].op
+            still = [c for c in calls.values() if c.end_ns is None]
+            self.kind = ("failed" if self.watchdog is None else
+                         "deadlock" if still else self.kind_of_waits())
+            self.sentence = (
+                f"{_ranks(ranks)} disagree at collective #{seq}: each called {op} #{seq}, with "
+                f"tensors of different sizes: " + ", ".join(
+                    f"{_ranks(sorted(k for k, c in calls.items() if c.nbytes == n))} {n:,} bytes"
+                    for n in sorted(sizes, key=lambda n: min(k for k, c in calls.items()
+                                                             if c.nbytes == n)))
+                + f" (group {list(group)}).")
+            self.lines = [f"  {self.who(calls[k].pid)}: {self.state(calls[k])}" for k in ranks]
+            done = [k for k in ranks if calls[k].end_ns is not None and not calls[k].error]
+            if done:
+                self.lines.append(
+                    f"  {_ranks(done)}'s {op} #{seq} completed with no error, on tensors that "
+                    f"do not match: {'its' if len(done) == 1 else 'their'} result is wrong "
+                    f"({self.r.library} did not compare the sizes).")
+            self.lines.append(
+                f"  Fix: {ORDER_FIX}; and each call needs tensors of the same shape and dtype on "
+                f"every rank (one name, two sizes: often two different calls that met, as when "
+                f"one rank's loop ran shorter). Give every rank the same number of batches "
+                f"(DistributedSampler pads the shards to equal length).")
+            return True
+        return False
+
     def state(self, call):
         """"waits in all_reduce #3 since 12.3 s", "raised in it: RuntimeError: ...", ..."""
         t = (call.begin_ns - self.trace.events[0].ts_ns) / 1e9
@@ -339,7 +395,7 @@ class Verdict:
             if pid is None:
                 continue
             after = "" if first.p2p else f" after collective #{last.get(k, 0)}" if \
-                last.get(k) else " before any collective"
+                last.get(k) else self.elsewhere_call(pid, group) or " before any collective"
             ended = self.how_it_ended(pid, after)
             gave_up = ended and first.end_ns is not None and self.leaving(pid) > first.end_ns
             if gave_up:             # it ended after the waiting rank gave up: not the cause
@@ -424,6 +480,15 @@ class Verdict:
                               "(its line above); give the ranks equal work; a longer "
                               "--hang-after waits for it.")
         return True
+
+    def elsewhere_call(self, pid, group):
+        """" in broadcast #1 of group [1, 2]": the last collective of another group that rank
+        `pid` called (it raised in it, or left after it), else None."""
+        calls = [c for c in self.r.calls if c.pid == pid and not c.p2p and c.group != group]
+        if not calls:
+            return None
+        c = max(calls, key=lambda c: c.begin_ns)
+        return f" {'in' if c.error else 'after'} {_called(c)} of group {list(c.group)}"
 
     def elsewhere(self, first, absent, lines):
         """The ranks `first` waits for are in no process of this trace: another host's (each
