@@ -335,18 +335,83 @@ print(json.dumps(out))
 """
 
 
-@pytest.mark.timeout(120)
-def test_mpvizs_dataloader_hands_batches_round_robin_and_returns_them_in_order_as_torchs():
-    done = subprocess.run([sys.executable, "-c", _BOTH_LOADERS], capture_output=True, text=True,
+def _json_of(program):
+    """Run `program` (python -c) in a child; what it printed last, as JSON."""
+    done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True,
                           timeout=120, env=ENV)
     assert done.returncode == 0, done.stderr[-2000:]
-    both = json.loads(done.stdout.strip().splitlines()[-1])
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.timeout(120)
+def test_mpvizs_dataloader_hands_batches_round_robin_and_returns_them_in_order_as_torchs():
+    both = _json_of(_BOTH_LOADERS)
     for name, batches in both.items():
         assert [b["index"] for b in batches] == [[0, 1], [2, 3], [4, 5], [6]], name
         assert [b["worker"][0] for b in batches] == [0, 1, 0, 1], name          # round robin
         seeds = [b["seed"][0] for b in batches]
         assert seeds[1] == seeds[0] + 1 and seeds[2] == seeds[0], name         # base_seed + id
         assert len({b["pid"][0] for b in batches}) == 2, name
+
+
+# a torch user's program: samples as dicts of tensors (and a name), a collate_fn of their own,
+# drop_last, a sample that raises; `data` is torch.utils.data or mpviz.utils.data, `lib` torch
+# or mpviz
+_TORCH_USERS_PROGRAM = """
+import json
+import mpviz, torch
+import mpviz.utils.data as ours
+import torch.utils.data as theirs
+class Samples:
+    def __init__(self, lib): self.lib = lib
+    def __len__(self): return 10
+    def __getitem__(self, i):
+        if i == 7 and self.lib.broken:
+            raise ValueError(f"sample {i} is corrupt")
+        return {"x": self.lib.full((3,), float(i)), "y": self.lib.tensor(i % 2), "name": f"s{i}",
+                "n": i, "f": i / 2, "pair": (i, -i)}
+def mine(items):                     # a collate_fn of the user's own
+    return {"names": [it["name"] for it in items], "n": len(items)}
+def kind(v):
+    if isinstance(v, (list, dict, int)):
+        return type(v).__name__
+    return type(v).__name__, str(v.dtype)
+def batches(data, lib, **kw):
+    got = []
+    for b in data.DataLoader(Samples(lib), batch_size=4, num_workers=2, **kw):
+        got.append({k: (kind(v), v if isinstance(v, (list, int)) and k != "pair" else
+                        [kind(c) for c in v] if k == "pair" else v.tolist())
+                    for k, v in b.items()})
+    return got
+out = {}
+for name, data, lib in (("ours", ours, mpviz), ("theirs", theirs, torch)):
+    lib.broken = False
+    said = {"default": batches(data, lib), "collate_fn": batches(data, lib, collate_fn=mine),
+            "drop_last": len(batches(data, lib, drop_last=True))}
+    lib.broken = True
+    try:
+        batches(data, lib)
+    except Exception as exc:
+        said["raised"] = [type(exc).__name__, str(exc).splitlines()[:2],
+                          "sample 7 is corrupt" in str(exc)]
+    out[name] = said
+print(json.dumps(out).replace("Tensor", "T").replace("torch.", "").replace("mpviz.", ""))
+"""
+
+
+@pytest.mark.timeout(120)
+def test_mpvizs_dataloader_collates_as_torchs_takes_collate_fn_and_drop_last_and_reraises():
+    # a torch user's program on mpviz's loader once got NumPy arrays (the names as a '<U2'
+    # array), a TypeError for collate_fn= and drop_last=, and for a sample that raised only
+    # "exited unexpectedly with exit code 1"
+    both = _json_of(_TORCH_USERS_PROGRAM)
+    assert both["ours"] == both["theirs"], both
+    said = both["theirs"]
+    assert said["default"][0]["x"][0] == ["T", "float32"] and said["drop_last"] == 2, said
+    assert said["default"][0]["name"] == ["list", ["s0", "s1", "s2", "s3"]], said
+    assert said["raised"] == ["ValueError", ["Caught ValueError in DataLoader worker process 1.",
+                                             "Original Traceback (most recent call last):"],
+                              True], said
 
 
 @pytest.mark.timeout(120)
