@@ -275,6 +275,16 @@ def oom_verdict(run):
     largest = ("the only worker" if len(at_kill) == 1 else "the largest" if gap <= 0 else
                f"within {gap:.0f} MiB of the largest (they grew together, and the reading is up "
                f"to {SAMPLE_SECONDS * 1000:.0f} ms older than the kill)")
+    more = ""
+    if run.where == "cgroup" and (run.oom_kills or 0) > 1:     # the cgroup still full: see below
+        gone = re.search(r"pid\(s\) ([\d, ]+)\) exited unexpectedly", run.messages)
+        also = [run.name(int(p)) for p in (gone.group(1).split(", ") if gone else [])
+                if int(p) != pid]
+        more = (f" It was not the only one: the cgroup's oom_kill count is {run.oom_kills}, so "
+                f"the kernel killed {run.oom_kills - 1} more of the workers after it, before "
+                f"torch had shut them down" + (f" (torch names {', '.join(also)} too)." if also
+                                               else " (torch names only the first, the one it "
+                                                    "saw gone)."))
     if run.where == "cgroup":
         who = (f"The kernel's OOM killer: the workers' memory cgroup (cgroup {run.cgroup_version})"
                f" of {run.limit_mb} MiB was full (its oom_kill count: {run.oom_kills}), and it "
@@ -286,7 +296,7 @@ def oom_verdict(run):
     return "error", (
         f"{run.name(pid)} (pid {pid}) was killed by {sig}: no exception, no traceback of its "
         f"own. {who}. At the last reading before the kill, resident memory was {sizes}: "
-        f"{run.name(pid)} was {largest}. The main process's {run.loader()} said: "
+        f"{run.name(pid)} was {largest}.{more} The main process's {run.loader()} said: "
         f"{' / '.join(raised) or '(nothing)'}. Cause: each worker keeps every image it decodes "
         f"in its own self.cache (8 MiB each), so the workers together outgrow the limit. Fix: "
         f"no cache in the workers (cache_items=0), or a small one (cache_items x 8 MiB x "
