@@ -252,6 +252,18 @@ def test_when_the_kernel_kills_more_than_one_worker_the_verdict_says_how_many():
             f"of the workers") in verdict, verdict
 
 
+def test_a_killed_worker_a_fraction_of_a_mib_below_the_largest_is_not_said_within_0_mib():
+    # a real run read 167.4 and 167.6 MiB: the verdict said "within 0 MiB of the largest"
+    from mpviz.examples import dataloader_watch as watch
+    mib = watch.MIB
+    run = watch.WatchedRun([], 1, "", "RuntimeError: DataLoader worker (pid 11) is killed by "
+                           "signal: Killed.\n", {0: 11, 1: 12},
+                           {11: [(0.5, 167.4 * mib, 0)], 12: [(0.5, 167.6 * mib, 0)]}, [],
+                           limit_mb=40, where="stand-in")
+    _, verdict = watch.oom_verdict(run)
+    assert "worker 0 was within 1 MiB of the largest" in verdict, verdict
+
+
 def test_a_name_a_killed_worker_left_in_dev_shm_is_removed_and_only_this_runs():
     """torch shm_open()s each batch's storage under /dev/shm/torch_PID_... and unlinks it at once:
     a worker SIGKILLed in between leaves the name (seen once after an OOM kill, 256 KiB)."""

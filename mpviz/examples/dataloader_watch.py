@@ -14,6 +14,7 @@ private ones), and the cgroup's charge. Without a cgroup (not root, no memory co
 limit is a STAND-IN: this watcher SIGKILLs the largest worker once the workers' growth since they
 started passes the limit, and every verdict says so -- the kernel killed nothing then.
 """
+import math
 import os
 import re
 import signal
@@ -273,8 +274,8 @@ def oom_verdict(run):
                       sorted(at_kill.items(), key=lambda item: run.name(item[0])))
     gap = (max(at_kill.values(), default=0) - at_kill.get(pid, 0)) / MIB
     largest = ("the only worker" if len(at_kill) == 1 else "the largest" if gap <= 0 else
-               f"within {gap:.0f} MiB of the largest (they grew together, and the reading is up "
-               f"to {SAMPLE_SECONDS * 1000:.0f} ms older than the kill)")
+               f"within {math.ceil(gap)} MiB of the largest (they grew together, and the reading "
+               f"is up to {SAMPLE_SECONDS * 1000:.0f} ms older than the kill)")
     more = ""
     if run.where == "cgroup" and (run.oom_kills or 0) > 1:     # the cgroup still full: see below
         gone = re.search(r"pid\(s\) ([\d, ]+)\) exited unexpectedly", run.messages)
