@@ -308,6 +308,8 @@ def test_the_stand_in_limit_says_in_every_place_that_it_is_mpviz_not_the_kernel(
     outcome, verdict = watch.oom_verdict(run)
     assert outcome == "error" and "STAND-IN, not the kernel" in verdict, verdict
     assert "The kernel's OOM killer" not in verdict
+    # it once ended "the kernel log (dmesg ...) names the cause": not of mpviz's kill
+    assert verdict.endswith("names the cause (here it has nothing: the kill was mpviz's)."), verdict
     run.show()
     assert "STAND-IN LIMIT" in capsys.readouterr().out
     assert any("STAND-IN" in t for t in _texts(run.picture("rss")))

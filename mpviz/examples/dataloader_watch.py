@@ -294,6 +294,7 @@ def oom_verdict(run):
         who = (f"STAND-IN, not the kernel: no memory cgroup was made here "
                f"({run.why_no_cgroup}), so mpviz's watcher SIGKILLed the largest worker once the "
                f"workers had grown {run.limit_mb} MiB together, as the OOM killer would")
+    log = "" if run.where == "cgroup" else " (here it has nothing: the kill was mpviz's)"
     return "error", (
         f"{run.name(pid)} (pid {pid}) was killed by {sig}: no exception, no traceback of its "
         f"own. {who}. At the last reading before the kill, resident memory was {sizes}: "
@@ -301,8 +302,9 @@ def oom_verdict(run):
         f"{' / '.join(raised) or '(nothing)'}. Cause: each worker keeps every image it decodes "
         f"in its own self.cache (8 MiB each), so the workers together outgrow the limit. Fix: "
         f"no cache in the workers (cache_items=0), or a small one (cache_items x 8 MiB x "
-        f"num_workers well under the limit), or a larger limit; after a SIGKILL, the kernel log "
-        f"(dmesg: 'Memory cgroup out of memory: Killed process N') names the cause.")
+        f"num_workers well under the limit), or a larger limit; after a kernel's SIGKILL, its "
+        f"log (dmesg: 'Memory cgroup out of memory: Killed process N') names the cause"
+        f"{log}.")
 
 
 def cow_growth(run):
