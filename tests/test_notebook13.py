@@ -299,7 +299,8 @@ def test_without_the_cache_every_worker_finishes_under_the_same_limit():
 
 
 @pytest.mark.timeout(120)
-def test_the_stand_in_limit_says_in_every_place_that_it_is_mpviz_not_the_kernel(capsys):
+def test_the_stand_in_limit_says_in_every_place_that_it_is_mpviz_not_the_kernel(capsys,
+                                                                                 fonts_loaded):
     from mpviz.examples import dataloader_watch as watch
     run = watch.watch("cache", limit_mb=256, limit="stand-in")
     assert run.where == "stand-in" and run.oom_kills is None and run.cgroup_removed is None
@@ -312,7 +313,14 @@ def test_the_stand_in_limit_says_in_every_place_that_it_is_mpviz_not_the_kernel(
     assert verdict.endswith("names the cause (here it has nothing: the kill was mpviz's)."), verdict
     run.show()
     assert "STAND-IN LIMIT" in capsys.readouterr().out
-    assert any("STAND-IN" in t for t in _texts(run.picture("rss")))
+    figure = run.picture("rss")
+    assert any("STAND-IN" in t for t in _texts(figure))
+    # its title once ran past the figure's right edge ("... at 256 MiB of gro")
+    figure.canvas.draw()
+    titles = [t for ax in figure.axes for t in ax.get_children()
+              if hasattr(t, "get_text") and t.get_text() == ax.get_title(loc="left")]
+    right = max(t.get_window_extent().x1 for t in titles)
+    assert right <= figure.bbox.x1, (right, figure.bbox.x1)
 
 
 # -- section 6: copy-on-access of a Python list, in every worker --------------------------------

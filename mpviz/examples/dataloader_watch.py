@@ -104,7 +104,7 @@ class WatchedRun:
                           None, ":"))
         what_is = {"rss": "resident memory, VmRSS (MiB)", "uss": "private memory, USS (MiB)"}
         if title is None and self.where == "stand-in":
-            title = (f"STAND-IN limit (no memory cgroup here): mpviz's watcher, not the kernel, "
+            title = (f"STAND-IN limit (no memory cgroup here): mpviz's watcher, not the kernel,\n"
                      f"SIGKILLs the largest worker at {self.limit_mb} MiB of growth")
         elif title is None and self.where == "cgroup":
             title = (f"Each worker's resident memory, and what the kernel charges to their memory "
