@@ -431,6 +431,10 @@ for name, data, lib in (("ours", ours, mpviz), ("theirs", theirs, torch)):
     except Exception as exc:
         said["raised"] = [type(exc).__name__, str(exc).splitlines()[:2],
                           "sample 7 is corrupt" in str(exc)]
+    try:
+        batches(data, lib, worker_init_fn=lambda worker_id: {}["no-such-setting"])
+    except Exception as exc:
+        said["init_raised"] = [type(exc).__name__, str(exc).splitlines()[:1]]
     out[name] = said
 print(json.dumps(out).replace("Tensor", "T").replace("torch.", "").replace("mpviz.", ""))
 """
@@ -449,6 +453,7 @@ def test_mpvizs_dataloader_collates_as_torchs_takes_collate_fn_and_drop_last_and
     assert said["raised"] == ["ValueError", ["Caught ValueError in DataLoader worker process 1.",
                                              "Original Traceback (most recent call last):"],
                               True], said
+    assert said["init_raised"] == ["KeyError", ["Caught KeyError in DataLoader worker process 0."]]
 
 
 @pytest.mark.timeout(120)

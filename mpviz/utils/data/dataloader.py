@@ -24,6 +24,7 @@ import multiprocessing
 import queue
 import random
 import signal
+import sys
 import traceback
 from typing import Any, NamedTuple
 
@@ -78,14 +79,28 @@ class _Raised(NamedTuple):
     kind: type
     text: str
 
+    @classmethod
+    def now(cls):
+        """The exception being handled (a class defined in a function cannot be pickled)."""
+        kind = sys.exc_info()[0]
+        return cls(kind if kind.__qualname__.isidentifier() else RuntimeError,
+                   traceback.format_exc())
+
     def reraise(self, worker_id):
         message = (f"Caught {self.kind.__name__} in DataLoader worker process {worker_id}.\n"
                    f"Original {self.text}")
+        if self.kind is KeyError:                  # str(KeyError(m)) would quote m: torch's too
+            message = _Unquoted(message)
         try:
             error = self.kind(message)
         except Exception:                          # a type that takes other arguments
             error = RuntimeError(message)
         raise error
+
+
+class _Unquoted(str):
+    def __repr__(self):
+        return str(self)
 
 
 def _worker_loop(worker_id, dataset, index_queue, data_queue, num_workers, seed, init_fn,
@@ -94,18 +109,21 @@ def _worker_loop(worker_id, dataset, index_queue, data_queue, num_workers, seed,
     random.seed(seed)
     np.random.seed(seed & 0xFFFFFFFF)
     _worker_info = WorkerInfo(worker_id, num_workers, seed, dataset)
+    failed = None
     if init_fn is not None:
-        init_fn(worker_id)
+        try:
+            init_fn(worker_id)
+        except Exception:                          # torch: every batch of this worker raises it
+            failed = _Raised.now()
     while True:
         task = index_queue.get()
         if task is None:                          # the main process is done with us
             return
         n, indices = task
         try:
-            batch = collate_fn([dataset[i] for i in indices])
-        except Exception as exc:                   # torch: sent as an ExceptionWrapper
-            kind = type(exc) if type(exc).__qualname__.isidentifier() else RuntimeError
-            batch = _Raised(kind, traceback.format_exc())     # (a local class cannot pickle)
+            batch = failed or collate_fn([dataset[i] for i in indices])
+        except Exception:                          # torch: sent as an ExceptionWrapper
+            batch = _Raised.now()
         data_queue.put((n, batch))
 
 
