@@ -264,6 +264,21 @@ def test_a_killed_worker_a_fraction_of_a_mib_below_the_largest_is_not_said_withi
     assert "worker 0 was within 1 MiB of the largest" in verdict, verdict
 
 
+def test_a_kill_torchs_sigchld_handler_missed_is_still_the_kernels_in_the_verdict():
+    # notebook 13 under load: the kernel killed worker 1 (oom_kill count 1), torch said only
+    # "DataLoader worker (pid(s) 1187) exited unexpectedly" 6 s later, and the verdict was "no
+    # worker was killed by a signal"
+    from mpviz.examples import dataloader_watch as watch
+    run = watch.WatchedRun([], 1, "", "RuntimeError: DataLoader worker (pid(s) 1187) exited "
+                           "unexpectedly\n", {0: 1186, 1: 1187},
+                           {1186: [(1.8, 290 * watch.MIB, 0)], 1187: [(1.8, 286 * watch.MIB, 0)]},
+                           [], limit_mb=256, where="cgroup", cgroup_version="v1", oom_kills=1)
+    assert run.killed() == (1187, "SIGKILL")
+    outcome, verdict = watch.oom_verdict(run)
+    assert outcome == "error" and verdict.startswith("worker 1 (pid 1187) was killed by SIGKILL")
+    assert "The kernel's OOM killer" in verdict, verdict
+
+
 def test_a_name_a_killed_worker_left_in_dev_shm_is_removed_and_only_this_runs():
     """torch shm_open()s each batch's storage under /dev/shm/torch_PID_... and unlinks it at once:
     a worker SIGKILLed in between leaves the name (seen once after an OOM kill, 256 KiB)."""

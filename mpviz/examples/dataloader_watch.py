@@ -115,11 +115,17 @@ class WatchedRun:
 
     def killed(self):
         """(pid, signal name) of the worker the DataLoader says was killed (torch's words, or
-        mpviz's, which are the same), else the one the stand-in killed, else None."""
+        mpviz's, which are the same), else the one the stand-in killed, else None. When torch's
+        SIGCHLD handler misses the death, torch notices it at its next 5 s check and says only
+        "pid(s) N exited unexpectedly": under a cgroup whose OOM killer killed, that is N."""
         found = re.search(r"DataLoader worker \(pid (\d+)\) is killed by signal: (.+?)\.?\s*$",
                           self.messages, re.M)
         if found:
             return int(found.group(1)), _signal_name(found.group(2))
+        gone = re.search(r"DataLoader worker \(pid\(s\) (\d+)[\d, ]*\) exited unexpectedly",
+                         self.messages)
+        if gone and self.where == "cgroup" and self.oom_kills:
+            return int(gone.group(1)), "SIGKILL"
         if self.killed_by_watcher:
             return self.killed_by_watcher, "SIGKILL"
         return None
