@@ -14,6 +14,7 @@ private ones), and the cgroup's charge. Without a cgroup (not root, no memory co
 limit is a STAND-IN: this watcher SIGKILLs the largest worker once the workers' growth since they
 started passes the limit, and every verdict says so -- the kernel killed nothing then.
 """
+import math
 import os
 import re
 import signal
@@ -103,7 +104,7 @@ class WatchedRun:
                           None, ":"))
         what_is = {"rss": "resident memory, VmRSS (MiB)", "uss": "private memory, USS (MiB)"}
         if title is None and self.where == "stand-in":
-            title = (f"STAND-IN limit (no memory cgroup here): mpviz's watcher, not the kernel, "
+            title = (f"STAND-IN limit (no memory cgroup here): mpviz's watcher, not the kernel,\n"
                      f"SIGKILLs the largest worker at {self.limit_mb} MiB of growth")
         elif title is None and self.where == "cgroup":
             title = (f"Each worker's resident memory, and what the kernel charges to their memory "
@@ -114,11 +115,17 @@ class WatchedRun:
 
     def killed(self):
         """(pid, signal name) of the worker the DataLoader says was killed (torch's words, or
-        mpviz's, which are the same), else the one the stand-in killed, else None."""
+        mpviz's, which are the same), else the one the stand-in killed, else None. When torch's
+        SIGCHLD handler misses the death, torch notices it at its next 5 s check and says only
+        "pid(s) N exited unexpectedly": under a cgroup whose OOM killer killed, that is N."""
         found = re.search(r"DataLoader worker \(pid (\d+)\) is killed by signal: (.+?)\.?\s*$",
                           self.messages, re.M)
         if found:
             return int(found.group(1)), _signal_name(found.group(2))
+        gone = re.search(r"DataLoader worker \(pid\(s\) (\d+)[\d, ]*\) exited unexpectedly",
+                         self.messages)
+        if gone and self.where == "cgroup" and self.oom_kills:
+            return int(gone.group(1)), "SIGKILL"
         if self.killed_by_watcher:
             return self.killed_by_watcher, "SIGKILL"
         return None
@@ -273,8 +280,18 @@ def oom_verdict(run):
                       sorted(at_kill.items(), key=lambda item: run.name(item[0])))
     gap = (max(at_kill.values(), default=0) - at_kill.get(pid, 0)) / MIB
     largest = ("the only worker" if len(at_kill) == 1 else "the largest" if gap <= 0 else
-               f"within {gap:.0f} MiB of the largest (they grew together, and the reading is up "
-               f"to {SAMPLE_SECONDS * 1000:.0f} ms older than the kill)")
+               f"within {math.ceil(gap)} MiB of the largest (they grew together, and the reading "
+               f"is up to {SAMPLE_SECONDS * 1000:.0f} ms older than the kill)")
+    more = ""
+    if run.where == "cgroup" and (run.oom_kills or 0) > 1:     # the cgroup still full: see below
+        gone = re.search(r"pid\(s\) ([\d, ]+)\) exited unexpectedly", run.messages)
+        also = [run.name(int(p)) for p in (gone.group(1).split(", ") if gone else [])
+                if int(p) != pid]
+        more = (f" It was not the only one: the cgroup's oom_kill count is {run.oom_kills}, so "
+                f"the kernel killed {run.oom_kills - 1} more of the workers after it, before "
+                f"torch had shut them down" + (f" (torch names {', '.join(also)} too)." if also
+                                               else " (torch names only the first, the one it "
+                                                    "saw gone)."))
     if run.where == "cgroup":
         who = (f"The kernel's OOM killer: the workers' memory cgroup (cgroup {run.cgroup_version})"
                f" of {run.limit_mb} MiB was full (its oom_kill count: {run.oom_kills}), and it "
@@ -283,15 +300,17 @@ def oom_verdict(run):
         who = (f"STAND-IN, not the kernel: no memory cgroup was made here "
                f"({run.why_no_cgroup}), so mpviz's watcher SIGKILLed the largest worker once the "
                f"workers had grown {run.limit_mb} MiB together, as the OOM killer would")
+    log = "" if run.where == "cgroup" else " (here it has nothing: the kill was mpviz's)"
     return "error", (
         f"{run.name(pid)} (pid {pid}) was killed by {sig}: no exception, no traceback of its "
         f"own. {who}. At the last reading before the kill, resident memory was {sizes}: "
-        f"{run.name(pid)} was {largest}. The main process's {run.loader()} said: "
+        f"{run.name(pid)} was {largest}.{more} The main process's {run.loader()} said: "
         f"{' / '.join(raised) or '(nothing)'}. Cause: each worker keeps every image it decodes "
         f"in its own self.cache (8 MiB each), so the workers together outgrow the limit. Fix: "
         f"no cache in the workers (cache_items=0), or a small one (cache_items x 8 MiB x "
-        f"num_workers well under the limit), or a larger limit; after a SIGKILL, the kernel log "
-        f"(dmesg: 'Memory cgroup out of memory: Killed process N') names the cause.")
+        f"num_workers well under the limit), or a larger limit; after a kernel's SIGKILL, its "
+        f"log (dmesg: 'Memory cgroup out of memory: Killed process N') names the cause"
+        f"{log}.")
 
 
 def cow_growth(run):

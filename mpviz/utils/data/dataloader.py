@@ -4,14 +4,19 @@
     index_queues[i].put((n, [indices of batch n]))  ─▶  worker_init_fn(i), then for each task:
        batch n goes to worker n % num_workers            data_queue.put((n, collate(items)))
     data_queue.get(): batches kept until their turn  ◀─
+    an exception in a worker travels as its type and traceback, and is raised again in the main
+      process: ValueError "Caught ValueError in DataLoader worker process 0. Original Traceback..."
     a worker gone, by a signal: RuntimeError "DataLoader worker (pid N) is killed by signal:
       Killed. ", then "DataLoader worker (pid(s) N) exited unexpectedly" raised from it
 
 torch's words, as torch 2.13 says them (its SIGCHLD handler, then _try_get_data). Each worker
 sees ``get_worker_info()`` (id, num_workers, seed, dataset) and is seeded as torch seeds it
-(random and NumPy's global generator from base_seed + id). Batches travel pickled through a
-pipe: torch's go through shared memory (notebook 13, section 1). Adapted from torch's
-``utils/data/dataloader.py`` and ``_utils/worker.py``; left out: samplers and shuffle,
+(random and NumPy's global generator from base_seed + id). ``default_collate`` makes what
+torch's makes: mpviz tensors of the samples' tensors, arrays and numbers, lists of their
+strings, dicts and lists of those; a ``collate_fn`` of your own replaces it. Batches travel
+pickled through a pipe: torch's go through shared memory (notebook 13, section 1). Adapted from
+torch's ``utils/data/dataloader.py``, ``_utils/worker.py`` and ``_utils/collate.py``; left out:
+samplers and shuffle,
 iterable datasets, pin_memory, timeout, persistent_workers, prefetch_factor (2 batches per
 worker in flight, torch's default), a non-fork start method.
 """
@@ -19,9 +24,14 @@ import multiprocessing
 import queue
 import random
 import signal
+import sys
+import traceback
 from typing import Any, NamedTuple
 
 import numpy as np
+
+from ...functions import from_numpy, stack
+from ...tensor import Tensor
 
 POLL_SECONDS = 0.5          # how often the main process checks its workers while it waits
 
@@ -42,38 +52,88 @@ def get_worker_info():
 
 
 def default_collate(items):
-    """A list of samples as one batch: NumPy arrays stacked, numbers as an array, dicts by key."""
+    """A list of samples as one batch, as torch's: tensors (and NumPy arrays) stacked into one
+    tensor along a new first dimension, numbers as a tensor (int64, float64), strings as their
+    list, dicts by key, tuples and lists column by column (as a list)."""
     first = items[0]
+    if isinstance(first, Tensor):
+        return stack(items)
+    if isinstance(first, (np.ndarray, np.generic)) and first.dtype.kind not in "OSU":
+        return from_numpy(np.stack(items))
+    if isinstance(first, (bool, int, float)):
+        return from_numpy(np.array(items, dtype=float if isinstance(first, float) else None))
+    if isinstance(first, (str, bytes)):
+        return list(items)
     if isinstance(first, dict):
         return {key: default_collate([item[key] for item in items]) for key in first}
     if isinstance(first, (tuple, list)):
+        if any(len(item) != len(first) for item in items):
+            raise RuntimeError("each element in list of batch should be of equal size")
         return [default_collate(list(column)) for column in zip(*items)]
-    if isinstance(first, np.ndarray):
-        return np.stack(items)
-    return np.array(items)
+    raise TypeError(f"default_collate: batch must contain tensors, numpy arrays, numbers, dicts "
+                    f"or lists; found {type(first)}")
 
 
-def _worker_loop(worker_id, dataset, index_queue, data_queue, num_workers, seed, init_fn):
+class _Raised(NamedTuple):
+    """An exception in a worker, as it travels to the main process (torch's ExceptionWrapper)."""
+    kind: type
+    text: str
+
+    @classmethod
+    def now(cls):
+        """The exception being handled (a class defined in a function cannot be pickled)."""
+        kind = sys.exc_info()[0]
+        return cls(kind if kind.__qualname__.isidentifier() else RuntimeError,
+                   traceback.format_exc())
+
+    def reraise(self, worker_id):
+        message = (f"Caught {self.kind.__name__} in DataLoader worker process {worker_id}.\n"
+                   f"Original {self.text}")
+        if self.kind is KeyError:                  # str(KeyError(m)) would quote m: torch's too
+            message = _Unquoted(message)
+        try:
+            error = self.kind(message)
+        except Exception:                          # a type that takes other arguments
+            error = RuntimeError(message)
+        raise error
+
+
+class _Unquoted(str):
+    def __repr__(self):
+        return str(self)
+
+
+def _worker_loop(worker_id, dataset, index_queue, data_queue, num_workers, seed, init_fn,
+                 collate_fn):
     global _worker_info
     random.seed(seed)
     np.random.seed(seed & 0xFFFFFFFF)
     _worker_info = WorkerInfo(worker_id, num_workers, seed, dataset)
+    failed = None
     if init_fn is not None:
-        init_fn(worker_id)
+        try:
+            init_fn(worker_id)
+        except Exception:                          # torch: every batch of this worker raises it
+            failed = _Raised.now()
     while True:
         task = index_queue.get()
         if task is None:                          # the main process is done with us
             return
         n, indices = task
-        data_queue.put((n, default_collate([dataset[i] for i in indices])))
+        try:
+            batch = failed or collate_fn([dataset[i] for i in indices])
+        except Exception:                          # torch: sent as an ExceptionWrapper
+            batch = _Raised.now()
+        data_queue.put((n, batch))
 
 
 class DataLoader:
-    """``DataLoader(dataset, batch_size=1, num_workers=0, worker_init_fn=None)``: iterate it for
-    one epoch of batches, in order (new workers each epoch, as torch without
-    persistent_workers)."""
+    """``DataLoader(dataset, batch_size=1, num_workers=0, collate_fn=None, drop_last=False,
+    worker_init_fn=None)``: iterate it for one epoch of batches, in order (new workers each
+    epoch, as torch without persistent_workers); drop_last leaves out a last, smaller batch."""
 
-    def __init__(self, dataset, batch_size=1, num_workers=0, worker_init_fn=None):
+    def __init__(self, dataset, batch_size=1, num_workers=0, collate_fn=None, drop_last=False,
+                 worker_init_fn=None):
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
             raise ValueError(f"batch_size={batch_size!r}: a DataLoader needs a positive whole "
                              f"number of samples per batch. Fix: e.g. batch_size=4")
@@ -82,9 +142,13 @@ class DataLoader:
                              f"disable multiprocessing (got {num_workers!r})")
         self.dataset, self.batch_size = dataset, batch_size
         self.num_workers, self.worker_init_fn = num_workers, worker_init_fn
+        self.collate_fn = default_collate if collate_fn is None else collate_fn
+        self.drop_last = drop_last
 
     def _batches(self):
         n = len(self.dataset)
+        if self.drop_last:
+            n -= n % self.batch_size
         return [list(range(i, min(i + self.batch_size, n))) for i in range(0, n, self.batch_size)]
 
     def __len__(self):
@@ -93,7 +157,7 @@ class DataLoader:
     def __iter__(self):
         if self.num_workers == 0:
             for indices in self._batches():
-                yield default_collate([self.dataset[i] for i in indices])
+                yield self.collate_fn([self.dataset[i] for i in indices])
             return
         yield from _Workers(self)
 
@@ -112,7 +176,7 @@ class _Workers:
             index_queue = ctx.Queue()
             worker = ctx.Process(target=_worker_loop, daemon=True, args=(
                 i, loader.dataset, index_queue, self.data_queue, loader.num_workers,
-                base_seed + i, loader.worker_init_fn))
+                base_seed + i, loader.worker_init_fn, loader.collate_fn))
             worker.start()
             self.index_queues.append(index_queue)
             self.workers.append(worker)
@@ -128,7 +192,10 @@ class _Workers:
                     ready[got] = batch
                 if sent < len(self.tasks):
                     sent = self._send(sent)
-                yield ready.pop(n)
+                batch = ready.pop(n)
+                if isinstance(batch, _Raised):
+                    batch.reraise(n % len(self.workers))
+                yield batch
         finally:
             self._shutdown()
 
