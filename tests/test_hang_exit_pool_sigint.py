@@ -330,3 +330,14 @@ def test_a_program_killed_from_outside_is_said_to_be_killed_not_just_counted(tmp
     assert re.search(r"the program \(pid \d+\) was killed by a signal, SIGKILL \(9\), which mpviz "
                      r"did not send: exit status 137 \(kill -9 sends it", err), err
     assert "events from 1 process in" in err, err
+
+
+def test_the_fork_server_and_resource_tracker_are_named_where_each_thread_is(tmp_path):
+    # forkserver (3.14's default start method on Linux) starts two helpers that record nothing:
+    # the report listed their threads as "? (pid N)"
+    status, err = trace("forkserver_never_sent.py", directory=tmp_path)
+    assert status == HANG_STATUS, err
+    assert re.search(r"\n  Python's fork server \(pid \d+\), main thread: ", err), err
+    assert re.search(r"\n  Python's resource tracker \(pid \d+\), main thread: reads a pipe", err)
+    assert "? (pid" not in err, err
+    assert re.search(r"ForkServerProcess-1 \(pid \d+\), main thread: reads a (socket|pipe)", err)
