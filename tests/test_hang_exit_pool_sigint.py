@@ -254,14 +254,17 @@ def test_ctrl_c_to_a_program_that_is_only_busy_says_it_runs_and_invents_no_wait(
     assert "where each thread waits" not in report, report
 
 
-@pytest.mark.parametrize("to", ["group", "process"])
+@pytest.mark.parametrize("to, method", [("group", None), ("process", None),
+                                        ("group", "forkserver")])
 def test_interrupting_a_record_block_reports_where_everyone_waits_then_ends_its_processes(
-        to, tmp_path):
+        to, method, tmp_path):
     # Jupyter's "interrupt" sends SIGINT to the kernel's process group: the block's child hears
-    # it too (`group`); `kill -INT` reaches the recording process only (`process`).
+    # it too (`group`); `kill -INT` reaches the recording process only (`process`). A child of
+    # the fork server (3.14's default) took no stacks at a Ctrl-C: the fork server ignores SIGINT
     directory = tmp_path / "trace"
     program = subprocess.Popen(
-        [sys.executable, os.path.join(PROGRAMS, "record_interrupted.py"), str(directory)],
+        [sys.executable, os.path.join(PROGRAMS, "record_interrupted.py"), str(directory),
+         *([method] if method else [])],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env(),
         start_new_session=True)
     try:
@@ -281,7 +284,7 @@ def test_interrupting_a_record_block_reports_where_everyone_waits_then_ends_its_
     assert err.index("mpviz: INTERRUPTED (Ctrl-C)") < err.rindex("Traceback")
     assert "(squarer):" in err and "(main):" in err
     assert "square_all (record_interrupted.py:15)" in err            # the worker's own line
-    assert "<module> (record_interrupted.py:25)" in err              # the cell's line
+    assert "<module> (record_interrupted.py:27)" in err              # the cell's line
     assert "on_interrupt" not in err                                 # not mpviz's handler
     # each waits on the other's queue (numbered in the order their waits began), which nobody
     # has put into
