@@ -125,7 +125,7 @@ def queue_gets(n=2_000):
                                 q.get()
                         else:
                             for _ in range(n):
-                                messages.waiting_get(get, q, True, None)
+                                messages.waiting_get(None, get, q, True, None)
                         times[how].append((time.perf_counter() - t) / n * 1e6)
         print(f"| {name} | {min(times['get']):.2f} | {min(times['wait']):.2f} |")
 

@@ -16,6 +16,7 @@ import pytest
 
 import mpviz.exercises as ex
 from mpviz import scenarios
+from test_exercises import skip_where_torch_judges
 
 ALL = ex.exercises()
 FIXES = {k: e for k, e in ALL.items() if hasattr(e.judge, "broken")}   # fix_scenario's
@@ -79,6 +80,7 @@ def assert_not_quite(exercise_id, answer):
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("exercise_id", list(ALL))
 def test_an_empty_answer_is_not_quite(exercise_id, monkeypatch):
+    skip_where_torch_judges(exercise_id)
     if exercise_id == "13.fix-timeout":   # {} leaves the loader waiting for ever: stop it after
         from mpviz.exercises import nb13  # 3 s, not the 10 s a learner's fix is given
         monkeypatch.setattr(nb13, "LIMIT_S", 3)
@@ -100,6 +102,7 @@ def test_a_fix_that_restates_a_default_or_a_plausible_wrong_answer_is_not_quite(
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("exercise_id", [k for k in PLAUSIBLE if k not in FIXES])
 def test_a_plausible_wrong_answer_is_not_quite(exercise_id):
+    skip_where_torch_judges(exercise_id)
     for answer in PLAUSIBLE[exercise_id]:
         assert_not_quite(exercise_id, answer)
 

@@ -254,14 +254,17 @@ def test_ctrl_c_to_a_program_that_is_only_busy_says_it_runs_and_invents_no_wait(
     assert "where each thread waits" not in report, report
 
 
-@pytest.mark.parametrize("to", ["group", "process"])
+@pytest.mark.parametrize("to, method", [("group", None), ("process", None),
+                                        ("group", "forkserver")])
 def test_interrupting_a_record_block_reports_where_everyone_waits_then_ends_its_processes(
-        to, tmp_path):
+        to, method, tmp_path):
     # Jupyter's "interrupt" sends SIGINT to the kernel's process group: the block's child hears
-    # it too (`group`); `kill -INT` reaches the recording process only (`process`).
+    # it too (`group`); `kill -INT` reaches the recording process only (`process`). A child of
+    # the fork server (3.14's default) took no stacks at a Ctrl-C: the fork server ignores SIGINT
     directory = tmp_path / "trace"
     program = subprocess.Popen(
-        [sys.executable, os.path.join(PROGRAMS, "record_interrupted.py"), str(directory)],
+        [sys.executable, os.path.join(PROGRAMS, "record_interrupted.py"), str(directory),
+         *([method] if method else [])],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env(),
         start_new_session=True)
     try:
@@ -281,7 +284,7 @@ def test_interrupting_a_record_block_reports_where_everyone_waits_then_ends_its_
     assert err.index("mpviz: INTERRUPTED (Ctrl-C)") < err.rindex("Traceback")
     assert "(squarer):" in err and "(main):" in err
     assert "square_all (record_interrupted.py:15)" in err            # the worker's own line
-    assert "<module> (record_interrupted.py:25)" in err              # the cell's line
+    assert "<module> (record_interrupted.py:27)" in err              # the cell's line
     assert "on_interrupt" not in err                                 # not mpviz's handler
     # each waits on the other's queue (numbered in the order their waits began), which nobody
     # has put into
@@ -289,6 +292,11 @@ def test_interrupting_a_record_block_reports_where_everyone_waits_then_ends_its_
                        r"it yet -- someone must put into \2, and nobody has put into it yet", err)
     assert sorted(who for who, _ in waits) == ["main", "squarer"], err
     assert waits[0][1] != waits[1][1], err
+    # (a fork server -- 3.14's default -- leaves when it reads the end of the program's pipe to
+    # it, a moment after the program: a bounded poll)
+    deadline = time.monotonic() + 10
+    while _session_alive(program.pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
     assert len(children) == 1 and not _session_alive(program.pid)
     if to == "process":                  # the worker did not hear it: the block ended it
         assert "stopped 1 process(es) started in the block" in err
@@ -330,3 +338,14 @@ def test_a_program_killed_from_outside_is_said_to_be_killed_not_just_counted(tmp
     assert re.search(r"the program \(pid \d+\) was killed by a signal, SIGKILL \(9\), which mpviz "
                      r"did not send: exit status 137 \(kill -9 sends it", err), err
     assert "events from 1 process in" in err, err
+
+
+def test_the_fork_server_and_resource_tracker_are_named_where_each_thread_is(tmp_path):
+    # forkserver (3.14's default start method on Linux) starts two helpers that record nothing:
+    # the report listed their threads as "? (pid N)"
+    status, err = trace("forkserver_never_sent.py", directory=tmp_path)
+    assert status == HANG_STATUS, err
+    assert re.search(r"\n  Python's fork server \(pid \d+\), main thread: ", err), err
+    assert re.search(r"\n  Python's resource tracker \(pid \d+\), main thread: reads a pipe", err)
+    assert "? (pid" not in err, err
+    assert re.search(r"ForkServerProcess-1 \(pid \d+\), main thread: reads a (socket|pipe)", err)

@@ -85,8 +85,12 @@ def _other_python():
     """A Python of this version that another user can run, and the path where it finds
     numpy: this one if reachable (a venv under a private home is not), else the system's."""
     import site
-    # (a venv of Debian's Python 3.13 lists a .../local/lib/python3.13/dist-packages never made)
-    packages = [p for p in site.getsitepackages()
+    import sysconfig
+    # where this Python installs packages (sysconfig: a venv's lib/pythonX.Y/site-packages),
+    # and site's list, which names folders that need not exist (Debian's .../local/lib/...)
+    found = [sysconfig.get_path("purelib"), sysconfig.get_path("platlib"),
+             *site.getsitepackages()]
+    packages = [p for p in dict.fromkeys(found)
                 if os.path.isdir(p) and _reachable(os.path.join(p, "x"))]
     system = "/usr/bin/python{}.{}".format(*sys.version_info[:2])
     for python in (os.path.realpath(PY), system):

@@ -63,6 +63,36 @@ def _folder(path, owner=None):
     return path
 
 
+def _can_unshare_pids():
+    try:
+        return subprocess.run(["unshare", "--pid", "--fork", "--mount-proc", "true"],
+                              capture_output=True, timeout=30).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not _can_unshare_pids(),
+                    reason="needs root and unshare(1) to start a process in a pid namespace")
+def test_a_live_makers_folder_from_another_pid_namespace_is_kept():
+    # a container (or `unshare --pid`) sharing /tmp: its maker's pid (here 1 or 2) names
+    # another process, or none, in this namespace; judged by it, the live folder was removed
+    child = subprocess.Popen(["unshare", "--pid", "--fork", "--mount-proc", sys.executable, "-c",
+                              MAKER], stdout=subprocess.PIPE, text=True,
+                             env={**os.environ, "PYTHONPATH": ROOT}, start_new_session=True)
+    folder = ""
+    try:
+        folder = child.stdout.readline().strip()
+        assert os.path.isdir(folder), folder
+        assert folder not in _tempdirs.sweep()          # its maker runs, over there
+        assert os.path.isdir(folder)
+    finally:
+        os.killpg(child.pid, signal.SIGKILL)
+        child.wait()
+        child.stdout.close()
+        if folder:
+            _tempdirs.remove(folder)
+
+
 def test_the_sweep_leaves_symlinks_folders_without_owner_and_pid_reuse_with_other_start(tmp_path):
     dead = _dead_pid()
     stale = _folder(tmp_path / "mpviz-stale-1", dead)

@@ -115,6 +115,11 @@ _KINDS = [
 ]
 
 
+# Python 3.13's pickle says "Can't get local object 'f.<locals>.g'" (an AttributeError, no word
+# of pickling) where 3.11, 3.12 and 3.14 say "Can't pickle local object ..."
+_LOCAL_313 = "Can't get local object"
+
+
 def explain_pickling_error(exc, call):
     """`exc` (pickle's error) again, of the same type, its words kept and followed by what
     `call` ("q.put(obj)", "conn.send(obj)") was doing, why it failed and how to fix it; or
@@ -123,8 +128,11 @@ def explain_pickling_error(exc, call):
     if not isinstance(exc, pickle.PicklingError) and not (
             isinstance(exc, (TypeError, AttributeError)) and
             ("pickle" in words.lower())) and not (
+            isinstance(exc, AttributeError) and _LOCAL_313 in words) and not (
             isinstance(exc, RuntimeError) and "through inheritance" in words):
         return None
+    if "pickle" not in words.lower() and "through inheritance" not in words:
+        words = f"Can't pickle the object ({words})"   # (3.13's words never say pickle)
     said, fix = "pickle cannot carry it (or something it holds)", (
         "send plain data (numbers, str, lists, dicts, tensors) or objects of classes defined at "
         "the top level of a module")

@@ -235,6 +235,11 @@ def _prepare(data):
             _patch(locks.THREADING_PATCHES)
         how = "forkserver" if _role == "forkserver" else "spawn"   # forked by a fork server
         recorder.start(cfg["dir"], how, ppid=cfg.get("parent"))
+    if _role == "forkserver":
+        # The fork server ignores SIGINT, so its child forked with SIGINT ignored, and its fork
+        # hook took no Ctrl-C stacks (autostart.register_stacks); Python's handler is back now
+        from .autostart import register_stacks
+        register_stacks()
     _orig["prepare"](data)
 
 

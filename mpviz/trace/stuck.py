@@ -38,7 +38,7 @@ def headline(watchdog, nkilled):
     """The verdict's first lines: the kind of hang and what mpviz did."""
     t, stop = watchdog.stalled_for, (f"mpviz stopped {nkilled} process(es) with SIGKILL.")
     if watchdog.stuck_pids:
-        names = _names(watchdog.trace)
+        names = _names(watchdog.trace, watchdog)
         who = _and([_who(watchdog.trace, names, p) for p in watchdog.stuck_pids])
         it = "it" if len(watchdog.stuck_pids) == 1 else "each"
         return [f"mpviz trace: HANG: DEADLOCK -- {who} can never move: for {t:.1f} s every "
@@ -91,7 +91,7 @@ def threads_in_words(watchdog, stacks, chains=True):
     """Where each thread is (the stuck processes', or everyone's), chains, why, the fix.
     `chains` False (a Ctrl-C's report: nothing is judged stuck): where each thread is, only."""
     trace, seen, facts = watchdog.trace, watchdog.seen, watchdog.facts
-    names, tnames = _names(trace), _thread_names(trace)
+    names, tnames = _names(trace, watchdog), _thread_names(trace)
     pids = watchdog.stuck_pids or sorted({pid for pid, _ in seen})
     lines = ["Where each thread is (from /proc/PID/task/TID: its system call, how long it has "
              "waited there):"]
@@ -169,10 +169,13 @@ def _fd_words(view):
 
 # --- names ------------------------------------------------------------------------------------
 
-def _names(trace):
-    """``{pid: name}``: a DataLoader worker as "DataLoader worker N", others as labels() does."""
+def _names(trace, watchdog=None):
+    """``{pid: name}``: a DataLoader worker as "DataLoader worker N", others as labels() does,
+    and a process the trace does not know as the helper it is ("Python's fork server"), where
+    `watchdog` saw one."""
     from .watchdog import labels
-    names = labels(trace)
+    names = {pid: name for pid, name in (watchdog.helpers if watchdog else {}).items() if name}
+    names.update(labels(trace))
     for e in trace.of_kind("dataloader.worker"):
         if e.args.get("phase") == "start":
             names[e.pid] = f"DataLoader worker {e.args.get('worker_id')}"

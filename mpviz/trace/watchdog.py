@@ -97,6 +97,7 @@ class Watchdog:
         self.last_progress = time.monotonic()
         self.stalled_for = 0.0
         self.seen = {}                      # (pid, tid) -> _Seen
+        self.helpers = {}                   # pid -> "Python's fork server", or None: read once
         self.kind, self.stuck_pids, self.facts = None, [], None
         self.dist, self.judged_ns = False, None  # dist: judged by torch.distributed's events
         self._dist_looked = time.monotonic()
@@ -172,6 +173,8 @@ class Watchdog:
         for (pid, tid), s in self.seen.items():
             before.setdefault(pid, {})[tid] = s.view
         for pid in self.pids():
+            if pid not in self.helpers:       # (while it runs: a report may come after the kill)
+                self.helpers[pid] = helper_name(pid)
             for view in osview.threads(pid, before.get(pid)):
                 if view.tid not in ignore:
                     views[(pid, view.tid)] = view
@@ -783,12 +786,21 @@ def _in_forked_child():
         autostart.register_stacks()
 
 
+# the helpers a program's processes share, by a word of their command line
+HELPERS = ((b"resource_tracker", "Python's resource tracker"),
+           (b"forkserver", "Python's fork server"), (b"shm_manager", "mpviz's shm manager"))
+
+
+def helper_name(pid):
+    """"Python's fork server" (resource tracker, mpviz's shm manager) if process `pid` is one
+    by its command line, which the fork server's children share (a recorded process goes by
+    its trace's name first); None for any other process, or one gone."""
+    cmdline = _proc.cmdline(pid) or b""
+    return next((name for word, name in HELPERS if word in cmdline), None)
+
+
 def _shared_helper(pid):
-    cmdline = _proc.cmdline(pid)
-    if cmdline is None:
-        return False                       # gone: no helper left to spare
-    return any(word in cmdline for word in (b"resource_tracker", b"forkserver",
-                                            b"shm_manager"))
+    return helper_name(pid) is not None    # (gone: no helper left to spare)
 
 
 def descendants(root):

@@ -17,6 +17,8 @@ def square_all(tasks, results):
 
 
 if __name__ == "__main__":
+    if len(sys.argv) > 2:                    # the test's: a start method (3.14's default: forkserver)
+        mp.set_start_method(sys.argv[2])
     with record(sys.argv[1]) as trace:
         tasks, results = mp.Queue(), mp.Queue()
         worker = mp.Process(target=square_all, args=(tasks, results), name="squarer")

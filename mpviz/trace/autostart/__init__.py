@@ -136,6 +136,10 @@ def register_stacks():
         if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
             _interrupt_file = _open_own(os.path.join(directory,
                                                      f"{os.getpid()}{INTERRUPT_SUFFIX}"))
+            # A registration inherited from the process this one was forked from may have been
+            # replaced since (the fork server ignores SIGINT, and its children put Python's
+            # handler back): register() would then only change the file, not the handler
+            faulthandler.unregister(signal.SIGINT)
             faulthandler.register(signal.SIGINT, file=_interrupt_file[0], all_threads=True,
                                   chain=True)
     except (OSError, RuntimeError, ValueError) as exc:
