@@ -428,13 +428,14 @@ LAZY_IMPORTS = {
     ("mpviz.trace", "mpviz.trace.trace"):
         "the core's `from ..trace import recorder` keeps `import mpviz` cheap (see there)",
     ("mpviz.trace.autostart", "mpviz.trace.hooks"): "a fresh interpreter joins only if told to",
+    ("mpviz.trace.hooks", "mpviz.trace.autostart"): (
+        "only a fork server's child registers Ctrl-C stacks again (autostart imports hooks)"),
     ("mpviz.trace.autostart", "mpviz.trace.recorder"): "a fresh interpreter joins only if told to",
     ("mpviz.trace.autostart", "mpviz.trace.torch_hooks"): "only once the program imports torch",
     ("mpviz.trace.hooks", "mpviz.trace.internals"): "the interpreter's internals: checked once",
     ("mpviz.trace.internals", "mpviz.trace.hooks"):
         "hooks asks internals what is missing; internals reads hooks' saved originals",
     ("mpviz.trace.launcher", "mpviz.trace.stuck"): "only for a run that hangs",
-    ("mpviz.trace.launcher", "mpviz.trace.chrome"): "only when the run has ended: trace.json",
     ("mpviz.trace.launcher", "mpviz.trace.trace"): "only when reading the run back",
     ("mpviz.trace.launcher", "mpviz.trace.watchdog"): "only with a hang watchdog asked for",
     ("mpviz.trace.messages", "mpviz.trace.native"): "queue_hooks.c: only where the C Writer records",
