@@ -132,7 +132,8 @@ class Watch:
     """The processes of the other ranks, by rank: ``{rank: (pid, start time)}`` as each rank
     wrote them to the store when it joined (the start time tells a process from a later one
     given the same pid). ``fd(rank)``: a pidfd that becomes readable when it ends (None where
-    pidfds are missing: then only ``ended`` answers); ``ended(rank)``: it has ended."""
+    pidfds are missing: then only ``ended`` answers); ``ended(rank)``: it has ended (True),
+    it runs (False), or nobody can say (None: treated as "runs")."""
 
     def __init__(self, processes):
         self.processes, self.fds = dict(processes), {}
@@ -147,10 +148,23 @@ class Watch:
         return self.fds[rank]
 
     def ended(self, rank):
-        """True when rank's process is gone or a zombie (a pid's start time that differs: a
-        later process got its pid); False while it runs, or when it is unknown."""
+        """True when rank's process is known to have ended: gone, a zombie, or its pid now
+        another process's (a start time that differs); False while it runs; None when that is
+        unknown -- no pid in the store, or /proc cannot say (this process is out of
+        descriptors, say) while the pid is there: the wait goes on, to its timeout."""
         pid, start = self.processes.get(rank) or (None, None)
-        return pid is not None and _proc.start_time(pid) != start
+        if pid is None:
+            return None
+        st = _proc.stat(pid)
+        if st is not None:
+            return not _proc.alive(st) or st.start != start
+        try:
+            os.kill(pid, 0)                  # signal 0: no signal, only "is there such a pid?"
+        except ProcessLookupError:
+            return True                      # no process has that pid: it ended
+        except PermissionError:              # another user's process has it now: the
+            return True                      # rank (this user's: _check_peer) ended
+        return None                          # the pid is there: whose, /proc cannot say
 
     def close(self):
         for fd in self.fds.values():
