@@ -15,10 +15,14 @@ sees ``get_worker_info()`` (id, num_workers, seed, dataset) and is seeded as tor
 torch's makes: mpviz tensors of the samples' tensors, arrays and numbers, lists of their
 strings, dicts and lists of those; a ``collate_fn`` of your own replaces it. Batches travel
 pickled through a pipe: torch's go through shared memory (notebook 13, section 1). Adapted from
-torch's ``utils/data/dataloader.py``, ``_utils/worker.py`` and ``_utils/collate.py``; left out:
-samplers and shuffle,
-iterable datasets, pin_memory, timeout, persistent_workers, prefetch_factor (2 batches per
-worker in flight, torch's default), a non-fork start method.
+torch's ``utils/data/dataloader.py``, ``sampler.py``, ``_utils/worker.py`` and
+``_utils/collate.py``. Which samples, in what order: ``sampler=`` (any iterable of indices, as a
+DistributedSampler) or, with ``shuffle=True``, a new permutation each epoch (torch's
+RandomSampler: a seed drawn from the process's generator -- mpviz.manual_seed repeats it --
+then torch's randperm), else 0, 1, 2, ...; cut into batches of batch_size (torch's
+BatchSampler). Left out: batch_sampler, generator, iterable datasets, pin_memory, timeout,
+persistent_workers, prefetch_factor (2 batches per worker in flight, torch's default), a
+non-fork start method.
 """
 import multiprocessing
 import queue
@@ -30,8 +34,10 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from ... import random as _random
 from ...functions import from_numpy, stack
 from ...tensor import Tensor
+from .distributed import randperm
 
 POLL_SECONDS = 0.5          # how often the main process checks its workers while it waits
 
@@ -128,48 +134,72 @@ def _worker_loop(worker_id, dataset, index_queue, data_queue, num_workers, seed,
 
 
 class DataLoader:
-    """``DataLoader(dataset, batch_size=1, num_workers=0, collate_fn=None, drop_last=False,
-    worker_init_fn=None)``: iterate it for one epoch of batches, in order (new workers each
-    epoch, as torch without persistent_workers); drop_last leaves out a last, smaller batch."""
+    """``DataLoader(dataset, batch_size=1, shuffle=None, sampler=None, *, num_workers=0,
+    collate_fn=None, drop_last=False, worker_init_fn=None)``: iterate it for one epoch of
+    batches, in order (new workers each epoch, as torch without persistent_workers). The
+    samples: `sampler`'s indices, or a new random order each epoch with `shuffle`, else all in
+    order; drop_last leaves out a last, smaller batch."""
 
-    def __init__(self, dataset, batch_size=1, num_workers=0, collate_fn=None, drop_last=False,
-                 worker_init_fn=None):
+    def __init__(self, dataset, batch_size=1, shuffle=None, sampler=None, *, num_workers=0,
+                 collate_fn=None, drop_last=False, worker_init_fn=None):
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
             raise ValueError(f"batch_size={batch_size!r}: a DataLoader needs a positive whole "
                              f"number of samples per batch. Fix: e.g. batch_size=4")
         if isinstance(num_workers, bool) or not isinstance(num_workers, int) or num_workers < 0:
             raise ValueError(f"num_workers option should be non-negative; use num_workers=0 to "
                              f"disable multiprocessing (got {num_workers!r})")
+        shuffle = bool(shuffle)                    # torch: any true value shuffles
+        if sampler is not None and shuffle:        # torch's words, and its ValueError
+            raise ValueError("sampler option is mutually exclusive with shuffle")
+        if sampler is not None and not hasattr(sampler, "__iter__"):
+            raise TypeError(f"sampler={type(sampler).__name__}: a sampler is an iterable of "
+                            f"indices into the dataset. Fix: e.g. sampler=DistributedSampler("
+                            f"dataset), or sampler=[3, 1, 2]")
         self.dataset, self.batch_size = dataset, batch_size
+        self.shuffle, self.sampler = shuffle, sampler
         self.num_workers, self.worker_init_fn = num_workers, worker_init_fn
         self.collate_fn = default_collate if collate_fn is None else collate_fn
         self.drop_last = drop_last
 
-    def _batches(self):
+    def _indices(self):
+        """This epoch's indices, as torch's samplers give them: `sampler`'s, RandomSampler's (a
+        seed drawn anew each epoch, then randperm), or SequentialSampler's."""
+        if self.sampler is not None:
+            return list(self.sampler)
         n = len(self.dataset)
-        if self.drop_last:
-            n -= n % self.batch_size
-        return [list(range(i, min(i + self.batch_size, n))) for i in range(0, n, self.batch_size)]
+        if self.shuffle:
+            return randperm(n, int(_random.generator().integers(2 ** 32)))
+        return list(range(n))
+
+    def _batches(self, indices):
+        """`indices` in batches of batch_size (torch's BatchSampler); drop_last: whole ones."""
+        size = self.batch_size
+        batches = [indices[i:i + size] for i in range(0, len(indices), size)]
+        if self.drop_last and batches and len(batches[-1]) < size:
+            batches.pop()
+        return batches
 
     def __len__(self):
-        return len(self._batches())
+        n = len(self.sampler) if self.sampler is not None else len(self.dataset)
+        return n // self.batch_size if self.drop_last else -(-n // self.batch_size)
 
     def __iter__(self):
+        batches = self._batches(self._indices())
         if self.num_workers == 0:
-            for indices in self._batches():
+            for indices in batches:
                 yield self.collate_fn([self.dataset[i] for i in indices])
             return
-        yield from _Workers(self)
+        yield from _Workers(self, batches)
 
 
 class _Workers:
     """One epoch with workers: start them, hand out batches round robin, take them back in
     order, and shut them down however the epoch ends."""
 
-    def __init__(self, loader):
+    def __init__(self, loader, batches):
         ctx = multiprocessing.get_context("fork")
         base_seed = random.getrandbits(63)         # torch: drawn anew for every epoch
-        self.tasks = loader._batches()
+        self.tasks = batches
         self.data_queue = ctx.Queue()
         self.index_queues, self.workers = [], []
         for i in range(loader.num_workers):
