@@ -75,7 +75,8 @@ def runs(tmp_path_factory):
     held.listen()
     port = held.getsockname()[1]
     plan = {name: ([], _free_port()) for name in [*SAME, "uneven_batches.py",
-                                                  "grad_average_shards.py"]}
+                                                  "grad_average_shards.py",
+                                                  "relay_past_the_end.py"]}
     plan["ddp_demo_basic.py"] = ([], port)                 # MASTER_PORT in use
     plan["tcp_init_method.py"] = ([str(port)], _free_port())   # its tcp:// port in use
     started = {}
@@ -139,3 +140,17 @@ def test_a_port_in_use_gets_torchs_verdict_on_mpviz_too(runs):
     assert (f"could not open the rendezvous: port {port} (init_method tcp://127.0.0.1:{port}) "
             f"is already in use") in err, err
     assert "MASTER_PORT" not in err and "Fix: choose a free port (init_method=...)" in err
+
+
+@pytest.mark.timeout(SETUP_TIMEOUT)
+def test_a_rank_that_raised_an_mpviz_error_gets_one_fix_its_own(runs):
+    code, err = runs["relay_past_the_end.py"]
+    assert code == 1, err
+    verdict = err[err.index("mpviz trace: FAILED"):err.index("mpviz trace: ", err.index(
+        "mpviz trace: FAILED") + 1)]
+    assert (f"mpviz trace: FAILED {MPVIZ} -- rank 1 raised ValueError: send: invalid dst rank "
+            f"2: the group's ranks are [0, 1] before any collective (exit code 1), without "
+            f"calling all_reduce #1: rank 0 waited in all_reduce #1") in verdict, verdict
+    assert verdict.count("Fix") == 1, verdict        # (was two: the error's, then "read ...")
+    assert ("  Fix (rank 1's error says it; its traceback is above): dst= one of them (a "
+            "global rank); the others only waited for it.") in verdict, verdict

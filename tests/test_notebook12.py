@@ -174,3 +174,13 @@ def test_every_picture_the_text_reads_is_drawn_by_a_cell():
     shown = [c.strip().splitlines()[-1] for c in code]
     assert "viz.ring(ring_run.trace, inputs=dd.ring_input)" in shown
     assert "viz.timeline(disagree.trace)" in shown and "viz.timeline(slow.trace)" in shown
+
+
+def test_the_table_says_gloo_waits_only_for_calls_of_two_names():
+    # same name, other size: gloo gives one rank a wrong result and no error (the run of
+    # grad_average_shards.py in tests/test_trace_distributed.py shows it), it does not wait
+    (table,) = [c for c in _cells("markdown") if "## In one table" in c]
+    rows = [r for r in table.splitlines() if r.startswith("| ranks disagree")]
+    assert all("different collectives" in r for r in rows if "gloo: both wait" in r), rows
+    assert [r for r in rows if "one name" in r and "wrong result, no error" in r and
+            "Connection closed by peer" in r], rows

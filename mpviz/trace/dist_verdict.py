@@ -184,7 +184,7 @@ class Verdict:
         end = "" if p is None else f" (later it was killed by {p.signal})" if p.signal else \
             f" (exit code {p.exitcode})"
         if pid in self.r.raised:
-            return f"raised {self.r.raised[pid]}{after}{end}"
+            return f"raised {_own_fix(self.r.raised[pid])[0]}{after}{end}"
         if pid in self.r.destroyed:
             return f"called destroy_process_group(){after}" + (
                 f" and exited with code {p.exitcode}" if p is not None and not p.signal else end)
@@ -241,7 +241,8 @@ class Verdict:
                                  f"already in use (another program, or an earlier run that has "
                                  f"not ended, listens on it).")
                 said = "torch" if self.r.library == "torch.distributed" else self.r.library
-                self.lines = [f"  {said} said: {error}"] + self.waiting_lines(but=pid) + [
+                self.lines = [f"  {said} said: {_own_fix(error)[0]}"] + self.waiting_lines(
+                    but=pid) + [
                     f"  Fix: choose a free port ({where}), or end the program that "
                     f"holds {port.group(1)} (`ss -ltnp 'sport = :{port.group(1)}'` names it)."]
                 return True
@@ -280,7 +281,8 @@ class Verdict:
             if pid == but or (end is not None and not end.args.get("error")):
                 continue
             line = f"  {self.who(pid)} "
-            line += (f"raised in init_process_group: {end.args['error']}" if end is not None
+            line += (f"raised in init_process_group: {_own_fix(end.args['error'])[0]}"
+                     if end is not None
                      else "waits in init_process_group" if self.watchdog is not None
                      else "was still in init_process_group")
             ended = self.how_it_ended(pid)
@@ -471,8 +473,7 @@ class Verdict:
                               f"`if rank == 0:`: call it on every rank, and use its result on "
                               f"rank 0 only).")
         elif "deadlock" in kinds:
-            self.lines.append("  Fix: read the traceback of the rank that failed (above); "
-                              "the others only waited for it.")
+            self.lines.append(self.failed_fix(absent))
         elif "stalled" in kinds:
             self.lines.append("  When the slow rank gets there, the collective completes: "
                               "not a deadlock (if it never calls it -- a collective inside "
@@ -480,6 +481,18 @@ class Verdict:
                               "(its line above); give the ranks equal work; a longer "
                               "--hang-after waits for it.")
         return True
+
+    def failed_fix(self, failed):
+        """The Fix for ranks that waited for ranks `failed`, one of which raised: the fix its
+        own error gives, where it gives one (mpviz's errors do: quoted once, here)."""
+        for k in failed:
+            error = self.r.raised.get(self.r.pid_of.get(k))
+            fix = _own_fix(error)[1] if error else None
+            if fix:
+                return (f"  Fix (rank {k}'s error says it; its traceback is above): {fix}; "
+                        f"the others only waited for it.")
+        return "  Fix: read the traceback of the rank that failed (above); the others only " \
+               "waited for it."
 
     def elsewhere_call(self, pid, group):
         """" in broadcast #1 of group [1, 2]": the last collective of another group that rank
@@ -588,6 +601,14 @@ def _short(error):
     error = re.sub(r"\[/[^\]]*\] ", "", error)
     kind, _, text = error.partition(": ")
     return f"{kind}: {text.split('. ')[0]}" if text else error
+
+
+def _own_fix(error):
+    """(`error` up to its own "Why: ..." or "Fix: ...", its fix or None): an mpviz error says
+    how to fix it, and a verdict that quotes one says one Fix, not two."""
+    text, _, fix = error.partition(" Fix: ")
+    cut = text.split(" Why: ")[0].rstrip()
+    return cut.rstrip(".") if cut != error else error, fix.strip().rstrip(".") or None
 
 
 def _called(call):
