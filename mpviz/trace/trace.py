@@ -48,11 +48,12 @@ class Trace:
 
     def snapshot(self):
         """A copy of the events as they are now, to draw in another thread while this trace is
-        refreshed (``refresh()`` re-sorts ``events`` in place). The events are linked already:
-        the copy shares them and links nothing again (a new Trace would, all of them)."""
+        refreshed (``refresh()`` re-sorts ``events`` in place), with this trace's notes and
+        verdict. The events are linked already: the copy shares them and links nothing again
+        (a new Trace would, all of them)."""
         copy = Trace()
         copy.events = list(self.events)
-        copy._notes = self._file_notes()
+        copy._notes, copy.verdict = self._file_notes(), self.verdict
         return copy
 
     def subset(self, keep):
