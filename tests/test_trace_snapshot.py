@@ -4,27 +4,13 @@ draw snapshots; the timeline takes its first lanes from the verdict)."""
 import os
 import subprocess
 import sys
-import textwrap
 
 import pytest
 
 import mpviz.trace as mt
+from test_learner_words import JOIN_BEFORE_GET   # a parent joins a child that cannot end
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-JOIN_BEFORE_GET = textwrap.dedent("""
-    import multiprocessing as mp
-
-    def produce(q):
-        q.put(b"x" * (1 << 20))   # 1 MiB: the feeder thread blocks on the full pipe
-
-    if __name__ == "__main__":
-        q = mp.Queue()
-        p = mp.Process(target=produce, args=(q,))
-        p.start()
-        p.join()                  # waits for the child, which waits for someone to get
-        print(len(q.get()))
-""")
 
 
 @pytest.mark.timeout(120)

@@ -104,7 +104,13 @@ def draw(ax, trace, x, proc_row, t1, span, labels, used, max_labels, end_of, sai
                                    fontweight="bold" if bad else "normal", zorder=7,
                                    bbox=dict(boxstyle="square,pad=0.05", fc="white", ec="none",
                                              alpha=0.8)),
-                       -1 if bad else 1, _ABOVE)
+                       -1 if bad else 1, _FROM_START if bad else _ABOVE)
+
+
+# where a wait's words go ("all_reduce #2: waits for rank 1", anchored at the wait's start): to
+# the right of the start first, over the wait they name -- centred on the start, half of them
+# would lie over what came before (init_process_group's span)
+_FROM_START = ((0, 9, 1), (0, 17, 1), (0, -19, 1), (0, -11, 1), (0, 9), (0, 17))
 
 
 def spans(trace, end_of):

@@ -90,17 +90,20 @@ BIG_MESSAGE = 64 * 1024
 
 
 
-def legend(ax, keys, **kwargs):
-    """Draw a legend on `ax` with the plain-words meaning of each key in `keys` (see ``WORDS``)."""
+def legend(ax, keys, stuck_hatch=False, **kwargs):
+    """Draw a legend on `ax` with the plain-words meaning of each key in `keys` (see ``WORDS``).
+    `stuck_hatch`: the picture drew waits that are stuck for good hatched in crimson (the
+    timeline's lock waits): the "deadlock" swatch shows that hatch in its frame; else the frame
+    alone, as a stuck process's box and the wait-for graph's crimson outlines are drawn."""
     from matplotlib.patches import Patch
     handles = []
     for key in keys:
         if key == "waiting":
             handles.append(Patch(facecolor="white", edgecolor=COLORS[key], hatch="///",
                                  label=WORDS[key]))
-        elif key == "deadlock":          # as drawn: a crimson frame, stuck waits hatched in it
-            handles.append(Patch(facecolor="white", edgecolor=COLORS[key], hatch="///", lw=2,
-                                 label=WORDS[key]))
+        elif key == "deadlock":          # as drawn: a crimson frame (stuck waits hatched in it)
+            handles.append(Patch(facecolor="white", edgecolor=COLORS[key], lw=2,
+                                 hatch="///" if stuck_hatch else None, label=WORDS[key]))
         elif key == "collective_wait":
             handles.append(Patch(facecolor="white", edgecolor=COLORS[key], hatch="\\\\\\",
                                  label=WORDS[key]))

@@ -61,7 +61,7 @@ def timeline(trace, ax=None, at=None, title=None, max_arrows=300, max_labels=24,
     """
     ix = st._index(trace)
     whole, whole_ix = trace, ix       # time is judged on every process, drawn or not
-    trace, ix, left_out, deadlocks = _fewer_lanes(trace, ix)
+    trace, ix, left_out, deadlocks, thread_lanes = _fewer_lanes(trace, ix)
     fig = ax.figure if ax is not None else None
     if not trace.events:
         fig, ax = _new(fig, ax, 1, fast)
@@ -71,7 +71,7 @@ def timeline(trace, ax=None, at=None, title=None, max_arrows=300, max_labels=24,
     axis = _TimeAxis(whole, t0, t1, compress_idle)   # squeezed: where nothing at all was recorded
     if deadlocks is None:                         # (lanes were left out: judged again)
         deadlocks = st.deadlocks(trace)
-    lanes = _Lanes(ix, deadlocks, ax)
+    lanes = _Lanes(ix, deadlocks, thread_lanes, ax)
     owned = ax is None
     fig, ax = _new(fig, ax, len(lanes.rows), fast)
     pic = _Picture(ax, ix, axis, lanes, max_labels, fast)
@@ -98,12 +98,12 @@ class _Lanes:
     it a row per thread with a lane of its own, and under a stuck one the rows its STUCK
     explanation needs."""
 
-    def __init__(self, ix, deadlocks, ax):
+    def __init__(self, ix, deadlocks, thread_lanes, ax):
         procs = sorted((p for p in ix.procs.values() if p.pid not in ix.watchdogs),
                        key=lambda p: (p.ppid in ix.procs and p.ppid not in ix.watchdogs,
                                       p.start_ns))
         self.dead = {d.pid: d for d in deadlocks}
-        own_lane, self.folded = _thread_lanes(ix, deadlocks)
+        own_lane, self.folded = thread_lanes         # (_thread_lanes, by _fewer_lanes)
         self.rows, self.row_of, self.proc_row = [], {}, {}
         rows = self.rows
         for p in procs:
@@ -133,6 +133,7 @@ class _Picture:
         self.x, self.row, self.span = axis.x, lanes.row, axis.span
         self.t1, self.max_labels, self.fast = axis.t1, max_labels, fast   # t1: the axis' end
         self.used = set()        # the legend's keys
+        self.stuck_hatched = False   # stuck waits drawn hatched in crimson (the legend says so)
         self.said = []           # what was aggregated, how many of each: written under the lanes
         self.labels = _LabelLayout(ax)   # every label is placed at draw time, none over another
         # Dense things (event ticks, many lock waits or holds) are painted into one raster
@@ -166,7 +167,7 @@ class _Picture:
     def draw_lives(self):
         """Background bands, each process's life bar with how it ended, each thread's line."""
         ax, ix, x, labels, t1 = self.ax, self.ix, self.x, self.labels, self.t1
-        bars, bar_colors, threads = [], [], []
+        bars, bar_colors, threads, kills = [], [], [], []
         for r, (kind, obj) in enumerate(self.lanes.rows):
             if kind == "process":
                 p = obj
@@ -176,6 +177,8 @@ class _Picture:
                 bars.append(Rectangle((x(p.start_ns), r - 0.22),
                                       max(x(end) - x(p.start_ns), 1e-9), 0.44))
                 bar_colors.append(COLORS[key])
+                if key == "signal" and p.exit_ns is not None:
+                    kills.append(((x(end), r - 0.3), (x(end), r + 0.3)))
                 # (never clipped: "SIGTERM" cut to "SIGTER" at the axes' edge would be a lie;
                 # MIN_PX right of the end: past a last wait drawn MIN_PX wide there)
                 if not self.fast:
@@ -196,6 +199,9 @@ class _Picture:
                                                        gid="lives")),
                      [(b.get_x(), b.get_x() + b.get_width(), b.get_y(), b.get_height())
                       for b in bars])
+        if kills:                # where it was killed: over the waits that hide its bar
+            ax.add_collection(LineCollection(kills, colors=COLORS["signal"], linewidths=3.0,
+                                             zorder=6, gid="kills"))
         if threads:              # a thread's line, from its first event to its end
             labels.widen(ax.add_collection(LineCollection(
                 [((a, y), (b, y)) for a, b, y, _ in threads], colors="#999999", linewidths=1.0,
@@ -216,6 +222,7 @@ class _Picture:
             color = COLORS["deadlock"] if stuck else COLORS["waiting"]
             merged = _merge(spans, 2 * span / _BINS)
             if len(merged) <= 60:
+                self.stuck_hatched |= stuck
                 boxes = [(a, b, r - 0.3, 0.6) for a, b in merged]
                 self.labels.widen(ax.add_collection(PatchCollection(
                     _rects(boxes), facecolors="white", edgecolors=color, hatch="///",
@@ -575,7 +582,7 @@ class _Picture:
         note = _wrap(" · ".join(said), 160) if said else ""
         if not self.fast:
             keys = [k for k in _LEGEND_ORDER if k in self.used]
-            _legend_below(ax, keys, bool(self.axis.gaps), note)
+            _legend_below(ax, keys, bool(self.axis.gaps), note, self.stuck_hatched)
             if owned:                  # room for the legend's rows, the lanes keep their height
                 fig.set_figheight(fig.get_figheight() + 0.2 * _legend_rows(keys) + 0.2 +
                                   0.15 * (note.count("\n") + 1 if note else 0))
@@ -926,7 +933,7 @@ def _legend_rows(keys):
     return math.ceil(len(keys) / 2)
 
 
-def _legend_below(ax, keys, gaps, note=""):
+def _legend_below(ax, keys, gaps, note="", stuck_hatch=False):
     """The legend in two columns under the time axis: the lanes get the figure's width (a
     notebook is about 1000 pixels wide). `note`: what was aggregated, written between the
     axis' name and the legend."""
@@ -943,7 +950,8 @@ def _legend_below(ax, keys, gaps, note=""):
     where = blended_transform_factory(
         offset_copy(ax.figure.transSubfigure, fig=ax.figure, x=4, units="points"),
         offset_copy(ax.transAxes, fig=ax.figure, y=-below, units="points"))
-    legend(ax, keys, loc="upper left", bbox_to_anchor=(0.0, 0.0), bbox_transform=where,
+    legend(ax, keys, stuck_hatch, loc="upper left", bbox_to_anchor=(0.0, 0.0),
+           bbox_transform=where,
            ncols=2, fontsize=7.5, columnspacing=1.5, handlelength=1.6)
 
 
@@ -954,7 +962,9 @@ MAX_PROCESS_LANES = 40   # more lanes (threads' too): the telling processes, the
 
 def _fewer_lanes(trace, ix):
     """`trace` with at most MAX_PROCESS_LANES processes, its index, in words what was left
-    out (None: nothing), and its ``st.deadlocks`` (None where lanes were left out). A program that starts a thousand workers would get a picture metres tall
+    out (None: nothing), its ``st.deadlocks`` (None where lanes were left out), and its
+    ``_thread_lanes`` (judged once, on the whole trace: of a process kept, its threads keep
+    the lanes they had). A program that starts a thousand workers would get a picture metres tall
     that takes minutes to draw, in which nobody finds the one that failed. So every process that
     tells something is kept -- stuck, killed, failed, still running, or started by nobody
     recorded (the program's own) -- and then the first to start, up to the limit; the others'
@@ -962,10 +972,11 @@ def _fewer_lanes(trace, ix):
     procs = [p for p in ix.procs.values() if p.pid not in ix.watchdogs]
     deadlocks = st.deadlocks(trace)
     lanes = defaultdict(lambda: 1)                 # pid -> its lanes: its own and its threads'
-    for pid, _ in _thread_lanes(ix, deadlocks)[0]:
+    own, folded = _thread_lanes(ix, deadlocks)
+    for pid, _ in own:
         lanes[pid] += 1
     if sum(lanes[p.pid] for p in procs) <= MAX_PROCESS_LANES:
-        return trace, ix, None, deadlocks
+        return trace, ix, None, deadlocks, (own, folded)
     stuck = {d.pid for d in deadlocks}
 
     def telling(p):
@@ -992,7 +1003,8 @@ def _fewer_lanes(trace, ix):
              f"unended, and the program's own; then the first to start); {len(hidden)} more "
              f"left out with their messages ({how}). All are in the trace: viz.summary, or "
              f"Perfetto (trace.to_chrome(path))")
-    return shown, st._index(shown), _wrap(words, 110), None
+    kept = ({w for w in own if w[0] in keep}, {w for w in folded if w[0] in keep})
+    return shown, st._index(shown), _wrap(words, 110), None, kept
 
 
 # Threads that multiprocessing and torch start for their own work: a Pool's three handlers, a
