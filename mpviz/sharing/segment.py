@@ -31,7 +31,6 @@ from . import allocator
 from .mapping import map_shared, write_into
 
 HEADER = 64  # bytes before the data: the count, padded to a cache line
-FALLOCATE_WRITTEN = False  # True: fallocate a segment before writing it too (the way before; a benchmark's row)
 COUNT = struct.Struct("=q")
 
 
@@ -128,7 +127,7 @@ def reserve(fd, size, strategy, written=False):
     /dev/shm makes the write fail with the same ENOSPC: allocating them first would walk all
     the pages twice (fallocate, then the write looking each one up again)."""
     os.ftruncate(fd, size)
-    if written and not FALLOCATE_WRITTEN:
+    if written:
         return
     try:
         os.posix_fallocate(fd, 0, size)
