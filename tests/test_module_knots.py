@@ -24,8 +24,8 @@ ONE_WAY = [
     ("mpviz.cuda.backends", "mpviz.cuda.ipc"),
     ("mpviz.cuda.backends", "mpviz.cuda.storage"),
     ("mpviz.trace.native", "mpviz.trace.recorder"),   # the recorder connects writer.c to itself
-    ("mpviz._native", "mpviz.trace"),                 # the build helper knows nothing it builds
-    ("mpviz._native", "mpviz.sharing"),
+    ("mpviz._speedups", "mpviz.trace"),               # the build helper knows nothing it builds
+    ("mpviz._speedups", "mpviz.sharing"),
     ("mpviz.scenarios.cli", "mpviz.cli"),             # cli.py's table names scenarios/cli.py
     ("mpviz._proc", "mpviz"),                         # a leaf: the shm daemon loads it alone
     ("mpviz.trace.watchdog", "mpviz.scenarios.runner._stat"),   # /proc is read through _proc
@@ -414,7 +414,7 @@ LAZY_IMPORTS = {
     ("mpviz.scenarios.small_shm", "mpviz.trace.autostart"): _RECORDER_ONLY,
     ("mpviz.scenarios.small_shm", "mpviz.trace.recorder"): _RECORDER_ONLY,
     ("mpviz.scenarios.spawn_error", "mpviz.multiprocessing"): _DRIVEN,
-    ("mpviz.sharing.segment", "mpviz._native"): "builds atomic.c: at the first mapping, not import",
+    ("mpviz.sharing.segment", "mpviz._speedups"): "builds atomic.c: at the first mapping, not import",
     ("mpviz.stepper._driver", "mpviz.scenarios._common"):
         "a script: its imports wait until it has set up sys.path and the gate",
     ("mpviz.stepper._driver", "mpviz.scenarios.puzzles"):
