@@ -7,7 +7,6 @@ writes the same bytes). ``load()`` is called when a process starts recording
 says, in words, why the C Writer is not used. This module does not know the recorder: the
 recorder asks it for the module, and connects that module's hooks to itself.
 """
-import os
 import sysconfig
 
 from .._speedups import build, source
