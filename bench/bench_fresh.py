@@ -24,9 +24,9 @@ of this machine falls on all of them alike; the numbers are medians over every t
 
 * ``mpviz <strategy>``: today's code (write, the write allocating the pages).
 * ``mpviz <strategy>, fallocate + write``: the same code with ``posix_fallocate`` before the
-  write (``segment.FALLOCATE_WRITTEN = True``), the way before.
-* ``mpviz <strategy>, populate + copy``: the same code filling by map, populate, copy
-  (``mapping.WRITE_FILL = False``), the way before that.
+  write, the way before (the bench patches each strategy's ``reserve``: :func:`patch_the_way`).
+* ``mpviz <strategy>, populate + copy``: the same code filling by map, populate, copy, the way
+  before that (the bench patches ``sharing.allocate``). mpviz itself keeps no switch for either.
 * ``torch <strategy>``: ``torch.multiprocessing``'s Queue, the same round trip.
 * ``ways``: in one process, the ways of making a new shared segment and getting the bytes in,
   under both strategies (an unlinked ``shm_open`` object; a named ``/dev/shm/mpviz_bench_*``),
@@ -74,9 +74,7 @@ def drive(name):
         handoff.CONTENDERS[name] = (library, "fork", strategy, 0)   # cache off: the default
         driver = handoff.Driver(name)
         if library == "mpviz":
-            from mpviz.sharing import mapping, segment
-            mapping.WRITE_FILL = fill != "populate + copy"
-            segment.FALLOCATE_WRITTEN = fill == "fallocate + write"
+            patch_the_way(fill)
 
     def answer(words):
         if words[0] == "rt":
@@ -84,6 +82,29 @@ def drive(name):
         return ways(int(words[1]))
 
     handoff.serve(driver, answer)
+
+
+def patch_the_way(fill):
+    """Make this process's mpviz fill a new segment the way `fill` names: "write" is mpviz as it
+    is; the others are the ways before, put back by patching the functions they changed."""
+    from mpviz import sharing
+    from mpviz.sharing import file_descriptor, file_system, segment
+    if fill == "fallocate + write":          # reserve every page first, then write as today
+        def reserve(fd, size, strategy, written=False):
+            return segment.reserve(fd, size, strategy)      # (written=False: posix_fallocate)
+        file_descriptor.reserve = file_system.reserve = reserve
+    elif fill == "populate + copy":          # a mapped, populated segment, then a copy into it
+        allocate = sharing.allocate
+
+        def allocate_then_copy(nbytes, strategy, data=None):
+            new = allocate(nbytes, strategy)
+            if data is not None:
+                new.array[...] = data
+            return new
+        sharing.allocate = allocate_then_copy
+    elif fill != "write":
+        raise ValueError(f"no way to fill a segment called {fill!r}; expected one of "
+                         f"{sorted({c[2] for c in CONTENDERS.values() if c[2]})}")
 
 
 # -- memcpy, torch, and the ways of filling a new segment ---------------------------------------

@@ -128,6 +128,11 @@ class Storage:
         self.version += 1
         return self
 
+    def __init_subclass__(cls, **kwargs):
+        # Subclasses (CudaStorage) are sent as a Storage is: reductions.reduce_storage decides.
+        super().__init_subclass__(**kwargs)
+        send_as_base(cls, Storage)
+
     # -- copies ---------------------------------------------------------------------------------
 
     def clone(self):
@@ -148,15 +153,23 @@ def _storage_from_bytes(data):
     return Storage(_data=np.frombuffer(bytearray(data), dtype=np.uint8))
 
 
-def _reduce_storage(storage):
-    # Until mpviz.multiprocessing.reductions is imported (its import registers the real reducer
-    # in this one's place), this one imports it: a storage sent by the stdlib's multiprocessing
-    # from a program that never imported mpviz.multiprocessing still travels as a handle.
-    from .multiprocessing import reductions
-    return reductions.reduce_storage(storage)
+def reduce_on_first_send(obj):
+    """The reducer of a Storage or Tensor pickled by multiprocessing before
+    mpviz.multiprocessing.reductions is loaded (a program that sends tensors through the
+    stdlib's Queue, Pipe or Process arguments, and never imported mpviz.multiprocessing).
+    Importing reductions runs its ``init_reductions()``, the one place mpviz's reducers are
+    registered, in this one's place, for every class: so this runs once per process at most."""
+    from .multiprocessing import reductions  # noqa: F401  (importing it registers them all)
+    return ForkingPickler._extra_reducers[type(obj)](obj)
 
 
-ForkingPickler.register(Storage, _reduce_storage)
+def send_as_base(cls, base):
+    """Make multiprocessing's pickler send instances of `cls`, a subclass of `base`, as it sends
+    a `base` (it looks reducers up by exact type): called by the classes' ``__init_subclass__``."""
+    ForkingPickler.register(cls, ForkingPickler._extra_reducers[base])
+
+
+ForkingPickler.register(Storage, reduce_on_first_send)
 # Every ForkingPickler pickling becomes a scope that gives back what its handles took if it fails
 # half-way (a Pipe's send((t, lambda: 0)), say): installed now, before any storage can be sent.
 sharing.handles.install()

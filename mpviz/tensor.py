@@ -19,7 +19,7 @@ from multiprocessing.reduction import ForkingPickler
 import numpy as np
 
 from . import random
-from .storage import Storage
+from .storage import Storage, reduce_on_first_send, send_as_base
 
 float16, float32, float64 = np.dtype("float16"), np.dtype("float32"), np.dtype("float64")
 int8, int16, int32, int64 = np.dtype("int8"), np.dtype("int16"), np.dtype("int32"), np.dtype("int64")
@@ -66,11 +66,9 @@ class Tensor:
         self._view_cache = None        # (storage.version, ndarray)
 
     def __init_subclass__(cls, **kwargs):
-        # Subclasses (nn.Parameter, ...) cross processes as handles too: multiprocessing's pickler
-        # looks reducers up by exact type.
+        # Subclasses (nn.Parameter, ...) cross processes as handles too, sent as a Tensor is.
         super().__init_subclass__(**kwargs)
-        from .multiprocessing.reductions import register_tensor_class
-        register_tensor_class(cls)
+        send_as_base(cls, Tensor)
 
     def __getstate__(self):
         # Plain pickle (not multiprocessing's): copy the bytes, drop the cached view and the graph.
@@ -602,11 +600,6 @@ def _shape_args(shape):
     return tuple(int(s) for s in shape)
 
 
-def _reduce_tensor(tensor):
-    # As storage._reduce_storage: the real reducer is in mpviz.multiprocessing.reductions, loaded
-    # by the first tensor sent (importing it registers it in this one's place).
-    from .multiprocessing import reductions
-    return reductions.reduce_tensor(tensor)
-
-
-ForkingPickler.register(Tensor, _reduce_tensor)
+# Until mpviz.multiprocessing.reductions registers the real reducer (see there), the first tensor
+# multiprocessing pickles loads it.
+ForkingPickler.register(Tensor, reduce_on_first_send)

@@ -145,7 +145,7 @@ def emitted_in_c():
     write_event/write_queue_event (the kinds its Taps write come from Python: see above)."""
     c = ""
     for name in ("writer.c", "queue_hooks.c"):        # (writer.c includes queue_hooks.c)
-        with open(os.path.join(PACKAGE, "trace", name)) as f:
+        with open(os.path.join(PACKAGE, "_speedups", name)) as f:
             c += f.read()
     words = re.findall(r'"([^"]*)"', re.search(r"words\[\] = \{(.*?)\};", c, re.S).group(1))
     targets = re.findall(r"&(\w+)", re.search(r"interned\[\] = \{(.*?)\};", c, re.S).group(1))
@@ -159,7 +159,7 @@ def emitted_in_c():
 def test_every_emitted_kind_is_in_the_table():
     kinds, where = emitted_in_python()
     missing = {k: where[k] for k in kinds if k not in events.KINDS}
-    missing.update({k: ["trace/writer.c"] for k in emitted_in_c() if k not in events.KINDS})
+    missing.update({k: ["_speedups/writer.c"] for k in emitted_in_c() if k not in events.KINDS})
     assert not missing, (f"emitted but not in mpviz/trace/events.py's KINDS: {missing}. Fix: "
                          f"add a row (its args, who emits it)")
 

@@ -89,7 +89,7 @@ def test_a_new_segment_is_mapped_before_the_copy(strategy, nbytes, monkeypatch):
 @needs_populate
 def test_without_the_populate_call_the_pages_come_in_only_when_written(strategy, monkeypatch):
     # the control: the same segment made the old way has no page mapped until the copy
-    monkeypatch.setattr(mapping, "PREFAULT", False)
+    monkeypatch.setattr(mapping, "prefault", lambda ptr, size: False)   # no populate call
     segment = sharing.allocate(1 << 20, strategy)
     start_of_map = segment.array.ctypes.data - (segment.array.ctypes.data % 4096)
     assert _rss_kib(start_of_map) <= 8               # the 64-byte header's page, at most

@@ -24,11 +24,14 @@ ONE_WAY = [
     ("mpviz.cuda.backends", "mpviz.cuda.ipc"),
     ("mpviz.cuda.backends", "mpviz.cuda.storage"),
     ("mpviz.trace.native", "mpviz.trace.recorder"),   # the recorder connects writer.c to itself
-    ("mpviz._native", "mpviz.trace"),                 # the build helper knows nothing it builds
-    ("mpviz._native", "mpviz.sharing"),
+    ("mpviz._speedups", "mpviz.trace"),               # the build helper knows nothing it builds
+    ("mpviz._speedups", "mpviz.sharing"),
     ("mpviz.scenarios.cli", "mpviz.cli"),             # cli.py's table names scenarios/cli.py
     ("mpviz._proc", "mpviz"),                         # a leaf: the shm daemon loads it alone
     ("mpviz.trace.watchdog", "mpviz.scenarios.runner._stat"),   # /proc is read through _proc
+    ("mpviz.tensor", "mpviz.multiprocessing"),        # reducers: registered by reductions alone
+    ("mpviz.cuda", "mpviz.multiprocessing"),
+    ("mpviz.autograd", "mpviz.multiprocessing"),
 ]
 
 
@@ -293,10 +296,9 @@ LAZY_BACK_EDGES = {
     ("mpviz.viz.collectives", "mpviz.viz.timeline"):
         "timeline draws collectives on its lanes; they borrow its box helpers when drawn",
     ("mpviz.storage", "mpviz.multiprocessing.reductions"):
-        "reductions builds on storage; a storage pickled by the stdlib asks it for its handle",
+        "reductions registers every reducer (init_reductions) and builds on storage: a Storage or "
+        "Tensor pickled by the stdlib before it is loaded loads it (reduce_on_first_send)",
     ("mpviz.tensor", "mpviz.autograd"): "autograd builds Tensors itself",
-    ("mpviz.tensor", "mpviz.multiprocessing.reductions"):
-        "reductions rebuilds Tensors; a Tensor subclass registers its reducer when defined",
     ("mpviz.tensor", "mpviz.cuda"): "cuda wraps Tensors; only a device other than cpu needs it",
     ("mpviz.trace.messages", "mpviz.trace.hooks"):
         "hooks installs messages' wrappers; messages borrows hooks' _patch for mpviz's Queue",
@@ -414,7 +416,7 @@ LAZY_IMPORTS = {
     ("mpviz.scenarios.small_shm", "mpviz.trace.autostart"): _RECORDER_ONLY,
     ("mpviz.scenarios.small_shm", "mpviz.trace.recorder"): _RECORDER_ONLY,
     ("mpviz.scenarios.spawn_error", "mpviz.multiprocessing"): _DRIVEN,
-    ("mpviz.sharing.segment", "mpviz._native"): "builds atomic.c: at the first mapping, not import",
+    ("mpviz.sharing.segment", "mpviz._speedups"): "builds atomic.c: at the first mapping, not import",
     ("mpviz.stepper._driver", "mpviz.scenarios._common"):
         "a script: its imports wait until it has set up sys.path and the gate",
     ("mpviz.stepper._driver", "mpviz.scenarios.puzzles"):

@@ -218,3 +218,24 @@ def test_the_mark_tour_is_the_path_a_real_mark_takes_to_its_tick(monkeypatch, tm
     assert not wrong, ("docs/TOUR.md's 'mark(\"x\") → the picture' is not the way a mark goes:"
                        "\n  " + "\n  ".join(wrong) + "\nFix: name the functions it goes "
                        "through now")
+
+
+# --- the C accelerators: each beside the Python it mirrors -------------------------------------
+
+def test_every_c_accelerator_names_the_python_it_mirrors_and_the_test_that_compares_them():
+    # mpviz/_speedups holds every C file of mpviz, and its TWINS table says, for each, which
+    # Python function is the reference and which test runs both: a C file added without its
+    # twin, or a twin or test renamed, fails here.
+    from mpviz import _speedups
+    c_files = sorted(p.relative_to(ROOT / "mpviz").as_posix() for p in (ROOT / "mpviz").rglob("*.c"))
+    assert c_files == sorted(f"_speedups/{name}" for name in _speedups.TWINS), (
+        f"C files in mpviz: {c_files}; _speedups.TWINS names {sorted(_speedups.TWINS)}. Fix: keep "
+        f"every C file in mpviz/_speedups/ with its row in TWINS")
+    wrong = []
+    for name, pair in _speedups.TWINS.items():
+        assert os.path.isfile(_speedups.source(name))
+        for where in pair:
+            path, function = where.split(":")
+            if not (ROOT / path).is_file() or not defined(ROOT / path, function):
+                wrong.append(f"{name}: {where} is not there")
+    assert not wrong, "\n".join(wrong) + "\nFix: point TWINS at where the twin and test are now"

@@ -15,6 +15,7 @@ import threading
 import pytest
 
 import mpviz.trace as mt
+from mpviz import _speedups
 from mpviz.trace import native, recorder
 from mpviz.trace import reader as reader_module
 from mpviz.trace.reader import LogReader
@@ -535,7 +536,7 @@ def test_a_ctrl_c_while_a_chunk_is_mapped_stops_the_program_not_just_its_recordi
 def test_in_ci_the_c_writer_builds_where_there_is_a_compiler():
     # Where writer.c cannot be built, the C half of the recorder tests skips, and a CI run would
     # pass without it. With a compiler here, a failed build is a bug to see, not a skip.
-    if native._compiler() is None:
+    if _speedups._compiler() is None:
         pytest.skip("no C compiler on this machine: the Python Writer records")
     assert native.load() is not None, f"writer.c did not build: {native.problem}"
 

@@ -26,7 +26,6 @@ Left out: streams and the caching allocator (each storage is one block), memory 
 """
 import os
 import sys
-from multiprocessing.reduction import ForkingPickler
 
 import numpy as np
 
@@ -166,15 +165,6 @@ def rebuild_cuda_tensor(cls, handle, offset, shape, strides, dtype, requires_gra
     Tensor.__init__(tensor, storage, offset, shape, strides, dtype, requires_grad)
     tensor.grad = grad
     return tensor
-
-
-def _refuse_storage(storage):
-    raise RuntimeError("Cannot pickle CUDA storage; try pickling a CUDA tensor instead "
-                       "(mpviz: a tensor travels as a counted CUDA IPC handle; a bare storage "
-                       "would not be counted. Fix: send the tensor that views it.)")
-
-
-ForkingPickler.register(CudaStorage, _refuse_storage)
 
 
 # -- collecting and looking --------------------------------------------------------------------------

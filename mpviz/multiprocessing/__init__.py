@@ -41,6 +41,6 @@ get_context = _default.get_context
 get_start_method = _default.get_start_method
 set_start_method = _default.set_start_method
 
-# Tensors and storages travel as handles through multiprocessing's pickler: mpviz/tensor.py and
-# storage.py register stand-ins that import .reductions (NumPy and all) when the first one is sent,
-# so that spawned children which never send a tensor start without NumPy.
+# Tensors and storages travel as handles through multiprocessing's pickler: .reductions registers
+# the reducers (init_reductions), loaded by the first tensor sent (storage.reduce_on_first_send),
+# not here, so that spawned children which never send a tensor start without NumPy.

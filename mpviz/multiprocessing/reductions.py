@@ -167,7 +167,9 @@ def storage_handle(storage, channel=None):
     handle also writes which queue pipe carries it (``channel``; ``None`` for a ``Pipe``,
     ``SimpleQueue``, ``Pool``, a Process argument), for the shm manager."""
     if storage.device != "cpu":
-        raise RuntimeError("Cannot pickle CUDA storage; try pickling a CUDA tensor instead")
+        raise RuntimeError("Cannot pickle CUDA storage; try pickling a CUDA tensor instead "
+                           "(mpviz: a tensor travels as a counted CUDA IPC handle; a bare storage "
+                           "would not be counted. Fix: send the tensor that views it.)")
     segment = storage.share_memory_()._segment  # a private one moves into shared memory, in place
     cache.put(segment.key, storage)  # so that it comes back to us as itself
     if recorder.ENABLED:
@@ -237,17 +239,21 @@ _REBUILD = {"tensor": rebuild_tensor, "storage_fd": rebuild_storage_fd,
 
 
 def init_reductions():
-    """Teach multiprocessing's pickler to send tensors and storages as handles (done on import;
-    until then, the stand-ins that storage.py and tensor.py register import this module).
+    """Teach multiprocessing's pickler to send tensors and storages as handles: the one place
+    mpviz registers its reducers (as torch's ``init_reductions``). Run when this module is
+    imported; until then, storage.py's ``reduce_on_first_send`` stands in and imports it.
 
-    Plain ``pickle.dumps`` does not use these reducers and copies the bytes, as in torch."""
-    ForkingPickler.register(Storage, reduce_storage)
-    ForkingPickler.register(Tensor, reduce_tensor)
-
-
-def register_tensor_class(cls):
-    """Send instances of a Tensor subclass (e.g. nn.Parameter) as handles too."""
-    ForkingPickler.register(cls, reduce_tensor)
+    Every class defined so far: Storage and its subclasses (CudaStorage: refused in
+    ``storage_handle``), Tensor and its subclasses (nn.Parameter; a CUDA tensor goes to
+    mpviz.cuda in ``reduce_tensor``). A subclass defined later is sent as its base is
+    (``storage.send_as_base``). Plain ``pickle.dumps`` does not use these reducers and copies
+    the bytes, as in torch."""
+    for base, reducer in ((Storage, reduce_storage), (Tensor, reduce_tensor)):
+        todo = [base]
+        while todo:
+            cls = todo.pop()
+            ForkingPickler.register(cls, reducer)
+            todo += cls.__subclasses__()
 
 
 init_reductions()

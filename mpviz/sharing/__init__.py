@@ -48,7 +48,7 @@ def _check_environment(env):
 _check_environment(os.environ)
 _strategy = os.environ.get(_ENV) or _ALL[0]
 
-from . import allocator, file_descriptor, file_system, handles, mapping, shm_manager  # noqa: E402 (after the check above)
+from . import allocator, file_descriptor, file_system, handles, shm_manager  # noqa: E402 (after the check above)
 
 _MODULES = {"file_descriptor": file_descriptor, "file_system": file_system}
 
@@ -109,7 +109,7 @@ def allocate(nbytes, strategy, data=None):
     if data is not None and data.shape != (nbytes,):
         raise ValueError(f"data holds {data.nbytes} bytes in shape {data.shape}, the segment "
                          f"{nbytes}: they must match. Fix: pass the storage's own flat uint8 bytes.")
-    if data is not None and not (data.flags.c_contiguous and mapping.WRITE_FILL):
+    if data is not None and not data.flags.c_contiguous:
         segment = allocate(nbytes, strategy)   # write(2) wants one run of bytes: copy instead
         segment.array[...] = data
         return segment

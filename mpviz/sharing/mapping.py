@@ -39,8 +39,6 @@ _MAP_FAILED = ctypes.c_void_p(-1).value
 
 MADV_POPULATE_WRITE = 23  # from <linux/mman.h>, Linux 5.14 and later
 POPULATE_FROM = 64 << 10  # below this a segment is a few pages: faulting them costs less than a call
-PREFAULT = True           # False: let the copy fault pages one by one (a benchmark's row)
-WRITE_FILL = True         # False: fill a new segment by map, populate, copy (a benchmark's row)
 _populate_works = None    # None: not tried yet in this process; then True or False
 
 
@@ -59,7 +57,7 @@ def map_shared(fd, size, populate=False, unmap_at_exit=True):
         raise OSError(err, f"mmap of {size} bytes failed: {os.strerror(err)}")
     buf = (ctypes.c_char * size).from_address(ptr)
     weakref.finalize(buf, _libc.munmap, ptr, size).atexit = unmap_at_exit
-    if populate and PREFAULT and size >= POPULATE_FROM:
+    if populate and size >= POPULATE_FROM:
         prefault(ptr, size)
     return buf
 

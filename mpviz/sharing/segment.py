@@ -31,7 +31,6 @@ from . import allocator
 from .mapping import map_shared, write_into
 
 HEADER = 64  # bytes before the data: the count, padded to a cache line
-FALLOCATE_WRITTEN = False  # True: fallocate a segment before writing it too (the way before; a benchmark's row)
 COUNT = struct.Struct("=q")
 
 
@@ -62,14 +61,14 @@ def _choose_atomic_add():
 def choose_atomic_add(which=None):
     """The fastest atomic add this machine has (or the one named by `which`, for tests):
 
-    1. "C": atomic.c, compiled on first use (~50 ns a call; see mpviz/_native.py);
+    1. "C": mpviz/_speedups/atomic.c, compiled on first use (~50 ns a call; see there);
     2. "ctypes": libatomic's ``__atomic_fetch_add_8`` through ctypes (~1.5 µs a call: ctypes
        converts its arguments at run time);
     3. none: a function that returns None, and the callers lock with ``fcntl``.
     """
     if which in (None, "C"):
-        from .. import _native as native
-        module, problem = native.build(_ATOMIC_C, "mpviz.sharing._atomic")
+        from .. import _speedups
+        module, problem = _speedups.build(_speedups.source("atomic.c"), "mpviz._speedups._atomic")
         if module is not None:
             return module.add
         if which == "C":
@@ -84,9 +83,6 @@ def choose_atomic_add(which=None):
         def add(buf, delta):
             return None
     return add
-
-
-_ATOMIC_C = os.path.join(os.path.dirname(os.path.abspath(__file__)), "atomic.c")
 
 
 def _load_libatomic():
@@ -128,7 +124,7 @@ def reserve(fd, size, strategy, written=False):
     /dev/shm makes the write fail with the same ENOSPC: allocating them first would walk all
     the pages twice (fallocate, then the write looking each one up again)."""
     os.ftruncate(fd, size)
-    if written and not FALLOCATE_WRITTEN:
+    if written:
         return
     try:
         os.posix_fallocate(fd, 0, size)

@@ -1,19 +1,18 @@
-"""The C Writer (writer.c): built on first use, loaded once per process -- or why not.
+"""The C Writer (mpviz/_speedups/writer.c): built on first use, loaded once per process -- or why not.
 
 The C Writer is optional: recording works without it, only slower (recorder.py's Python Writer
 writes the same bytes). ``load()`` is called when a process starts recording
 (``recorder.writer_class``), and decides once per process: writer.c is built and imported by
-``mpviz._native.build`` (the cache, the compiler, what can go wrong: see there), or ``problem``
+``mpviz._speedups.build`` (the cache, the compiler, what can go wrong: see there), or ``problem``
 says, in words, why the C Writer is not used. This module does not know the recorder: the
 recorder asks it for the module, and connects that module's hooks to itself.
 """
-import os
 import sysconfig
 
-from .._native import build, cache_dir, _compiler  # noqa: F401 - also used by sharing and tests
+from .._speedups import build, source
 
-SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "writer.c")
-MODULE = "mpviz.trace._writer"   # PyInit__writer in writer.c
+SOURCE = source("writer.c")
+MODULE = "mpviz._speedups._writer"   # PyInit__writer in writer.c
 
 problem = None           # why the C Writer is not used (None: it is, or load() not called yet)
 _tried = False

@@ -1,8 +1,8 @@
-"""Building a C accelerator on first use, and loading it -- or saying why not.
+"""mpviz's C accelerators, in one folder, and how one is built on first use -- or why not.
 
-mpviz's C files are optional: each has a Python twin that does the same, slower (writer.c:
-recorder.py's Writer; sharing/atomic.c: a ctypes call, else an fcntl lock). So nothing here may
-fail loudly. ``build(path, module)`` decides once per source file and Python::
+Each C file here does what a Python function elsewhere does, faster; the Python is the reference,
+read first, and a test runs both and compares (``TWINS`` names all three; tests/test_tour.py
+checks the names). Nothing here may fail loudly: ``build(path, module)`` decides once::
 
     build(path, module)
       not CPython on Linux ........................................ (None, why)
@@ -14,15 +14,12 @@ fail loudly. ``build(path, module)`` decides once per source file and Python::
            a compile error ......................................... (None, why), and <key>.failed
                                                                      keeps the compiler's output
 
-<key> is a hash of the C file and of this Python, so an edited file or another Python never loads
-a stale build (see :func:`build`). <cache>: :func:`cache_dir`. Why a
-build on first use rather than a setup.py extension: the same works after ``pip install -e .``,
-from a plain checkout on ``sys.path``, and in spawned children, with no step to forget and no
-stale binary in the source tree. This module knows nothing of what it builds: who loads what, and
-when, is said where the module is used (trace/native.py, sharing/segment.py).
-
-Adapted from torch.utils.cpp_extension.load (a just-in-time build into a cache keyed by the
-source); left out: ninja, file locks (the atomic rename does), Windows and macOS.
+<key> hashes the C file and this Python: an edited file or another Python never loads a stale
+build. <cache>: :func:`cache_dir`. Built on first use, not by setup.py: the same works after
+``pip install -e .``, from a plain checkout on ``sys.path`` and in spawned children. This module
+knows nothing of what it builds: who loads what, and when, is said where the module is used
+(trace/native.py, sharing/segment.py). Adapted from torch.utils.cpp_extension.load (a build into
+a cache keyed by the source); left out: ninja, file locks (the atomic rename does), Windows, macOS.
 """
 import hashlib
 import importlib.machinery
@@ -33,6 +30,23 @@ import shutil
 import subprocess
 import sys
 import sysconfig
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+# C file: (the Python it mirrors, the test that runs both and compares them), as path:name
+TWINS = {
+    "writer.c": ("mpviz/trace/recorder.py:Writer",
+                 "tests/test_trace_writer.py:test_both_writers_encode_the_same_bytes"),
+    "queue_hooks.c": ("mpviz/trace/messages.py:install_native",
+                      "tests/test_trace_writer.py:test_queue_hooks_record_each_message_once_with_either_writer"),
+    "atomic.c": ("mpviz/sharing/segment.py:choose_atomic_add",
+                 "tests/test_handoff.py:test_the_count_is_exact_when_processes_add_at_once"),
+}
+
+
+def source(name):
+    """The path of C file `name` (a key of ``TWINS``) in this folder."""
+    return os.path.join(HERE, name)
 
 
 def cache_dir():

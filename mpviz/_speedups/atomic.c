@@ -1,6 +1,6 @@
 /* atomic.c -- one atomic add on a shared count, as one cheap compiled Python function.
 
-segment.py's ``choose_atomic_add`` has the reference (the ctypes add) and says which add a
+sharing/segment.py's ``choose_atomic_add`` has the reference (the ctypes add) and says which add a
 process uses: read it first. Both strategies keep a
 count in the first 8 bytes of every shared segment (how many processes map it, plus the handles
 on their way), and every handle that travels changes it twice: +1 when it is pickled, -1 when it

@@ -1,4 +1,4 @@
-/* queue_hooks.c -- messages.py's per-message Queue hooks in C, and a Queue's get or put that waits.
+/* queue_hooks.c -- trace/messages.py's per-message Queue hooks in C, and a get or put that waits.
 
 Part of writer.c's module, not a module of its own: writer.c includes this file (#include
 "queue_hooks.c", after the Writer), so everything here uses the Writer's functions and names
@@ -372,7 +372,7 @@ static PyGetSetDef Tap_getset[] = {
 
 static PyTypeObject TapType = {
     PyVarObject_HEAD_INIT(NULL, 0)
-    .tp_name = "mpviz.trace._writer.Tap",
+    .tp_name = "mpviz._speedups._writer.Tap",
     .tp_doc = "Tap(call, kind, queue, feeding, skip, conn=None): a Queue's read or write, "
               "recorded",
     .tp_basicsize = sizeof(Tap),
@@ -492,7 +492,7 @@ static PyMethodDef Tag_methods[] = {
 
 static PyTypeObject TagType = {
     PyVarObject_HEAD_INIT(NULL, 0)
-    .tp_name = "mpviz.trace._writer.Tag",
+    .tp_name = "mpviz._speedups._writer.Tag",
     .tp_doc = "Tag(obj, msg): a put's object and its message id (messages._Tag in C)",
     .tp_basicsize = sizeof(Tag),
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
@@ -625,7 +625,7 @@ static PyMemberDef Pickler_members[] = {
 
 static PyTypeObject PicklerType = {
     PyVarObject_HEAD_INIT(NULL, 0)
-    .tp_name = "mpviz.trace._writer.Pickler",
+    .tp_name = "mpviz._speedups._writer.Pickler",
     .tp_doc = "Pickler(pickler, py_tag): the feeder's pickler while recording "
               "(messages._TagPickler in C)",
     .tp_basicsize = sizeof(Pickler),
@@ -1206,7 +1206,7 @@ static PyMemberDef Hook_members[] = {
 
 static PyTypeObject HookType = {
     PyVarObject_HEAD_INIT(NULL, 0)
-    .tp_name = "mpviz.trace._writer.Hook",
+    .tp_name = "mpviz._speedups._writer.Hook",
     .tp_doc = "Hook(kind, call, slow, messages): a Queue's put or get while "
               "recording (messages.py's, in C)",
     .tp_basicsize = sizeof(Hook),

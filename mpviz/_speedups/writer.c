@@ -1,4 +1,4 @@
-/* writer.c -- the recorder's Writer in C: the same records as recorder.py's Writer, faster.
+/* writer.c -- the recorder's Writer in C: the same records as trace/recorder.py's Writer, faster.
 
 recorder.py's ``Writer`` is the reference: read it first. This file does the same steps, in the
 same order, and writes the same bytes (tests/test_trace_writer.py compares the two):
@@ -19,7 +19,7 @@ same order, and writes the same bytes (tests/test_trace_writer.py compares the t
 The per-message Queue hooks are in queue_hooks.c, which this file includes (one module, two files).
 At the end, read_records: reader.py's loop over a window of good records, for the reader.
 
-Built and loaded on first use by native.py; when it cannot be built, the Python Writer is used.
+Built and loaded on first use by trace/native.py (see mpviz/_speedups); when it cannot be built, the Python Writer is used.
 Left out (the Python Writer covers them): platforms other than Linux, big-endian machines, and
 Pythons without a GIL.
 */
@@ -728,7 +728,7 @@ static PyGetSetDef Writer_getset[] = {
 
 static PyTypeObject WriterType = {
     PyVarObject_HEAD_INIT(NULL, 0)
-    .tp_name = "mpviz.trace._writer.Writer",
+    .tp_name = "mpviz._speedups._writer.Writer",
     .tp_doc = "Writer(on_full, on_error, max_record): appends events to a mapped log chunk",
     .tp_basicsize = sizeof(Writer),
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
