@@ -592,8 +592,9 @@ def _scan_maps():
 # it knows a segment with no storage to ask (one a fork inherited), it reads what Linux says,
 # /proc/self/maps (~0.5 ms of CPU in a torch process; read every second whatever it knew, it
 # was ~0.1 s of a 10,000-batch DataLoader run's 9 processes), and a segment gone from there is
-# unmapped too (how="/proc/self/maps"). So the memory map counts what was really mapped, to within the 8 not looked at yet -- not every segment the
-# run ever made (a loop that sends 10,000 tensors maps a few at a time).
+# unmapped too (how="/proc/self/maps"). So the memory map counts what was really mapped, to
+# within the 8 not looked at yet -- not every segment the run ever made (a loop that sends
+# 10,000 tensors maps a few at a time).
 #
 # What a process "maps, as far as we know" belongs to one recording: a second ``record()`` in the
 # same kernel, a forked child (its own log), a resumed outer recording each start from nothing,
