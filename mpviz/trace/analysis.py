@@ -312,6 +312,7 @@ def _index(trace):
 class _Index:
     def __init__(self, trace, key):
         self.key = key
+        self._states_at = {}           # t -> segment_states(t), once asked
         events = trace.events
         self.t0 = events[0].ts_ns if events else 0
         self.t1 = events[-1].ts_ns if events else 0
@@ -786,9 +787,12 @@ class _Index:
         """Every segment created (or first seen) by `t`, with its status at `t`. (The cyclic
         collector off meanwhile: tens of thousands of small dicts, in no cycle, each 700 of
         which set it walking the whole trace: 0.6 s of the wait-for graph's 0.75 s of CPU
-        at 20,000 segments, 0.4 s without it.)"""
-        with without_gc():
-            return self._segment_states(t)
+        at 20,000 segments, 0.4 s without it.) Kept per `t`: the memory map, the wait-for graph
+        and plot's panel each ask it at the trace's end (an index is rebuilt when it grows)."""
+        if t not in self._states_at:
+            with without_gc():
+                self._states_at[t] = tuple(self._segment_states(t))
+        return list(self._states_at[t])
 
     def _segment_states(self, t):
         segs, order = {}, []

@@ -50,6 +50,10 @@ LOOK_EVERY, READ_MAPS_EVERY_S = 8, 1.0
 _orig = {}
 _fd_names = {}                    # fd -> (st_dev, st_ino, segment name): _fd_name's cache
 _R = None                         # torch.multiprocessing.reductions, once install() has run
+_strategy = None                  # torch.multiprocessing.get_sharing_strategy, the same
+_worker_info = None               # torch.utils.data.get_worker_info, the same
+_expired = None                   # torch.Storage._expired: StorageWeakRef.expired without its
+                                  # call (a sweep asks it of every segment it knows)
 
 
 # --- installing: when (and if) the program imports torch ---------------------------------------
@@ -137,8 +141,10 @@ def install():
     from torch.utils.data import dataloader
     from torch.utils.data._utils import pin_memory, worker
 
-    global _R
+    global _R, _strategy, _worker_info, _expired
     _R = R                                       # (the hooks below run per tensor: no import)
+    _strategy, _worker_info = torch.multiprocessing.get_sharing_strategy, dataloader.get_worker_info
+    _expired = torch.Storage._expired
     recorder._install_fork_hooks()               # the recorder's child log opens before ours runs
     _wrap_method(torch.UntypedStorage, "_share_fd_cpu_", _share_fd)
     _wrap_method(torch.UntypedStorage, "_share_filename_cpu_", _share_filename)
@@ -316,8 +322,7 @@ def _new_shared(original, size, **kwargs):
 
 
 def _created_shared(storage):
-    from torch.multiprocessing import get_sharing_strategy
-    if get_sharing_strategy() == "file_system":
+    if _strategy() == "file_system":
         _, name, nbytes = _orig["_share_filename_cpu_"](storage)
         name, strategy = name.decode(), "file_system"
     else:
@@ -327,8 +332,7 @@ def _created_shared(storage):
     _mapped_now(name, strategy, storage)
     recorder.emit("shm.create", name=name, strategy=strategy, nbytes=nbytes, via="_new_shared",
                   torch=True)
-    from torch.utils.data import get_worker_info
-    if get_worker_info() is not None:  # a DataLoader worker's collate: stack(samples, out=this)
+    if _worker_info() is not None:     # a DataLoader worker's collate: stack(samples, out=this)
         recorder.emit("copy", name=name, strategy=strategy, nbytes=nbytes, via="collate",
                       torch=True)
 
@@ -508,8 +512,7 @@ _CUDA_ARGS = ("tensor_cls", "tensor_size", "tensor_stride", "tensor_offset", "st
 
 def _reduce_tensor(original, tensor):
     result = original(tensor)
-    import torch.multiprocessing.reductions as R
-    if _on() and result[0] is R.rebuild_cuda_tensor:       # (the CPU branch: reduce_storage)
+    if _on() and result[0] is _R.rebuild_cuda_tensor:      # (the CPU branch: reduce_storage)
         _guard(_cuda_sent, dict(zip(_CUDA_ARGS, result[1])))
     return result
 
@@ -585,11 +588,13 @@ def _scan_maps():
 #
 # Each process keeps the torch segments it mapped, with a weak reference to the storage that maps
 # each, and after every 8 more it looks: a storage torch has freed is unmapped (``shm.detach``
-# how="storage freed"); at most once a second, and when the process leaves ``_bootstrap``, it
-# reads what Linux says, /proc/self/maps, and a segment gone from there is unmapped too
-# (how="/proc/self/maps"; the segments a fork inherited have no storage to ask). So the memory
-# map counts what was really mapped, to within the 8 not looked at yet -- not every segment the
-# run ever made (a loop that sends 10,000 tensors maps a few at a time).
+# how="storage freed"); when the process leaves ``_bootstrap``, and at most once a second while
+# it knows a segment with no storage to ask (one a fork inherited), it reads what Linux says,
+# /proc/self/maps (~0.5 ms of CPU in a torch process; read every second whatever it knew, it
+# was ~0.1 s of a 10,000-batch DataLoader run's 9 processes), and a segment gone from there is
+# unmapped too (how="/proc/self/maps"). So the memory map counts what was really mapped, to
+# within the 8 not looked at yet -- not every segment the run ever made (a loop that sends
+# 10,000 tensors maps a few at a time).
 #
 # What a process "maps, as far as we know" belongs to one recording: a second ``record()`` in the
 # same kernel, a forked child (its own log), a resumed outer recording each start from nothing,
@@ -614,7 +619,8 @@ def _mapped_now(name, strategy, storage=None):
     _looked[0] += 1
     if _looked[0] >= max(LOOK_EVERY, len(_mine) // 4):
         _looked[0] = 0
-        if time.monotonic() - _looked[1] >= READ_MAPS_EVERY_S:
+        if time.monotonic() - _looked[1] >= READ_MAPS_EVERY_S and \
+                any(ref is None for _, ref in _mine.values()):
             _look_at_maps()
         else:
             _sweep_freed()
@@ -623,8 +629,10 @@ def _mapped_now(name, strategy, storage=None):
 def _sweep_freed():
     """A segment whose storage torch has freed is unmapped (torch unmaps as it frees, in C++):
     its ``shm.detach`` now. (A weak reference to torch's storage: ~0.5 us to ask, where reading
-    /proc/self/maps costs ~0.5 ms; /proc is read too, every READ_MAPS_EVERY_S, as the truth.)"""
-    for name in [n for n, (_, ref) in _mine.items() if ref is not None and ref.expired()]:
+    /proc/self/maps costs ~0.5 ms; /proc is read too, every READ_MAPS_EVERY_S while a segment
+    has no storage to ask, and at the process's end, as the truth.)"""
+    gone = _expired
+    for name in [n for n, (_, ref) in _mine.items() if ref is not None and gone(ref.cdata)]:
         strategy, _ = _mine.pop(name)
         recorder.emit("shm.detach", name=name, strategy=strategy, nbytes=_sizes.get(name),
                       how="storage freed", torch=True)

@@ -15,6 +15,7 @@ rendezvous: who waited for the store). The events are ``dist.rendezvous`` and
 ``dist.collective`` (read by mpviz.trace.dist_verdict.Ranks, as the verdicts read them). A send
 and its recv are joined the same way, as one meeting of their pair ("send #1 to rank 1").
 """
+import weakref
 from collections import defaultdict
 
 from matplotlib.collections import LineCollection, PatchCollection
@@ -23,6 +24,17 @@ from ..trace.dist_verdict import P2P, Ranks, _called, _ranks, watchdog_killed
 from .colors import COLORS
 
 MAX_JOINS = 400          # more meetings than this: the bars only (a long training loop)
+_read = weakref.WeakKeyDictionary()   # trace -> (its length and end, its Ranks)
+
+
+def _ranks_of(trace):
+    """``Ranks(trace)``, read once per trace (a pass over every event: a timeline asks twice,
+    for its time axis and for its bars), again when the trace has grown."""
+    key = (len(trace.events), trace.events[-1].ts_ns if trace.events else 0)
+    found = _read.get(trace)
+    if found is None or found[0] != key:
+        found = _read[trace] = (key, Ranks(trace))
+    return found[1]
 
 
 def draw(ax, trace, x, proc_row, t1, span, labels, used, max_labels, end_of, said):
@@ -30,7 +42,7 @@ def draw(ax, trace, x, proc_row, t1, span, labels, used, max_labels, end_of, sai
     `end_of(pid)`: where an unfinished call is drawn to (its process's end, or the trace's);
     `said`: the list of what was aggregated, written under the lanes."""
     from .timeline import _ABOVE, _rects
-    ranks = Ranks(trace)
+    ranks = _ranks_of(trace)
     if not ranks:
         return
     waits, works, joins, odd, words = [], [], [], [], []
@@ -116,8 +128,7 @@ _FROM_START = ((0, 9, 1), (0, 17, 1), (0, -19, 1), (0, -11, 1), (0, 9), (0, 17))
 def spans(trace, end_of):
     """``[(from_ns, to_ns)]`` of every call and rendezvous: the time axis never squeezes them
     (how long a rank waited for the others is the lesson)."""
-    from ..trace.dist_verdict import Ranks
-    ranks = Ranks(trace)
+    ranks = _ranks_of(trace)
     out = [(c.begin_ns, c.end_ns or end_of(c.pid)) for c in ranks.calls
            if not (c.async_op and c.end_ns is None)]
     for pid, begin in ranks.arrived.items():

@@ -22,6 +22,7 @@ and drawn as a handful of collections, not one artist per event.
 """
 import bisect
 import math
+import operator
 import re
 from collections import defaultdict
 
@@ -1104,7 +1105,7 @@ class _TimeAxis:
         self.gaps = []                                  # (x from, x to, real length ns)
         cuts = []
         if compress:
-            times = np.unique(np.fromiter((e[0] for e in trace.events), np.int64,
+            times = np.unique(np.fromiter(map(_TS, trace.events), np.int64,
                                           len(trace.events)))
             ix = st._index(trace)                       # waits and Pool tasks are the story
             # a wait never satisfied lasts as long as its process (as it is drawn), not to
@@ -1321,6 +1322,7 @@ def _end_of(ix, pid, tid, t1):
     return ix.thread_end.get((pid, tid)) or (proc.exit_ns if proc else None) or t1
 
 
+_TS = operator.itemgetter(0)    # an event's ts_ns
 _RETRY_GAP_NS = 5_000_000     # a wait that starts again this soon after giving up: the same wait
 
 
