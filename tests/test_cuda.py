@@ -353,7 +353,7 @@ def seed_runs():
 def test_seed_bad_practice_prints_the_warning(backend, seed_runs):
     r = seed_runs(backend)["cuda_bad_practice.py"]
     assert r.returncode == 0, r.stderr
-    assert r.stdout.strip() == "Received mpviz.Size([20, 20])"
+    assert r.stdout.strip() == "Received mpviz.Size([20, 20])", r.stderr
     assert "Producer process has been terminated before all shared CUDA tensors released. " \
            "See Note [Sharing CUDA tensors]" in r.stderr
 
