@@ -242,6 +242,24 @@ def test_no_internal_id_in_a_verdict_summary_picture_or_trace_json(runs, name):
 
 
 @pytest.mark.timeout(SETUP_TIMEOUT)
+@pytest.mark.parametrize("name", ["pool worker exits", "one job"])
+def test_the_semaphores_of_a_killed_program_are_said_removed_by_its_tracker_not_leaked(runs,
+                                                                                       name):
+    # spawn (and forkserver, 3.14's default) registers each lock's semaphore with Python's
+    # resource tracker, which outlives the processes mpviz kills at a hang and unlinks what they
+    # held: its "leaked semaphore objects {'/mp-...'}" warning blamed the program for mpviz's kill
+    directory, err = runs[name]
+    assert "leaked" not in err and "resource_tracker" not in err, err
+    said = re.search(r"\nmpviz trace: after the kill, Python's resource tracker removed the (\d+) "
+                     r"semaphore\(s\) \(under the program's locks and queues\) that the killed "
+                     r"processes held, as it does after any kill\n", err)
+    assert said and int(said[1]) >= 3, err        # a Value's lock, a SimpleQueue's two at least
+    assert said[0].strip() in mt.load(directory).verdict
+    left = [f.name for f in (directory / ".stacks").iterdir() if not f.name[:-4].isdigit()]
+    assert not left, left                         # (the notes read and removed: stacks only)
+
+
+@pytest.mark.timeout(SETUP_TIMEOUT)
 @pytest.mark.parametrize("name", ["two locks", "join before get"])
 def test_no_mpviz_frame_in_the_stacks_of_a_verdict(runs, name):
     directory, err = runs[name]
