@@ -229,6 +229,7 @@ def test_no_internal_id_in_a_verdict_summary_picture_or_trace_json(runs, name):
     assert not {w: ids for w, ids in found.items() if ids}, found
     if name == "two locks":
         assert "waits for Lock 1, held by" in err and "waits for Lock 2, held by" in err
+        assert err.count("STUCK FOR GOOD: a cycle") == 1, err     # (it was said twice)
         assert "hold Lock 1" in texts["trace.json names"]
     elif name == "nobody puts":
         assert "someone must put into Queue 1, and nobody has put into it yet" in err

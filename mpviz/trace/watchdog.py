@@ -444,9 +444,10 @@ def waits_in_words(trace, at=None):
     for pid in sorted(idle):
         lines.append(f"  {state.labels.get(pid, pid)} is idle, not stuck: it waits for its next "
                      f"task from the Pool, and goes on when the program gives the Pool work")
-    for d in state.deadlocks:
-        if d.cycle or "watchdog" not in d.reason:
-            lines.append(f"  STUCK FOR GOOD: {d.reason}")
+    for d in state.deadlocks:         # (a cycle is one Deadlock per thread in it: said once)
+        said = f"  STUCK FOR GOOD: {d.reason}"
+        if (d.cycle or "watchdog" not in d.reason) and said not in lines:
+            lines.append(said)
     lines += _hang_at_exit(state, trace)
     if not lines:
         return ["Who waits for whom: the trace recorded no wait that was still open (read the "
