@@ -103,18 +103,24 @@ def test_a_leaked_child_is_killed_with_its_own_children(tmp_path):
             os.kill(grandchild, signal.SIGKILL)
 
 
+def _orphaned_sleeper():
+    """The pid of a `sleep 60` whose parent has exited: an orphan, handed to this process."""
+    parent = subprocess.Popen(
+        [sys.executable, "-c", "import os, subprocess\n"
+         "kid = subprocess.Popen(['sleep', '60'])\nprint(kid.pid, flush=True)\nos._exit(0)"],
+        stdout=subprocess.PIPE, text=True)
+    pid = int(parent.stdout.readline())
+    parent.wait()
+    parent.stdout.close()
+    return pid
+
+
 def test_a_grandchild_orphaned_by_its_parents_death_is_seen_as_this_runs_child():
     """A test that kills a worker's parent leaves the worker behind: it is handed to pytest (a
     child subreaper, see conftest), so the leak check sees it rather than init adopting it."""
     import conftest
     assert conftest.SUBREAPER, "prctl(PR_SET_CHILD_SUBREAPER) failed: orphans would go unseen"
-    parent = subprocess.Popen(
-        [sys.executable, "-c", "import os, subprocess, sys\n"
-         "kid = subprocess.Popen(['sleep', '60'])\nprint(kid.pid, flush=True)\nos._exit(0)"],
-        stdout=subprocess.PIPE, text=True)
-    grandchild = int(parent.stdout.readline())
-    parent.wait()
-    parent.stdout.close()
+    grandchild = _orphaned_sleeper()
     try:
         deadline = time.monotonic() + 10
         while grandchild not in children() and time.monotonic() < deadline:
@@ -134,13 +140,7 @@ def test_an_orphan_this_run_adopted_is_reaped_when_it_dies_and_a_childs_own_wait
     import multiprocessing
 
     import conftest
-    parent = subprocess.Popen(
-        [sys.executable, "-c", "import os, subprocess\n"
-         "kid = subprocess.Popen(['sleep', '60'])\nprint(kid.pid, flush=True)\nos._exit(0)"],
-        stdout=subprocess.PIPE, text=True)
-    orphan = int(parent.stdout.readline())
-    parent.wait()
-    parent.stdout.close()
+    orphan = _orphaned_sleeper()
     mine = multiprocessing.get_context("fork").Process(target=os._exit, args=(3,))
     mine.start()
     try:
