@@ -8,6 +8,8 @@ it forked (the launcher of 2026-11-28 encoded parts of trace.json in forked chil
 `--before` of it counts them). trace.json's md5 is printed: both must write the same bytes.
 
     python bench/bench_trace_tail.py TRACE_DIR [--before DIR] [--rounds 5]
+    python bench/bench_trace_tail.py --quick     # a smoke run (python -m bench --quick): one
+                                                 # round on a small trace it records first
 
 TRACE_DIR: a finished ``mpviz trace -o`` directory (e.g. of bench/dataloader_program.py).
 """
@@ -76,12 +78,59 @@ def one(tree, logs):
         shutil.rmtree(scratch, ignore_errors=True)
 
 
+# --quick's program: 500 messages each way between two processes (a few thousand events)
+SMALL_PROGRAM = """
+import multiprocessing as mp
+
+def echo(requests, replies):
+    for _ in range(500):
+        replies.put(requests.get())
+
+if __name__ == "__main__":
+    requests, replies = mp.Queue(), mp.Queue()
+    p = mp.Process(target=echo, args=(requests, replies))
+    p.start()
+    for i in range(500):
+        requests.put(i)
+        replies.get()
+    p.join()
+"""
+
+
+def record_small_trace(scratch):
+    """A finished trace directory of SMALL_PROGRAM, recorded by this checkout in `scratch`."""
+    program, directory = os.path.join(scratch, "echo.py"), os.path.join(scratch, "trace")
+    with open(program, "w") as f:
+        f.write(SMALL_PROGRAM)
+    r = subprocess.run([sys.executable, "-m", "mpviz", "trace", "--no-plot", "-o", directory,
+                        "--", sys.executable, program], cwd=scratch, capture_output=True,
+                       text=True, timeout=300, env=dict(os.environ, PYTHONPATH=ROOT))
+    if r.returncode != 0:
+        raise SystemExit(f"recording the small trace failed ({r.returncode}): {r.stderr[-2000:]}")
+    return directory
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("trace_dir")
+    parser.add_argument("trace_dir", nargs="?")
     parser.add_argument("--before", metavar="DIR")
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--quick", action="store_true",
+                        help="one round; without TRACE_DIR, on a small trace recorded first")
     args = parser.parse_args(argv)
+    if args.quick:
+        args.rounds = 1
+        if args.trace_dir is None:
+            with tempfile.TemporaryDirectory(prefix="mpviz-bench-tail-") as scratch:
+                args.trace_dir = record_small_trace(scratch)
+                return measure(args)
+    if args.trace_dir is None:
+        parser.error("TRACE_DIR is needed: a finished `mpviz trace -o DIR` directory (e.g. of "
+                     "bench/dataloader_program.py); or --quick, which records a small one")
+    return measure(args)
+
+
+def measure(args):
     trees = {"after": ROOT}
     if args.before:
         trees = {"before": os.path.abspath(args.before), "after": ROOT}
@@ -102,6 +151,12 @@ def main(argv=None):
         parts = ", ".join(f"{k} {min(r[k] for r in rs):.2f}/"
                           f"{statistics.median(r[k] for r in rs):.2f}" for k in keys)
         print(f"{name}: {parts}; md5 {sorted({r['md5'] for r in rs})}")
+    print("| tree | tail wall, min (s) | read | trace.json | free | tail CPU, min (s) |")
+    print("|---|---|---|---|---|---|")
+    for name, rs in runs.items():
+        print(f"| {name} | " + " | ".join(f"{min(r[k] for r in rs):.3f}" for k in
+                                         ("tail_s", "read_s", "json_s", "free_s", "cpu_tail_s"))
+              + " |")
 
 
 if __name__ == "__main__":

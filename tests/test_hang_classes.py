@@ -12,6 +12,7 @@ would, and reads the verdict's words:
     on the same pipe is one wait; --hang-after below the floor, nan or inf is refused.
 """
 import importlib.util
+import multiprocessing
 import os
 import re
 import signal
@@ -227,6 +228,34 @@ def test_a_thread_blocked_in_socket_recv_is_said_to_read_a_socket(waiting_runs):
 
 
 @pytest.mark.timeout(60)
+def test_a_wait_freed_just_after_the_last_other_thread_ended_is_not_a_deadlock(tmp_path):
+    # the main thread waits on a lock of its own (a private futex) while a worker thread sleeps
+    # (progress); the worker ends at 2 s, and a signal handler frees the lock at 2.5 s. The
+    # lock's waiter had waited 2 s when it became the last thread: judged at once, DEADLOCK
+    # ("can never move"), 0.5 s before it moved; --hang-after 1 counts from the worker's end
+    run = trace(tmp_path, """
+        import signal, threading, time
+
+        lock = threading.Lock()
+        lock.acquire()
+
+        def work():
+            for _ in range(4):
+                time.sleep(0.5)
+
+        t = threading.Thread(target=work, name="worker")
+        t.start()
+        signal.signal(signal.SIGALRM, lambda *_: lock.release())
+        signal.setitimer(signal.ITIMER_REAL, 2.5)
+        lock.acquire()                # freed by the alarm's handler
+        t.join()
+        print("done")
+    """, hang_after="1")
+    assert run.returncode == 0 and "HANG" not in run.stderr, run.stderr
+    assert run.stdout == "done\n"
+
+
+@pytest.mark.timeout(60)
 def test_sleeps_that_end_within_hang_after_are_progress_in_any_thread(tmp_path):
     run = trace(tmp_path, """
         import threading, time
@@ -318,10 +347,13 @@ def test_a_loop_that_polls_while_everyone_else_waits_for_ever_is_a_deadlock_not_
     assert "(poll, with a timeout) for " in err
     assert "(its timeout ran out, and it began the same wait again)" in err
     assert "Process-1 (pid " in err and "reads a pipe (fd " in err
-    # what it waits for: who could write into that pipe (the parent kept its write end open,
-    # and so did the forked child itself)
+    # what it waits for: who could write into that pipe (the parent kept its write end open;
+    # a forked child has a copy of it too, a child of spawn or forkserver -- 3.14's default --
+    # only the read end it was given)
+    writers = {"fork": r"prog.py \(pid \d+\) and this process"}.get(
+        multiprocessing.get_all_start_methods()[0], r"prog.py \(pid \d+\) --")
     assert re.search(r"reads a pipe \(fd \d+\), with no time limit for [\d.]+ s; its write end "
-                     r"is open in prog.py \(pid \d+\) and this process", err), err
+                     r"is open in " + writers, err), err
 
 
 # --- e: a child stuck in native code after a fork from a multi-threaded parent ---------------------

@@ -10,6 +10,7 @@ in real processes, and asserts the words of the verdict:
 * Ctrl-C, to the launcher's process group as a terminal sends it, and to a ``record()`` block's
   process group as Jupyter's "interrupt" sends it: the same where-everyone-is report first.
 """
+import multiprocessing
 import os
 import re
 import signal
@@ -24,6 +25,11 @@ from mpviz.trace import load
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PROGRAMS = os.path.join(ROOT, "tests", "exit_programs")
 HANG_STATUS = 124
+# The programs use the default start method, as their authors would: these hangs are not about
+# fork. Up to 3.13 that is fork; 3.14 made it forkserver (its Pool's workers are named so).
+DEFAULT_START = multiprocessing.get_all_start_methods()[0]     # (the first is the default)
+POOL_WORKER = {"fork": "ForkPoolWorker", "spawn": "SpawnPoolWorker",
+               "forkserver": "ForkServerPoolWorker"}[DEFAULT_START]
 
 
 def trace(program, *args, hang_after=1, directory):
@@ -73,7 +79,7 @@ def test_a_worker_joined_by_multiprocessing_at_exit_keeps_its_parent_lane_until_
     assert "into the full pipe of Queue 1" in err
     t = load(str(tmp_path))
     kill = t.of_kind("watchdog.kill")[0].ts_ns
-    main, worker = [p for p in t.processes() if p.how in ("exec", "fork")]
+    main, worker = [p for p in t.processes() if p.how in ("exec", DEFAULT_START)]
     # The program recorded its exit in an atexit function, and then hung in multiprocessing's
     # own (which runs first now): it lived until it was killed, not until its exit record.
     atexit = [e.ts_ns for e in t.of_kind("process.exit") if e.pid == main.pid]
@@ -109,10 +115,10 @@ def test_a_pool_worker_that_exits_in_its_task_leaves_the_pool_waiting_for_ever(h
         assert f"worker {idle} is idle, not stuck" in err, err
         # ... and the lines of where each thread is name it so too, beside its process name
         # (ForkPoolWorker-2 is worker 1: the learner could not tell which line was which)
-        assert re.search(rf"ForkPoolWorker-\d \(worker {idle}, pid \d+\), main thread: ", err), err
+        assert re.search(rf"{POOL_WORKER}-\d \(worker {idle}, pid \d+\), main thread: ", err), err
     # each worker's one thread is its main thread, even the one the Pool's helper thread
     # forked (its stack below the fork is that thread's); none waits at `with Pool(2)`
-    workers = re.findall(r"\(ForkPoolWorker-\d\):\n    (\w+ ?\w*):", err)
+    workers = re.findall(rf"\({POOL_WORKER}-\d\):\n    (\w+ ?\w*):", err)
     assert len(workers) == 2 and set(workers) == {"main thread"}, err   # (one has exited)
     assert "`with Pool(2) as pool:`" not in err and "pool_task_exits.py:21" not in err, err
     t = load(str(tmp_path))

@@ -10,6 +10,7 @@ import threading
 import time
 
 from conftest import _children_by_scan, alive, children
+from mpviz import _proc
 
 
 def _started_in_a_thread_that_ends():
@@ -102,18 +103,24 @@ def test_a_leaked_child_is_killed_with_its_own_children(tmp_path):
             os.kill(grandchild, signal.SIGKILL)
 
 
+def _orphaned_sleeper():
+    """The pid of a `sleep 60` whose parent has exited: an orphan, handed to this process."""
+    parent = subprocess.Popen(
+        [sys.executable, "-c", "import os, subprocess\n"
+         "kid = subprocess.Popen(['sleep', '60'])\nprint(kid.pid, flush=True)\nos._exit(0)"],
+        stdout=subprocess.PIPE, text=True)
+    pid = int(parent.stdout.readline())
+    parent.wait()
+    parent.stdout.close()
+    return pid
+
+
 def test_a_grandchild_orphaned_by_its_parents_death_is_seen_as_this_runs_child():
     """A test that kills a worker's parent leaves the worker behind: it is handed to pytest (a
     child subreaper, see conftest), so the leak check sees it rather than init adopting it."""
     import conftest
     assert conftest.SUBREAPER, "prctl(PR_SET_CHILD_SUBREAPER) failed: orphans would go unseen"
-    parent = subprocess.Popen(
-        [sys.executable, "-c", "import os, subprocess, sys\n"
-         "kid = subprocess.Popen(['sleep', '60'])\nprint(kid.pid, flush=True)\nos._exit(0)"],
-        stdout=subprocess.PIPE, text=True)
-    grandchild = int(parent.stdout.readline())
-    parent.wait()
-    parent.stdout.close()
+    grandchild = _orphaned_sleeper()
     try:
         deadline = time.monotonic() + 10
         while grandchild not in children() and time.monotonic() < deadline:
@@ -123,3 +130,32 @@ def test_a_grandchild_orphaned_by_its_parents_death_is_seen_as_this_runs_child()
     finally:
         os.kill(grandchild, signal.SIGKILL)
         os.waitpid(grandchild, 0)       # ours now: reaped here, as a parent must
+
+
+def test_an_orphan_this_run_adopted_is_reaped_when_it_dies_and_a_childs_own_wait_is_kept():
+    """pytest adopts orphans (a subreaper), so it must reap them as init would: the processes
+    of a program that mpviz killed for a hang were left as zombies, 10-25 per test file. A
+    child that its owner will still wait for (a multiprocessing Process not yet joined) is not
+    reaped: its own join must get its exit status."""
+    import multiprocessing
+
+    import conftest
+    orphan = _orphaned_sleeper()
+    mine = multiprocessing.get_context("fork").Process(target=os._exit, args=(3,))
+    mine.start()
+    try:
+        deadline = time.monotonic() + 10
+        while orphan not in children() and time.monotonic() < deadline:
+            time.sleep(0.01)            # polling the kernel's reparenting, bounded
+        os.kill(orphan, signal.SIGKILL)
+        while (_proc.stat(orphan).state != "Z" or _proc.stat(mine.pid).state != "Z") and \
+                time.monotonic() < deadline:
+            time.sleep(0.01)            # polling for both to die, bounded
+        assert conftest.reap_orphans() == [orphan]
+        assert _proc.stat(orphan) is None           # gone from /proc: reaped
+        mine.join()
+        assert mine.exitcode == 3                   # its own wait got its status
+    finally:
+        if _proc.stat(orphan) is not None:
+            os.kill(orphan, signal.SIGKILL)
+            os.waitpid(orphan, 0)

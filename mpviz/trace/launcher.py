@@ -253,7 +253,8 @@ def run(program, output=None, hang_after=10.0, plot=None, threading_locks=False)
             verdict = _stop_hung(child, watchdog)
             code = HANG_EXIT_STATUS
         else:
-            _wait_for_the_rest(child, stop=forwarder.interrupted, trace=eyes.trace)
+            _wait_for_the_rest(child, stop=forwarder.interrupted, trace=eyes.trace,
+                               directory=directory)
     finally:
         forwarder.remove()
     if recording:
@@ -395,7 +396,7 @@ def _report_interrupt(eyes):
         pass
 
 
-def _wait_for_the_rest(child, seconds=1.0, stop=False, trace=None):
+def _wait_for_the_rest(child, seconds=1.0, stop=False, trace=None, directory=None):
     """The program has exited; give the processes it left (a resource tracker, a fork server)
     a moment to exit too, so that their last events are in the trace. Any still running after
     that are left alone, as they would be without mpviz, and named -- unless you pressed
@@ -408,9 +409,9 @@ def _wait_for_the_rest(child, seconds=1.0, stop=False, trace=None):
         time.sleep(0.02)        # polling /proc: there is nothing to wait on for a non-child
         left = session.session_pids(child.pid)
     if left and stop:
-        killed = session.kill_session(child.pid, child, graceful=False)
-        say(f"after the Ctrl-C, stopped {len(killed)} process(es) the program left running "
-            f"(pids {', '.join(map(str, killed[:10]))}) with SIGKILL")
+        killed = _kill(child, directory)
+        say(f"after the Ctrl-C, stopped {len(killed[0])} process(es) the program left running "
+            f"(pids {', '.join(map(str, killed[0][:10]))}) with SIGKILL{killed[1]}")
     elif left:
         say(f"{len(left)} process(es) the program started still run after it exited (pids "
             f"{', '.join(map(str, left[:10]))}); what they do from now on is not in trace.json")
@@ -426,11 +427,49 @@ def _stop_hung(child, watchdog):
     import time
     stacks = watchdog.capture_stacks()
     kill_ns = time.monotonic_ns()
-    killed = session.kill_session(child.pid, child, graceful=False)
+    killed, cleaned = _kill(child, watchdog.directory)
     watchdog.record_verdict(stacks, killed, kill_ns)
     watchdog.trace.refresh(final=True)
     session.remove_segments(watchdog.trace, wait=0.0)
-    return watchdog.verdict(stacks, killed)
+    verdict = watchdog.verdict(stacks, killed)
+    return verdict + (f"\nmpviz trace: after the kill{cleaned}" if cleaned else "")
+
+
+def _kill(child, directory):
+    """SIGKILL to every process of the program's session: (the pids killed, what the program's
+    resource trackers then removed, in words: ", Python's resource tracker removed the 2
+    semaphores ..." or ""). Marked first, so that each tracker says its cleanup to us rather
+    than as a leak of the program's (autostart.tracker_words)."""
+    from .watchdog import STACKS
+    folder = os.path.join(directory, STACKS) if directory else None
+    try:
+        os.close(os.open(os.path.join(folder, autostart.KILLED_MARK),
+                         os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW, 0o600))
+    except (OSError, TypeError):
+        folder = None                       # (no folder: Python's own words, as without mpviz)
+    killed = session.kill_session(child.pid, child, graceful=False)
+    return killed, _tracker_cleanup(folder) if folder else ""
+
+
+def _tracker_cleanup(folder):
+    """What the trackers wrote in `folder` after the kill (autostart.tracker_words), in words;
+    their notes are removed once read."""
+    removed = {}
+    for f in os.listdir(folder):
+        if f.endswith(autostart.TRACKER_SUFFIX):
+            for line in session.read_text(os.path.join(folder, f)).splitlines():
+                count, _, kind = line.partition(" ")
+                if count.isdigit():
+                    removed[kind] = removed.get(kind, 0) + int(count)
+            os.unlink(os.path.join(folder, f))
+    if not removed:
+        return ""
+    names = {"semaphore": "semaphore(s) (under the program's locks and queues)",
+             "shared_memory": "shared-memory segment(s)"}
+    what = " and ".join(f"{n} {names.get(kind, kind + ' object(s)')}"
+                        for kind, n in sorted(removed.items()))
+    return (f", Python's resource tracker removed the {what} that the killed processes "
+            f"held, as it does after any kill")
 
 
 def _report(directory, child, code, watchdog, verdict, received, plot):

@@ -97,6 +97,7 @@ class Watchdog:
         self.last_progress = time.monotonic()
         self.stalled_for = 0.0
         self.seen = {}                      # (pid, tid) -> _Seen
+        self.threads_changed = {}           # pid -> when a thread of it last started or ended
         self.helpers = {}                   # pid -> "Python's fork server", or None: read once
         self.kind, self.stuck_pids, self.facts = None, [], None
         self.dist, self.judged_ns = False, None  # dist: judged by torch.distributed's events
@@ -179,6 +180,13 @@ class Watchdog:
                 if view.tid not in ignore:
                     views[(pid, view.tid)] = view
         moved = set(views) != set(self.seen)          # a thread (or process) started or ended
+        if moved:
+            now_tids = {}
+            for pid, tid in views:
+                now_tids.setdefault(pid, set()).add(tid)
+            for pid, tids in now_tids.items():
+                if tids != set(before.get(pid, ())):
+                    self.threads_changed[pid] = now
         seen = {}
         for key, view in views.items():
             old = self.seen.get(key)
@@ -200,12 +208,19 @@ class Watchdog:
 
     def _never_moving(self, now):
         """Processes whose every thread waits for ever on a lock of its own (a private futex),
-        for `hang_after` s: none of them can release another. [] when there is none."""
+        for `hang_after` s: none of them can release another. [] when there is none.
+
+        Counted from a thread's last move, and from the last time a thread of that process
+        started or ended: a thread that ends releases what it held (a join's lock), and the
+        waiter it woke may not have run yet on a busy machine. Judged at once, a main thread
+        joining a thread that had just ended was a DEADLOCK."""
         by_pid = {}
         for (pid, _tid), s in self.seen.items():
             by_pid.setdefault(pid, []).append(s)
         return [pid for pid, threads in by_pid.items()
-                if all(s.view.private and now - s.moved > self.hang_after for s in threads)]
+                if all(s.view.private and
+                       now - max(s.moved, self.threads_changed.get(pid, 0)) > self.hang_after
+                       for s in threads)]
 
     def reason(self, pid):
         """What the verdict says of process `pid`, for its ``watchdog.stuck`` event (the
@@ -429,9 +444,10 @@ def waits_in_words(trace, at=None):
     for pid in sorted(idle):
         lines.append(f"  {state.labels.get(pid, pid)} is idle, not stuck: it waits for its next "
                      f"task from the Pool, and goes on when the program gives the Pool work")
-    for d in state.deadlocks:
-        if d.cycle or "watchdog" not in d.reason:
-            lines.append(f"  STUCK FOR GOOD: {d.reason}")
+    for d in state.deadlocks:         # (a cycle is one Deadlock per thread in it: said once)
+        said = f"  STUCK FOR GOOD: {d.reason}"
+        if (d.cycle or "watchdog" not in d.reason) and said not in lines:
+            lines.append(said)
     lines += _hang_at_exit(state, trace)
     if not lines:
         return ["Who waits for whom: the trace recorded no wait that was still open (read the "

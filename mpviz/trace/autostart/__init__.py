@@ -11,7 +11,8 @@ Two doors lead here, and both call ``boot()`` as early as possible in a fresh in
 
 ``boot()`` looks at what this interpreter is (``sys.orig_argv``) and does the least that works::
 
-    the resource tracker     nothing (it is plumbing, and it never unpickles user data)
+    the resource tracker     no hooks (plumbing); after mpviz kills the program, its
+                             cleanup said in mpviz's words, not as a leak (tracker_words)
     a fork server            hooks only: it records nothing, the children it forks start
                              recording in spawn.prepare (see hooks.py)
     a spawn child            hooks only: recording starts in spawn.prepare, with the directory
@@ -37,6 +38,8 @@ ENV_STACKS = "MPVIZ_SCENARIO_STACKS"     # the scenarios' runner uses the same v
 # names mpviz.stepper.gate's activate_from_env, so each spawned child of a stepped run steps
 # itself). Only mpviz's own functions: any other entry is said and skipped (see _on_boot).
 ON_BOOT = "MPVIZ_ON_BOOT"
+KILLED_MARK = "killed-by-mpviz"         # in the stacks folder: mpviz is killing the program
+TRACKER_SUFFIX = ".tracker.txt"         # what a tracker removed after that kill ("2 semaphore")
 _stacks_file = None
 _interrupt_file = None
 INTERRUPT_SUFFIX = ".int.txt"           # where a process's stacks at a SIGINT go
@@ -61,6 +64,8 @@ def boot():
         return
     me = role()
     if me == "resource_tracker":
+        if os.environ.get(ENV_STACKS):
+            tracker_words(os.environ[ENV_STACKS])
         return
     directory = os.environ.get(ENV_DIR)
     if directory and me == "program":
@@ -152,6 +157,37 @@ def register_stacks():
                 os.close(fd_and_file[0])   # ... unless the program closed that number and
     else:                                  # reused it (os.closerange, then open: a daemon)
         os.register_at_fork(after_in_child=register_stacks)
+
+
+def tracker_words(directory):
+    """In the resource tracker: say its cleanup after mpviz's kill in mpviz's words.
+
+    A program's resource tracker (spawn, forkserver: 3.14's default) outlives a program that
+    mpviz kills -- it exits once no process holds its pipe -- and then unlinks the semaphores
+    and shared memory that the killed processes never unregistered, warning "There appear to be
+    2 leaked semaphore objects to clean up at shutdown: {'/mp-x1', '/mp-x2'}". The cleanup is
+    right; the warning blames the program for mpviz's kill, in ids that mean nothing to it. So
+    when DIRECTORY (the stacks folder) holds ``KILLED_MARK``, which the launcher writes before
+    it kills, that warning goes to DIRECTORY/PID.tracker.txt as "2 semaphore", and the launcher
+    says it. Any other warning, or this one without the mark (a leak of the program's own), is
+    Python's as always."""
+    import re
+    import warnings
+    leaked = re.compile(r"resource_tracker: There appear to be (\d+) leaked (\w+) objects")
+    shown = warnings.showwarning
+
+    def showwarning(message, category, filename, lineno, file=None, line=None):
+        found = leaked.match(str(message))
+        if found and os.path.exists(os.path.join(directory, KILLED_MARK)):
+            try:
+                with open(os.path.join(directory, f"{os.getpid()}{TRACKER_SUFFIX}"), "a") as f:
+                    f.write(f"{found[1]} {found[2]}\n")
+                return
+            except OSError:
+                pass                       # (then Python's words, rather than none)
+        shown(message, category, filename, lineno, file, line)
+
+    warnings.showwarning = showwarning
 
 
 def _open_own(path):
