@@ -20,7 +20,15 @@ import pytest
 sys.path.insert(0, os.path.dirname(__file__))  # so spawned children can import tests' workers
 # Name this run's /dev/shm segments mpviz_<tag>_…, so that the leak check sees only its own even
 # when another test run shares the machine. Children inherit it; set before mpviz is imported.
+# Under pytest-xdist (`-n 2`) each worker is a pytest process of its own, and inherits the tag
+# of the process that started it (MPVIZ_TEST_RUN_TAG says which it is): each takes one of its
+# own (and so its own shm manager), so that one worker's leak check never sees the other's
+# segments. A program a test starts keeps the tag it is given, even if it imports this file.
+XDIST_WORKER = os.environ.get("PYTEST_XDIST_WORKER")
+if XDIST_WORKER and os.environ.get("MPVIZ_SHM_TAG") == os.environ.get("MPVIZ_TEST_RUN_TAG"):
+    os.environ["MPVIZ_SHM_TAG"] = f"t{os.getpid()}{XDIST_WORKER}_"
 os.environ.setdefault("MPVIZ_SHM_TAG", f"t{os.getpid()}_")
+os.environ.setdefault("MPVIZ_TEST_RUN_TAG", os.environ["MPVIZ_SHM_TAG"])
 SHM_PREFIX = "mpviz_" + os.environ["MPVIZ_SHM_TAG"]
 
 import mpviz  # noqa: E402
@@ -372,7 +380,10 @@ def pytest_sessionstart(session):
 
 
 def pytest_sessionfinish(session, exitstatus):
-    if os.environ.get("MPVIZ_SKIP_SEMAPHORE_CHECK") == "1":
+    # (under pytest-xdist the process that started the workers checks, once all have ended: a
+    # worker that ends first would see the other's semaphores come and go)
+    if os.environ.get("MPVIZ_SKIP_SEMAPHORE_CHECK") == "1" or hasattr(session.config,
+                                                                        "workerinput"):
         return
     new = _semaphores() - getattr(session.config, "_mpviz_semaphores", set())
     deadline = time.monotonic() + 1

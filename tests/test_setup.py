@@ -178,6 +178,19 @@ def run_beside_a_leaking_program(checkout, command):
 INNER_RUN = "-p conftest -p no:cacheprovider -o addopts= -q test_inner.py"
 
 
+def test_run_test_runs_as_many_pytest_processes_as_mpviz_test_workers_says(checkout):
+    """MPVIZ_TEST_WORKERS=2: pytest-xdist, each test file in one worker; unset: one process; a
+    word that is not a number of processes is refused before anything is installed."""
+    status, out = shell('source ./run; worker_args; echo "[$(MPVIZ_TEST_WORKERS=1 worker_args)]"'
+                        '; echo "[$(unset MPVIZ_TEST_WORKERS; worker_args)]"', checkout,
+                        env={"MPVIZ_TEST_WORKERS": "2"})
+    assert status == 0 and out.splitlines() == ["-n 2 --dist loadfile", "[]", "[]"], out
+    status, out = shell("./run test", checkout,
+                        env={"MPVIZ_TEST_WORKERS": "two", "MPVIZ_SKIP_BROWSER": "1"})
+    assert status == 1 and "MPVIZ_TEST_WORKERS=two is not a number of processes" in out, out
+    assert not (checkout / ".venv" / ".mpviz-installed").exists(), out
+
+
 def test_a_test_run_passes_while_another_program_leaks_a_semaphore_beside_it(checkout):
     """The session's end-of-run check for leaked multiprocessing semaphores judges only what this
     run made: a run started as ./run test starts it (this suite's conftest.py, one tiny test)

@@ -379,9 +379,13 @@ def test_a_process_that_lived_a_few_ms_on_a_long_axis_is_drawn_wide_enough():
         child.join()
         pid, lived = child.pid, time.monotonic() - began
         child.close()
-        # long enough that its life is under 2 px of ~870 (5 s; more on a loaded machine,
-        # where the child takes longer), not past 15 s
-        time.sleep(min(15.0, max(5.0, lived * 600)))
+        # long enough that its life, as recorded (fork to exit: about half of `lived`, which
+        # counts the parent's fork and join too), is ~1.2 px of ~870 (a few ms: 1-3 s; more on
+        # a loaded machine, where the child takes longer), not past 15 s
+        trace.refresh()
+        (life,) = [p for p in state._index(trace).procs.values() if p.pid == pid]
+        recorded = (life.exit_ns - life.start_ns) / 1e9 if life.exit_ns else lived
+        time.sleep(min(15.0, max(1.0, recorded * 700)))
         mt.mark("a while later")           # (the picture lasts as long as what was recorded)
     fig = viz.timeline(trace, compress_idle=False)
     fig.set_dpi(100)
