@@ -46,3 +46,15 @@ def test_another_copy_of_mpviz_names_the_users_line_the_recorder_named(tmp_path)
     assert "at your line hang_join.py:28 in main()" in reasons, reasons
     assert "waits.py" not in reasons and "hooks.py" not in reasons, (
         f"the recorder's own mpviz frames were called the user's line: {reasons}")
+
+
+def test_a_recorders_checkout_named_mpviz_is_still_known_for_mpviz():
+    """`git clone .../mpviz` makes /src/mpviz/mpviz/...: the file's name follows the *second*
+    "/mpviz/", which overlaps the first (the 3.13/3.14 chroots run this checkout from /src/mpviz,
+    and the test above failed there: 'at your line waits.py:68 in _recorded()')."""
+    from mpviz.trace import analysis
+    for where in ("/src/mpviz", "/home/ann/mpviz/mpviz", "/srv/x"):
+        assert analysis._is_machinery(f"{where}/mpviz/trace/waits.py"), where
+        assert analysis._is_machinery(f"{where}/mpviz/multiprocessing/queues.py"), where
+        assert not analysis._is_machinery(f"{where}/mpviz/scenarios/_common.py"), where
+        assert not analysis._is_machinery(f"{where}/notebooks/programs/hang_join.py"), where

@@ -941,9 +941,10 @@ def _is_machinery(path):
     lib = (sysconfig.get_paths()["stdlib"], sysconfig.get_paths()["platstdlib"])
     if path.startswith(lib) or "site-packages" in path or "dist-packages" in path:
         return True
-    parts = path.split("/mpviz/")                 # another copy of mpviz: our files' names
-    for i in range(1, len(parts)):
-        inside = "/mpviz/".join(parts[i:])
+    # another copy of mpviz: our files' names after any "/mpviz/" -- overlapping ones too, as in
+    # a checkout named mpviz (/src/mpviz/mpviz/trace/waits.py: the file follows the second)
+    for at in re.finditer("(?=/mpviz/)", path):
+        inside = path[at.start() + len("/mpviz/"):]
         if os.path.isfile(_MPVIZ_DIR + inside):
             return not inside.startswith(_PEOPLES)
     return bool(_PYTHON_LIB.search(path))
