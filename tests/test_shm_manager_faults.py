@@ -8,12 +8,15 @@ always the same: a holder is SIGKILLed, and its names must leave /dev/shm within
 import itertools
 import json
 import os
+import pathlib
 import resource
+import shutil
 import signal
 import socket
 import struct
 import subprocess
 import sys
+import tempfile
 import textwrap
 import time
 
@@ -388,7 +391,17 @@ def test_a_client_whose_manager_was_killed_starts_the_next_one_at_once(tag):
     assert gone_within(tag, 10), f"{len(_names(tag))} of 4 names left after the holder died"
 
 
-def test_a_manager_that_cannot_start_is_said_once_and_the_program_does_not_crawl(tag, tmp_path):
+@pytest.fixture
+def short_tmp():
+    """A private folder with a short path: the manager's socket path must fit in 108 bytes,
+    and pytest's tmp_path under a worker of `-n 2` (.../pytest-N/popen-gw0/test_...) does not."""
+    path = tempfile.mkdtemp(prefix="mpviz-f-", dir="/tmp")
+    yield pathlib.Path(path)
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def test_a_manager_that_cannot_start_is_said_once_and_the_program_does_not_crawl(tag, short_tmp):
+    tmp_path = short_tmp
     # Something sits where the manager's socket must go (here a directory): every start fails.
     # Before, each message to the manager tried again and waited 5 s: 3 shares took ~45 s,
     # and nothing was said.
