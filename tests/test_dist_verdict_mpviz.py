@@ -103,7 +103,12 @@ def test_mpviz_distributed_gets_the_verdict_torchs_gloo_gets(runs, program):
     code, err = runs[program]
     torch_code, torch_words = SAME[program]
     assert code == torch_code, err
-    assert torch_words.replace(TORCH, MPVIZ) in err, err
+    words = torch_words.replace(TORCH, MPVIZ)
+    if program == "only_rank0.py" and "(later it was killed by SIGTERM)" in err:
+        # mpviz's rank 0 fails the moment rank 1 closes its connection (gloo's waits for its
+        # timeout), so spawn's SIGTERM may reach rank 1 while it is still exiting: both are true
+        words = words.replace(" and exited with code 0,", " (later it was killed by SIGTERM),")
+    assert words in err, err
     assert FIXES[program] in err, err
 
 
