@@ -383,19 +383,32 @@ def pytest_sessionstart(session):
 # pytest-xdist worker) notes after every test -- a notebook's cells too -- the semaphores it sees
 # for the first time, one line "name nodeid" in a file of the private /dev/shm (gone with the
 # run's mount namespace), so that a LEAK below names the test after which it first appeared.
+# (A plugin, not a hook of this conftest: a conftest's per-test hooks see only the tests under
+# its folder, and the notebooks' cells are where kernels are killed.)
 _SEEN_FILE = "/dev/shm/mpviz-test-semaphores-seen"
-_seen = set()
 
 
-def pytest_runtest_logfinish(nodeid, location):
-    if not private_dev_shm():
-        return
-    new = _semaphores() - _seen
-    if new:
-        _seen.update(new)
-        fd = os.open(_SEEN_FILE, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, 0o600)
-        with os.fdopen(fd, "a") as f:
-            f.write("".join(f"{name} {nodeid}\n" for name in sorted(new)))
+class _SemaphoreNotes:
+    def __init__(self):
+        self.seen = set()
+
+    def pytest_sessionstart(self, session):
+        self.seen = _semaphores()                # (not this run's)
+
+    def pytest_runtest_logfinish(self, nodeid, location):
+        if not private_dev_shm():
+            return
+        new = _semaphores() - self.seen
+        if new:
+            self.seen.update(new)
+            fd = os.open(_SEEN_FILE, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW,
+                         0o600)
+            with os.fdopen(fd, "a") as f:
+                f.write("".join(f"{name} {nodeid}\n" for name in sorted(new)))
+
+
+def pytest_configure(config):
+    config.pluginmanager.register(_SemaphoreNotes(), "mpviz-semaphore-notes")
 
 
 def _first_seen_after(names):
