@@ -185,6 +185,20 @@ def drive(p, details):
         details.update(load(p, cap=p["shm_mb"] << 20))
 
 
+def _raced(details, prm):
+    """Why fewer batches fitted than the room holds one at a time, if so: the last ones were
+    written at the same moment (each write takes pages as it goes, so two can share out the
+    last free room and both fail). Only a real tmpfs does that; the cap counts under a lock."""
+    from ..sharing.segment import HEADER
+    page = os.sysconf("SC_PAGE_SIZE")
+    fits = details["shm_size"] // (-(-(HEADER + (prm["batch_mb"] << 20)) // page) * page)
+    if details["where"] != "tmpfs" or len(details["errors"]) < 2 or details["batches"] >= fits:
+        return ""
+    return (f"Room for {fits} when they come one at a time, but {len(details['errors'])} "
+            f"workers were writing their batches into the last free room at the same moment: "
+            f"each took part of it, so none of them fitted. ")
+
+
 def verdict(t, details):
     prm = details["params"]
     wanted = prm["workers"] * prm["prefetch"] * prm["batch_mb"]
@@ -211,7 +225,8 @@ def verdict(t, details):
             f"Run {where}: {in_flight}, plus a small header per segment. {details['batches']} "
             f"batches fitted ({peak}), then a worker could not create the "
             f"next one" + (" (the kernel said ENOSPC)" if details["where"] == "tmpfs" else "") +
-            f": {headline(details['errors'][0])} torch 2.13 fails the same way, when a worker "
+            f": {headline(details['errors'][0])} " + _raced(details, prm) +
+            f"torch 2.13 fails the same way, when a worker "
             f"creates the segment: 'unable to allocate shared memory(shm) ... No space left on "
             f"device (28)' (older versions: 'DataLoader worker (pid N) is killed by signal: "
             f"Bus error'). "
