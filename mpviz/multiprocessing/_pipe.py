@@ -132,9 +132,11 @@ class DirectWrite:
                 return False
             if recorder.writer is None:
                 write_message(fd, data)
-            else:     # recording: one queue.put for the put and its write, timed here, under
-                ts = time.monotonic_ns()   # the write lock, before the bytes can be read: that
-                write_message(fd, data)    # time orders it among the queue's other writes
+            else:
+                # recording: one queue.put for the put and its write, timed here, under the
+                # write lock and before the bytes can be read (so it orders the queue's writes)
+                ts = time.monotonic_ns()
+                write_message(fd, data)
                 trace.messages.put_written(self, ts, data)
             return True
         finally:

@@ -104,8 +104,8 @@ class Queue(DirectWrite, multiprocessing.queues.Queue):
 
     While ``mpviz.trace`` records, each fact is written at its line behind one flag read
     (``if recorder.ENABLED:``), as ``mpviz/sharing/`` writes its own: a put that raises, a put
-    handed to the feeder (``_parcel``), a get and its wait, a message not rebuilt (``_decode``),
-    and in ``_pipe.py`` the direct write. What is more than an ``emit`` is a helper of
+    handed to the feeder (``_parcel``), a get and its wait, a message read but not rebuilt, and
+    in ``_pipe.py`` the direct write. What is more than an ``emit`` is a helper of
     mpviz/trace/messages.py, reached as ``trace.messages`` (loaded with the recorder's hooks).
     (The stdlib's Queue, whose code we cannot edit, is recorded by wrapping it: messages.py.)"""
 
@@ -146,22 +146,20 @@ class Queue(DirectWrite, multiprocessing.queues.Queue):
         if self._closed:
             raise QueueClosedError("put" if block else "put_nowait", repr(self))
         self._put_here = True
-        if not self._take_slot(block, timeout):
-            raise Full
+        # a place: the semaphore counts the free ones (False: none came in time)
         if recorder.ENABLED:
+            has_slot = trace.messages.take_slot(self, block, timeout)   # a full queue: a wait
             recorder.take_handles()             # count this message's handles from 0
+        else:
+            has_slot = self._sem.acquire(block, timeout)
+        if not has_slot:
+            raise Full
         try:
             return encode(obj, self._channel)
         except BaseException as exc:
             self._sem.release()
             raise_explained(exc, "put(obj)")
             raise
-
-    def _take_slot(self, block, timeout):
-        """A place in the queue (its semaphore counts the free ones); False: none came in time."""
-        if recorder.ENABLED:                    # a full queue's put: a recorded wait
-            return trace.messages.take_slot(self, block, timeout)
-        return self._sem.acquire(block, timeout)
 
     def _feed(self, data):
         """Hand `data` to the feeder thread, as the stdlib's put does (the notempty lock held)."""
@@ -197,8 +195,8 @@ class Queue(DirectWrite, multiprocessing.queues.Queue):
         return self._receive(block, timeout)
 
     def _receive(self, block, timeout):
-        """A copy of the stdlib's get (Python 3.11), with ``self._decode`` where the stdlib
-        calls ``ForkingPickler.loads`` (a lone tensor arrives as a short handle)."""
+        """A copy of the stdlib's get (Python 3.11), with ``decode`` where the stdlib calls
+        ``ForkingPickler.loads`` (a lone tensor arrives as a short handle)."""
         if block and timeout is None:
             with self._rlock:
                 res = self._recv_bytes()
@@ -220,14 +218,9 @@ class Queue(DirectWrite, multiprocessing.queues.Queue):
             finally:
                 self._rlock.release()
         # unpickle (or unmarshal) after having released the lock, as the stdlib does
-        return self._decode(res)
-
-    def _decode(self, data):
-        """The object in `data`, rebuilt here. (It can fail after the read: a tensor whose
-        sender has exited, say.)"""
         try:
-            return decode(data)
-        except BaseException as exc:            # read, but not rebuilt
+            return decode(res)
+        except BaseException as exc:            # read, but not rebuilt (its sender exited, say)
             if recorder.ENABLED:
                 recorder.emit("queue.get_failed", queue=queue_id(self), error=type(exc).__name__)
             raise

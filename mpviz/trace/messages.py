@@ -14,14 +14,14 @@ to say *when* each write and each read happened, inside those locks::
         write  ──────────────────────────────► pipe ──────────────┘
     Trace: per queue, writes (feeds) and reads (gets) in time order, zipped: get.msg = "7.3"
 
-``sig`` (Adler-32 of a message's last 32 bytes) and ``nbytes`` check each pair (link_by_order).
-The stdlib's classes are wrapped (``PATCHES``): code we cannot edit, the one reason to wrap; mpviz's
-own Queue records itself where each fact happens, with the helpers at the end of this module.
+``sig`` (Adler-32 of a message's last 32 bytes) and ``nbytes`` check each pair (link_by_order);
+nothing is added to the bytes that travel. Wrapped: the stdlib's classes, code we cannot edit
+(``PATCHES``); mpviz's own Queue records itself, with the helpers at the end of this module.
 
 **Envelopes** (``SimpleQueue``, ``Pipe``, Queues whose feeder started before recording) carry the
 id in the message: unpickling ``_Envelope(obj, "7.3")`` calls ``_open``, which emits queue.get and
-returns obj -- unpickling *is* the receiver's hook. The per-message hooks are written twice:
-here (the reference) and in C, in queue_hooks.c (``install_native``). Next: recorder.py.
+returns obj. Per-message hooks: here (the reference) and in queue_hooks.c. Next: recorder.py.
+
 Adapted from distributed tracing's context propagation; Queues: MPI traces' FIFO send/recv matching.
 """
 import bisect
@@ -602,11 +602,11 @@ PATCHES = [
 #
 # Its code records itself, at the line where each fact happens, behind one flag read
 # (``recorder.ENABLED``, or ``recorder.writer`` where the Writer is used next): the put's
-# handles and failure (Queue.put), the direct write (DirectWrite._write_now: put_written below),
-# the feeder's road (Queue._parcel: for_feeder above), the read and an empty queue's wait
-# (Queue.get: watch_reads, get_would_wait, waiting_get), a full queue's wait (take_slot) and a
-# message read but not rebuilt (Queue._decode). Nothing here patches it: the hooks above are for
-# the stdlib's classes, which we cannot edit.
+# failure (Queue.put), its handles and a full queue's wait (take_slot), the direct write
+# (DirectWrite._write_now: put_written below), the feeder's road (Queue._parcel: for_feeder
+# above), the read and an empty queue's wait (Queue.get: watch_reads, get_would_wait,
+# waiting_get) and a message read but not rebuilt (Queue._receive). Nothing here patches it: the
+# hooks above are for the stdlib's classes, which we cannot edit.
 
 def put_written(q, ts, data):
     """mpviz's Queue wrote `data` into its pipe itself, at `ts` (taken under the write lock,
