@@ -379,6 +379,52 @@ def pytest_sessionstart(session):
     session.config._mpviz_semaphores = _semaphores()
 
 
+# Which test left it: with /dev/shm private, each process of the run (pytest's, or each
+# pytest-xdist worker) notes after every test -- a notebook's cells too -- the semaphores it sees
+# for the first time, one line "name nodeid" in a file of the private /dev/shm (gone with the
+# run's mount namespace), so that a LEAK below names the test after which it first appeared.
+# (A plugin, not a hook of this conftest: a conftest's per-test hooks see only the tests under
+# its folder, and the notebooks' cells are where kernels are killed.)
+_SEEN_FILE = "/dev/shm/mpviz-test-semaphores-seen"
+
+
+class _SemaphoreNotes:
+    def __init__(self):
+        self.seen = set()
+
+    def pytest_sessionstart(self, session):
+        self.seen = _semaphores()                # (not this run's)
+
+    def pytest_runtest_logfinish(self, nodeid, location):
+        if not private_dev_shm():
+            return
+        new = _semaphores() - self.seen
+        if new:
+            self.seen.update(new)
+            fd = os.open(_SEEN_FILE, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW,
+                         0o600)
+            with os.fdopen(fd, "a") as f:
+                f.write("".join(f"{name} {nodeid}\n" for name in sorted(new)))
+
+
+def pytest_configure(config):
+    config.pluginmanager.register(_SemaphoreNotes(), "mpviz-semaphore-notes")
+
+
+def _first_seen_after(names):
+    """{test nodeid: [semaphores first seen after it]}, from every process's notes."""
+    try:
+        with open(_SEEN_FILE) as f:
+            lines = [line.split(" ", 1) for line in f.read().splitlines()]
+    except OSError:
+        return {}
+    where = {}
+    for name, nodeid in lines:
+        if name in names and name not in {n for ns in where.values() for n in ns}:
+            where.setdefault(nodeid, []).append(name)
+    return where
+
+
 def pytest_sessionfinish(session, exitstatus):
     # (under pytest-xdist the process that started the workers checks, once all have ended: a
     # worker that ends first would see the other's semaphores come and go)
@@ -401,6 +447,8 @@ def pytest_sessionfinish(session, exitstatus):
             f"LEAK: this test run left {len(new)} multiprocessing semaphore(s) in its private "
             f"/dev/shm that no live process maps: {sorted(new)[:5]}... A killed process (a "
             f"notebook kernel?) still held spawn-context Locks/Queues/Events.", red=True)
+        for nodeid, names in sorted(_first_seen_after(new).items()):
+            writer.line(f"  {len(names)} first seen after {nodeid}: {sorted(names)[:3]}", red=True)
         session.exitstatus = 1
     else:
         writer.line(

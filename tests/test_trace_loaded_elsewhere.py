@@ -58,3 +58,23 @@ def test_a_recorders_checkout_named_mpviz_is_still_known_for_mpviz():
         assert analysis._is_machinery(f"{where}/mpviz/multiprocessing/queues.py"), where
         assert not analysis._is_machinery(f"{where}/mpviz/scenarios/_common.py"), where
         assert not analysis._is_machinery(f"{where}/notebooks/programs/hang_join.py"), where
+
+
+def test_a_stack_with_no_line_of_yours_shows_no_frame_of_mpviz():
+    """A child with no line of the user's: on Python 3.13+ a Queue's feeder is joined at exit,
+    from atexit, through the recorder's wrapper -- the verdict said "while exiting, it was in
+    join() (threading.py:1134) ← _finalize_join() (queues.py:217) ← _recorded() (waits.py:68)".
+    mpviz's own frames are never a verdict's words: the stdlib's frames say where it was."""
+    from mpviz.trace import analysis
+    for copy in (analysis._MPVIZ_DIR, "/src/mpviz/mpviz/"):       # this copy, and another
+        stacks = (
+            'Current thread 0x00007f (most recent call first):\n'
+            '  File "/usr/lib/python3.14/threading.py", line 1134 in join\n'
+            '  File "/usr/lib/python3.14/multiprocessing/queues.py", line 217 in _finalize_join\n'
+            f'  File "{copy}trace/waits.py", line 68 in _recorded\n'
+            '  File "/usr/lib/python3.14/multiprocessing/util.py", line 224 in __call__\n'
+            '  File "/usr/lib/python3.14/multiprocessing/util.py", line 369 in _exit_function\n')
+        said = analysis.user_line(stacks)
+        assert "no line of yours" in said and "while exiting" in said, said
+        assert "waits.py" not in said and "_recorded" not in said, said
+        assert "join() (threading.py:1134) ← _finalize_join() (queues.py:217) ← __call__()" in said

@@ -7,7 +7,7 @@ the segment open and, when the receiver asks, passes the descriptor over a socke
 
     sender (pid 100)                                   receiver (pid 200)
     ----------------                                   ------------------
-    pickle: token = offer(storage)  --- handle --->    unpickle: fetch(address, token)
+    encode: token = offer(storage)  --- handle --->    decode: fetch(address, token)
             (keeps it alive)         (via a Queue)        connect once, then reuse:
     server thread:                  <--- b"G"+token --    ask for the token
         pops the offer, sends fd    ---- fd (SCM_RIGHTS) ->  mmap(fd)

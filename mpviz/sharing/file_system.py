@@ -5,9 +5,9 @@ then the bytes. The header holds the refcount (how many holders and in-flight ha
 all processes), then which channels its handles took, for the shm manager (the layout is
 defined, and drawn, in :mod:`~mpviz.sharing.shm_manager`, which reads it).
 
-* ``create``: ``shm_open(O_CREAT|O_EXCL)``, size it and reserve its pages, write the bytes in
-  and map it (see :mod:`~mpviz.sharing.segment`), **close the descriptor** (holders keep no fds:
-  that is this strategy's advantage), refcount = 1.
+* ``create``: tell the shm manager, ``shm_open(O_CREAT|O_EXCL)``, size it, write the bytes in
+  (the write allocates the pages) and map it (see :mod:`~mpviz.sharing.segment`), **close the
+  descriptor** (holders keep no fds: that is this strategy's advantage), refcount = 1.
 * Pickling a storage adds 1 for the handle in flight; the receiver that opens it by name takes
   that reference over. Each holder that lets go (its last NumPy view of the bytes is gone)
   subtracts 1; **whoever brings it to 0 unlinks the name**. Every holder maps the header, so

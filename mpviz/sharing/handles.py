@@ -8,10 +8,9 @@ in this process, so that the memory waits for its receiver (see ``reductions.sto
                      process's fd server                         fd_passing.offer)
     a CUDA block     one count in its slot, one send            (mpviz.cuda.ipc.share)
 
-The receiver takes them over when it unpickles. But a message can fail half-way:
-``conn.send((t, lambda: 0))`` shares ``t`` and makes its handle, then fails on the lambda. Its
-bytes never exist, so no receiver will ever take over what the handle took: the count would keep
-the segment alive for ever (a name left in /dev/shm), the offer a descriptor open in the fd server.
+The receiver takes them over when it unpickles. But ``conn.send((t, lambda: 0))`` shares ``t``,
+makes its handle, then fails on the lambda: no receiver will ever take over what the handle took
+(a name left in /dev/shm for ever, a descriptor open in the fd server).
 
 So each pickling of a message is a *scope* (one per thread), in which every handle notes what it
 took (:func:`note_taken`); a pickling that raises gives all of it back before the error goes up
@@ -22,7 +21,8 @@ One place opens the scope for every channel ``multiprocessing`` pickles on: ``Fo
 (:func:`install`). ``ForkingPickler.dumps`` (``Connection.send``: a ``Pipe``, Pool tasks;
 ``SimpleQueue.put``: Pool results) and ``reduction.dump`` (Process arguments under spawn and
 forkserver) both call it. mpviz's own ``Queue`` pickles with a pickler of its own (``_codec.py``)
-and opens the scope itself, saying which pipe the bytes will take.
+and opens the scope itself, saying which pipe the bytes will take. A lone tensor it does not
+pickle: its short handle is made last and marshalled, so no scope is opened for it.
 """
 import pickle
 import threading

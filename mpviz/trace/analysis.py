@@ -936,18 +936,26 @@ def _is_machinery(path):
     import sysconfig
     if path.startswith("<"):                                  # <frozen runpy>, <string>
         return True
-    if path.startswith(_MPVIZ_DIR):
-        return not path[len(_MPVIZ_DIR):].startswith(_PEOPLES)
+    inside = _in_mpviz(path)
+    if inside is not None:
+        return not inside.startswith(_PEOPLES)
     lib = (sysconfig.get_paths()["stdlib"], sysconfig.get_paths()["platstdlib"])
     if path.startswith(lib) or "site-packages" in path or "dist-packages" in path:
         return True
-    # another copy of mpviz: our files' names after any "/mpviz/" -- overlapping ones too, as in
-    # a checkout named mpviz (/src/mpviz/mpviz/trace/waits.py: the file follows the second)
+    return bool(_PYTHON_LIB.search(path))
+
+
+def _in_mpviz(path):
+    """The part of `path` inside mpviz ("trace/waits.py") if it is one of mpviz's files, in
+    this copy or in another (an mpviz file is known by what follows a "/mpviz/" -- any of
+    them: a checkout named mpviz has two, /src/mpviz/mpviz/trace/waits.py); else None."""
+    if path.startswith(_MPVIZ_DIR):
+        return path[len(_MPVIZ_DIR):]
     for at in re.finditer("(?=/mpviz/)", path):
         inside = path[at.start() + len("/mpviz/"):]
         if os.path.isfile(_MPVIZ_DIR + inside):
-            return not inside.startswith(_PEOPLES)
-    return bool(_PYTHON_LIB.search(path))
+            return inside
+    return None
 
 
 def user_line(stacks):
@@ -980,8 +988,9 @@ def user_line(stacks):
         return f" (at your line {line_of(mine)})"
     if not frames:
         return ""
+    shown = [f for f in frames if _in_mpviz(f["file"]) is None] or frames   # not mpviz's own
     where = " ← ".join(f"{f['func']}() ({os.path.basename(f['file'])}:{f['line']})"
-                       for f in frames[:3])
+                       for f in shown[:3])
     exiting = any(f["func"] == "_exit_function" for f in frames)
     parents = next((f for f in inherited if not _is_machinery(f["file"])), None)
     below = (f"; below the fork its stack still shows the parent's frames, which end in your "
