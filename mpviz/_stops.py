@@ -10,8 +10,7 @@ nothing is stepped that line costs one attribute read. ``mpviz/stepper/gate.py``
 when it steps a process (``gate.activate``), and a spawned child of a stepped run asks for it
 through autostart's ``ON_BOOT``. So the arrow points one way: the stepper imports this module,
 and nothing that it stops imports the stepper (tests/test_module_knots.py checks it). A leaf of
-its own, neither recorder nor stepper: mpviz's Queue lesson imports nothing of the recorder
-(tests/test_queue_hooks.py), so it passes itself, not an id: the stepper names it
-(``stepper.patches.object_id``).
+its own, neither recorder nor stepper. mpviz's Queue passes itself, not an id (its id is
+computed only while recording): the stepper names it (``stepper.patches.object_id``).
 """
 pause = None        # None, or gate._pause(op, obj=None, **info): wait for the learner's "go"

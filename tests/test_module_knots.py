@@ -300,8 +300,6 @@ LAZY_BACK_EDGES = {
         "Tensor pickled by the stdlib before it is loaded loads it (reduce_on_first_send)",
     ("mpviz.tensor", "mpviz.autograd"): "autograd builds Tensors itself",
     ("mpviz.tensor", "mpviz.cuda"): "cuda wraps Tensors; only a device other than cpu needs it",
-    ("mpviz.trace.messages", "mpviz.trace.hooks"):
-        "hooks installs messages' wrappers; messages borrows hooks' _patch for mpviz's Queue",
     ("mpviz.trace.trace", "mpviz.trace.merge"):
         "merge builds MergedTrace on Trace and load; load() of a list of folders is the way in",
     ("mpviz.trace.trace", "mpviz.trace.watchdog"):

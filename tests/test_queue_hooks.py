@@ -1,6 +1,8 @@
-"""mpviz's Queue is recorded by wrappers that mpviz.trace installs (messages.py, "mpviz's own
-Queue"); queues.py itself knows nothing of the recorder. These check that nothing is lost by it:
-a Queue module imported after recording started, a put that raises, a get that cannot rebuild.
+"""mpviz's Queue records itself, at the line where each fact happens, behind one flag read
+(``if recorder.ENABLED:``), as mpviz/sharing/ does; no module of mpviz.trace patches it (only the
+stdlib's classes, whose code we cannot edit, are wrapped: messages.py's hooks). These check that
+style, and that nothing is lost by it: a Queue module imported after recording started, a put
+that raises, a get that cannot rebuild.
 """
 import ast
 import os
@@ -20,15 +22,68 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 pytestmark = pytest.mark.timeout(120)
 
 
-@pytest.mark.parametrize("module", ["queues.py", "_codec.py", "_pipe.py"])
-def test_the_queue_lesson_imports_nothing_of_the_recorder(module):
+def _recorder_modules():
+    folder = os.path.join(ROOT, "mpviz", "trace")
+    return [os.path.join(here, name) for here, _, names in os.walk(folder)
+            for name in names if name.endswith(".py")]
+
+
+QUEUE_MODULES = ("queues", "_pipe", "_codec")       # mpviz/multiprocessing/: the Queue lesson
+
+
+def test_no_module_of_the_recorder_patches_mpvizs_own_queue():
+    # mpviz's Queue is our code: it records itself. A module of trace/ that imports it, or names
+    # it in a string (to find it in sys.modules and wrap it), patches it from outside again.
+    found = []
+    for path in _recorder_modules():
+        tree = ast.parse(open(path).read(), path)
+        for node in ast.walk(tree):
+            names = []
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                names = [("." * node.level) + (node.module or "")]
+            found += [(os.path.relpath(path, ROOT), node.lineno, name) for name in names
+                      if name.startswith(("mpviz.multiprocessing", "..multiprocessing"))]
+            if isinstance(node, ast.Constant) and isinstance(node.value, str):
+                found += [(os.path.relpath(path, ROOT), node.lineno, word)
+                          for word in node.value.split() if word.strip("\"'`(),.:").startswith(
+                              tuple(f"mpviz.multiprocessing.{m}" for m in QUEUE_MODULES))]
+    assert not found, (f"{found}: a module of mpviz.trace reaches for mpviz's own Queue. Fix: "
+                       f"record the fact in mpviz/multiprocessing/ where it happens, behind "
+                       f"`if recorder.ENABLED:`, calling a helper of trace/messages.py")
+
+
+RECORDING = ("recorder.", "trace.messages.", "messages.")   # what a line of recording calls
+GUARDS = ("recorder.ENABLED", "recorder.writer")               # the one flag read it is behind
+
+
+@pytest.mark.parametrize("module", ["queues.py", "_pipe.py"])
+def test_mpvizs_queue_records_each_fact_behind_one_flag_read(module):
     path = os.path.join(ROOT, "mpviz", "multiprocessing", module)
-    tree = ast.parse(open(path).read())
-    imported = [getattr(node, "module", None) or "" for node in ast.walk(tree)
-                if isinstance(node, ast.ImportFrom)]
-    imported += [a.name for node in ast.walk(tree) if isinstance(node, ast.Import)
-                 for a in node.names]
-    assert not [m for m in imported if "trace" in m], imported
+    tree = ast.parse(open(path).read(), path)
+    guarded, bare = [], []
+
+    def visit(node, guard):
+        if isinstance(node, ast.If) and any(g in ast.unparse(node.test) for g in GUARDS):
+            guard = True
+        if isinstance(node, ast.Call) and ast.unparse(node.func).startswith(RECORDING):
+            (guarded if guard else bare).append((node.lineno, ast.unparse(node.func)))
+        for child in ast.iter_child_nodes(node):
+            visit(child, guard)
+    visit(tree, False)
+    assert not bare, f"{module}: recording not behind `if recorder.ENABLED:` (line, call): {bare}"
+    assert guarded, f"{module} records nothing itself: who records its facts?"
+
+
+def test_importing_mpvizs_queue_loads_neither_numpy_nor_the_recorders_helpers():
+    # queues.py reaches trace/messages.py only while recording (trace.messages): a spawned
+    # child that passes numbers starts as light as before.
+    run = subprocess.run([sys.executable, "-c", "import sys, mpviz.multiprocessing; print("
+                          "[m for m in ('numpy', 'mpviz.trace.messages', 'mpviz.trace.hooks') "
+                          "if m in sys.modules])"], cwd=ROOT, env=dict(os.environ, PYTHONPATH=ROOT),
+                         capture_output=True, text=True, timeout=60)
+    assert run.stdout.strip() == "[]", run.stdout + run.stderr
 
 
 def test_a_queue_module_imported_after_recording_started_is_recorded(tmp_path):

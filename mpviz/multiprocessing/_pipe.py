@@ -30,8 +30,11 @@ import os
 import pickle
 import struct
 import termios
+import time
 from multiprocessing import connection, reduction
 
+from .. import trace
+from ..trace import recorder
 from ._codec import raise_explained
 
 # -- the framing ------------------------------------------------------------------------------
@@ -127,16 +130,18 @@ class DirectWrite:
             fd = self._writer.fileno()
             if not self._pipe_has_room(fd, LENGTH.size + len(data)):
                 return False
-            self._write(fd, data)
+            if recorder.writer is None:
+                write_message(fd, data)
+            else:
+                # recording: one queue.put for the put and its write, timed here, under the
+                # write lock and before the bytes can be read (so it orders the queue's writes)
+                ts = time.monotonic_ns()
+                write_message(fd, data)
+                trace.messages.put_written(self, ts, data)
             return True
         finally:
             if wlock is not None:
                 wlock.release()
-
-    def _write(self, fd, data):
-        """The write itself, under the write lock. (While recording, mpviz.trace wraps this:
-        the time of the write orders it among the queue's other writes.)"""
-        write_message(fd, data)
 
     def _pipe_has_room(self, fd, nbytes):
         if self._pipe_size is None:

@@ -22,7 +22,7 @@ sharing strategy whose memory it names (``mpviz/sharing/``), and ``_pipe.py`` (t
 framing, and writing a message in without the feeder thread when that cannot block).
 
 Also unlike the stdlib: a call after ``close()`` raises :class:`QueueClosedError` (and see
-``close``). Recording wraps some methods from outside (see :class:`Queue`).
+``close``). While recording, the Queue records itself where each fact happens (see :class:`Queue`).
 """
 import functools
 import multiprocessing.queues
@@ -30,7 +30,9 @@ import os
 import time
 from queue import Empty, Full
 
-from .. import _stops
+from .. import _stops, trace
+from ..trace import recorder
+from ..trace.events import queue_id
 from ._codec import Pickled, decode, encode, raise_explained
 from ._pipe import DirectWrite, read_message
 
@@ -100,8 +102,12 @@ class Queue(DirectWrite, multiprocessing.queues.Queue):
     """``multiprocessing.Queue`` whose ``put`` encodes (and so shares tensors) synchronously,
     and writes small messages straight into the pipe when that cannot block (``_pipe.py``).
 
-    While recording, mpviz.trace wraps ``put``, ``_write``, ``_parcel``, ``get`` and ``_decode``
-    (see mpviz/trace/messages.py, "mpviz's own Queue"): nothing here knows of it."""
+    While ``mpviz.trace`` records, each fact is written at its line behind one flag read
+    (``if recorder.ENABLED:``), as ``mpviz/sharing/`` writes its own: a put that raises, a put
+    handed to the feeder (``_parcel``), a get and its wait, a message read but not rebuilt, and
+    in ``_pipe.py`` the direct write. What is more than an ``emit`` is a helper of
+    mpviz/trace/messages.py, reached as ``trace.messages`` (loaded with the recorder's hooks).
+    (The stdlib's Queue, whose code we cannot edit, is recorded by wrapping it: messages.py.)"""
 
     def _reset(self, after_fork=False):
         super()._reset(after_fork=after_fork)
@@ -124,10 +130,15 @@ class Queue(DirectWrite, multiprocessing.queues.Queue):
 
     def put(self, obj, block=True, timeout=None):
         _stepped("queue.put", self, direct=True)
-        data = self._take_slot_and_encode(obj, block, timeout)
-        with self._notempty:
-            if not self._write_now(data):
-                self._feed(data)
+        try:
+            data = self._take_slot_and_encode(obj, block, timeout)
+            with self._notempty:
+                if not self._write_now(data):
+                    self._feed(data)
+        except BaseException as exc:
+            if recorder.ENABLED:                # it never entered the queue: queue.put_failed
+                trace.messages.put_failed(queue_id(self), None, exc)
+            raise
 
     def _take_slot_and_encode(self, obj, block, timeout):
         """A place in the queue (or Full), then the encoded bytes (the place given back if
@@ -135,7 +146,13 @@ class Queue(DirectWrite, multiprocessing.queues.Queue):
         if self._closed:
             raise QueueClosedError("put" if block else "put_nowait", repr(self))
         self._put_here = True
-        if not self._take_slot(block, timeout):
+        # a place: the semaphore counts the free ones (False: none came in time)
+        if recorder.ENABLED:
+            has_slot = trace.messages.take_slot(self, block, timeout)   # a full queue: a wait
+            recorder.take_handles()             # count this message's handles from 0
+        else:
+            has_slot = self._sem.acquire(block, timeout)
+        if not has_slot:
             raise Full
         try:
             return encode(obj, self._channel)
@@ -143,10 +160,6 @@ class Queue(DirectWrite, multiprocessing.queues.Queue):
             self._sem.release()
             raise_explained(exc, "put(obj)")
             raise
-
-    def _take_slot(self, block, timeout):
-        """A place in the queue (its semaphore counts the free ones); False: none came in time."""
-        return self._sem.acquire(block, timeout)
 
     def _feed(self, data):
         """Hand `data` to the feeder thread, as the stdlib's put does (the notempty lock held)."""
@@ -158,15 +171,32 @@ class Queue(DirectWrite, multiprocessing.queues.Queue):
 
     def _parcel(self, data):
         """What the feeder is given for `data`: the bytes, wrapped so that the feeder's pickling
-        copies them as they are (see ``_codec.Pickled``)."""
-        return Pickled(data)
+        copies them as they are (see ``_codec.Pickled``). While recording, the put is recorded
+        now, and the item tagged with its id, for the write the feeder's hook records."""
+        item = Pickled(data)
+        if recorder.ENABLED:
+            messages = trace.messages
+            qid, msg = queue_id(self), messages.next_msg()
+            recorder.emit("queue.put", queue=qid, msg=msg, nbytes=len(data),
+                          **messages.carried(recorder.take_handles()))
+            item = messages.for_feeder(self, item, qid, msg)
+        return item
 
     def get(self, block=True, timeout=None):
-        """A copy of the stdlib's get (Python 3.11), with ``self._decode`` where the stdlib
-        calls ``ForkingPickler.loads`` (a lone tensor arrives as a short handle)."""
+        """The stdlib's get: one message read from the pipe, then rebuilt (``_receive``)."""
         _stepped("queue.get", self)
         if self._closed:
             raise QueueClosedError("get" if block else "get_nowait", repr(self))
+        if recorder.ENABLED:
+            messages = trace.messages
+            messages.watch_reads(self)          # the read records queue.get (see there)
+            if block and messages.get_would_wait(self):     # nothing to read yet: a wait
+                return messages.waiting_get(timeout, Queue._receive, self, block, timeout)
+        return self._receive(block, timeout)
+
+    def _receive(self, block, timeout):
+        """A copy of the stdlib's get (Python 3.11), with ``decode`` where the stdlib calls
+        ``ForkingPickler.loads`` (a lone tensor arrives as a short handle)."""
         if block and timeout is None:
             with self._rlock:
                 res = self._recv_bytes()
@@ -188,12 +218,12 @@ class Queue(DirectWrite, multiprocessing.queues.Queue):
             finally:
                 self._rlock.release()
         # unpickle (or unmarshal) after having released the lock, as the stdlib does
-        return self._decode(res)
-
-    def _decode(self, data):
-        """The object in `data`, rebuilt here. (It can fail after the read: a tensor whose
-        sender has exited, say. While recording, mpviz.trace wraps this to say so.)"""
-        return decode(data)
+        try:
+            return decode(res)
+        except BaseException as exc:            # read, but not rebuilt (its sender exited, say)
+            if recorder.ENABLED:
+                recorder.emit("queue.get_failed", queue=queue_id(self), error=type(exc).__name__)
+            raise
 
     def close(self):
         """As the stdlib's: this process will put nothing more. Its feeder thread, if it has
@@ -227,13 +257,18 @@ class JoinableQueue(multiprocessing.queues.JoinableQueue, Queue):
 
     def put(self, obj, block=True, timeout=None):
         _stepped("queue.put", self, direct=True)
-        data = self._take_slot_and_encode(obj, block, timeout)
-        with self._notempty, self._cond:
-            # Count the task before the consumer can see it: its task_done() must find it.
-            self._unfinished_tasks.release()
-            try:
-                if not self._write_now(data):
-                    self._feed(data)
-            except BaseException:
-                self._unfinished_tasks.acquire(False)
-                raise
+        try:
+            data = self._take_slot_and_encode(obj, block, timeout)
+            with self._notempty, self._cond:
+                # Count the task before the consumer can see it: its task_done() must find it.
+                self._unfinished_tasks.release()
+                try:
+                    if not self._write_now(data):
+                        self._feed(data)
+                except BaseException:
+                    self._unfinished_tasks.acquire(False)
+                    raise
+        except BaseException as exc:
+            if recorder.ENABLED:                # it never entered the queue: queue.put_failed
+                trace.messages.put_failed(queue_id(self), None, exc)
+            raise

@@ -16,8 +16,8 @@ One mark's tour to the picture, in five files (docs/TOUR.md, "mark("x") → the 
      -> LogReader.poll  reader.py    reads each log's new records, checks and decodes them
      -> Trace.events    trace.py     Events of every process, merged by time; the views
      -> Trace.plot      trace/analysis.py and viz/timeline.py: the marks, a tick on their lane each
-    q.put(x)            messages.py  the hook that trace/ installed on the Queue (queues.py knows
-                                     nothing of it) emits queue.put; then recorder.py and
+    q.put(x)            queues.py    mpviz's Queue emits queue.put where it writes (helpers, and
+                                     the stdlib Queue's hooks: messages.py); then recorder.py,
                                      reader.py as above; Trace.flows() pairs it with its get
 
 The rest: hooks.py, locks.py, waits.py (the patches), autostart/ (a fresh interpreter joining),
@@ -42,6 +42,9 @@ def __getattr__(name):
         for lazy in _LAZY:
             globals()[lazy] = getattr(trace, lazy)
         return globals()[name]
+    if name == "messages":      # mpviz's Queue, recording before anything loaded it (a launcher)
+        import importlib        # (not `from . import`: that asks this function again)
+        return importlib.import_module(__name__ + ".messages")
     raise AttributeError(f"module 'mpviz.trace' has no attribute {name!r}")
 
 __all__ = ["record", "load", "mark", "os_view", "Trace", "Event", "Flow", "Segment",

@@ -1,7 +1,7 @@
 """Where recording plugs into the stdlib: processes, threads, and children that record by themselves.
 
-``install()`` replaces a few methods of stdlib classes (mpviz's Queue/Process/Pool are built on the
-same classes, so they are covered too); ``uninstall()`` puts the originals back. Every replacement
+``install()`` replaces a few methods of stdlib classes, code we cannot edit (mpviz's Process/Pool
+are built on them; its Queue records itself); ``uninstall()`` puts the originals back. Every one
 checks ``recorder.ENABLED`` and otherwise behaves exactly like the original, because a bound method
 taken while recording (a Pool's ``_quick_put``) can outlive the recording.
 
@@ -354,7 +354,6 @@ def install(threading_locks=False):
     _patch(PATCHES + messages.PATCHES + locks.PATCHES + waits.PATCHES)
     _hook_exit_function()
     messages.install_native()                # the per-message hooks in C, where they can be
-    messages.hook_mpviz_queues()             # mpviz's own Queue, if imported (see there)
     _install_heap()                          # sharedctypes (kept: each call checks ENABLED)
     frames.install()                         # our frames out of the tracebacks it prints
     if threading_locks:

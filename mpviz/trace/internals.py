@@ -62,8 +62,6 @@ CHECKS = [
      lambda: _has(queues.Queue, "_start_thread")),
     ("queue messages a Queue's feeder thread writes", "multiprocessing.queues.Queue._feed's "
      "send_bytes argument", _feed_takes_send_bytes),
-    ("mpviz's own Queue, once imported in a child", "multiprocessing.queues.Queue._reset",
-     lambda: _has(queues.Queue, "_reset")),
     ("lock waits and holds", "multiprocessing.synchronize.SemLock._make_methods",
      lambda: _has(synchronize.SemLock, "_make_methods")),
     ("children of a fork server started before recording", "multiprocessing.forkserver."

@@ -15,12 +15,12 @@ to say *when* each write and each read happened, inside those locks::
     Trace: per queue, writes (feeds) and reads (gets) in time order, zipped: get.msg = "7.3"
 
 ``sig`` (Adler-32 of a message's last 32 bytes) and ``nbytes`` check each pair (link_by_order);
-nothing is added to the bytes that travel. mpviz's own Queue often writes in ``put`` (see below).
+nothing is added to the bytes that travel. Wrapped: the stdlib's classes, code we cannot edit
+(``PATCHES``); mpviz's own Queue records itself, with the helpers at the end of this module.
 
 **Envelopes** (``SimpleQueue``, ``Pipe``, Queues whose feeder started before recording) carry the
 id in the message: unpickling ``_Envelope(obj, "7.3")`` calls ``_open``, which emits queue.get and
-returns obj -- unpickling *is* the receiver's hook. The per-message hooks are written twice:
-here (the reference) and in C, in queue_hooks.c (``install_native``). Next: recorder.py.
+returns obj. Per-message hooks: here (the reference) and in queue_hooks.c. Next: recorder.py.
 
 Adapted from distributed tracing's context propagation; Queues: MPI traces' FIFO send/recv matching.
 """
@@ -30,7 +30,6 @@ import os
 import select
 import sys
 import threading
-import time
 
 from multiprocessing import connection, pool, queues
 from multiprocessing.reduction import ForkingPickler
@@ -178,18 +177,19 @@ def _tagging_put(stdlib_put):
                                         timeout)
             return _orig[stdlib_put](self, item, block, timeout)
         except BaseException as exc:
-            try:
-                put_failed(qid, msg, exc)
-            except Exception as failed:         # (queue_hooks.c: sys.unraisablehook)
-                _unrecorded("queue.put_failed", failed)
+            put_failed(qid, msg, exc)
             raise                               # the stdlib's exception, not ours
     return put
 
 
 def put_failed(qid, msg, exc):
     """The put of `msg` raised `exc` after it was recorded: it never entered the queue. (mpviz's
-    Queue, which encodes before it records the put, says so with msg None.)"""
-    recorder.emit("queue.put_failed", queue=qid, msg=msg, error=type(exc).__name__)
+    Queue, which encodes before it records the put, says so with msg None.) Called while `exc`
+    is on its way to the caller: an event the Writer cannot take is said, never raised."""
+    try:
+        recorder.emit("queue.put_failed", queue=qid, msg=msg, error=type(exc).__name__)
+    except Exception as failed:
+        _unrecorded("queue.put_failed", failed)
 
 
 _queue_put, _joinable_put = _tagging_put("Queue.put"), _tagging_put("JoinableQueue.put")
@@ -378,7 +378,7 @@ def _simple_get(self):
 
 def watch_reads(q):
     """Wrap `q`'s read (once): it runs under the read lock, so its event orders the reads.
-    (mpviz's Queue has its own get: its hook, at the end of this module, calls this too.)"""
+    (mpviz's Queue has its own get, which calls this too while recording.)"""
     if not _hooked(q._recv_bytes):
         recv_bytes, qid, tap = q._recv_bytes, _queue_id(q), _tap()
         q._recv_bytes = (_read(recv_bytes, qid) if tap is None
@@ -475,7 +475,7 @@ def _simple_put(self, obj):
     recorder.take_handles()
     data = ForkingPickler.dumps(_Envelope(obj, "queue", qid, msg))
     recorder.emit("queue.put", queue=qid, msg=msg, nbytes=len(data),
-                  **_carried(recorder.take_handles()))
+                  **carried(recorder.take_handles()))
     if self._wlock is None:
         self._writer.send_bytes(data)
     else:
@@ -494,15 +494,14 @@ def _conn_send(self, obj):
     recorder.take_handles()
     data = ForkingPickler.dumps(_Envelope(obj, "pipe", pipe, msg))
     recorder.emit("pipe.send", pipe=pipe, msg=msg, nbytes=len(data),
-                  **_carried(recorder.take_handles()))
+                  **carried(recorder.take_handles()))
     self._send_bytes(data)
 
 
-def _carried(handles):
+def carried(handles):
     """The put-side event's ``handles`` arg: how many handles pickling the message made (none:
     no arg, so a plain message's event stays as small as it was)."""
     return {"handles": handles} if handles else {}
-    self._send_bytes(data)
 
 
 # --- Pool tasks ----------------------------------------------------------------------------
@@ -599,123 +598,29 @@ PATCHES = [
 ]
 
 
-# --- mpviz's own Queue (mpviz/multiprocessing/queues.py) --------------------------------------
+# --- mpviz's own Queue (mpviz/multiprocessing/queues.py, _pipe.py) ---------------------------
 #
-# It encodes in put and often writes its pipe itself, so the stdlib hooks above miss most of its
-# messages. Each of its steps is a plain method; while recording, these wrap them:
-#
-#     put (and JoinableQueue's)   count the message's handles from 0; a put that raises (Full, a
-#                                 closed queue, an object that cannot travel): queue.put_failed
-#     _write    the direct write, under the write lock: one queue.put {msg, nbytes, sig} for
-#               the put and the write, timed before the bytes can be read
-#     _parcel   the feeder's road: queue.put now, tagged (or in an envelope) for the feeder's
-#               write hook, which records the write (queue.feed)
-#     get       the read hook (watch_reads), as for the stdlib's get; a get with nothing to
-#               read yet is a wait (get_would_wait, waiting_get)
-#     _take_slot   a put into a full bounded queue is a wait (take_slot)
-#     _decode   a message read but not rebuilt (its sender exited, say): queue.get_failed
-#
-# The classes may be imported after recording started (a spawned child unpickling its first
-# mpviz Queue): so they are wrapped by hooks.install if already imported, else by the first
-# Queue set up afterwards (every Queue runs the stdlib's _reset before its first use).
+# Its code records itself, at the line where each fact happens, behind one flag read
+# (``recorder.ENABLED``, or ``recorder.writer`` where the Writer is used next): the put's
+# failure (Queue.put), its handles and a full queue's wait (take_slot), the direct write
+# (DirectWrite._write_now: put_written below), the feeder's road (Queue._parcel: for_feeder
+# above), the read and an empty queue's wait (Queue.get: watch_reads, get_would_wait,
+# waiting_get) and a message read but not rebuilt (Queue._receive). Nothing here patches it: the
+# hooks above are for the stdlib's classes, which we cannot edit.
 
-_MPVIZ = "mpviz.multiprocessing.queues"
-
-
-def hook_mpviz_queues():
-    """Wrap mpviz's Queue methods (see above), if its module is imported and not yet wrapped."""
-    mq = sys.modules.get(_MPVIZ)
-    if mq is None or "mpviz Queue.put" in _orig:
-        return
-    from .hooks import _patch     # lazily: hooks imports us; its _patch lets uninstall undo this
-    _patch([(mq.Queue, "put", _mpviz_put("mpviz Queue.put"), "mpviz Queue.put"),
-            (mq.JoinableQueue, "put", _mpviz_put("mpviz JoinableQueue.put"),
-             "mpviz JoinableQueue.put"),
-            (mq.DirectWrite, "_write", _mpviz_write, "mpviz Queue._write"),
-            (mq.Queue, "_parcel", _mpviz_parcel, "mpviz Queue._parcel"),
-            (mq.Queue, "get", _mpviz_get, "mpviz Queue.get"),
-            (mq.Queue, "_take_slot", _mpviz_take_slot, "mpviz Queue._take_slot"),
-            (mq.Queue, "_decode", _mpviz_decode, "mpviz Queue._decode")])
-
-
-def _queue_reset(self, after_fork=False):
-    _orig["Queue._reset"](self, after_fork)
-    if "mpviz Queue.put" not in _orig:
-        hook_mpviz_queues()
-
-
-def _mpviz_put(key):
-    def put(self, obj, block=True, timeout=None):
-        if not recorder.ENABLED:
-            return _orig[key](self, obj, block, timeout)
-        recorder.take_handles()                 # count this message's handles from 0
-        try:
-            return _orig[key](self, obj, block, timeout)
-        except BaseException as exc:
-            try:
-                put_failed(_queue_id(self), None, exc)
-            except Exception as failed:
-                _unrecorded("queue.put_failed", failed)
-            raise                               # the put's exception, not ours
-    return put
-
-
-def _mpviz_write(self, fd, data):
-    if recorder.writer is None:
-        return _orig["mpviz Queue._write"](self, fd, data)
-    ts = time.monotonic_ns()                    # before the bytes can be read
-    _orig["mpviz Queue._write"](self, fd, data)
+def put_written(q, ts, data):
+    """mpviz's Queue wrote `data` into its pipe itself, at `ts` (taken under the write lock,
+    before the bytes could be read): one ``queue.put`` {msg, nbytes, sig} for the put and the
+    write, as the feeder's write has (and ``handles``, what encoding `data` pickled)."""
     w = recorder.writer
-    if w is None:
+    if w is None:                               # recording stopped during the write
         return
-    msg, handles = next_msg(), recorder.take_handles()    # what encoding `data` pickled
+    msg, handles = next_msg(), recorder.take_handles()
     try:
         if handles:
-            w.emit_at(ts, "queue.put", {"queue": _queue_id(self), "msg": msg,
-                                        "nbytes": len(data), "sig": sig(data),
-                                        "handles": handles})
-        else:                          # {queue, msg, nbytes, sig}, as the feeder's write has
-            w.queue_event(ts, "queue.put", _queue_id(self), msg, data)
+            w.emit_at(ts, "queue.put", {"queue": _queue_id(q), "msg": msg, "nbytes": len(data),
+                                        "sig": sig(data), "handles": handles})
+        else:
+            w.queue_event(ts, "queue.put", _queue_id(q), msg, data)
     except Exception as exc:
         _unrecorded("queue.put", exc)
-
-
-def _mpviz_parcel(self, data):
-    item = _orig["mpviz Queue._parcel"](self, data)
-    if not recorder.ENABLED:
-        return item
-    qid, msg = _queue_id(self), next_msg()
-    args = {"queue": qid, "msg": msg, "nbytes": len(data)}
-    handles = recorder.take_handles()           # what encoding `data` pickled
-    if handles:
-        args["handles"] = handles
-    recorder.emit("queue.put", **args)
-    return for_feeder(self, item, qid, msg)
-
-
-def _mpviz_get(self, block=True, timeout=None):
-    get = _orig["mpviz Queue.get"]
-    if recorder.ENABLED:
-        watch_reads(self)                       # its events order the reads: see there
-        if block and get_would_wait(self):      # nothing to read yet: a wait (see above)
-            return waiting_get(timeout, get, self, block, timeout)
-    return get(self, block, timeout)
-
-
-def _mpviz_take_slot(self, block, timeout):
-    if recorder.ENABLED:                        # a full bounded queue: a wait (take_slot)
-        return take_slot(self, block, timeout)
-    return _orig["mpviz Queue._take_slot"](self, block, timeout)
-
-
-def _mpviz_decode(self, data):
-    try:
-        return _orig["mpviz Queue._decode"](self, data)
-    except BaseException as exc:                # read, but not rebuilt
-        if recorder.ENABLED:
-            recorder.emit("queue.get_failed", queue=_queue_id(self), error=type(exc).__name__)
-        raise
-
-
-PATCHES.append((queues.Queue, "_reset", _queue_reset, "Queue._reset"))
-
