@@ -332,6 +332,8 @@ class _Index:
         self.getters = {}              # queue id -> [(pid, tid, ts) of its first get per thread]
         self.putters = {}              # queue id -> [(pid, tid, ts) of its first put per thread]
         self.pipe_of = {}              # a SimpleQueue's id -> its pipe's (its sends are there)
+        self.given = {}                # queue id -> pids of the children given it as an argument
+        self.exit_errors = {}          # pid -> the exception that ended its run() ("X: ...")
         open_waits, counted, open_blocks = {}, {}, {}
         recv_pipes = {}                # (pid, tid) -> the pipes it read messages from
         self.busy, self.first_seen, self.by_kind, self.ticks = {}, {}, {}, {}
@@ -398,6 +400,10 @@ class _Index:
                 self.thread_end[(e.pid, e.tid)] = e.ts_ns
             elif k == "process.launch":
                 self.forker[e.args.get("child")] = (e.pid, e.tid, e.ts_ns)
+                for qid in e.args.get("queues") or ():
+                    self.given.setdefault(qid, []).append(e.args.get("child"))
+            elif k == "process.exit" and e.args.get("error"):
+                self.exit_errors[e.pid] = e.args["error"]
             elif k in _SHM_KINDS:
                 self.shm.append(e)
                 if e.args.get("via") == "multiprocessing.heap" or e.args.get("torch"):
@@ -719,6 +725,23 @@ class _Index:
                 [(lost.pid, lost.pid) for lost in self.lost_tasks(target, t)]
         return []
 
+    def gone_without_putting(self, qid, t, waiter):
+        """The children given queue `qid` as an argument that ended by `t` without putting
+        into it: [(label, how it ended: "exit 1, after FileNotFoundError: ...")]."""
+        put = {p for p, _, first in self.putters.get(qid, []) +
+               self.putters.get(self.pipe_of.get(qid), []) if first <= t}
+        out = []
+        for pid in self.given.get(qid, ()):
+            p = self.procs.get(pid)
+            if pid == waiter or pid in put or p is None or self.alive(pid, t):
+                continue
+            how = (f"killed by {p.signal}" if p.signal else
+                   f"exit {p.exitcode}" + (f", after {self.exit_errors[pid]}"
+                                           if pid in self.exit_errors else "")
+                   if p.exitcode is not None else "its exit status unknown")
+            out.append((self.labels.get(pid, f"pid {pid}"), how))
+        return out
+
     def lost_tasks(self, job, t):
         """The tasks of Pool job `job` whose result will never come: started by a worker that
         ended by `t` and sent nothing after the task began (``sys.exit``/``os._exit`` in the
@@ -1037,6 +1060,12 @@ def lost_pool_tasks(trace, job, t_ns=None):
     """The ``LostTask``s of Pool job `job` by instant `t_ns` (None: the trace's end)."""
     ix = _index(trace)
     return ix.lost_tasks(job, ix.t1 if t_ns is None else int(t_ns))
+
+
+def gone_without_putting(trace, qid, t_ns, waiter):
+    """Who was given queue `qid` (a Process argument) and ended by `t_ns` without putting into
+    it: [("Process-1", "exit 1, after ...")]; `waiter`'s pid is left out."""
+    return _index(trace).gone_without_putting(qid, int(t_ns), waiter)
 
 
 def every_lost_pool_task(trace, t_ns=None):

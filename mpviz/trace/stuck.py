@@ -52,13 +52,25 @@ def headline(watchdog, nkilled):
                 f"timeout) that has not run out within --hang-after {watchdog.hang_after:g} s: "
                 f"a wait that ends within it is progress, one that does not is a stall (not a "
                 f"deadlock: they may move later). {stop}"]
-    again = any(s.again for s in watchdog.seen.values())
-    how = ("with no time limit, or waits again for the same thing each time its timeout runs "
-           "out (a loop that polls: the deadline passed and nothing came)" if again else
-           "with no time limit (no sleep, no timeout)")
+    polls = [key for key, s in watchdog.seen.items() if s.again]
+    if polls:
+        # A loop that polls wakes each time its timeout runs out: what it waits for did not
+        # come, but the loop itself may still end (a deadline it checks, a count of tries) --
+        # its code says, not its system calls. "Nobody can ever move" would be a guess.
+        names = _names(watchdog.trace, watchdog)
+        who = _and([_thread_who(watchdog.trace, names, key) for key in polls])
+        return [f"mpviz trace: HANG: DEADLOCK, unless a loop gives up by itself -- for "
+                f"{t:.1f} s no thread of any process made progress and nothing was recorded but "
+                f"waits that timed out and began again, "
+                f"and every thread waits with no time limit, or waits again for the same thing "
+                f"each time its timeout runs out (a loop that polls: the deadline passed and "
+                f"nothing came). Nothing they wait for will come, as long as they all wait. "
+                f"Only the polling loop of {who} can still end this, if its code stops "
+                f"waiting by itself (a deadline, a number of tries); mpviz cannot tell whether "
+                f"it does: read its line below. {stop}"]
     return [f"mpviz trace: HANG: DEADLOCK -- for {t:.1f} s no thread of any process moved "
-            f"and no event was recorded, and every thread waits {how}: nobody can ever move. "
-            f"{stop}"]
+            f"and no event was recorded, and every thread waits with no time limit (no sleep, "
+            f"no timeout): nobody can ever move. {stop}"]
 
 
 class Facts:
@@ -188,6 +200,12 @@ def _who(trace, names, pid):
     alias = process_labels(trace).get(pid)
     name = names.get(pid, "?")
     return f"{name} ({alias}, pid {pid})" if alias and alias != name else f"{name} (pid {pid})"
+
+
+def _thread_who(trace, names, key):
+    """"Process-1 (pid 7)'s main thread", "prog.py (pid 6)'s thread `poller`"."""
+    pid, tid = key
+    return f"{_who(trace, names, pid)}'s " + _thread_names(trace).get(key, _thread(pid, tid))
 
 
 def _thread_names(trace):

@@ -32,6 +32,7 @@ import time
 from .. import _proc
 from . import analysis as st
 from . import osview, recorder, session
+from .names import SEMAPHORES
 from .trace import Trace
 
 POLL_SECONDS = 0.1
@@ -429,7 +430,7 @@ def waits_in_words(trace, at=None):
         for pid, tid, since in lk.waiters:
             who = f"{state.labels.get(pid, pid)}'s {state.thread_names.get((pid, tid), tid)}"
             lines.append(f"  {who} waits for {lk.name or lk.type or 'a lock'}"
-                         + (f", held by {owners}" if owners else ", which nobody holds"))
+                         + (f", held by {owners}" if owners else _unheld(lk)))
     idle = st.idle_pool_workers(trace, at)
     for b in state.blocked:       # joins, q.join, a full pipe, Events ... (waits.py)
         if b.pid in idle:
@@ -453,6 +454,18 @@ def waits_in_words(trace, at=None):
         return ["Who waits for whom: the trace recorded no wait that was still open (read the "
                 "stacks above: the innermost call is where each thread was)."]
     return ["Who waits for whom (recorded waits still open when it stopped):"] + lines
+
+
+def _unheld(lock):
+    """A lock waited for that no recorded thread holds. A Semaphore is not held as a Lock is:
+    it waits because its count is 0, and goes on when any thread calls release() -- which one
+    made with 0 needs first. A Lock: a holder the trace did not see (one that took it before
+    recording began, or outside the program's recorded processes)."""
+    if lock.type in SEMAPHORES:
+        return (": its count is 0, and no thread the trace recorded holds an acquire of it "
+                "to release -- it goes on only when some thread calls its release() (one made "
+                "with Semaphore(0) needs that first)")
+    return ", held by no thread the trace recorded (taken before recording began?)"
 
 
 def _hang_at_exit(state, trace):
@@ -546,8 +559,44 @@ def _who_must_act(state, blocked, trace=None):
     if blocked.on == "queue.put":
         return f"someone must get from {name}, and nobody has got from it yet"
     if blocked.on == "queue.get":
-        return f"someone must put into {name}, and nobody has put into it yet"
+        gone = st.gone_without_putting(trace, blocked.target, state.t_ns, blocked.pid) \
+            if trace is not None else []
+        return f"someone must put into {name}, and nobody has put into it yet" + \
+            _gone_without_putting(gone, name)
+    if blocked.on == "barrier" and trace is not None:
+        return _barrier_short(state, blocked, trace)
     return "who must act is not recorded"
+
+
+def _barrier_short(state, blocked, trace):
+    """A Barrier lets its waiters go when its `parties` threads wait at it: how many wait now,
+    and how many more must come (who would, the trace does not know: any thread may)."""
+    parties = next((e.args.get("parties") for e in trace.of_kind("wait.begin")
+                    if e.args.get("on") == "barrier" and e.args.get("id") == blocked.target
+                    and e.args.get("parties")), None)
+    if not parties:
+        return "who must act is not recorded"
+    n = sum(1 for b in state.blocked if b.on == "barrier" and b.target == blocked.target)
+    if n >= parties:
+        return "who must act is not recorded"
+    return (f"it lets its waiters go when {parties} wait at it, and {n} wait now: "
+            f"{parties - n} more must call its wait() (which thread would, the trace does not "
+            f"know; was it made for more parties than the program starts?)")
+
+
+def _gone_without_putting(gone, name):
+    """"; Process-1 was given Queue 1 (a Process argument) and ended (exit 1, after ...)
+    without putting into it: that put will never come", or "" (nobody known)."""
+    if not gone:
+        return ""
+    if len(gone) == 1:
+        (who, how), = gone
+        return (f"; {who} was given {name} (a Process argument) and ended ({how}) without "
+                f"putting into it: that put will never come")
+    whos = [who for who, _ in gone]
+    return (f"; {', '.join(whos[:-1])} and {whos[-1]} were given {name} (a Process argument) "
+            f"and ended without putting into it ({'; '.join(f'{w}: {h}' for w, h in gone)}): "
+            f"those puts will never come")
 
 
 def labels(trace):

@@ -1,0 +1,144 @@
+"""Hang verdicts on programs written as their authors write them (issue 27): every word true.
+
+Each program in tests/hang_programs/ hangs (or nearly) in a classic way that the other hang
+tests do not cover, and runs through ``python -m mpviz trace --hang-after S`` as a learner runs
+it; all are started at once (they spend their time waiting), each judged alone:
+
+    poll_go_signal.py         a worker checks an Event every second and gives up after a
+                              minute: the others wait for ever, but its loop may still end it
+                              -- mpviz cannot tell, so never "nobody can ever move"
+    wait_go_5s.py             the same, checking every 5 s: a wait with a deadline to come,
+                              STALLED, not a deadlock
+    slots_never_released.py   Semaphore(0): its count is 0 and nobody releases it -- not "a lock
+                              which nobody holds"
+    loader_raises.py          the producer raised before its put; the parent's get() waits for
+                              ever: the verdict names the producer, how it ended, and why
+    spawn_nothing_to_send.py  torch's mp.spawn: rank 0 returns without putting, rank 1 waits
+    barrier_two_of_three.py   a Barrier for three, two parties started: one more must come
+    lock_held_over_join.py    the parent joins a child while holding the lock the child needs
+    result_joined_first.py    a big result sent over a Pipe while the parent joins first
+"""
+import importlib.util
+import os
+import re
+
+import pytest
+
+from test_hang_classes import hung, result, together
+
+PROGRAMS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "hang_programs")
+
+
+def _program(name):
+    return os.path.join(PROGRAMS, name)
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    """{program: result} of every program here, run under its own launcher, all at once."""
+    programs = {name: ("1.5", _program(name)) for name in (
+        "wait_go_5s.py", "slots_never_released.py", "loader_raises.py",
+        "barrier_two_of_three.py", "lock_held_over_join.py", "result_joined_first.py")}
+    programs["poll_go_signal.py"] = ("2", _program("poll_go_signal.py"))
+    if importlib.util.find_spec("torch") is not None:
+        programs["spawn_nothing_to_send.py"] = ("2", _program("spawn_nothing_to_send.py"))
+    return together(tmp_path_factory, programs)
+
+
+# --- statements that were false, or the fact that was missing ---------------------------------
+
+@pytest.mark.timeout(150)
+def test_a_loop_that_polls_is_never_said_to_be_unable_to_move(runs):
+    # It wakes every second (it prints "still waiting") and would give up by itself after a
+    # minute. Said before: "no thread of any process moved and no event was recorded ...
+    # nobody can ever move" -- it moved each second, and its timeouts were recorded.
+    err = hung(result(runs, "poll_go_signal.py"))
+    assert "HANG: DEADLOCK, unless a loop gives up by itself" in err, err
+    assert "nobody can ever move" not in err and "no event was recorded" not in err, err
+    assert "nothing was recorded but waits that timed out and began again" in err, err
+    assert re.search(r"Only the polling loop of Process-1 \(pid \d+\)'s main thread can still "
+                     r"end this, if its code stops waiting by itself \(a deadline, a number of "
+                     r"tries\); mpviz cannot tell whether it does", err), err
+    assert "(poll_go_signal.py:9): `while not go.wait(timeout=1):`" in err, err
+
+
+@pytest.mark.timeout(150)
+def test_a_semaphore_made_with_no_count_is_said_to_need_a_release_not_a_free_lock(runs):
+    # Said before: "waits for lock 'slots', which nobody holds" (a free lock is no wait).
+    err = hung(result(runs, "slots_never_released.py"))
+    assert "which nobody holds" not in err and "lock 'slots'" not in err, err
+    for worker in ("Process-1", "Process-2"):
+        assert (f"{worker}'s main thread waits for Semaphore 'slots': its count is 0, and no "
+                f"thread the trace recorded holds an acquire of it to release -- it goes on "
+                f"only when some thread calls its release()") in err, err
+    assert "at worker (slots_never_released.py:6): `slots.acquire()`" in err, err
+
+
+@pytest.mark.timeout(150)
+def test_a_get_whose_producer_raised_names_the_producer_and_its_error(runs):
+    # Said before: only "someone must put into Queue 1, and nobody has put into it yet" --
+    # not a word about the one process that could have put, which had ended with an error.
+    err = hung(result(runs, "loader_raises.py"))
+    assert "FileNotFoundError: [Errno 2] No such file or directory" in err   # its traceback
+    assert "mpviz" not in err.split("Traceback (most recent call last):")[1].split(
+        "FileNotFoundError")[0], err                                         # ours hidden
+    assert ("loader_raises.py's main thread waits: get() on Queue 1: nothing in it yet -- "
+            "someone must put into Queue 1, and nobody has put into it yet; Process-1 was "
+            "given Queue 1 (a Process argument) and ended (exit 1, after FileNotFoundError: "
+            "[Errno 2] No such file or directory: '/nonexistent/data.txt') without putting "
+            "into it: that put will never come") in err, err
+
+
+@pytest.mark.timeout(150)
+def test_a_spawned_rank_that_returned_without_putting_is_named_to_the_rank_that_waits(runs):
+    pytest.importorskip("torch")
+    err = hung(result(runs, "spawn_nothing_to_send.py"))
+    assert re.search(r"SpawnProcess-2 \(pid \d+\), main thread: reads a pipe \(fd \d+\), with no "
+                     r"time limit .* at run \(spawn_nothing_to_send.py:12\): `data = q.get\(\)`",
+                     err), err
+    assert ("SpawnProcess-2's main thread waits: get() on Queue 1: nothing in it yet -- someone "
+            "must put into Queue 1, and nobody has put into it yet; SpawnProcess-1 was given "
+            "Queue 1 (a Process argument) and ended (exit 0) without putting into it: that put "
+            "will never come") in err, err
+
+
+@pytest.mark.timeout(150)
+def test_a_barrier_short_of_parties_says_how_many_more_must_come(runs):
+    # Said before: "Barrier 1.wait() -- who must act is not recorded"
+    err = hung(result(runs, "barrier_two_of_three.py"))
+    for worker in ("Process-1", "Process-2"):
+        assert (f"{worker}'s main thread waits: Barrier 1.wait() -- it lets its waiters go when "
+                f"3 wait at it, and 2 wait now: 1 more must call its wait()") in err, err
+
+
+# --- verdicts that were already true, kept so ---------------------------------------------------
+
+@pytest.mark.timeout(150)
+def test_a_wait_with_a_deadline_still_to_come_is_stalled_not_a_deadlock(runs):
+    err = hung(result(runs, "wait_go_5s.py"))
+    assert "HANG: STALLED" in err and "DEADLOCK" not in err, err
+    assert re.search(r"Process-1 \(pid \d+\), main thread: waits for a lock or condition, with a "
+                     r"timeout .* at worker \(wait_go_5s.py:9\): `while not go.wait\(timeout=5\):`",
+                     err), err
+
+
+@pytest.mark.timeout(150)
+def test_a_parent_joining_while_holding_the_childs_lock_is_a_cycle_in_words(runs):
+    err = hung(result(runs, "lock_held_over_join.py"))
+    assert "HANG: DEADLOCK -- for" in err and "nobody can ever move" in err, err
+    assert ("Process-1's main thread waits for lock 'lock', held by lock_held_over_join.py's "
+            "main thread") in err, err
+    assert re.search(r"lock_held_over_join.py's main thread waits: join Process-1 \(pid \d+\) -- "
+                     r"Process-1's main thread must exit", err), err
+    assert "at work (lock_held_over_join.py:6): `with lock:`" in err, err
+
+
+@pytest.mark.timeout(150)
+def test_a_pipe_send_of_a_big_result_while_the_parent_joins_is_a_full_socket_and_a_join(runs):
+    err = hung(result(runs, "result_joined_first.py"))
+    assert re.search(r"Process-1 \(pid \d+\), main thread: writes into a socket \(fd \d+\), which "
+                     r"is full, with no time limit .* at compute \(result_joined_first.py:7\): "
+                     r"`conn.send\(result\)`", err), err
+    assert re.search(r"result_joined_first.py \(pid \d+\), main thread: waits for a child process "
+                     r"to end \(join, wait\), with no time limit .* at <module> "
+                     r"\(result_joined_first.py:15\): `p.join\(\)`", err), err
