@@ -15,6 +15,9 @@ it; all are started at once (they spend their time waiting), each judged alone:
                               ever: the verdict names the producer, how it ended, and why
     spawn_nothing_to_send.py  torch's mp.spawn: rank 0 returns without putting, rank 1 waits
     barrier_two_of_three.py   a Barrier for three, two parties started: one more must come
+    loader_lock_left_held.py  a DataLoader's dataset leaves its Lock held on one path: a worker
+                              waits for the lock it holds, while the main thread's get() has
+                              a 5 s timeout still to run -- a deadlock, not "may move later"
     lock_held_over_join.py    the parent joins a child while holding the lock the child needs
     result_joined_first.py    a big result sent over a Pipe while the parent joins first
 """
@@ -42,6 +45,7 @@ def runs(tmp_path_factory):
     programs["poll_go_signal.py"] = ("2", _program("poll_go_signal.py"))
     if importlib.util.find_spec("torch") is not None:
         programs["spawn_nothing_to_send.py"] = ("2", _program("spawn_nothing_to_send.py"))
+        programs["loader_lock_left_held.py"] = ("2", _program("loader_lock_left_held.py"))
     return together(tmp_path_factory, programs)
 
 
@@ -109,6 +113,25 @@ def test_a_barrier_short_of_parties_says_how_many_more_must_come(runs):
     for worker in ("Process-1", "Process-2"):
         assert (f"{worker}'s main thread waits: Barrier 1.wait() -- it lets its waiters go when "
                 f"3 wait at it, and 2 wait now: 1 more must call its wait()") in err, err
+
+
+@pytest.mark.timeout(150)
+def test_a_worker_waiting_for_the_lock_it_holds_is_a_deadlock_whatever_deadline_runs_elsewhere(
+        runs):
+    # Said before: "HANG: STALLED ... not a deadlock: they may move later" (the DataLoader's
+    # main thread polls with a 5 s timeout) above "STUCK FOR GOOD: a cycle".
+    pytest.importorskip("torch")
+    err = hung(result(runs, "loader_lock_left_held.py"))
+    assert "STALLED" not in err and "may move later" not in err, err
+    assert re.search(r"HANG: DEADLOCK -- DataLoader worker (\d) \(pid \d+\)'s main thread and "
+                     r"DataLoader worker (?!\1)\d \(pid \d+\)'s main thread can never move: ", err), err
+    assert re.search(r"DataLoader worker (\d)'s main thread waits for Lock 1, which it holds "
+                     r"itself: a Lock is not re-entrant", err), err
+    assert re.search(r"DataLoader worker \d's main thread waits for Lock 1, which DataLoader "
+                     r"worker \d's main thread holds", err), err
+    assert "some threads wait with a deadline that has not run out within --hang-after 2 s " \
+        "(they may still move -- that frees none of the above)" in err, err
+    assert "at __getitem__ (loader_lock_left_held.py:17): `self.lock.acquire()`" in err, err
 
 
 # --- verdicts that were already true, kept so ---------------------------------------------------

@@ -616,6 +616,11 @@ class _Index:
             steps = [f"{who(cycle[i])} waits for {self.lock_name(cycle[i + 1])}, which "
                      f"{who(cycle[i + 2])} holds" for i in range(0, len(cycle) - 1, 2)]
             reason = "a cycle: " + "; ".join(steps) + ". Each waits for the next: none can go on"
+            if len(cycle) == 3:        # one thread, one lock: it waits for what it holds
+                reason = (f"{who(cycle[0])} waits for {self.lock_name(cycle[1])}, which it "
+                          f"holds itself: a Lock is not re-entrant (a second acquire() before "
+                          f"its release() waits for ever). Fix: release it on every path "
+                          f"(`with lock:`), or use an RLock if the same thread takes it again")
             for node in cycle[::2]:
                 found.setdefault(node, Deadlock(node[0], node[1], reason, tuple(cycle)))
         for e in self.stuck:

@@ -155,6 +155,11 @@ def for_trace(trace, flows=None):
     return channels, locks
 
 
+def join_and(items):
+    """"A", "A and B", "A, B and C": a list in a sentence."""
+    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
+
+
 def human_bytes(n):
     """``65536`` → ``'64 KiB'``, ``400000`` → ``'391 KiB'``: binary units, the ones the scenario
     texts and ``numel * 4`` arithmetic use (a 64K-element float32 tensor is 256 KiB)."""

@@ -25,6 +25,7 @@ import sysconfig
 
 from . import osview
 from .analysis import process_labels
+from .names import join_and
 
 FORK_FIX = ("start the children with 'spawn' or 'forkserver' "
             "(multiprocessing.get_context('forkserver'), or a Pool's context=...): a fresh "
@@ -39,13 +40,24 @@ def headline(watchdog, nkilled):
     t, stop = watchdog.stalled_for, (f"mpviz stopped {nkilled} process(es) with SIGKILL.")
     if watchdog.stuck_pids:
         names = _names(watchdog.trace, watchdog)
-        who = _and([_who(watchdog.trace, names, p) for p in watchdog.stuck_pids])
+        who = join_and([_who(watchdog.trace, names, p) for p in watchdog.stuck_pids])
         it = "it" if len(watchdog.stuck_pids) == 1 else "each"
         return [f"mpviz trace: HANG: DEADLOCK -- {who} can never move: for {t:.1f} s every "
                 f"thread of {it} has waited, with no time limit, for a lock in its own memory "
                 f"(a private futex), which only a thread of that same process could release "
                 f"-- and none of them can (only a signal handler still could). CPU used by "
                 f"other threads or processes does not change that. {stop}"]
+    if watchdog.for_good:
+        # recorded lock waits that can never end, while other threads wait with a deadline
+        names = _names(watchdog.trace, watchdog)
+        who = join_and(list(dict.fromkeys(_thread_who(watchdog.trace, names, (d.pid, d.tid))
+                                      for d in watchdog.for_good)))
+        reasons = list(dict.fromkeys(d.reason for d in watchdog.for_good))
+        return [f"mpviz trace: HANG: DEADLOCK -- {who} can never move: "
+                f"{'; '.join(reasons)}. For {t:.1f} s no thread of any process moved and no "
+                f"event was recorded; some threads wait with a deadline that has not run out "
+                f"within --hang-after {watchdog.hang_after:g} s (they may still move -- that "
+                f"frees none of the above). {stop}"]
     if watchdog.kind == "stalled":
         return [f"mpviz trace: HANG: STALLED -- for {t:.1f} s no thread of any process moved "
                 f"and no event was recorded. Some threads wait with a deadline (a sleep, a "
@@ -58,7 +70,7 @@ def headline(watchdog, nkilled):
         # come, but the loop itself may still end (a deadline it checks, a count of tries) --
         # its code says, not its system calls. "Nobody can ever move" would be a guess.
         names = _names(watchdog.trace, watchdog)
-        who = _and([_thread_who(watchdog.trace, names, key) for key in polls])
+        who = join_and([_thread_who(watchdog.trace, names, key) for key in polls])
         return [f"mpviz trace: HANG: DEADLOCK, unless a loop gives up by itself -- for "
                 f"{t:.1f} s no thread of any process made progress and nothing was recorded but "
                 f"waits that timed out and began again, "
@@ -92,11 +104,6 @@ class Facts:
             target = osview.fd_target(v.pid, v.args[0]) if end and v.args else ""
             if target.startswith("pipe:"):
                 self.other_end[key] = (end, osview.pipe_ends(sorted(pids), target)[end])
-
-
-def _and(items):
-    """"A", "A and B", "A, B and C"."""
-    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
 
 
 def threads_in_words(watchdog, stacks, chains=True):
@@ -169,7 +176,7 @@ def _other_end(trace, names, pid, end, holders):
     if not who:
         return (f"; its {end} end is open in no process of the program (one outside it "
                 f"could {end})")
-    return f"; its {end} end is open in {_and(who)}"
+    return f"; its {end} end is open in {join_and(who)}"
 
 
 def _fd_words(view):
@@ -359,7 +366,7 @@ def _why(watchdog, stacks, names):
                 f"its threads wait for each other; the stacks say where.", []).append(pid)
     lines = []
     for text, pids in reasons.items():
-        who = _and([names.get(p, str(p)) for p in pids])
+        who = join_and([names.get(p, str(p)) for p in pids])
         lines.append("  " + text.format(who=who, was="were" if len(pids) > 1 else "was"))
     if lines:
         lines.append(f"  Fix: {FORK_FIX}" + (f"; {NATIVE_FIX}." if native_seen else "."))

@@ -32,7 +32,7 @@ import time
 from .. import _proc
 from . import analysis as st
 from . import osview, recorder, session
-from .names import SEMAPHORES
+from .names import SEMAPHORES, join_and
 from .trace import Trace
 
 POLL_SECONDS = 0.1
@@ -85,7 +85,9 @@ class Watchdog:
     guard's own thread, in ``record()``).
 
     After ``poll()`` returned True: ``kind`` ("deadlock" or "stalled"), ``stuck_pids`` (the
-    processes that can never move; empty when the whole program stalled), ``stalled_for``.
+    processes that can never move; empty when the whole program stalled), ``stalled_for``,
+    ``for_good`` (recorded lock waits that can never end, found while other threads wait with
+    a deadline: they make it a deadlock all the same).
     """
 
     def __init__(self, directory, hang_after, pids, ignore=None):
@@ -101,6 +103,7 @@ class Watchdog:
         self.threads_changed = {}           # pid -> when a thread of it last started or ended
         self.helpers = {}                   # pid -> "Python's fork server", or None: read once
         self.kind, self.stuck_pids, self.facts = None, [], None
+        self.for_good = []                  # analysis.Deadlocks that made a stall a deadlock
         self.dist, self.judged_ns = False, None  # dist: judged by torch.distributed's events
         self._dist_looked = time.monotonic()
 
@@ -130,12 +133,43 @@ class Watchdog:
             return False
         from . import dist_verdict, stuck
         self._read_logs()                        # (the verdict names what the logs say)
+        self.for_good = self._locked_for_good() if self.kind == "stalled" else []
+        if self.for_good:                        # a deadline elsewhere cannot free them
+            self.kind = "deadlock"
         self.facts = stuck.Facts(self, now)      # read /proc now: the processes die next
         self.judged_ns = time.monotonic_ns()
         judged = dist_verdict.judge(self.trace, self, until_ns=self.judged_ns)
         if judged is not None:                   # torch.distributed: its events come first
             self.kind, self.dist = judged.kind, True
         return True
+
+    def _locked_for_good(self):
+        """The recorded lock waits that can never end, whatever else waits with a deadline: a
+        cycle of holders (a thread that waits for a lock it holds itself is one), or a holder
+        that is a ghost (a lock copied held by a fork). ``analysis.Deadlock``s; [] if none."""
+        if not self.trace.events:
+            return []
+        state = st.state_at(self.trace)
+        found = [d for d in state.deadlocks if d.cycle or (d.pid, d.tid) in
+                 {(pid, tid) for lk in state.locks for pid, tid, _ in lk.waiters
+                  if any(o.ghost for o in lk.owners)}]
+        stuck = {(d.pid, d.tid) for d in found}
+        grew = True
+        while grew:                 # ... and who waits for a lock only those threads hold
+            grew = False
+            for lk in state.locks:
+                owners = {(o.pid, o.tid) for o in lk.owners if not o.ghost}
+                if not owners or not owners <= stuck:
+                    continue
+                for pid, tid, _ in lk.waiters:
+                    if (pid, tid) not in stuck:
+                        holder = join_and([_thread_words(state, *o) for o in sorted(owners)])
+                        found.append(st.Deadlock(pid, tid, (
+                            f"{_thread_words(state, pid, tid)} waits for {lk.name or 'a lock'}, "
+                            f"which {holder} holds")))
+                        stuck.add((pid, tid))
+                        grew = True
+        return found
 
     def _rendezvous_stalled(self, now):
         """torch.distributed's store polls while init_process_group waits for ranks that do
@@ -593,8 +627,7 @@ def _gone_without_putting(gone, name):
         (who, how), = gone
         return (f"; {who} was given {name} (a Process argument) and ended ({how}) without "
                 f"putting into it: that put will never come")
-    whos = [who for who, _ in gone]
-    return (f"; {', '.join(whos[:-1])} and {whos[-1]} were given {name} (a Process argument) "
+    return (f"; {join_and([who for who, _ in gone])} were given {name} (a Process argument) "
             f"and ended without putting into it ({'; '.join(f'{w}: {h}' for w, h in gone)}): "
             f"those puts will never come")
 
