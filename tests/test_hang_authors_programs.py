@@ -14,6 +14,8 @@ it; all are started at once (they spend their time waiting), each judged alone:
     loader_raises.py          the producer raised before its put; the parent's get() waits for
                               ever: the verdict names the producer, how it ended, and why
     spawn_nothing_to_send.py  torch's mp.spawn: rank 0 returns without putting, rank 1 waits
+    callback_raises.py        a Pool callback raises (gh-83371): the Pool's result handler
+                              thread dies, pool.join() waits for ever -- said, with the line
     barrier_two_of_three.py   a Barrier for three, two parties started: one more must come
     loader_lock_left_held.py  a DataLoader's dataset leaves its Lock held on one path: a worker
                               waits for the lock it holds, while the main thread's get() has
@@ -40,7 +42,7 @@ def _program(name):
 def runs(tmp_path_factory):
     """{program: result} of every program here, run under its own launcher, all at once."""
     programs = {name: ("1.5", _program(name)) for name in (
-        "wait_go_5s.py", "slots_never_released.py", "loader_raises.py",
+        "wait_go_5s.py", "slots_never_released.py", "loader_raises.py", "callback_raises.py",
         "barrier_two_of_three.py", "lock_held_over_join.py", "result_joined_first.py")}
     programs["poll_go_signal.py"] = ("2", _program("poll_go_signal.py"))
     if importlib.util.find_spec("torch") is not None:
@@ -89,8 +91,10 @@ def test_a_get_whose_producer_raised_names_the_producer_and_its_error(runs):
     assert ("loader_raises.py's main thread waits: get() on Queue 1: nothing in it yet -- "
             "someone must put into Queue 1, and nobody has put into it yet; Process-1 was "
             "given Queue 1 (a Process argument) and ended (exit 1, after FileNotFoundError: "
-            "[Errno 2] No such file or directory: '/nonexistent/data.txt') without putting "
-            "into it: that put will never come") in err, err
+            "[Errno 2] No such file or directory: '/nonexistent/data.txt', raised at load "
+            "(loader_raises.py:7): `with open(path) as f:`) without putting into it: that put "
+            "will never come") in err, err
+    assert "ENDED BY AN ERROR" not in err, err          # (said once, in the wait's line)
 
 
 @pytest.mark.timeout(150)
@@ -104,6 +108,27 @@ def test_a_spawned_rank_that_returned_without_putting_is_named_to_the_rank_that_
             "must put into Queue 1, and nobody has put into it yet; SpawnProcess-1 was given "
             "Queue 1 (a Process argument) and ended (exit 0) without putting into it: that put "
             "will never come") in err, err
+
+
+@pytest.mark.timeout(150)
+def test_a_pool_callback_that_raised_is_said_to_have_ended_the_pools_result_handler(runs):
+    # Said before: only "worker 0 is idle, not stuck", "worker 1 is idle, not stuck": nothing
+    # of the dead thread that pool.join() waits on -- or, as often, no verdict at all: the
+    # Pool's worker handler thread spins on the result nobody reads, and CPU was progress.
+    err = hung(result(runs, "callback_raises.py"))
+    assert "ZeroDivisionError: integer division or modulo by zero" in err    # its traceback
+    assert re.search(r"ENDED BY AN ERROR: callback_raises.py's thread `Thread-\d+ "
+                     r"\(_handle_results\)` ended with ZeroDivisionError: integer division or "
+                     r"modulo by zero, raised at record \(callback_raises.py:15\): "
+                     r"`scores\[name\] = 100 // n`: that thread is the Pool's result handler -- "
+                     r"no result of this Pool is delivered any more, so whatever waits for one, "
+                     r"and pool.join\(\), waits for ever", err), err
+    # When the dead handler left a result unread, the Pool's worker handler thread spins on it
+    # (CPU used, nothing done): not progress -- the headline says why (else nobody moves)
+    if "nobody can ever move" not in err:
+        assert re.search(r"HANG: DEADLOCK -- callback_raises.py \(pid \d+\)'s Pool can deliver "
+                         r"no result any more: its result handler thread \(`Thread-\d+ "
+                         r"\(_handle_results\)`\) ended with ZeroDivisionError", err), err
 
 
 @pytest.mark.timeout(150)
@@ -165,3 +190,32 @@ def test_a_pipe_send_of_a_big_result_while_the_parent_joins_is_a_full_socket_and
     assert re.search(r"result_joined_first.py \(pid \d+\), main thread: waits for a child process "
                      r"to end \(join, wait\), with no time limit .* at <module> "
                      r"\(result_joined_first.py:15\): `p.join\(\)`", err), err
+
+
+def test_a_stack_faulthandler_read_while_its_thread_spun_is_cut_not_given_to_the_main_thread():
+    """faulthandler reads frames without the GIL: the stack of a thread that spins (a Pool's
+    worker handler, after its result handler died) can come out as garbage -- a line past its
+    file's end, then "__loader__", line 257562111 in ???. The verdict said the main thread
+    waited "at ??? (__loader__:257562111)" (a block with no threading._bootstrap at its end was
+    taken for the main thread's). Seen in callback_raises.py's run; its text, shortened:"""
+    import selectors
+    import threading
+
+    import mpviz.trace as mt
+    from mpviz.trace import stuck
+    from mpviz.trace.watchdog import stack_summary
+    text = ('Thread 0x00007fa836bfe6c0 (most recent call first):\n'
+            f'  File "{threading.__file__}", line 982 in run\n'
+            f'  File "{threading.__file__}", line 1002 in _bootstrap\n'
+            '\n'
+            'Thread 0x00007fa8373ff6c0 (most recent call first):\n'
+            f'  File "{selectors.__file__}", line 941 in register\n'
+            '  File "__loader__", line 257562111 in ???\n'
+            '  File ')
+    with mt.record() as trace:
+        pass
+    assert 1 not in stuck._stacks_by_thread(trace, 1, text)    # (pid 1: the main thread's)
+    said = stack_summary({1: {"name": "prog.py", "stacks": text}})
+    assert "__loader__" not in said and "???" not in said and "main thread" not in said, said
+    assert "a thread: (not readable from here on: the thread ran on while its stack was " \
+        "taken)" in said, said

@@ -334,6 +334,8 @@ class _Index:
         self.pipe_of = {}              # a SimpleQueue's id -> its pipe's (its sends are there)
         self.given = {}                # queue id -> pids of the children given it as an argument
         self.exit_errors = {}          # pid -> the exception that ended its run() ("X: ...")
+        self.thread_errors = []        # (pid, tid, name, error, at, ts) of threads an
+                                       # exception ended
         open_waits, counted, open_blocks = {}, {}, {}
         recv_pipes = {}                # (pid, tid) -> the pipes it read messages from
         self.busy, self.first_seen, self.by_kind, self.ticks = {}, {}, {}, {}
@@ -398,12 +400,15 @@ class _Index:
                 self.threads[(e.pid, e.tid)] = e.args.get("name")
             elif k == "thread.exit":
                 self.thread_end[(e.pid, e.tid)] = e.ts_ns
+                if e.args.get("error"):
+                    self.thread_errors.append((e.pid, e.tid, e.args.get("name"),
+                                               e.args["error"], e.args.get("at"), e.ts_ns))
             elif k == "process.launch":
                 self.forker[e.args.get("child")] = (e.pid, e.tid, e.ts_ns)
                 for qid in e.args.get("queues") or ():
                     self.given.setdefault(qid, []).append(e.args.get("child"))
             elif k == "process.exit" and e.args.get("error"):
-                self.exit_errors[e.pid] = e.args["error"]
+                self.exit_errors[e.pid] = (e.args["error"], e.args.get("at"))
             elif k in _SHM_KINDS:
                 self.shm.append(e)
                 if e.args.get("via") == "multiprocessing.heap" or e.args.get("torch"):
@@ -740,11 +745,30 @@ class _Index:
             p = self.procs.get(pid)
             if pid == waiter or pid in put or p is None or self.alive(pid, t):
                 continue
-            how = (f"killed by {p.signal}" if p.signal else
-                   f"exit {p.exitcode}" + (f", after {self.exit_errors[pid]}"
-                                           if pid in self.exit_errors else "")
-                   if p.exitcode is not None else "its exit status unknown")
-            out.append((self.labels.get(pid, f"pid {pid}"), how))
+            out.append((self.labels.get(pid, f"pid {pid}"), self.how_it_ended(pid)))
+        return out
+
+    def how_it_ended(self, pid):
+        """"exit 1, after FileNotFoundError: ... raised at load (prog.py:7): `...`", "killed
+        by SIGKILL": how process `pid` ended, as far as the trace knows."""
+        p = self.procs.get(pid)
+        if p is None or (p.signal is None and p.exitcode is None):
+            return "its exit status unknown"
+        if p.signal:
+            return f"killed by {p.signal}"
+        error, at = self.exit_errors.get(pid, (None, None))
+        return f"exit {p.exitcode}" + (f", after {error}" if error else "") + \
+            (f", raised at {at}" if error and at else "")
+
+    def errors_before(self, t):
+        """Threads of processes alive at `t` that an exception ended before `t`, and processes
+        that ended with one: [(pid, tid or None, thread name, "ValueError: ...", at)]."""
+        out = [(pid, tid, name, error, at) for pid, tid, name, error, at, ts
+               in self.thread_errors if ts <= t and self.alive(pid, t)]
+        for pid, (error, at) in self.exit_errors.items():
+            p = self.procs.get(pid)
+            if p is not None and p.exit_ns is not None and p.exit_ns <= t:
+                out.append((pid, None, None, error, at))
         return out
 
     def lost_tasks(self, job, t):
@@ -1071,6 +1095,15 @@ def gone_without_putting(trace, qid, t_ns, waiter):
     """Who was given queue `qid` (a Process argument) and ended by `t_ns` without putting into
     it: [("Process-1", "exit 1, after ...")]; `waiter`'s pid is left out."""
     return _index(trace).gone_without_putting(qid, int(t_ns), waiter)
+
+
+def errors_before(trace, t_ns):
+    """What an exception ended before instant `t_ns`: threads of processes still alive, and
+    processes (see _Index.errors_before), with how each process ended: [(pid, tid or None,
+    thread name, error, at, how)]."""
+    ix = _index(trace)
+    return [(pid, tid, name, error, at, ix.how_it_ended(pid))
+            for pid, tid, name, error, at in ix.errors_before(int(t_ns))]
 
 
 def every_lost_pool_task(trace, t_ns=None):

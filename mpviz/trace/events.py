@@ -34,14 +34,16 @@ KINDS = {
     "process.bootstrap": Kind("name, target", "the child, entering _bootstrap (hooks.py)"),
     "process.exit": Kind(
         "exitcode, how ('atexit': a traced script), error ('FileNotFoundError: ...' that "
-        "ended its run())",
+        "ended its run()), at (where it was raised in the program's code)",
         "the child, leaving _bootstrap (hooks.py); atexit in a traced script (autostart)"),
     "process.reaped": Kind(
         "child, exitcode, signal (e.g. 'SIGKILL'), by ('watchdog')",
         "the parent, on join/is_alive: also sees children killed before they wrote an exit; "
         "the launcher; the launcher's watchdog for what it killed"),
     "thread.start": Kind("name, ident, daemon", "the new thread (hooks.py)"),
-    "thread.exit": Kind("name, ident", "the ending thread (hooks.py)"),
+    "thread.exit": Kind(
+        "name, ident, error ('ValueError: ...' that ended its run()), at (where it was raised "
+        "in the program's code)", "the ending thread (hooks.py)"),
 
     # -- messages: queues and pipes (messages.py, and queue_hooks.c) ---------------------
     "queue.put": Kind(

@@ -158,11 +158,12 @@ def _process_is_alive(self):
 # the end of _exit_function's last step (``_run_finalizers()``, held in its default arguments).
 
 _exit_code = None              # 3.13+: what _bootstrap returned, until the exit functions ran
-_error = None                  # "FileNotFoundError: ..." that ended this child's run(), if one
+_error = None                  # ("FileNotFoundError: ...", "load (prog.py:7): `...`") that
+                               # ended this child's run(), if one
 
 
 def _exit_args():
-    return {"error": _error} if _error else {}
+    return {"error": _error[0], "at": _error[1]} if _error else {}
 
 
 def _run_noting_error(run):
@@ -173,7 +174,7 @@ def _run_noting_error(run):
     try:
         return run()
     except Exception as exc:           # (SystemExit is an exit: its status says it)
-        _error = f"{type(exc).__name__}: {exc}"[:200]
+        _error = (frames.error_words(exc), frames.raised_at(exc.__traceback__))
         raise
 
 
@@ -233,7 +234,9 @@ def _thread_bootstrap_inner(self):
         _orig["_bootstrap_inner"](self)
     finally:
         if recorder.ENABLED:
-            recorder.emit("thread.exit", name=self.name, ident=self.ident)
+            error, at = self.__dict__.get("_mpviz_error") or (None, None)  # (frames.py)
+            recorder.emit("thread.exit", name=self.name, ident=self.ident,
+                          **({"error": error, "at": at} if error else {}))
         recorder.forget_thread()
 
 

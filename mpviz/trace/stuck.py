@@ -47,6 +47,19 @@ def headline(watchdog, nkilled):
                 f"(a private futex), which only a thread of that same process could release "
                 f"-- and none of them can (only a signal handler still could). CPU used by "
                 f"other threads or processes does not change that. {stop}"]
+    if watchdog.broken is not None:
+        e, names = watchdog.broken, _names(watchdog.trace, watchdog)
+        at = f", raised at {e.args['at']}" if e.args.get("at") else ""
+        busy = [key for key, s in watchdog.seen.items()
+                if key[0] == e.pid and s.view.wait == "running"]
+        spin = (f" Meanwhile {join_and([_thread_who(watchdog.trace, names, k) for k in busy])} "
+                f"{'uses' if len(busy) == 1 else 'use'} CPU: the Pool's own loop, which waits "
+                f"for those results and does nothing else." if busy else "")
+        return [f"mpviz trace: HANG: DEADLOCK -- {_who(watchdog.trace, names, e.pid)}'s Pool "
+                f"can deliver no result any more: its result handler thread "
+                f"(`{e.args.get('name')}`) ended with {e.args.get('error')}{at}. For {t:.1f} s "
+                f"its main thread has waited, with no time limit, for what only that thread "
+                f"could deliver: it can never move.{spin} {stop}"]
     if watchdog.for_good:
         # recorded lock waits that can never end, while other threads wait with a deadline
         names = _names(watchdog.trace, watchdog)
@@ -248,7 +261,7 @@ def _stacks_by_thread(trace, pid, text):
     ``thread.start`` event ties to its OS thread id; the block not started by threading's
     ``_bootstrap`` is the main thread's (tid == pid)."""
     idents = {e.args.get("ident"): e.tid for e in trace.of_kind("thread.start") if e.pid == pid}
-    out, calls = {}, None
+    out, calls, garbled, ident = {}, None, set(), None
     for line in text.splitlines():
         line = line.strip()
         if line.startswith(("Thread 0x", "Current thread 0x")):
@@ -262,16 +275,31 @@ def _stacks_by_thread(trace, pid, text):
                 continue
             # faulthandler writes "line ???" where it cannot tell the line (a frame mid-call)
             lineno = int(lineno) if lineno.isdigit() else None
-            if not os.path.realpath(path).startswith(_HOOKS):    # a recording hook's frame
+            if garbled_frame(path, fn, lineno):
+                garbled.add(ident)
+                calls = None               # the rest of this thread's block is not its stack
+            elif not os.path.realpath(path).startswith(_HOOKS):    # a recording hook's frame
                 calls.append((fn.strip(), path, lineno))
     by_tid = {}
     for ident, calls in out.items():
         calls = own_frames(calls)
         if ident in idents:
             by_tid[idents[ident]] = calls
-        elif calls and not (calls[-1][0] == "_bootstrap" and calls[-1][1].endswith("threading.py")):
+        elif calls and ident not in garbled and not (
+                calls[-1][0] == "_bootstrap" and calls[-1][1].endswith("threading.py")):
             by_tid[pid] = calls
     return by_tid
+
+
+def garbled_frame(path, fn, lineno=None):
+    """Is this a frame faulthandler read while its thread ran on (it reads frames without the
+    GIL: a thread that spins can change them under it) -- "__loader__", line 257562111 in
+    ???: no file of that name, no function, a line past the file's end? Its thread's stack
+    ends there; and a block cut so cannot tell whether its thread is the main one."""
+    if fn.strip() == "???" or not (path.startswith(("<", os.sep)) or os.path.isfile(path)):
+        return True
+    return isinstance(lineno, int) and os.path.isfile(path) and \
+        not linecache.getline(path, lineno)
 
 
 def own_frames(calls):

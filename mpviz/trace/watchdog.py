@@ -104,6 +104,8 @@ class Watchdog:
         self.helpers = {}                   # pid -> "Python's fork server", or None: read once
         self.kind, self.stuck_pids, self.facts = None, [], None
         self.for_good = []                  # analysis.Deadlocks that made a stall a deadlock
+        self.broken, self._broken_looked = None, time.monotonic()   # a Pool's dead result
+                                                                    # handler (thread.exit)
         self.dist, self.judged_ns = False, None  # dist: judged by torch.distributed's events
         self._dist_looked = time.monotonic()
 
@@ -129,6 +131,8 @@ class Watchdog:
             self.kind = "stalled" if waits & {"sleep", "deadline"} else "deadlock"
         elif self._rendezvous_stalled(now):
             self.kind = "stalled"
+        elif self._results_never_delivered(now):
+            self.kind = "deadlock"
         else:
             return False
         from . import dist_verdict, stuck
@@ -170,6 +174,40 @@ class Watchdog:
                         stuck.add((pid, tid))
                         grew = True
         return found
+
+    def _results_never_delivered(self, now):
+        """A Pool whose result handler thread an exception ended (a callback that raised:
+        CPython gh-83371) delivers no result again; its worker handler thread may then spin
+        (its outqueue is readable, and nobody reads it), so CPU is used and nothing is done.
+        True when such a thread ended `hang_after` s ago or more, and its process's main
+        thread has waited, with no time limit, as long: ``self.broken`` holds the
+        ``thread.exit``. Looked at once per `hang_after` (it reads the logs)."""
+        if now - self._broken_looked < max(self.hang_after, 1.0):
+            return False
+        self._broken_looked = now
+        self._read_logs()
+        now_ns = time.monotonic_ns()
+        pool_threads = {(e.pid, e.tid) for e in self.trace.of_kind("thread.start")
+                        if str(e.args.get("name")).endswith(("(_handle_workers)",
+                                                             "(_handle_tasks)"))}
+        for e in self.trace.of_kind("thread.exit"):
+            main = self.seen.get((e.pid, e.pid))
+            if not (e.args.get("error") and "_handle_results" in str(e.args.get("name"))
+                    and main is not None and main.view.wait == "forever"
+                    and (now_ns - e.ts_ns) / 1e9 >= self.hang_after):
+                continue
+            # nothing moved but that Pool's own threads; its main thread waits in no recorded
+            # wait but the Pool's (a get() of a queue another process may still fill, no)
+            if any(now - seen.moved < self.hang_after for key, seen in self.seen.items()
+                   if key not in pool_threads or key[0] != e.pid):
+                continue
+            if any(b.pid == e.pid and b.tid == e.pid and b.on != "pool.result"
+                   for b in st.state_at(self.trace).blocked):
+                continue
+            self.broken = e
+            self.stalled_for = now - main.moved
+            return True
+        return False
 
     def _rendezvous_stalled(self, now):
         """torch.distributed's store polls while init_process_group waits for ranks that do
@@ -426,8 +464,9 @@ def stack_summary(stacks, frames=3):
 def parse_stacks(text):
     """faulthandler's text as [(thread label, [("fn (file.py:line)", in the program?)])]
     (in the program: stuck's test, which the verdict's own lines use)."""
-    from .stuck import _HOOKS, _mine
+    from .stuck import _HOOKS, _mine, garbled_frame
     threads, forked = [], False       # forked: below a fork, the parent's frames (own_frames)
+    garbled = set()                   # threads whose block faulthandler read while it ran
     for line in text.splitlines():
         line = line.strip()
         if line.startswith(("Thread 0x", "Current thread 0x")):
@@ -443,13 +482,20 @@ def parse_stacks(text):
             if fn == "_launch" and path.endswith("popen_fork.py"):
                 forked = True
                 continue
+            if garbled_frame(path, fn, int(lineno) if lineno.isdigit() else None):
+                threads[-1].append(("(not readable from here on: the thread ran on while its "
+                                    "stack was taken)", False))
+                garbled.add(len(threads) - 1)
+                forked = True              # (nothing more of this block)
+                continue
             if os.path.realpath(path).startswith(_HOOKS):
                 continue                   # a recording hook's frame (waits.py, locks.py ...)
             threads[-1].append((f"{fn} ({os.path.basename(path)}:{lineno})", _mine(path)))
     # faulthandler does not say which thread is the main one: the others began in threading's
     # Thread._bootstrap
     return [("thread" if calls and calls[-1][0].startswith("_bootstrap (threading.py") else
-             "main thread", calls) for calls in threads]
+             "a thread" if i in garbled else "main thread", calls)
+            for i, calls in enumerate(threads)]
 
 
 def waits_in_words(trace, at=None):
@@ -484,6 +530,7 @@ def waits_in_words(trace, at=None):
         if (d.cycle or "watchdog" not in d.reason) and said not in lines:
             lines.append(said)
     lines += _hang_at_exit(state, trace)
+    lines += _ended_by_errors(state, trace)
     if not lines:
         return ["Who waits for whom: the trace recorded no wait that was still open (read the "
                 "stacks above: the innermost call is where each thread was)."]
@@ -500,6 +547,32 @@ def _unheld(lock):
                 "to release -- it goes on only when some thread calls its release() (one made "
                 "with Semaphore(0) needs that first)")
     return ", held by no thread the trace recorded (taken before recording began?)"
+
+
+RESULT_HANDLER_DIED = (
+    ": that thread is the Pool's result handler -- no result of this Pool is delivered any "
+    "more, so whatever waits for one, and pool.join(), waits for ever (a callback= or "
+    "error_callback= runs in that thread: Fix: let a callback neither raise nor wait for the "
+    "Pool)")
+
+
+def _ended_by_errors(state, trace):
+    """Threads and processes an exception ended before the hang, where nothing above said so
+    already: a dead thread waits for nothing, so it is in no wait line -- but what it would
+    have done (a Pool's result handler delivers results) is what the others wait for."""
+    said = {who for b in state.blocked if b.on == "queue.get"      # (_who_must_act's)
+            for who, _ in st.gone_without_putting(trace, b.target, state.t_ns, b.pid)}
+    out = []
+    for pid, tid, name, error, at, how in st.errors_before(trace, state.t_ns):
+        label = state.labels.get(pid, pid)
+        where = f", raised at {at}" if at else ""
+        if tid is not None:
+            why = RESULT_HANDLER_DIED if "_handle_results" in str(name) else ""
+            out.append(f"  ENDED BY AN ERROR: {label}'s thread `{name}` ended with "
+                       f"{error}{where}{why}")
+        elif label not in said:
+            out.append(f"  ENDED BY AN ERROR: {label} ended ({how}) before the hang")
+    return out
 
 
 def _hang_at_exit(state, trace):
