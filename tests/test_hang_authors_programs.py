@@ -4,10 +4,10 @@ Each program in tests/hang_programs/ hangs (or nearly) in a classic way that the
 tests do not cover, and runs through ``python -m mpviz trace --hang-after S`` as a learner runs
 it; all are started at once (they spend their time waiting), each judged alone:
 
-    poll_go_signal.py         a worker checks an Event every second and gives up after a
+    wait_go_signal.py 1       a worker checks an Event every second and gives up after a
                               minute: the others wait for ever, but its loop may still end it
                               -- mpviz cannot tell, so never "nobody can ever move"
-    wait_go_5s.py             the same, checking every 5 s: a wait with a deadline to come,
+    wait_go_signal.py 5       the same, checking every 5 s: a wait with a deadline to come,
                               STALLED, not a deadlock
     slots_never_released.py   Semaphore(0): its count is 0 and nobody releases it -- not "a lock
                               which nobody holds"
@@ -42,9 +42,10 @@ def _program(name):
 def runs(tmp_path_factory):
     """{program: result} of every program here, run under its own launcher, all at once."""
     programs = {name: ("1.5", _program(name)) for name in (
-        "wait_go_5s.py", "slots_never_released.py", "loader_raises.py", "callback_raises.py",
+        "slots_never_released.py", "loader_raises.py", "callback_raises.py",
         "barrier_two_of_three.py", "lock_held_over_join.py", "result_joined_first.py")}
-    programs["poll_go_signal.py"] = ("2", _program("poll_go_signal.py"))
+    programs["wait_go_signal.py 1"] = ("2", _program("wait_go_signal.py"), "1")
+    programs["wait_go_signal.py 5"] = ("1.5", _program("wait_go_signal.py"), "5")
     if importlib.util.find_spec("torch") is not None:
         programs["spawn_nothing_to_send.py"] = ("2", _program("spawn_nothing_to_send.py"))
         programs["loader_lock_left_held.py"] = ("2", _program("loader_lock_left_held.py"))
@@ -58,14 +59,14 @@ def test_a_loop_that_polls_is_never_said_to_be_unable_to_move(runs):
     # It wakes every second (it prints "still waiting") and would give up by itself after a
     # minute. Said before: "no thread of any process moved and no event was recorded ...
     # nobody can ever move" -- it moved each second, and its timeouts were recorded.
-    err = hung(result(runs, "poll_go_signal.py"))
+    err = hung(result(runs, "wait_go_signal.py 1"))
     assert "HANG: DEADLOCK, unless a loop gives up by itself" in err, err
     assert "nobody can ever move" not in err and "no event was recorded" not in err, err
     assert "nothing was recorded but waits that timed out and began again" in err, err
     assert re.search(r"Only the polling loop of Process-1 \(pid \d+\)'s main thread can still "
                      r"end this, if its code stops waiting by itself \(a deadline, a number of "
                      r"tries\); mpviz cannot tell whether it does", err), err
-    assert "(poll_go_signal.py:9): `while not go.wait(timeout=1):`" in err, err
+    assert "(wait_go_signal.py:13): `while not go.wait(timeout=EVERY):`" in err, err
 
 
 @pytest.mark.timeout(150)
@@ -163,10 +164,11 @@ def test_a_worker_waiting_for_the_lock_it_holds_is_a_deadlock_whatever_deadline_
 
 @pytest.mark.timeout(150)
 def test_a_wait_with_a_deadline_still_to_come_is_stalled_not_a_deadlock(runs):
-    err = hung(result(runs, "wait_go_5s.py"))
+    err = hung(result(runs, "wait_go_signal.py 5"))
     assert "HANG: STALLED" in err and "DEADLOCK" not in err, err
     assert re.search(r"Process-1 \(pid \d+\), main thread: waits for a lock or condition, with a "
-                     r"timeout .* at worker \(wait_go_5s.py:9\): `while not go.wait\(timeout=5\):`",
+                     r"timeout .* at worker \(wait_go_signal.py:13\): "
+                     r"`while not go.wait\(timeout=EVERY\):`",
                      err), err
 
 
