@@ -16,6 +16,8 @@ it; all are started at once (they spend their time waiting), each judged alone:
     spawn_nothing_to_send.py  torch's mp.spawn: rank 0 returns without putting, rank 1 waits
     callback_raises.py        a Pool callback raises (gh-83371): the Pool's result handler
                               thread dies, pool.join() waits for ever -- said, with the line
+    pool_initializer_fails.py every Pool worker dies in its initializer and is replaced, for
+                              ever (gh-87472): processes come and go, nothing is done
     barrier_two_of_three.py   a Barrier for three, two parties started: one more must come
     loader_lock_left_held.py  a DataLoader's dataset leaves its Lock held on one path: a worker
                               waits for the lock it holds, while the main thread's get() has
@@ -43,6 +45,7 @@ def runs(tmp_path_factory):
     """{program: result} of every program here, run under its own launcher, all at once."""
     programs = {name: ("1.5", _program(name)) for name in (
         "slots_never_released.py", "loader_raises.py", "callback_raises.py",
+        "pool_initializer_fails.py",
         "barrier_two_of_three.py", "lock_held_over_join.py", "result_joined_first.py")}
     programs["wait_go_signal.py 1"] = ("2", _program("wait_go_signal.py"), "1")
     programs["wait_go_signal.py 5"] = ("1.5", _program("wait_go_signal.py"), "5")
@@ -130,6 +133,20 @@ def test_a_pool_callback_that_raised_is_said_to_have_ended_the_pools_result_hand
         assert re.search(r"HANG: DEADLOCK -- callback_raises.py \(pid \d+\)'s Pool can deliver "
                          r"no result any more: its result handler thread \(`Thread-\d+ "
                          r"\(_handle_results\)`\) ended with ZeroDivisionError", err), err
+
+
+@pytest.mark.timeout(150)
+def test_pool_workers_that_die_in_their_initializer_for_ever_are_a_hang_not_progress(runs):
+    # Before: no verdict at all -- workers started and ended, so something always moved.
+    err = hung(result(runs, "pool_initializer_fails.py"))
+    assert re.search(r"HANG: DEADLOCK -- pool_initializer_fails.py \(pid \d+\)'s main thread "
+                     r"waits for a Pool's results that can never come: in the last 1.5 s \d+ of "
+                     r"the Pool's workers ended, each before it ran a task \(the last: exit 1, "
+                     r"after OperationalError: unable to open database file, raised at open_db "
+                     r"\(pool_initializer_fails.py:13\): `conn = sqlite3.connect\(DB\)`\)", err), err
+    assert "BrokenProcessPool when an initializer fails" in err, err
+    assert re.search(r"ENDED BY AN ERROR: \d+ processes \(worker \d+, worker \d+, worker \d+ \.\.\. "
+                     r"worker \d+\) ended \(exit 1, after OperationalError", err), err
 
 
 @pytest.mark.timeout(150)

@@ -1097,6 +1097,12 @@ def gone_without_putting(trace, qid, t_ns, waiter):
     return _index(trace).gone_without_putting(qid, int(t_ns), waiter)
 
 
+def how_it_ended(trace, pid):
+    """"exit 1, after OperationalError: ..., raised at open_db (prog.py:13): `...`", "killed
+    by SIGKILL": how process `pid` ended, as far as the trace knows."""
+    return _index(trace).how_it_ended(pid)
+
+
 def errors_before(trace, t_ns):
     """What an exception ended before instant `t_ns`: threads of processes still alive, and
     processes (see _Index.errors_before), with how each process ended: [(pid, tid or None,

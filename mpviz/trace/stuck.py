@@ -24,7 +24,7 @@ import os
 import sysconfig
 
 from . import osview
-from .analysis import process_labels
+from .analysis import how_it_ended, process_labels
 from .names import join_and
 
 FORK_FIX = ("start the children with 'spawn' or 'forkserver' "
@@ -47,6 +47,18 @@ def headline(watchdog, nkilled):
                 f"(a private futex), which only a thread of that same process could release "
                 f"-- and none of them can (only a signal handler still could). CPU used by "
                 f"other threads or processes does not change that. {stop}"]
+    if watchdog.churn is not None:
+        died, (pid, tid) = watchdog.churn
+        names, trace = _names(watchdog.trace, watchdog), watchdog.trace
+        how = how_it_ended(trace, died[-1].pid)
+        return [f"mpviz trace: HANG: DEADLOCK -- {_thread_who(trace, names, (pid, tid))} waits "
+                f"for a Pool's results that can never come: in the last "
+                f"{watchdog.hang_after:g} s {len(died)} of the Pool's workers ended, each before "
+                f"it ran a task (the last: {how}). A Pool replaces a worker that ends, "
+                f"for ever, and does not say why (CPython gh-87472): processes come and go, "
+                f"nothing is done. Fix: make the initializer work (or catch its error and "
+                f"report it), or use concurrent.futures.ProcessPoolExecutor, which raises "
+                f"BrokenProcessPool when an initializer fails. {stop}"]
     if watchdog.broken is not None:
         e, names = watchdog.broken, _names(watchdog.trace, watchdog)
         at = f", raised at {e.args['at']}" if e.args.get("at") else ""

@@ -42,6 +42,11 @@ STACKS = ".stacks"            # the folder in the trace directory where the stac
 HANG_EXIT_STATUS = 124        # what `timeout` returns when it had to stop its command
 
 
+# What a Pool's parent records while it replaces workers that die: no progress of the program's
+_CHURN_KINDS = frozenset({"process.launch", "process.reaped", "thread.start", "thread.exit",
+                          "shm.create", "shm.attach", "shm.detach", "shm.unlink"})
+
+
 def check_hang_after(value, name="hang_after"):
     """`value` as seconds (float), or 0.0 for "off"; ``ValueError`` saying why otherwise."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
@@ -106,6 +111,8 @@ class Watchdog:
         self.for_good = []                  # analysis.Deadlocks that made a stall a deadlock
         self.broken, self._broken_looked = None, time.monotonic()   # a Pool's dead result
                                                                     # handler (thread.exit)
+        self.churn, self._churn_looked = None, time.monotonic()     # Pool workers that die
+                                                                    # as they start
         self.dist, self.judged_ns = False, None  # dist: judged by torch.distributed's events
         self._dist_looked = time.monotonic()
 
@@ -131,7 +138,7 @@ class Watchdog:
             self.kind = "stalled" if waits & {"sleep", "deadline"} else "deadlock"
         elif self._rendezvous_stalled(now):
             self.kind = "stalled"
-        elif self._results_never_delivered(now):
+        elif self._results_never_delivered(now) or self._workers_die_as_they_start(now):
             self.kind = "deadlock"
         else:
             return False
@@ -208,6 +215,42 @@ class Watchdog:
             self.stalled_for = now - main.moved
             return True
         return False
+
+    def _workers_die_as_they_start(self, now):
+        """A Pool whose workers all end before they run a task -- an initializer that raises
+        (CPython gh-87472) -- starts new ones for ever: processes come and go, which looks like
+        progress, and map() never returns. True when, for `hang_after` s, the only things that
+        happened are Pool workers that started and ended (exit status not 0) without running a
+        task, at least two, while a thread of their parent waits, with no time limit, for a
+        Pool's result: ``self.churn`` = (those workers' ProcessInfos, the waiting (pid, tid)).
+        Looked at once per `hang_after` (it reads the logs)."""
+        if now - self._churn_looked < max(self.hang_after, 1.0):
+            return False
+        self._churn_looked = now
+        self._read_logs()
+        since = time.monotonic_ns() - int(self.hang_after * 1e9)
+        procs = self.trace.processes()
+        died = [p for p in procs if "PoolWorker" in str(p.name) and p.exit_ns is not None
+                and p.exit_ns >= since and (p.exitcode or p.signal)]
+        if len(died) < 2:
+            return False
+        ran = {e.pid for e in self.trace.of_kind("pool.task") if e.args.get("phase") == "start"}
+        if any(p.pid in ran for p in died):
+            return False
+        parents = {p.ppid for p in died}
+        others = [e for e in self.trace.events if e.ts_ns >= since and e.pid in parents
+                  and e.kind not in _CHURN_KINDS]
+        if others:                            # the parent did something else meanwhile
+            return False
+        state = st.state_at(self.trace)
+        waiting = [(b.pid, b.tid) for b in state.blocked
+                   if b.pid in parents and b.on == "pool.result" and b.since_ns <= since]
+        if not waiting or any(now - self.seen[w].moved < self.hang_after
+                              for w in waiting if w in self.seen):
+            return False
+        self.churn = (died, waiting[0])
+        self.stalled_for = self.hang_after
+        return True
 
     def _rendezvous_stalled(self, now):
         """torch.distributed's store polls while init_process_group waits for ranks that do
@@ -562,7 +605,7 @@ def _ended_by_errors(state, trace):
     have done (a Pool's result handler delivers results) is what the others wait for."""
     said = {who for b in state.blocked if b.on == "queue.get"      # (_who_must_act's)
             for who, _ in st.gone_without_putting(trace, b.target, state.t_ns, b.pid)}
-    out = []
+    out, ended = [], {}               # how -> the processes that ended so (a Pool's many)
     for pid, tid, name, error, at, how in st.errors_before(trace, state.t_ns):
         label = state.labels.get(pid, pid)
         where = f", raised at {at}" if at else ""
@@ -571,7 +614,11 @@ def _ended_by_errors(state, trace):
             out.append(f"  ENDED BY AN ERROR: {label}'s thread `{name}` ended with "
                        f"{error}{where}{why}")
         elif label not in said:
-            out.append(f"  ENDED BY AN ERROR: {label} ended ({how}) before the hang")
+            ended.setdefault(how, []).append(str(label))
+    for how, labels in ended.items():
+        who = join_and(labels) if len(labels) <= 3 else \
+            f"{len(labels)} processes ({', '.join(labels[:3])} ... {labels[-1]})"
+        out.append(f"  ENDED BY AN ERROR: {who} ended ({how}) before the hang")
     return out
 
 
