@@ -16,6 +16,8 @@ it; all are started at once (they spend their time waiting), each judged alone:
     spawn_nothing_to_send.py  torch's mp.spawn: rank 0 returns without putting, rank 1 waits
     callback_raises.py        a Pool callback raises (gh-83371): the Pool's result handler
                               thread dies, pool.join() waits for ever -- said, with the line
+    pool_exception_not_rebuilt.py  a task's exception cannot be unpickled (gh-103061): the
+                              result handler dies of it -- said, and why
     pool_initializer_fails.py every Pool worker dies in its initializer and is replaced, for
                               ever (gh-87472): processes come and go, nothing is done
     barrier_two_of_three.py   a Barrier for three, two parties started: one more must come
@@ -45,7 +47,7 @@ def runs(tmp_path_factory):
     """{program: result} of every program here, run under its own launcher, all at once."""
     programs = {name: ("1.5", _program(name)) for name in (
         "slots_never_released.py", "loader_raises.py", "callback_raises.py",
-        "pool_initializer_fails.py",
+        "pool_initializer_fails.py", "pool_exception_not_rebuilt.py",
         "barrier_two_of_three.py", "lock_held_over_join.py", "result_joined_first.py")}
     programs["wait_go_signal.py 1"] = ("2", _program("wait_go_signal.py"), "1")
     programs["wait_go_signal.py 5"] = ("1.5", _program("wait_go_signal.py"), "5")
@@ -126,13 +128,28 @@ def test_a_pool_callback_that_raised_is_said_to_have_ended_the_pools_result_hand
                      r"modulo by zero, raised at record \(callback_raises.py:15\): "
                      r"`scores\[name\] = 100 // n`: that thread is the Pool's result handler -- "
                      r"no result of this Pool is delivered any more, so whatever waits for one, "
-                     r"and pool.join\(\), waits for ever", err), err
+                     r"and pool.join\(\), waits for ever \(it runs each callback= and "
+                     r"error_callback=, and yours raised", err), err
     # When the dead handler left a result unread, the Pool's worker handler thread spins on it
     # (CPU used, nothing done): not progress -- the headline says why (else nobody moves)
     if "nobody can ever move" not in err:
         assert re.search(r"HANG: DEADLOCK -- callback_raises.py \(pid \d+\)'s Pool can deliver "
                          r"no result any more: its result handler thread \(`Thread-\d+ "
                          r"\(_handle_results\)`\) ended with ZeroDivisionError", err), err
+
+
+@pytest.mark.timeout(150)
+def test_a_task_exception_the_pool_cannot_unpickle_is_said_to_have_ended_its_result_handler(
+        runs):
+    # Before: only "the result of Pool job 0 -- who must act is not recorded"
+    err = hung(result(runs, "pool_exception_not_rebuilt.py"))
+    assert re.search(r"ENDED BY AN ERROR: pool_exception_not_rebuilt.py's thread `Thread-\d+ "
+                     r"\(_handle_results\)` ended with AttributeError: 'int' object has no "
+                     r"attribute 'two', raised at __init__ \(pool_exception_not_rebuilt.py:8\): "
+                     r"`super\(\).__init__\(stuff.two\)`: that thread is the Pool's result "
+                     r"handler .* \(it raised as it unpickled a result: an exception whose class "
+                     r"cannot be rebuilt from its args, CPython gh-103061", err), err
+    assert "callback" not in err, err
 
 
 @pytest.mark.timeout(150)

@@ -402,7 +402,8 @@ class _Index:
                 self.thread_end[(e.pid, e.tid)] = e.ts_ns
                 if e.args.get("error"):
                     self.thread_errors.append((e.pid, e.tid, e.args.get("name"),
-                                               e.args["error"], e.args.get("at"), e.ts_ns))
+                                               e.args["error"], e.args.get("at"), e.ts_ns,
+                                               e.args.get("via")))
             elif k == "process.launch":
                 self.forker[e.args.get("child")] = (e.pid, e.tid, e.ts_ns)
                 for qid in e.args.get("queues") or ():
@@ -762,13 +763,13 @@ class _Index:
 
     def errors_before(self, t):
         """Threads of processes alive at `t` that an exception ended before `t`, and processes
-        that ended with one: [(pid, tid or None, thread name, "ValueError: ...", at)]."""
-        out = [(pid, tid, name, error, at) for pid, tid, name, error, at, ts
+        that ended with one: [(pid, tid or None, thread name, "ValueError: ...", at, via)]."""
+        out = [(pid, tid, name, error, at, via) for pid, tid, name, error, at, ts, via
                in self.thread_errors if ts <= t and self.alive(pid, t)]
         for pid, (error, at) in self.exit_errors.items():
             p = self.procs.get(pid)
             if p is not None and p.exit_ns is not None and p.exit_ns <= t:
-                out.append((pid, None, None, error, at))
+                out.append((pid, None, None, error, at, None))
         return out
 
     def lost_tasks(self, job, t):
@@ -1106,10 +1107,10 @@ def how_it_ended(trace, pid):
 def errors_before(trace, t_ns):
     """What an exception ended before instant `t_ns`: threads of processes still alive, and
     processes (see _Index.errors_before), with how each process ended: [(pid, tid or None,
-    thread name, error, at, how)]."""
+    thread name, error, at, via, how)]."""
     ix = _index(trace)
-    return [(pid, tid, name, error, at, ix.how_it_ended(pid))
-            for pid, tid, name, error, at in ix.errors_before(int(t_ns))]
+    return [(pid, tid, name, error, at, via, ix.how_it_ended(pid))
+            for pid, tid, name, error, at, via in ix.errors_before(int(t_ns))]
 
 
 def every_lost_pool_task(trace, t_ns=None):

@@ -43,7 +43,8 @@ KINDS = {
     "thread.start": Kind("name, ident, daemon", "the new thread (hooks.py)"),
     "thread.exit": Kind(
         "name, ident, error ('ValueError: ...' that ended its run()), at (where it was raised "
-        "in the program's code)", "the ending thread (hooks.py)"),
+        "in the program's code), via (the library function that called that code: '_set')",
+        "the ending thread (hooks.py)"),
 
     # -- messages: queues and pipes (messages.py, and queue_hooks.c) ---------------------
     "queue.put": Kind(

@@ -49,15 +49,24 @@ def without_ours(tb):
 
 
 def raised_at(tb):
-    """Where an exception came from in the program's own code, innermost first: "follow_up
-    (prog.py:10): `pool.apply(...)`" (not the stdlib's, a package's or ours), or None."""
-    from .stuck import own_line
+    """Where an exception came from in the program's own code: ("follow_up (prog.py:10):
+    `pool.apply(...)`", the function that called into that code: "_set") -- the innermost
+    frame not the stdlib's, a package's or ours, and the library function that ran it (a
+    Pool's result handler calls a callback from ``_set``); (None, None) if none is the
+    program's."""
+    from .stuck import _mine, own_line
     calls = []
     while tb is not None:
         code = tb.tb_frame.f_code
         calls.append((code.co_name, code.co_filename, tb.tb_lineno))
         tb = tb.tb_next
-    return own_line(calls[::-1])
+    mine = [i for i, (_, path, _) in enumerate(calls) if _mine(path)]
+    if not mine:
+        return None, None
+    first = mine[-1]
+    while first > 0 and _mine(calls[first - 1][1]):
+        first -= 1                         # out to where the library called the program
+    return own_line(calls[::-1]), (calls[first - 1][0] if first > 0 else None)
 
 
 def error_words(exc):
@@ -96,7 +105,7 @@ def _thread_excepthook(args):
     if args.thread is not None and args.exc_value is not None:
         # what ended the thread, for its thread.exit (hooks.py): a verdict can say it
         args.thread._mpviz_error = (error_words(args.exc_value),
-                                    raised_at(args.exc_value.__traceback__))
+                                    *raised_at(args.exc_value.__traceback__))
     saved = _print_uncaught(args.exc_value)
     try:
         tb = getattr(args.exc_value, "__traceback__", args.exc_traceback)

@@ -174,7 +174,7 @@ def _run_noting_error(run):
     try:
         return run()
     except Exception as exc:           # (SystemExit is an exit: its status says it)
-        _error = (frames.error_words(exc), frames.raised_at(exc.__traceback__))
+        _error = (frames.error_words(exc), frames.raised_at(exc.__traceback__)[0])
         raise
 
 
@@ -234,9 +234,9 @@ def _thread_bootstrap_inner(self):
         _orig["_bootstrap_inner"](self)
     finally:
         if recorder.ENABLED:
-            error, at = self.__dict__.get("_mpviz_error") or (None, None)  # (frames.py)
-            recorder.emit("thread.exit", name=self.name, ident=self.ident,
-                          **({"error": error, "at": at} if error else {}))
+            error, at, via = self.__dict__.get("_mpviz_error") or (None, None, None)
+            recorder.emit("thread.exit", name=self.name, ident=self.ident,   # (frames.py)
+                          **({"error": error, "at": at, "via": via} if error else {}))
         recorder.forget_thread()
 
 

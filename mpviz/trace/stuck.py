@@ -87,8 +87,9 @@ def headline(watchdog, nkilled):
         return [f"mpviz trace: HANG: STALLED -- for {t:.1f} s no thread of any process moved "
                 f"and no event was recorded. Some threads wait with a deadline (a sleep, a "
                 f"timeout) that has not run out within --hang-after {watchdog.hang_after:g} s: "
-                f"a wait that ends within it is progress, one that does not is a stall (not a "
-                f"deadlock: they may move later). {stop}"]
+                f"a wait that ends within it is progress, one that does not is a stall: they "
+                f"may still move, so mpviz does not call it a deadlock -- whether what the "
+                f"others wait for ever comes, it cannot tell. {stop}"]
     polls = [key for key, s in watchdog.seen.items() if s.again]
     if polls:
         # A loop that polls wakes each time its timeout runs out: what it waits for did not

@@ -594,9 +594,15 @@ def _unheld(lock):
 
 RESULT_HANDLER_DIED = (
     ": that thread is the Pool's result handler -- no result of this Pool is delivered any "
-    "more, so whatever waits for one, and pool.join(), waits for ever (a callback= or "
-    "error_callback= runs in that thread: Fix: let a callback neither raise nor wait for the "
-    "Pool)")
+    "more, so whatever waits for one, and pool.join(), waits for ever")
+# ... why, by the library function that ran the program's code there
+RESULT_HANDLER_WHY = {
+    "_set": " (it runs each callback= and error_callback=, and yours raised. Fix: let a "
+            "callback neither raise nor wait for the Pool)",
+    "recv": " (it raised as it unpickled a result: an exception whose class cannot be "
+            "rebuilt from its args, CPython gh-103061. Fix: pass the same arguments to "
+            "super().__init__ as the exception's own __init__ takes)"}
+RESULT_HANDLER_WHY["get"] = RESULT_HANDLER_WHY["recv"]     # (a queue's get, on other Pythons)
 
 
 def _ended_by_errors(state, trace):
@@ -606,11 +612,12 @@ def _ended_by_errors(state, trace):
     said = {who for b in state.blocked if b.on == "queue.get"      # (_who_must_act's)
             for who, _ in st.gone_without_putting(trace, b.target, state.t_ns, b.pid)}
     out, ended = [], {}               # how -> the processes that ended so (a Pool's many)
-    for pid, tid, name, error, at, how in st.errors_before(trace, state.t_ns):
+    for pid, tid, name, error, at, via, how in st.errors_before(trace, state.t_ns):
         label = state.labels.get(pid, pid)
         where = f", raised at {at}" if at else ""
         if tid is not None:
-            why = RESULT_HANDLER_DIED if "_handle_results" in str(name) else ""
+            why = RESULT_HANDLER_DIED + RESULT_HANDLER_WHY.get(via, "") \
+                if "_handle_results" in str(name) else ""
             out.append(f"  ENDED BY AN ERROR: {label}'s thread `{name}` ended with "
                        f"{error}{where}{why}")
         elif label not in said:
