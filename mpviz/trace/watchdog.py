@@ -189,7 +189,8 @@ class Watchdog:
         True when such a thread ended `hang_after` s ago or more, and its process's main
         thread has waited, with no time limit, as long: ``self.broken`` holds the
         ``thread.exit``. Looked at once per `hang_after` (it reads the logs)."""
-        if now - self._broken_looked < max(self.hang_after, 1.0):
+        if now - self._broken_looked < max(self.hang_after, 1.0) or \
+                not self._mains_waiting(now):      # (/proc first: the logs cost more)
             return False
         self._broken_looked = now
         self._read_logs()
@@ -216,6 +217,12 @@ class Watchdog:
             return True
         return False
 
+    def _mains_waiting(self, now):
+        """The processes whose main thread has waited, with no time limit, for `hang_after`
+        s (what /proc says: no log read)."""
+        return {pid for (pid, tid), seen in self.seen.items() if pid == tid and
+                seen.view.wait == "forever" and now - seen.moved >= self.hang_after}
+
     def _workers_die_as_they_start(self, now):
         """A Pool whose workers all end before they run a task -- an initializer that raises
         (CPython gh-87472) -- starts new ones for ever: processes come and go, which looks like
@@ -224,7 +231,8 @@ class Watchdog:
         task, at least two, while a thread of their parent waits, with no time limit, for a
         Pool's result: ``self.churn`` = (those workers' ProcessInfos, the waiting (pid, tid)).
         Looked at once per `hang_after` (it reads the logs)."""
-        if now - self._churn_looked < max(self.hang_after, 1.0):
+        if now - self._churn_looked < max(self.hang_after, 1.0) or \
+                not self._mains_waiting(now):      # (/proc first: the logs cost more)
             return False
         self._churn_looked = now
         self._read_logs()
@@ -238,10 +246,11 @@ class Watchdog:
         if any(p.pid in ran for p in died):
             return False
         parents = {p.ppid for p in died}
-        others = [e for e in self.trace.events if e.ts_ns >= since and e.pid in parents
-                  and e.kind not in _CHURN_KINDS]
-        if others:                            # the parent did something else meanwhile
-            return False
+        for e in reversed(self.trace.events):  # the parent did something else meanwhile?
+            if e.ts_ns < since:
+                break
+            if e.pid in parents and e.kind not in _CHURN_KINDS:
+                return False
         state = st.state_at(self.trace)
         waiting = [(b.pid, b.tid) for b in state.blocked
                    if b.pid in parents and b.on == "pool.result" and b.since_ns <= since]
