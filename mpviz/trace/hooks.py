@@ -76,9 +76,12 @@ def _queues_given(proc):
     dict of them (torch's mp.spawn hands the user's args to its wrapper as one tuple): a verdict
     can then say "Process-1 was given Queue 1 and ended without putting into it". A queue
     reached otherwise (a global under fork, a queue sent in a message) is not seen."""
-    found = []
+    found, budget = [], [256]           # (a Process given a big nested list: a bounded look)
 
     def look(value, depth):
+        budget[0] -= 1
+        if budget[0] < 0:
+            return
         if isinstance(value, (queues.Queue, queues.SimpleQueue)):
             try:
                 qid = queue_id(value)
