@@ -332,6 +332,10 @@ class _Index:
         self.getters = {}              # queue id -> [(pid, tid, ts) of its first get per thread]
         self.putters = {}              # queue id -> [(pid, tid, ts) of its first put per thread]
         self.pipe_of = {}              # a SimpleQueue's id -> its pipe's (its sends are there)
+        self.given = {}                # queue id -> pids of the children given it as an argument
+        self.exit_errors = {}          # pid -> the exception that ended its run() ("X: ...")
+        self.thread_errors = []        # (pid, tid, name, error, at, ts) of threads an
+                                       # exception ended
         open_waits, counted, open_blocks = {}, {}, {}
         recv_pipes = {}                # (pid, tid) -> the pipes it read messages from
         self.busy, self.first_seen, self.by_kind, self.ticks = {}, {}, {}, {}
@@ -396,8 +400,16 @@ class _Index:
                 self.threads[(e.pid, e.tid)] = e.args.get("name")
             elif k == "thread.exit":
                 self.thread_end[(e.pid, e.tid)] = e.ts_ns
+                if e.args.get("error"):
+                    self.thread_errors.append((e.pid, e.tid, e.args.get("name"),
+                                               e.args["error"], e.args.get("at"), e.ts_ns,
+                                               e.args.get("via")))
             elif k == "process.launch":
                 self.forker[e.args.get("child")] = (e.pid, e.tid, e.ts_ns)
+                for qid in e.args.get("queues") or ():
+                    self.given.setdefault(qid, []).append(e.args.get("child"))
+            elif k == "process.exit" and e.args.get("error"):
+                self.exit_errors[e.pid] = (e.args["error"], e.args.get("at"))
             elif k in _SHM_KINDS:
                 self.shm.append(e)
                 if e.args.get("via") == "multiprocessing.heap" or e.args.get("torch"):
@@ -610,6 +622,11 @@ class _Index:
             steps = [f"{who(cycle[i])} waits for {self.lock_name(cycle[i + 1])}, which "
                      f"{who(cycle[i + 2])} holds" for i in range(0, len(cycle) - 1, 2)]
             reason = "a cycle: " + "; ".join(steps) + ". Each waits for the next: none can go on"
+            if len(cycle) == 3:        # one thread, one lock: it waits for what it holds
+                reason = (f"{who(cycle[0])} waits for {self.lock_name(cycle[1])}, which it "
+                          f"holds itself: a Lock is not re-entrant (a second acquire() before "
+                          f"its release() waits for ever). Fix: release it on every path "
+                          f"(`with lock:`), or use an RLock if the same thread takes it again")
             for node in cycle[::2]:
                 found.setdefault(node, Deadlock(node[0], node[1], reason, tuple(cycle)))
         for e in self.stuck:
@@ -718,6 +735,42 @@ class _Index:
                     if a <= t and (b is None or t < b) and self.thread_alive(pid, tid, t)] + \
                 [(lost.pid, lost.pid) for lost in self.lost_tasks(target, t)]
         return []
+
+    def gone_without_putting(self, qid, t, waiter):
+        """The children given queue `qid` as an argument that ended by `t` without putting
+        into it: [(label, how it ended: "exit 1, after FileNotFoundError: ...")]."""
+        put = {p for p, _, first in self.putters.get(qid, []) +
+               self.putters.get(self.pipe_of.get(qid), []) if first <= t}
+        out = []
+        for pid in self.given.get(qid, ()):
+            p = self.procs.get(pid)
+            if pid == waiter or pid in put or p is None or self.alive(pid, t):
+                continue
+            out.append((self.labels.get(pid, f"pid {pid}"), self.how_it_ended(pid)))
+        return out
+
+    def how_it_ended(self, pid):
+        """"exit 1, after FileNotFoundError: ... raised at load (prog.py:7): `...`", "killed
+        by SIGKILL": how process `pid` ended, as far as the trace knows."""
+        p = self.procs.get(pid)
+        if p is None or (p.signal is None and p.exitcode is None):
+            return "its exit status unknown"
+        if p.signal:
+            return f"killed by {p.signal}"
+        error, at = self.exit_errors.get(pid, (None, None))
+        return f"exit {p.exitcode}" + (f", after {error}" if error else "") + \
+            (f", raised at {at}" if error and at else "")
+
+    def errors_before(self, t):
+        """Threads of processes alive at `t` that an exception ended before `t`, and processes
+        that ended with one: [(pid, tid or None, thread name, "ValueError: ...", at, via)]."""
+        out = [(pid, tid, name, error, at, via) for pid, tid, name, error, at, ts, via
+               in self.thread_errors if ts <= t and self.alive(pid, t)]
+        for pid, (error, at) in self.exit_errors.items():
+            p = self.procs.get(pid)
+            if p is not None and p.exit_ns is not None and p.exit_ns <= t:
+                out.append((pid, None, None, error, at, None))
+        return out
 
     def lost_tasks(self, job, t):
         """The tasks of Pool job `job` whose result will never come: started by a worker that
@@ -1046,6 +1099,27 @@ def lost_pool_tasks(trace, job, t_ns=None):
     """The ``LostTask``s of Pool job `job` by instant `t_ns` (None: the trace's end)."""
     ix = _index(trace)
     return ix.lost_tasks(job, ix.t1 if t_ns is None else int(t_ns))
+
+
+def gone_without_putting(trace, qid, t_ns, waiter):
+    """Who was given queue `qid` (a Process argument) and ended by `t_ns` without putting into
+    it: [("Process-1", "exit 1, after ...")]; `waiter`'s pid is left out."""
+    return _index(trace).gone_without_putting(qid, int(t_ns), waiter)
+
+
+def how_it_ended(trace, pid):
+    """"exit 1, after OperationalError: ..., raised at open_db (prog.py:13): `...`", "killed
+    by SIGKILL": how process `pid` ended, as far as the trace knows."""
+    return _index(trace).how_it_ended(pid)
+
+
+def errors_before(trace, t_ns):
+    """What an exception ended before instant `t_ns`: threads of processes still alive, and
+    processes (see _Index.errors_before), with how each process ended: [(pid, tid or None,
+    thread name, error, at, via, how)]."""
+    ix = _index(trace)
+    return [(pid, tid, name, error, at, via, ix.how_it_ended(pid))
+            for pid, tid, name, error, at, via in ix.errors_before(int(t_ns))]
 
 
 def every_lost_pool_task(trace, t_ns=None):

@@ -27,19 +27,24 @@ KINDS = {
         "how (record/fork/spawn/forkserver/exec, or an observer's name), ppid, name, argv",
         "the process itself, when it starts recording (recorder.start; a SideLog too)"),
     "process.launch": Kind(
-        "child, name, start_method, socket (torch_shm_manager's), torch",
+        "child, name, start_method, queues (ids of the queues among its arguments), "
+        "socket (torch_shm_manager's), torch",
         "the parent, in Process.start (hooks.py); the trace launcher (start_method 'exec'); "
         "torch_hooks.py for torch_shm_manager"),
     "process.bootstrap": Kind("name, target", "the child, entering _bootstrap (hooks.py)"),
     "process.exit": Kind(
-        "exitcode, how ('atexit': a traced script)",
+        "exitcode, how ('atexit': a traced script), error ('FileNotFoundError: ...' that "
+        "ended its run()), at (where it was raised in the program's code)",
         "the child, leaving _bootstrap (hooks.py); atexit in a traced script (autostart)"),
     "process.reaped": Kind(
         "child, exitcode, signal (e.g. 'SIGKILL'), by ('watchdog')",
         "the parent, on join/is_alive: also sees children killed before they wrote an exit; "
         "the launcher; the launcher's watchdog for what it killed"),
     "thread.start": Kind("name, ident, daemon", "the new thread (hooks.py)"),
-    "thread.exit": Kind("name, ident", "the ending thread (hooks.py)"),
+    "thread.exit": Kind(
+        "name, ident, error ('ValueError: ...' that ended its run()), at (where it was raised "
+        "in the program's code), via (the library function that called that code: '_set')",
+        "the ending thread (hooks.py)"),
 
     # -- messages: queues and pipes (messages.py, and queue_hooks.c) ---------------------
     "queue.put": Kind(

@@ -48,6 +48,32 @@ def without_ours(tb):
     return head
 
 
+def raised_at(tb):
+    """Where an exception came from in the program's own code: ("follow_up (prog.py:10):
+    `pool.apply(...)`", the function that called into that code: "_set") -- the innermost
+    frame not the stdlib's, a package's or ours, and the library function that ran it (a
+    Pool's result handler calls a callback from ``_set``); (None, None) if none is the
+    program's."""
+    from .stuck import _mine, own_line
+    calls = []
+    while tb is not None:
+        code = tb.tb_frame.f_code
+        calls.append((code.co_name, code.co_filename, tb.tb_lineno))
+        tb = tb.tb_next
+    mine = [i for i, (_, path, _) in enumerate(calls) if _mine(path)]
+    if not mine:
+        return None, None
+    first = mine[-1]
+    while first > 0 and _mine(calls[first - 1][1]):
+        first -= 1                         # out to where the library called the program
+    return own_line(calls[::-1]), (calls[first - 1][0] if first > 0 else None)
+
+
+def error_words(exc):
+    """"ValueError: Pool not running", at most 200 characters: an error as a verdict quotes it."""
+    return f"{type(exc).__name__}: {exc}"[:200] if str(exc) else type(exc).__name__
+
+
 def _traceback_exception_init(self, exc_type, exc_value, exc_traceback, *args, **kwargs):
     _orig["TracebackException.__init__"](self, exc_type, exc_value,
                                          without_ours(exc_traceback), *args, **kwargs)
@@ -76,6 +102,10 @@ def _excepthook(exc_type, exc_value, exc_traceback):
 
 
 def _thread_excepthook(args):
+    if args.thread is not None and args.exc_value is not None:
+        # what ended the thread, for its thread.exit (hooks.py): a verdict can say it
+        args.thread._mpviz_error = (error_words(args.exc_value),
+                                    *raised_at(args.exc_value.__traceback__))
     saved = _print_uncaught(args.exc_value)
     try:
         tb = getattr(args.exc_value, "__traceback__", args.exc_traceback)

@@ -24,16 +24,18 @@ A Process's pickled arguments and sharedctypes' arenas cross too: see their sect
 
 Adapted from VizTracer's patch.py (spawnv_passfds rewriting); left out: Windows.
 """
+import functools
 import os
 import signal
 import sys
 import threading
 import time
 
-from multiprocessing import heap, process, reduction, spawn, util
+from multiprocessing import heap, process, queues, reduction, spawn, util
 
 from .. import _stops
 from . import frames, locks, messages, names, recorder, waits
+from .events import queue_id
 
 TRACE_KEY = "mpviz_trace"               # our key in the spawn preparation data
 _orig = {}
@@ -56,15 +58,47 @@ def _process_start(self):
     if not recorder.ENABLED:
         return _orig["start"](self)
     ts = time.monotonic_ns()
+    given = _queues_given(self)              # (before start(), which deletes self._args)
     recorder.take_handles()
     _orig["start"](self)                     # spawn/forkserver: pickles self (args) here
     handles = recorder.take_handles()
     recorder.emit_at(ts, "process.launch", child=self.pid, name=self.name,
-                     start_method=getattr(self._popen, "method", None))
+                     start_method=getattr(self._popen, "method", None),
+                     **({"queues": given} if given else {}))
     nbytes = self.__dict__.pop("_mpviz_pickled", None)
     if handles:                              # the arguments carried handles: a message
         pipe = names.arguments_pipe(self.pid)
         recorder.emit_at(ts, "pipe.send", pipe=pipe, msg=pipe, nbytes=nbytes, handles=handles)
+
+
+def _queues_given(proc):
+    """The ids of the queues among a Process's arguments, and one level inside a tuple, list or
+    dict of them (torch's mp.spawn hands the user's args to its wrapper as one tuple): a verdict
+    can then say "Process-1 was given Queue 1 and ended without putting into it". A queue
+    reached otherwise (a global under fork, a queue sent in a message) is not seen."""
+    found, budget = [], [256]           # (a Process given a big nested list: a bounded look)
+
+    def look(value, depth):
+        budget[0] -= 1
+        if budget[0] < 0:
+            return
+        if isinstance(value, (queues.Queue, queues.SimpleQueue)):
+            try:
+                qid = queue_id(value)
+            except (AttributeError, OSError, TypeError):   # a queue not yet made, a subclass
+                return
+            if qid not in found:
+                found.append(qid)
+        elif depth and isinstance(value, (tuple, list)):
+            for item in value[:64]:
+                look(item, depth - 1)
+        elif depth and isinstance(value, dict):
+            for item in list(value.values())[:64]:
+                look(item, depth - 1)
+
+    look((tuple(getattr(proc, "_args", ()) or ()),
+          dict(getattr(proc, "_kwargs", {}) or {})), 3)
+    return found
 
 
 def _dump(obj, file, protocol=None):
@@ -127,6 +161,24 @@ def _process_is_alive(self):
 # the end of _exit_function's last step (``_run_finalizers()``, held in its default arguments).
 
 _exit_code = None              # 3.13+: what _bootstrap returned, until the exit functions ran
+_error = None                  # ("FileNotFoundError: ...", "load (prog.py:7): `...`") that
+                               # ended this child's run(), if one
+
+
+def _exit_args():
+    return {"error": _error[0], "at": _error[1]} if _error else {}
+
+
+def _run_noting_error(run):
+    """Run the Process's run(); an exception that ends it is kept for ``process.exit`` (then
+    _bootstrap prints it and exits 1, as always): a verdict can say why a producer ended. (This
+    frame is mpviz's: frames.py leaves it out of the printed traceback.)"""
+    global _error
+    try:
+        return run()
+    except Exception as exc:           # (SystemExit is an exit: its status says it)
+        _error = (frames.error_words(exc), frames.raised_at(exc.__traceback__)[0])
+        raise
 
 
 def _process_bootstrap(self, parent_sentinel=None):
@@ -139,6 +191,7 @@ def _process_bootstrap(self, parent_sentinel=None):
         target = getattr(self, "_target", None)
         recorder.emit("process.bootstrap", name=self.name,
                       target=getattr(target, "__qualname__", None) if target else None)
+        self.run = functools.partial(_run_noting_error, self.run)
     code = _orig["_bootstrap"](self, parent_sentinel)
     if recorder.ENABLED:
         torch_hooks = sys.modules.get("mpviz.trace.torch_hooks")
@@ -147,7 +200,7 @@ def _process_bootstrap(self, parent_sentinel=None):
         if "_exit_function" in _orig:
             _exit_code = code          # recorded by _last_finalizers, after the exit functions
         else:
-            recorder.emit("process.exit", exitcode=code)
+            recorder.emit("process.exit", exitcode=code, **_exit_args())
     return code
 
 
@@ -157,7 +210,7 @@ def _last_finalizers(minpriority=None, _run=util._run_finalizers):
     if minpriority is None and _exit_code is not None:
         code, _exit_code = _exit_code, None
         if recorder.ENABLED:
-            recorder.emit("process.exit", exitcode=code)
+            recorder.emit("process.exit", exitcode=code, **_exit_args())
 
 
 def _hook_exit_function():
@@ -184,7 +237,9 @@ def _thread_bootstrap_inner(self):
         _orig["_bootstrap_inner"](self)
     finally:
         if recorder.ENABLED:
-            recorder.emit("thread.exit", name=self.name, ident=self.ident)
+            error, at, via = self.__dict__.get("_mpviz_error") or (None, None, None)
+            recorder.emit("thread.exit", name=self.name, ident=self.ident,   # (frames.py)
+                          **({"error": error, "at": at, "via": via} if error else {}))
         recorder.forget_thread()
 
 

@@ -82,6 +82,7 @@ def _role(ch, putters, getters, thread_names, workers):
 
 
 DATA_QUEUE = "the DataLoader's data queue"
+SEMAPHORES = ("Semaphore", "BoundedSemaphore")   # counted, not held: named so, never "lock"
 
 
 def next_queue_name(names):
@@ -120,7 +121,8 @@ class LockNames:
 
     def _name(self, lid):
         if self.variable(lid) is not None:
-            return f"lock '{self.variable(lid)}'"
+            kind = self.types.get(lid) if self.types.get(lid) in SEMAPHORES else "lock"
+            return f"{kind} '{self.variable(lid)}'"
         if lid in self.channels:
             return f"{self.channels[lid]}'s lock"
         typ = self.types.get(lid) or "lock"
@@ -151,6 +153,11 @@ def for_trace(trace, flows=None):
     channels = channel_names(trace.flows() if flows is None else flows, threads, workers)
     locks = LockNames({lk.id: lk.type for lk in trace.locks()}, variables, channels)
     return channels, locks
+
+
+def join_and(items):
+    """"A", "A and B", "A, B and C": a list in a sentence."""
+    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
 
 
 def human_bytes(n):

@@ -24,7 +24,8 @@ import os
 import sysconfig
 
 from . import osview
-from .analysis import process_labels
+from .analysis import how_it_ended, process_labels
+from .names import join_and
 
 FORK_FIX = ("start the children with 'spawn' or 'forkserver' "
             "(multiprocessing.get_context('forkserver'), or a Pool's context=...): a fresh "
@@ -39,26 +40,75 @@ def headline(watchdog, nkilled):
     t, stop = watchdog.stalled_for, (f"mpviz stopped {nkilled} process(es) with SIGKILL.")
     if watchdog.stuck_pids:
         names = _names(watchdog.trace, watchdog)
-        who = _and([_who(watchdog.trace, names, p) for p in watchdog.stuck_pids])
+        who = join_and([_who(watchdog.trace, names, p) for p in watchdog.stuck_pids])
         it = "it" if len(watchdog.stuck_pids) == 1 else "each"
         return [f"mpviz trace: HANG: DEADLOCK -- {who} can never move: for {t:.1f} s every "
                 f"thread of {it} has waited, with no time limit, for a lock in its own memory "
                 f"(a private futex), which only a thread of that same process could release "
                 f"-- and none of them can (only a signal handler still could). CPU used by "
                 f"other threads or processes does not change that. {stop}"]
+    if watchdog.churn is not None:
+        died, (pid, tid) = watchdog.churn
+        names, trace = _names(watchdog.trace, watchdog), watchdog.trace
+        how = how_it_ended(trace, died[-1].pid)
+        return [f"mpviz trace: HANG: DEADLOCK -- {_thread_who(trace, names, (pid, tid))} waits "
+                f"for a Pool's results that can never come: in the last "
+                f"{watchdog.hang_after:g} s {len(died)} of the Pool's workers ended, each before "
+                f"it ran a task (the last: {how}). A Pool replaces a worker that ends, "
+                f"for ever, and does not say why (CPython gh-87472): processes come and go, "
+                f"nothing is done. Fix: make the initializer work (or catch its error and "
+                f"report it), or use concurrent.futures.ProcessPoolExecutor, which raises "
+                f"BrokenProcessPool when an initializer fails. {stop}"]
+    if watchdog.broken is not None:
+        e, names = watchdog.broken, _names(watchdog.trace, watchdog)
+        at = f", raised at {e.args['at']}" if e.args.get("at") else ""
+        busy = [key for key, s in watchdog.seen.items()
+                if key[0] == e.pid and s.view.wait == "running"]
+        spin = (f" Meanwhile {join_and([_thread_who(watchdog.trace, names, k) for k in busy])} "
+                f"{'uses' if len(busy) == 1 else 'use'} CPU: the Pool's own loop, which waits "
+                f"for those results and does nothing else." if busy else "")
+        return [f"mpviz trace: HANG: DEADLOCK -- {_who(watchdog.trace, names, e.pid)}'s Pool "
+                f"can deliver no result any more: its result handler thread "
+                f"(`{e.args.get('name')}`) ended with {e.args.get('error')}{at}. For {t:.1f} s "
+                f"its main thread has waited, with no time limit, for what only that thread "
+                f"could deliver: it can never move.{spin} {stop}"]
+    if watchdog.for_good:
+        # recorded lock waits that can never end, while other threads wait with a deadline
+        names = _names(watchdog.trace, watchdog)
+        who = join_and(list(dict.fromkeys(_thread_who(watchdog.trace, names, (d.pid, d.tid))
+                                      for d in watchdog.for_good)))
+        reasons = list(dict.fromkeys(d.reason for d in watchdog.for_good))
+        return [f"mpviz trace: HANG: DEADLOCK -- {who} can never move: "
+                f"{'; '.join(reasons)}. For {t:.1f} s no thread of any process moved and no "
+                f"event was recorded; some threads wait with a deadline that has not run out "
+                f"within --hang-after {watchdog.hang_after:g} s (they may still move -- that "
+                f"frees none of the above). {stop}"]
     if watchdog.kind == "stalled":
         return [f"mpviz trace: HANG: STALLED -- for {t:.1f} s no thread of any process moved "
                 f"and no event was recorded. Some threads wait with a deadline (a sleep, a "
                 f"timeout) that has not run out within --hang-after {watchdog.hang_after:g} s: "
-                f"a wait that ends within it is progress, one that does not is a stall (not a "
-                f"deadlock: they may move later). {stop}"]
-    again = any(s.again for s in watchdog.seen.values())
-    how = ("with no time limit, or waits again for the same thing each time its timeout runs "
-           "out (a loop that polls: the deadline passed and nothing came)" if again else
-           "with no time limit (no sleep, no timeout)")
+                f"a wait that ends within it is progress, one that does not is a stall: they "
+                f"may still move, so mpviz does not call it a deadlock -- whether what the "
+                f"others wait for ever comes, it cannot tell. {stop}"]
+    polls = [key for key, s in watchdog.seen.items() if s.again]
+    if polls:
+        # A loop that polls wakes each time its timeout runs out: what it waits for did not
+        # come, but the loop itself may still end (a deadline it checks, a count of tries) --
+        # its code says, not its system calls. "Nobody can ever move" would be a guess.
+        names = _names(watchdog.trace, watchdog)
+        who = join_and([_thread_who(watchdog.trace, names, key) for key in polls])
+        return [f"mpviz trace: HANG: DEADLOCK, unless a loop gives up by itself -- for "
+                f"{t:.1f} s no thread of any process made progress and nothing was recorded but "
+                f"waits that timed out and began again, "
+                f"and every thread waits with no time limit, or waits again for the same thing "
+                f"each time its timeout runs out (a loop that polls: the deadline passed and "
+                f"nothing came). Nothing they wait for will come, as long as they all wait. "
+                f"Only the polling loop of {who} can still end this, if its code stops "
+                f"waiting by itself (a deadline, a number of tries); mpviz cannot tell whether "
+                f"it does: read its line below. {stop}"]
     return [f"mpviz trace: HANG: DEADLOCK -- for {t:.1f} s no thread of any process moved "
-            f"and no event was recorded, and every thread waits {how}: nobody can ever move. "
-            f"{stop}"]
+            f"and no event was recorded, and every thread waits with no time limit (no sleep, "
+            f"no timeout): nobody can ever move. {stop}"]
 
 
 class Facts:
@@ -80,11 +130,6 @@ class Facts:
             target = osview.fd_target(v.pid, v.args[0]) if end and v.args else ""
             if target.startswith("pipe:"):
                 self.other_end[key] = (end, osview.pipe_ends(sorted(pids), target)[end])
-
-
-def _and(items):
-    """"A", "A and B", "A, B and C"."""
-    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
 
 
 def threads_in_words(watchdog, stacks, chains=True):
@@ -157,7 +202,7 @@ def _other_end(trace, names, pid, end, holders):
     if not who:
         return (f"; its {end} end is open in no process of the program (one outside it "
                 f"could {end})")
-    return f"; its {end} end is open in {_and(who)}"
+    return f"; its {end} end is open in {join_and(who)}"
 
 
 def _fd_words(view):
@@ -188,6 +233,12 @@ def _who(trace, names, pid):
     alias = process_labels(trace).get(pid)
     name = names.get(pid, "?")
     return f"{name} ({alias}, pid {pid})" if alias and alias != name else f"{name} (pid {pid})"
+
+
+def _thread_who(trace, names, key):
+    """"Process-1 (pid 7)'s main thread", "prog.py (pid 6)'s thread `poller`"."""
+    pid, tid = key
+    return f"{_who(trace, names, pid)}'s " + _thread_names(trace).get(key, _thread(pid, tid))
 
 
 def _thread_names(trace):
@@ -223,7 +274,7 @@ def _stacks_by_thread(trace, pid, text):
     ``thread.start`` event ties to its OS thread id; the block not started by threading's
     ``_bootstrap`` is the main thread's (tid == pid)."""
     idents = {e.args.get("ident"): e.tid for e in trace.of_kind("thread.start") if e.pid == pid}
-    out, calls = {}, None
+    out, calls, garbled, ident = {}, None, set(), None
     for line in text.splitlines():
         line = line.strip()
         if line.startswith(("Thread 0x", "Current thread 0x")):
@@ -237,16 +288,31 @@ def _stacks_by_thread(trace, pid, text):
                 continue
             # faulthandler writes "line ???" where it cannot tell the line (a frame mid-call)
             lineno = int(lineno) if lineno.isdigit() else None
-            if not os.path.realpath(path).startswith(_HOOKS):    # a recording hook's frame
+            if garbled_frame(path, fn, lineno):
+                garbled.add(ident)
+                calls = None               # the rest of this thread's block is not its stack
+            elif not os.path.realpath(path).startswith(_HOOKS):    # a recording hook's frame
                 calls.append((fn.strip(), path, lineno))
     by_tid = {}
     for ident, calls in out.items():
         calls = own_frames(calls)
         if ident in idents:
             by_tid[idents[ident]] = calls
-        elif calls and not (calls[-1][0] == "_bootstrap" and calls[-1][1].endswith("threading.py")):
+        elif calls and ident not in garbled and not (
+                calls[-1][0] == "_bootstrap" and calls[-1][1].endswith("threading.py")):
             by_tid[pid] = calls
     return by_tid
+
+
+def garbled_frame(path, fn, lineno=None):
+    """Is this a frame faulthandler read while its thread ran on (it reads frames without the
+    GIL: a thread that spins can change them under it) -- "__loader__", line 257562111 in
+    ???: no file of that name, no function, a line past the file's end? Its thread's stack
+    ends there; and a block cut so cannot tell whether its thread is the main one."""
+    if fn.strip() == "???" or not (path.startswith(("<", os.sep)) or os.path.isfile(path)):
+        return True
+    return isinstance(lineno, int) and os.path.isfile(path) and \
+        not linecache.getline(path, lineno)
 
 
 def own_frames(calls):
@@ -341,7 +407,7 @@ def _why(watchdog, stacks, names):
                 f"its threads wait for each other; the stacks say where.", []).append(pid)
     lines = []
     for text, pids in reasons.items():
-        who = _and([names.get(p, str(p)) for p in pids])
+        who = join_and([names.get(p, str(p)) for p in pids])
         lines.append("  " + text.format(who=who, was="were" if len(pids) > 1 else "was"))
     if lines:
         lines.append(f"  Fix: {FORK_FIX}" + (f"; {NATIVE_FIX}." if native_seen else "."))

@@ -32,6 +32,7 @@ import time
 from .. import _proc
 from . import analysis as st
 from . import osview, recorder, session
+from .names import SEMAPHORES, join_and
 from .trace import Trace
 
 POLL_SECONDS = 0.1
@@ -39,6 +40,11 @@ MIN_HANG_AFTER = 0.5          # seconds: 5 looks; below it, a starting program r
 MOVE_CPU_NS = 20_000_000      # a thread that used this much CPU since it last moved: it works
 STACKS = ".stacks"            # the folder in the trace directory where the stacks go
 HANG_EXIT_STATUS = 124        # what `timeout` returns when it had to stop its command
+
+
+# What a Pool's parent records while it replaces workers that die: no progress of the program's
+_CHURN_KINDS = frozenset({"process.launch", "process.reaped", "thread.start", "thread.exit",
+                          "shm.create", "shm.attach", "shm.detach", "shm.unlink"})
 
 
 def check_hang_after(value, name="hang_after"):
@@ -84,7 +90,9 @@ class Watchdog:
     guard's own thread, in ``record()``).
 
     After ``poll()`` returned True: ``kind`` ("deadlock" or "stalled"), ``stuck_pids`` (the
-    processes that can never move; empty when the whole program stalled), ``stalled_for``.
+    processes that can never move; empty when the whole program stalled), ``stalled_for``,
+    ``for_good`` (recorded lock waits that can never end, found while other threads wait with
+    a deadline: they make it a deadlock all the same).
     """
 
     def __init__(self, directory, hang_after, pids, ignore=None):
@@ -100,6 +108,11 @@ class Watchdog:
         self.threads_changed = {}           # pid -> when a thread of it last started or ended
         self.helpers = {}                   # pid -> "Python's fork server", or None: read once
         self.kind, self.stuck_pids, self.facts = None, [], None
+        self.for_good = []                  # analysis.Deadlocks that made a stall a deadlock
+        self.broken, self._broken_looked = None, time.monotonic()   # a Pool's dead result
+                                                                    # handler (thread.exit)
+        self.churn, self._churn_looked = None, time.monotonic()     # Pool workers that die
+                                                                    # as they start
         self.dist, self.judged_ns = False, None  # dist: judged by torch.distributed's events
         self._dist_looked = time.monotonic()
 
@@ -125,15 +138,127 @@ class Watchdog:
             self.kind = "stalled" if waits & {"sleep", "deadline"} else "deadlock"
         elif self._rendezvous_stalled(now):
             self.kind = "stalled"
+        elif self._results_never_delivered(now) or self._workers_die_as_they_start(now):
+            self.kind = "deadlock"
         else:
             return False
         from . import dist_verdict, stuck
         self._read_logs()                        # (the verdict names what the logs say)
+        self.for_good = self._locked_for_good() if self.kind == "stalled" else []
+        if self.for_good:                        # a deadline elsewhere cannot free them
+            self.kind = "deadlock"
         self.facts = stuck.Facts(self, now)      # read /proc now: the processes die next
         self.judged_ns = time.monotonic_ns()
         judged = dist_verdict.judge(self.trace, self, until_ns=self.judged_ns)
         if judged is not None:                   # torch.distributed: its events come first
             self.kind, self.dist = judged.kind, True
+        return True
+
+    def _locked_for_good(self):
+        """The recorded lock waits that can never end, whatever else waits with a deadline: a
+        cycle of holders (a thread that waits for a lock it holds itself is one), or a holder
+        that is a ghost (a lock copied held by a fork). ``analysis.Deadlock``s; [] if none."""
+        if not self.trace.events:
+            return []
+        state = st.state_at(self.trace)
+        found = [d for d in state.deadlocks if d.cycle or (d.pid, d.tid) in
+                 {(pid, tid) for lk in state.locks for pid, tid, _ in lk.waiters
+                  if any(o.ghost for o in lk.owners)}]
+        stuck = {(d.pid, d.tid) for d in found}
+        grew = True
+        while grew:                 # ... and who waits for a lock only those threads hold
+            grew = False
+            for lk in state.locks:
+                owners = {(o.pid, o.tid) for o in lk.owners if not o.ghost}
+                if not owners or not owners <= stuck:
+                    continue
+                for pid, tid, _ in lk.waiters:
+                    if (pid, tid) not in stuck:
+                        holder = join_and([_thread_words(state, *o) for o in sorted(owners)])
+                        found.append(st.Deadlock(pid, tid, (
+                            f"{_thread_words(state, pid, tid)} waits for {lk.name or 'a lock'}, "
+                            f"which {holder} holds")))
+                        stuck.add((pid, tid))
+                        grew = True
+        return found
+
+    def _results_never_delivered(self, now):
+        """A Pool whose result handler thread an exception ended (a callback that raised:
+        CPython gh-83371) delivers no result again; its worker handler thread may then spin
+        (its outqueue is readable, and nobody reads it), so CPU is used and nothing is done.
+        True when such a thread ended `hang_after` s ago or more, and its process's main
+        thread has waited, with no time limit, as long: ``self.broken`` holds the
+        ``thread.exit``. Looked at once per `hang_after` (it reads the logs)."""
+        if now - self._broken_looked < max(self.hang_after, 1.0) or \
+                not self._mains_waiting(now):      # (/proc first: the logs cost more)
+            return False
+        self._broken_looked = now
+        self._read_logs()
+        now_ns = time.monotonic_ns()
+        pool_threads = {(e.pid, e.tid) for e in self.trace.of_kind("thread.start")
+                        if str(e.args.get("name")).endswith(("(_handle_workers)",
+                                                             "(_handle_tasks)"))}
+        for e in self.trace.of_kind("thread.exit"):
+            main = self.seen.get((e.pid, e.pid))
+            if not (e.args.get("error") and "_handle_results" in str(e.args.get("name"))
+                    and main is not None and main.view.wait == "forever"
+                    and (now_ns - e.ts_ns) / 1e9 >= self.hang_after):
+                continue
+            # nothing moved but that Pool's own threads; its main thread waits in no recorded
+            # wait but the Pool's (a get() of a queue another process may still fill, no)
+            if any(now - seen.moved < self.hang_after for key, seen in self.seen.items()
+                   if key not in pool_threads or key[0] != e.pid):
+                continue
+            if any(b.pid == e.pid and b.tid == e.pid and b.on != "pool.result"
+                   for b in st.state_at(self.trace).blocked):
+                continue
+            self.broken = e
+            self.stalled_for = now - main.moved
+            return True
+        return False
+
+    def _mains_waiting(self, now):
+        """The processes whose main thread has waited, with no time limit, for `hang_after`
+        s (what /proc says: no log read)."""
+        return {pid for (pid, tid), seen in self.seen.items() if pid == tid and
+                seen.view.wait == "forever" and now - seen.moved >= self.hang_after}
+
+    def _workers_die_as_they_start(self, now):
+        """A Pool whose workers all end before they run a task -- an initializer that raises
+        (CPython gh-87472) -- starts new ones for ever: processes come and go, which looks like
+        progress, and map() never returns. True when, for `hang_after` s, the only things that
+        happened are Pool workers that started and ended (exit status not 0) without running a
+        task, at least two, while a thread of their parent waits, with no time limit, for a
+        Pool's result: ``self.churn`` = (those workers' ProcessInfos, the waiting (pid, tid)).
+        Looked at once per `hang_after` (it reads the logs)."""
+        if now - self._churn_looked < max(self.hang_after, 1.0) or \
+                not self._mains_waiting(now):      # (/proc first: the logs cost more)
+            return False
+        self._churn_looked = now
+        self._read_logs()
+        since = time.monotonic_ns() - int(self.hang_after * 1e9)
+        procs = self.trace.processes()
+        died = [p for p in procs if "PoolWorker" in str(p.name) and p.exit_ns is not None
+                and p.exit_ns >= since and (p.exitcode or p.signal)]
+        if len(died) < 2:
+            return False
+        ran = {e.pid for e in self.trace.of_kind("pool.task") if e.args.get("phase") == "start"}
+        if any(p.pid in ran for p in died):
+            return False
+        parents = {p.ppid for p in died}
+        for e in reversed(self.trace.events):  # the parent did something else meanwhile?
+            if e.ts_ns < since:
+                break
+            if e.pid in parents and e.kind not in _CHURN_KINDS:
+                return False
+        state = st.state_at(self.trace)
+        waiting = [(b.pid, b.tid) for b in state.blocked
+                   if b.pid in parents and b.on == "pool.result" and b.since_ns <= since]
+        if not waiting or any(now - self.seen[w].moved < self.hang_after
+                              for w in waiting if w in self.seen):
+            return False
+        self.churn = (died, waiting[0])
+        self.stalled_for = self.hang_after
         return True
 
     def _rendezvous_stalled(self, now):
@@ -391,8 +516,9 @@ def stack_summary(stacks, frames=3):
 def parse_stacks(text):
     """faulthandler's text as [(thread label, [("fn (file.py:line)", in the program?)])]
     (in the program: stuck's test, which the verdict's own lines use)."""
-    from .stuck import _HOOKS, _mine
+    from .stuck import _HOOKS, _mine, garbled_frame
     threads, forked = [], False       # forked: below a fork, the parent's frames (own_frames)
+    garbled = set()                   # threads whose block faulthandler read while it ran
     for line in text.splitlines():
         line = line.strip()
         if line.startswith(("Thread 0x", "Current thread 0x")):
@@ -408,13 +534,20 @@ def parse_stacks(text):
             if fn == "_launch" and path.endswith("popen_fork.py"):
                 forked = True
                 continue
+            if garbled_frame(path, fn, int(lineno) if lineno.isdigit() else None):
+                threads[-1].append(("(not readable from here on: the thread ran on while its "
+                                    "stack was taken)", False))
+                garbled.add(len(threads) - 1)
+                forked = True              # (nothing more of this block)
+                continue
             if os.path.realpath(path).startswith(_HOOKS):
                 continue                   # a recording hook's frame (waits.py, locks.py ...)
             threads[-1].append((f"{fn} ({os.path.basename(path)}:{lineno})", _mine(path)))
     # faulthandler does not say which thread is the main one: the others began in threading's
     # Thread._bootstrap
     return [("thread" if calls and calls[-1][0].startswith("_bootstrap (threading.py") else
-             "main thread", calls) for calls in threads]
+             "a thread" if i in garbled else "main thread", calls)
+            for i, calls in enumerate(threads)]
 
 
 def waits_in_words(trace, at=None):
@@ -429,7 +562,7 @@ def waits_in_words(trace, at=None):
         for pid, tid, since in lk.waiters:
             who = f"{state.labels.get(pid, pid)}'s {state.thread_names.get((pid, tid), tid)}"
             lines.append(f"  {who} waits for {lk.name or lk.type or 'a lock'}"
-                         + (f", held by {owners}" if owners else ", which nobody holds"))
+                         + (f", held by {owners}" if owners else _unheld(lk)))
     idle = st.idle_pool_workers(trace, at)
     for b in state.blocked:       # joins, q.join, a full pipe, Events ... (waits.py)
         if b.pid in idle:
@@ -449,10 +582,60 @@ def waits_in_words(trace, at=None):
         if (d.cycle or "watchdog" not in d.reason) and said not in lines:
             lines.append(said)
     lines += _hang_at_exit(state, trace)
+    lines += _ended_by_errors(state, trace)
     if not lines:
         return ["Who waits for whom: the trace recorded no wait that was still open (read the "
                 "stacks above: the innermost call is where each thread was)."]
     return ["Who waits for whom (recorded waits still open when it stopped):"] + lines
+
+
+def _unheld(lock):
+    """A lock waited for that no recorded thread holds. A Semaphore is not held as a Lock is:
+    it waits because its count is 0, and goes on when any thread calls release() -- which one
+    made with 0 needs first. A Lock: a holder the trace did not see (one that took it before
+    recording began, or outside the program's recorded processes)."""
+    if lock.type in SEMAPHORES:
+        return (": its count is 0, and no thread the trace recorded holds an acquire of it "
+                "to release -- it goes on only when some thread calls its release() (one made "
+                "with Semaphore(0) needs that first)")
+    return ", held by no thread the trace recorded (taken before recording began?)"
+
+
+RESULT_HANDLER_DIED = (
+    ": that thread is the Pool's result handler -- no result of this Pool is delivered any "
+    "more, so whatever waits for one, and pool.join(), waits for ever")
+# ... why, by the library function that ran the program's code there
+RESULT_HANDLER_WHY = {
+    "_set": " (it runs each callback= and error_callback=, and yours raised. Fix: let a "
+            "callback neither raise nor wait for the Pool)",
+    "recv": " (it raised as it unpickled a result: an exception whose class cannot be "
+            "rebuilt from its args, CPython gh-103061. Fix: pass the same arguments to "
+            "super().__init__ as the exception's own __init__ takes)"}
+RESULT_HANDLER_WHY["get"] = RESULT_HANDLER_WHY["recv"]     # (a queue's get, on other Pythons)
+
+
+def _ended_by_errors(state, trace):
+    """Threads and processes an exception ended before the hang, where nothing above said so
+    already: a dead thread waits for nothing, so it is in no wait line -- but what it would
+    have done (a Pool's result handler delivers results) is what the others wait for."""
+    said = {who for b in state.blocked if b.on == "queue.get"      # (_who_must_act's)
+            for who, _ in st.gone_without_putting(trace, b.target, state.t_ns, b.pid)}
+    out, ended = [], {}               # how -> the processes that ended so (a Pool's many)
+    for pid, tid, name, error, at, via, how in st.errors_before(trace, state.t_ns):
+        label = state.labels.get(pid, pid)
+        where = f", raised at {at}" if at else ""
+        if tid is not None:
+            why = RESULT_HANDLER_DIED + RESULT_HANDLER_WHY.get(via, "") \
+                if "_handle_results" in str(name) else ""
+            out.append(f"  ENDED BY AN ERROR: {label}'s thread `{name}` ended with "
+                       f"{error}{where}{why}")
+        elif label not in said:
+            ended.setdefault(how, []).append(str(label))
+    for how, labels in ended.items():
+        who = join_and(labels) if len(labels) <= 3 else \
+            f"{len(labels)} processes ({', '.join(labels[:3])} ... {labels[-1]})"
+        out.append(f"  ENDED BY AN ERROR: {who} ended ({how}) before the hang")
+    return out
 
 
 def _hang_at_exit(state, trace):
@@ -546,8 +729,43 @@ def _who_must_act(state, blocked, trace=None):
     if blocked.on == "queue.put":
         return f"someone must get from {name}, and nobody has got from it yet"
     if blocked.on == "queue.get":
-        return f"someone must put into {name}, and nobody has put into it yet"
+        gone = st.gone_without_putting(trace, blocked.target, state.t_ns, blocked.pid) \
+            if trace is not None else []
+        return f"someone must put into {name}, and nobody has put into it yet" + \
+            _gone_without_putting(gone, name)
+    if blocked.on == "barrier" and trace is not None:
+        return _barrier_short(state, blocked, trace)
     return "who must act is not recorded"
+
+
+def _barrier_short(state, blocked, trace):
+    """A Barrier lets its waiters go when its `parties` threads wait at it: how many wait now,
+    and how many more must come (who would, the trace does not know: any thread may)."""
+    parties = next((e.args.get("parties") for e in trace.of_kind("wait.begin")
+                    if e.args.get("on") == "barrier" and e.args.get("id") == blocked.target
+                    and e.args.get("parties")), None)
+    if not parties:
+        return "who must act is not recorded"
+    n = sum(1 for b in state.blocked if b.on == "barrier" and b.target == blocked.target)
+    if n >= parties:
+        return "who must act is not recorded"
+    return (f"it lets its waiters go when {parties} wait at it, and {n} wait now: "
+            f"{parties - n} more must call its wait() (which thread would, the trace does not "
+            f"know; was it made for more parties than the program starts?)")
+
+
+def _gone_without_putting(gone, name):
+    """"; Process-1 was given Queue 1 (a Process argument) and ended (exit 1, after ...)
+    without putting into it: that put will never come", or "" (nobody known)."""
+    if not gone:
+        return ""
+    if len(gone) == 1:
+        (who, how), = gone
+        return (f"; {who} was given {name} (a Process argument) and ended ({how}) without "
+                f"putting into it: that put will never come")
+    return (f"; {join_and([who for who, _ in gone])} were given {name} (a Process argument) "
+            f"and ended without putting into it ({'; '.join(f'{w}: {h}' for w, h in gone)}): "
+            f"those puts will never come")
 
 
 def labels(trace):
