@@ -12,8 +12,10 @@ Run a case yourself: ``python -m mpviz.examples.distributed CASE [--fix]``, CASE
 ``world-size``, ``straggler``. Each hang is a program written as its author would; the notebook
 runs it under ``mpviz trace --hang-after`` and reads the verdict.
 """
+import faulthandler
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -121,6 +123,7 @@ def train_epochs(ddp, data, labels, sampler, optimizer, loss_fn, epochs, set_epo
 
 def torch_ddp_train(rank, world_size, port, out, weights, epochs, set_epoch, n, batch_size, lr):
     """The same rank on real torch.distributed (gloo): torch's DDP, sampler, SGD, loss."""
+    faulthandler.dump_traceback_later(TORCH_LIMIT - 20, exit=True)   # a hang: stacks, exit
     import torch
     import torch.distributed as tdist
     from torch.nn.parallel import DistributedDataParallel as TorchDDP
@@ -141,6 +144,7 @@ def torch_ddp_train(rank, world_size, port, out, weights, epochs, set_epoch, n, 
     train_epochs(ddp, data, labels, sampler, optimizer, torch.nn.functional.cross_entropy,
                  epochs, set_epoch, batch_size, os.path.join(out, f"rank{rank}.json"))
     tdist.destroy_process_group()
+    faulthandler.cancel_dump_traceback_later()
 
 
 def _settings(world_size, epochs, set_epoch, n, batch_size, lr, seed):
@@ -172,16 +176,30 @@ def run_ddp(world_size=2, epochs=3, set_epoch=True, n=512, batch_size=32, lr=0.1
         return _results(out, world_size)
 
 
+TORCH_LIMIT = 120     # s, for torch's import and a few epochs of 2-4 ranks (~10 s here)
+
+
 def run_torch_ddp(world_size=2, epochs=3, set_epoch=True, n=512, batch_size=32, lr=0.1, seed=0):
     """``run_ddp`` on real torch.distributed (gloo), in a new Python that imports torch once and
-    forks its ranks (torch's import is the slow part). Same weights, data and order."""
+    forks its ranks (torch's import is the slow part). Same weights, data and order.
+
+    Should it hang, each rank prints its stacks at TORCH_LIMIT - 20 s and exits (faulthandler,
+    in torch_ddp_train), so the error says where; the run is its own session, so that nothing it
+    started outlives it."""
     with tempfile.TemporaryDirectory(prefix="mpviz-torch-ddp-") as out:
         args = json.dumps([world_size, epochs, set_epoch, n, batch_size, lr, seed, out])
-        done = subprocess.run([sys.executable, "-m", __name__, "torch-ddp", args],
-                              capture_output=True, text=True, timeout=120, env=_env(), cwd=ROOT)
-        if done.returncode != 0:
-            raise RuntimeError(f"the torch run failed (exit {done.returncode}):\n"
-                               f"{done.stderr[-2000:]}")
+        run = subprocess.Popen([sys.executable, "-m", __name__, "torch-ddp", args],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               env=_env(), cwd=ROOT, start_new_session=True)
+        try:
+            _, stderr = run.communicate(timeout=TORCH_LIMIT)
+        except subprocess.TimeoutExpired:
+            os.killpg(run.pid, signal.SIGKILL)          # its ranks too
+            _, stderr = run.communicate()
+            raise RuntimeError(f"the torch run did not end in {TORCH_LIMIT} s:\n"
+                               f"{stderr[-4000:]}") from None
+        if run.returncode != 0:
+            raise RuntimeError(f"the torch run failed (exit {run.returncode}):\n{stderr[-4000:]}")
         return _results(out, world_size)
 
 
