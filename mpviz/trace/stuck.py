@@ -293,6 +293,9 @@ def _stacks_by_thread(trace, pid, text):
                 calls = None               # the rest of this thread's block is not its stack
             elif not os.path.realpath(path).startswith(_HOOKS):    # a recording hook's frame
                 calls.append((fn.strip(), path, lineno))
+                if fn.strip() == "_launch" and path.endswith("popen_fork.py"):
+                    calls = None       # below the fork: the parent's frames, cut (own_frames),
+                    #                    and not judged (3.14 writes '"__init__", line ???' there)
     by_tid = {}
     for ident, calls in out.items():
         calls = own_frames(calls)
