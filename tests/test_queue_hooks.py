@@ -89,7 +89,7 @@ def test_importing_mpvizs_queue_loads_neither_numpy_nor_the_recorders_helpers():
 def test_a_queue_module_imported_after_recording_started_is_recorded(tmp_path):
     # As in a spawned child that unpickles its first mpviz Queue: the hooks go in when the
     # first Queue is set up. One message written by put itself, one too big for the pipe
-    # (the feeder's road): both linked put -> get.
+    # (the feeder's way): both linked put -> get.
     code = textwrap.dedent(f"""
         import sys
         import mpviz.trace as mt

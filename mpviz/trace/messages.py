@@ -603,7 +603,7 @@ PATCHES = [
 # Its code records itself, at the line where each fact happens, behind one flag read
 # (``recorder.ENABLED``, or ``recorder.writer`` where the Writer is used next): the put's
 # failure (Queue.put), its handles and a full queue's wait (take_slot), the direct write
-# (DirectWrite._write_now: put_written below), the feeder's road (Queue._parcel: for_feeder
+# (DirectWrite._write_now: put_written below), the feeder's way (Queue._parcel: for_feeder
 # above), the read and an empty queue's wait (Queue.get: watch_reads, get_would_wait,
 # waiting_get) and a message read but not rebuilt (Queue._receive). Nothing here patches it: the
 # hooks above are for the stdlib's classes, which we cannot edit.
