@@ -19,7 +19,9 @@ def _judge_predict(answer):
            f"On paper: chunks [0,1,2] [3,4,5] [6,7,8] [9] take 6, 6, 6 and 2 units. One worker "
            f"runs two chunks of 6 (12 units), the other 6 + 2 = 8 and then idles: map ends with "
            f"the slower worker, at 12.")
-    return Verdict(abs(units - took) <= 1, why)
+    # Right on paper (12) or within a unit of what this run measured: a busy machine starts each
+    # chunk a little late, and the answer worked out on paper must not be marked wrong for it.
+    return Verdict(abs(units - 12) <= 1 or abs(units - took) <= 1, why)
 
 
 @measured
