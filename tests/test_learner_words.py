@@ -330,5 +330,7 @@ def test_a_pool_worker_that_waits_for_its_first_task_waits_on_the_pools_task_que
 @pytest.mark.timeout(SETUP_TIMEOUT)
 def test_who_must_put_into_a_simple_queue_is_named_once(runs):
     directory, err = runs["one job"]
-    (line,) = [line for line in err.splitlines() if "waits: get() on Queue 1" in line]
+    lines = [line for line in err.splitlines() if "waits: get() on Queue 1" in line]
+    assert len(lines) == 1, err
+    (line,) = lines
     assert line.endswith("-- one_job.py's main thread must put"), line
