@@ -48,7 +48,8 @@ PIPE_BYTES = 64 * 1024         # what a Linux pipe holds before a write waits fo
 # What the one who must act has to do, per kind of wait (the wait-for graph's arrow, a verdict).
 MUST = {"process": "must exit", "thread": "must finish", "pipe.write": "must read",
         "queue.join": "must call task_done()", "pool.result": "must finish its task",
-        "queue.get": "must put", "queue.put": "must get"}
+        "queue.get": "must put", "queue.put": "must get",
+        "pipe.recv": "must send", "pipe.send": "must recv"}
 
 
 # --- naming ------------------------------------------------------------------------------------
@@ -157,6 +158,13 @@ class Blocked:
         queue.get    the queue is empty: a thread that has put into it must put again (those
                      that have put so far, even ended ones; none: nobody has put into it yet)
         queue.put    the bounded queue is full: a thread that has got from it must get again
+        pipe.recv    a recv() on one end of the program's Pipe, nothing to read: whoever holds
+                     the other end must send (the threads that have sent on it so far; the
+                     children given it as a Process argument; else the thread that made the
+                     Pipe -- never the waiting thread itself)
+        pipe.send    a send() into a full Pipe: whoever holds the other end must recv (the
+                     threads that have received from this end so far; the children given the
+                     other end; else the thread that made the Pipe)
         pool.result  the Pool workers running that job's tasks at the instant
         event, condition, barrier, future: whoever will set / notify / arrive is not recorded
     """
@@ -333,6 +341,9 @@ class _Index:
         self.putters = {}              # queue id -> [(pid, tid, ts) of its first put per thread]
         self.pipe_of = {}              # a SimpleQueue's id -> its pipe's (its sends are there)
         self.given = {}                # queue id -> pids of the children given it as an argument
+                                       # (a Pipe end's id too)
+        self.pipes = {}                # a Pipe end's id -> (both ends' ids): pipe.open
+        self.pipe_maker = {}           # a Pipe end's id -> (pid, tid) of the thread that made it
         self.exit_errors = {}          # pid -> the exception that ended its run() ("X: ...")
         self.thread_errors = []        # (pid, tid, name, error, at, ts) of threads an
                                        # exception ended
@@ -438,7 +449,14 @@ class _Index:
                     e.args.get("pipe" if k == "pipe.send" else "queue"), [])
                 if all(g[:2] != who for g in seen):
                     seen.append((e.pid, e.tid, e.ts_ns))
+            elif k == "pipe.open":
+                ends = tuple(e.args.get("ends") or ())
+                for end in ends:
+                    self.pipes[end], self.pipe_maker[end] = ends, who
             elif k == "pipe.recv" and not names.is_arguments(e.args.get("pipe")):
+                seen = self.getters.setdefault(e.args.get("pipe"), [])   # who read what it sent
+                if all(g[:2] != who for g in seen):
+                    seen.append((e.pid, e.tid, e.ts_ns))
                 # a SimpleQueue (a Pool's task queue): its get waits on the queue's id, its
                 # messages are sent and read on its pipe's; who puts into one puts into both
                 # (not a child's arguments, read in its _bootstrap: no get reads them)
@@ -485,7 +503,7 @@ class _Index:
         self.fd_passes = [(d["fd.send"], d["fd.recv"]) for d in fds.values() if len(d) == 2]
         self.labels = _make_labels(self.procs, self.watchdogs, self.scripts)
         self.channel_names = names.channel_names(self.flows, self.threads,
-                                                 self.dataloader_workers)
+                                                 self.dataloader_workers, self.pipes)
         self.names = names.LockNames({i: lk.type for i, lk in self.lock_infos.items()},
                                      self.lock_names, self.channel_names)
         self.waitable_names = _number_waitables(self.blocked)
@@ -695,6 +713,10 @@ class _Index:
             return f"join thread {a.get('name') or target}{exiting}"
         if on == "pipe.write":
             return f"write {human_bytes(a.get('nbytes'))} into the full pipe of {self.queue_name(target)}"
+        if on == "pipe.recv":
+            return f"recv() on {self.pipe_name(target)}: nothing in it yet"
+        if on == "pipe.send":
+            return f"write {human_bytes(a.get('nbytes'))} into the full {self.pipe_name(target)}"
         if on == "queue.join":
             return f"q.join() on {self.queue_name(target)}: until every item is task_done()"
         if on == "queue.get":
@@ -730,11 +752,90 @@ class _Index:
             workers = [(p, p) for p in self.dataloader_queues.get(target, ()) if self.alive(p, t)]
             return must + [w for w in workers if w not in must]
 
+        if on in ("pipe.recv", "pipe.send"):
+            return self.other_end_acts(begin, t)
         if on == "pool.result":
             return [(pid, tid) for pid, tid, a, b in self.tasks_of(target)
                     if a <= t and (b is None or t < b) and self.thread_alive(pid, tid, t)] + \
                 [(lost.pid, lost.pid) for lost in self.lost_tasks(target, t)]
         return []
+
+    def pipe_name(self, end):
+        """"Pipe 2": the name of the Pipe whose end is `end` (one that carried no message yet
+        gets the next number), never its id."""
+        if end not in self.channel_names:
+            named = [self.channel_names[e] for e in self.pipes.get(end, ())
+                     if e in self.channel_names]
+            self.channel_names[end] = named[0] if named else \
+                names.next_pipe_name(self.channel_names)
+            for e in self.pipes.get(end, ()):
+                self.channel_names.setdefault(e, self.channel_names[end])
+        return self.channel_names[end]
+
+    def other_end(self, end):
+        """The id of the other end of `end`'s Pipe (a one-way Pipe's: its write end for its
+        read end, and back), or None if its ``pipe.open`` was not recorded."""
+        ends = self.pipes.get(end)
+        if ends is None:
+            return None
+        return ends[1] if ends[0] == end else ends[0]
+
+    def other_end_acts(self, begin, t):
+        """(pid, tid) of whoever must act on the other end of a Pipe for a ``pipe.recv`` wait
+        (send) or a ``pipe.send`` wait (recv) to end (see Blocked): by `t`, the threads that
+        used that end so (sent on it; received what this end sent), the children given it as
+        a Process argument, else the thread that made the Pipe; not the waiting thread."""
+        end = begin.args.get("id")
+        other = self.other_end(end)
+        if begin.args.get("on") == "pipe.recv":
+            used = self.putters.get(other, ())
+        else:
+            used = self.getters.get(end, ())
+        must = [(p, d) for p, d, first in used if first <= t]
+        given = [(c, c) for c in self.given.get(other, ()) if c in self.procs and
+                 self.procs[c].start_ns <= t]
+        maker = self.pipe_maker.get(other)
+        out = []
+        for w in must + (given or ([maker] if maker else [])):
+            if w != (begin.pid, begin.tid) and w not in out:
+                out.append(w)
+        return out
+
+    def pipe_knots(self, blocked, in_flight):
+        """Threads that wait on each other through Pipes (and joins), for good: a ``Deadlock``
+        each. A knot is a set of blocked threads in which everyone who could end each one's
+        wait is in the set too: nobody outside can help, and nobody inside can move. Found by
+        striking out, until nothing changes, every thread whose wait someone outside the set
+        could end (or whom nobody known can). A recv with a message on its way is no wait
+        for good; a knot with no Pipe wait in it is not this function's to tell."""
+        coming = {f.channel for f in in_flight}
+        waits = {(b.pid, b.tid): b for b in blocked
+                 if (b.on == "pipe.recv" and self.other_end(b.target) not in coming) or
+                 b.on in ("pipe.send", "process")}
+        changed = True
+        while changed:
+            changed = False
+            for key, b in list(waits.items()):
+                if not b.waits_for or any(w not in waits for w in b.waits_for):
+                    del waits[key]
+                    changed = True
+        if not any(b.on.startswith("pipe.") for b in waits.values()):
+            return []
+        who = lambda n: f"{self.labels.get(n[0], n[0])}'s {self.thread_name(*n)}"  # noqa: E731
+
+        def step(key, b):
+            others = " or ".join(who(w) for w in b.waits_for)
+            if b.on == "pipe.recv":
+                return f"{who(key)} waits in recv() on {self.pipe_name(b.target)} for {others} " \
+                       f"to send"
+            if b.on == "pipe.send":
+                return f"{who(key)} waits in send() into the full {self.pipe_name(b.target)} " \
+                       f"for {others} to recv"
+            return f"{who(key)} waits in join() for {self.labels.get(b.target, b.target)} to exit"
+        steps = [step(key, b) for key, b in waits.items()]
+        reason = "a cycle: " + "; ".join(steps) + ". Each waits for the next: none can go on"
+        ring = _ring(waits)
+        return [Deadlock(k[0], k[1], reason, ring) for k in waits]
 
     def gone_without_putting(self, qid, t, waiter):
         """The children given queue `qid` as an argument that ended by `t` without putting
@@ -953,6 +1054,19 @@ def _number_waitables(blocked):
     return names
 
 
+def _ring(waits):
+    """A cycle through the knot `waits` ({(pid, tid): Blocked}), in ``Deadlock.cycle``'s form
+    (thread, what it waits on, thread, ..., the first thread again): followed from its first
+    thread along the first arrow into the knot, until a thread comes round again."""
+    start = next(iter(waits))
+    path, node = [], start
+    while node not in path[::2]:
+        path += [node, waits[node].target]
+        node = next(w for w in waits[node].waits_for if w in waits)
+    first = path.index(node)
+    return tuple(path[first:] + [node])
+
+
 def _cycles(edges):
     """Cycles in a waiter → [(lock, owner)] graph, each as (node, lock, node, lock, ..., node)."""
     found, seen_sets = [], set()
@@ -1160,8 +1274,11 @@ def state_at(trace, t_ns=None):
     in_flight = tuple(f for f in ix.flows
                       if f.put.ts_ns <= t and (f.get is None or f.get.ts_ns > t))
     blocked = tuple(ix.blocked_states(t))   # (first: it names the queues nobody put into yet)
+    knots = ix.pipe_knots(blocked, in_flight)     # (they say more than "the watchdog found it")
+    tied = {(d.pid, d.tid) for d in knots}
+    deadlocks = [d for d in ix.deadlocks(locks, t) if (d.pid, d.tid) not in tied] + knots
     return State(t, ix.t0, procs, tuple(ix.segment_states(t)), tuple(locks), in_flight,
-                 tuple(ix.deadlocks(locks, t)), dict(ix.labels),
+                 tuple(deadlocks), dict(ix.labels),
                  {(p, t): ix.thread_name(p, t) for p in ix.procs for t in ix.procs[p].threads},
                  dict(ix.channel_names), blocked,
                  {p.pid: _how_it_ended(p) for p in ix.procs.values()

@@ -27,7 +27,8 @@ KINDS = {
         "how (record/fork/spawn/forkserver/exec, or an observer's name), ppid, name, argv",
         "the process itself, when it starts recording (recorder.start; a SideLog too)"),
     "process.launch": Kind(
-        "child, name, start_method, queues (ids of the queues among its arguments), "
+        "child, name, start_method, queues (ids of the queues and Pipe ends among its "
+        "arguments), "
         "socket (torch_shm_manager's), torch",
         "the parent, in Process.start (hooks.py); the trace launcher (start_method 'exec'); "
         "torch_hooks.py for torch_shm_manager"),
@@ -71,6 +72,9 @@ KINDS = {
                       "the sender (Connection.send); Process.start, when the arguments it "
                       "pickled for a spawn/forkserver child carried handles (hooks.py)"),
     "pipe.recv": Kind("pipe, msg", "the receiver, as it unpickles (a child: in _bootstrap)"),
+    "pipe.open": Kind("ends (the ids of its two ends: 'conn-<inode>', r/w for a one-way "
+                      "Pipe), duplex", "the thread that made one of the program's own Pipes "
+                      "(waits.py)"),
     "pool.task": Kind(
         "phase (submit/start/done), job, index, chunk, func, ok (done only)",
         "submit: the Pool's task thread; start/done: the worker"),
@@ -118,8 +122,9 @@ KINDS = {
     "lock.release": Kind("lock, type", "the owner"),
     "wait.begin": Kind(
         "on (process, queue.get, queue.put, queue.join, event, condition, barrier, "
-        "pool.result, future, pipe.write, thread), id (a pid, a queue or lock id, a Pool job, "
-        "an OS thread id), name, nbytes, timeout, maxsize (queue.put: the full queue's size)",
+        "pool.result, future, pipe.write, thread, pipe.recv, pipe.send), id (a pid, a queue or "
+        "lock id, a Pool job, an OS thread id, a Pipe end's id), name, nbytes, timeout, "
+        "maxsize (queue.put: the full queue's size)",
         "a thread about to block (none when the wait cannot block: a get with a message to "
         "read, a put with a free place)"),
     "wait.end": Kind("on, id, ok (False: timed out or raised), error",

@@ -31,7 +31,7 @@ import sys
 import threading
 import time
 
-from multiprocessing import heap, process, queues, reduction, spawn, util
+from multiprocessing import connection, heap, process, queues, reduction, spawn, util
 
 from .. import _stops
 from . import frames, locks, messages, names, recorder, waits
@@ -59,6 +59,9 @@ def _process_start(self):
         return _orig["start"](self)
     ts = time.monotonic_ns()
     given = _queues_given(self)              # (before start(), which deletes self._args)
+    ends = [g for g in given if str(g).startswith("conn-")]     # Pipe ends: waits.py
+    if ends:
+        self._mpviz_pipe_ends = ends         # (pickled with it: the child marks them)
     recorder.take_handles()
     _orig["start"](self)                     # spawn/forkserver: pickles self (args) here
     handles = recorder.take_handles()
@@ -72,29 +75,47 @@ def _process_start(self):
 
 
 def _queues_given(proc):
-    """The ids of the queues among a Process's arguments, and one level inside a tuple, list or
-    dict of them (torch's mp.spawn hands the user's args to its wrapper as one tuple): a verdict
-    can then say "Process-1 was given Queue 1 and ended without putting into it". A queue
-    reached otherwise (a global under fork, a queue sent in a message) is not seen."""
-    found, budget = [], [256]           # (a Process given a big nested list: a bounded look)
+    """The ids of the queues among a Process's arguments (_in_arguments): a verdict can then
+    say "Process-1 was given Queue 1 and ended without putting into it". A queue reached
+    otherwise (a global under fork, a queue sent in a message) is not seen. The ends of the
+    program's own Pipes among them count too (their ids: waits.marked_end)."""
+    found = []
+    for value in _in_arguments(proc):
+        if isinstance(value, (queues.Queue, queues.SimpleQueue)):
+            try:
+                qid = queue_id(value)
+            except (AttributeError, OSError, TypeError):   # a queue not yet made, a subclass
+                continue
+        else:
+            qid = waits.marked_end(value)
+        if qid is not None and qid not in found:
+            found.append(qid)
+    return found
+
+
+def _connections_given(proc):
+    """The Connections among a Process's arguments (_in_arguments)."""
+    return [v for v in _in_arguments(proc) if isinstance(v, connection._ConnectionBase)]
+
+
+def _in_arguments(proc):
+    """The values among a Process's arguments, and one level inside a tuple, list or dict of
+    them (torch's mp.spawn hands the user's args to its wrapper as one tuple): a bounded look,
+    for a Process given a big nested list."""
+    found, budget = [], [256]
 
     def look(value, depth):
         budget[0] -= 1
         if budget[0] < 0:
             return
-        if isinstance(value, (queues.Queue, queues.SimpleQueue)):
-            try:
-                qid = queue_id(value)
-            except (AttributeError, OSError, TypeError):   # a queue not yet made, a subclass
-                return
-            if qid not in found:
-                found.append(qid)
-        elif depth and isinstance(value, (tuple, list)):
+        if depth and isinstance(value, (tuple, list)):
             for item in value[:64]:
                 look(item, depth - 1)
         elif depth and isinstance(value, dict):
             for item in list(value.values())[:64]:
                 look(item, depth - 1)
+        else:
+            found.append(value)
 
     look((tuple(getattr(proc, "_args", ()) or ()),
           dict(getattr(proc, "_kwargs", {}) or {})), 3)
@@ -188,6 +209,8 @@ def _process_bootstrap(self, parent_sentinel=None):
         recorder.emit("pipe.recv", pipe=pipe, msg=pipe)
     _args_received = None
     if recorder.ENABLED:
+        if "_mpviz_pipe_ends" in self.__dict__:   # spawn/forkserver: mark its Pipe ends again
+            waits.mark_given(self, _connections_given(self))
         target = getattr(self, "_target", None)
         recorder.emit("process.bootstrap", name=self.name,
                       target=getattr(target, "__qualname__", None) if target else None)

@@ -88,6 +88,8 @@ def _open(kind, channel, msg, obj):
         recorder.emit(_RECEIVE[kind], **{kind: channel}, msg=msg)
         if kind == "queue":
             got(channel)                     # it ends this get's wait, if it waited (waits.py)
+        else:
+            waits.received()                 # ... or this recv's (a Pipe's: waits.py)
     return obj
 
 
@@ -394,6 +396,9 @@ def _plain_pipe(method, conn):
     try:
         if method == conn.recv_bytes or method == conn.send_bytes:
             return conn
+        if getattr(method, "__self__", None) is conn and \
+                method.__func__ in waits.PLAIN_RECV_BYTES:   # bound while the hook was not in
+            return conn
         func = getattr(method, "func", None)           # functools.partial(read_message, fd)
         if getattr(func, "reads_one_message", False) and method.args == (conn.fileno(),):
             return conn
@@ -490,12 +495,16 @@ def _conn_send(self, obj):
     # the stdlib's Connection.send, with the envelope and the size recorded
     self._check_closed()
     self._check_writable()
-    pipe, msg = f"pipe-{recorder.PID}-{self._handle}", next_msg()
+    end = self.__dict__.get("_mpviz_end")       # the program's own Pipe's end (waits.py)
+    pipe, msg = end or f"pipe-{recorder.PID}-{self._handle}", next_msg()
     recorder.take_handles()
     data = ForkingPickler.dumps(_Envelope(obj, "pipe", pipe, msg))
     recorder.emit("pipe.send", pipe=pipe, msg=msg, nbytes=len(data),
                   **carried(recorder.take_handles()))
-    self._send_bytes(data)
+    if end is None:
+        self._send_bytes(data)
+    else:
+        waits.pipe_send(self, end, data)        # a write into a full pipe is a wait
 
 
 def carried(handles):

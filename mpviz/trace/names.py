@@ -12,6 +12,7 @@ learner, so nothing a person reads shows them. Instead::
                                 "the DataLoader's data queue"          (the workers put)
     a Process's arguments       "the arguments of pid 7"    (hooks.py: a pickled Process)
     any other queue, pipe       "Queue 1", "Pipe 1"         in the order of their first message
+                                (a Pipe() is one name, both ends: what it sends either way)
     a lock                      "lock 'forks'"   the variable a waiter called it by, if only one
                                                  lock was called so
                                 "Queue 1's lock" a queue's own lock
@@ -29,12 +30,14 @@ _POOL_THREADS = (("get", "_handle_results", "the Pool's result queue"),
                  ("put", "_handle_tasks", "the Pool's task queue"))
 
 
-def channel_names(flows, thread_names=None, dataloader_workers=None):
+def channel_names(flows, thread_names=None, dataloader_workers=None, pipes=None):
     """``{queue or pipe id: name}`` for every channel that carried a message (see the top).
 
     `thread_names`: ``{(pid, tid): name}`` from ``thread.start``; `dataloader_workers`:
-    ``{pid: worker_id}`` from ``dataloader.worker``. Either may be None (plain numbers)."""
-    thread_names, workers = thread_names or {}, dataloader_workers or {}
+    ``{pid: worker_id}`` from ``dataloader.worker``; `pipes`: ``{end id: its Pipe}``
+    (pipe_ends: both ends of a Pipe get its one name). Any may be None (plain numbers)."""
+    thread_names, workers, pipes = thread_names or {}, dataloader_workers or {}, pipes or {}
+    same_pipe = {}                               # a Pipe -> the name one of its ends got
     putters, getters = {}, {}
     for f in flows:
         putters.setdefault(f.channel, set()).add((f.put.pid, f.put.tid))
@@ -45,13 +48,34 @@ def channel_names(flows, thread_names=None, dataloader_workers=None):
         ch = f.channel
         if ch is None or ch in names:
             continue
+        if pipes.get(ch) in same_pipe:
+            names[ch] = same_pipe[pipes[ch]]
+            continue
         role = _role(ch, putters.get(ch, ()), getters.get(ch, ()), thread_names, workers)
         if role is None:
             kind = "Pipe" if f.put.kind == "pipe.send" else "Queue"
             counts[kind] = counts.get(kind, 0) + 1
             role = f"{kind} {counts[kind]}"
         names[ch] = role
+        if ch in pipes:
+            same_pipe[pipes[ch]] = role
     return names
+
+
+def pipe_ends(events):
+    """``{end id: (its Pipe: the two end ids), ...}`` from ``pipe.open`` events (waits.py)."""
+    out = {}
+    for e in events:
+        if e.kind == "pipe.open":
+            ends = tuple(e.args.get("ends") or ())
+            for end in ends:
+                out[end] = ends
+    return out
+
+
+def next_pipe_name(names):
+    """The name for a Pipe that carried no message yet: the next "Pipe N"."""
+    return f"Pipe {len({v for v in names.values() if v.startswith('Pipe ')}) + 1}"
 
 
 def arguments_pipe(pid):
@@ -142,7 +166,7 @@ def is_thread_lock(lock_id):
 def for_trace(trace, flows=None):
     """(channel names, LockNames) of a whole trace, read off its events (trace.json's names).
     `flows`: ``trace.flows()`` where the caller has it already (a pass over every event)."""
-    threads, workers, variables = {}, {}, {}
+    threads, workers, variables, opened = {}, {}, {}, []
     for e in trace.events:
         if e.kind == "thread.start":
             threads[(e.pid, e.tid)] = e.args.get("name")
@@ -150,7 +174,10 @@ def for_trace(trace, flows=None):
             workers[e.pid] = e.args.get("worker_id")
         elif e.kind == "lock.wait" and e.args.get("name"):
             variables.setdefault(e.args["lock"], e.args["name"])
-    channels = channel_names(trace.flows() if flows is None else flows, threads, workers)
+        elif e.kind == "pipe.open":
+            opened.append(e)
+    channels = channel_names(trace.flows() if flows is None else flows, threads, workers,
+                             pipe_ends(opened))
     locks = LockNames({lk.id: lk.type for lk in trace.locks()}, variables, channels)
     return channels, locks
 

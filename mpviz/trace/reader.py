@@ -237,11 +237,12 @@ class LogReader:
                           f"of this log is skipped")
 
 
-_WAIT_KINDS = frozenset(("wait.begin", "wait.end", "queue.get"))
+_WAIT_KINDS = frozenset(("wait.begin", "wait.end", "queue.get", "pipe.recv"))
 
 
 class _Waits:
     """A get's wait ends at its own ``queue.get``: the reader writes the ``wait.end`` it stands for.
+    (A Pipe's recv's wait, likewise, at the thread's next ``pipe.recv``: waits._recv_wait.)
 
     A Queue's get that finds nothing to read yet is recorded as a wait (waits.py). Such a wait
     ends when the get has read its message -- and the read is recorded anyway, as ``queue.get``
@@ -279,12 +280,18 @@ class _Waits:
                 stack.pop()
                 self.ended[tid] = q
                 out.append((ts, pid, tid, "wait.end", {"on": "queue.get", "id": q, "ok": True}))
+        elif kind == "pipe.recv":       # a Pipe's recv: its wait (on its own end) ends here
+            stack = self.open.get(tid)
+            if stack and stack[-1][0] == "pipe.recv":
+                on, end = stack.pop()
+                self.ended[tid] = end
+                out.append((ts, pid, tid, "wait.end", {"on": on, "id": end, "ok": True}))
         elif kind == "wait.begin":
             self.open.setdefault(tid, []).append((args.get("on"), args.get("id")))
             self.ended.pop(tid, None)
         else:                                           # wait.end
             on, wid = args.get("on"), args.get("id")
-            if on == "queue.get" and self.ended.get(tid, _NONE) == wid:
+            if on in ("queue.get", "pipe.recv") and self.ended.get(tid, _NONE) == wid:
                 del self.ended[tid]
                 out.pop()                               # ended already: see above
                 return

@@ -13,6 +13,10 @@ To see that in a trace, every wait that can hang records when it starts and when
     res.get() / pool.map  wait.begin {on: "pool.result", id: <job>}           ... wait.end
     fut.result(), wait(), as_completed()   wait.begin {on: "future", ...}     ... wait.end
     a feeder thread's write into a full pipe   {on: "pipe.write", id: <queue id>, nbytes}
+    conn.recv(), recv_bytes(), poll(None) on a learner's Pipe() end, nothing to read yet
+                          wait.begin {on: "pipe.recv", id: <its end's id>}     ... its pipe.recv
+    conn.send(x) into a learner's Pipe() that may be full
+                          wait.begin {on: "pipe.send", id: <its end's id>, nbytes} ... wait.end
     a process at exit, waiting for its queue's feeder to finish writing
                           wait.begin {on: "thread", id: <feeder's OS thread id>, name, at_exit}
     (``at_exit: true`` on a join made by multiprocessing's exit function: see _at_exit)
@@ -29,7 +33,7 @@ import sys
 import threading
 from concurrent import futures
 from concurrent.futures import _base
-from multiprocessing import pool, process, queues, synchronize, util
+from multiprocessing import connection, pool, process, queues, synchronize, util
 
 from . import recorder
 from .events import queue_id as _queue_id
@@ -44,7 +48,8 @@ class _InWait(threading.local):
     getattr raises (and catches) an AttributeError inside -- ~1.7 µs a get in a ping-pong, where
     queue_hooks.c asks at every get that waits."""
     on = None       # set while this thread is inside a recorded wait: what it waits on
-    get = None      # the queue id of its get's wait, until that get's queue.get (get_wait)
+    get = None      # the queue id of its get's wait, until that get's queue.get (get_wait);
+                    # a Pipe end's id while its recv's wait is open, until its pipe.recv
 
 
 _in_wait = _InWait()
@@ -332,6 +337,212 @@ def feeder_writes(send_bytes, qid, fd):
     return send
 
 
+# --- a learner's Pipe(): recv with nothing to read, send into a full pipe ---------------------
+#
+# ``Pipe()`` gives two Connections; each end is a kernel object, the same in every process that
+# holds it (fork copies the fd, spawn and forkserver pass it over): its inode names it, so every
+# process computes the same id for the same end without asking anyone::
+#
+#     Pipe()              a socketpair: two sockets, two inodes    ends "conn-81", "conn-82"
+#     Pipe(duplex=False)  an os.pipe: one inode, a read and a write end   "conn-83r", "conn-83w"
+#
+# The Pipe's maker records ``pipe.open {ends: [a, b]}``: which two ends are one Pipe, and who
+# made it. The ends are marked (``_mpviz_end``): a marked end's send is recorded on its end's id
+# (messages.py), and its recv with nothing to read is a wait on it -- so a verdict can follow the
+# arrow from a thread waiting on one end to whoever holds the other (analysis.py). Only the
+# program's own Pipes are marked: those multiprocessing, concurrent.futures, torch or mpviz make
+# for themselves (a Pool's result pipe, a Manager's) are their own story, told elsewhere.
+# A marked end given to a child as a Process argument stays marked there: under fork it is the
+# same object; under spawn/forkserver the Process carries the ids of its marked ends
+# (``_mpviz_pipe_ends``), and the child marks the rebuilt Connections (mark_given).
+
+_MAKERS = ("multiprocessing.", "concurrent.", "torch.", "mpviz.trace.", "mpviz.sharing.",
+           "mpviz.multiprocessing.spawn")
+_PASS_THROUGH = ("multiprocessing.context", "mpviz.multiprocessing._pipe",
+                 "mpviz.multiprocessing.context")     # Pipe() wrappers: the caller above them
+
+
+def end_id(conn):
+    """The id of a Connection's end (see above): ``conn-<inode>``, ``r``/``w`` for an os.pipe."""
+    import stat
+    st = os.fstat(conn.fileno())
+    if stat.S_ISFIFO(st.st_mode):
+        return f"conn-{st.st_ino}{'r' if conn.readable else 'w'}"
+    return f"conn-{st.st_ino}"
+
+
+def _made_by_the_program():
+    """Whether the Pipe() being made is the program's own (the first caller outside the Pipe
+    wrappers is not a library's: see _MAKERS)."""
+    f = sys._getframe(2)
+    while f is not None:
+        module = f.f_globals.get("__name__", "")
+        if not module.startswith(_PASS_THROUGH):
+            return not module.startswith(_MAKERS)
+        f = f.f_back
+    return False
+
+
+def _pipe(duplex=True):
+    """``multiprocessing.connection.Pipe``, while recording: the program's own Pipe is marked
+    and its ``pipe.open`` recorded (see above)."""
+    a, b = _inner("connection.Pipe")(duplex)
+    if recorder.ENABLED and _made_by_the_program():
+        try:
+            ends = [end_id(a), end_id(b)]
+        except OSError:
+            return a, b
+        a._mpviz_end, b._mpviz_end = ends
+        recorder.emit("pipe.open", ends=ends, duplex=bool(duplex))
+    return a, b
+
+
+def marked_end(value):
+    """The end id of `value` if it is a marked Connection (hooks.py: a Process's arguments)."""
+    if isinstance(value, connection._ConnectionBase):
+        return value.__dict__.get("_mpviz_end")
+    return None
+
+
+def mark_given(proc, connections):
+    """In a spawn/forkserver child, at its start: mark each of `connections` (those among its
+    Process arguments) whose end the parent had marked (``proc._mpviz_pipe_ends``)."""
+    ends = set(proc.__dict__.get("_mpviz_pipe_ends") or ())
+    for conn in connections:
+        if ends and "_mpviz_end" not in conn.__dict__:
+            try:
+                end = end_id(conn)
+            except OSError:
+                continue
+            if end in ends:
+                conn._mpviz_end = end
+
+
+def _readable(conn):
+    """Whether a read of `conn` returns at once (poll(2), timeout 0; its poll object is kept)."""
+    p = conn.__dict__.get("_mpviz_poll")
+    if p is None:
+        import select
+        p = conn._mpviz_poll = select.poll()
+        p.register(conn.fileno(), select.POLLIN)
+    return bool(p.poll(0))
+
+
+def _recv_waits(conn):
+    """The end id of `conn` if its recv would be a recorded wait now, else None: a marked end,
+    recording, no wait around it, nothing to read yet. (A closed Connection: None, and the
+    recv itself says so.)"""
+    end = conn.__dict__.get("_mpviz_end")
+    if end is None or conn._handle is None or not _outermost() or _readable(conn):
+        return None
+    return end
+
+
+def _conn_recv(self):
+    end = _recv_waits(self)
+    if end is None:
+        return _inner("Connection.recv")(self)
+    return _recv_wait(_inner("Connection.recv"), self, end, ())
+
+
+def _conn_recv_bytes(self, maxlength=None):
+    end = _recv_waits(self)
+    if end is None:
+        return _inner("Connection.recv_bytes")(self, maxlength)
+    return _recv_wait(_inner("Connection.recv_bytes"), self, end, (maxlength,))
+
+
+def _conn_poll(self, timeout=0.0):
+    """``poll(None)``: a wait for ever for something to read, as a recv's (one with a timeout
+    ends by itself: not recorded)."""
+    end = _recv_waits(self) if timeout is None else None
+    if end is None:
+        return _inner("Connection.poll")(self, timeout)
+    return _recv_wait(_inner("Connection.poll"), self, end, (timeout,))
+
+
+def _recv_wait(call, conn, end, more):
+    """`call(conn, *more)` between a ``wait.begin {on: "pipe.recv"}`` and the ``pipe.recv`` of
+    the message it reads, which ends the wait (the reader writes its ``wait.end`` back in, as for
+    a Queue's get: get_wait); a recv that ends without that event (bytes, an EOFError, an
+    unrecorded sender) records its ``wait.end`` itself."""
+    w = recorder.writer
+    w.emit("wait.begin", {"on": "pipe.recv", "id": end})
+    _in_wait.on, _in_wait.get = "pipe.recv", end     # received() clears .get at the pipe.recv
+    try:
+        result = call(conn, *more)
+    except BaseException as exc:
+        _in_wait.on = None
+        if _still_open(end):
+            w = recorder.writer
+            if w is not None:
+                w.emit("wait.end", {"on": "pipe.recv", "id": end, "ok": False,
+                                    "error": type(exc).__name__})
+        raise
+    _in_wait.on = None
+    if _still_open(end):
+        w = recorder.writer
+        if w is not None:
+            w.emit("wait.end", {"on": "pipe.recv", "id": end, "ok": True})
+    return result
+
+
+def received():
+    """This thread has just recorded a ``pipe.recv`` (messages.py, unpickling an envelope): it
+    ends its recv's wait, if one is open (reader.py's _Waits writes that wait.end)."""
+    if _in_wait.on == "pipe.recv":
+        _in_wait.get = None
+
+
+def pipe_send(conn, end, data):
+    """A marked end's send of the pickled `data` (messages.py): a recorded wait when the write
+    may block -- the pipe or socket is full, or would be with `data` in it. As for a feeder's
+    write (feeder_writes): a write of at most a page with room for it (``poll(POLLOUT)``)
+    cannot block; a bigger one is measured against what is in it and what it holds."""
+    n = len(data) + 4                         # + the length word
+    try:
+        if not _outermost() or (n <= _PAGE and _writable(conn)) or _fits(conn, n):
+            return conn._send_bytes(data)
+    except OSError:                           # (the write will say what is wrong)
+        return conn._send_bytes(data)
+    return _recorded(conn._send_bytes, "pipe.send", end, {"nbytes": len(data)}, (data,), {})
+
+
+_PAGE = os.sysconf("SC_PAGE_SIZE")
+# a Connection's own recv_bytes, hooked or not (messages._plain_pipe: a Queue's read is plain)
+PLAIN_RECV_BYTES = (connection._ConnectionBase.recv_bytes, _conn_recv_bytes)
+
+
+def _writable(conn):
+    p = conn.__dict__.get("_mpviz_wpoll")
+    if p is None:
+        import select
+        p = conn._mpviz_wpoll = select.poll()
+        p.register(conn.fileno(), select.POLLOUT)
+    return bool(p.poll(0))
+
+
+def _fits(conn, n):
+    """Whether `n` bytes more fit without blocking. A pipe: the bytes in it (FIONREAD) plus
+    `n` and a page per slot they may take, within its size (F_GETPIPE_SZ). A Unix socket (what
+    a duplex Pipe is): the bytes it has sent that the other end has not read (SIOCOUTQ) plus
+    twice `n` (the kernel counts each buffer's bookkeeping too) within its send buffer."""
+    import fcntl
+    import termios
+    fd, answer = conn.fileno(), bytearray(4)
+    if end_id(conn).endswith("w"):
+        size = fcntl.fcntl(fd, fcntl.F_GETPIPE_SZ)
+        fcntl.ioctl(fd, termios.FIONREAD, answer, True)
+        return int.from_bytes(answer, sys.byteorder) + n + _PAGE * (n // _PAGE + 2) <= size
+    import socket
+    size = conn.__dict__.get("_mpviz_sndbuf")
+    if size is None:
+        with socket.socket(fileno=os.dup(fd)) as s:
+            size = conn._mpviz_sndbuf = s.getsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF)
+    fcntl.ioctl(fd, termios.TIOCOUTQ, answer, True)
+    return int.from_bytes(answer, sys.byteorder) + 2 * n <= size
+
+
 def _inner(key):
     """What a wrapper calls: the method it replaced (``_orig``), which may be another wrapper --
     a stepped process pauses in its own ``Event.wait`` first (stepper/patches.py) -- else, once
@@ -351,6 +562,10 @@ _stdlib = {
     "Future.result": _base.Future.result,
     "futures.wait": futures.wait,
     "futures.as_completed": futures.as_completed,
+    "connection.Pipe": connection.Pipe,
+    "Connection.recv": connection._ConnectionBase.recv,
+    "Connection.recv_bytes": connection._ConnectionBase.recv_bytes,
+    "Connection.poll": connection._ConnectionBase.poll,
 }
 
 PATCHES = [
@@ -364,4 +579,8 @@ PATCHES = [
     (_base.Future, "result", _future_result, "Future.result"),
     (futures, "wait", _futures_wait, "futures.wait"),
     (futures, "as_completed", _as_completed, "futures.as_completed"),
+    (connection, "Pipe", _pipe, "connection.Pipe"),
+    (connection._ConnectionBase, "recv", _conn_recv, "Connection.recv"),
+    (connection._ConnectionBase, "recv_bytes", _conn_recv_bytes, "Connection.recv_bytes"),
+    (connection._ConnectionBase, "poll", _conn_poll, "Connection.poll"),
 ]

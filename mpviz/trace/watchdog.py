@@ -728,6 +728,10 @@ def _who_must_act(state, blocked, trace=None):
         return f"someone must read {name}, and nobody has read it yet"
     if blocked.on == "queue.put":
         return f"someone must get from {name}, and nobody has got from it yet"
+    if blocked.on == "pipe.recv":
+        return f"someone must send into {name} (who holds its other end, the trace did not see)"
+    if blocked.on == "pipe.send":
+        return f"someone must recv from {name} (who holds its other end, the trace did not see)"
     if blocked.on == "queue.get":
         gone = st.gone_without_putting(trace, blocked.target, state.t_ns, blocked.pid) \
             if trace is not None else []

@@ -1,0 +1,124 @@
+"""A program's own Pipe: its recv() with nothing to read, and its send() into a full pipe, are
+waits a verdict follows to whoever holds the other end (mpviz/trace/waits.py, issue 27).
+
+The programs hang as their authors wrote them, and run through ``python -m mpviz trace
+--hang-after 1.5`` as a learner runs them, all at once (they spend their time waiting):
+
+    pipe_ping_pong.py fork/spawn  both ends recv() first: each waits for the other, a cycle
+    pipe_never_sent.py            a worker forgets to send on a one-way Pipe and ends; the
+                                  parent's recv() waits for ever
+    result_joined_first.py        a worker sends a big result; the parent joins it first
+
+and one that does not hang: a ping-pong of 200 messages beside a Pool and a Queue, whose waits
+all end, whose two directions are one "Pipe 1", and whose library pipes are not the program's.
+"""
+import os
+import re
+import sys
+import textwrap
+
+import pytest
+
+import mpviz.trace as mt
+from mpviz.trace import names
+from test_hang_classes import hung, result, together, trace
+
+PROGRAMS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "hang_programs")
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    """{program: result} of the hanging programs above, run at once."""
+    return together(tmp_path_factory, {
+        "ping-pong fork": ("1.5", os.path.join(PROGRAMS, "pipe_ping_pong.py"), "fork"),
+        "ping-pong spawn": ("1.5", os.path.join(PROGRAMS, "pipe_ping_pong.py"), "spawn"),
+        "never sent": ("1.5", os.path.join(PROGRAMS, "pipe_never_sent.py")),
+        "big send": ("1.5", os.path.join(PROGRAMS, "result_joined_first.py"))})
+
+
+@pytest.mark.timeout(150)
+@pytest.mark.parametrize("method", ["fork", "spawn"])
+def test_two_ends_that_both_recv_first_wait_for_each_other_in_a_cycle(runs, method):
+    # Said before: "the trace recorded no wait that was still open".
+    err = hung(result(runs, f"ping-pong {method}"))
+    assert ("pipe_ping_pong.py's main thread waits: recv() on Pipe 1: nothing in it yet -- "
+            "Process-1's main thread must send") in err, err
+    assert ("Process-1's main thread waits: recv() on Pipe 1: nothing in it yet -- "
+            "pipe_ping_pong.py's main thread must send") in err, err
+    assert ("STUCK FOR GOOD: a cycle: pipe_ping_pong.py's main thread waits in recv() on Pipe 1 "
+            "for Process-1's main thread to send; Process-1's main thread waits in recv() on "
+            "Pipe 1 for pipe_ping_pong.py's main thread to send. Each waits for the next: none "
+            "can go on") in err, err
+    assert "conn-" not in err, err                   # (an end's id is no word for a learner)
+
+
+@pytest.mark.timeout(150)
+def test_a_recv_whose_only_sender_ended_without_sending_names_it_and_how_it_ended(runs):
+    err = hung(result(runs, "never sent"))
+    assert ("pipe_never_sent.py's main thread waits: recv() on Pipe 1: nothing in it yet -- "
+            "Process-1's main thread must send -- but it has ended") in err, err
+    assert "STUCK FOR GOOD" not in err, err       # (no cycle: a sender that ended is no wait)
+
+
+@pytest.mark.timeout(150)
+def test_a_big_send_into_a_pipe_nobody_reads_is_a_wait_in_a_cycle_with_the_join(runs):
+    # Said before: the join's line, and nothing of the send (no wait was recorded).
+    err = hung(result(runs, "big send"))
+    assert ("Process-1's main thread waits: write 4.65 MiB into the full Pipe 1 -- "
+            "result_joined_first.py's main thread must recv") in err, err
+    assert ("STUCK FOR GOOD: a cycle: result_joined_first.py's main thread waits in join() for "
+            "Process-1 to exit; Process-1's main thread waits in send() into the full Pipe 1 for "
+            "result_joined_first.py's main thread to recv. Each waits for the next: none can go "
+            "on") in err, err
+
+
+PING_PONG_BESIDE_A_POOL = """
+    import multiprocessing as mp
+
+    def echo(conn):
+        while True:
+            n = conn.recv()
+            if n is None:
+                break
+            conn.send(n + 1)
+
+    def square(x):
+        return x * x
+
+    if __name__ == "__main__":
+        mp.set_start_method("fork")
+        here, there = mp.Pipe()
+        p = mp.Process(target=echo, args=(there,))
+        p.start()
+        for i in range(200):
+            here.send(i)
+            assert here.recv() == i + 1
+        here.send(None)
+        p.join()
+        q = mp.Queue()
+        q.put(1)
+        q.get()
+        with mp.Pool(2) as pool:
+            print(sum(pool.map(square, range(20))))
+"""
+
+
+@pytest.mark.timeout(90)
+def test_a_ping_pong_that_ends_has_every_recv_wait_ended_and_one_name_for_its_pipe(tmp_path):
+    run = trace(tmp_path, PING_PONG_BESIDE_A_POOL)
+    assert run.returncode == 0, run.stderr
+    t = mt.load(str(tmp_path / "out"))
+    opened = t.of_kind("pipe.open")
+    assert len(opened) == 1, opened         # the program's Pipe only: not the Pool's, the Queue's
+    ends = opened[0].args["ends"]
+    begins = [e for e in t.of_kind("wait.begin") if e.args["on"] == "pipe.recv"]
+    ended = [e for e in t.of_kind("wait.end") if e.args["on"] == "pipe.recv"]
+    assert begins and {e.args["id"] for e in begins} <= set(ends), begins
+    assert len(ended) == len(begins), (len(ended), len(begins))    # every one ended
+    sends = {e.args["pipe"] for e in t.of_kind("pipe.send")}
+    assert set(ends) <= sends, sends        # sent on each end: two directions ...
+    channels, _ = names.for_trace(t)
+    assert {channels[end] for end in ends} == {"Pipe 1"}, channels   # ... one Pipe
+    assert not [e for e in t.of_kind("wait.begin") if e.args["on"] == "pipe.send"]  # small sends
+    state = mt.analysis.state_at(t)
+    assert not state.blocked and not state.deadlocks, state.text()
