@@ -56,7 +56,9 @@ def test_two_ends_that_both_recv_first_wait_for_each_other_in_a_cycle(runs, meth
 def test_a_recv_whose_only_sender_ended_without_sending_names_it_and_how_it_ended(runs):
     err = hung(result(runs, "never sent"))
     assert ("pipe_never_sent.py's main thread waits: recv() on Pipe 1: nothing in it yet -- "
-            "Process-1's main thread must send -- but it has ended") in err, err
+            "Process-1's main thread must send -- but it has ended. A recv() raises EOFError "
+            "only once no process holds the Pipe's other end open any more") in err, err
+    assert "after p.start(), close() the end given to the child" in err, err
     assert "STUCK FOR GOOD" not in err, err       # (no cycle: a sender that ended is no wait)
 
 

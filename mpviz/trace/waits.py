@@ -392,7 +392,8 @@ def _pipe(duplex=True):
             ends = [end_id(a), end_id(b)]
         except OSError:
             return a, b
-        a._mpviz_end, b._mpviz_end = ends
+        _mark(a, ends[0])
+        _mark(b, ends[1])
         recorder.emit("pipe.open", ends=ends, duplex=bool(duplex))
     return a, b
 
@@ -415,38 +416,38 @@ def mark_given(proc, connections):
             except OSError:
                 continue
             if end in ends:
-                conn._mpviz_end = end
+                _mark(conn, end)
 
 
-def _readable(conn):
-    """Whether a read of `conn` returns at once (poll(2), timeout 0; its poll object is kept)."""
-    p = conn.__dict__.get("_mpviz_poll")
-    if p is None:
-        import select
-        p = conn._mpviz_poll = select.poll()
-        p.register(conn.fileno(), select.POLLIN)
-    return bool(p.poll(0))
+def _mark(conn, end):
+    """Mark `conn` as the program's Pipe end `end`, with the poll(2) object its recv asks
+    (_waits): kept on it, as its fd is."""
+    import select
+    conn._mpviz_end, conn._mpviz_poll = end, select.poll()
+    conn._mpviz_poll.register(conn.fileno(), select.POLLIN)
 
 
-def _recv_waits(conn):
-    """The end id of `conn` if its recv would be a recorded wait now, else None: a marked end,
-    recording, no wait around it, nothing to read yet. (A closed Connection: None, and the
-    recv itself says so.)"""
-    end = conn.__dict__.get("_mpviz_end")
-    if end is None or conn._handle is None or not _outermost() or _readable(conn):
+def _waits(conn):
+    """`conn`'s end id if its recv would be a recorded wait now, else None: a marked end,
+    recording, no wait around it, nothing to read yet (poll(2), timeout 0). (A closed
+    Connection: None, and the recv itself says so.) Asked at every recv of every Connection
+    while recording: a dict look-up for one the program did not make."""
+    d = conn.__dict__
+    end = d.get("_mpviz_end")
+    if end is None or conn._handle is None or not _outermost() or d["_mpviz_poll"].poll(0):
         return None
     return end
 
 
 def _conn_recv(self):
-    end = _recv_waits(self)
+    end = _waits(self)
     if end is None:
         return _inner("Connection.recv")(self)
     return _recv_wait(_inner("Connection.recv"), self, end, ())
 
 
 def _conn_recv_bytes(self, maxlength=None):
-    end = _recv_waits(self)
+    end = _waits(self)
     if end is None:
         return _inner("Connection.recv_bytes")(self, maxlength)
     return _recv_wait(_inner("Connection.recv_bytes"), self, end, (maxlength,))
@@ -455,7 +456,7 @@ def _conn_recv_bytes(self, maxlength=None):
 def _conn_poll(self, timeout=0.0):
     """``poll(None)``: a wait for ever for something to read, as a recv's (one with a timeout
     ends by itself: not recorded)."""
-    end = _recv_waits(self) if timeout is None else None
+    end = _waits(self) if timeout is None else None
     if end is None:
         return _inner("Connection.poll")(self, timeout)
     return _recv_wait(_inner("Connection.poll"), self, end, (timeout,))
@@ -496,51 +497,64 @@ def received():
 
 def pipe_send(conn, end, data):
     """A marked end's send of the pickled `data` (messages.py): a recorded wait when the write
-    may block -- the pipe or socket is full, or would be with `data` in it. As for a feeder's
-    write (feeder_writes): a write of at most a page with room for it (``poll(POLLOUT)``)
-    cannot block; a bigger one is measured against what is in it and what it holds."""
+    may block -- the pipe or socket is full, or would be with `data` in it.
+
+    Asking the kernel at each send would cost a system call per message. Instead the end keeps
+    the room it had when last asked (``_mpviz_room``: this process's, as a fork copies it), and
+    each send spends from it what it may take at most (_cost); only when that runs out does it
+    ask again (_room). The reader only ever makes room, so a send paid for cannot block; one
+    that the room asked afresh cannot take is recorded as ``wait.begin {on: "pipe.send"}`` ...
+    ``wait.end`` (a wait of microseconds, if the reader was just reading)."""
     n = len(data) + 4                         # + the length word
+    cost = _PIPE_COST(n) if end[-1] == "w" else _SOCKET_COST(n)
+    left = conn.__dict__.get("_mpviz_room")
+    if left is not None and left[0] == recorder.PID and left[1] >= cost:
+        conn._mpviz_room = (recorder.PID, left[1] - cost)
+        return conn._send_bytes(data)
     try:
-        if not _outermost() or (n <= _PAGE and _writable(conn)) or _fits(conn, n):
-            return conn._send_bytes(data)
+        room = _room(conn, end[-1] == "w")
     except OSError:                           # (the write will say what is wrong)
         return conn._send_bytes(data)
+    if room >= cost or not _outermost():
+        conn._mpviz_room = (recorder.PID, room - cost)
+        return conn._send_bytes(data)
+    conn._mpviz_room = None
     return _recorded(conn._send_bytes, "pipe.send", end, {"nbytes": len(data)}, (data,), {})
 
 
 _PAGE = os.sysconf("SC_PAGE_SIZE")
-# a Connection's own recv_bytes, hooked or not (messages._plain_pipe: a Queue's read is plain)
-PLAIN_RECV_BYTES = (connection._ConnectionBase.recv_bytes, _conn_recv_bytes)
+# What a write of n bytes may take at most. A pipe stores writes in page-sized slots: one takes
+# at most a new slot per page it holds, and one more. A Unix socket (a duplex Pipe) counts each
+# write's buffer with its bookkeeping (the kernel's "truesize"): at most twice n and a KiB.
+_PIPE_COST = lambda n: (n // _PAGE + 1) * _PAGE            # noqa: E731
+_SOCKET_COST = lambda n: 2 * n + 1024                      # noqa: E731
 
 
-def _writable(conn):
-    p = conn.__dict__.get("_mpviz_wpoll")
-    if p is None:
-        import select
-        p = conn._mpviz_wpoll = select.poll()
-        p.register(conn.fileno(), select.POLLOUT)
-    return bool(p.poll(0))
-
-
-def _fits(conn, n):
-    """Whether `n` bytes more fit without blocking. A pipe: the bytes in it (FIONREAD) plus
-    `n` and a page per slot they may take, within its size (F_GETPIPE_SZ). A Unix socket (what
-    a duplex Pipe is): the bytes it has sent that the other end has not read (SIOCOUTQ) plus
-    twice `n` (the kernel counts each buffer's bookkeeping too) within its send buffer."""
+def _room(conn, pipe):
+    """What the end can take now without blocking. A pipe: its size (F_GETPIPE_SZ) less the
+    slots its bytes fill (FIONREAD, in pages) and the one the reader is in. A Unix socket: its
+    send buffer (SO_SNDBUF) less what it has sent that the other end has not read (SIOCOUTQ): a
+    write blocks only once that reaches the buffer."""
     import fcntl
     import termios
     fd, answer = conn.fileno(), bytearray(4)
-    if end_id(conn).endswith("w"):
-        size = fcntl.fcntl(fd, fcntl.F_GETPIPE_SZ)
+    size = conn.__dict__.get("_mpviz_size")
+    if pipe:
+        if size is None:
+            size = conn._mpviz_size = fcntl.fcntl(fd, fcntl.F_GETPIPE_SZ)
         fcntl.ioctl(fd, termios.FIONREAD, answer, True)
-        return int.from_bytes(answer, sys.byteorder) + n + _PAGE * (n // _PAGE + 2) <= size
-    import socket
-    size = conn.__dict__.get("_mpviz_sndbuf")
+        inside = int.from_bytes(answer, sys.byteorder)
+        return size - (-(-inside // _PAGE) + 1) * _PAGE
     if size is None:
+        import socket
         with socket.socket(fileno=os.dup(fd)) as s:
-            size = conn._mpviz_sndbuf = s.getsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF)
+            size = conn._mpviz_size = s.getsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF)
     fcntl.ioctl(fd, termios.TIOCOUTQ, answer, True)
-    return int.from_bytes(answer, sys.byteorder) + 2 * n <= size
+    return size - int.from_bytes(answer, sys.byteorder)
+
+
+# a Connection's own recv_bytes, hooked or not (messages._plain_pipe: a Queue's read is plain)
+PLAIN_RECV_BYTES = (connection._ConnectionBase.recv_bytes, _conn_recv_bytes)
 
 
 def _inner(key):

@@ -722,7 +722,8 @@ def _who_must_act(state, blocked, trace=None):
         ended = not any(w in alive for w in blocked.waits_for)   # (the graph says "(ended)")
         return f"{who} {st.MUST.get(blocked.on, 'must act')}" + (
             f" -- but {'it has' if len(blocked.waits_for) == 1 else 'they have'} ended"
-            if ended else "")
+            if ended else "") + (PIPE_SENDER_ENDED if ended and blocked.on == "pipe.recv"
+                                 else "")
     name = state.channel_names.get(blocked.target, blocked.target)
     if blocked.on == "pipe.write":
         return f"someone must read {name}, and nobody has read it yet"
@@ -740,6 +741,15 @@ def _who_must_act(state, blocked, trace=None):
     if blocked.on == "barrier" and trace is not None:
         return _barrier_short(state, blocked, trace)
     return "who must act is not recorded"
+
+
+# ... a Pipe's recv whose senders have all ended: why it is not an EOFError, and the fix
+PIPE_SENDER_ENDED = (
+    ". A recv() raises EOFError only once no process holds the Pipe's other end open any more "
+    "-- and the process that made the Pipe holds both ends until it closes one. Fix: send "
+    "what the receiver waits for on every path; and in the parent, after p.start(), close() "
+    "the end given to the child, so that recv() raises EOFError instead of waiting for ever "
+    "when the child ends without sending")
 
 
 def _barrier_short(state, blocked, trace):
