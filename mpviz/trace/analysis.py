@@ -821,6 +821,9 @@ class _Index:
                     changed = True
         if not any(b.on.startswith("pipe.") for b in waits.values()):
             return []
+        waits = dict(sorted(waits.items(), key=lambda kb: (     # told from the oldest process:
+            self.procs[kb[0][0]].start_ns if kb[0][0] in self.procs else 0, kb[0])))  # (a race
+        # decides which thread began to wait first; the story is the same each time)
         who = lambda n: f"{self.labels.get(n[0], n[0])}'s {self.thread_name(*n)}"  # noqa: E731
 
         def step(key, b):

@@ -95,27 +95,34 @@ def get_wait(call, q, args, timeout):
     does; a process killed inside the get leaves its ``wait.begin`` open: drawn as waiting.
     (messages.py asks first whether the get would wait: ``get_would_wait``; queue_hooks.c's
     ``record_get_wait`` is this in C.)"""
-    w, qid = recorder.writer, _queue_id(q)
-    begin = {"on": "queue.get", "id": qid}
+    begin = {"on": "queue.get", "id": _queue_id(q)}
     if timeout is not None:
         begin["timeout"] = timeout
-    w.emit("wait.begin", begin)
-    _in_wait.on, _in_wait.get = "queue.get", qid     # got() clears .get at the queue.get
+    return _until_read(call, args, begin)
+
+
+def _until_read(call, args, begin):
+    """`call(*args)` after the ``wait.begin`` `begin`, which the event of the read it makes
+    ends (got() or received() clear ``_in_wait.get`` there; reader.py writes the wait.end);
+    a call that ends without that event records its ``wait.end`` itself (get_wait)."""
+    on, wid = begin["on"], begin["id"]
+    recorder.writer.emit("wait.begin", begin)
+    _in_wait.on, _in_wait.get = on, wid              # got() clears .get at the queue.get
     try:
         result = call(*args)
     except BaseException as exc:
         _in_wait.on = None
-        if _still_open(qid):
+        if _still_open(wid):
             w = recorder.writer
             if w is not None:
-                w.emit("wait.end", {"on": "queue.get", "id": qid, "ok": False,
+                w.emit("wait.end", {"on": on, "id": wid, "ok": False,
                                     "error": type(exc).__name__})
         raise
     _in_wait.on = None
-    if _still_open(qid):                             # no queue.get: end it here
+    if _still_open(wid):                             # no read's event: end it here
         w = recorder.writer
         if w is not None:
-            w.emit("wait.end", {"on": "queue.get", "id": qid, "ok": True})
+            w.emit("wait.end", {"on": on, "id": wid, "ok": True})
     return result
 
 
@@ -467,25 +474,7 @@ def _recv_wait(call, conn, end, more):
     the message it reads, which ends the wait (the reader writes its ``wait.end`` back in, as for
     a Queue's get: get_wait); a recv that ends without that event (bytes, an EOFError, an
     unrecorded sender) records its ``wait.end`` itself."""
-    w = recorder.writer
-    w.emit("wait.begin", {"on": "pipe.recv", "id": end})
-    _in_wait.on, _in_wait.get = "pipe.recv", end     # received() clears .get at the pipe.recv
-    try:
-        result = call(conn, *more)
-    except BaseException as exc:
-        _in_wait.on = None
-        if _still_open(end):
-            w = recorder.writer
-            if w is not None:
-                w.emit("wait.end", {"on": "pipe.recv", "id": end, "ok": False,
-                                    "error": type(exc).__name__})
-        raise
-    _in_wait.on = None
-    if _still_open(end):
-        w = recorder.writer
-        if w is not None:
-            w.emit("wait.end", {"on": "pipe.recv", "id": end, "ok": True})
-    return result
+    return _until_read(call, (conn,) + more, {"on": "pipe.recv", "id": end})
 
 
 def received():
