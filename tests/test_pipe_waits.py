@@ -7,6 +7,7 @@ The programs hang as their authors wrote them, and run through ``python -m mpviz
     pipe_ping_pong.py fork/spawn  both ends recv() first: each waits for the other, a cycle
     pipe_never_sent.py            a worker forgets to send on a one-way Pipe and ends; the
                                   parent's recv() waits for ever
+    pipe_threads_no_serve.py      two threads of one process, each given one end: both recv()
     result_joined_first.py        a worker sends a big result; the parent joins it first
 
 and one that does not hang: a ping-pong of 200 messages beside a Pool and a Queue, whose waits
@@ -33,7 +34,8 @@ def runs(tmp_path_factory):
         "ping-pong fork": ("1.5", os.path.join(PROGRAMS, "pipe_ping_pong.py"), "fork"),
         "ping-pong spawn": ("1.5", os.path.join(PROGRAMS, "pipe_ping_pong.py"), "spawn"),
         "never sent": ("1.5", os.path.join(PROGRAMS, "pipe_never_sent.py")),
-        "big send": ("1.5", os.path.join(PROGRAMS, "result_joined_first.py"))})
+        "big send": ("1.5", os.path.join(PROGRAMS, "result_joined_first.py")),
+        "threads": ("1.5", os.path.join(PROGRAMS, "pipe_threads_no_serve.py"))})
 
 
 @pytest.mark.timeout(150)
@@ -50,6 +52,20 @@ def test_two_ends_that_both_recv_first_wait_for_each_other_in_a_cycle(runs, meth
             "Pipe 1 for pipe_ping_pong.py's main thread to send. Each waits for the next: none "
             "can go on") in err, err
     assert "conn-" not in err, err                   # (an end's id is no word for a learner)
+
+
+@pytest.mark.timeout(150)
+def test_two_threads_given_the_two_ends_wait_for_each_other_not_for_the_thread_that_made_it(runs):
+    # The main thread made the Pipe, but it gave each end to a thread and waits in join().
+    err = hung(result(runs, "threads"))
+    assert ("pipe_threads_no_serve.py's alice waits: recv() on Pipe 1: nothing in it yet -- "
+            "pipe_threads_no_serve.py's bob must send") in err, err
+    assert ("pipe_threads_no_serve.py's bob waits: recv() on Pipe 1: nothing in it yet -- "
+            "pipe_threads_no_serve.py's alice must send") in err, err
+    assert ("STUCK FOR GOOD: a cycle: pipe_threads_no_serve.py's alice waits in recv() on Pipe 1 "
+            "for pipe_threads_no_serve.py's bob to send; pipe_threads_no_serve.py's bob waits in "
+            "recv() on Pipe 1 for pipe_threads_no_serve.py's alice to send.") in err, err
+    assert "main thread must send" not in err, err
 
 
 @pytest.mark.timeout(150)

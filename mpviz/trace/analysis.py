@@ -160,8 +160,8 @@ class Blocked:
         queue.put    the bounded queue is full: a thread that has got from it must get again
         pipe.recv    a recv() on one end of the program's Pipe, nothing to read: whoever holds
                      the other end must send (the threads that have sent on it so far; the
-                     children given it as a Process argument; else the thread that made the
-                     Pipe -- never the waiting thread itself)
+                     children and threads given it as an argument; else the thread that made
+                     the Pipe -- never the waiting thread itself)
         pipe.send    a send() into a full Pipe: whoever holds the other end must recv (the
                      threads that have received from this end so far; the children given the
                      other end; else the thread that made the Pipe)
@@ -344,6 +344,7 @@ class _Index:
                                        # (a Pipe end's id too)
         self.pipes = {}                # a Pipe end's id -> (both ends' ids): pipe.open
         self.pipe_maker = {}           # a Pipe end's id -> (pid, tid) of the thread that made it
+        self.given_threads = {}        # a Pipe end's id -> (pid, tid) of threads given it
         self.exit_errors = {}          # pid -> the exception that ended its run() ("X: ...")
         self.thread_errors = []        # (pid, tid, name, error, at, ts) of threads an
                                        # exception ended
@@ -409,6 +410,8 @@ class _Index:
                 counted[who] = e.args.get("handles", 0)
             if k == "thread.start":
                 self.threads[(e.pid, e.tid)] = e.args.get("name")
+                for end in e.args.get("pipes") or ():       # a Pipe end among its arguments
+                    self.given_threads.setdefault(end, []).append(who)
             elif k == "thread.exit":
                 self.thread_end[(e.pid, e.tid)] = e.ts_ns
                 if e.args.get("error"):
@@ -784,7 +787,8 @@ class _Index:
         """(pid, tid) of whoever must act on the other end of a Pipe for a ``pipe.recv`` wait
         (send) or a ``pipe.send`` wait (recv) to end (see Blocked): by `t`, the threads that
         used that end so (sent on it; received what this end sent), the children given it as
-        a Process argument, else the thread that made the Pipe; not the waiting thread."""
+        a Process (or Thread) argument, else the thread that made the Pipe; not the waiting
+        thread."""
         end = begin.args.get("id")
         other = self.other_end(end)
         if begin.args.get("on") == "pipe.recv":
@@ -793,7 +797,8 @@ class _Index:
             used = self.getters.get(end, ())
         must = [(p, d) for p, d, first in used if first <= t]
         given = [(c, c) for c in self.given.get(other, ()) if c in self.procs and
-                 self.procs[c].start_ns <= t]
+                 self.procs[c].start_ns <= t] + \
+            [w for w in self.given_threads.get(other, ()) if self.first_seen.get(w, t) <= t]
         maker = self.pipe_maker.get(other)
         out = []
         for w in must + (given or ([maker] if maker else [])):
@@ -821,9 +826,11 @@ class _Index:
                     changed = True
         if not any(b.on.startswith("pipe.") for b in waits.values()):
             return []
-        waits = dict(sorted(waits.items(), key=lambda kb: (     # told from the oldest process:
-            self.procs[kb[0][0]].start_ns if kb[0][0] in self.procs else 0, kb[0])))  # (a race
-        # decides which thread began to wait first; the story is the same each time)
+        # told from the oldest process's oldest thread (a race decides which thread began to
+        # wait first: the story is the same each time)
+        waits = dict(sorted(waits.items(), key=lambda kb: (
+            self.procs[kb[0][0]].start_ns if kb[0][0] in self.procs else 0,
+            self.first_seen.get(kb[0], 0), kb[0])))
         who = lambda n: f"{self.labels.get(n[0], n[0])}'s {self.thread_name(*n)}"  # noqa: E731
 
         def step(key, b):

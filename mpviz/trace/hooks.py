@@ -94,7 +94,7 @@ def _queues_given(proc):
 
 
 def _connections_given(proc):
-    """The Connections among a Process's arguments (_in_arguments)."""
+    """The Connections among a Process's (or a Thread's) arguments (_in_arguments)."""
     return [v for v in _in_arguments(proc) if isinstance(v, connection._ConnectionBase)]
 
 
@@ -255,7 +255,10 @@ def _hook_exit_function():
 def _thread_bootstrap_inner(self):
     if recorder.ENABLED:
         recorder.forget_thread()             # this ident may have belonged to a dead thread
-        recorder.emit("thread.start", name=self.name, ident=self.ident, daemon=self.daemon)
+        ends = [waits.marked_end(c) for c in _connections_given(self)]   # (a Thread has
+        ends = [end for end in ends if end is not None]                # _args as a Process)
+        recorder.emit("thread.start", name=self.name, ident=self.ident, daemon=self.daemon,
+                      **({"pipes": ends} if ends else {}))
     try:
         _orig["_bootstrap_inner"](self)
     finally:
