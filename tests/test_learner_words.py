@@ -22,9 +22,10 @@ from mpviz.trace.names import is_arguments
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TRACE_DIR = os.path.join(ROOT, "mpviz", "trace")
 OURS = sorted(f for f in os.listdir(TRACE_DIR) if f.endswith(".py"))
-# the recorder's ids: a semaphore's, an mpviz queue's, a Connection's, a threading lock's
-INTERNAL_ID = re.compile(r"sem-[0-9a-f]{6,}|\bmp-[a-z0-9]{6,}|pipe-\d+-\d+|\bt\d+\.\d+\b|"
-                         r"0x[0-9a-f]{6,}|\b[0-9a-f]{12,}\b")
+# the recorder's ids: a semaphore's, an mpviz queue's, a Connection's, a Pipe end's (conn-),
+# a threading lock's
+INTERNAL_ID = re.compile(r"sem-[0-9a-f]{6,}|\bmp-[a-z0-9]{6,}|pipe-\d+-\d+|\bconn-\d+|"
+                         r"\bt\d+\.\d+\b|0x[0-9a-f]{6,}|\b[0-9a-f]{12,}\b")
 SETUP_TIMEOUT = 180
 
 TWO_LOCKS = textwrap.dedent("""

@@ -193,7 +193,9 @@ def _title(ax, state, title):
             r = d.reason if d.cycle else f"{state.labels.get(d.pid, d.pid)}: {d.reason}"
             if r not in reasons:
                 reasons.append(r)
-        ax.set_title(head + "\n" + "\n".join(textwrap.fill("STUCK FOR GOOD — " + r, 110)
+        inches = ax.figure.bbox.width / ax.figure.dpi          # (a Figure's or a SubFigure's)
+        width = min(110, int(inches * 12.5))                    # characters of 9.5 pt
+        ax.set_title(head + "\n" + "\n".join(textwrap.fill("STUCK FOR GOOD — " + r, width)
                                              for r in reasons[:3]),
                      loc="left", fontsize=9.5, color=COLORS["deadlock"])
     else:
