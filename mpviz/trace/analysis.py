@@ -811,12 +811,18 @@ class _Index:
         each. A knot is a set of blocked threads in which everyone who could end each one's
         wait is in the set too: nobody outside can help, and nobody inside can move. Found by
         striking out, until nothing changes, every thread whose wait someone outside the set
-        could end (or whom nobody known can). A recv with a message on its way is no wait
-        for good; a knot with no Pipe wait in it is not this function's to tell."""
+        could end (or whom nobody known can). Only waits that never ended (before a watchdog
+        began to kill) count: at an instant in the middle of a run that went on, two ends of a
+        ping-pong of big messages can both be inside a send() for a moment (the first's write
+        is read, its wait.end not yet written). A recv with a message on its way is no wait for
+        good either; a knot with no Pipe wait in it is not this function's to tell."""
         coming = {f.channel for f in in_flight}
-        waits = {(b.pid, b.tid): b for b in blocked
-                 if (b.on == "pipe.recv" and self.other_end(b.target) not in coming) or
-                 b.on in ("pipe.send", "process")}
+        never = {(p, d, begin.ts_ns) for p, d, begin, until in self.blocked if until is None or
+                 (self.kill_ns is not None and until >= self.kill_ns)}   # (or ended by a kill:
+        # the first process killed closes its ends, and the other's recv() raises EOFError)
+        waits = {(b.pid, b.tid): b for b in blocked if (b.pid, b.tid, b.since_ns) in never and (
+                 (b.on == "pipe.recv" and self.other_end(b.target) not in coming) or
+                 b.on in ("pipe.send", "process"))}
         changed = True
         while changed:
             changed = False
