@@ -158,7 +158,11 @@ class Blocked:
                      that have put so far, even ended ones; none: nobody has put into it yet)
         queue.put    the bounded queue is full: a thread that has got from it must get again
         pool.result  the Pool workers running that job's tasks at the instant
-        event, condition, barrier, future: whoever will set / notify / arrive is not recorded
+        event        nobody has set it yet, or who cleared it after its last set (event.set,
+                     event.clear: waits.py); whoever will set it again is not recorded
+        condition    nobody has notified it yet, or its last notify came before this wait
+                     began (the lost wake-up); whoever will notify it is not recorded
+        barrier, future: whoever will arrive / finish is not recorded
     """
     pid: int
     tid: int
@@ -333,6 +337,7 @@ class _Index:
         self.putters = {}              # queue id -> [(pid, tid, ts) of its first put per thread]
         self.pipe_of = {}              # a SimpleQueue's id -> its pipe's (its sends are there)
         self.given = {}                # queue id -> pids of the children given it as an argument
+        self.signals = {}              # ("event"/"condition", id) -> its set/clear/notify events
         self.exit_errors = {}          # pid -> the exception that ended its run() ("X: ...")
         self.thread_errors = []        # (pid, tid, name, error, at, ts) of threads an
                                        # exception ended
@@ -438,6 +443,9 @@ class _Index:
                     e.args.get("pipe" if k == "pipe.send" else "queue"), [])
                 if all(g[:2] != who for g in seen):
                     seen.append((e.pid, e.tid, e.ts_ns))
+            elif k == "event.set" or k == "event.clear" or k == "condition.notify":
+                on = "condition" if k == "condition.notify" else "event"
+                self.signals.setdefault((on, e.args.get("id")), []).append(e)
             elif k == "pipe.recv" and not names.is_arguments(e.args.get("pipe")):
                 # a SimpleQueue (a Pool's task queue): its get waits on the queue's id, its
                 # messages are sent and read on its pipe's; who puts into one puts into both
@@ -1105,6 +1113,12 @@ def gone_without_putting(trace, qid, t_ns, waiter):
     """Who was given queue `qid` (a Process argument) and ended by `t_ns` without putting into
     it: [("Process-1", "exit 1, after ...")]; `waiter`'s pid is left out."""
     return _index(trace).gone_without_putting(qid, int(t_ns), waiter)
+
+
+def signals_before(trace, on, target, t_ns):
+    """The ``event.set``/``event.clear`` (`on` "event") or ``condition.notify`` events of the
+    Event or Condition `target` recorded by `t_ns`, oldest first."""
+    return [e for e in _index(trace).signals.get((on, target), ()) if e.ts_ns <= t_ns]
 
 
 def how_it_ended(trace, pid):

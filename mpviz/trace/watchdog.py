@@ -735,7 +735,46 @@ def _who_must_act(state, blocked, trace=None):
             _gone_without_putting(gone, name)
     if blocked.on == "barrier" and trace is not None:
         return _barrier_short(state, blocked, trace)
+    if blocked.on in ("event", "condition") and trace is not None:
+        return _signal_short(state, blocked, trace)
     return "who must act is not recorded"
+
+
+LOST_WAKEUP = ("a notify wakes only the threads already waiting. Fix: change what the waiter "
+               "checks (under the Condition's lock) before notify(), and wait in a loop on it: "
+               "`while not ready.value: cond.wait()`, or cond.wait_for(...)")
+
+
+def _signal_short(state, blocked, trace):
+    """Who must set an Event or notify a Condition, from their recorded set/clear/notify:
+    nobody has yet; or one did, before this wait began, and woke nobody (the lost wake-up)."""
+    name = blocked.what[:-len(".wait()")] if blocked.what.endswith(".wait()") else blocked.what
+    signals = st.signals_before(trace, blocked.on, blocked.target, state.t_ns)
+    if blocked.on == "event":
+        sets = [e for e in signals if e.kind == "event.set"]
+        if not sets:
+            return f"someone must set {name}, and nobody has set it yet"
+        last = signals[-1]
+        if last.kind == "event.clear":
+            return (f"someone must set {name} again: {_thread_words(state, last.pid, last.tid)} "
+                    f"cleared it after its last set()")
+        return "who must act is not recorded"
+    if not signals:
+        return f"someone must notify {name}, and nobody has notified it yet"
+    last = signals[-1]
+    how = "notify_all()" if last.args.get("all") else "notify()"
+    who = _thread_words(state, last.pid, last.tid)
+    if last.ts_ns < blocked.since_ns:
+        return (f"someone must notify {name} again; its last {how}, by {who}, came "
+                f"{(blocked.since_ns - last.ts_ns) / 1e9:.1f} s before this wait began and "
+                f"woke {_waiting_words(last.args.get('waiting'))}: " + LOST_WAKEUP)
+    return f"someone must notify {name} again (its last {how} was by {who})"
+
+
+def _waiting_words(waiting):
+    if waiting is None:
+        return "only the threads waiting then"
+    return "nobody" if waiting == 0 else f"only the {waiting} thread(s) waiting then"
 
 
 def _barrier_short(state, blocked, trace):
