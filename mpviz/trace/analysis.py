@@ -1109,6 +1109,22 @@ def lost_pool_tasks(trace, job, t_ns=None):
     return ix.lost_tasks(job, ix.t1 if t_ns is None else int(t_ns))
 
 
+def unstarted_job(trace, job, t_ns):
+    """If Pool job `job` was submitted by `t_ns` and no worker had started it: (its submit
+    event, the ``pool.task`` starts of the tasks running then of jobs the same process
+    submitted -- the busy workers that could have run it); else None."""
+    ix = _index(trace)
+    t = int(t_ns)
+    submit = next((e for e in ix.pool_tasks if e.ts_ns <= t and e.args.get("job") == job and
+                   e.args.get("phase") == "submit"), None)
+    if submit is None or any(e.ts_ns <= t and e.args.get("job") == job and
+                             e.args.get("phase") == "start" for e in ix.pool_tasks):
+        return None
+    mine = {e.args.get("job") for e in ix.pool_tasks
+            if e.pid == submit.pid and e.args.get("phase") == "submit"}
+    return submit, [e for e in ix._running_tasks(t) if e.args.get("job") in mine]
+
+
 def gone_without_putting(trace, qid, t_ns, waiter):
     """Who was given queue `qid` (a Process argument) and ended by `t_ns` without putting into
     it: [("Process-1", "exit 1, after ...")]; `waiter`'s pid is left out."""

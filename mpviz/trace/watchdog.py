@@ -716,6 +716,10 @@ def _who_must_act(state, blocked, trace=None):
         lost = st.lost_pool_tasks(trace, blocked.target, state.t_ns)
         if lost:
             return "; ".join(task.words() for task in lost) + _lost_why(lost)
+        if not blocked.waits_for:
+            queued = st.unstarted_job(trace, blocked.target, state.t_ns)
+            if queued is not None:
+                return _queued_job_words(state, blocked, *queued)
     if blocked.waits_for:
         who = " or ".join(_thread_words(state, pid, tid) for pid, tid in blocked.waits_for)
         alive = {(p.pid, tid) for p in state.processes for tid, _ in p.threads}
@@ -738,6 +742,28 @@ def _who_must_act(state, blocked, trace=None):
     if blocked.on in ("event", "condition") and trace is not None:
         return _signal_short(state, blocked, trace)
     return "who must act is not recorded"
+
+
+NESTED_WAIT_FIX = ("a task that waits for a result of its own Pool holds a worker while it "
+                   "waits; once every worker waits so, nobody is left to run the job. Fix: do "
+                   "not wait for a Pool's results inside its tasks (return what the next step "
+                   "needs and submit that step from the main program), or run the inner work in "
+                   "a Pool of its own")
+
+
+def _queued_job_words(state, blocked, submit, busy):
+    """Job submitted, not started: which workers are busy, and whether the waiter is one."""
+    job = blocked.target
+    head = (f"no worker has started job {job}, submitted "
+            f"{(state.t_ns - submit.ts_ns) / 1e9:.1f} s before")
+    if not busy:
+        return head + " (no worker of that Pool is running a task: is its Pool still running?)"
+    runs = join_and([f"{_thread_words(state, e.pid, e.tid)} runs job {e.args.get('job')}"
+                     for e in busy])
+    text = f"{head}: the Pool's workers the trace saw are all busy ({runs})"
+    if any((e.pid, e.tid) == (blocked.pid, blocked.tid) for e in busy):
+        text += f", and this waiter is one of them: " + NESTED_WAIT_FIX
+    return text
 
 
 LOST_WAKEUP = ("a notify wakes only the threads already waiting. Fix: change what the waiter "
