@@ -30,6 +30,8 @@ it; all are started at once (they spend their time waiting), each judged alone:
     start_event_never_set.py  workers wait for a start Event nobody sets
     paused_for_ever.py        a worker paused by clear(), never resumed: the parent joins it
     crawler_waits_on_its_own_pool.py  ThreadPool tasks that wait for jobs of their own pool
+    sort_then_wait.py         subprocess: p.wait() before reading the output of `sort`
+    child_report_waited_first.py  the same with a Python child (recorded, unlike sort)
 """
 import importlib.util
 import os
@@ -57,7 +59,8 @@ def runs(tmp_path_factory):
         "pool_initializer_fails.py", "pool_exception_not_rebuilt.py",
         "barrier_two_of_three.py", "lock_held_over_join.py", "result_joined_first.py",
         "notify_before_wait.py", "start_event_never_set.py", "paused_for_ever.py",
-        "crawler_waits_on_its_own_pool.py")}
+        "crawler_waits_on_its_own_pool.py", "sort_then_wait.py",
+        "child_report_waited_first.py")}
     programs["wait_go_signal.py 1"] = ("2", _program("wait_go_signal.py"), "1")
     programs["wait_go_signal.py 5"] = ("1.5", _program("wait_go_signal.py"), "5")
     if importlib.util.find_spec("torch") is not None:
@@ -346,3 +349,22 @@ def test_thread_pool_tasks_waiting_for_their_own_pools_jobs_are_said_to_hold_eve
                          r"waiter is one of them: a task that waits for a result of its own "
                          r"Pool holds a worker while it waits", line), line
     assert "who must act is not recorded" not in err, err
+
+
+@pytest.mark.timeout(150)
+@pytest.mark.parametrize("program, child", [("sort_then_wait.py", "sort"),
+                                            ("child_report_waited_first.py", "python -c")])
+def test_a_subprocess_waited_for_before_its_output_is_read_is_a_cycle_with_the_fix(runs,
+                                                                                  program,
+                                                                                  child):
+    # Said before: the two /proc lines, then "the trace recorded no wait that was still open",
+    # and "? (pid N)" for a child that is not Python
+    err = hung(result(runs, program))
+    assert "nobody can ever move" in err and "? (pid" not in err, err
+    assert re.search(rf"STUCK FOR GOOD: {re.escape(program)} \(pid \d+\)'s main thread waits "
+                     rf"for {re.escape(child)} \(pid \d+\) to end, and its main thread writes "
+                     rf"into a full pipe that only {re.escape(program)} \(pid \d+\) can read -- "
+                     rf"after that wait, which never ends. Fix: read what the child writes "
+                     rf"while it runs, then wait: with subprocess, p.communicate\(\)", err), err
+    assert re.search(rf"{re.escape(program)}'s main thread waits: Popen.wait\(\) for "
+                     rf"{re.escape(child)} \(pid \d+\) -- ", err), err

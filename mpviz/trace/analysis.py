@@ -696,8 +696,9 @@ class _Index:
         on, target = a.get("on"), a.get("id")
         exiting = " at exit" if a.get("at_exit") else ""    # in multiprocessing's exit function
         if on == "process":
-            label = self.labels.get(target, f"pid {target}")
-            return (f"join {label}" + (f" (pid {target})" if label != f"pid {target}" else "")
+            label = self.labels.get(target) or a.get("name") or f"pid {target}"
+            how = "Popen.wait() for" if a.get("call") == "Popen.wait" else "join"
+            return (f"{how} {label}" + (f" (pid {target})" if label != f"pid {target}" else "")
                     + exiting)
         if on == "thread":
             return f"join thread {a.get('name') or target}{exiting}"

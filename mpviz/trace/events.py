@@ -119,7 +119,8 @@ KINDS = {
     "wait.begin": Kind(
         "on (process, queue.get, queue.put, queue.join, event, condition, barrier, "
         "pool.result, future, pipe.write, thread), id (a pid, a queue or lock id, a Pool job, "
-        "an OS thread id), name, nbytes, timeout, maxsize (queue.put: the full queue's size)",
+        "an OS thread id), name, nbytes, timeout, maxsize (queue.put: the full queue's size), "
+        "call (Popen.wait: a subprocess's wait, not a join)",
         "a thread about to block (none when the wait cannot block: a get with a message to "
         "read, a put with a free place)"),
     "event.set": Kind("id (as the Event's waits')", "the thread that sets an Event"),

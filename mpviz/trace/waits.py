@@ -4,6 +4,7 @@ A program that hangs is a program in which some thread waits for something that 
 To see that in a trace, every wait that can hang records when it starts and when it ends::
 
     p.join()              wait.begin {on: "process", id: <child pid>, name}   ... wait.end {ok}
+    popen.wait()          wait.begin {on: "process", id: <child pid>, name, call: "Popen.wait"}
     q.get(), nothing in q wait.begin {on: "queue.get", id: <queue id>, timeout}  ... its queue.get
     q.put(x), q full      wait.begin {on: "queue.put", id: <queue id>, maxsize, timeout} ... wait.end
     q.join()              wait.begin {on: "queue.join", id: <queue id>}       ... wait.end
@@ -30,6 +31,7 @@ the trace ended: in a hang, that is the picture. Two events per wait (a get's en
 multiprocessing ``Lock``/``Semaphore`` made by user code records its waits already (locks.py).
 """
 import os
+import subprocess
 import sys
 import threading
 from concurrent import futures
@@ -173,6 +175,18 @@ def process_join(join, self, timeout=None):
     return _recorded(join, "process", self.pid, {"name": self.name, "timeout": timeout,
                                                  **_at_exit()},
                      (self, timeout), {}, lambda _: popen.returncode is not None)
+
+
+def _popen_wait(self, timeout=None):
+    """``subprocess.Popen.wait``: a wait on the child, as a join is (its stdout a full pipe
+    nobody reads: the subprocess docs' own deadlock, which stuck.py names)."""
+    if not _outermost() or self.returncode is not None:
+        return _inner("Popen.wait")(self, timeout)
+    program = self.args[0] if isinstance(self.args, (list, tuple)) and self.args else self.args
+    name = os.path.basename(os.fsdecode(program)) if isinstance(program, (str, bytes)) else None
+    return _recorded(_inner("Popen.wait"), "process", self.pid,
+                     {"name": name, "call": "Popen.wait", "timeout": timeout},
+                     (self, timeout), {}, lambda _: self.returncode is not None)
 
 
 def _at_exit():
@@ -395,6 +409,7 @@ def _inner(key):
 
 _stdlib = {
     "JoinableQueue.join": queues.JoinableQueue.join,
+    "Popen.wait": subprocess.Popen.wait,
     "Queue._finalize_join": queues.Queue._finalize_join,
     "Event.wait": synchronize.Event.wait,
     "Condition.wait": synchronize.Condition.wait,
@@ -411,6 +426,7 @@ _stdlib = {
 
 PATCHES = [
     (queues.JoinableQueue, "join", _joinable_join, "JoinableQueue.join"),
+    (subprocess.Popen, "wait", _popen_wait, "Popen.wait"),
     (queues.Queue, "_finalize_join", staticmethod(_finalize_join), "Queue._finalize_join"),
     (synchronize.Event, "wait", _event_wait, "Event.wait"),
     (synchronize.Condition, "wait", _condition_wait, "Condition.wait"),

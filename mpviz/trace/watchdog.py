@@ -727,6 +727,8 @@ def _who_must_act(state, blocked, trace=None):
         return f"{who} {st.MUST.get(blocked.on, 'must act')}" + (
             f" -- but {'it has' if len(blocked.waits_for) == 1 else 'they have'} ended"
             if ended else "")
+    if blocked.on == "process":              # a child the trace does not record (Popen.wait)
+        return "it must exit (a program mpviz does not record: its stack is not known)"
     name = state.channel_names.get(blocked.target, blocked.target)
     if blocked.on == "pipe.write":
         return f"someone must read {name}, and nobody has read it yet"
