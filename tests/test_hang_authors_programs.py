@@ -32,6 +32,7 @@ it; all are started at once (they spend their time waiting), each judged alone:
     crawler_waits_on_its_own_pool.py  ThreadPool tasks that wait for jobs of their own pool
     sort_then_wait.py         subprocess: p.wait() before reading the output of `sort`
     child_report_waited_first.py  the same with a Python child (recorded, unlike sort)
+    worker_crashes_in_native_code.py  the producer dies of SIGSEGV before its put
 """
 import importlib.util
 import os
@@ -60,7 +61,7 @@ def runs(tmp_path_factory):
         "barrier_two_of_three.py", "lock_held_over_join.py", "result_joined_first.py",
         "notify_before_wait.py", "start_event_never_set.py", "paused_for_ever.py",
         "crawler_waits_on_its_own_pool.py", "sort_then_wait.py",
-        "child_report_waited_first.py")}
+        "child_report_waited_first.py", "worker_crashes_in_native_code.py")}
     programs["wait_go_signal.py 1"] = ("2", _program("wait_go_signal.py"), "1")
     programs["wait_go_signal.py 5"] = ("1.5", _program("wait_go_signal.py"), "5")
     if importlib.util.find_spec("torch") is not None:
@@ -368,3 +369,21 @@ def test_a_subprocess_waited_for_before_its_output_is_read_is_a_cycle_with_the_f
                      rf"while it runs, then wait: with subprocess, p.communicate\(\)", err), err
     assert re.search(rf"{re.escape(program)}'s main thread waits: Popen.wait\(\) for "
                      rf"{re.escape(child)} \(pid \d+\) -- ", err), err
+
+
+@pytest.mark.timeout(150)
+def test_a_producer_that_crashed_in_native_code_is_named_with_its_signal(runs):
+    # Said before: "nobody has put into it yet" and, at the end, "pid N (Process-1): how it
+    # ended was not recorded" -- its parent never joined it; a zombie keeps its exit status
+    err = hung(result(runs, "worker_crashes_in_native_code.py"))
+    if sys.version_info >= (3, 14):
+        # forkserver, 3.14's default: the fork server, not the program, is the child's parent
+        # and waits for it at once; how it ended then goes unseen (no zombie to read), and is
+        # said to be unseen, never guessed
+        assert re.search(r"pid \d+ \(Process-1\): how it ended was not recorded", err), err
+        return
+    assert ("worker_crashes_in_native_code.py's main thread waits: get() on Queue 1: nothing in "
+            "it yet -- someone must put into Queue 1, and nobody has put into it yet; Process-1 "
+            "was given Queue 1 (a Process argument) and ended (crashed (SIGSEGV: a bad memory "
+            "access, in native code)) without putting into it: that put will never come") in err, err
+    assert "how it ended was not recorded" not in err, err

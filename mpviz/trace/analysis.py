@@ -765,7 +765,7 @@ class _Index:
         if p is None or (p.signal is None and p.exitcode is None):
             return "its exit status unknown"
         if p.signal:
-            return f"killed by {p.signal}"
+            return _signal_words(p.signal)
         error, at = self.exit_errors.get(pid, (None, None))
         return f"exit {p.exitcode}" + (f", after {error}" if error else "") + \
             (f", raised at {at}" if error and at else "")
@@ -1203,8 +1203,20 @@ def _how_it_ended(p):
     """"killed by SIGKILL", "exited, status 1", or "ended" (status 0, or how was not
     recorded)."""
     if p.signal:
-        return f"killed by {p.signal}"
+        return _signal_words(p.signal)
     return "ended" if not p.exitcode else f"exited, status {p.exitcode}"
+
+
+# signals that a process sends itself when its own code goes wrong: a crash, not a kill
+_CRASHES = {"SIGSEGV": "a bad memory access, in native code", "SIGBUS": "a bad memory access, "
+            "in native code", "SIGILL": "an illegal instruction, in native code",
+            "SIGFPE": "an arithmetic fault, in native code",
+            "SIGABRT": "native code called abort()"}
+
+
+def _signal_words(sig):
+    """"killed by SIGKILL"; "crashed (SIGSEGV: a bad memory access, in native code)"."""
+    return f"crashed ({sig}: {_CRASHES[sig]})" if sig in _CRASHES else f"killed by {sig}"
 
 
 def stuck_moment(trace):

@@ -37,7 +37,8 @@ KINDS = {
         "ended its run()), at (where it was raised in the program's code)",
         "the child, leaving _bootstrap (hooks.py); atexit in a traced script (autostart)"),
     "process.reaped": Kind(
-        "child, exitcode, signal (e.g. 'SIGKILL'), by ('watchdog')",
+        "child, exitcode, signal (e.g. 'SIGKILL'), by ('watchdog'; 'zombie': the watchdog, "
+        "from /proc, of a child that ended and was not waited for)",
         "the parent, on join/is_alive: also sees children killed before they wrote an exit; "
         "the launcher; the launcher's watchdog for what it killed"),
     "thread.start": Kind("name, ident, daemon", "the new thread (hooks.py)"),

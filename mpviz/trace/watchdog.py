@@ -360,12 +360,38 @@ class Watchdog:
         """``{pid: {"name", "stacks"}}`` of every recorded process still running, asked with
         SIGUSR1 (the runner's way: faulthandler answers even while a thread is blocked).
         `extra`: ``{pid: text}`` stacks already known (this process's own, in ``record()``)."""
+        self.note_ended_unwaited()
         names = labels(self.trace)
         pids = [pid for pid in self.pids() if pid in names and pid not in (extra or {})]
         out = session.capture_stacks(pids, names, self.stacks_dir)
         for pid, text in (extra or {}).items():
             out[pid] = {"name": names.get(pid), "stacks": text}
         return out
+
+    def note_ended_unwaited(self):
+        """Record how the program's processes that ended unrecorded ended -- a crash in native
+        code (SIGSEGV), a kill, os._exit -- where their parent has not waited for them yet: a
+        zombie keeps its exit status until then (osview.ended_unwaited). ``process.reaped``
+        (by "zombie"), written before the kill, so that a wait for what such a process was to
+        send names how it ended."""
+        ended = {}
+        for p in self.trace.processes():
+            if p.exit_ns is None and p.exitcode is None and p.signal is None and p.ppid:
+                status = osview.ended_unwaited(p.pid, p.ppid)
+                if status is not None:
+                    ended[p.pid] = status
+        if not ended:
+            return
+        try:
+            log = recorder.SideLog(self.directory, "watchdog")
+        except OSError:
+            return
+        try:
+            for pid, (code, sig) in ended.items():
+                log.emit("process.reaped", child=pid, exitcode=code, signal=sig, by="zombie")
+        finally:
+            log.close()
+        self.trace.refresh()
 
     def record_verdict(self, stacks, killed, kill_ns=None):
         """Write the stacks as ``watchdog.stuck`` events and the kill as ``watchdog.kill``
