@@ -166,7 +166,11 @@ class Blocked:
                      threads that have received from this end so far; the children given the
                      other end; else the thread that made the Pipe)
         pool.result  the Pool workers running that job's tasks at the instant
-        event, condition, barrier, future: whoever will set / notify / arrive is not recorded
+        event        nobody has set it yet, or who cleared it after its last set (event.set,
+                     event.clear: waits.py); whoever will set it again is not recorded
+        condition    nobody has notified it yet, or its last notify came before this wait
+                     began (the lost wake-up); whoever will notify it is not recorded
+        barrier, future: whoever will arrive / finish is not recorded
     """
     pid: int
     tid: int
@@ -345,6 +349,7 @@ class _Index:
         self.pipes = {}                # a Pipe end's id -> (both ends' ids): pipe.open
         self.pipe_maker = {}           # a Pipe end's id -> (pid, tid) of the thread that made it
         self.given_threads = {}        # a Pipe end's id -> (pid, tid) of threads given it
+        self.signals = {}              # ("event"/"condition", id) -> its set/clear/notify events
         self.exit_errors = {}          # pid -> the exception that ended its run() ("X: ...")
         self.thread_errors = []        # (pid, tid, name, error, at, ts) of threads an
                                        # exception ended
@@ -456,6 +461,9 @@ class _Index:
                 ends = tuple(e.args.get("ends") or ())
                 for end in ends:
                     self.pipes[end], self.pipe_maker[end] = ends, who
+            elif k == "event.set" or k == "event.clear" or k == "condition.notify":
+                on = "condition" if k == "condition.notify" else "event"
+                self.signals.setdefault((on, e.args.get("id")), []).append(e)
             elif k == "pipe.recv" and not names.is_arguments(e.args.get("pipe")):
                 seen = self.getters.setdefault(e.args.get("pipe"), [])   # who read what it sent
                 if all(g[:2] != who for g in seen):
@@ -709,8 +717,9 @@ class _Index:
         on, target = a.get("on"), a.get("id")
         exiting = " at exit" if a.get("at_exit") else ""    # in multiprocessing's exit function
         if on == "process":
-            label = self.labels.get(target, f"pid {target}")
-            return (f"join {label}" + (f" (pid {target})" if label != f"pid {target}" else "")
+            label = self.labels.get(target) or a.get("name") or f"pid {target}"
+            how = "Popen.wait() for" if a.get("call") == "Popen.wait" else "join"
+            return (f"{how} {label}" + (f" (pid {target})" if label != f"pid {target}" else "")
                     + exiting)
         if on == "thread":
             return f"join thread {a.get('name') or target}{exiting}"
@@ -873,7 +882,7 @@ class _Index:
         if p is None or (p.signal is None and p.exitcode is None):
             return "its exit status unknown"
         if p.signal:
-            return f"killed by {p.signal}"
+            return _signal_words(p.signal)
         error, at = self.exit_errors.get(pid, (None, None))
         return f"exit {p.exitcode}" + (f", after {error}" if error else "") + \
             (f", raised at {at}" if error and at else "")
@@ -1231,10 +1240,32 @@ def lost_pool_tasks(trace, job, t_ns=None):
     return ix.lost_tasks(job, ix.t1 if t_ns is None else int(t_ns))
 
 
+def unstarted_job(trace, job, t_ns):
+    """If Pool job `job` was submitted by `t_ns` and no worker had started it: (its submit
+    event, the ``pool.task`` starts of the tasks running then of jobs the same process
+    submitted -- the busy workers that could have run it); else None."""
+    ix = _index(trace)
+    t = int(t_ns)
+    submit = next((e for e in ix.pool_tasks if e.ts_ns <= t and e.args.get("job") == job and
+                   e.args.get("phase") == "submit"), None)
+    if submit is None or any(e.ts_ns <= t and e.args.get("job") == job and
+                             e.args.get("phase") == "start" for e in ix.pool_tasks):
+        return None
+    mine = {e.args.get("job") for e in ix.pool_tasks
+            if e.pid == submit.pid and e.args.get("phase") == "submit"}
+    return submit, [e for e in ix._running_tasks(t) if e.args.get("job") in mine]
+
+
 def gone_without_putting(trace, qid, t_ns, waiter):
     """Who was given queue `qid` (a Process argument) and ended by `t_ns` without putting into
     it: [("Process-1", "exit 1, after ...")]; `waiter`'s pid is left out."""
     return _index(trace).gone_without_putting(qid, int(t_ns), waiter)
+
+
+def signals_before(trace, on, target, t_ns):
+    """The ``event.set``/``event.clear`` (`on` "event") or ``condition.notify`` events of the
+    Event or Condition `target` recorded by `t_ns`, oldest first."""
+    return [e for e in _index(trace).signals.get((on, target), ()) if e.ts_ns <= t_ns]
 
 
 def how_it_ended(trace, pid):
@@ -1305,8 +1336,20 @@ def _how_it_ended(p):
     """"killed by SIGKILL", "exited, status 1", or "ended" (status 0, or how was not
     recorded)."""
     if p.signal:
-        return f"killed by {p.signal}"
+        return _signal_words(p.signal)
     return "ended" if not p.exitcode else f"exited, status {p.exitcode}"
+
+
+# signals that a process sends itself when its own code goes wrong: a crash, not a kill
+_CRASHES = {"SIGSEGV": "a bad memory access, in native code", "SIGBUS": "a bad memory access, "
+            "in native code", "SIGILL": "an illegal instruction, in native code",
+            "SIGFPE": "an arithmetic fault, in native code",
+            "SIGABRT": "native code called abort()"}
+
+
+def _signal_words(sig):
+    """"killed by SIGKILL"; "crashed (SIGSEGV: a bad memory access, in native code)"."""
+    return f"crashed ({sig}: {_CRASHES[sig]})" if sig in _CRASHES else f"killed by {sig}"
 
 
 def stuck_moment(trace):

@@ -38,7 +38,8 @@ KINDS = {
         "ended its run()), at (where it was raised in the program's code)",
         "the child, leaving _bootstrap (hooks.py); atexit in a traced script (autostart)"),
     "process.reaped": Kind(
-        "child, exitcode, signal (e.g. 'SIGKILL'), by ('watchdog')",
+        "child, exitcode, signal (e.g. 'SIGKILL'), by ('watchdog'; 'zombie': the watchdog, "
+        "from /proc, of a child that ended and was not waited for)",
         "the parent, on join/is_alive: also sees children killed before they wrote an exit; "
         "the launcher; the launcher's watchdog for what it killed"),
     "thread.start": Kind("name, ident, daemon, pipes (ids of the program's Pipe ends among "
@@ -125,9 +126,15 @@ KINDS = {
         "on (process, queue.get, queue.put, queue.join, event, condition, barrier, "
         "pool.result, future, pipe.write, thread, pipe.recv, pipe.send), id (a pid, a queue or "
         "lock id, a Pool job, an OS thread id, a Pipe end's id), name, nbytes, timeout, "
-        "maxsize (queue.put: the full queue's size)",
+        "maxsize (queue.put: the full queue's size), call (Popen.wait: a subprocess's wait, "
+        "not a join)",
         "a thread about to block (none when the wait cannot block: a get with a message to "
         "read, a put with a free place)"),
+    "event.set": Kind("id (as the Event's waits')", "the thread that sets an Event"),
+    "event.clear": Kind("id (as the Event's waits')", "the thread that clears an Event"),
+    "condition.notify": Kind(
+        "id (as the Condition's waits'), all (notify_all), waiting (how many waited then)",
+        "the thread that notifies a Condition (notify_all: once)"),
     "wait.end": Kind("on, id, ok (False: timed out or raised), error",
                      "the same thread, when the wait returns; a get's wait that ends with its "
                      "read: written by the reader, at that queue.get (reader.py, _Waits)"),

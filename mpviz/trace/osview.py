@@ -13,6 +13,7 @@ detached, and ``nfds`` grows by one per tensor shared with the file_descriptor s
 Linux only: elsewhere ``os_view`` raises ``OSError`` saying so.
 """
 import os
+import signal
 from typing import NamedTuple
 
 
@@ -147,6 +148,24 @@ def wchan(pid, tid):
     """The kernel function thread `tid` sleeps in ("" when running, or unreadable)."""
     text = (_read(f"/proc/{pid}/task/{tid}/wchan") or "").strip()
     return "" if text == "0" else text
+
+
+def ended_unwaited(pid, ppid=None):
+    """``(exitcode, signal name or None)`` of process `pid` if it has ended and its parent has
+    not waited for it yet -- a zombie keeps its exit status for that wait (/proc/PID/stat: state
+    Z, and its exit_code field, Linux 3.5+) -- else None. `ppid`: the parent it must have (a pid
+    reused by another process is not the one asked about)."""
+    fields = (_read(f"/proc/{pid}/stat") or ")").rsplit(")", 1)[1].split()
+    if len(fields) < 50 or fields[0] != "Z" or (ppid is not None and int(fields[1]) != ppid):
+        return None
+    status = int(fields[49])
+    if status & 0x7F:                                      # ended by a signal
+        try:
+            name = signal.Signals(status & 0x7F).name
+        except ValueError:
+            name = f"signal {status & 0x7F}"
+        return -(status & 0x7F), name
+    return (status >> 8) & 0xFF, None
 
 
 def _read(path):

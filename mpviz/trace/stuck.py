@@ -24,7 +24,7 @@ import os
 import sysconfig
 
 from . import osview
-from .analysis import how_it_ended, process_labels
+from .analysis import how_it_ended, process_labels, state_at, stuck_moment
 from .names import join_and
 
 FORK_FIX = ("start the children with 'spawn' or 'forkserver' "
@@ -160,7 +160,37 @@ def threads_in_words(watchdog, stacks, chains=True):
         lines[MAX_THREAD_LINES + 1:] = [f"  ... and {more} more thread(s): their stacks are below"]
     if chains:
         lines += _dataloader_chains(watchdog, stacks, names)
+        lines += _full_pipe_cycles(watchdog, names)
         lines += _why(watchdog, stacks, names)
+    return lines
+
+
+FULL_PIPE_FIX = ("read what the child writes while it runs, then wait: with subprocess, "
+                 "p.communicate() (its docs warn that p.wait() with stdout=PIPE deadlocks "
+                 "once the output fills the pipe's 64 KiB), or a thread that reads")
+
+
+def _full_pipe_cycles(watchdog, names):
+    """A thread waits for a child to end (wait4 on its pid) while a thread of that child writes
+    into a full pipe whose read end only the waiter's process holds: neither can go on. (A
+    queue's feeder writing so is said by its recorded wait: not here.)"""
+    trace, facts, lines = watchdog.trace, watchdog.facts, []
+    recorded = {(b.pid, b.tid) for b in state_at(trace, stuck_moment(trace)).blocked
+                if b.on == "pipe.write"}
+    for (pid, tid), s in sorted(watchdog.seen.items()):
+        if s.view.call != "wait4" or not s.view.args or not 0 < s.view.args[0] < 2 ** 31:
+            continue
+        child = s.view.args[0]
+        for (cpid, ctid), (end, holders) in sorted(facts.other_end.items()):
+            if cpid != child or end != "read" or (cpid, ctid) in recorded or \
+                    pid not in holders or not set(holders) <= {pid, child}:
+                continue
+            lines.append(f"  STUCK FOR GOOD: {_thread_who(trace, names, (pid, tid))} waits for "
+                         f"{_who(trace, names, child)} to end, and its "
+                         f"{_thread_names(trace).get((cpid, ctid), _thread(cpid, ctid))} "
+                         f"writes into a full pipe that only {_who(trace, names, pid)} can read "
+                         f"-- after that wait, which never ends. Fix: {FULL_PIPE_FIX}.")
+            break
     return lines
 
 
@@ -221,6 +251,9 @@ def _names(trace, watchdog=None):
     from .watchdog import labels
     names = {pid: name for pid, name in (watchdog.helpers if watchdog else {}).items() if name}
     names.update(labels(trace))
+    for e in trace.of_kind("wait.begin"):      # a child it does not record: Popen.wait's name
+        if e.args.get("on") == "process" and e.args.get("name"):
+            names.setdefault(e.args.get("id"), e.args["name"])
     for e in trace.of_kind("dataloader.worker"):
         if e.args.get("phase") == "start":
             names[e.pid] = f"DataLoader worker {e.args.get('worker_id')}"
