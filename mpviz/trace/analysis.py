@@ -856,7 +856,8 @@ class _Index:
             if b.on == "pipe.send":
                 return f"{who(key)} waits in send() into the full {self.pipe_name(b.target)} " \
                        f"for {others} to recv"
-            return f"{who(key)} waits in join() for {self.labels.get(b.target, b.target)} to exit"
+            call = "Popen.wait()" if b.what.startswith("Popen.wait()") else "join()"
+            return f"{who(key)} waits in {call} for {self.labels.get(b.target, b.target)} to exit"
         steps = [step(key, b) for key, b in waits.items()]
         reason = "a cycle: " + "; ".join(steps) + ". Each waits for the next: none can go on"
         ring = _ring(waits)
