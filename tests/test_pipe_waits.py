@@ -8,6 +8,7 @@ The programs hang as their authors wrote them, and run through ``python -m mpviz
     pipe_never_sent.py            a worker forgets to send on a one-way Pipe and ends; the
                                   parent's recv() waits for ever
     pipe_threads_no_serve.py      two threads of one process, each given one end: both recv()
+    pipe_sender_raised.py         a worker raises before its send_bytes(); recv_bytes() waits
     result_joined_first.py        a worker sends a big result; the parent joins it first
 
 and one that does not hang: a ping-pong of 200 small messages and 30 big ones beside a Pool and
@@ -36,7 +37,8 @@ def runs(tmp_path_factory):
         "ping-pong spawn": ("1.5", os.path.join(PROGRAMS, "pipe_ping_pong.py"), "spawn"),
         "never sent": ("1.5", os.path.join(PROGRAMS, "pipe_never_sent.py")),
         "big send": ("1.5", os.path.join(PROGRAMS, "result_joined_first.py")),
-        "threads": ("1.5", os.path.join(PROGRAMS, "pipe_threads_no_serve.py"))})
+        "threads": ("1.5", os.path.join(PROGRAMS, "pipe_threads_no_serve.py")),
+        "sender raised": ("1.5", os.path.join(PROGRAMS, "pipe_sender_raised.py"))})
 
 
 @pytest.mark.timeout(150)
@@ -77,6 +79,15 @@ def test_a_recv_whose_only_sender_ended_without_sending_names_it_and_how_it_ende
             "only once no process holds the Pipe's other end open any more") in err, err
     assert "after p.start(), close() the end given to the child" in err, err
     assert "STUCK FOR GOOD" not in err, err       # (no cycle: a sender that ended is no wait)
+
+
+@pytest.mark.timeout(150)
+def test_a_recv_bytes_whose_sender_raised_is_said_as_recv_bytes_with_the_error(runs):
+    err = hung(result(runs, "sender raised"))
+    assert ("pipe_sender_raised.py's main thread waits: recv_bytes() on Pipe 1: nothing in it "
+            "yet -- Process-1's main thread must send -- but it has ended.") in err, err
+    assert ("ENDED BY AN ERROR: Process-1 ended (exit 1, after FileNotFoundError: [Errno 2] No "
+            "such file or directory: '/nonexistent/weights.bin'") in err, err
 
 
 @pytest.mark.timeout(150)

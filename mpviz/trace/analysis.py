@@ -726,7 +726,7 @@ class _Index:
         if on == "pipe.write":
             return f"write {human_bytes(a.get('nbytes'))} into the full pipe of {self.queue_name(target)}"
         if on == "pipe.recv":
-            return f"recv() on {self.pipe_name(target)}: nothing in it yet"
+            return f"{a.get('call', 'recv')}() on {self.pipe_name(target)}: nothing in it yet"
         if on == "pipe.send":
             return f"write {human_bytes(a.get('nbytes'))} into the full {self.pipe_name(target)}"
         if on == "queue.join":
@@ -851,8 +851,8 @@ class _Index:
         def step(key, b):
             others = " or ".join(who(w) for w in b.waits_for)
             if b.on == "pipe.recv":
-                return f"{who(key)} waits in recv() on {self.pipe_name(b.target)} for {others} " \
-                       f"to send"
+                return f"{who(key)} waits in {b.what.split(' on ')[0]} on " \
+                       f"{self.pipe_name(b.target)} for {others} to send"
             if b.on == "pipe.send":
                 return f"{who(key)} waits in send() into the full {self.pipe_name(b.target)} " \
                        f"for {others} to recv"

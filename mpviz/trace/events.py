@@ -127,7 +127,7 @@ KINDS = {
         "pool.result, future, pipe.write, thread, pipe.recv, pipe.send), id (a pid, a queue or "
         "lock id, a Pool job, an OS thread id, a Pipe end's id), name, nbytes, timeout, "
         "maxsize (queue.put: the full queue's size), call (Popen.wait: a subprocess's wait, "
-        "not a join)",
+        "not a join; recv_bytes, poll: a Pipe's recv wait that call made)",
         "a thread about to block (none when the wait cannot block: a get with a message to "
         "read, a put with a free place)"),
     "event.set": Kind("id (as the Event's waits')", "the thread that sets an Event"),

@@ -517,14 +517,14 @@ def _conn_recv(self):
     end = _waits(self)
     if end is None:
         return _inner("Connection.recv")(self)
-    return _recv_wait(_inner("Connection.recv"), self, end, ())
+    return _recv_wait(_inner("Connection.recv"), self, end, (), None)
 
 
 def _conn_recv_bytes(self, maxlength=None):
     end = _waits(self)
     if end is None:
         return _inner("Connection.recv_bytes")(self, maxlength)
-    return _recv_wait(_inner("Connection.recv_bytes"), self, end, (maxlength,))
+    return _recv_wait(_inner("Connection.recv_bytes"), self, end, (maxlength,), "recv_bytes")
 
 
 def _conn_poll(self, timeout=0.0):
@@ -533,15 +533,18 @@ def _conn_poll(self, timeout=0.0):
     end = _waits(self) if timeout is None else None
     if end is None:
         return _inner("Connection.poll")(self, timeout)
-    return _recv_wait(_inner("Connection.poll"), self, end, (timeout,))
+    return _recv_wait(_inner("Connection.poll"), self, end, (timeout,), "poll")
 
 
-def _recv_wait(call, conn, end, more):
+def _recv_wait(call, conn, end, more, name):
     """`call(conn, *more)` between a ``wait.begin {on: "pipe.recv"}`` and the ``pipe.recv`` of
     the message it reads, which ends the wait (the reader writes its ``wait.end`` back in, as for
     a Queue's get: get_wait); a recv that ends without that event (bytes, an EOFError, an
-    unrecorded sender) records its ``wait.end`` itself."""
-    return _until_read(call, (conn,) + more, {"on": "pipe.recv", "id": end})
+    unrecorded sender) records its ``wait.end`` itself. `name`: the call, if not recv()."""
+    begin = {"on": "pipe.recv", "id": end}
+    if name is not None:
+        begin["call"] = name
+    return _until_read(call, (conn,) + more, begin)
 
 
 def received():
