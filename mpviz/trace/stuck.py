@@ -24,7 +24,7 @@ import os
 import sysconfig
 
 from . import osview
-from .analysis import how_it_ended, process_labels
+from .analysis import how_it_ended, manager_servers, process_labels
 from .names import join_and
 
 FORK_FIX = ("start the children with 'spawn' or 'forkserver' "
@@ -90,7 +90,8 @@ def headline(watchdog, nkilled):
                 f"a wait that ends within it is progress, one that does not is a stall: they "
                 f"may still move, so mpviz does not call it a deadlock -- whether what the "
                 f"others wait for ever comes, it cannot tell. {stop}"]
-    polls = [key for key, s in watchdog.seen.items() if s.again]
+    servers = manager_servers(watchdog.trace)
+    polls = [key for key, s in watchdog.seen.items() if s.again and key[0] not in servers]
     if polls:
         # A loop that polls wakes each time its timeout runs out: what it waits for did not
         # come, but the loop itself may still end (a deadline it checks, a count of tries) --
@@ -106,9 +107,26 @@ def headline(watchdog, nkilled):
                 f"Only the polling loop of {who} can still end this, if its code stops "
                 f"waiting by itself (a deadline, a number of tries); mpviz cannot tell whether "
                 f"it does: read its line below. {stop}"]
-    return [f"mpviz trace: HANG: DEADLOCK -- for {t:.1f} s no thread of any process moved "
-            f"and no event was recorded, and every thread waits with no time limit (no sleep, "
-            f"no timeout): nobody can ever move. {stop}"]
+    return [_everyone_waits(watchdog, servers, t, stop)]
+
+
+def _everyone_waits(watchdog, servers, t, stop):
+    """The headline of a hang where every thread waits with no time limit -- but a Manager's
+    server process's main thread, which wakes each second (its serve_forever checks whether the
+    Manager is shut down): the Manager's own machinery, which ends no wait of the program."""
+    if not servers:
+        return (f"mpviz trace: HANG: DEADLOCK -- for {t:.1f} s no thread of any process moved "
+                f"and no event was recorded, and every thread waits with no time limit (no "
+                f"sleep, no timeout): nobody can ever move. {stop}")
+    names, one = _names(watchdog.trace, watchdog), len(servers) == 1
+    who = join_and([f"{names.get(pid, '?')} (pid {pid})" for pid in sorted(servers)])
+    return (f"mpviz trace: HANG: DEADLOCK -- for {t:.1f} s no thread of any process moved and "
+            f"no event was recorded, and every thread of the program waits with no time limit "
+            f"(no sleep, no timeout): nobody can ever move. ({who}: "
+            f"{'the Manager server process' if one else 'Manager server processes'}, which "
+            f"keep{'s' * one} the Manager's objects and run{'s' * one} the calls made on them; "
+            f"its main thread wakes each second to see whether the Manager is shut down, and "
+            f"ends no wait of the program.) {stop}")
 
 
 class Facts:
@@ -232,6 +250,8 @@ def _who(trace, names, pid):
     wait lines call it otherwise ("worker 1 is idle"), that name too; "Process-1 (pid 7)"."""
     alias = process_labels(trace).get(pid)
     name = names.get(pid, "?")
+    if pid in manager_servers(trace):
+        return f"{name} (the Manager's server process, pid {pid})"
     return f"{name} ({alias}, pid {pid})" if alias and alias != name else f"{name} (pid {pid})"
 
 

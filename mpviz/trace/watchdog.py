@@ -134,7 +134,9 @@ class Watchdog:
                                    if k[0] in self.stuck_pids)
         elif self.stalled_for > self.hang_after:
             # (a deadline that ran out and began again proved nothing comes: not a stall)
-            waits = {s.view.wait for s in self.seen.values() if not s.again}
+            servers = st.manager_servers(self.trace)     # (the Manager's own polling loop)
+            waits = {s.view.wait for k, s in self.seen.items()
+                     if not s.again and k[0] not in servers}
             self.kind = "stalled" if waits & {"sleep", "deadline"} else "deadlock"
         elif self._rendezvous_stalled(now):
             self.kind = "stalled"
@@ -351,9 +353,12 @@ class Watchdog:
         """What the verdict says of process `pid`, for its ``watchdog.stuck`` event (the
         pictures frame "deadlock" as STUCK FOR GOOD): "deadlock" (it can never move),
         "stalled" (a deadline longer than --hang-after holds it up), or "stopped" (it could
-        still move, but was ended with the processes that cannot)."""
+        still move, but was ended with the processes that cannot; a Manager's server process,
+        which waits for the program's calls)."""
         if self.stuck_pids:
             return "deadlock" if pid in self.stuck_pids else "stopped"
+        if pid in st.manager_servers(self.trace):
+            return "stopped"        # a Manager's server serves the others: they are the hang
         return self.kind or "deadlock"
 
     def capture_stacks(self, extra=None):
@@ -574,9 +579,11 @@ def waits_in_words(trace, at=None):
         if task.job not in told:
             lines.append(f"  {task.words()}, and so does whatever waits for all its jobs "
                          f"(pool.join() after close()){_lost_why([task])}")
+    executors = st.executor_workers(trace)
     for pid in sorted(idle):
+        pool = "ProcessPoolExecutor" if pid in executors else "Pool"
         lines.append(f"  {state.labels.get(pid, pid)} is idle, not stuck: it waits for its next "
-                     f"task from the Pool, and goes on when the program gives the Pool work")
+                     f"task from the {pool}, and goes on when the program gives the {pool} work")
     for d in state.deadlocks:         # (a cycle is one Deadlock per thread in it: said once)
         said = f"  STUCK FOR GOOD: {d.reason}"
         if (d.cycle or "watchdog" not in d.reason) and said not in lines:
@@ -720,9 +727,11 @@ def _who_must_act(state, blocked, trace=None):
         who = " or ".join(_thread_words(state, pid, tid) for pid, tid in blocked.waits_for)
         alive = {(p.pid, tid) for p in state.processes for tid, _ in p.threads}
         ended = not any(w in alive for w in blocked.waits_for)   # (the graph says "(ended)")
-        return f"{who} {st.MUST.get(blocked.on, 'must act')}" + (
+        return f"{who} {blocked.must or st.MUST.get(blocked.on, 'must act')}" + (
             f" -- but {'it has' if len(blocked.waits_for) == 1 else 'they have'} ended"
-            if ended else "")
+            if ended else _its_own_wait(state, blocked))
+    if blocked.nobody:
+        return blocked.nobody
     name = state.channel_names.get(blocked.target, blocked.target)
     if blocked.on == "pipe.write":
         return f"someone must read {name}, and nobody has read it yet"
@@ -736,6 +745,24 @@ def _who_must_act(state, blocked, trace=None):
     if blocked.on == "barrier" and trace is not None:
         return _barrier_short(state, blocked, trace)
     return "who must act is not recorded"
+
+
+def _its_own_wait(state, blocked):
+    """" (it waits for lock 'l', held by prog.py's main thread)": what the one thread a future
+    waits for waits for itself, where the trace recorded it -- the next link of the chain."""
+    if blocked.on != "future" or len(blocked.waits_for) != 1:
+        return ""
+    pid, tid = blocked.waits_for[0]
+    for lk in state.locks:
+        if any((p, t) == (pid, tid) for p, t, _ in lk.waiters):
+            owners = join_and([f"{state.labels.get(o.pid, o.pid)}'s {o.thread}"
+                               for o in lk.owners])
+            return (f" (it waits for {lk.name or 'a lock'}" +
+                    (f", held by {owners})" if owners else ")"))
+    for b in state.blocked:
+        if (b.pid, b.tid) == (pid, tid):
+            return f" (it waits: {b.what})"
+    return ""
 
 
 def _barrier_short(state, blocked, trace):
