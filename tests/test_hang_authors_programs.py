@@ -26,6 +26,10 @@ it; all are started at once (they spend their time waiting), each judged alone:
                               a 5 s timeout still to run -- a deadlock, not "may move later"
     lock_held_over_join.py    the parent joins a child while holding the lock the child needs
     result_joined_first.py    a big result sent over a Pipe while the parent joins first
+    notify_before_wait.py     the lost wake-up: a Condition notified before its waiter waits
+    start_event_never_set.py  workers wait for a start Event nobody sets
+    paused_for_ever.py        a worker paused by clear(), never resumed: the parent joins it
+    crawler_waits_on_its_own_pool.py  ThreadPool tasks that wait for jobs of their own pool
 """
 import importlib.util
 import os
@@ -51,7 +55,9 @@ def runs(tmp_path_factory):
     programs = {name: ("1.5", _program(name)) for name in (
         "slots_never_released.py", "loader_raises.py", "callback_raises.py",
         "pool_initializer_fails.py", "pool_exception_not_rebuilt.py",
-        "barrier_two_of_three.py", "lock_held_over_join.py", "result_joined_first.py")}
+        "barrier_two_of_three.py", "lock_held_over_join.py", "result_joined_first.py",
+        "notify_before_wait.py", "start_event_never_set.py", "paused_for_ever.py",
+        "crawler_waits_on_its_own_pool.py")}
     programs["wait_go_signal.py 1"] = ("2", _program("wait_go_signal.py"), "1")
     programs["wait_go_signal.py 5"] = ("1.5", _program("wait_go_signal.py"), "5")
     if importlib.util.find_spec("torch") is not None:
@@ -292,3 +298,51 @@ def test_a_forked_childs_frames_below_the_fork_are_not_taken_for_garbage():
         pass
     main = stuck._stacks_by_thread(trace, 1, text).get(1)      # (pid 1: the main thread's)
     assert main and ("square", program, 29) in main, main
+
+
+@pytest.mark.timeout(150)
+def test_a_notify_that_came_before_the_wait_is_said_to_have_woken_nobody(runs):
+    # Said before: "Condition 1.wait() -- who must act is not recorded".
+    err = hung(result(runs, "notify_before_wait.py"))
+    assert "nobody can ever move" in err, err
+    assert re.search(r"Process-1's main thread waits: Condition 1.wait\(\) -- someone must "
+                     r"notify Condition 1 again; its last notify_all\(\), by "
+                     r"notify_before_wait.py's main thread, came \d+\.\d s before this wait "
+                     r"began and woke nobody: a notify wakes only the threads already waiting. "
+                     r"Fix: change what the waiter checks", err), err
+    assert "at consumer (notify_before_wait.py:12): `cond.wait()`" in err, err
+
+
+@pytest.mark.timeout(150)
+def test_workers_waiting_for_an_event_nobody_set_are_told_so(runs):
+    err = hung(result(runs, "start_event_never_set.py"))
+    for worker in ("Process-1", "Process-2"):
+        assert (f"{worker}'s main thread waits: Event 1.wait() -- someone must set Event 1, "
+                f"and nobody has set it yet") in err, err
+    assert "who must act is not recorded" not in err, err
+
+
+@pytest.mark.timeout(150)
+def test_a_worker_paused_by_clear_is_said_to_need_a_set_again_and_who_cleared_it(runs):
+    err = hung(result(runs, "paused_for_ever.py"))
+    assert ("Process-1's main thread waits: Event 1.wait() -- someone must set Event 1 again: "
+            "paused_for_ever.py's main thread cleared it after its last set()") in err, err
+
+
+@pytest.mark.timeout(150)
+def test_thread_pool_tasks_waiting_for_their_own_pools_jobs_are_said_to_hold_every_worker(runs):
+    # Said before: "the result of Pool job 0 -- who must act is not recorded" (a ThreadPool's
+    # tasks were not recorded at all: its queues are set up by a method of its own).
+    err = hung(result(runs, "crawler_waits_on_its_own_pool.py"))
+    me = "crawler_waits_on_its_own_pool.py"
+    assert (f"{me}'s main thread waits: the result of Pool job 0 -- {me}'s Thread-1 (worker) "
+            f"or {me}'s Thread-2 (worker) must finish its task") in err, err
+    lines = [line for line in err.splitlines() if "(worker) waits: the result of Pool job" in line]
+    assert len(lines) == 2, err
+    for line in lines:
+        assert re.search(r"no worker has started job [12], submitted \d+\.\d s before: the "
+                         r"Pool's workers the trace saw are all busy \(\S+'s Thread-1 \(worker\) "
+                         r"runs job 0 and \S+'s Thread-2 \(worker\) runs job 0\), and this "
+                         r"waiter is one of them: a task that waits for a result of its own "
+                         r"Pool holds a worker while it waits", line), line
+    assert "who must act is not recorded" not in err, err

@@ -131,14 +131,18 @@ class Queue(DirectWrite, multiprocessing.queues.Queue):
     def put(self, obj, block=True, timeout=None):
         _stepped("queue.put", self, direct=True)
         try:
-            data = self._take_slot_and_encode(obj, block, timeout)
-            with self._notempty:
-                if not self._write_now(data):
-                    self._feed(data)
+            self._enter(self._take_slot_and_encode(obj, block, timeout))
         except BaseException as exc:
             if recorder.ENABLED:                # it never entered the queue: queue.put_failed
                 trace.messages.put_failed(queue_id(self), None, exc)
             raise
+
+    def _enter(self, data):
+        """The encoded message into the queue: into the pipe now if it fits, else to the
+        feeder thread (JoinableQueue also counts it as a task)."""
+        with self._notempty:
+            if not self._write_now(data):
+                self._feed(data)
 
     def _take_slot_and_encode(self, obj, block, timeout):
         """A place in the queue (or Full), then the encoded bytes (the place given back if
@@ -255,20 +259,15 @@ class JoinableQueue(multiprocessing.queues.JoinableQueue, Queue):
     """``multiprocessing.JoinableQueue`` whose ``put`` encodes synchronously (and writes small
     messages straight into the pipe, like :class:`Queue`)."""
 
-    def put(self, obj, block=True, timeout=None):
-        _stepped("queue.put", self, direct=True)
-        try:
-            data = self._take_slot_and_encode(obj, block, timeout)
-            with self._notempty, self._cond:
-                # Count the task before the consumer can see it: its task_done() must find it.
-                self._unfinished_tasks.release()
-                try:
-                    if not self._write_now(data):
-                        self._feed(data)
-                except BaseException:
-                    self._unfinished_tasks.acquire(False)
-                    raise
-        except BaseException as exc:
-            if recorder.ENABLED:                # it never entered the queue: queue.put_failed
-                trace.messages.put_failed(queue_id(self), None, exc)
-            raise
+    put = Queue.put            # ours, not the stdlib JoinableQueue's (before Queue in the MRO)
+
+    def _enter(self, data):
+        with self._notempty, self._cond:
+            # Count the task before the consumer can see it: its task_done() must find it.
+            self._unfinished_tasks.release()
+            try:
+                if not self._write_now(data):
+                    self._feed(data)
+            except BaseException:
+                self._unfinished_tasks.acquire(False)
+                raise

@@ -178,7 +178,11 @@ class Blocked:
         proxy        a Manager's object, through a proxy: the threads that called the method
                      that ends the wait before (a Queue's get: those that put into it ...; see
                      _PROXY_MUST); the server thread that runs the call is the Manager's own
-        event, condition, barrier: whoever will set / notify / arrive is not recorded
+        event        nobody has set it yet, or who cleared it after its last set (event.set,
+                     event.clear: waits.py); whoever will set it again is not recorded
+        condition    nobody has notified it yet, or its last notify came before this wait
+                     began (the lost wake-up); whoever will notify it is not recorded
+        barrier: whoever will arrive is not recorded
     `must`: what they must do, where it is not MUST's for `on`; `nobody`: what the line says
     when nobody is known to act (a task no worker has taken yet).
     """
@@ -361,6 +365,7 @@ class _Index:
         self.proxy_names = {}          # (manager address, token id) -> "Queue 1" (per type)
         self.executor_workers = {}     # pid -> its ProcessPoolExecutor's call queue id
         self.given = {}                # queue id -> pids of the children given it as an argument
+        self.signals = {}              # ("event"/"condition", id) -> its set/clear/notify events
         self.exit_errors = {}          # pid -> the exception that ended its run() ("X: ...")
         self.thread_errors = []        # (pid, tid, name, error, at, ts) of threads an
                                        # exception ended
@@ -467,6 +472,9 @@ class _Index:
                     e.args.get("pipe" if k == "pipe.send" else "queue"), [])
                 if all(g[:2] != who for g in seen):
                     seen.append((e.pid, e.tid, e.ts_ns))
+            elif k == "event.set" or k == "event.clear" or k == "condition.notify":
+                on = "condition" if k == "condition.notify" else "event"
+                self.signals.setdefault((on, e.args.get("id")), []).append(e)
             elif k == "pipe.recv" and not names.is_arguments(e.args.get("pipe")):
                 # a SimpleQueue (a Pool's task queue): its get waits on the queue's id, its
                 # messages are sent and read on its pipe's; who puts into one puts into both
@@ -1235,10 +1243,32 @@ def lost_pool_tasks(trace, job, t_ns=None):
     return ix.lost_tasks(job, ix.t1 if t_ns is None else int(t_ns))
 
 
+def unstarted_job(trace, job, t_ns):
+    """If Pool job `job` was submitted by `t_ns` and no worker had started it: (its submit
+    event, the ``pool.task`` starts of the tasks running then of jobs the same process
+    submitted -- the busy workers that could have run it); else None."""
+    ix = _index(trace)
+    t = int(t_ns)
+    submit = next((e for e in ix.pool_tasks if e.ts_ns <= t and e.args.get("job") == job and
+                   e.args.get("phase") == "submit"), None)
+    if submit is None or any(e.ts_ns <= t and e.args.get("job") == job and
+                             e.args.get("phase") == "start" for e in ix.pool_tasks):
+        return None
+    mine = {e.args.get("job") for e in ix.pool_tasks
+            if e.pid == submit.pid and e.args.get("phase") == "submit"}
+    return submit, [e for e in ix._running_tasks(t) if e.args.get("job") in mine]
+
+
 def gone_without_putting(trace, qid, t_ns, waiter):
     """Who was given queue `qid` (a Process argument) and ended by `t_ns` without putting into
     it: [("Process-1", "exit 1, after ...")]; `waiter`'s pid is left out."""
     return _index(trace).gone_without_putting(qid, int(t_ns), waiter)
+
+
+def signals_before(trace, on, target, t_ns):
+    """The ``event.set``/``event.clear`` (`on` "event") or ``condition.notify`` events of the
+    Event or Condition `target` recorded by `t_ns`, oldest first."""
+    return [e for e in _index(trace).signals.get((on, target), ()) if e.ts_ns <= t_ns]
 
 
 def how_it_ended(trace, pid):

@@ -138,6 +138,11 @@ KINDS = {
         "ThreadPoolExecutor thread running it)",
         "a thread about to block (none when the wait cannot block: a get with a message to "
         "read, a put with a free place)"),
+    "event.set": Kind("id (as the Event's waits')", "the thread that sets an Event"),
+    "event.clear": Kind("id (as the Event's waits')", "the thread that clears an Event"),
+    "condition.notify": Kind(
+        "id (as the Condition's waits'), all (notify_all), waiting (how many waited then)",
+        "the thread that notifies a Condition (notify_all: once)"),
     "wait.end": Kind("on, id, ok (False: timed out or raised), error",
                      "the same thread, when the wait returns; a get's wait that ends with its "
                      "read: written by the reader, at that queue.get (reader.py, _Waits)"),

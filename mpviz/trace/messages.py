@@ -553,6 +553,13 @@ def _pool_setup_queues(self):
     self._quick_put = _traced_quick_put(self._quick_put)
 
 
+def _thread_pool_setup_queues(self):
+    """A ThreadPool's tasks too (its workers are threads of this process; its queues are
+    queue.SimpleQueue, set up by its own _setup_queues, which does not call Pool's)."""
+    _orig["ThreadPool._setup_queues"](self)
+    self._quick_put = _traced_quick_put(self._quick_put)
+
+
 def install_native():
     """Where the C Writer records, put queue_hooks.c's versions of the per-message hooks in place of
     the Python ones that ``PATCHES`` installed (their originals are kept in ``_orig`` as ever,
@@ -595,6 +602,7 @@ PATCHES = [
     (queues.SimpleQueue, "get", _simple_get, "SimpleQueue.get"),
     (connection._ConnectionBase, "send", _conn_send, "Connection.send"),
     (pool.Pool, "_setup_queues", _pool_setup_queues, "Pool._setup_queues"),
+    (pool.ThreadPool, "_setup_queues", _thread_pool_setup_queues, "ThreadPool._setup_queues"),
 ]
 
 

@@ -17,6 +17,11 @@ To see that in a trace, every wait that can hang records when it starts and when
                           wait.begin {on: "thread", id: <feeder's OS thread id>, name, at_exit}
     (``at_exit: true`` on a join made by multiprocessing's exit function: see _at_exit)
 
+and who ends the waits on an Event or a Condition, one event each (no wait)::
+
+    ev.set(), ev.clear()  event.set / event.clear {id: <as its waits'>}
+    cond.notify[_all]()   condition.notify {id, all, waiting: how many waited then}
+
 ``id`` names what is waited on, in the words the rest of the trace uses (a pid, a queue id as
 in ``queue.put``, a lock id as in ``lock.wait``), so that a wait-for graph can follow the arrow
 from a waiter to whoever must act. A ``wait.begin`` with no end is a thread still waiting when
@@ -236,6 +241,54 @@ def _barrier_wait(self, timeout=None):
         return _inner("Barrier.wait")(self, timeout)
     return _recorded(_inner("Barrier.wait"), "barrier", _lock_id(self, self._cond._lock),
                      {"parties": self._parties, "timeout": timeout}, (self, timeout), {})
+
+
+# --- who wakes them: Event.set and clear, Condition.notify -------------------------------------
+# A wait on an Event or a Condition ends only when another thread sets or notifies it, so those
+# calls are recorded too (rare: one event each), under the id their waits carry. Then a verdict
+# can say who must act: "nobody has set Event 1 yet", or "its last notify came before this wait
+# began: it woke nobody" (the lost wake-up). Event.set notifies the Event's own Condition: that
+# inner notify is not recorded (_signalling).
+
+class _Signalling(threading.local):
+    on = False                         # inside a recorded set/clear: its inner calls are not
+
+
+_signalling = _Signalling()
+
+
+def _event_set(self):
+    if recorder.writer is not None and not _signalling.on:
+        recorder.emit("event.set", id=_lock_id(self, self._flag))
+    return _quietly(_inner("Event.set"), self)
+
+
+def _event_clear(self):
+    if recorder.writer is not None and not _signalling.on:
+        recorder.emit("event.clear", id=_lock_id(self, self._flag))
+    return _quietly(_inner("Event.clear"), self)
+
+
+def _quietly(call, self):
+    """`call(self)` with the notify inside it not recorded (an Event's own Condition)."""
+    _signalling.on = True
+    try:
+        return call(self)
+    finally:
+        _signalling.on = False
+
+
+def _condition_notify(self, n=1):
+    """(notify_all calls notify with n=sys.maxsize: one event either way)"""
+    if recorder.writer is not None and not _signalling.on:
+        try:                                   # how many wait now (less those that timed out
+            waiting = (self._sleeping_count._semlock._get_value() -     # since the last
+                       self._woken_count._semlock._get_value())         # notify: "woken")
+        except (AttributeError, NotImplementedError, OSError):
+            waiting = None
+        recorder.emit("condition.notify", id=_lock_id(self, self._lock),
+                      all=n >= sys.maxsize, waiting=waiting)
+    return _inner("Condition.notify")(self, n)
 
 
 # --- Pool results and futures ------------------------------------------------------------------
@@ -533,6 +586,9 @@ _stdlib = {
     "Event.wait": synchronize.Event.wait,
     "Condition.wait": synchronize.Condition.wait,
     "Barrier.wait": synchronize.Barrier.wait,
+    "Event.set": synchronize.Event.set,
+    "Event.clear": synchronize.Event.clear,
+    "Condition.notify": synchronize.Condition.notify,
     "ApplyResult.get": pool.ApplyResult.get,
     "ApplyResult.wait": pool.ApplyResult.wait,
     "Future.result": _base.Future.result,
@@ -551,6 +607,9 @@ PATCHES = [
     (synchronize.Event, "wait", _event_wait, "Event.wait"),
     (synchronize.Condition, "wait", _condition_wait, "Condition.wait"),
     (synchronize.Barrier, "wait", _barrier_wait, "Barrier.wait"),
+    (synchronize.Event, "set", _event_set, "Event.set"),
+    (synchronize.Event, "clear", _event_clear, "Event.clear"),
+    (synchronize.Condition, "notify", _condition_notify, "Condition.notify"),
     (pool.ApplyResult, "get", _result_wait("ApplyResult.get"), "ApplyResult.get"),
     (pool.ApplyResult, "wait", _result_wait("ApplyResult.wait"), "ApplyResult.wait"),
     (_base.Future, "result", _future_result, "Future.result"),

@@ -723,6 +723,10 @@ def _who_must_act(state, blocked, trace=None):
         lost = st.lost_pool_tasks(trace, blocked.target, state.t_ns)
         if lost:
             return "; ".join(task.words() for task in lost) + _lost_why(lost)
+        if not blocked.waits_for:
+            queued = st.unstarted_job(trace, blocked.target, state.t_ns)
+            if queued is not None:
+                return _queued_job_words(state, blocked, *queued)
     if blocked.waits_for:
         who = " or ".join(_thread_words(state, pid, tid) for pid, tid in blocked.waits_for)
         alive = {(p.pid, tid) for p in state.processes for tid, _ in p.threads}
@@ -744,6 +748,8 @@ def _who_must_act(state, blocked, trace=None):
             _gone_without_putting(gone, name)
     if blocked.on == "barrier" and trace is not None:
         return _barrier_short(state, blocked, trace)
+    if blocked.on in ("event", "condition") and trace is not None:
+        return _signal_short(state, blocked, trace)
     return "who must act is not recorded"
 
 
@@ -763,6 +769,65 @@ def _its_own_wait(state, blocked):
         if (b.pid, b.tid) == (pid, tid):
             return f" (it waits: {b.what})"
     return ""
+
+
+NESTED_WAIT_FIX = ("a task that waits for a result of its own Pool holds a worker while it "
+                   "waits; once every worker waits so, nobody is left to run the job. Fix: do "
+                   "not wait for a Pool's results inside its tasks (return what the next step "
+                   "needs and submit that step from the main program), or run the inner work in "
+                   "a Pool of its own")
+
+
+def _queued_job_words(state, blocked, submit, busy):
+    """Job submitted, not started: which workers are busy, and whether the waiter is one."""
+    job = blocked.target
+    head = (f"no worker has started job {job}, submitted "
+            f"{(state.t_ns - submit.ts_ns) / 1e9:.1f} s before")
+    if not busy:
+        return head + " (no worker of that Pool is running a task: is its Pool still running?)"
+    runs = join_and([f"{_thread_words(state, e.pid, e.tid)} runs job {e.args.get('job')}"
+                     for e in busy])
+    text = f"{head}: the Pool's workers the trace saw are all busy ({runs})"
+    if any((e.pid, e.tid) == (blocked.pid, blocked.tid) for e in busy):
+        text += f", and this waiter is one of them: " + NESTED_WAIT_FIX
+    return text
+
+
+LOST_WAKEUP = ("a notify wakes only the threads already waiting. Fix: change what the waiter "
+               "checks (under the Condition's lock) before notify(), and wait in a loop on it: "
+               "`while not ready.value: cond.wait()`, or cond.wait_for(...)")
+
+
+def _signal_short(state, blocked, trace):
+    """Who must set an Event or notify a Condition, from their recorded set/clear/notify:
+    nobody has yet; or one did, before this wait began, and woke nobody (the lost wake-up)."""
+    name = blocked.what[:-len(".wait()")] if blocked.what.endswith(".wait()") else blocked.what
+    signals = st.signals_before(trace, blocked.on, blocked.target, state.t_ns)
+    if blocked.on == "event":
+        sets = [e for e in signals if e.kind == "event.set"]
+        if not sets:
+            return f"someone must set {name}, and nobody has set it yet"
+        last = signals[-1]
+        if last.kind == "event.clear":
+            return (f"someone must set {name} again: {_thread_words(state, last.pid, last.tid)} "
+                    f"cleared it after its last set()")
+        return "who must act is not recorded"
+    if not signals:
+        return f"someone must notify {name}, and nobody has notified it yet"
+    last = signals[-1]
+    how = "notify_all()" if last.args.get("all") else "notify()"
+    who = _thread_words(state, last.pid, last.tid)
+    if last.ts_ns < blocked.since_ns:
+        return (f"someone must notify {name} again; its last {how}, by {who}, came "
+                f"{(blocked.since_ns - last.ts_ns) / 1e9:.1f} s before this wait began and "
+                f"woke {_waiting_words(last.args.get('waiting'))}: " + LOST_WAKEUP)
+    return f"someone must notify {name} again (its last {how} was by {who})"
+
+
+def _waiting_words(waiting):
+    if waiting is None:
+        return "only the threads waiting then"
+    return "nobody" if waiting == 0 else f"only the {waiting} thread(s) waiting then"
 
 
 def _barrier_short(state, blocked, trace):
