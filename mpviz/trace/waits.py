@@ -462,12 +462,11 @@ def _proxy_call(self, methodname, args=(), kwds={}):
     told = getattr(_used, "pairs", None)
     if told is None:
         told = _used.pairs = set()
-    if (token.id, methodname) not in told:
-        told.add((token.id, methodname))
+    if (token.address, token.id, methodname) not in told:      # (ids: per Manager)
+        told.add((token.address, token.id, methodname))
         w.emit("manager.use", {"id": token.id, "typeid": token.typeid, "method": methodname,
                                "manager": str(token.address)})
-    if methodname not in _PROXY_WAITS or _in_wait.on is not None or \
-            methodname in (getattr(self, "_method_to_typeid_", None) or ()):
+    if methodname not in _PROXY_WAITS or _in_wait.on is not None:
         return _inner("BaseProxy._callmethod")(self, methodname, args, kwds)
     return _proxy_wait(self, token, methodname, args, kwds)
 
@@ -495,7 +494,21 @@ def _proxy_wait(self, token, methodname, args, kwds):
         kind, result = _recorded_rest(conn.recv, "proxy", token.id)
     if kind == "#RETURN":
         return result
+    if kind == "#PROXY":                              # (a method registered to return one)
+        return _new_proxy(self, *result)
     raise managers.convert_to_error(kind, result)
+
+
+def _new_proxy(self, exposed, token):
+    """A call whose result is another of the Manager's objects: its proxy, made as
+    ``_callmethod`` makes it (and the server's extra reference to it dropped)."""
+    proxytype = self._manager._registry[token.typeid][-1]
+    token.address = self._token.address
+    proxy = proxytype(token, self._serializer, manager=self._manager, authkey=self._authkey,
+                      exposed=exposed)
+    conn = self._Client(token.address, authkey=self._authkey)
+    managers.dispatch(conn, None, "decref", (token.id,))
+    return proxy
 
 
 def _recorded_rest(call, on, target):
@@ -510,9 +523,9 @@ def _recorded_rest(call, on, target):
         recorder.emit("wait.end", on=on, id=target, ok=False, error=type(exc).__name__)
         raise
     _in_wait.on = None
-    ok = kind == "#RETURN" and result is not False
+    ok = kind in ("#RETURN", "#PROXY") and result is not False
     recorder.emit("wait.end", on=on, id=target, ok=ok, **(
-        {} if kind == "#RETURN" else
+        {} if ok or kind == "#RETURN" else
         {"error": type(result).__name__ if kind == "#ERROR" else kind}))
     return kind, result
 
