@@ -112,7 +112,11 @@ def test_a_task_that_reads_a_managers_queue_nobody_fills_is_one_chain(runs):
 
 @pytest.mark.timeout(150)
 def test_a_thread_pools_future_names_the_thread_that_runs_its_task(runs):
-    waits = _waits(hung(result(runs, "thread_pool_gate_held.py")))
+    err = hung(result(runs, "thread_pool_gate_held.py"))
+    waits = _waits(err)
     assert "  thread_pool_gate_held.py's main thread waits: the result of fetch('a.csv') -- " \
            "thread_pool_gate_held.py's ThreadPoolExecutor-0_0 runs it and must finish it" \
            in waits, waits
+    # one process, no fork: "Fix: start the children with 'spawn' ..." was said, and was false
+    assert "its threads wait for each other" in err, err
+    assert "spawn" not in err and "fork" not in err, err

@@ -382,8 +382,9 @@ def _native_call(calls):
 
 def _why(watchdog, stacks, names):
     """Why the processes that can never move cannot: a fork while threads ran, a fork after
-    native threads, the native call their line made; then the fix (once)."""
-    trace, reasons, native_seen = watchdog.trace, {}, False
+    native threads, the native call their line made; then the fix (once, and only where a
+    process was forked: a program's own threads that wait for each other are no fork's fault)."""
+    trace, reasons, native_seen, forked = watchdog.trace, {}, False, False
     for pid in watchdog.stuck_pids:
         start = next((e for e in trace.of_kind("process.start")
                       if e.pid == pid and e.args.get("how") == "fork"), None)
@@ -392,7 +393,7 @@ def _why(watchdog, stacks, names):
                 "{who}: its threads wait for each other (a lock taken twice, or a join of a "
                 "thread that waits for the joiner); the stacks say where.", []).append(pid)
             continue
-        ppid = start.args.get("ppid")
+        forked, ppid = True, start.args.get("ppid")
         parent = f"{names.get(ppid, '?')} (pid {ppid})"
         running = _python_threads_at(trace, ppid, start.ts_ns, pid)
         if running:
@@ -432,7 +433,7 @@ def _why(watchdog, stacks, names):
     for text, pids in reasons.items():
         who = join_and([names.get(p, str(p)) for p in pids])
         lines.append("  " + text.format(who=who, was="were" if len(pids) > 1 else "was"))
-    if lines:
+    if lines and forked:
         lines.append(f"  Fix: {FORK_FIX}" + (f"; {NATIVE_FIX}." if native_seen else "."))
     return lines
 
