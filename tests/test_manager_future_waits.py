@@ -25,6 +25,8 @@ import re
 
 import pytest
 
+import mpviz.trace as mt
+from mpviz.trace import analysis as st
 from test_hang_classes import hung, result, together
 
 PROGRAMS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "hang_programs")
@@ -99,7 +101,8 @@ def test_a_futures_result_names_the_task_and_the_worker_that_runs_it_and_its_wai
 
 @pytest.mark.timeout(150)
 def test_a_task_that_reads_a_managers_queue_nobody_fills_is_one_chain(runs):
-    waits = _waits(hung(result(runs, "executor_reads_manager_queue.py")))
+    err = hung(result(runs, "executor_reads_manager_queue.py"))
+    waits = _waits(err)
     assert re.search(r"  (ForkProcess-\d)'s main thread waits: get\(\) on the Manager's Queue 1 "
                      r"\(kept in SyncManager-1, pid \d+\): nothing in it -- someone must call "
                      r"its put\(\), and no thread the trace recorded has called it yet",
@@ -120,3 +123,21 @@ def test_a_thread_pools_future_names_the_thread_that_runs_its_task(runs):
     # one process, no fork: "Fix: start the children with 'spawn' ..." was said, and was false
     assert "its threads wait for each other" in err, err
     assert "spawn" not in err and "fork" not in err, err
+
+
+@pytest.mark.timeout(150)
+def test_a_managers_server_is_never_who_must_put_into_a_queue_of_the_program(runs):
+    # A forked executor worker increfs its inherited proxies as it starts: one connection to
+    # the Manager, the only pipe it has read when it waits for work -- taken before for its
+    # call queue's pipe, so the wait-for graph drew the Manager's threads as "must put" into
+    # the executor's call queue, and the server as STUCK FOR GOOD.
+    err = hung(result(runs, "executor_reads_manager_queue.py"))
+    trace = mt.load(re.search(r"recording into (\S+) \(", err).group(1))
+    state = st.state_at(trace, st.stuck_moment(trace))
+    servers = st.manager_servers(trace)
+    assert servers, err
+    idle = [b for b in state.blocked if b.on == "queue.get"]
+    assert idle, state.blocked
+    for b in state.blocked:
+        assert not any(pid in servers for pid, _ in b.waits_for), (b, servers)
+    assert not any(d.pid in servers for d in state.deadlocks), state.deadlocks

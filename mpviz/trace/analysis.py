@@ -475,10 +475,12 @@ class _Index:
             elif k == "event.set" or k == "event.clear" or k == "condition.notify":
                 on = "condition" if k == "condition.notify" else "event"
                 self.signals.setdefault((on, e.args.get("id")), []).append(e)
-            elif k == "pipe.recv" and not names.is_arguments(e.args.get("pipe")):
+            elif k == "pipe.recv" and not names.is_arguments(e.args.get("pipe")) and \
+                    not self._managers_pipe(e.pid, e.args.get("pipe")):
                 # a SimpleQueue (a Pool's task queue): its get waits on the queue's id, its
                 # messages are sent and read on its pipe's; who puts into one puts into both
-                # (not a child's arguments, read in its _bootstrap: no get reads them)
+                # (not a child's arguments, read in its _bootstrap: no get reads them; nor a
+                # Manager's connection, which a forked child uses as it starts: _managers_pipe)
                 recv_pipes.setdefault(who, set()).add(e.args.get("pipe"))
                 if open_blocks.get(who) and open_blocks[who][-1].args.get("on") == "queue.get":
                     self.pipe_of.setdefault(open_blocks[who][-1].args.get("id"),
@@ -564,6 +566,17 @@ class _Index:
                 typeid = a.get("typeid") or "object"
                 n = sum(name.rsplit(" ", 1)[0] == typeid for name in self.proxy_names.values())
                 self.proxy_names[key] = f"{typeid} {n + 1}"
+
+    def _managers_pipe(self, pid, pipe):
+        """Is `pipe` (read by `pid`) a connection to or from a Manager's server process? Its
+        messages are calls and replies, never a queue's: a forked child that has read only one
+        (its proxies' incref as it starts) must not be taken for the reader of a queue there."""
+        if not self.managers:
+            return False
+        if pid in self.managers:
+            return True
+        sender = str(pipe).split("-")                  # "pipe-<sender pid>-<fd>"
+        return len(sender) == 3 and sender[1].isdigit() and int(sender[1]) in self.managers
 
     def proxy_words(self, args):
         """"the Manager's Queue 1 (kept in SyncManager-1, pid 7)": a Manager's object by the
