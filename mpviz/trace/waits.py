@@ -29,6 +29,7 @@ the trace ended: in a hang, that is the picture. Two events per wait (a get's en
 ``queue.get``: get_wait); waits inside waits are recorded once (:func:`_outermost`). A user's
 ``Lock``/``Semaphore`` records its waits in locks.py; a Manager's proxy (on "proxy"): _proxy_call.
 """
+import functools
 import os
 import sys
 import threading
@@ -378,7 +379,13 @@ _PLAIN = (int, float, bool, type(None))
 
 def _call_words(fn, args, kwargs):
     """"task(3)", "load('a.csv', ...)": a call as a reader writes it -- its plain arguments
-    (numbers, short strings) shown, any other as "..." (the repr of an array can be megabytes)."""
+    (numbers, short strings) shown, any other as "..." (the repr of an array can be megabytes);
+    a chunk of ``ex.map(square, ...)``: "a chunk of map(square, ...)"."""
+    if isinstance(fn, functools.partial):
+        if fn.func is futures_process._process_chunk and fn.args:
+            return f"a chunk of map({_func_name(fn.args[0])}, ...)"
+        args, kwargs, fn = fn.args + tuple(args), {**fn.keywords, **kwargs}, fn.func
+
     def word(value):
         if isinstance(value, _PLAIN) or (isinstance(value, str) and len(value) <= 40):
             return repr(value)
@@ -387,7 +394,14 @@ def _call_words(fn, args, kwargs):
                                             list(kwargs.items())[:4 - min(len(args), 4)]]
     if len(args) + len(kwargs) > 4:
         shown.append("...")
-    return f"{getattr(fn, '__name__', None) or type(fn).__name__}({', '.join(shown)})"
+    return f"{_func_name(fn)}({', '.join(shown)})"
+
+
+def _func_name(fn):
+    """A function's name; a partial's function's; an object's type's."""
+    while isinstance(fn, functools.partial):
+        fn = fn.func
+    return getattr(fn, "__name__", None) or type(fn).__name__
 
 
 def _submit(self, fn, /, *args, **kwargs):
@@ -417,7 +431,7 @@ def _executor_worker(call_queue, *args, **kwargs):
         item = take(*a, **k)
         if item is not None and recorder.writer is not None:
             recorder.emit("executor.task", phase="start", job=f"{qid}/{item.work_id}",
-                          func=getattr(item.fn, "__name__", None))
+                          func=_func_name(item.fn))
         return item
     call_queue.get = get
     _executor_queue[0] = qid
