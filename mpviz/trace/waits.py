@@ -17,17 +17,12 @@ To see that in a trace, every wait that can hang records when it starts and when
                           wait.begin {on: "thread", id: <feeder's OS thread id>, name, at_exit}
     (``at_exit: true`` on a join made by multiprocessing's exit function: see _at_exit)
 
-and who ends the waits on an Event or a Condition, one event each (no wait)::
-
-    ev.set(), ev.clear()  event.set / event.clear {id: <as its waits'>}
-    cond.notify[_all]()   condition.notify {id, all, waiting: how many waited then}
-
 ``id`` names what is waited on, in the words the rest of the trace uses (a pid, a queue id as
 in ``queue.put``, a lock id as in ``lock.wait``), so that a wait-for graph can follow the arrow
 from a waiter to whoever must act. A ``wait.begin`` with no end is a thread still waiting when
 the trace ended: in a hang, that is the picture. Two events per wait (a get's ends at its read's
 ``queue.get``: get_wait); waits inside waits are recorded once (:func:`_outermost`). A user's
-``Lock``/``Semaphore`` records its waits in locks.py; a Manager's proxy (on "proxy"): _proxy_call.
+``Lock`` records its waits in locks.py; a Manager's proxy: _proxy_call; ev.set(): _event_set.
 """
 import functools
 import os
@@ -249,7 +244,10 @@ def _barrier_wait(self, timeout=None):
 # calls are recorded too (rare: one event each), under the id their waits carry. Then a verdict
 # can say who must act: "nobody has set Event 1 yet", or "its last notify came before this wait
 # began: it woke nobody" (the lost wake-up). Event.set notifies the Event's own Condition: that
-# inner notify is not recorded (_signalling).
+# inner notify is not recorded (_signalling). One event each, no wait:
+#
+#     ev.set(), ev.clear()  event.set / event.clear {id: <as its waits'>}
+#     cond.notify[_all]()   condition.notify {id, all, waiting: how many waited then}
 
 class _Signalling(threading.local):
     on = False                         # inside a recorded set/clear: its inner calls are not
