@@ -48,8 +48,23 @@ PIPE_BYTES = 64 * 1024         # what a Linux pipe holds before a write waits fo
 # What the one who must act has to do, per kind of wait (the wait-for graph's arrow, a verdict).
 MUST = {"process": "must exit", "thread": "must finish", "pipe.write": "must read",
         "queue.join": "must call task_done()", "pool.result": "must finish its task",
-        "queue.get": "must put", "queue.put": "must get",
+        "queue.get": "must put", "queue.put": "must get", "future": "runs it and must finish it",
         "pipe.recv": "must send", "pipe.send": "must recv"}
+# A wait through a Manager's proxy, by (its object's type, the method): the methods whose call
+# by another thread ends it, what that thread must do, and what the wait is, in words.
+_QUEUES = ("Queue", "JoinableQueue")
+_PROXY_MUST = {
+    **{(q, "get"): (("put", "put_nowait"), "must put", "nothing in it") for q in _QUEUES},
+    **{(q, "put"): (("get", "get_nowait"), "must get", "it is full") for q in _QUEUES},
+    ("JoinableQueue", "join"): (("get", "get_nowait"), "must call task_done()",
+                                "until every item is task_done()"),
+    ("Event", "wait"): (("set",), "must call set()", "it is not set"),
+    ("Condition", "wait"): (("notify", "notify_all"), "must call notify()", ""),
+    ("Condition", "wait_for"): (("notify", "notify_all"), "must call notify()", ""),
+    **{(lk, "acquire"): (("acquire",), "called its acquire() before: the one that holds it "
+                                       "must release it", "it is taken")
+       for lk in ("Lock", "RLock", "Semaphore", "BoundedSemaphore", "Condition")},
+}
 
 
 # --- naming ------------------------------------------------------------------------------------
@@ -166,11 +181,18 @@ class Blocked:
                      threads that have received from this end so far; the children given the
                      other end; else the thread that made the Pipe)
         pool.result  the Pool workers running that job's tasks at the instant
+        future       the worker (a ProcessPoolExecutor's process, recorded executor.task) or
+                     the thread (a ThreadPoolExecutor's) running that task at the instant
+        proxy        a Manager's object, through a proxy: the threads that called the method
+                     that ends the wait before (a Queue's get: those that put into it ...; see
+                     _PROXY_MUST); the server thread that runs the call is the Manager's own
         event        nobody has set it yet, or who cleared it after its last set (event.set,
                      event.clear: waits.py); whoever will set it again is not recorded
         condition    nobody has notified it yet, or its last notify came before this wait
                      began (the lost wake-up); whoever will notify it is not recorded
-        barrier, future: whoever will arrive / finish is not recorded
+        barrier: whoever will arrive is not recorded
+    `must`: what they must do, where it is not MUST's for `on`; `nobody`: what the line says
+    when nobody is known to act (a task no worker has taken yet).
     """
     pid: int
     tid: int
@@ -179,6 +201,8 @@ class Blocked:
     since_ns: int
     what: str                          # in words: "join producer (pid 12)"
     waits_for: tuple                   # (pid, tid) of the threads that must act, if known
+    must: str = ""                     # "must put", where MUST[on] does not say it (proxy ...)
+    nobody: str = ""                   # the words for no one known to act, where known better
 
 
 @dataclass(frozen=True)
@@ -344,6 +368,10 @@ class _Index:
         self.getters = {}              # queue id -> [(pid, tid, ts) of its first get per thread]
         self.putters = {}              # queue id -> [(pid, tid, ts) of its first put per thread]
         self.pipe_of = {}              # a SimpleQueue's id -> its pipe's (its sends are there)
+        self.managers = {}             # pid -> the address a Manager's server process serves
+        self.proxy_users = {}          # (manager address, token id) -> [(pid, tid, ts, method)]
+        self.proxy_names = {}          # (manager address, token id) -> "Queue 1" (per type)
+        self.executor_workers = {}     # pid -> its ProcessPoolExecutor's call queue id
         self.given = {}                # queue id -> pids of the children given it as an argument
                                        # (a Pipe end's id too)
         self.pipes = {}                # a Pipe end's id -> (both ends' ids): pipe.open
@@ -358,7 +386,8 @@ class _Index:
         self.busy, self.first_seen, self.by_kind, self.ticks = {}, {}, {}, {}
         self.handles = {}              # message id -> how many handles its sender pickled in it
         self.writes = {}               # message id -> (its queue.feed,) when a feeder wrote it
-        special = {"copy", "cuda.warning", "pool.task", "mark", "queue.put_failed",
+        special = {"copy", "cuda.warning", "pool.task", "executor.task", "mark",
+                   "queue.put_failed",
                    "queue.get_failed", "dist.rendezvous"}
         self.lock_names = {}           # lock id -> the variable name a waiter used for it
         self.dataloader_workers = {}   # pid -> worker_id, from real torch's DataLoader
@@ -464,13 +493,15 @@ class _Index:
             elif k == "event.set" or k == "event.clear" or k == "condition.notify":
                 on = "condition" if k == "condition.notify" else "event"
                 self.signals.setdefault((on, e.args.get("id")), []).append(e)
-            elif k == "pipe.recv" and not names.is_arguments(e.args.get("pipe")):
+            elif k == "pipe.recv" and not names.is_arguments(e.args.get("pipe")) and \
+                    not self._managers_pipe(e.pid, e.args.get("pipe")):
                 seen = self.getters.setdefault(e.args.get("pipe"), [])   # who read what it sent
                 if all(g[:2] != who for g in seen):
                     seen.append((e.pid, e.tid, e.ts_ns))
                 # a SimpleQueue (a Pool's task queue): its get waits on the queue's id, its
                 # messages are sent and read on its pipe's; who puts into one puts into both
-                # (not a child's arguments, read in its _bootstrap: no get reads them)
+                # (not a child's arguments, read in its _bootstrap: no get reads them; nor a
+                # Manager's connection, which a forked child uses as it starts: _managers_pipe)
                 recv_pipes.setdefault(who, set()).add(e.args.get("pipe"))
                 if open_blocks.get(who) and open_blocks[who][-1].args.get("on") == "queue.get":
                     self.pipe_of.setdefault(open_blocks[who][-1].args.get("id"),
@@ -484,6 +515,8 @@ class _Index:
                     self.tasks.append(task)
                     if e.args.get("ok") is False:
                         self.failed_tasks.append(task)
+            elif k in ("manager.serve", "manager.use", "executor.worker"):
+                self._manager_or_executor(e)
             elif k == "process.start" and e.args.get("how") == "exec":
                 script = _script(e.args.get("argv"))
                 if script:
@@ -538,6 +571,44 @@ class _Index:
             self.torch_segments.add(e.args.get("name"))
         elif e.kind in ("torch.unsupported", "torch.hook_failed"):
             self.torch_unseen.append((e.pid, e.args.get("reason")))
+
+    def _manager_or_executor(self, e):
+        """What a Manager's and an executor's events add: the Manager's server processes, who
+        used which of its objects (numbered per type: "Queue 1"), the executors' workers."""
+        a = e.args
+        if e.kind == "manager.serve":
+            self.managers[e.pid] = a.get("manager")
+        elif e.kind == "executor.worker":
+            self.executor_workers[e.pid] = a.get("call_queue")
+        else:
+            key = (a.get("manager"), a.get("id"))
+            self.proxy_users.setdefault(key, []).append((e.pid, e.tid, e.ts_ns, a.get("method")))
+            if key not in self.proxy_names:
+                typeid = a.get("typeid") or "object"
+                n = sum(name.rsplit(" ", 1)[0] == typeid for name in self.proxy_names.values())
+                self.proxy_names[key] = f"{typeid} {n + 1}"
+
+    def _managers_pipe(self, pid, pipe):
+        """Is `pipe` (read by `pid`) a connection to or from a Manager's server process? Its
+        messages are calls and replies, never a queue's: a forked child that has read only one
+        (its proxies' incref as it starts) must not be taken for the reader of a queue there."""
+        if not self.managers:
+            return False
+        if pid in self.managers:
+            return True
+        sender = str(pipe).split("-")                  # "pipe-<sender pid>-<fd>"
+        return len(sender) == 3 and sender[1].isdigit() and int(sender[1]) in self.managers
+
+    def proxy_words(self, args):
+        """"the Manager's Queue 1 (kept in SyncManager-1, pid 7)": a Manager's object by the
+        proxy wait's `args`, and the server process that keeps it."""
+        name = self.proxy_names.get((args.get("manager"), args.get("id")),
+                                    args.get("typeid") or "object")
+        server = next((pid for pid, address in self.managers.items()
+                       if address == args.get("manager")), None)
+        kept = f" (kept in {self.labels.get(server, server)}, pid {server})" \
+            if server is not None else ""
+        return f"the Manager's {name}{kept}"
 
     def lock_name(self, lid):
         """"lock 'forks'", "Queue 1's lock", "Lock 2" (mpviz/trace/names.py)."""
@@ -696,8 +767,10 @@ class _Index:
             if begin.ts_ns <= t and (until is None or t < until) and \
                     self.thread_alive(pid, tid, t):
                 on, target = begin.args.get("on"), begin.args.get("id")
+                must, nobody = self.must_words(begin, t)
                 out.append(Blocked(pid, tid, on, target, begin.ts_ns,
-                                   self.wait_words(begin), tuple(self.must_act(begin, t))))
+                                   self.wait_words(begin), tuple(self.must_act(begin, t)),
+                                   must, nobody))
         return out
 
     def queue_name(self, qid):
@@ -740,7 +813,12 @@ class _Index:
         if on == "pool.result":
             return f"the result of Pool job {target}"
         if on == "future":
+            if a.get("task"):
+                return f"the result of {a['task']}"
             return "a future's result" if str(target).startswith("future-") else f"{target}"
+        if on == "proxy":
+            what = _PROXY_MUST.get((a.get("typeid"), a.get("method")), ((), "", ""))[2]
+            return f"{a.get('method')}() on {self.proxy_words(a)}" + (f": {what}" if what else "")
         if (on, target) in self.waitable_names:          # "Event 1", never its internal id
             return f"{self.waitable_names[on, target]}.wait()"
         return f"{on} {target}.wait()" if on else "a wait"
@@ -766,6 +844,15 @@ class _Index:
 
         if on in ("pipe.recv", "pipe.send"):
             return self.other_end_acts(begin, t)
+        if on == "future":
+            return self._runners(begin, t)
+        if on == "proxy":
+            methods = _PROXY_MUST.get((begin.args.get("typeid"), begin.args.get("method")),
+                                      ((),))[0]
+            users = self.proxy_users.get((begin.args.get("manager"), target), ())
+            return list(dict.fromkeys((p, d) for p, d, first, method in users
+                                      if method in methods and first <= t and
+                                      (p, d) != (begin.pid, begin.tid)))
         if on == "pool.result":
             return [(pid, tid) for pid, tid, a, b in self.tasks_of(target)
                     if a <= t and (b is None or t < b) and self.thread_alive(pid, tid, t)] + \
@@ -862,6 +949,56 @@ class _Index:
         reason = "a cycle: " + "; ".join(steps) + ". Each waits for the next: none can go on"
         ring = _ring(waits)
         return [Deadlock(k[0], k[1], reason, ring) for k in waits]
+    def _runners(self, begin, t):
+        """Who runs the task a future's wait waits for, at `t`: the ThreadPoolExecutor's
+        thread that ran it when the wait began (a task runs in one thread to its end), or the
+        ProcessPoolExecutor worker that took its work item and has not sent its result."""
+        runner = begin.args.get("runner")
+        if runner is not None:
+            return [(begin.pid, runner)] if self.thread_alive(begin.pid, runner, t) else []
+        job = begin.args.get("job")
+        return [(pid, tid) for pid, tid, start, done in self._executor_tasks(job)
+                if start <= t and (done is None or t < done) and self.thread_alive(pid, tid, t)]
+
+    def _executor_tasks(self, job):
+        """(pid, tid, start, done or None) of the executor work item `job`."""
+        if job is None:
+            return []
+        out = []
+        for e in self.by_kind.get("executor.task", ()):
+            if e.args.get("job") != job:
+                continue
+            if e.args.get("phase") == "start":
+                out.append((e.pid, e.tid, e.ts_ns, None))
+            elif out and out[-1][0] == e.pid and out[-1][3] is None:
+                out[-1] = out[-1][:3] + (e.ts_ns,)
+        return out
+
+    def must_words(self, begin, t):
+        """(what the threads must_act names must do, where MUST does not say it; what to say
+        when it names nobody, where more is known than "not recorded")."""
+        a = begin.args
+        if a.get("on") == "proxy":
+            must = _PROXY_MUST.get((a.get("typeid"), a.get("method")))
+            if must is None:
+                return "", ""
+            return must[1], (f"someone must call its {must[0][0]}(), and no thread the trace "
+                             f"recorded has called it yet")
+        if a.get("on") == "future" and a.get("job") is not None:
+            tasks = [task for task in self._executor_tasks(a["job"]) if task[2] <= t]
+            queue = str(a["job"]).rsplit("/", 1)[0]
+            if not tasks and queue in self.executor_workers.values():  # (its workers record)
+                return "", ("no worker has taken it yet: it waits in the executor's queue for "
+                            "a free worker")
+            if not tasks:
+                return "", ""
+            if all(done is not None and done <= t for _, _, _, done in tasks):
+                return "", ("its worker has sent its result back: the executor's own thread "
+                            "must deliver it")
+            pid = tasks[-1][0]
+            return "", (f"{self.labels.get(pid, pid)} took it and ended before it sent its "
+                        f"result back ({self.how_it_ended(pid)})")
+        return "", ""
 
     def gone_without_putting(self, qid, t, waiter):
         """The children given queue `qid` as an argument that ended by `t` without putting
@@ -925,13 +1062,22 @@ class _Index:
         own running, and its only open waits are a get() (the Pool's task queue) -- idle, not
         stuck: it goes on as soon as the program gives the Pool work."""
         p = self.procs.get(pid)
-        if p is None or "PoolWorker" not in (p.name or ""):
+        if p is None or ("PoolWorker" not in (p.name or "") and
+                         pid not in self.executor_workers):
             return False
         if any(e.pid == pid and e.ts_ns <= t for e in self._running_tasks(t)):
+            return False
+        if any(p_ == pid and start <= t and (done is None or t < done)
+               for p_, _, start, done in self._executor_tasks_all()):
             return False
         waits = [b for b_pid, _, b, until in self.blocked if b_pid == pid and b.ts_ns <= t
                  and (until is None or t < until)]
         return bool(waits) and all(b.args.get("on") == "queue.get" for b in waits)
+
+    def _executor_tasks_all(self):
+        """(pid, tid, start, done or None) of every executor work item taken."""
+        jobs = dict.fromkeys(e.args.get("job") for e in self.by_kind.get("executor.task", ()))
+        return [task for job in jobs for task in self._executor_tasks(job)]
 
     def _running_tasks(self, t):
         """The ``pool.task`` start events of tasks still running at `t` (no done by then)."""
@@ -1295,6 +1441,17 @@ def every_lost_pool_task(trace, t_ns=None):
     jobs = dict.fromkeys(e.args.get("job") for e in ix.pool_tasks if e.ts_ns <= t)
     return [task for job in jobs for task in ix.lost_tasks(job, t)
             if ix.pool_runs(ix.procs[task.pid].ppid, t)]
+
+
+def manager_servers(trace):
+    """``{pid: address}`` of the Manager server processes of the trace (``manager.serve``):
+    the Manager's own machinery, which serves the program's calls and ends none of its waits."""
+    return dict(_index(trace).managers)
+
+
+def executor_workers(trace):
+    """The pids of the ProcessPoolExecutors' worker processes (``executor.worker``)."""
+    return set(_index(trace).executor_workers)
 
 
 def idle_pool_workers(trace, t_ns=None):

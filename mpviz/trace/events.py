@@ -77,6 +77,18 @@ KINDS = {
     "pipe.open": Kind("ends (the ids of its two ends: 'conn-<inode>', r/w for a one-way "
                       "Pipe), duplex", "the thread that made one of the program's own Pipes "
                       "(waits.py)"),
+    "executor.worker": Kind("call_queue (the id of the executor's call queue)",
+                            "a ProcessPoolExecutor's worker process, as it starts (waits.py)"),
+    "executor.task": Kind(
+        "phase (start/done), job (the call queue's id / the work id), func",
+        "a ProcessPoolExecutor's worker: start as it takes a work item, done as it sends its "
+        "result back (waits.py)"),
+    "manager.serve": Kind("manager (the address it listens on)",
+                          "a Manager's server process, as it starts serving (waits.py)"),
+    "manager.use": Kind(
+        "id (the object's token id), typeid ('Queue'), method, manager (its address)",
+        "a thread calling a Manager's object through a proxy: its first call of each method "
+        "(waits.py)"),
     "pool.task": Kind(
         "phase (submit/start/done), job, index, chunk, func, ok (done only)",
         "submit: the Pool's task thread; start/done: the worker"),
@@ -124,10 +136,14 @@ KINDS = {
     "lock.release": Kind("lock, type", "the owner"),
     "wait.begin": Kind(
         "on (process, queue.get, queue.put, queue.join, event, condition, barrier, "
-        "pool.result, future, pipe.write, thread, pipe.recv, pipe.send), id (a pid, a queue or "
-        "lock id, a Pool job, an OS thread id, a Pipe end's id), name, nbytes, timeout, "
-        "maxsize (queue.put: the full queue's size), call (Popen.wait: a subprocess's wait, "
-        "not a join; recv_bytes, poll: a Pipe's recv wait that call made)",
+        "pool.result, future, pipe.write, thread, pipe.recv, pipe.send, proxy), id (a pid, a "
+        "queue or lock id, a Pool job, an OS thread id, a Pipe end's id, a Manager's token id), "
+        "name, nbytes, timeout, maxsize (queue.put: the full queue's size), call (Popen.wait: "
+        "a subprocess's wait, not a join; recv_bytes, poll: a Pipe's recv wait that call "
+        "made), manager, typeid, method (proxy: the Manager's "
+        "address, its object's type, the method called), task ('task(3)'), job (a "
+        "ProcessPoolExecutor's work item, as executor.task), runner (the OS thread id of the "
+        "ThreadPoolExecutor thread running it)",
         "a thread about to block (none when the wait cannot block: a get with a message to "
         "read, a put with a free place)"),
     "event.set": Kind("id (as the Event's waits')", "the thread that sets an Event"),

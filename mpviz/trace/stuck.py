@@ -24,7 +24,7 @@ import os
 import sysconfig
 
 from . import osview
-from .analysis import how_it_ended, process_labels, state_at, stuck_moment
+from .analysis import how_it_ended, manager_servers, process_labels, state_at, stuck_moment
 from .names import join_and
 
 FORK_FIX = ("start the children with 'spawn' or 'forkserver' "
@@ -90,7 +90,8 @@ def headline(watchdog, nkilled):
                 f"a wait that ends within it is progress, one that does not is a stall: they "
                 f"may still move, so mpviz does not call it a deadlock -- whether what the "
                 f"others wait for ever comes, it cannot tell. {stop}"]
-    polls = [key for key, s in watchdog.seen.items() if s.again]
+    servers = manager_servers(watchdog.trace)
+    polls = [key for key, s in watchdog.seen.items() if s.again and key[0] not in servers]
     if polls:
         # A loop that polls wakes each time its timeout runs out: what it waits for did not
         # come, but the loop itself may still end (a deadline it checks, a count of tries) --
@@ -106,9 +107,26 @@ def headline(watchdog, nkilled):
                 f"Only the polling loop of {who} can still end this, if its code stops "
                 f"waiting by itself (a deadline, a number of tries); mpviz cannot tell whether "
                 f"it does: read its line below. {stop}"]
-    return [f"mpviz trace: HANG: DEADLOCK -- for {t:.1f} s no thread of any process moved "
-            f"and no event was recorded, and every thread waits with no time limit (no sleep, "
-            f"no timeout): nobody can ever move. {stop}"]
+    return [_everyone_waits(watchdog, servers, t, stop)]
+
+
+def _everyone_waits(watchdog, servers, t, stop):
+    """The headline of a hang where every thread waits with no time limit -- but a Manager's
+    server process's main thread, which wakes each second (its serve_forever checks whether the
+    Manager is shut down): the Manager's own machinery, which ends no wait of the program."""
+    if not servers:
+        return (f"mpviz trace: HANG: DEADLOCK -- for {t:.1f} s no thread of any process moved "
+                f"and no event was recorded, and every thread waits with no time limit (no "
+                f"sleep, no timeout): nobody can ever move. {stop}")
+    names, one = _names(watchdog.trace, watchdog), len(servers) == 1
+    who = join_and([f"{names.get(pid, '?')} (pid {pid})" for pid in sorted(servers)])
+    return (f"mpviz trace: HANG: DEADLOCK -- for {t:.1f} s no thread of any process moved and "
+            f"no event was recorded, and every thread of the program waits with no time limit "
+            f"(no sleep, no timeout): nobody can ever move. ({who}: "
+            f"{'the Manager server process' if one else 'Manager server processes'}, which "
+            f"keep{'s' * one} the Manager's objects and run{'s' * one} the calls made on them; "
+            f"its main thread wakes each second to see whether the Manager is shut down, and "
+            f"ends no wait of the program.) {stop}")
 
 
 class Facts:
@@ -265,6 +283,8 @@ def _who(trace, names, pid):
     wait lines call it otherwise ("worker 1 is idle"), that name too; "Process-1 (pid 7)"."""
     alias = process_labels(trace).get(pid)
     name = names.get(pid, "?")
+    if pid in manager_servers(trace):
+        return f"{name} (the Manager's server process, pid {pid})"
     return f"{name} ({alias}, pid {pid})" if alias and alias != name else f"{name} (pid {pid})"
 
 
@@ -395,8 +415,9 @@ def _native_call(calls):
 
 def _why(watchdog, stacks, names):
     """Why the processes that can never move cannot: a fork while threads ran, a fork after
-    native threads, the native call their line made; then the fix (once)."""
-    trace, reasons, native_seen = watchdog.trace, {}, False
+    native threads, the native call their line made; then the fix (once, and only where a
+    process was forked: a program's own threads that wait for each other are no fork's fault)."""
+    trace, reasons, native_seen, forked = watchdog.trace, {}, False, False
     for pid in watchdog.stuck_pids:
         start = next((e for e in trace.of_kind("process.start")
                       if e.pid == pid and e.args.get("how") == "fork"), None)
@@ -405,7 +426,7 @@ def _why(watchdog, stacks, names):
                 "{who}: its threads wait for each other (a lock taken twice, or a join of a "
                 "thread that waits for the joiner); the stacks say where.", []).append(pid)
             continue
-        ppid = start.args.get("ppid")
+        forked, ppid = True, start.args.get("ppid")
         parent = f"{names.get(ppid, '?')} (pid {ppid})"
         running = _python_threads_at(trace, ppid, start.ts_ns, pid)
         if running:
@@ -445,7 +466,7 @@ def _why(watchdog, stacks, names):
     for text, pids in reasons.items():
         who = join_and([names.get(p, str(p)) for p in pids])
         lines.append("  " + text.format(who=who, was="were" if len(pids) > 1 else "was"))
-    if lines:
+    if lines and forked:
         lines.append(f"  Fix: {FORK_FIX}" + (f"; {NATIVE_FIX}." if native_seen else "."))
     return lines
 

@@ -1,46 +1,39 @@
 """Blocking waits: a thread that stops until someone else does something is an event, twice.
 
 A program that hangs is a program in which some thread waits for something that never comes.
-To see that in a trace, every wait that can hang records when it starts and when it ends::
+So every wait that can hang records when it starts and when it ends (``wait.end``)::
 
-    p.join()              wait.begin {on: "process", id: <child pid>, name}   ... wait.end {ok}
-    popen.wait()          wait.begin {on: "process", id: <child pid>, name, call: "Popen.wait"}
-    q.get(), nothing in q wait.begin {on: "queue.get", id: <queue id>, timeout}  ... its queue.get
-    q.put(x), q full      wait.begin {on: "queue.put", id: <queue id>, maxsize, timeout} ... wait.end
-    q.join()              wait.begin {on: "queue.join", id: <queue id>}       ... wait.end
-    ev.wait()             wait.begin {on: "event", id: <its semaphore>}       ... wait.end {ok}
-    cond.wait()           wait.begin {on: "condition", id: <its lock>}        ... wait.end {ok}
-    barrier.wait()        wait.begin {on: "barrier", id}                      ... wait.end
-    res.get() / pool.map  wait.begin {on: "pool.result", id: <job>}           ... wait.end
-    fut.result(), wait(), as_completed()   wait.begin {on: "future", ...}     ... wait.end
-    a feeder thread's write into a full pipe   {on: "pipe.write", id: <queue id>, nbytes}
-    conn.recv(), recv_bytes(), poll(None) on a learner's Pipe() end, nothing to read yet
-                          wait.begin {on: "pipe.recv", id: <its end's id>}     ... its pipe.recv
-    conn.send(x) into a learner's Pipe() that may be full
-                          wait.begin {on: "pipe.send", id: <its end's id>, nbytes} ... wait.end
-    a process at exit, waiting for its queue's feeder to finish writing
-                          wait.begin {on: "thread", id: <feeder's OS thread id>, name, at_exit}
-    (``at_exit: true`` on a join made by multiprocessing's exit function: see _at_exit)
+    p.join(), popen.wait()  wait.begin {on: "process", id: <child pid>, name, call}
+    q.get(), nothing in q   {on: "queue.get", id: <queue id>, timeout}  ... ends at its queue.get
+    q.put(x), q full        {on: "queue.put", id: <queue id>, maxsize, timeout}
+    q.join()                {on: "queue.join", id: <queue id>}
+    ev.wait(), cond.wait()  {on: "event" / "condition", id: <its semaphore / its lock>}
+    barrier.wait()          {on: "barrier", id}
+    res.get() / pool.map    {on: "pool.result", id: <job>}
+    fut.result(), wait(), as_completed()   {on: "future", task, job or runner: _future_task}
+    a feeder's write into a full pipe      {on: "pipe.write", id: <queue id>, nbytes}
+    conn.recv() on a learner's Pipe(), nothing to read   {on: "pipe.recv", id: <its end>}
+    conn.send(x) into a learner's Pipe() that may be full  {on: "pipe.send", id, nbytes}
+    at exit, a queue's feeder joined       {on: "thread", id: <its OS thread id>, at_exit}
 
-and who ends the waits on an Event or a Condition, one event each (no wait)::
-
-    ev.set(), ev.clear()  event.set / event.clear {id: <as its waits'>}
-    cond.notify[_all]()   condition.notify {id, all, waiting: how many waited then}
-
-``id`` names what is waited on, in the words the rest of the trace uses (a pid, a queue id as
-in ``queue.put``, a lock id as in ``lock.wait``), so that a wait-for graph can follow the arrow
-from a waiter to whoever must act. A ``wait.begin`` with no end is a thread still waiting when
-the trace ended: in a hang, that is the picture. Two events per wait (a get's ends at its read's
-``queue.get``: get_wait); waits inside waits are recorded once (:func:`_outermost`). A
-multiprocessing ``Lock``/``Semaphore`` made by user code records its waits already (locks.py).
+``id`` names what is waited on in the words the rest of the trace uses (a pid, a queue id as in
+``queue.put``, a lock id as in ``lock.wait``), so that a wait-for graph can follow the arrow from
+a waiter to whoever must act. A ``wait.begin`` with no end is a thread still waiting when the
+trace ended: in a hang, that is the picture. Waits inside waits are recorded once
+(:func:`_outermost`). A user's ``Lock``: locks.py; a Manager's proxy: _proxy_call; who sets an
+Event or notifies a Condition: _event_set.
 """
+import functools
 import os
 import subprocess
 import sys
 import threading
+import time
 from concurrent import futures
 from concurrent.futures import _base
-from multiprocessing import connection, pool, process, queues, synchronize, util
+from concurrent.futures import process as futures_process
+from concurrent.futures import thread as futures_thread
+from multiprocessing import connection, managers, pool, process, queues, synchronize, util
 
 from . import recorder
 from .events import queue_id as _queue_id
@@ -271,7 +264,10 @@ def _barrier_wait(self, timeout=None):
 # calls are recorded too (rare: one event each), under the id their waits carry. Then a verdict
 # can say who must act: "nobody has set Event 1 yet", or "its last notify came before this wait
 # began: it woke nobody" (the lost wake-up). Event.set notifies the Event's own Condition: that
-# inner notify is not recorded (_signalling).
+# inner notify is not recorded (_signalling). One event each, no wait:
+#
+#     ev.set(), ev.clear()  event.set / event.clear {id: <as its waits'>}
+#     cond.notify[_all]()   condition.notify {id, all, waiting: how many waited then}
 
 class _Signalling(threading.local):
     on = False                         # inside a recorded set/clear: its inner calls are not
@@ -330,8 +326,10 @@ def _result_wait(key):
 def _future_result(self, timeout=None):
     if not _outermost() or self._state in (_base.FINISHED, _base.CANCELLED_AND_NOTIFIED):
         return _inner("Future.result")(self, timeout)
+    more = _timeout(timeout) or {}
+    more.update(_future_task(self))
     return _recorded(_inner("Future.result"), "future", f"future-{id(self):x}",
-                     _timeout(timeout), (self, timeout), {})
+                     more, (self, timeout), {})
 
 
 def _futures_wait(fs, timeout=None, return_when=futures.ALL_COMPLETED):
@@ -362,6 +360,225 @@ def _as_completed(fs, timeout=None):
 
 
 _DONE = object()                              # as_completed has no more futures
+
+
+# --- executors: which task a future is, and who runs it ----------------------------------------
+#
+# ``fut.result()`` names the task it waits for (``task``: "task(3)") and, where it is known, who
+# runs it: a ThreadPoolExecutor's thread (``runner``, found when the wait begins), or a
+# ProcessPoolExecutor's worker (``job``: the worker records ``executor.task`` as it takes that
+# work item and as it sends its result back; an idle worker is known by ``executor.worker``).
+
+def _future_task(fut):
+    """What a wait on `fut` adds to its begin, where known: ``task`` ("task(3)"), and who
+    runs it -- a ProcessPoolExecutor's ``job`` (its workers record ``executor.task``), or a
+    ThreadPoolExecutor's thread running it now (``runner``: its OS thread id). Looked up only
+    when a result() must wait, so a result that is ready costs nothing more."""
+    submitted = getattr(fut, "_mpviz_task", None)
+    if submitted is not None:                         # a ProcessPoolExecutor's (_submit)
+        job, pending, work_id = submitted
+        item = pending.get(work_id)
+        return {"job": job, **({"task": _call_words(item.fn, item.args, item.kwargs)}
+                               if item is not None else {})}
+    run = futures_thread._WorkItem.run.__code__
+    for ident, frame in sys._current_frames().items():   # a thread that runs it now
+        while frame is not None and frame.f_code is not run:
+            frame = frame.f_back
+        item = frame.f_locals.get("self") if frame is not None else None
+        if item is not None and getattr(item, "future", None) is fut:
+            thread = threading._active.get(ident)
+            return {"task": _call_words(item.fn, item.args, item.kwargs),
+                    **({"runner": thread.native_id} if thread is not None else {})}
+    return {}
+
+
+_PLAIN = (int, float, bool, type(None))
+
+
+def _call_words(fn, args, kwargs):
+    """"task(3)", "load('a.csv', ...)": a call as a reader writes it -- its plain arguments
+    (numbers, short strings) shown, any other as "..." (the repr of an array can be megabytes);
+    a chunk of ``ex.map(square, ...)``: "a chunk of map(square, ...)"."""
+    if isinstance(fn, functools.partial):
+        if fn.func is futures_process._process_chunk and fn.args:
+            return f"a chunk of map({_func_name(fn.args[0])}, ...)"
+        args, kwargs, fn = fn.args + tuple(args), {**fn.keywords, **kwargs}, fn.func
+
+    def word(value):
+        if isinstance(value, _PLAIN) or (isinstance(value, str) and len(value) <= 40):
+            return repr(value)
+        return "..."
+    shown = [word(a) for a in args[:4]] + [f"{k}={word(v)}" for k, v in
+                                            list(kwargs.items())[:4 - min(len(args), 4)]]
+    if len(args) + len(kwargs) > 4:
+        shown.append("...")
+    return f"{_func_name(fn)}({', '.join(shown)})"
+
+
+def _func_name(fn):
+    """A function's name; a partial's function's; an object's type's."""
+    while isinstance(fn, functools.partial):
+        fn = fn.func
+    return getattr(fn, "__name__", None) or type(fn).__name__
+
+
+def _submit(self, fn, /, *args, **kwargs):
+    """ProcessPoolExecutor.submit: the future learns its work item's id (``job``: the call
+    queue's id and the work id, as its worker records it) -- a few attribute reads a task."""
+    fut = _inner("ProcessPoolExecutor.submit")(self, fn, *args, **kwargs)
+    if recorder.writer is not None:
+        pending, work_id = self._pending_work_items, self._queue_count - 1
+        item = pending.get(work_id)
+        if item is None or item.future is not fut:    # another thread submitted meanwhile
+            work_id = next((k for k, w in list(pending.items()) if w.future is fut), None)
+        if work_id is not None:
+            fut._mpviz_task = (f"{_queue_id(self._call_queue)}/{work_id}", pending, work_id)
+    return fut
+
+
+def _executor_worker(call_queue, *args, **kwargs):
+    """A ProcessPoolExecutor's worker process (``_process_worker``): it says it is one
+    (``executor.worker``: an idle worker waits for work, it is not stuck), and records
+    ``executor.task`` start as it takes each work item from the call queue, and done as it
+    sends that item's result back (``_sendback_result``)."""
+    qid = _queue_id(call_queue)
+    recorder.emit("executor.worker", call_queue=qid)
+    take = call_queue.get
+
+    def get(*a, **k):
+        item = take(*a, **k)
+        if item is not None and recorder.writer is not None:
+            recorder.emit("executor.task", phase="start", job=f"{qid}/{item.work_id}",
+                          func=_func_name(item.fn))
+        return item
+    call_queue.get = get
+    _executor_queue[0] = qid
+    return _inner("futures._process_worker")(call_queue, *args, **kwargs)
+
+
+_executor_queue = [None]          # in a worker process: the id of its executor's call queue
+
+
+def _sendback_result(result_queue, work_id, *args, **kwargs):
+    """A ProcessPoolExecutor's worker sends a work item's result (or its error) back: that
+    task is done (``executor.task``)."""
+    if recorder.writer is not None and _executor_queue[0] is not None:
+        recorder.emit("executor.task", phase="done", job=f"{_executor_queue[0]}/{work_id}")
+    return _inner("futures._sendback_result")(result_queue, work_id, *args, **kwargs)
+
+
+# --- a Manager's proxies: calls whose reply does not come ---------------------------------------
+#
+# A Manager keeps its objects in a server process of its own; a program holds proxies, and each
+# call is a message to that server and its reply (``BaseProxy._callmethod``). A call whose reply
+# has not come within PROXY_GRACE is a wait, recorded in the caller (begun when it was sent):
+# the server's thread that runs it waits inside the Manager, where no user code is. The first
+# call of each method per thread and proxy is a ``manager.use`` event (who put into a Manager's
+# Queue, who may set its Event); the server says which address it serves (``manager.serve``).
+
+PROXY_GRACE = 0.01          # seconds: a reply later than this is a wait (a call that returns at
+                            # once takes ~0.1 ms; poll() returns as soon as the reply is there)
+# the methods a proxy call can block in, and where their timeout is among the positional args
+_PROXY_WAITS = {"get": 1, "put": 2, "join": None, "wait": 0, "wait_for": 1, "acquire": 1}
+_used = threading.local()   # per thread: the (token id, method) pairs already told (manager.use)
+
+
+def _proxy_call(self, methodname, args=(), kwds={}):
+    """``BaseProxy._callmethod``: every call to a Manager's object from this process. The first
+    of each method per thread and proxy is told (``manager.use``); a call that can block, whose
+    reply does not come within PROXY_GRACE, is a recorded wait (see the top)."""
+    w = recorder.writer
+    if w is None:
+        return _inner("BaseProxy._callmethod")(self, methodname, args, kwds)
+    token = self._token
+    told = getattr(_used, "pairs", None)
+    if told is None:
+        told = _used.pairs = set()
+    if (token.address, token.id, methodname) not in told:      # (ids: per Manager)
+        told.add((token.address, token.id, methodname))
+        w.emit("manager.use", {"id": token.id, "typeid": token.typeid, "method": methodname,
+                               "manager": str(token.address)})
+    if methodname not in _PROXY_WAITS or _in_wait.on is not None:
+        return _inner("BaseProxy._callmethod")(self, methodname, args, kwds)
+    return _proxy_wait(self, token, methodname, args, kwds)
+
+
+def _proxy_wait(self, token, methodname, args, kwds):
+    """The call of ``_callmethod`` (CPython's Lib/multiprocessing/managers.py) for a method
+    that can block: sent, then its reply awaited -- a wait when it does not come at once."""
+    try:
+        conn = self._tls.connection
+    except AttributeError:
+        self._connect()                               # this thread's first call: a connection
+        conn = self._tls.connection
+    sent = time.monotonic_ns()
+    conn.send((self._id, methodname, args, kwds))
+    if _replied(conn):
+        kind, result = conn.recv()                    # the reply came: no wait
+    else:
+        at = _PROXY_WAITS[methodname]
+        timeout = kwds.get("timeout", args[at] if at is not None and len(args) > at else None)
+        begin = {"on": "proxy", "id": token.id, "manager": str(token.address),
+                 "typeid": token.typeid, "method": methodname}
+        if isinstance(timeout, (int, float)):
+            begin["timeout"] = timeout
+        recorder.emit_at(sent, "wait.begin", **begin)
+        kind, result = _recorded_rest(conn.recv, "proxy", token.id)
+    if kind == "#RETURN":
+        return result
+    if kind == "#PROXY":                              # (a method registered to return one)
+        return _new_proxy(self, *result)
+    raise managers.convert_to_error(kind, result)
+
+
+def _new_proxy(self, exposed, token):
+    """A call whose result is another of the Manager's objects: its proxy, made as
+    ``_callmethod`` makes it (and the server's extra reference to it dropped)."""
+    proxytype = self._manager._registry[token.typeid][-1]
+    token.address = self._token.address
+    proxy = proxytype(token, self._serializer, manager=self._manager, authkey=self._authkey,
+                      exposed=exposed)
+    conn = self._Client(token.address, authkey=self._authkey)
+    managers.dispatch(conn, None, "decref", (token.id,))
+    return proxy
+
+
+def _replied(conn):
+    """Has the reply come within PROXY_GRACE? A ``select.poll`` kept on the connection (its
+    own ``poll()`` builds a selector each time: ~3 µs a call, most of what this hook cost)."""
+    ask = getattr(conn, "_mpviz_poll", None)
+    if ask is None:
+        import select
+        ask = conn._mpviz_poll = select.poll()
+        ask.register(conn.fileno(), select.POLLIN)
+    return bool(ask.poll(PROXY_GRACE * 1000))
+
+
+def _recorded_rest(call, on, target):
+    """The rest of a wait whose ``wait.begin`` is already written: `call()`, then its
+    ``wait.end`` (ok False for a reply that is an error, or a wait that timed out: a False
+    from wait() or acquire())."""
+    _in_wait.on = on
+    try:
+        kind, result = call()
+    except BaseException as exc:
+        _in_wait.on = None
+        recorder.emit("wait.end", on=on, id=target, ok=False, error=type(exc).__name__)
+        raise
+    _in_wait.on = None
+    ok = kind in ("#RETURN", "#PROXY") and result is not False
+    recorder.emit("wait.end", on=on, id=target, ok=ok, **(
+        {} if ok or kind == "#RETURN" else
+        {"error": type(result).__name__ if kind == "#ERROR" else kind}))
+    return kind, result
+
+
+def _serve_forever(self):
+    """A Manager's server process (``Server.serve_forever``): it says which address it serves
+    (``manager.serve``), so that a proxy's wait names the process that keeps the object; its
+    threads are the Manager's own (the verdicts say so: they wait for the program's calls)."""
+    recorder.emit("manager.serve", manager=str(self.address))
+    return _inner("Server.serve_forever")(self)
 
 
 # --- the feeder thread's write -----------------------------------------------------------------
@@ -643,6 +860,11 @@ _stdlib = {
     "Connection.recv": connection._ConnectionBase.recv,
     "Connection.recv_bytes": connection._ConnectionBase.recv_bytes,
     "Connection.poll": connection._ConnectionBase.poll,
+    "ProcessPoolExecutor.submit": futures_process.ProcessPoolExecutor.submit,
+    "futures._process_worker": futures_process._process_worker,
+    "futures._sendback_result": futures_process._sendback_result,
+    "BaseProxy._callmethod": managers.BaseProxy._callmethod,
+    "Server.serve_forever": managers.Server.serve_forever,
 }
 
 PATCHES = [
@@ -664,4 +886,9 @@ PATCHES = [
     (connection._ConnectionBase, "recv", _conn_recv, "Connection.recv"),
     (connection._ConnectionBase, "recv_bytes", _conn_recv_bytes, "Connection.recv_bytes"),
     (connection._ConnectionBase, "poll", _conn_poll, "Connection.poll"),
+    (futures_process.ProcessPoolExecutor, "submit", _submit, "ProcessPoolExecutor.submit"),
+    (futures_process, "_process_worker", _executor_worker, "futures._process_worker"),
+    (futures_process, "_sendback_result", _sendback_result, "futures._sendback_result"),
+    (managers.BaseProxy, "_callmethod", _proxy_call, "BaseProxy._callmethod"),
+    (managers.Server, "serve_forever", _serve_forever, "Server.serve_forever"),
 ]

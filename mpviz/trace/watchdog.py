@@ -134,7 +134,9 @@ class Watchdog:
                                    if k[0] in self.stuck_pids)
         elif self.stalled_for > self.hang_after:
             # (a deadline that ran out and began again proved nothing comes: not a stall)
-            waits = {s.view.wait for s in self.seen.values() if not s.again}
+            servers = st.manager_servers(self.trace)     # (the Manager's own polling loop)
+            waits = {s.view.wait for k, s in self.seen.items()
+                     if not s.again and k[0] not in servers}
             self.kind = "stalled" if waits & {"sleep", "deadline"} else "deadlock"
         elif self._rendezvous_stalled(now):
             self.kind = "stalled"
@@ -351,9 +353,12 @@ class Watchdog:
         """What the verdict says of process `pid`, for its ``watchdog.stuck`` event (the
         pictures frame "deadlock" as STUCK FOR GOOD): "deadlock" (it can never move),
         "stalled" (a deadline longer than --hang-after holds it up), or "stopped" (it could
-        still move, but was ended with the processes that cannot)."""
+        still move, but was ended with the processes that cannot; a Manager's server process,
+        which waits for the program's calls)."""
         if self.stuck_pids:
             return "deadlock" if pid in self.stuck_pids else "stopped"
+        if pid in st.manager_servers(self.trace):
+            return "stopped"        # a Manager's server serves the others: they are the hang
         return self.kind or "deadlock"
 
     def capture_stacks(self, extra=None):
@@ -600,9 +605,11 @@ def waits_in_words(trace, at=None):
         if task.job not in told:
             lines.append(f"  {task.words()}, and so does whatever waits for all its jobs "
                          f"(pool.join() after close()){_lost_why([task])}")
+    executors = st.executor_workers(trace)
     for pid in sorted(idle):
+        pool = "ProcessPoolExecutor" if pid in executors else "Pool"
         lines.append(f"  {state.labels.get(pid, pid)} is idle, not stuck: it waits for its next "
-                     f"task from the Pool, and goes on when the program gives the Pool work")
+                     f"task from the {pool}, and goes on when the program gives the {pool} work")
     for d in state.deadlocks:         # (a cycle is one Deadlock per thread in it: said once)
         said = f"  STUCK FOR GOOD: {d.reason}"
         if (d.cycle or "watchdog" not in d.reason) and said not in lines:
@@ -750,10 +757,12 @@ def _who_must_act(state, blocked, trace=None):
         who = " or ".join(_thread_words(state, pid, tid) for pid, tid in blocked.waits_for)
         alive = {(p.pid, tid) for p in state.processes for tid, _ in p.threads}
         ended = not any(w in alive for w in blocked.waits_for)   # (the graph says "(ended)")
-        return f"{who} {st.MUST.get(blocked.on, 'must act')}" + (
+        return f"{who} {blocked.must or st.MUST.get(blocked.on, 'must act')}" + (
             f" -- but {'it has' if len(blocked.waits_for) == 1 else 'they have'} ended"
-            if ended else "") + (PIPE_SENDER_ENDED if ended and blocked.on == "pipe.recv"
-                                 else "")
+            if ended else _its_own_wait(state, blocked)) + (
+                PIPE_SENDER_ENDED if ended and blocked.on == "pipe.recv" else "")
+    if blocked.nobody:
+        return blocked.nobody
     if blocked.on == "process":              # a child the trace does not record (Popen.wait)
         return "it must exit (a program mpviz does not record: its stack is not known)"
     name = state.channel_names.get(blocked.target, blocked.target)
@@ -784,6 +793,22 @@ PIPE_SENDER_ENDED = (
     "what the receiver waits for on every path; and in the parent, after p.start(), close() "
     "the end given to the child, so that recv() raises EOFError instead of waiting for ever "
     "when the child ends without sending")
+def _its_own_wait(state, blocked):
+    """" (it waits for lock 'l', held by prog.py's main thread)": what the one thread a future
+    waits for waits for itself, where the trace recorded it -- the next link of the chain."""
+    if blocked.on != "future" or len(blocked.waits_for) != 1:
+        return ""
+    pid, tid = blocked.waits_for[0]
+    for lk in state.locks:
+        if any((p, t) == (pid, tid) for p, t, _ in lk.waiters):
+            owners = join_and([f"{state.labels.get(o.pid, o.pid)}'s {o.thread}"
+                               for o in lk.owners])
+            return (f" (it waits for {lk.name or 'a lock'}" +
+                    (f", held by {owners})" if owners else ")"))
+    for b in state.blocked:
+        if (b.pid, b.tid) == (pid, tid):
+            return f" (it waits: {b.what})"
+    return ""
 
 
 NESTED_WAIT_FIX = ("a task that waits for a result of its own Pool holds a worker while it "

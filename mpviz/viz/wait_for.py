@@ -211,12 +211,14 @@ _OBJECT = {"pipe.write": "{id}\npipe full: {who}",
            "event": "{id}\nwho will set() it: not recorded",
            "condition": "{id}\nwho will notify() it: not recorded",
            "barrier": "{id}\nwho else must arrive: not recorded",
-           "future": "{id}\nthe executor's worker: not recorded"}
+           "future": "{id}\n{who}",         # "the result of task(3)": who runs it, if known
+           "proxy": "{id}\n{who}"}          # "get() on the Manager's Queue 1 ...: nothing in it"
 
 
 # Who must act, when the trace shows nobody who could.
 _NOBODY = {"pipe.write": "nobody has read it yet", "queue.put": "nobody has got from it yet",
-           "queue.get": "nobody has put into it yet", "pool.result": "no task of it is running"}
+           "queue.get": "nobody has put into it yet", "pool.result": "no task of it is running",
+           "future": "who runs its task: not recorded", "proxy": "who must act: not recorded"}
 
 
 def _add_blocked(state, nodes, edges):
@@ -236,20 +238,22 @@ def _add_blocked(state, nodes, edges):
                 ended = "" if (pid, tid) in alive else f"\n({state.ended.get(pid, 'ended')})"
                 nodes[akey] = ("thread", _thread_text(labels, names, pid, tid) + ended)
             actors.append(akey)
-        template = _OBJECT.get(b.on)
+        template, must = _OBJECT.get(b.on), b.must or st.MUST.get(b.on, "must act")
         if template is None:                         # a join: straight from the one to the other
-            edges.extend((a, wkey, st.MUST.get(b.on, "must act"), "blocked") for a in actors)
+            edges.extend((a, wkey, must, "blocked") for a in actors)
             continue
-        who = _NOBODY.get(b.on, "")
+        who = b.nobody or _NOBODY.get(b.on, "")
         okey = ("lock", f"{b.on}:{b.target}", None)  # drawn as a rounded node, like a lock
         if okey not in nodes:
             name = state.channel_names.get(b.target, b.target)   # "Queue 1", as the timeline
             if b.on in ("event", "condition", "barrier"):          # "Event 1", as the timeline
                 name = b.what.removesuffix(".wait()")
+            elif b.on in ("future", "proxy"):      # "the result of task(3)", never an id
+                name = b.what
             text = template.format(id=name, who=who if not actors else "")
             nodes[okey] = ("lock", text.rstrip(": \n"))
-        edges.extend((a, okey, st.MUST.get(b.on, "must act"), "blocked") for a in actors
-                     if (a, okey, st.MUST.get(b.on, "must act"), "blocked") not in edges)
+        edges.extend((a, okey, must, "blocked") for a in actors
+                     if (a, okey, must, "blocked") not in edges)
         edges.append((okey, wkey, "blocks", "blocked"))
 
 
