@@ -137,20 +137,26 @@ def test_export_validates(tmp_path):
         "args"] == {"bytes": 0}
 
 
+def _producer_and_consumer(tmp_path, n, tag):
+    """The trace of a producer putting `n` tensors and a consumer getting them (fork)."""
+    ctx = mp.get_context("fork")
+    with mt.record(tmp_path / "rec") as trace:
+        q, results = ctx.Queue(), ctx.Queue()
+        procs = [ctx.Process(target=w.producer, args=(q, n, tag)),
+                 ctx.Process(target=w.consumer, args=(q, results, tag))]
+        for p in procs:
+            p.start()
+        assert results.get() == list(range(n))
+        for p in procs:
+            p.join()
+    return trace
+
+
 def test_trace_json_encoded_in_slices_is_the_text_json_dumps_writes_whole(tmp_path, monkeypatch):
     """The launcher encodes trace.json's events a slice at a time (launcher._json_into, the C
     encoder on each slice): byte for byte the text one json.dumps of the whole dict writes."""
     from mpviz.trace import launcher
-    ctx = mp.get_context("fork")
-    with mt.record(tmp_path / "rec") as trace:
-        q, results = ctx.Queue(), ctx.Queue()
-        procs = [ctx.Process(target=w.producer, args=(q, 60, "mpviz_chrome_aside")),
-                 ctx.Process(target=w.consumer, args=(q, results, "mpviz_chrome_aside"))]
-        for p in procs:
-            p.start()
-        assert results.get() == list(range(60))
-        for p in procs:
-            p.join()
+    trace = _producer_and_consumer(tmp_path, 60, "mpviz_chrome_aside")
     one = tmp_path / "one.json"
     one.write_bytes(json.dumps(trace.to_chrome()).encode())
     # small slices, so that this small trace is cut as a 290,000-event one is
@@ -192,17 +198,7 @@ def test_trace_json_is_the_same_bytes_json_dumps_writes(tmp_path):
     for odd in ({1: "int key"}, {None: 1}, {"k": {2.5}}, b"bytes"):
         with pytest.raises(TypeError):
             dumps(odd)
-    ctx = mp.get_context("fork")
-    with mt.record(tmp_path / "rec") as trace:
-        q, results = ctx.Queue(), ctx.Queue()
-        procs = [ctx.Process(target=w.producer, args=(q, 30, "mpviz_chrome_json_c")),
-                 ctx.Process(target=w.consumer, args=(q, results, "mpviz_chrome_json_c"))]
-        for p in procs:
-            p.start()
-        assert results.get() == list(range(30))
-        for p in procs:
-            p.join()
-    data = trace.to_chrome()
+    data = _producer_and_consumer(tmp_path, 30, "mpviz_chrome_json_c").to_chrome()
     assert dumps(data) == json.dumps(data).encode()
     # a slice json_events.c refuses is json's: the file is still json.dumps's text
     data["traceEvents"].append({"ph": "i", "name": "odd", "args": {1: "an int key"}})
