@@ -138,7 +138,8 @@ def test_export_validates(tmp_path):
 
 
 def _producer_and_consumer(tmp_path, n, tag):
-    """The trace of a producer putting `n` tensors and a consumer getting them (fork)."""
+    """The trace of a producer putting `n` messages (and naming a segment) and a consumer
+    getting them, forked."""
     ctx = mp.get_context("fork")
     with mt.record(tmp_path / "rec") as trace:
         q, results = ctx.Queue(), ctx.Queue()
