@@ -8,7 +8,7 @@
  * Why it is faster: json's C encoder makes a new str object for every key, string and number
  * it writes, keeps them in a list and joins the list at the end. This writes each piece's
  * characters into one growing byte buffer: a 290,000-event DataLoader trace (370,000 Chrome
- * events, 5.6 million keys and values) is encoded in about half the time.
+ * events, 87 MB of JSON) is encoded in a third of the time (1.41 -> 0.44 s of CPU).
  *
  *     dumps(obj) -> bytes          what json.dumps(obj).encode() returns, for obj made of
  *                                  dict (str keys), list, tuple, str, int, float, bool, None
@@ -86,6 +86,8 @@ static char *escape(char *out, Py_UCS4 c)
 
 static int put_str(Buf *b, PyObject *s)
 {
+    if (PyUnicode_READY(s) < 0)
+        return -1;
     Py_ssize_t n = PyUnicode_GET_LENGTH(s);
     int kind = PyUnicode_KIND(s);
     const void *data = PyUnicode_DATA(s);

@@ -676,7 +676,7 @@ def _json_into(f, data, fast=True):
     runs the C encoder, here on slices of the event list (1.1 s, and never the whole text in
     memory at once). The same bytes: JSON puts ", " between a list's items wherever it is cut.
     Where it builds (and `fast`), _speedups/json_events.c encodes the slices instead: the same
-    bytes again, in about half the time (json.dumps makes a str of every key and value, then
+    bytes again, in a third of the time (json.dumps makes a str of every key and value, then
     joins them; json_events.c writes their characters into one buffer). A slice it cannot
     encode (a type json converts, or refuses) is json's."""
     events = data.get("traceEvents")
