@@ -137,20 +137,27 @@ def test_export_validates(tmp_path):
         "args"] == {"bytes": 0}
 
 
+def _producer_and_consumer(tmp_path, n, tag):
+    """The trace of a producer putting `n` messages (and naming a segment) and a consumer
+    getting them, forked."""
+    ctx = mp.get_context("fork")
+    with mt.record(tmp_path / "rec") as trace:
+        q, results = ctx.Queue(), ctx.Queue()
+        procs = [ctx.Process(target=w.producer, args=(q, n, tag)),
+                 ctx.Process(target=w.consumer, args=(q, results, tag))]
+        for p in procs:
+            p.start()
+        assert results.get() == list(range(n))
+        for p in procs:
+            p.join()
+    return trace
+
+
 def test_trace_json_encoded_in_slices_is_the_text_json_dumps_writes_whole(tmp_path, monkeypatch):
     """The launcher encodes trace.json's events a slice at a time (launcher._json_into, the C
     encoder on each slice): byte for byte the text one json.dumps of the whole dict writes."""
     from mpviz.trace import launcher
-    ctx = mp.get_context("fork")
-    with mt.record(tmp_path / "rec") as trace:
-        q, results = ctx.Queue(), ctx.Queue()
-        procs = [ctx.Process(target=w.producer, args=(q, 60, "mpviz_chrome_aside")),
-                 ctx.Process(target=w.consumer, args=(q, results, "mpviz_chrome_aside"))]
-        for p in procs:
-            p.start()
-        assert results.get() == list(range(60))
-        for p in procs:
-            p.join()
+    trace = _producer_and_consumer(tmp_path, 60, "mpviz_chrome_aside")
     one = tmp_path / "one.json"
     one.write_bytes(json.dumps(trace.to_chrome()).encode())
     # small slices, so that this small trace is cut as a 290,000-event one is
@@ -162,3 +169,41 @@ def test_trace_json_encoded_in_slices_is_the_text_json_dumps_writes_whole(tmp_pa
     assert (directory / "trace.json").read_bytes() == one.read_bytes()
     assert path == str(directory / "trace.json")
     assert os.listdir(directory) == ["trace.json"]
+
+
+# Values that take every branch of _speedups/json_events.c: escapes (short ones, \u00XX, DEL,
+# a surrogate pair, a lone surrogate), non-ASCII, ints past 64 bits, float reprs, NaN and
+# the infinities, empty and nested containers, tuples, bools (ints to Python, not to JSON), an
+# IntEnum (an int subclass: json writes its value).
+_AWKWARD = [None, True, False, 0, -1, 2**63 - 1, -2**63, 2**70, -2**70, 1.5, 0.1, 1e16, 1e300,
+            1e-300, -0.0, 4944090.849, float("inf"), float("-inf"), float("nan"), "",
+            'a"b\\c', "tab\tnl\nret\rbs\bff\f", "\x00\x01\x1f\x7f", "é ü 中 \U0001F600 \ud800",
+            [], {}, (), [1, [2, [3, {}]]], {"a": {"b": [], "c": (1.0, None)}},
+            __import__("signal").Signals.SIGKILL]
+
+
+def test_trace_json_is_the_same_bytes_json_dumps_writes(tmp_path):
+    """trace.json's events are encoded by _speedups/json_events.c where it builds: for every
+    kind of value an event can hold, and for a recorded trace's Chrome events, the bytes are
+    json.dumps's; what it cannot encode (a dict key that is not a str, a set) is left to json,
+    which converts or refuses as it always does."""
+    import io
+
+    from mpviz.trace import launcher
+    dumps = launcher._fast_dumps()
+    if dumps is None:
+        pytest.skip("_speedups/json_events.c cannot be built here (json encodes trace.json)")
+    for value in _AWKWARD:
+        assert dumps(value) == json.dumps(value).encode(), value
+    assert dumps(_AWKWARD) == json.dumps(_AWKWARD).encode()
+    for odd in ({1: "int key"}, {None: 1}, {"k": {2.5}}, b"bytes"):
+        with pytest.raises(TypeError):
+            dumps(odd)
+    data = _producer_and_consumer(tmp_path, 30, "mpviz_chrome_json_c").to_chrome()
+    assert dumps(data) == json.dumps(data).encode()
+    # a slice json_events.c refuses is json's: the file is still json.dumps's text
+    data["traceEvents"].append({"ph": "i", "name": "odd", "args": {1: "an int key"}})
+    fast, plain = io.BytesIO(), io.BytesIO()
+    launcher._json_into(fast, data)
+    launcher._json_into(plain, data, fast=False)
+    assert fast.getvalue() == plain.getvalue() == json.dumps(data).encode()

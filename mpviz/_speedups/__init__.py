@@ -39,6 +39,8 @@ TWINS = {
                  "tests/test_trace_writer.py:test_both_writers_encode_the_same_bytes"),
     "queue_hooks.c": ("mpviz/trace/messages.py:install_native",
                       "tests/test_trace_writer.py:test_queue_hooks_record_each_message_once_with_either_writer"),
+    "json_events.c": ("mpviz/trace/launcher.py:_json_into",
+                      "tests/test_trace_chrome.py:test_trace_json_is_the_same_bytes_json_dumps_writes"),
     "atomic.c": ("mpviz/sharing/segment.py:choose_atomic_add",
                  "tests/test_handoff.py:test_the_count_is_exact_when_processes_add_at_once"),
 }

@@ -12,6 +12,7 @@ the trace is read: the n-th read of a pipe is its n-th write (:func:`messages.li
 ``queue``/``lock`` ids come from the semaphore under the object (its name under spawn/forkserver,
 its address under fork), so every process computes the same id for the same queue or lock.
 """
+from operator import itemgetter
 from typing import NamedTuple, Optional
 
 
@@ -250,9 +251,10 @@ class Event(NamedTuple):
     args: dict
 
 
-def order(event):
-    """How a Trace sorts its events: by time, then by process (an Event or a plain tuple)."""
-    return (event[0], event[1])
+# How a Trace sorts its events: by time, then by process -- ``order(event)`` is
+# ``(event[0], event[1])`` of an Event or a plain tuple. An ``itemgetter``, not a function: a sort
+# key runs once per event, and a Python one cost the launcher 0.5 s a 290,000-event trace.
+order = itemgetter(0, 1)
 
 
 class Flow(NamedTuple):

@@ -94,6 +94,8 @@ _SYSCALLS = {      # number: (name, where its timeout is: ("ms", arg) an int, ("
                 98: ("futex", ("ptr", 3)), 22: ("epoll_pwait", ("ms", 3)),
                 242: ("accept4", None), 441: ("epoll_pwait2", ("ptr", 3))},
 }
+_MACHINE = os.uname().machine     # (asked once: a system call, and the watchdog reads a
+                                  # thread's syscall file many times a second)
 _FUTEX_WAITS = {0, 9, 6, 11}      # FUTEX_WAIT, _WAIT_BITSET, _LOCK_PI, _WAIT_REQUEUE_PI
 _FUTEX_PRIVATE = 128
 
@@ -169,11 +171,23 @@ def ended_unwaited(pid, ppid=None):
 
 
 def _read(path):
+    """The text of a small /proc file, or None. ``os.open``/``os.read``, not ``open()``: half
+    the cost (11 against 23 µs), and the watchdog reads thousands of these a second."""
     try:
-        with open(path) as f:
-            return f.read()
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     except OSError:
         return None
+    try:
+        parts = []
+        while True:
+            part = os.read(fd, 4096)
+            if not part:
+                return b"".join(parts).decode(errors="replace")
+            parts.append(part)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
 
 
 def _thread(pid, tid):
@@ -202,7 +216,7 @@ def _syscall(pid, fields):
     """(call, args, wait, private) from the fields of /proc/PID/task/TID/syscall."""
     if not fields or fields[0] == "running":
         return "running", (), "running", False
-    table = _SYSCALLS.get(os.uname().machine)
+    table = _SYSCALLS.get(_MACHINE)
     try:
         number, args = int(fields[0]), tuple(int(a, 16) for a in fields[1:7])
     except ValueError:

@@ -21,6 +21,8 @@ import contextlib
 import gc
 import importlib
 import os
+from itertools import compress
+from operator import itemgetter
 
 from .. import _tempdirs
 from . import messages, recorder
@@ -29,6 +31,9 @@ from .events import order as _order
 from .reader import LogReader
 
 _install_depth = 0
+_PID, _TS, _KIND, _PID_TID = itemgetter(1), itemgetter(0), itemgetter(3), itemgetter(1, 2)
+_PROCESS_KINDS = frozenset(("process.start", "process.bootstrap", "process.exit",
+                            "process.launch", "process.reaped"))
 
 
 class Trace:
@@ -143,12 +148,23 @@ class Trace:
                                  exit_ns=None, exitcode=None, signal=None, threads=[])
             return info[pid]
 
-        last, killed = {}, {}          # pid -> its last own event; the reap of a killed one
-        for e in self.events:
+        # Three facts of every event are taken in C-speed passes (a Python loop over every
+        # event took 0.3 s for a 290,000-event DataLoader trace, and the launcher asks twice):
+        # each process's last event, its threads in the order they first recorded, and where
+        # each process first recorded. The loop below then visits only those first events and
+        # the process.* events -- the same steps, in the same order, as one loop over all.
+        events = self.events
+        pids = list(map(_PID, events))
+        last = dict(zip(pids, map(_TS, events)))                  # pid -> its last own event
+        threads = {}                                              # pid -> its tids, in order
+        for pid, tid in dict.fromkeys(map(_PID_TID, events)):
+            threads.setdefault(pid, []).append(tid)
+        firsts = dict(zip(reversed(pids), range(len(pids) - 1, -1, -1)))  # pid -> first index
+        visit = sorted(set(firsts.values()).union(
+            compress(range(len(events)), map(_PROCESS_KINDS.__contains__, map(_KIND, events)))))
+        killed = {}                                               # the reap of a killed one
+        for e in map(events.__getitem__, visit):
             p = get(e.pid, e.ts_ns)
-            last[e.pid] = e.ts_ns
-            if e.tid not in p["threads"]:
-                p["threads"].append(e.tid)
             a = e.args
             if e.kind == "process.start":
                 if a.get("how") == "watchdog" and p["how"] not in (None, "launcher"):
@@ -180,7 +196,8 @@ class Trace:
         for pid, p in info.items():
             if p["exit_ns"] is not None:
                 p["exit_ns"] = max(p["exit_ns"], last.get(pid, 0), killed.get(pid, 0))
-        out = [ProcessInfo(**{**p, "threads": tuple(p["threads"])}) for p in info.values()]
+        out = [ProcessInfo(**{**p, "threads": tuple(threads.get(pid, ()))})
+               for pid, p in info.items()]
         return sorted(out, key=lambda p: p.start_ns)
 
     def flows(self):
