@@ -26,10 +26,12 @@ timeout given to init_process_group), and all of them run at once in one fixture
                        with src=0 (not in it), rank 0 barrier   group [1, 2], not "before any"
 """
 import os
+import random
 import re
 import socket
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -42,10 +44,32 @@ SETUP_TIMEOUT = 240
 TEARDOWN_ABORT = "terminate called without an active exception"
 
 
+_GIVEN = set()
+
+
 def _free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A free port below the range Linux hands out on its own (ip_local_port_range): a port
+    the kernel chose (bind to 0) is free only until the next connection takes it -- with many
+    runs at once, gloo's own connections did, and a rank's rendezvous failed with EADDRINUSE
+    (a fresh-clone run). One given here is taken only by a program that asks for it by number."""
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            low = int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        low = 32768
+    rng = random.Random(os.getpid() ^ time.monotonic_ns())
+    for _ in range(200):
+        port = rng.randrange(max(1024, low - 12000), low)
+        if port in _GIVEN:
+            continue
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        _GIVEN.add(port)
+        return port
+    raise RuntimeError(f"no free port found below {low} in 200 tries. Fix: free some ports")
 
 
 class _Run:
