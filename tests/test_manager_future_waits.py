@@ -23,7 +23,6 @@ thread) that runs it, and what that one waits for; an executor's idle worker is 
 import multiprocessing
 import os
 import re
-import sys
 
 import pytest
 
@@ -120,10 +119,6 @@ def test_a_task_that_reads_a_managers_queue_nobody_fills_is_one_chain(runs):
 
 
 @pytest.mark.timeout(150)
-@pytest.mark.xfail(sys.version_info >= (3, 14), strict=True,
-                   reason="on 3.14 this program's fut.result() is not recorded as a wait (no "
-                          "wait.begin at all; cause not found yet): the verdict says the trace "
-                          "recorded no open wait -- true, but the chain is missing")
 def test_a_thread_pools_future_names_the_thread_that_runs_its_task(runs):
     err = hung(result(runs, "thread_pool_gate_held.py"))
     waits = _waits(err)

@@ -327,7 +327,10 @@ def _future_result(self, timeout=None):
     if not _outermost() or self._state in (_base.FINISHED, _base.CANCELLED_AND_NOTIFIED):
         return _inner("Future.result")(self, timeout)
     more = _timeout(timeout) or {}
-    more.update(_future_task(self))
+    try:
+        more.update(_future_task(self))
+    except Exception:        # (what the stdlib's internals look like: a recorder never breaks
+        pass                 # the program's own call -- 3.14 changed _WorkItem's fields)
     return _recorded(_inner("Future.result"), "future", f"future-{id(self):x}",
                      more, (self, timeout), {})
 
@@ -387,9 +390,21 @@ def _future_task(fut):
         item = frame.f_locals.get("self") if frame is not None else None
         if item is not None and getattr(item, "future", None) is fut:
             thread = threading._active.get(ident)
-            return {"task": _call_words(item.fn, item.args, item.kwargs),
+            call = _item_call(item)
+            return {**({"task": _call_words(*call)} if call else {}),
                     **({"runner": thread.native_id} if thread is not None else {})}
     return {}
+
+
+def _item_call(item):
+    """(fn, args, kwargs) of a ThreadPoolExecutor's work item: its fields up to 3.13; from 3.14
+    on, its ``task`` as the default WorkerContext resolves it (another context's: None)."""
+    if hasattr(item, "fn"):
+        return item.fn, item.args, item.kwargs
+    task = getattr(item, "task", None)
+    if isinstance(task, tuple) and len(task) == 3 and callable(task[0]):
+        return task
+    return None
 
 
 _PLAIN = (int, float, bool, type(None))
