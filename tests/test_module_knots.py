@@ -363,6 +363,8 @@ LAZY_IMPORTS = {
     ("mpviz.cli", "mpviz.sharing.file_system"): "only `mpviz shm` reads /dev/shm's names",
     ("mpviz.cli", "mpviz.sharing.shm_manager"): "only `mpviz shm` asks the manager",
     ("mpviz.cli", "mpviz.trace.launcher"): "only `mpviz trace` launches a program",
+    ("mpviz.trace.launcher", "mpviz._speedups"): "builds json_events.c only when a trace.json "
+                                                  "is written",
     ("mpviz.cuda.backends", "mpviz.cuda.cupy_backend"): "imports CuPy: only when CUDA is used",
     ("mpviz.examples.debugging", "mpviz.multiprocessing.spawn"): _PROGRAM,
     ("mpviz.examples.notebook_workers_2", "mpviz.trace"): _PROGRAM,

@@ -664,8 +664,9 @@ def feeder_writes(send_bytes, qid, fd):
 
 _MAKERS = ("multiprocessing.", "concurrent.", "torch.", "mpviz.trace.", "mpviz.sharing.",
            "mpviz.multiprocessing.spawn")
-_PASS_THROUGH = ("multiprocessing.context", "mpviz.multiprocessing._pipe",
-                 "mpviz.multiprocessing.context")     # Pipe() wrappers: the caller above them
+# Pipe() wrappers, whose caller is the one that counts: a function named Pipe in the stdlib's
+# context or in mpviz's multiprocessing package (its context, its own Pipe)
+_PASS_THROUGH = ("multiprocessing.context", "mpviz.multiprocessing")
 
 
 def end_id(conn):
@@ -683,7 +684,7 @@ def _made_by_the_program():
     f = sys._getframe(2)
     while f is not None:
         module = f.f_globals.get("__name__", "")
-        if not module.startswith(_PASS_THROUGH):
+        if not (module.startswith(_PASS_THROUGH) and f.f_code.co_name == "Pipe"):
             return not module.startswith(_MAKERS)
         f = f.f_back
     return False
