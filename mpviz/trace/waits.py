@@ -188,7 +188,10 @@ def _popen_wait(self, timeout=None):
     if not _outermost() or self.returncode is not None:
         return _inner("Popen.wait")(self, timeout)
     program = self.args[0] if isinstance(self.args, (list, tuple)) and self.args else self.args
-    name = os.path.basename(os.fsdecode(program)) if isinstance(program, (str, bytes)) else None
+    try:                                       # (a str, bytes or a pathlib.Path)
+        name = os.path.basename(os.fsdecode(program))
+    except TypeError:
+        name = None
     return _recorded(_inner("Popen.wait"), "process", self.pid,
                      {"name": name, "call": "Popen.wait", "timeout": timeout},
                      (self, timeout), {}, lambda _: self.returncode is not None)

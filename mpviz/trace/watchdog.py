@@ -829,7 +829,7 @@ def _queued_job_words(state, blocked, submit, busy):
                      for e in busy])
     text = f"{head}: the Pool's workers the trace saw are all busy ({runs})"
     if any((e.pid, e.tid) == (blocked.pid, blocked.tid) for e in busy):
-        text += f", and this waiter is one of them: " + NESTED_WAIT_FIX
+        text += ", and this waiter is one of them: " + NESTED_WAIT_FIX
     return text
 
 
