@@ -210,3 +210,15 @@ def test_pool_chunksize_judges_idleness_by_the_gap_not_by_a_slow_total():
     assert "sat idle for 4.0 units" in text
     (outcome, text), details = run([(1, 10)], late_ms=0)
     assert outcome == "warning" and details["idle_units"] == 20   # the other worker got nothing
+
+
+def test_pool_chunksize_on_three_workers_blames_no_chunksize_for_what_whole_items_cost():
+    # 10 items on 3 workers: one worker does 4 whatever the chunksize (8 units, not 6.7). Said
+    # before: "the 1.4 units over perfect balance went into starting each chunk" -- false.
+    result = sc.run("pool-chunksize", processes=3)
+    assert result.outcome == "ok", result.explanation
+    assert result.details["best_units"] == 8
+    assert "8 is the best whole items allow" in result.explanation
+    assert "no chunksize would finish sooner" in result.explanation, result.explanation
+    assert "starting each chunk" not in result.explanation, result.explanation
+    assert_nothing_left(result)

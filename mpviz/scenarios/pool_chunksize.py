@@ -87,25 +87,44 @@ def verdict(t, details):
     idle += [makespan] * max(0, prm["processes"] - len(last_done))
     chunks = sorted({e.args.get("chunk") for e in starts})
     ideal = prm["items"] * 2 / prm["processes"]
-    details.update(makespan_units=round(makespan, 2), ideal_units=ideal, chunks=len(starts),
-                   chunk_sizes=chunks, idle_units=round(max(idle), 2))
+    best = _makespan(prm["items"], prm["processes"], 1)   # whole items: no chunksize does better
+    details.update(makespan_units=round(makespan, 2), ideal_units=ideal, best_units=best,
+                   chunks=len(starts), chunk_sizes=chunks, idle_units=round(max(idle), 2))
     text = (f"map cut {prm['items']} items into {len(starts)} chunk(s) of {chunks} item(s) for "
             f"{prm['processes']} workers; from the first chunk's start to the last one's end "
             f"took {makespan:.1f} units (each item takes 2; perfect balance would be "
-            f"{ideal:g}). ")
+            f"{ideal:g}" + (f", and {best:g} is the best whole items allow" if best > ideal
+                            else "") + "). ")
     # Idleness is judged by the gap itself, not by the total: on a busy machine every chunk
-    # starts a little late and the total grows with no worker idle. With one item per chunk a
-    # worker can wait at most for one item (2 units) at the end; a gap longer than that is a
-    # chunk that no other worker could take.
-    if max(idle) > 2.5:
+    # starts a little late and the total grows with no worker idle. A gap costs time only where
+    # the run took longer than whole items allow (10 items on 3 workers: one worker does 4,
+    # and the others idle for one item whatever the chunksize).
+    if makespan > best + 1 and max(idle) > 2.5:
+        good = [c for c in range(1, prm["items"] + 1)
+                if _makespan(prm["items"], prm["processes"], c) == best]
         return "warning", text + (
             f"In the last round a worker had no chunk left and sat idle for {max(idle):.1f} "
-            "units (the gap at the end of its lane) while the others finished. Fix: pick a "
-            "chunksize that divides the chunks evenly among the workers (chunksize=1 or 5 "
-            "here).")
-    if makespan > ideal + 1:
+            f"units (the gap at the end of its lane) while the others finished. Fix: pick a "
+            f"chunksize that divides the chunks evenly among the workers "
+            f"({' or '.join(f'chunksize={c}' for c in good[:3])} here).")
+    if makespan > best + 1:
         return "ok", text + (
             f"No worker sat idle for long at the end (at most {max(idle):.1f} units); the "
-            f"{makespan - ideal:.1f} units over perfect balance went into starting each chunk "
+            f"{makespan - best:.1f} units over the best went into starting each chunk "
             "(sending it to a worker and its result back), which a busy machine makes slower.")
+    if max(idle) > 2.5 or best > ideal:
+        return "ok", text + (
+            f"As fast as whole items allow: a worker idles at the end for {max(idle):.1f} "
+            f"units, because {prm['items']} items do not divide among {prm['processes']} "
+            f"workers -- no chunksize would finish sooner.")
     return "ok", text + "Every worker was busy until the end."
+
+
+def _makespan(items, processes, chunksize):
+    """Units a map takes on paper: chunks of `chunksize` items (2 units each), each to the
+    worker that is free first, as Pool hands them out."""
+    free = [0] * processes
+    for first in range(0, items, chunksize):
+        i = free.index(min(free))
+        free[i] += 2 * min(chunksize, items - first)
+    return max(free)
