@@ -505,7 +505,12 @@ def test_a_tensor_is_no_way_out_of_join_before_get():
     # notebook 04 once said "Tensors are immune" to join-before-get and the verdict said "send
     # large data as tensors": under file_descriptor the join returns, then get() must fetch the
     # fd from the exited child and fails, in torch and in mpviz
-    assert _run_torch(TORCH_JOIN_THEN_GET).split() == ["joined", "0", "ConnectionRefusedError"]
+    # (which of two errors depends on a race in torch's child at exit: whether the socket file
+    # of its fd server is already removed -- FileNotFoundError -- or still there with nobody
+    # listening -- ConnectionRefusedError; a fresh-clone run saw the first once)
+    said = _run_torch(TORCH_JOIN_THEN_GET).split()
+    assert said[:2] == ["joined", "0"] and said[2:] in (["ConnectionRefusedError"],
+                                                       ["FileNotFoundError"]), said
     import mpviz
     import mpviz.multiprocessing as mp
     from mpviz.errors import ProducerExitedError
