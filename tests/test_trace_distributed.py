@@ -24,6 +24,8 @@ timeout given to init_process_group), and all of them run at once in one fixture
                        rank 1's loop one step shorter        of 4: sizes differ, a wrong result
     broadcast_group_src  ranks 1, 2 broadcast in their group   -> they raised IN broadcast #1 of
                        with src=0 (not in it), rank 0 barrier   group [1, 2], not "before any"
+    last_rank_src      broadcast(src=world_size): every rank -> "every rank raised ... in
+                       raises the same error in it               broadcast #1": nobody waited
 """
 import os
 import random
@@ -129,6 +131,7 @@ def runs(tmp_path_factory):
             "grad average": _Run(tmp("grad_average"), "grad_average_shards.py",
                                  GLOO_TIMEOUT="90"),
             "group src": _Run(tmp("group_src"), "broadcast_group_src.py", GLOO_TIMEOUT="90"),
+            "last rank src": _Run(tmp("last_src"), "last_rank_src.py"),
         }
         for run in started.values():
             run.done(SETUP_TIMEOUT - 30)
@@ -437,3 +440,43 @@ def test_ranks_that_raised_in_another_groups_collective_are_said_to_have_raised_
                          rf"was killed by SIGTERM)\), without calling barrier #1", err), err
     assert "rank 0 waited in barrier #1, which could never complete." in err
     assert "before any collective" not in err
+
+
+@pytest.mark.timeout(SETUP_TIMEOUT)
+@pytest.mark.parametrize("rank0", ["first", "last"])
+def test_which_rank_came_first_does_not_change_the_verdict_on_a_group_src(runs, rank0):
+    """Rank 0 reaches its barrier before ranks 1 and 2 raise in their broadcast, or after: the
+    verdict is the same. (With rank 0's barrier last, mpviz judged the broadcast -- begun first,
+    both its ranks there, nobody missing -- and printed no verdict at all: 2 fresh-clone runs
+    of 5.)
+    The run's own events, rank 0's barrier moved to either side of the broadcasts."""
+    from mpviz.trace import dist_verdict
+    trace = runs["group src"].trace()
+    ranks = _pids_by_rank(trace)
+    bcast = [e.ts_ns for e in trace.of_kind("dist.collective")
+             if e.args["op"] == "broadcast" and e.args["phase"] == "begin"]
+    assert len(bcast) == 2, runs["group src"].stderr
+    at = min(bcast) - 1_000_000 if rank0 == "first" else max(bcast) + 1_000_000
+    moved = mt.Trace(events=[
+        e._replace(ts_ns=at) if (e.pid == ranks[0] and e.kind == "dist.collective" and
+                                 e.args["phase"] == "begin") else e for e in trace.events])
+    verdict = dist_verdict.judge(moved)
+    assert verdict is not None, "no verdict"
+    assert verdict.sentence.endswith("rank 0 waited in barrier #1, which could never complete."
+                                     ), verdict.sentence
+    for k in (1, 2):
+        assert f"rank {k} raised ValueError: Global rank 0 is not part of group" in \
+            verdict.sentence
+
+
+@pytest.mark.timeout(SETUP_TIMEOUT)
+def test_every_rank_raising_in_the_same_call_is_said_so_and_nobody_waited(runs):
+    """broadcast(src=world_size) raises on every rank, in the call itself: no rank is missing,
+    none waits -- the verdict says that (before: no verdict at all, only torch's traceback)."""
+    run = runs["last rank src"]
+    err = run.stderr
+    assert run.returncode == 1, err
+    assert ("mpviz trace: FAILED (torch.distributed) -- every rank (ranks 0 and 1) raised "
+            "RuntimeError: ProcessGroupGloo::broadcast: invalid root rank: 2 in broadcast #1: "
+            "the call itself failed, on each rank alike; no rank waited for another.") in err, err
+    assert "Fix: the error names what is wrong with the call" in err

@@ -124,7 +124,7 @@ def judge(trace, watchdog=None, stacks=None, until_ns=None):
         return None
     v = Verdict(trace, ranks, watchdog, stacks)
     (v.rendezvous() or v.disagree() or v.missing() or v.raised_in_backward() or
-     v.sizes_differ())
+     v.sizes_differ() or v.each_end())
     return v if v.sentence else None
 
 
@@ -378,7 +378,10 @@ class Verdict:
                        (c.end_ns is None or c.error)]
         if not stuck_calls:
             return False
-        first = min(stuck_calls, key=lambda c: (c.seq, c.begin_ns))
+        # (a rank that raised in a collective of its own group before the backend ran it --
+        # a bad argument -- is the cause, not a waiter: judge first a call whose group has a
+        # rank missing from it, whichever began first)
+        first = min(stuck_calls, key=lambda c: (not self.absent_from(c), c.seq, c.begin_ns))
         group, seq = first.group, first.seq
         mine = [c for c in self.r.calls if c.group == group and c.p2p == first.p2p]
         here = {c.rank: c for c in mine if c.seq == seq}
@@ -480,6 +483,53 @@ class Verdict:
                               "`if rank == ...:` -- it is one). Fix: find why that rank is slow "
                               "(its line above); give the ranks equal work; a longer "
                               "--hang-after waits for it.")
+        return True
+
+    def absent_from(self, call):
+        """The ranks of `call`'s group that never called it (the same seq, the same kind)."""
+        came = {c.rank for c in self.r.calls if c.group == call.group and c.seq == call.seq
+                and c.p2p == call.p2p}
+        return [k for k in call.group if k not in came]
+
+    def each_end(self):
+        """The program failed and no case above fits: say how each rank ended, where, and
+        what it was in -- never no verdict at all."""
+        if self.watchdog is not None or not self.r.rank_of:
+            return False
+        parts, lines = [], []
+        for k, pid in sorted(self.r.pid_of.items()):
+            open_ = [c for c in self.r.calls if c.pid == pid and (c.end_ns is None or c.error)]
+            ended = self.how_it_ended(pid)
+            where = f" in {_called(open_[-1])}" if open_ else ""
+            if ended is None:
+                ended = "had not ended when the trace did"
+            elif pid not in self.r.raised and open_ and open_[-1].end_ns is None:
+                ended = f"{ended}{where}"
+                where = ""
+            elif pid in self.r.raised and where:
+                ended = ended.replace(" (", f"{where} (", 1) if " (" in ended else \
+                    ended + where
+                where = ""
+            parts.append(f"rank {k} {ended}")
+            lines.append(f"  {self.who(pid)}: {ended}")
+        if not any(pid in self.r.raised or not self.left_cleanly(pid)
+                   for pid in self.r.pid_of.values()):
+            return False
+        self.kind = "failed"
+        self.sentence = "; ".join(parts) + "."
+        raised = [k for k, pid in sorted(self.r.pid_of.items()) if pid in self.r.raised]
+        where = {(c.group, c.seq, c.op, _short(c.error)) for c in self.r.calls if c.error}
+        if len(raised) == len(self.r.pid_of) and len(where) == 1:
+            group, seq, op, error = where.pop()    # the same error, in the same call, on all
+            self.sentence = (f"every rank ({_ranks(raised)}) raised {error} in {op} #{seq}"
+                             f"{'' if len(group) == len(raised) else f' of group {list(group)}'}"
+                             f": the call itself failed, on each rank alike; no rank waited "
+                             f"for another.")
+            self.lines = lines + [f"  Fix: the error names what is wrong with the call (its "
+                                  f"arguments: a rank number, a tensor, a group); its traceback "
+                                  f"is above."]
+            return True
+        self.lines = lines + [self.failed_fix(raised)]
         return True
 
     def failed_fix(self, failed):
