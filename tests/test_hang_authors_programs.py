@@ -33,6 +33,7 @@ it; all are started at once (they spend their time waiting), each judged alone:
     sort_then_wait.py         subprocess: p.wait() before reading the output of `sort`
     child_report_waited_first.py  the same with a Python child (recorded, unlike sort)
     worker_crashes_in_native_code.py  the producer dies of SIGSEGV before its put
+    decode_with_forkserver.py the same under forkserver: the fork server reaps the worker
 """
 import importlib.util
 import os
@@ -41,7 +42,7 @@ import sys
 
 import pytest
 
-from test_hang_classes import hung, result, together
+from test_hang_classes import hung, result, together, trace
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -61,7 +62,8 @@ def runs(tmp_path_factory):
         "barrier_two_of_three.py", "lock_held_over_join.py", "result_joined_first.py",
         "notify_before_wait.py", "start_event_never_set.py", "paused_for_ever.py",
         "crawler_waits_on_its_own_pool.py", "sort_then_wait.py",
-        "child_report_waited_first.py", "worker_crashes_in_native_code.py")}
+        "child_report_waited_first.py", "worker_crashes_in_native_code.py",
+        "decode_with_forkserver.py")}
     programs["wait_go_signal.py 1"] = ("2", _program("wait_go_signal.py"), "1")
     programs["wait_go_signal.py 5"] = ("1.5", _program("wait_go_signal.py"), "5")
     if importlib.util.find_spec("torch") is not None:
@@ -376,15 +378,62 @@ def test_a_subprocess_waited_for_before_its_output_is_read_is_a_cycle_with_the_f
 def test_a_producer_that_crashed_in_native_code_is_named_with_its_signal(runs):
     # Said before: "nobody has put into it yet" and, at the end, "pid N (Process-1): how it
     # ended was not recorded" -- its parent never joined it; a zombie keeps its exit status
+    # (3.14's default is forkserver: as decode_with_forkserver.py, below)
     err = hung(result(runs, "worker_crashes_in_native_code.py"))
-    if sys.version_info >= (3, 14):
-        # forkserver, 3.14's default: the fork server, not the program, is the child's parent
-        # and waits for it at once; how it ended then goes unseen (no zombie to read), and is
-        # said to be unseen, never guessed
-        assert re.search(r"pid \d+ \(Process-1\): how it ended was not recorded", err), err
-        return
     assert ("worker_crashes_in_native_code.py's main thread waits: get() on Queue 1: nothing in "
             "it yet -- someone must put into Queue 1, and nobody has put into it yet; Process-1 "
             "was given Queue 1 (a Process argument) and ended (crashed (SIGSEGV: a bad memory "
-            "access, in native code)) without putting into it: that put will never come") in err, err
+            "access, in native code) at worker_crashes_in_native_code.py:11 in worker(): "
+            "`header = ctypes.string_at(BAD_POINTER, 16)`) without putting into it: that put "
+            "will never come") in err, err
     assert "how it ended was not recorded" not in err, err
+
+
+@pytest.mark.timeout(150)
+def test_a_producer_that_crashed_under_forkserver_is_named_with_its_signal_and_line(runs):
+    # Said before: "nobody has put into it yet", and "pid N (Process-1): how it ended was not
+    # recorded": the fork server reaps its children at once, so no zombie is left to read.
+    # faulthandler's report, written into the trace's stacks folder as the worker died, says it.
+    err = hung(result(runs, "decode_with_forkserver.py"))
+    assert ("decode_with_forkserver.py's main thread waits: get() on Queue 1: nothing in it yet "
+            "-- someone must put into Queue 1, and nobody has put into it yet; Process-1 was "
+            "given Queue 1 (a Process argument) and ended (crashed (SIGSEGV: a bad memory "
+            "access, in native code) at decode_with_forkserver.py:12 in decode(): `header = "
+            "ctypes.string_at(BAD_POINTER, 16)`) without putting into it: that put will never "
+            "come") in err, err
+    assert "how it ended was not recorded" not in err, err
+    assert "Fatal Python error" not in err, err     # (the report went to mpviz, not stderr)
+
+
+DECODE_AND_JOIN = """
+import ctypes
+import multiprocessing as mp
+import sys
+
+
+def decode(path):
+    header = ctypes.string_at(0xFFFF_FFFF_FFFF_0000, 16)   # a C library's bug
+    print(path, len(header))
+
+
+if __name__ == "__main__":
+    mp.set_start_method(sys.argv[1])
+    p = mp.Process(target=decode, args=("frame_0001.raw",))
+    p.start()
+    p.join()                   # (p.exitcode is never looked at: the program ends with 0)
+    print("all frames decoded")
+"""
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("method", ["fork", "spawn", "forkserver"])
+def test_a_child_that_crashed_is_named_with_its_line_though_nothing_hung(tmp_path, method):
+    # Said before: nothing -- the program ended with status 0, and only p.exitcode (-11, never
+    # read) knew. faulthandler's report, written into the trace's stacks folder as the child
+    # died, gives the line.
+    run = trace(tmp_path, DECODE_AND_JOIN, method)
+    assert run.returncode == 0, run.stderr
+    assert re.search(r"mpviz trace: pid \d+ \(Process-1\) crashed \(SIGSEGV: a bad memory "
+                     r"access, in native code\) at prog\.py:8 in decode\(\): `header = "
+                     r"ctypes\.string_at\(0xFFFF_FFFF_FFFF_0000, 16\)`", run.stderr), run.stderr
+    assert "Fatal Python error" not in run.stderr, run.stderr

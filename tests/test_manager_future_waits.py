@@ -13,6 +13,10 @@ Programs written as their authors would (tests/hang_programs/), run through
                                    nobody fills
     thread_pool_gate_held.py       a ThreadPoolExecutor task waits for a lock the main thread
                                    holds
+    resize_as_completed.py         as_completed() over 3 ProcessPoolExecutor tasks, each of
+                                   which waits for a lock the parent holds
+    fastest_mirror.py              wait(..., FIRST_COMPLETED) on 3 ThreadPoolExecutor tasks,
+                                   inside `with cache_lock:` -- which each task takes
 
 What must be said: a Manager's server process is the Manager's machinery -- its polling loop
 (serve_forever wakes each second) can end no wait of the program, so the verdict is a DEADLOCK,
@@ -35,7 +39,7 @@ FORK = multiprocessing.get_start_method() == "fork"
 PROGRAMS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "hang_programs")
 NAMES = ("manager_queue_no_sentinel.py", "manager_event_never_set.py",
          "executor_task_waits_lock.py", "executor_reads_manager_queue.py",
-         "thread_pool_gate_held.py")
+         "thread_pool_gate_held.py", "resize_as_completed.py", "fastest_mirror.py")
 
 
 @pytest.fixture(scope="module")
@@ -104,6 +108,30 @@ def test_a_futures_result_names_the_task_and_the_worker_that_runs_it_and_its_wai
 
 
 @pytest.mark.timeout(150)
+def test_a_future_waited_for_by_the_thread_that_holds_its_tasks_lock_is_one_cycle(runs):
+    """The main thread waits for task(3)'s result; the worker running it waits for the lock
+    the main thread holds: one cycle, said and drawn as one (said before: two lines, each
+    true, and no STUCK FOR GOOD -- the learner had to close the circle; the picture drew the
+    future's node off the circle)."""
+    import importlib
+    wait_for = importlib.import_module("mpviz.viz.wait_for")   # (viz.wait_for: the function)
+    run = hung(result(runs, "executor_task_waits_lock.py"))
+    found = re.search(
+        r"  STUCK FOR GOOD: a cycle: executor_task_waits_lock\.py's main thread waits for the "
+        r"result of task\(3\), which ((?:Fork|ForkServer)Process-\d)'s main thread runs; \1's "
+        r"main thread waits for lock 'l', which executor_task_waits_lock\.py's main thread "
+        r"holds\. Each waits for the next: none can go on", _waits(run))
+    assert found, run
+    folder = re.search(r"recording into (\S+) ", run).group(1)
+    trace = mt.load(folder)
+    state = st.state_at(trace, st.stuck_moment(trace))
+    _, _, circle, dead = wait_for._graph(state)
+    assert [k[0] for k in circle] == ["thread", "lock", "thread", "lock"], circle
+    assert any(str(k[1]).startswith("future:") for k in circle), circle
+    assert len(dead) == 2, dead
+
+
+@pytest.mark.timeout(150)
 def test_a_task_that_reads_a_managers_queue_nobody_fills_is_one_chain(runs):
     err = hung(result(runs, "executor_reads_manager_queue.py"))
     waits = _waits(err)
@@ -147,3 +175,53 @@ def test_a_managers_server_is_never_who_must_put_into_a_queue_of_the_program(run
     for b in state.blocked:
         assert not any(pid in servers for pid, _ in b.waits_for), (b, servers)
     assert not any(d.pid in servers for d in state.deadlocks), state.deadlocks
+
+
+@pytest.mark.timeout(150)
+def test_as_completed_names_its_tasks_who_runs_them_and_what_they_wait_for(runs):
+    # Said before: "resize_all.py's main thread waits: as_completed -- who must act is not
+    # recorded", and no cycle.
+    waits = _waits(hung(result(runs, "resize_as_completed.py")))
+    worker = r"(?:Fork|ForkServer)Process-\d's main thread"
+    assert re.search(
+        rf"  resize_as_completed\.py's main thread waits: as_completed\(\) over 3 futures: "
+        rf"resize\('a\.png'\), resize\('b\.png'\) and resize\('c\.png'\) -- {worker}"
+        rf"(?: and {worker})? runs? (?:it|them), and one must finish \((?:it|each) waits for "
+        rf"lock 'log_lock', held by resize_as_completed\.py's main thread\)", waits), waits
+    assert "who must act is not recorded" not in waits, waits
+    assert re.search(rf"  STUCK FOR GOOD: a cycle: resize_as_completed\.py's main thread waits "
+                     rf"in as_completed\(\) over 3 futures: .* run by {worker}.*; {worker} "
+                     rf"waits for lock 'log_lock', which resize_as_completed\.py's main thread "
+                     rf"holds", waits), waits
+
+
+@pytest.mark.timeout(150)
+def test_wait_first_completed_names_its_tasks_and_the_threads_that_run_them(runs):
+    err = hung(result(runs, "fastest_mirror.py"))
+    waits = _waits(err)
+    assert ("  fastest_mirror.py's main thread waits: futures.wait() over 3 futures (the first "
+            "to finish): fetch('eu.example.org'), fetch('us.example.org') and "
+            "fetch('asia.example.org') -- fastest_mirror.py's ThreadPoolExecutor-0_0 and "
+            "fastest_mirror.py's ThreadPoolExecutor-0_1 and fastest_mirror.py's "
+            "ThreadPoolExecutor-0_2 run them, and one must finish") in waits, waits
+    assert "or a lock held while waiting for a task that takes it" in err, err
+
+
+@pytest.mark.timeout(150)
+@pytest.mark.skipif(not FORK, reason="under forkserver (3.14's default) the executor starts "
+                    "one worker here: no second worker to lose the race")
+def test_an_idle_worker_whose_get_lost_the_race_for_the_one_task_is_still_idle(runs):
+    """Both workers saw the one task in the call queue; the loser's get found it there (so no
+    wait was recorded), then blocked when the winner took it. A fresh-clone run saw this: the
+    verdict then left the idle worker out. Its stack (the watchdog's) says where it is: in the
+    stdlib's get, inside the executor's loop. The run's own events, the idle get cut out."""
+    from mpviz.trace import watchdog
+    err = hung(result(runs, "executor_task_waits_lock.py"))
+    trace = mt.load(re.search(r"recording into (\S+) ", err).group(1))
+    runner = re.search(r"(ForkProcess-\d)'s main thread runs it", err).group(1)
+    idle = next(p for p in trace.processes() if p.name.startswith("ForkProcess") and
+                p.name != runner)
+    cut = mt.Trace(events=[e for e in trace.events
+                           if not (e.pid == idle.pid and e.kind == "wait.begin")])
+    assert f"  {idle.name} is idle, not stuck: it waits for its next task from the " \
+           f"ProcessPoolExecutor" in "\n".join(watchdog.waits_in_words(cut))

@@ -391,6 +391,7 @@ LAZY_IMPORTS = {
     ("mpviz.trace.dist_verdict", "mpviz.trace.stuck"): "a running rank's place (stacks) only when a verdict is worded",
     ("mpviz.trace.frames", "mpviz.trace.stuck"): "a recorded process loads the verdict's wording only when an exception ends one of its threads",
     ("mpviz.trace.launcher", "mpviz.trace.dist_verdict"): "only a program that used torch.distributed and failed",
+    ("mpviz.trace.launcher", "mpviz.trace.analysis"): "only when a process of the run ended by a signal",
     ("mpviz.trace.reader", "mpviz.trace.native"): "the C reader builds at first use; MPVIZ_PURE_PYTHON never loads it",
     ("mpviz.trace.torch_hooks", "mpviz.trace.dist_hooks"): "only where torch.distributed is available",
     ("mpviz.trace.watchdog", "mpviz.trace.dist_verdict"): "a cycle (see dist_verdict -> watchdog); only at a hang",

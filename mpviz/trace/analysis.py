@@ -379,6 +379,7 @@ class _Index:
         self.given_threads = {}        # a Pipe end's id -> (pid, tid) of threads given it
         self.signals = {}              # ("event"/"condition", id) -> its set/clear/notify events
         self.exit_errors = {}          # pid -> the exception that ended its run() ("X: ...")
+        self.crash_at = {}             # pid -> the line it crashed at ("x.py:12 in f(): `...`")
         self.thread_errors = []        # (pid, tid, name, error, at, ts) of threads an
                                        # exception ended
         open_waits, counted, open_blocks = {}, {}, {}
@@ -412,6 +413,8 @@ class _Index:
                     self.stuck.append(e)
                 elif k == "watchdog.kill" and e.args.get("at_ns"):
                     self.kill_ns = min(self.kill_ns or e.args["at_ns"], e.args["at_ns"])
+                elif k == "process.reaped" and e.args.get("at"):   # the line it crashed at
+                    self.crash_at[e.args.get("child")] = e.args["at"]
                 continue
             if who not in self.first_seen:
                 self.first_seen[who] = e.ts_ns
@@ -815,6 +818,8 @@ class _Index:
         if on == "future":
             if a.get("task"):
                 return f"the result of {a['task']}"
+            if a.get("futures") is not None:    # wait(fs) or as_completed(fs): several
+                return _many_futures_words(a)
             return "a future's result" if str(target).startswith("future-") else f"{target}"
         if on == "proxy":
             what = _PROXY_MUST.get((a.get("typeid"), a.get("method")), ((), "", ""))[2]
@@ -902,23 +907,32 @@ class _Index:
                 out.append(w)
         return out
 
-    def pipe_knots(self, blocked, in_flight):
-        """Threads that wait on each other through Pipes (and joins), for good: a ``Deadlock``
-        each. A knot is a set of blocked threads in which everyone who could end each one's
-        wait is in the set too: nobody outside can help, and nobody inside can move. Found by
-        striking out, until nothing changes, every thread whose wait someone outside the set
-        could end (or whom nobody known can). Only waits that never ended (before a watchdog
-        began to kill) count: at an instant in the middle of a run that went on, two ends of a
-        ping-pong of big messages can both be inside a send() for a moment (the first's write
-        is read, its wait.end not yet written). A recv with a message on its way is no wait for
-        good either; a knot with no Pipe wait in it is not this function's to tell."""
+    def knots(self, blocked, in_flight, locks):
+        """Threads that wait on each other for good through Pipes, futures, Pool results,
+        joins and locks: a ``Deadlock`` each. A knot is a set of blocked threads in which
+        everyone who could end each one's wait is in the set too: nobody outside can help, and
+        nobody inside can move. Found by striking out, until nothing changes, every thread
+        whose wait someone outside the set could end (or whom nobody known can). Only waits
+        that never ended (before a watchdog began to kill) count: at an instant in the middle
+        of a run that went on, two ends of a ping-pong of big messages can both be inside a
+        send() for a moment (the first's write is read, its wait.end not yet written). A recv
+        with a message on its way is no wait for good either. A knot of locks alone is
+        ``deadlocks``' to tell (a lock cycle); here one has a Pipe's, a future's or a Pool
+        result's wait in it: the main thread waits for a task's result, and the worker that
+        runs it waits for a lock the main thread holds."""
         coming = {f.channel for f in in_flight}
         never = {(p, d, begin.ts_ns) for p, d, begin, until in self.blocked if until is None or
                  (self.kill_ns is not None and until >= self.kill_ns)}   # (or ended by a kill:
         # the first process killed closes its ends, and the other's recv() raises EOFError)
         waits = {(b.pid, b.tid): b for b in blocked if (b.pid, b.tid, b.since_ns) in never and (
                  (b.on == "pipe.recv" and self.other_end(b.target) not in coming) or
-                 b.on in ("pipe.send", "process"))}
+                 b.on in ("pipe.send", "process", "future", "pool.result"))}
+        for lk in locks:            # (a lock has no deadline once acquire() waits without one)
+            owners = tuple((o.pid, o.tid) for o in lk.owners if not o.ghost)
+            for pid, tid, since in lk.waiters:
+                if owners and (pid, tid) not in waits:
+                    waits[pid, tid] = Blocked(pid, tid, "lock", lk.id, since,
+                                              lk.name or lk.type or "a lock", owners)
         changed = True
         while changed:
             changed = False
@@ -926,7 +940,7 @@ class _Index:
                 if not b.waits_for or any(w not in waits for w in b.waits_for):
                     del waits[key]
                     changed = True
-        if not any(b.on.startswith("pipe.") for b in waits.values()):
+        if all(b.on in ("lock", "process") for b in waits.values()):
             return []
         # told from the oldest process's oldest thread (a race decides which thread began to
         # wait first: the story is the same each time)
@@ -943,22 +957,37 @@ class _Index:
             if b.on == "pipe.send":
                 return f"{who(key)} waits in send() into the full {self.pipe_name(b.target)} " \
                        f"for {others} to recv"
+            if b.on in ("future", "pool.result") and b.what.startswith("the result of"):
+                return f"{who(key)} waits for {b.what}, which {others} runs"
+            if b.on == "future":              # wait(fs), as_completed(fs): several tasks
+                return f"{who(key)} waits in {b.what}, run by " + \
+                    " and ".join(who(w) for w in b.waits_for)
+            if b.on == "lock":
+                return f"{who(key)} waits for {b.what}, which {others} holds"
             call = "Popen.wait()" if b.what.startswith("Popen.wait()") else "join()"
             return f"{who(key)} waits in {call} for {self.labels.get(b.target, b.target)} to exit"
         steps = [step(key, b) for key, b in waits.items()]
         reason = "a cycle: " + "; ".join(steps) + ". Each waits for the next: none can go on"
         ring = _ring(waits)
         return [Deadlock(k[0], k[1], reason, ring) for k in waits]
+
     def _runners(self, begin, t):
         """Who runs the task a future's wait waits for, at `t`: the ThreadPoolExecutor's
         thread that ran it when the wait began (a task runs in one thread to its end), or the
-        ProcessPoolExecutor worker that took its work item and has not sent its result."""
-        runner = begin.args.get("runner")
-        if runner is not None:
-            return [(begin.pid, runner)] if self.thread_alive(begin.pid, runner, t) else []
-        job = begin.args.get("job")
-        return [(pid, tid) for pid, tid, start, done in self._executor_tasks(job)
-                if start <= t and (done is None or t < done) and self.thread_alive(pid, tid, t)]
+        ProcessPoolExecutor worker that took its work item and has not sent its result. A wait
+        on several futures (``futures``): whoever runs any of them."""
+        out = []
+        for a in begin.args.get("futures") or [begin.args]:
+            runner = a.get("runner")
+            if runner is not None:
+                found = [(begin.pid, runner)] if self.thread_alive(begin.pid, runner, t) else []
+            else:
+                found = [(pid, tid) for pid, tid, start, done in
+                         self._executor_tasks(a.get("job"))
+                         if start <= t and (done is None or t < done) and
+                         self.thread_alive(pid, tid, t)]
+            out += [w for w in found if w not in out]
+        return out
 
     def _executor_tasks(self, job):
         """(pid, tid, start, done or None) of the executor work item `job`."""
@@ -984,6 +1013,8 @@ class _Index:
                 return "", ""
             return must[1], (f"someone must call its {must[0][0]}(), and no thread the trace "
                              f"recorded has called it yet")
+        if a.get("on") == "future" and a.get("futures") is not None:
+            return self._many_futures_must(a, t)
         if a.get("on") == "future" and a.get("job") is not None:
             tasks = [task for task in self._executor_tasks(a["job"]) if task[2] <= t]
             queue = str(a["job"]).rsplit("/", 1)[0]
@@ -999,6 +1030,22 @@ class _Index:
             return "", (f"{self.labels.get(pid, pid)} took it and ended before it sent its "
                         f"result back ({self.how_it_ended(pid)})")
         return "", ""
+
+    def _many_futures_must(self, a, t):
+        """must_words for a wait on several futures: who runs them must finish one (all, for
+        wait(fs) of ALL_COMPLETED); the tasks no worker has taken yet are said too."""
+        every = a.get("id") != "as_completed" and a.get("how", "ALL_COMPLETED") == \
+            "ALL_COMPLETED"
+        queued = [f.get("task") or "a task" for f in a["futures"] if f.get("job") is not None
+                  and not any(task[2] <= t for task in self._executor_tasks(f["job"]))]
+        must = ("run them and must finish every one" if every else
+                "run them, and one must finish")
+        waiting = (f"; {', '.join(queued)} {'waits' if len(queued) == 1 else 'wait'} in the "
+                   f"executor's queue: no worker has taken "
+                   f"{'it' if len(queued) == 1 else 'them'} yet") if queued else ""
+        nobody = ("no worker has taken any of them yet: they wait in the executor's queue for "
+                  "a free worker") if queued and len(queued) == len(a["futures"]) else ""
+        return must + waiting, nobody
 
     def gone_without_putting(self, qid, t, waiter):
         """The children given queue `qid` as an argument that ended by `t` without putting
@@ -1020,7 +1067,8 @@ class _Index:
         if p is None or (p.signal is None and p.exitcode is None):
             return "its exit status unknown"
         if p.signal:
-            return _signal_words(p.signal)
+            at = self.crash_at.get(pid)
+            return _signal_words(p.signal) + (f" at {at}" if at else "")
         error, at = self.exit_errors.get(pid, (None, None))
         return f"exit {p.exitcode}" + (f", after {error}" if error else "") + \
             (f", raised at {at}" if error and at else "")
@@ -1072,7 +1120,11 @@ class _Index:
             return False
         waits = [b for b_pid, _, b, until in self.blocked if b_pid == pid and b.ts_ns <= t
                  and (until is None or t < until)]
-        return bool(waits) and all(b.args.get("on") == "queue.get" for b in waits)
+        if not waits:       # (two idle workers raced for one task: the loser's get found
+            # the item there, so no wait was recorded, then blocked once the winner took it)
+            return any(_waits_for_work(e.args.get("stacks")) for e in self.stuck
+                       if e.args.get("pid", e.pid) == pid and self._found_at(e) <= t)
+        return all(b.args.get("on") == "queue.get" for b in waits)
 
     def _executor_tasks_all(self):
         """(pid, tid, start, done or None) of every executor work item taken."""
@@ -1214,6 +1266,21 @@ def _script(argv):
     return "python -c" if argv[0] == "-c" else str(argv[0]).replace("\\", "/").rsplit("/", 1)[-1]
 
 
+def _many_futures_words(a):
+    """"as_completed() over 3 futures: resize('a.png'), resize('b.png') and resize('c.png')";
+    futures.wait() says whether it waits for every one or the first."""
+    tasks = [f.get("task") or "a task" for f in a["futures"]]
+    n = a.get("pending", len(tasks))
+    more = n - len(tasks)
+    listed = (", ".join(tasks[:-1]) + " and " + tasks[-1] if len(tasks) > 1 and not more else
+              ", ".join(tasks) + (f" and {more} more" if more else ""))
+    which = "" if a.get("id") == "as_completed" else {
+        "FIRST_COMPLETED": " (the first to finish)",
+        "FIRST_EXCEPTION": " (all, or the first to raise)"}.get(a.get("how"), " (all of them)")
+    call = "as_completed()" if a.get("id") == "as_completed" else "futures.wait()"
+    return f"{call} over {n} future{'s' * (n != 1)}{which}: {listed}"
+
+
 def _number_waitables(blocked):
     """{(kind, id): "Event 1"} for the Events, Conditions and Barriers waited on, numbered per
     kind in the order of their first wait (their ids are internal: a semaphore's address)."""
@@ -1264,6 +1331,26 @@ _PEOPLES = ("scenarios/", "examples/")   # mpviz code that plays the user's prog
 
 
 _PYTHON_LIB = re.compile(r"/lib(?:64)?/python3\.\d+/")   # any Python's stdlib (and packages)
+
+
+_WORK_LOOPS = {("worker", "pool.py"), ("_process_worker", "process.py")}   # a Pool's, an executor's
+
+
+def _waits_for_work(stacks):
+    """Does a Pool or executor worker's stack (faulthandler's text) show it in its loop's get of
+    its next task -- the stdlib's get, nothing of the program's inside it?"""
+    if not stacks:
+        return False
+    for block in re.split(r"(?=^(?:Current thread|Thread) )", str(stacks), flags=re.M):
+        frames = [m.groupdict() for m in _FRAME.finditer(block)]   # (innermost first)
+        loop = next((i for i, f in enumerate(frames)
+                     if (f["func"], os.path.basename(f["file"])) in _WORK_LOOPS), None)
+        if loop is None or loop == 0:
+            continue
+        inner = frames[:loop]          # (the stdlib's, and mpviz's recording hooks)
+        return all(_is_machinery(f["file"]) for f in inner) and any(
+            f["func"] == "get" and os.path.basename(f["file"]) == "queues.py" for f in inner)
+    return False
 
 
 def _is_machinery(path):
@@ -1479,7 +1566,7 @@ def state_at(trace, t_ns=None):
     in_flight = tuple(f for f in ix.flows
                       if f.put.ts_ns <= t and (f.get is None or f.get.ts_ns > t))
     blocked = tuple(ix.blocked_states(t))   # (first: it names the queues nobody put into yet)
-    knots = ix.pipe_knots(blocked, in_flight)     # (they say more than "the watchdog found it")
+    knots = ix.knots(blocked, in_flight, locks)   # (they say more than "the watchdog found it")
     tied = {(d.pid, d.tid) for d in knots}
     deadlocks = [d for d in ix.deadlocks(locks, t) if (d.pid, d.tid) not in tied] + knots
     return State(t, ix.t0, procs, tuple(ix.segment_states(t)), tuple(locks), in_flight,
@@ -1499,7 +1586,7 @@ def _how_it_ended(p):
 
 
 # signals that a process sends itself when its own code goes wrong: a crash, not a kill
-_CRASHES = {"SIGSEGV": "a bad memory access, in native code", "SIGBUS": "a bad memory access, "
+CRASHES = {"SIGSEGV": "a bad memory access, in native code", "SIGBUS": "a bad memory access, "
             "in native code", "SIGILL": "an illegal instruction, in native code",
             "SIGFPE": "an arithmetic fault, in native code",
             "SIGABRT": "native code called abort()"}
@@ -1507,7 +1594,7 @@ _CRASHES = {"SIGSEGV": "a bad memory access, in native code", "SIGBUS": "a bad m
 
 def _signal_words(sig):
     """"killed by SIGKILL"; "crashed (SIGSEGV: a bad memory access, in native code)"."""
-    return f"crashed ({sig}: {_CRASHES[sig]})" if sig in _CRASHES else f"killed by {sig}"
+    return f"crashed ({sig}: {CRASHES[sig]})" if sig in CRASHES else f"killed by {sig}"
 
 
 def stuck_moment(trace):

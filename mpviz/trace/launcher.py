@@ -255,6 +255,8 @@ def run(program, output=None, hang_after=10.0, plot=None, threading_locks=False)
         else:
             _wait_for_the_rest(child, stop=forwarder.interrupted, trace=eyes.trace,
                                directory=directory)
+            eyes.trace.refresh()              # how its children ended that nobody waited for
+            eyes.note_ended_unwaited()        # (a crash the fork server reaped, say)
     finally:
         forwarder.remove()
     if recording:
@@ -515,6 +517,8 @@ def _report(directory, child, code, watchdog, verdict, received, plot):
         say(f"could not read: {problem}")
     _say_notes(trace)
     _say_unended(trace, program)
+    if verdict is None:
+        _say_crashes(trace, program)
     worth = verdict is not None or code != 0
     if plot is False or (plot is None and not worth):
         say(f"no pictures drawn{' (--no-plot)' if plot is False else ''}: "
@@ -571,6 +575,17 @@ def _say_unended(trace, program):
         return
     from .trace import _pids_in_words
     say(f"{_pids_in_words([p.pid for p in unended])}: {why.replace('it ended', 'each ended')}")
+
+
+def _say_crashes(trace, program):
+    """Name the processes that crashed in native code (SIGSEGV, SIGABRT ...), with the line,
+    where nothing else said it: a child's crash ends no program by itself, and a program that
+    never joins it (or joins it and ignores p.exitcode) ends with status 0."""
+    for p in program:
+        if p.signal:
+            from . import analysis
+            if p.signal in analysis.CRASHES:
+                say(f"pid {p.pid} ({p.name}) {analysis.how_it_ended(trace, p.pid)}")
 
 
 def _say_notes(trace):

@@ -10,7 +10,8 @@ So every wait that can hang records when it starts and when it ends (``wait.end`
     ev.wait(), cond.wait()  {on: "event" / "condition", id: <its semaphore / its lock>}
     barrier.wait()          {on: "barrier", id}
     res.get() / pool.map    {on: "pool.result", id: <job>}
-    fut.result(), wait(), as_completed()   {on: "future", task, job or runner: _future_task}
+    fut.result(), wait(), as_completed()   {on: "future", task, job or runner: _future_task;
+                                           several: pending, futures: [_future_task ...]}
     a feeder's write into a full pipe      {on: "pipe.write", id: <queue id>, nbytes}
     conn.recv() on a learner's Pipe(), nothing to read   {on: "pipe.recv", id: <its end>}
     conn.send(x) into a learner's Pipe() that may be full  {on: "pipe.send", id, nbytes}
@@ -339,33 +340,55 @@ def _future_result(self, timeout=None):
 
 
 def _futures_wait(fs, timeout=None, return_when=futures.ALL_COMPLETED):
-    if not _outermost():
-        return _inner("futures.wait")(fs, timeout, return_when)
     fs = list(fs)
+    if not _outermost() or all(f.done() for f in fs) or (
+            return_when == futures.FIRST_COMPLETED and any(f.done() for f in fs)):
+        return _inner("futures.wait")(fs, timeout, return_when)
     return _recorded(_inner("futures.wait"), "future", f"{len(fs)} futures",
-                     {"how": return_when, "timeout": timeout}, (fs, timeout, return_when), {},
+                     {"how": return_when, "timeout": timeout, **_pending_tasks(fs)},
+                     (fs, timeout, return_when), {},
                      lambda done_and_not: not done_and_not.not_done or
                      return_when != futures.ALL_COMPLETED)
 
 
 def _as_completed(fs, timeout=None):
-    """as_completed is a generator: each step that blocks is a wait (one pair per step)."""
+    """as_completed is a generator: each step that blocks is a wait (one pair per step); a
+    step with a finished future not yet handed out does not wait, and records nothing."""
+    fs = list(dict.fromkeys(fs))                 # (in the program's order, each once)
     gen = _inner("futures.as_completed")(fs, timeout)
     if not recorder.ENABLED:
         yield from gen
         return
+    given = set()
     while True:
-        if _outermost():
-            fut = _recorded(next, "future", "as_completed", {"timeout": timeout},
-                            (gen, _DONE), {})
+        left = [f for f in fs if f not in given]
+        if _outermost() and not any(f.done() for f in left):
+            fut = _recorded(next, "future", "as_completed",
+                            {"timeout": timeout, **_pending_tasks(left)}, (gen, _DONE), {})
         else:
             fut = next(gen, _DONE)
         if fut is _DONE:
             return
+        given.add(fut)
         yield fut
 
 
 _DONE = object()                              # as_completed has no more futures
+_MANY = 8                                     # the tasks a wait on many futures names, at most
+
+
+def _pending_tasks(fs):
+    """What a wait on several futures adds to its begin: ``pending`` (how many are not done)
+    and ``futures``, the first few of them as ``_future_task`` describes each (its task, and
+    its job or runner) -- so that the verdict names the tasks and who runs them."""
+    pending = [f for f in fs if not f.done()]
+    described = []
+    for f in pending[:_MANY]:
+        try:
+            described.append(_future_task(f))
+        except Exception:    # (a recorder never breaks the program's own call)
+            described.append({})
+    return {"pending": len(pending), "futures": described}
 
 
 # --- executors: which task a future is, and who runs it ----------------------------------------

@@ -100,6 +100,7 @@ class Watchdog:
         self.hang_after = check_hang_after(hang_after)
         self._ignore = ignore or (lambda: ())
         self.stacks_dir = os.path.join(directory, STACKS)
+        self.crashes_said = set()       # pids whose crash note_ended_unwaited has recorded
         os.makedirs(self.stacks_dir, exist_ok=True)
         self.trace = Trace(directory)       # live: read when nothing moved, complete at the end
         self.last_progress = time.monotonic()
@@ -379,21 +380,40 @@ class Watchdog:
         zombie keeps its exit status until then (osview.ended_unwaited). ``process.reaped``
         (by "zombie"), written before the kill, so that a wait for what such a process was to
         send names how it ended."""
+        from .autostart import crash_report
         ended = {}
         for p in self.trace.processes():
-            if p.exit_ns is None and p.exitcode is None and p.signal is None and p.ppid:
+            if p.ppid and p.signal in st.CRASHES and p.pid not in self.crashes_said:
+                crash = crash_report(self.stacks_dir, p.pid)    # (a join saw the signal:
+                line = st.user_line(crash[1]) if crash else ""  # the line is the report's)
+                if line.startswith(" (at your line "):
+                    ended[p.pid] = (p.exitcode, p.signal, "crash report",
+                                    line[len(" (at your line "):-1])
+            elif p.exit_ns is None and p.exitcode is None and p.signal is None and p.ppid:
                 status = osview.ended_unwaited(p.pid, p.ppid)
+                # the report faulthandler wrote as it crashed, if it did (autostart's
+                # crash_report): its line -- and how it ended, where the process that reaped
+                # it is not recorded (the fork server)
+                crash = crash_report(self.stacks_dir, p.pid)
+                line = st.user_line(crash[1]) if crash else ""   # " (at your line x.py:12 ...)"
+                at = line[len(" (at your line "):-1] if line.startswith(" (at your line ") \
+                    else None
                 if status is not None:
-                    ended[p.pid] = status
+                    ended[p.pid] = status + ("zombie", at)
+                elif crash is not None:
+                    number = getattr(signal.Signals, crash[0], None)
+                    ended[p.pid] = (-number if number else None, crash[0], "crash report", at)
         if not ended:
             return
         try:
             log = recorder.SideLog(self.directory, "watchdog")
         except OSError:
             return
+        self.crashes_said.update(ended)
         try:
-            for pid, (code, sig) in ended.items():
-                log.emit("process.reaped", child=pid, exitcode=code, signal=sig, by="zombie")
+            for pid, (code, sig, by, at) in ended.items():
+                log.emit("process.reaped", child=pid, exitcode=code, signal=sig, by=by,
+                         **({"at": at} if at else {}))
         finally:
             log.close()
         self.trace.refresh()
@@ -754,12 +774,14 @@ def _who_must_act(state, blocked, trace=None):
             if queued is not None:
                 return _queued_job_words(state, blocked, *queued)
     if blocked.waits_for:
-        who = " or ".join(_thread_words(state, pid, tid) for pid, tid in blocked.waits_for)
+        who = (" and " if blocked.on == "future" else " or ").join(   # (futures: each runs one)
+            _thread_words(state, pid, tid) for pid, tid in blocked.waits_for)
         alive = {(p.pid, tid) for p in state.processes for tid, _ in p.threads}
         ended = not any(w in alive for w in blocked.waits_for)   # (the graph says "(ended)")
-        return f"{who} {blocked.must or st.MUST.get(blocked.on, 'must act')}" + (
+        must, sep, more = (blocked.must or st.MUST.get(blocked.on, 'must act')).partition("; ")
+        return f"{who} {must}" + (
             f" -- but {'it has' if len(blocked.waits_for) == 1 else 'they have'} ended"
-            if ended else _its_own_wait(state, blocked)) + (
+            if ended else _its_own_wait(state, blocked)) + sep + more + (
                 PIPE_SENDER_ENDED if ended and blocked.on == "pipe.recv" else "")
     if blocked.nobody:
         return blocked.nobody
@@ -796,18 +818,28 @@ PIPE_SENDER_ENDED = (
 def _its_own_wait(state, blocked):
     """" (it waits for lock 'l', held by prog.py's main thread)": what the one thread a future
     waits for waits for itself, where the trace recorded it -- the next link of the chain."""
-    if blocked.on != "future" or len(blocked.waits_for) != 1:
+    if blocked.on != "future" or not blocked.waits_for:
         return ""
-    pid, tid = blocked.waits_for[0]
+    said = set()
+    for pid, tid in blocked.waits_for:      # (several: a wait on many futures -- "each")
+        said.add(_own_wait(state, pid, tid))
+    if len(said) != 1 or "" in said:
+        return ""
+    it = "it" if len(blocked.waits_for) == 1 else "each"
+    return f" ({it} waits{said.pop()})"
+
+
+def _own_wait(state, pid, tid):
+    """" for lock 'l', held by prog.py's main thread", ": get() on Queue 1 ...": what thread
+    (pid, tid) waits for, where the trace recorded it; "" if not."""
     for lk in state.locks:
         if any((p, t) == (pid, tid) for p, t, _ in lk.waiters):
             owners = join_and([f"{state.labels.get(o.pid, o.pid)}'s {o.thread}"
                                for o in lk.owners])
-            return (f" (it waits for {lk.name or 'a lock'}" +
-                    (f", held by {owners})" if owners else ")"))
+            return f" for {lk.name or 'a lock'}" + (f", held by {owners}" if owners else "")
     for b in state.blocked:
         if (b.pid, b.tid) == (pid, tid):
-            return f" (it waits: {b.what})"
+            return f": {b.what}"
     return ""
 
 

@@ -129,7 +129,15 @@ def _graph(state):
                         idx = cycle_nodes.index(("thread", d.cycle[i - 1]))
                         cycle_nodes.insert(idx + 1, key)
                         in_cycle.add(key)
-    _add_blocked(state, nodes, edges)
+            for b in state.blocked:           # ... and what else its threads wait on there
+                if (b.pid, b.tid) == d.cycle[i - 1] and b.target == d.cycle[i] and \
+                        b.on in _OBJECT:      # (a future, a Pipe: _add_blocked's node)
+                    key = ("lock", f"{b.on}:{b.target}", None)
+                    if key not in in_cycle:
+                        idx = cycle_nodes.index(("thread", d.cycle[i - 1]))
+                        cycle_nodes.insert(idx + 1, key)
+                        in_cycle.add(key)
+    _add_blocked(state, nodes, edges, dead_threads)
     return nodes, edges, cycle_nodes, dead_threads
 
 
@@ -221,7 +229,7 @@ _NOBODY = {"pipe.write": "nobody has read it yet", "queue.put": "nobody has got 
            "future": "who runs its task: not recorded", "proxy": "who must act: not recorded"}
 
 
-def _add_blocked(state, nodes, edges):
+def _add_blocked(state, nodes, edges, dead=frozenset()):
     """Nodes and edges for the threads blocked in recorded waits (see the module text).
 
     Where the trace cannot say who must act (who will set an Event, notify a Condition), the
@@ -239,8 +247,9 @@ def _add_blocked(state, nodes, edges):
                 nodes[akey] = ("thread", _thread_text(labels, names, pid, tid) + ended)
             actors.append(akey)
         template, must = _OBJECT.get(b.on), b.must or st.MUST.get(b.on, "must act")
+        style = "deadlock" if (b.pid, b.tid) in dead else "blocked"   # (`dead`: stuck for good)
         if template is None:                         # a join: straight from the one to the other
-            edges.extend((a, wkey, must, "blocked") for a in actors)
+            edges.extend((a, wkey, must, style) for a in actors)
             continue
         who = b.nobody or _NOBODY.get(b.on, "")
         okey = ("lock", f"{b.on}:{b.target}", None)  # drawn as a rounded node, like a lock
@@ -252,9 +261,9 @@ def _add_blocked(state, nodes, edges):
                 name = b.what
             text = template.format(id=name, who=who if not actors else "")
             nodes[okey] = ("lock", text.rstrip(": \n"))
-        edges.extend((a, okey, must, "blocked") for a in actors
-                     if (a, okey, must, "blocked") not in edges)
-        edges.append((okey, wkey, "blocks", "blocked"))
+        edges.extend((a, okey, must, style) for a in actors
+                     if (a, okey, must, style) not in edges)
+        edges.append((okey, wkey, "blocks", style))
 
 
 def _arc(a, b, top, aspect=1.0):

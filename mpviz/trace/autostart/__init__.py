@@ -42,7 +42,9 @@ KILLED_MARK = "killed-by-mpviz"         # in the stacks folder: mpviz is killing
 TRACKER_SUFFIX = ".tracker.txt"         # what a tracker removed after that kill ("2 semaphore")
 _stacks_file = None
 _interrupt_file = None
+_crash_file = None                      # ours while faulthandler.enable() writes into it
 INTERRUPT_SUFFIX = ".int.txt"           # where a process's stacks at a SIGINT go
+CRASH_SUFFIX = ".crash.txt"             # faulthandler's report of a crash (SIGSEGV ...)
 
 
 def role():
@@ -126,17 +128,26 @@ def register_stacks():
     sends SIGINT to every process of the group at once: by the time ``record()``'s process asks
     its children for their stacks, they are already unwinding. This file holds where each was at
     the interrupt itself (``watchdog.interrupt_stacks`` reads it). A program that sets its own
-    SIGINT handler (a Pool initializer ignoring it, say) replaces this one."""
+    SIGINT handler (a Pool initializer ignoring it, say) replaces this one.
+
+    And on a crash in native code (SIGSEGV, SIGABRT ...), faulthandler's report -- "Fatal
+    Python error: Segmentation fault" and every thread's stack -- into PID.crash.txt, as the
+    process dies: how a child ended that no recorded process waits for (the fork server reaps
+    its children itself), and the line that crashed (``crash_report`` reads it). Not where the
+    program enabled faulthandler itself: its report stays where the program sends it."""
     import faulthandler
     import signal
-    global _stacks_file, _interrupt_file
+    global _stacks_file, _interrupt_file, _crash_file
     directory = os.environ.get(ENV_STACKS)
     if not directory or not os.path.isdir(directory):
         return
-    old = (_stacks_file, _interrupt_file)
+    old = (_stacks_file, _interrupt_file, _crash_file)
     try:
         _stacks_file = _open_own(os.path.join(directory, f"{os.getpid()}.txt"))
         faulthandler.register(signal.SIGUSR1, file=_stacks_file[0], all_threads=True)
+        if _crash_file is not None or not faulthandler.is_enabled():
+            _crash_file = _open_own(os.path.join(directory, f"{os.getpid()}{CRASH_SUFFIX}"))
+            faulthandler.enable(file=_crash_file[0], all_threads=True)
         _interrupt_file = None
         if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
             _interrupt_file = _open_own(os.path.join(directory,
@@ -188,6 +199,26 @@ def tracker_words(directory):
         shown(message, category, filename, lineno, file, line)
 
     warnings.showwarning = showwarning
+
+
+# faulthandler's first line, by the signal that crashed the process
+_FATAL = {"Segmentation fault": "SIGSEGV", "Aborted": "SIGABRT", "Bus error": "SIGBUS",
+          "Floating-point exception": "SIGFPE", "Illegal instruction": "SIGILL"}
+
+
+def crash_report(directory, pid):
+    """(signal name, faulthandler's report) of process `pid` if it crashed (see
+    register_stacks: the report is written only as a process dies of one), else None."""
+    try:
+        with open(os.path.join(directory, f"{pid}{CRASH_SUFFIX}"), errors="replace") as f:
+            text = f.read(64 * 1024)
+    except OSError:
+        return None
+    first = text.split("\n", 1)[0]
+    if not first.startswith("Fatal Python error: "):
+        return None
+    what = first[len("Fatal Python error: "):].strip()
+    return _FATAL.get(what, what), text
 
 
 def _open_own(path):
