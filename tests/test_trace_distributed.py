@@ -26,6 +26,10 @@ timeout given to init_process_group), and all of them run at once in one fixture
                        with src=0 (not in it), rank 0 barrier   group [1, 2], not "before any"
     last_rank_src      broadcast(src=world_size): every rank -> "every rank raised ... in
                        raises the same error in it               broadcast #1": nobody waited
+    save_after_destroy rank 0 takes a Lock twice after         -> "every collective completed,
+                       destroy_process_group()                  and rank 0 ... has not exited"
+    save_before_destroy the same before it: gloo's threads     -> DEADLOCK, not "unless a loop
+                       poll every 10 ms meanwhile                gives up by itself"
 """
 import os
 import random
@@ -132,6 +136,8 @@ def runs(tmp_path_factory):
                                  GLOO_TIMEOUT="90"),
             "group src": _Run(tmp("group_src"), "broadcast_group_src.py", GLOO_TIMEOUT="90"),
             "last rank src": _Run(tmp("last_src"), "last_rank_src.py"),
+            "save after destroy": _Run(tmp("after_destroy"), "save_after_destroy.py"),
+            "save before destroy": _Run(tmp("before_destroy"), "save_before_destroy.py"),
         }
         for run in started.values():
             run.done(SETUP_TIMEOUT - 30)
@@ -480,3 +486,40 @@ def test_every_rank_raising_in_the_same_call_is_said_so_and_nobody_waited(runs):
             "RuntimeError: ProcessGroupGloo::broadcast: invalid root rank: 2 in broadcast #1: "
             "the call itself failed, on each rank alike; no rank waited for another.") in err, err
     assert "Fix: the error names what is wrong with the call" in err
+
+
+@pytest.mark.timeout(SETUP_TIMEOUT)
+def test_a_rank_that_hangs_after_destroying_its_group_is_named_with_its_line(runs):
+    """Every collective completed; rank 0 hangs in its own code after destroy_process_group()
+    (a Lock taken twice). Said before: the generic "its threads wait for each other", no rank
+    named, nothing of torch.distributed. (The same rule found torch 2.13's own teardown hang
+    -- ~ProcessGroupGloo waiting on a mutex, gloo's threads polling every 10 ms, which had
+    hidden the hang from the watchdog -- in 2 of 16 runs of notebook 12's torch DDP.)"""
+    run = runs["save after destroy"]
+    err = run.stderr
+    assert run.returncode == 124, err
+    assert ("HANG: DEADLOCK (torch.distributed) -- every collective completed, and rank 0 "
+            "destroyed its group, but has not exited: whoever joins the ranks "
+            "(torch.multiprocessing.spawn's join) waits for it.") in err, err
+    assert re.search(r"  rank 0 \(SpawnProcess-1, pid \d+\): called destroy_process_group\(\) "
+                     r"at [\d.]+ s and has not exited since; its main thread waits for a lock of "
+                     r"its own process, with no time limit \(futex\) -- at log "
+                     r"\(save_after_destroy\.py:16\): `with _log_lock:`", err), err
+    assert "Fix: what it waits for is the program's own" in err, err
+
+
+@pytest.mark.timeout(SETUP_TIMEOUT)
+def test_gloos_polling_threads_are_not_taken_for_the_programs_loop(runs):
+    """Rank 0 takes a Lock twice while its group is alive: gloo's threads wake every 10 ms to
+    poll their sockets. Said before: "DEADLOCK, unless a loop gives up by itself ... Only the
+    polling loop of rank 0's native threads can still end this" -- gloo's machinery taken for
+    the program's loop (and in notebook 12's torch DDP, their wake-ups hid a hang from the
+    watchdog for 80 s: it never fired)."""
+    run = runs["save before destroy"]
+    err = run.stderr
+    assert run.returncode == 124, err
+    assert "unless a loop gives up by itself" not in err, err
+    assert re.search(r"HANG: DEADLOCK -- .*nobody can ever move\. .*\(In SpawnProcess-1 \(rank 0, "
+                     r"pid \d+\), torch\.distributed's own threads \(gloo's\) wake every 10 ms",
+                     err), err
+    assert "at log (save_before_destroy.py:17): `with _log_lock:`" in err, err

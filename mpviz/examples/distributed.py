@@ -145,6 +145,15 @@ def torch_ddp_train(rank, world_size, port, out, weights, epochs, set_epoch, n, 
                  epochs, set_epoch, batch_size, os.path.join(out, f"rank{rank}.json"))
     tdist.destroy_process_group()
     faulthandler.cancel_dump_traceback_later()
+    # Kept until the rank's process ends (fork's children end by os._exit: no destructor
+    # runs). Freed as this function returns, the DDP's Reducer took the last reference to
+    # torch 2.13's ProcessGroupGloo, whose destructor then waited on a mutex for ever: 1 run
+    # of 4 at load 6 (its main thread in ~ProcessGroupGloo, by gdb; gloo's own threads still
+    # polling every 10 ms). torch's bug, not the lesson's.
+    _KEPT.append(ddp)
+
+
+_KEPT = []
 
 
 def _settings(world_size, epochs, set_epoch, n, batch_size, lr, seed):
@@ -176,7 +185,8 @@ def run_ddp(world_size=2, epochs=3, set_epoch=True, n=512, batch_size=32, lr=0.1
         return _results(out, world_size)
 
 
-TORCH_LIMIT = 120     # s, for torch's import and a few epochs of 2-4 ranks (~10 s here)
+TORCH_LIMIT = 90      # s, for torch's import and a few epochs of 2-4 ranks (~10 s here;
+                      # 2.4 s at rest): below the tests' 120 s, so that a hang's stacks show
 
 
 def run_torch_ddp(world_size=2, epochs=3, set_epoch=True, n=512, batch_size=32, lr=0.1, seed=0):
@@ -207,9 +217,18 @@ def _torch_main(world_size, epochs, set_epoch, n, batch_size, lr, seed, out):
     import torch._dynamo                 # noqa: F401 (DDP and SGD import it on first use: once
     import torch.multiprocessing as tmp  # here, not in each forked rank at once)
     s = _settings(world_size, epochs, set_epoch, n, batch_size, lr, seed)
-    tmp.start_processes(torch_ddp_train, args=(world_size, free_port(), out, s["weights"], epochs,
-                                               set_epoch, n, batch_size, lr),
-                        nprocs=world_size, start_method="fork")
+    ranks = tmp.start_processes(torch_ddp_train, args=(world_size, free_port(), out,
+                                                       s["weights"], epochs, set_epoch, n,
+                                                       batch_size, lr),
+                                nprocs=world_size, start_method="fork", join=False)
+    # A rank that hangs before its own dump_traceback_later: this process's stacks, then exit
+    # (run_torch_ddp shows them). Only now, after the forks: the timer is a thread, and a
+    # child forked while it waits inherits its lock held -- its own dump_traceback_later then
+    # waits for ever (mpviz trace showed it: "forked after native threads").
+    faulthandler.dump_traceback_later(TORCH_LIMIT - 10, exit=True)
+    while not ranks.join():
+        pass
+    faulthandler.cancel_dump_traceback_later()
 
 
 def epoch_orders(n=8, world_size=2, epochs=3, set_epoch=True, shuffle=True, seed=0):

@@ -124,7 +124,7 @@ def judge(trace, watchdog=None, stacks=None, until_ns=None):
         return None
     v = Verdict(trace, ranks, watchdog, stacks)
     (v.rendezvous() or v.disagree() or v.missing() or v.raised_in_backward() or
-     v.sizes_differ() or v.each_end())
+     v.sizes_differ() or v.after_destroy() or v.each_end())
     return v if v.sentence else None
 
 
@@ -483,6 +483,56 @@ class Verdict:
                               "`if rank == ...:` -- it is one). Fix: find why that rank is slow "
                               "(its line above); give the ranks equal work; a longer "
                               "--hang-after waits for it.")
+        return True
+
+    def after_destroy(self):
+        """The program hangs, every collective completed, and a rank that destroyed its group
+        has not exited since: what holds it is after torch.distributed (its own teardown, in
+        native code, or the program's code after it). The others -- the parent joining the
+        ranks -- wait for it to exit."""
+        if self.watchdog is None:
+            return False
+        if any(c.end_ns is None or c.error for c in self.r.calls):
+            return False
+        never = set(getattr(self.watchdog, "stuck_pids", None) or ())   # (can never move)
+        stuck = []
+        for k, pid in sorted(self.r.pid_of.items()):
+            if pid in self.r.destroyed and pid not in self.ended:
+                words, wait = self.where(pid)
+                # (a rank still on its way out -- running, at a loaded machine's pace -- is
+                # not the one that holds the others; one that can never move is)
+                if (pid in never) if never else wait not in ("running", None):
+                    stuck.append((k, pid, words))
+        if not stuck:
+            return False
+        t0 = self.trace.events[0].ts_ns
+        self.kind = self.kind_of_waits()
+        lines, native = [], False
+        for k, pid, words in stuck:
+            native = native or "-- at" not in words     # (no line of Python's: native code)
+            lines.append(f"  {self.who(pid)}: called destroy_process_group() at "
+                         f"{(self.r.destroyed[pid] - t0) / 1e9:.1f} s and has not exited "
+                         f"since; its main thread {words}")
+        who = _ranks([k for k, _, _ in stuck])
+        self.sentence = (f"every collective completed, and {who} destroyed "
+                         f"{'its' if len(stuck) == 1 else 'their'} group, but "
+                         f"{'has' if len(stuck) == 1 else 'have'} not exited: whoever joins "
+                         f"the ranks (torch.multiprocessing.spawn's join) waits for "
+                         f"{'it' if len(stuck) == 1 else 'them'}.")
+        if native:
+            self.lines = lines + [
+                "  After destroy_process_group() a rank has only its own code and torch's "
+                "teardown left, and no line of Python is running: native code (seen with torch "
+                "2.13 and gloo: ~ProcessGroupGloo waiting on a mutex for ever, as the last "
+                "reference to a DistributedDataParallel model went when the rank's function "
+                "returned).",
+                "  Fix: keep the DDP model referenced until the process exits (a module-level "
+                "list), or end the rank with os._exit(0) once its results are saved -- nothing "
+                "of the group is needed after destroy_process_group()."]
+        else:
+            self.lines = lines + [
+                "  Fix: what it waits for is the program's own, after the group (its line "
+                "above; the stacks below say how it got there) -- not torch.distributed's."]
         return True
 
     def absent_from(self, call):

@@ -146,6 +146,11 @@ def threads(pid, before=None):
     return out
 
 
+def thread_name(pid, tid):
+    """A thread's name as the kernel knows it (its comm: 15 bytes at most), or ""."""
+    return (_read(f"/proc/{pid}/task/{tid}/comm") or "").strip()
+
+
 def wchan(pid, tid):
     """The kernel function thread `tid` sleeps in ("" when running, or unreadable)."""
     text = (_read(f"/proc/{pid}/task/{tid}/wchan") or "").strip()

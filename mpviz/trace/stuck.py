@@ -91,7 +91,8 @@ def headline(watchdog, nkilled):
                 f"may still move, so mpviz does not call it a deadlock -- whether what the "
                 f"others wait for ever comes, it cannot tell. {stop}"]
     servers = manager_servers(watchdog.trace)
-    polls = [key for key, s in watchdog.seen.items() if s.again and key[0] not in servers]
+    polls = [key for key, s in watchdog.seen.items() if s.again and key[0] not in servers
+             and not getattr(s, "poller", False)]    # (torch.distributed's: watchdog.POLLERS)
     if polls:
         # A loop that polls wakes each time its timeout runs out: what it waits for did not
         # come, but the loop itself may still end (a deadline it checks, a count of tries) --
@@ -107,7 +108,19 @@ def headline(watchdog, nkilled):
                 f"Only the polling loop of {who} can still end this, if its code stops "
                 f"waiting by itself (a deadline, a number of tries); mpviz cannot tell whether "
                 f"it does: read its line below. {stop}"]
-    return [_everyone_waits(watchdog, servers, t, stop)]
+    return [_everyone_waits(watchdog, servers, t, stop) + _pollers_said(watchdog)]
+
+
+def _pollers_said(watchdog):
+    """" (In rank 0 (pid 12), gloo's threads ...)": the threads of a library that wake every
+    few ms whatever comes (watchdog.POLLERS), said once: they are not the program's loops."""
+    pids = sorted({k[0] for k, s in watchdog.seen.items() if getattr(s, "poller", False)})
+    if not pids:
+        return ""
+    names = _names(watchdog.trace, watchdog)
+    who = join_and([_who(watchdog.trace, names, pid) for pid in pids])
+    return (f" (In {who}, torch.distributed's own threads (gloo's) wake every 10 ms to poll "
+            f"their sockets: they deliver what another rank sends, and no rank here can send.)")
 
 
 def _everyone_waits(watchdog, servers, t, stop):

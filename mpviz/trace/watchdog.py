@@ -71,15 +71,26 @@ def _progress(event):
                 (event.kind == "wait.end" and event.args.get("ok") is False))
 
 
+# Native threads of a library that wake many times a second whether or not anything comes
+# (by their name, /proc/PID/task/TID/comm): torch.distributed's gloo polls its sockets every
+# 10 ms and its run loop waits 10 ms at a time. Their CPU is no progress of the program's --
+# what they deliver is (a collective's end, recorded; a thread that waits for them moves).
+# Seen hiding a hang: a rank's main thread waited in ~ProcessGroupGloo for ever while these
+# woke ~200 times a second, and the watchdog never fired (torch 2.13).
+POLLERS = frozenset({"gloo_tcp_loop", "pt_gloo_runloop", "pt_tcpstore_uv"})
+
+
 class _Seen:
     """What the watchdog last saw of one thread. `again`: since it last moved, a wait of it
     with a deadline ran out and the same wait began again (a loop that polls: get(timeout=5)
-    until something comes, as a DataLoader's main thread does)."""
-    __slots__ = ("view", "moved", "since", "cpu_since_move", "again")
+    until something comes, as a DataLoader's main thread does). `poller`: one of POLLERS."""
+    __slots__ = ("view", "moved", "since", "cpu_since_move", "again", "poller")
 
     def __init__(self, view, now):
         self.view, self.moved, self.since, self.cpu_since_move = view, now, now, 0
         self.again = False
+        self.poller = view.tid != view.pid and \
+            osview.thread_name(view.pid, view.tid) in POLLERS
 
 
 class Watchdog:
@@ -325,7 +336,9 @@ class Watchdog:
             prev, old.view = old.view, view
             old.cpu_since_move += view.cpu_ns - prev.cpu_ns
             ran = view.runs != prev.runs or view.cpu_ns != prev.cpu_ns
-            if view.wait == "terminal" or old.cpu_since_move >= MOVE_CPU_NS or (
+            if old.poller:                  # (its wake-ups are no progress: see POLLERS)
+                old.again = True
+            elif view.wait == "terminal" or old.cpu_since_move >= MOVE_CPU_NS or (
                     ran and (view.key != prev.key or prev.wait in ("sleep", "running"))):
                 old.moved, old.since, old.cpu_since_move, old.again = now, now, 0, False
                 moved = True
