@@ -225,3 +225,19 @@ def test_an_idle_worker_whose_get_lost_the_race_for_the_one_task_is_still_idle(r
                            if not (e.pid == idle.pid and e.kind == "wait.begin")])
     assert f"  {idle.name} is idle, not stuck: it waits for its next task from the " \
            f"ProcessPoolExecutor" in "\n".join(watchdog.waits_in_words(cut))
+
+
+@pytest.mark.timeout(150)
+def test_the_stacks_kept_in_the_trace_show_no_frame_of_mpvizs_hooks(runs):
+    """The verdict's stacks left mpviz's recording hooks out; the stacks kept in the trace
+    (``watchdog.stuck``, trace.json) showed them: `_queue_get (messages.py)`, `get (waits.py)`
+    between the stdlib's get and the executor's loop (issue 27: mpviz's own frames never
+    appear in a user's stacks)."""
+    err = hung(result(runs, "executor_task_waits_lock.py"))
+    folder = re.search(r"recording into (\S+) ", err).group(1)
+    hooks = os.sep + os.path.join("mpviz", "trace") + os.sep
+    stacks = [e.args["stacks"] for e in mt.load(folder).of_kind("watchdog.stuck")]
+    assert stacks and any("queues.py" in s for s in stacks), stacks
+    assert not any(hooks in s for s in stacks), stacks
+    with open(os.path.join(folder, "trace.json")) as f:
+        assert hooks not in f.read().replace("\\/", "/")

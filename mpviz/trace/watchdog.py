@@ -485,8 +485,9 @@ def record_stuck(directory, stacks, reason, seconds, killed, why, kill_ns=None, 
         return
     try:
         for pid, info in stacks.items():
-            log.emit("watchdog.stuck", pid=pid, name=info["name"], stacks=info["stacks"],
-                     reason=reason(pid), seconds=round(seconds, 2))
+            log.emit("watchdog.stuck", pid=pid, name=info["name"],
+                     stacks=without_hooks(info["stacks"]), reason=reason(pid),
+                     seconds=round(seconds, 2))
         log.emit("watchdog.kill", pids=list(killed), reason=why,
                  **({"at_ns": kill_ns} if kill_ns else {}))
         for pid in reaped:
@@ -494,6 +495,23 @@ def record_stuck(directory, stacks, reason, seconds, killed, why, kill_ns=None, 
                      by="watchdog")
     finally:
         log.close()
+
+
+def without_hooks(stacks):
+    """faulthandler's text without the frames of mpviz's recording hooks (mpviz/trace/: a
+    recorded get() runs inside waits.py and messages.py), as the verdict prints it: the stacks
+    kept in the trace (trace.json, ``watchdog.stuck``) show the program's calls, not ours."""
+    from .stuck import _HOOKS
+    if not isinstance(stacks, str):
+        return stacks
+    keep = []
+    for line in stacks.splitlines(keepends=True):
+        if line.startswith('  File "'):
+            path = line[8:].split('"', 1)[0]
+            if os.path.realpath(path).startswith(_HOOKS):
+                continue
+        keep.append(line)
+    return "".join(keep)
 
 
 def interrupt_report(trace, stacks, at=None, who="mpviz trace", threads=()):
