@@ -34,6 +34,10 @@ it; all are started at once (they spend their time waiting), each judged alone:
     child_report_waited_first.py  the same with a Python child (recorded, unlike sort)
     worker_crashes_in_native_code.py  the producer dies of SIGSEGV before its put
     decode_with_forkserver.py the same under forkserver: the fork server reaps the worker
+    result_with_open_file.py  workers put a dict holding an open file: the feeder cannot pickle
+                              it, the child exits, nothing is printed, the get waits
+    callback_runs_next_stage.py  a Pool callback calls pool.apply(): the result handler
+                              thread waits for a result only it can deliver
 """
 import importlib.util
 import os
@@ -63,7 +67,8 @@ def runs(tmp_path_factory):
         "notify_before_wait.py", "start_event_never_set.py", "paused_for_ever.py",
         "crawler_waits_on_its_own_pool.py", "sort_then_wait.py",
         "child_report_waited_first.py", "worker_crashes_in_native_code.py",
-        "decode_with_forkserver.py")}
+        "decode_with_forkserver.py", "result_with_open_file.py",
+        "callback_runs_next_stage.py")}
     programs["wait_go_signal.py 1"] = ("2", _program("wait_go_signal.py"), "1")
     programs["wait_go_signal.py 5"] = ("1.5", _program("wait_go_signal.py"), "5")
     if importlib.util.find_spec("torch") is not None:
@@ -437,3 +442,33 @@ def test_a_child_that_crashed_is_named_with_its_line_though_nothing_hung(tmp_pat
                      r"access, in native code\) at prog\.py:8 in decode\(\): `header = "
                      r"ctypes\.string_at\(0xFFFF_FFFF_FFFF_0000, 16\)`", run.stderr), run.stderr
     assert "Fatal Python error" not in run.stderr, run.stderr
+
+
+@pytest.mark.timeout(150)
+def test_a_put_whose_object_cannot_be_pickled_is_named_with_the_feeders_error(runs):
+    # Said before: "Process-1's main thread or Process-2's main thread must put -- but they
+    # have ended": false -- both put; their messages died in their feeder threads, which
+    # printed nothing (the processes were exiting).
+    err = hung(result(runs, "result_with_open_file.py"))
+    assert ("result_with_open_file.py's main thread waits: get() on Queue 1: nothing in it yet "
+            "-- Process-1 and Process-2 put into Queue 1 and ended, but their messages never "
+            "reached the queue's pipe: their feeder threads could not pickle what was put "
+            "(TypeError: cannot pickle '_io.TextIOWrapper' object).") in err, err
+    assert "Fix: put only what pickles" in err, err
+    assert "but they have ended" not in err, err
+
+
+@pytest.mark.timeout(150)
+def test_a_pool_callback_that_waits_for_the_pool_is_a_deadlock_not_missed(runs):
+    # Said before: nothing -- the watchdog never fired (the Pool's worker handler thread spins
+    # while results wait unread, and its CPU counted as progress); the run went on until
+    # `timeout` ended it.
+    err = hung(result(runs, "callback_runs_next_stage.py"))
+    assert re.search(r"HANG: DEADLOCK -- callback_runs_next_stage\.py \(pid \d+\)'s Pool can "
+                     r"deliver no result any more: its result handler thread \(`Thread-\d+ "
+                     r"\(_handle_results\)`\), which runs every callback=, is inside one that "
+                     r"waits \(the result of Pool job \d+\)", err), err
+    assert "Fix: a callback runs in the Pool's own thread" in err, err
+    assert re.search(r"Thread-\d+ \(_handle_results\) waits: the result of Pool job \d+ -- its "
+                     r"worker has finished it: the Pool's result handler thread must deliver "
+                     r"its result -- and that is this very thread", err), err

@@ -1015,6 +1015,13 @@ class _Index:
                              f"recorded has called it yet")
         if a.get("on") == "future" and a.get("futures") is not None:
             return self._many_futures_must(a, t)
+        if a.get("on") == "pool.result":
+            tasks = [task for task in self.tasks_of(a.get("id")) if task[2] <= t]
+            if tasks and all(done is not None and done <= t for *_, done in tasks):
+                me = str(self.thread_name(begin.pid, begin.tid)).endswith("(_handle_results)")
+                return "", ("its worker has finished it: the Pool's result handler thread must "
+                            "deliver its result" + (" -- and that is this very thread, which "
+                                                    "waits here instead" if me else ""))
         if a.get("on") == "future" and a.get("job") is not None:
             tasks = [task for task in self._executor_tasks(a["job"]) if task[2] <= t]
             queue = str(a["job"]).rsplit("/", 1)[0]
@@ -1494,6 +1501,27 @@ def gone_without_putting(trace, qid, t_ns, waiter):
     """Who was given queue `qid` (a Process argument) and ended by `t_ns` without putting into
     it: [("Process-1", "exit 1, after ...")]; `waiter`'s pid is left out."""
     return _index(trace).gone_without_putting(qid, int(t_ns), waiter)
+
+
+def unfed_puts(trace, qid, t_ns):
+    """The puts into queue `qid` by `t_ns`, of processes that ended by then, whose message
+    never reached the queue's pipe (no ``queue.feed``, never got): put() hands the object to
+    the feeder thread and returns; the feeder could not pickle it (``queue.put_failed`` with
+    ``feeder``: its error, by message id or by process) or never ran. [(pid, error or None)],
+    a process once."""
+    fed = {e.args.get("msg") for e in trace.of_kind("queue.feed", "queue.get")}
+    errors = {}
+    for e in trace.of_kind("queue.put_failed"):
+        if e.args.get("feeder") and e.ts_ns <= t_ns:
+            errors.setdefault(e.args.get("msg") or e.pid, e.args.get("error"))
+    ix, out = _index(trace), {}
+    for e in trace.of_kind("queue.put"):
+        if e.kind != "queue.put" or e.args.get("queue") != qid or e.ts_ns > t_ns or \
+                e.args.get("msg") in fed or ix.alive(e.pid, t_ns):
+            continue
+        if e.pid not in out or out[e.pid] is None:
+            out[e.pid] = errors.get(e.args.get("msg"), errors.get(e.pid))
+    return list(out.items())
 
 
 def signals_before(trace, on, target, t_ns):

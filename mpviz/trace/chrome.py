@@ -97,7 +97,8 @@ def to_chrome(trace, path=None):
             continue
         base = dict(pid=e.pid, tid=e.tid, ts=ts)
         if e.kind == "queue.put_failed":                   # it never entered the queue
-            if a.get("msg") is not None:      # (None: mpviz's Queue, which records no put then)
+            if a.get("msg") is not None and a.get("queue") is not None:  # (None: mpviz's
+                # Queue, which records no put then; a feeder's pickler, which knows no queue)
                 _depth(out, depth, channel_name(a["queue"]), -1, root, ts)
             out.append(dict(base, ph="i", s="t", cat="queue", name=e.kind, args=dict(a)))
         elif e.kind == "pool.task" and a.get("phase") in ("start", "done"):

@@ -131,7 +131,11 @@ class _TagPickler(ForkingPickler):
         if type(obj) in _TAG_TYPES:
             obj, msg = obj.obj, obj.msg
         recorder.take_handles()                 # count this message's handles from 0
-        data = ForkingPickler.dumps(obj, protocol)
+        try:
+            data = ForkingPickler.dumps(obj, protocol)
+        except Exception as exc:
+            feed_failed(msg, exc)
+            raise
         _feeding.msg = msg                      # (once pickled: a failed dump writes nothing)
         _feeding.handles = recorder.take_handles()
         return data
@@ -147,11 +151,28 @@ class _CountingPickler(ForkingPickler):
     @classmethod
     def dumps(cls, obj, protocol=None):
         recorder.take_handles()
-        data = ForkingPickler.dumps(obj, protocol)
+        try:
+            data = ForkingPickler.dumps(obj, protocol)
+        except Exception as exc:
+            feed_failed(None, exc)
+            raise
         n = recorder.take_handles()
         if n:
             recorder.emit("queue.handles", handles=n)
         return data
+
+
+def feed_failed(msg, exc):
+    """A feeder thread could not pickle a message: put() returned long before (it pickles
+    nothing), the stdlib drops the message -- and prints nothing at all if the process is
+    exiting by then. ``queue.put_failed`` with ``feeder`` (and the message's id, where this
+    pickler knows it: not queue_hooks.c's, which unwraps the tag itself) says why it never came.
+    Never raises: the feeder's own error goes on."""
+    try:
+        recorder.emit("queue.put_failed", queue=None, msg=msg, feeder=True,
+                      error=f"{type(exc).__name__}: {exc}"[:300])
+    except Exception as failed:
+        _unrecorded("queue.put_failed", failed)
 
 
 # The hooks below run once per message, in the threads that move it: whatever they do delays
@@ -195,6 +216,7 @@ def put_failed(qid, msg, exc):
 
 
 _queue_put, _joinable_put = _tagging_put("Queue.put"), _tagging_put("JoinableQueue.put")
+
 
 
 def for_feeder(q, obj, qid, msg):

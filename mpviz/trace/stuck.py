@@ -72,6 +72,23 @@ def headline(watchdog, nkilled):
                 f"(`{e.args.get('name')}`) ended with {e.args.get('error')}{at}. For {t:.1f} s "
                 f"its main thread has waited, with no time limit, for what only that thread "
                 f"could deliver: it can never move.{spin} {stop}"]
+    if watchdog.handler_wait is not None:
+        b, name = watchdog.handler_wait
+        names = _names(watchdog.trace, watchdog)
+        busy = [key for key, s in watchdog.seen.items()
+                if key[0] == b.pid and s.view.wait == "running"]
+        spin = (f" Meanwhile {join_and([_thread_who(watchdog.trace, names, k) for k in busy])} "
+                f"{'uses' if len(busy) == 1 else 'use'} CPU: the Pool's own loop, which finds "
+                f"results waiting that nobody takes, and does nothing else." if busy else "")
+        return [f"mpviz trace: HANG: DEADLOCK -- {_who(watchdog.trace, names, b.pid)}'s Pool can "
+                f"deliver no result any more: its result handler thread (`{name}`), which runs "
+                f"every callback=, is inside one that waits ({b.what}) -- and while it waits, "
+                f"no result of the Pool is delivered, the one it waits for among them: it "
+                f"waits for itself. The main thread, waiting for a result too, can never "
+                f"move.{spin} Fix: a callback runs in the Pool's own thread: let it neither "
+                f"wait nor block (no pool.apply(), no .get() there: submit the next stage with "
+                f"apply_async from the main program, or from the callback without waiting). "
+                f"{stop}"]
     if watchdog.for_good:
         # recorded lock waits that can never end, while other threads wait with a deadline
         names = _names(watchdog.trace, watchdog)

@@ -121,6 +121,7 @@ class Watchdog:
         self.helpers = {}                   # pid -> "Python's fork server", or None: read once
         self.kind, self.stuck_pids, self.facts = None, [], None
         self.for_good = []                  # analysis.Deadlocks that made a stall a deadlock
+        self.handler_wait = None            # a Pool's result handler waiting in a callback
         self.broken, self._broken_looked = None, time.monotonic()   # a Pool's dead result
                                                                     # handler (thread.exit)
         self.churn, self._churn_looked = None, time.monotonic()     # Pool workers that die
@@ -227,6 +228,28 @@ class Watchdog:
                    for b in st.state_at(self.trace).blocked):
                 continue
             self.broken = e
+            self.stalled_for = now - main.moved
+            return True
+        return self._handler_waits_for_itself(now, now_ns, pool_threads)
+
+    def _handler_waits_for_itself(self, now, now_ns, pool_threads):
+        """The same Pool, its result handler thread alive but inside a callback that waits --
+        for a result of that Pool (pool.apply() in a callback), or anything else: no result is
+        delivered while it waits, and a result of the Pool is what it waits for, so it waits
+        for itself. ``self.handler_wait``: (that wait's ``Blocked``, the thread's name)."""
+        handlers = {(e.pid, e.tid): e.args.get("name") for e in self.trace.of_kind("thread.start")
+                    if str(e.args.get("name")).endswith("(_handle_results)")}
+        if not handlers:
+            return False
+        for b in st.state_at(self.trace).blocked:
+            main = self.seen.get((b.pid, b.pid))
+            if (b.pid, b.tid) not in handlers or main is None or \
+                    main.view.wait != "forever" or (now_ns - b.since_ns) / 1e9 < self.hang_after:
+                continue
+            if any(now - seen.moved < self.hang_after for key, seen in self.seen.items()
+                   if key not in pool_threads or key[0] != b.pid):
+                continue
+            self.handler_wait = (b, handlers[b.pid, b.tid])
             self.stalled_for = now - main.moved
             return True
         return False
@@ -810,6 +833,10 @@ def _who_must_act(state, blocked, trace=None):
         alive = {(p.pid, tid) for p in state.processes for tid, _ in p.threads}
         ended = not any(w in alive for w in blocked.waits_for)   # (the graph says "(ended)")
         must, sep, more = (blocked.must or st.MUST.get(blocked.on, 'must act')).partition("; ")
+        if ended and blocked.on == "queue.get" and trace is not None:
+            lost = _puts_never_fed(state, trace, blocked)
+            if lost:
+                return lost
         return f"{who} {must}" + (
             f" -- but {'it has' if len(blocked.waits_for) == 1 else 'they have'} ended"
             if ended else _its_own_wait(state, blocked)) + sep + more + (
@@ -947,6 +974,29 @@ def _barrier_short(state, blocked, trace):
     return (f"it lets its waiters go when {parties} wait at it, and {n} wait now: "
             f"{parties - n} more must call its wait() (which thread would, the trace does not "
             f"know; was it made for more parties than the program starts?)")
+
+
+def _puts_never_fed(state, trace, blocked):
+    """What a get() waits for that was put and will never come: the puts of processes that
+    ended, whose messages never reached the queue's pipe (analysis.unfed_puts) -- said with the
+    feeder's error, and the fix. "" if there are none."""
+    lost = st.unfed_puts(trace, blocked.target, state.t_ns)
+    if not lost:
+        return ""
+    name = state.channel_names.get(blocked.target, blocked.target)
+    who = join_and([str(state.labels.get(pid, pid)) for pid, _ in lost])
+    errors = list(dict.fromkeys(err for _, err in lost if err))
+    one = len(lost) == 1
+    its = "its" if one else "their"
+    why = (f"{its} feeder thread{'' if one else 's'} could not pickle what was put "
+           f"({'; '.join(errors)})" if errors else f"{its} feeder thread{'' if one else 's'} "
+           f"never wrote it (the process ended first)")
+    fix = (" Fix: put only what pickles (a file's name or its contents, not the open file; no "
+           "lambda, no lock, no socket)" if errors else "")
+    return (f"{who} put into {name} and ended, but {its} message{'' if one else 's'} never "
+            f"reached the queue's pipe: {why}. put() only hands the object to that thread and "
+            f"returns; the feeder's error is printed in the putting process -- or not at all, "
+            f"when that process is exiting by then. Nothing is coming.{fix}")
 
 
 def _gone_without_putting(gone, name):
