@@ -189,7 +189,7 @@ def test_the_scan_sees_what_it_must():
     assert {"version", "supported", "reason"} <= kinds["torch.unsupported"]   # via _say
     assert {"handles", "sig"} <= kinds["queue.feed"]       # args["handles"] = ... counts
     assert emitted_in_c() == {"mark", "queue.put"}
-    assert events.arg_names("process.reaped") == ["child", "exitcode", "signal", "by"]
+    assert events.arg_names("process.reaped") == ["child", "exitcode", "signal", "by", "at"]
 
 
 # -- one way to ask "are we recording?" ------------------------------------------------------

@@ -40,7 +40,8 @@ KINDS = {
         "the child, leaving _bootstrap (hooks.py); atexit in a traced script (autostart)"),
     "process.reaped": Kind(
         "child, exitcode, signal (e.g. 'SIGKILL'), by ('watchdog'; 'zombie': the watchdog, "
-        "from /proc, of a child that ended and was not waited for)",
+        "from /proc, of a child that ended and was not waited for; 'crash report': from "
+        "faulthandler's, autostart.crash_report), at (the line it crashed at)",
         "the parent, on join/is_alive: also sees children killed before they wrote an exit; "
         "the launcher; the launcher's watchdog for what it killed"),
     "thread.start": Kind("name, ident, daemon, pipes (ids of the program's Pipe ends among "
@@ -66,7 +67,8 @@ KINDS = {
         "queue, msg (a Queue's is the matching write's, set by Trace), nbytes, sig",
         "the getter, as it reads (Queue; queue_hooks.c's Tap) or unpickles (envelopes)"),
     "queue.put_failed": Kind(
-        "queue, msg (None for mpviz's Queue), error (e.g. 'Full')",
+        "queue, msg (None for mpviz's Queue), error (e.g. 'Full'), feeder (True: the feeder "
+        "thread could not pickle it -- queue None, msg None where queue_hooks.c pickles)",
         "the putting thread, when a recorded put raised: the message never entered"),
     "queue.get_failed": Kind(
         "queue, error",
