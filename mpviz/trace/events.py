@@ -60,8 +60,8 @@ KINDS = {
         "a stdlib Queue's feeder thread, as it writes the message (queue_hooks.c's Tap, in C)"),
     "queue.handles": Kind(
         "handles",
-        "the feeder thread's pickler where the C Writer records (messages._CountingPickler), "
-        "just before that write's queue.feed"),
+        "traces before 2026-11-28 only: the C Writer's feeder pickler, just before that "
+        "write's queue.feed (which now says handles itself)"),
     "queue.get": Kind(
         "queue, msg (a Queue's is the matching write's, set by Trace), nbytes, sig",
         "the getter, as it reads (Queue; queue_hooks.c's Tap) or unpickles (envelopes)"),
