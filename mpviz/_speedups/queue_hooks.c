@@ -190,30 +190,39 @@ take_feeding_msg(void)                     /* a new reference, or NULL: none */
     return msg;
 }
 
-/* {queue, [msg,] nbytes, sig} for the bytes in `data`, appended at ts by the Writer recording. */
+/* How many handles that message carries (messages._CountingPickler counts them as it pickles,
+   and sets this after every dumps), until the Tap on its write takes it into its queue.feed. */
+static __thread long feeding_handles;
+
+/* {queue, [msg,] nbytes, sig[, handles]} for the bytes in `data`, appended at ts by the Writer
+   recording (handles: only when > 0, as messages.carried). */
 static int
-tap_emit(Tap *t, uint64_t ts, PyObject *msg, const Py_buffer *data)
+tap_emit(Tap *t, uint64_t ts, PyObject *msg, const Py_buffer *data, long handles)
 {
     PyObject *w = recording_writer(), *res = NULL;
     if (w == Py_None)                                       /* not recording */
         res = Py_NewRef(Py_None);
     else if (Py_IS_TYPE(w, &WriterType))                    /* the usual case: no dict */
-        res = write_queue_event((Writer *)w, ts, t->kind, t->queue, msg, data);
+        res = write_queue_event((Writer *)w, ts, t->kind, t->queue, msg, data, handles);
     else {                                                  /* the Python Writer */
         Py_ssize_t n = data->len, k = n < 32 ? n : 32;
         uint32_t sig = adler32((const unsigned char *)data->buf + (n - k), (size_t)k);
         PyObject *args = PyDict_New(), *nbytes = PyLong_FromSsize_t(n);
         PyObject *check = PyLong_FromUnsignedLong(sig), *when = PyLong_FromUnsignedLongLong(ts);
+        PyObject *carried = handles > 0 ? PyLong_FromLong(handles) : NULL;
         if (args != NULL && nbytes != NULL && check != NULL && when != NULL
+                && (handles <= 0 || carried != NULL)
                 && PyDict_SetItem(args, QUEUE, t->queue) == 0
                 && (msg == NULL || PyDict_SetItem(args, MSG, msg) == 0)
                 && PyDict_SetItem(args, NBYTES, nbytes) == 0
-                && PyDict_SetItem(args, SIG, check) == 0)
+                && PyDict_SetItem(args, SIG, check) == 0
+                && (carried == NULL || PyDict_SetItem(args, HANDLES, carried) == 0))
             res = PyObject_CallMethodObjArgs(w, EMIT_AT, when, t->kind, args, NULL);
         Py_XDECREF(args);
         Py_XDECREF(nbytes);
         Py_XDECREF(check);
         Py_XDECREF(when);
+        Py_XDECREF(carried);
     }
     Py_DECREF(w);
     Py_XDECREF(res);
@@ -250,6 +259,8 @@ Tap_call(Tap *t, PyObject *const *args, size_t nargsf, PyObject *kwnames)
         if (PyVectorcall_NARGS(nargsf) == 1 && kwnames == NULL
                 && PyObject_GetBuffer(args[0], &data, PyBUF_SIMPLE) == 0) {
             PyObject *msg = take_feeding_msg();             /* from Pickler.dumps */
+            long handles = feeding_handles;                 /* (and _CountingPickler) */
+            feeding_handles = 0;
             int r = 0;
             if (msg == NULL) {                              /* from messages._TagPickler */
                 msg = PyObject_GetAttr(t->feeding, MSG);
@@ -260,7 +271,7 @@ Tap_call(Tap *t, PyObject *const *args, size_t nargsf, PyObject *kwnames)
                 r = PyObject_SetAttr(t->feeding, MSG, Py_None);
             }
             if (r == 0)
-                r = tap_emit(t, now_ns(), msg, &data);
+                r = tap_emit(t, now_ns(), msg, &data, handles);
             Py_DECREF(msg);
             if (r < 0) {                    /* not recorded; written all the same ... */
                 if (!PyErr_ExceptionMatches(PyExc_Exception)) {
@@ -297,7 +308,7 @@ Tap_call(Tap *t, PyObject *const *args, size_t nargsf, PyObject *kwnames)
     const char *mark = PyBytes_Check(t->skip) ? PyBytes_AS_STRING(t->skip) : NULL;
     if (mark == NULL || memmem(data.buf, data.len < 64 ? (size_t)data.len : 64, mark,
                                (size_t)PyBytes_GET_SIZE(t->skip)) == NULL) {
-        r = tap_emit(t, now_ns(), NULL, &data);
+        r = tap_emit(t, now_ns(), NULL, &data, 0);
         if (r == 0 && open_get_wait != NULL)        /* recorded: it ends this get's wait */
             r = end_get_wait(t->queue);
     }
@@ -740,7 +751,7 @@ hook_put(Hook *h, Writer *w, PyObject *const *args, size_t nargsf, PyObject *kwn
         msg = next_msg();
     if (msg != NULL) {
         /* the event; an error here is one on_error raised: the caller gets it, as in Python */
-        PyObject *r = write_queue_event(w, now_ns(), PUT_KIND, qid, msg, NULL);
+        PyObject *r = write_queue_event(w, now_ns(), PUT_KIND, qid, msg, NULL, 0);
         if (r != NULL) {
             Py_DECREF(r);
             recorded = 1;
@@ -1230,6 +1241,16 @@ take_feeding_function(PyObject *module, PyObject *unused)
 {
     PyObject *msg = take_feeding_msg();
     return msg != NULL ? msg : Py_NewRef(Py_None);
+}
+
+static PyObject *
+set_feeding_handles_function(PyObject *module, PyObject *arg)
+{
+    long n = PyLong_AsLong(arg);
+    if (n == -1 && PyErr_Occurred())
+        return NULL;
+    feeding_handles = n;
+    Py_RETURN_NONE;
 }
 
 static PyObject *

@@ -485,10 +485,11 @@ write_event(Writer *w, uint64_t ts, PyObject *kind, PyObject *name, PyObject *ar
     Py_RETURN_NONE;
 }
 
-/* A Queue event: {"queue": queue, ["msg": msg,] ["nbytes": n, "sig": sig]} -- the dict
-   messages.py builds, written straight into the record (a dict costs more than the rest of the
-   event). With `data`: its size and sig, the Adler-32 of its last 32 bytes (recorder.sig). */
-static PyObject *QUEUE, *MSG, *NBYTES, *SIG, *EMIT_AT, *HANDLE;   /* interned strs */
+/* A Queue event: {"queue": queue, ["msg": msg,] ["nbytes": n, "sig": sig,] ["handles": h]} --
+   the dict messages.py builds, written straight into the record (a dict costs more than the rest
+   of the event). With `data`: its size and sig, the Adler-32 of its last 32 bytes (recorder.sig);
+   `handles` (> 0: the handles pickling the message made, as messages.carried adds them). */
+static PyObject *QUEUE, *MSG, *NBYTES, *SIG, *EMIT_AT, *HANDLE, *HANDLES;   /* interned strs */
 
 /* recorder.writer, as recorder.py last set it (set_writer, called by recorder._set_writer
    at every change, and by native.load before any hook exists); NULL for None. The hooks read
@@ -511,13 +512,14 @@ recording_writer(void)
 
 static PyObject *
 write_queue_event(Writer *w, uint64_t ts, PyObject *kind, PyObject *queue, PyObject *msg,
-                  const Py_buffer *data)
+                  const Py_buffer *data, long handles)
 {
     Buf b;
     buf_init(&b);
     /* the keys as put_str writes them: 'u', a u32 length, the characters (and '{' first) */
     static const char open_queue[] = "{u\5\0\0\0queue", key_msg[] = "u\3\0\0\0msg";
     static const char key_nbytes[] = "u\6\0\0\0nbytes", key_sig[] = "u\3\0\0\0sig";
+    static const char key_handles[] = "u\7\0\0\0handles";
     int r = begin_record(&b, ts, thread_id(), kind);
     if (r == 0)
         r = put_bytes(&b, open_queue, sizeof open_queue - 1) || put_value(&b, queue);
@@ -529,6 +531,8 @@ write_queue_event(Writer *w, uint64_t ts, PyObject *kind, PyObject *queue, PyObj
         r = put_bytes(&b, key_nbytes, sizeof key_nbytes - 1) || put_llong(&b, (long long)n)
             || put_bytes(&b, key_sig, sizeof key_sig - 1) || put_llong(&b, (long long)sig);
     }
+    if (r == 0 && handles > 0)
+        r = put_bytes(&b, key_handles, sizeof key_handles - 1) || put_llong(&b, handles);
     if (r == 0)
         r = put_char(&b, '0') || end_record(&b);
     if (r == 0)
@@ -591,7 +595,7 @@ Writer_queue_event(Writer *w, PyObject *const *argv, Py_ssize_t argc)
     Py_buffer data;
     if (PyObject_GetBuffer(argv[4], &data, PyBUF_SIMPLE) < 0)
         return report_error(w, argv[1]);
-    PyObject *res = write_queue_event(w, ts, argv[1], argv[2], argv[3], &data);
+    PyObject *res = write_queue_event(w, ts, argv[1], argv[2], argv[3], &data, 0);
     PyBuffer_Release(&data);
     return res;
 }
@@ -859,6 +863,9 @@ static PyMethodDef module_functions[] = {
      "it whenever it changes recorder.writer"},
     {"take_feeding_msg", take_feeding_function, METH_NOARGS,
      "the id Pickler.dumps pickled last in this thread (None: none), forgotten here"},
+    {"set_feeding_handles", set_feeding_handles_function, METH_O,
+     "set_feeding_handles(n): the handles the message just pickled in this thread carries, "
+     "for the queue.feed of its write (messages._CountingPickler calls it)"},
     {"read_records", (PyCFunction)(void (*)(void))read_records_function, METH_FASTCALL,
      "read_records(buf, rel, pid, out, waits, wait_kinds) -> offset after the records read "
      "(reader.py's "
@@ -884,11 +891,11 @@ PyInit__writer(void)
     const char *words[] = {"queue", "msg", "nbytes", "sig", "emit_at", "name", "mark",
                            "_mpviz_qid", "_thread", "_mpviz_hooked_feeder", "_recv_bytes", "obj",
                            "queue.put", "_handle", "_maxsize", "_sem", "_semlock", "_is_zero", "wait.begin", "wait.end",
-                           "queue.get", "on", "id", "ok", "error", "timeout", "_reader"};
+                           "queue.get", "on", "id", "ok", "error", "timeout", "_reader", "handles"};
     PyObject **interned[] = {&QUEUE, &MSG, &NBYTES, &SIG, &EMIT_AT, &NAME, &MARK, &QID, &THREAD,
                              &HOOKED_FEEDER, &RECV_BYTES, &OBJ, &PUT_KIND, &HANDLE, &MAXSIZE,
                              &SEM, &SEMLOCK, &IS_ZERO, &WAIT_BEGIN, &WAIT_END, &GET_KIND, &ON, &ID,
-                             &OK, &ERROR, &TIMEOUT, &READER};
+                             &OK, &ERROR, &TIMEOUT, &READER, &HANDLES};
     for (size_t i = 0; i < sizeof words / sizeof words[0]; i++)
         if (*interned[i] == NULL && (*interned[i] = PyUnicode_InternFromString(words[i])) == NULL)
             return NULL;

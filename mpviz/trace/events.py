@@ -58,11 +58,8 @@ KINDS = {
         "see queue.feed); queue_hooks.c's Hook, in C"),
     "queue.feed": Kind(
         "queue, msg, nbytes, sig, handles",
-        "a stdlib Queue's feeder thread, as it writes the message (queue_hooks.c's Tap, in C)"),
-    "queue.handles": Kind(
-        "handles",
-        "the feeder thread's pickler where the C Writer records (messages._CountingPickler), "
-        "just before that write's queue.feed"),
+        "a stdlib Queue's feeder thread, as it writes the message (queue_hooks.c's Tap, in C; "
+        "traces before 2026-11-28 had a queue.handles {handles} event just before it instead)"),
     "queue.get": Kind(
         "queue, msg (a Queue's is the matching write's, set by Trace), nbytes, sig",
         "the getter, as it reads (Queue; queue_hooks.c's Tap) or unpickles (envelopes)"),

@@ -142,11 +142,11 @@ class _TagPickler(ForkingPickler):
 
 
 class _CountingPickler(ForkingPickler):
-    """What queue_hooks.c's Pickler pickles with: ForkingPickler, and where the message carried
-    handles, a ``queue.handles`` event in the feeder thread, just before the Tap records the
-    write (``queue.feed``) of those bytes -- the C Tap has no place for the count. Trace
-    readers give it to the next ``queue.feed`` of the same thread (the feeder pickles one
-    message, writes it, then pickles the next)."""
+    """What queue_hooks.c's Pickler pickles with: ForkingPickler, and how many handles the
+    message carried, left in a C thread-local (``set_feeding_handles``) for the Tap that records
+    the write of those bytes: its ``queue.feed`` says ``handles=N``, as the Python Tap's does.
+    (Until 2026-11-28 a ``queue.handles`` event of its own, one more event a message: readers
+    still give an old trace's to the next ``queue.feed`` of the same thread.)"""
 
     @classmethod
     def dumps(cls, obj, protocol=None):
@@ -156,10 +156,11 @@ class _CountingPickler(ForkingPickler):
         except Exception as exc:
             feed_failed(None, exc)
             raise
-        n = recorder.take_handles()
-        if n:
-            recorder.emit("queue.handles", handles=n)
+        _c_feeding_handles(recorder.take_handles())     # (0 too: none left from before)
         return data
+
+
+_c_feeding_handles = None    # queue_hooks.c's set_feeding_handles, once the C hooks are used
 
 
 def feed_failed(msg, exc):
@@ -596,7 +597,8 @@ def install_native():
     the Python ones that ``PATCHES`` installed (their originals are kept in ``_orig`` as ever,
     and ``hooks.uninstall`` puts those back). Each C hook does what its Python version here does
     and calls it for the cases it leaves out (see queue_hooks.c, "Tag, Pickler, Hook")."""
-    global _take_c_msg, _c_numbering, readable, get_would_wait, waiting_get, got, _not_in_a_wait
+    global _take_c_msg, _c_feeding_handles, _c_numbering, readable, get_would_wait, waiting_get
+    global got, _not_in_a_wait
     get_would_wait, waiting_get, got = _py_get_would_wait, _py_waiting_get, _py_got
     _not_in_a_wait, waits._outermost = _py_not_in_a_wait, waits._py_outermost
     if recorder.writer_class() is recorder.Writer or "Queue.put" not in _orig:
@@ -609,7 +611,7 @@ def install_native():
     # one rule for "inside a recorded wait?", whichever records the wait (see _not_in_a_wait)
     c.set_in_wait(waits._in_wait)
     _not_in_a_wait, waits._outermost = c.not_in_a_wait, c.outermost
-    _take_c_msg = c.take_feeding_msg
+    _take_c_msg, _c_feeding_handles = c.take_feeding_msg, c.set_feeding_handles
     if _c_numbering is None:
         _c_numbering = c.set_numbering
         _c_numbering(_counter, _prefix)
