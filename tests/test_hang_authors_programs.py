@@ -38,6 +38,8 @@ it; all are started at once (they spend their time waiting), each judged alone:
                               it, the child exits, nothing is printed, the get waits
     callback_runs_next_stage.py  a Pool callback calls pool.apply(): the result handler
                               thread waits for a result only it can deliver
+    model_server_never_ready.py  the parent waits on a `ready` Event the server sets after
+                              loading its model -- which raises first
 """
 import importlib.util
 import os
@@ -68,7 +70,7 @@ def runs(tmp_path_factory):
         "crawler_waits_on_its_own_pool.py", "sort_then_wait.py",
         "child_report_waited_first.py", "worker_crashes_in_native_code.py",
         "decode_with_forkserver.py", "result_with_open_file.py",
-        "callback_runs_next_stage.py")}
+        "callback_runs_next_stage.py", "model_server_never_ready.py")}
     programs["wait_go_signal.py 1"] = ("2", _program("wait_go_signal.py"), "1")
     programs["wait_go_signal.py 5"] = ("1.5", _program("wait_go_signal.py"), "5")
     if importlib.util.find_spec("torch") is not None:
@@ -472,3 +474,17 @@ def test_a_pool_callback_that_waits_for_the_pool_is_a_deadlock_not_missed(runs):
     assert re.search(r"Thread-\d+ \(_handle_results\) waits: the result of Pool job \d+ -- its "
                      r"worker has finished it: the Pool's result handler thread must deliver "
                      r"its result -- and that is this very thread", err), err
+
+
+@pytest.mark.timeout(150)
+def test_an_event_whose_only_setter_raised_first_names_it_in_the_wait(runs):
+    # Said before: "someone must set Event 1, and nobody has set it yet", and apart from it
+    # "ENDED BY AN ERROR: Process-1 ended ..." -- the learner had to join the two.
+    err = hung(result(runs, "model_server_never_ready.py"))
+    assert ("model_server_never_ready.py's main thread waits: Event 1.wait() -- someone must "
+            "set Event 1, and nobody has set it yet; Process-1 was given Event 1 (a Process "
+            "argument) and ended (exit 1, after FileNotFoundError: [Errno 2] No such file or "
+            "directory: 'model.bin', raised at serve (model_server_never_ready.py:7): `with "
+            "open(\"model.bin\", \"rb\") as f:`) without setting it: that set will never "
+            "come") in err, err
+    assert "ENDED BY AN ERROR: Process-1" not in err, err      # (said once, where it matters)

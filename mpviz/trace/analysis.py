@@ -1524,6 +1524,17 @@ def unfed_puts(trace, qid, t_ns):
     return list(out.items())
 
 
+def gone_without_signalling(trace, on, target, t_ns, waiter):
+    """Who was given Event or Condition `target` (a Process argument) and ended by `t_ns`
+    without setting (notifying) it: [("Process-1", "exit 1, after ...")]."""
+    ix = _index(trace)
+    signalled = {e.pid for e in ix.signals.get((on, target), ()) if e.ts_ns <= t_ns}
+    return [(ix.labels.get(pid, f"pid {pid}"), ix.how_it_ended(pid))
+            for pid in dict.fromkeys(ix.given.get(target, ()))
+            if pid != waiter and pid not in signalled and pid in ix.procs and
+            not ix.alive(pid, t_ns)]
+
+
 def signals_before(trace, on, target, t_ns):
     """The ``event.set``/``event.clear`` (`on` "event") or ``condition.notify`` events of the
     Event or Condition `target` recorded by `t_ns`, oldest first."""

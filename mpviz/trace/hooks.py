@@ -31,7 +31,7 @@ import sys
 import threading
 import time
 
-from multiprocessing import connection, heap, process, queues, reduction, spawn, util
+from multiprocessing import connection, heap, process, queues, reduction, spawn, synchronize, util
 
 from .. import _stops
 from . import frames, locks, messages, names, recorder, waits
@@ -78,13 +78,19 @@ def _queues_given(proc):
     """The ids of the queues among a Process's arguments (_in_arguments): a verdict can then
     say "Process-1 was given Queue 1 and ended without putting into it". A queue reached
     otherwise (a global under fork, a queue sent in a message) is not seen. The ends of the
-    program's own Pipes among them count too (their ids: waits.marked_end)."""
+    program's own Pipes among them count too (their ids: waits.marked_end), and its Events and
+    Conditions (their waits' ids): "was given Event 1 and ended without setting it"."""
     found = []
     for value in _in_arguments(proc):
         if isinstance(value, (queues.Queue, queues.SimpleQueue)):
             try:
                 qid = queue_id(value)
             except (AttributeError, OSError, TypeError):   # a queue not yet made, a subclass
+                continue
+        elif isinstance(value, (synchronize.Event, synchronize.Condition)):
+            try:
+                qid = waits.signal_id(value)
+            except (AttributeError, OSError, TypeError):
                 continue
         else:
             qid = waits.marked_end(value)

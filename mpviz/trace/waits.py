@@ -249,6 +249,11 @@ def _event_wait(self, timeout=None):
                      _timeout(timeout), (self, timeout), {}, bool)        # False: timed out
 
 
+def signal_id(obj):
+    """The id an Event's or a Condition's waits have (for a Process given one: hooks.py)."""
+    return _lock_id(obj, obj._flag if hasattr(obj, "_flag") else obj._lock)
+
+
 def _condition_wait(self, timeout=None):
     if not _outermost():
         return _inner("Condition.wait")(self, timeout)

@@ -727,6 +727,8 @@ def _ended_by_errors(state, trace):
     have done (a Pool's result handler delivers results) is what the others wait for."""
     said = {who for b in state.blocked if b.on == "queue.get"      # (_who_must_act's)
             for who, _ in st.gone_without_putting(trace, b.target, state.t_ns, b.pid)}
+    said |= {who for b in state.blocked if b.on in ("event", "condition")   # (_signal_short's)
+             for who, _ in st.gone_without_signalling(trace, b.on, b.target, state.t_ns, b.pid)}
     out, ended = [], {}               # how -> the processes that ended so (a Pool's many)
     for pid, tid, name, error, at, via, how in st.errors_before(trace, state.t_ns):
         label = state.labels.get(pid, pid)
@@ -933,17 +935,26 @@ def _signal_short(state, blocked, trace):
     nobody has yet; or one did, before this wait began, and woke nobody (the lost wake-up)."""
     name = blocked.what[:-len(".wait()")] if blocked.what.endswith(".wait()") else blocked.what
     signals = st.signals_before(trace, blocked.on, blocked.target, state.t_ns)
+    gone = st.gone_without_signalling(trace, blocked.on, blocked.target, state.t_ns,
+                                      blocked.pid)
+    verb = "setting" if blocked.on == "event" else "notifying"
+    never = "" if not gone else (
+        f"; {join_and([w for w, _ in gone])} {'was' if len(gone) == 1 else 'were'} given "
+        f"{name} (a Process argument) and ended ({'; '.join(h for _, h in gone)}) without "
+        f"{verb} it: {'that' if len(gone) == 1 else 'those'} "
+        f"{'set' if blocked.on == 'event' else 'notify'}{'' if len(gone) == 1 else 's'} "
+        f"will never come")
     if blocked.on == "event":
         sets = [e for e in signals if e.kind == "event.set"]
         if not sets:
-            return f"someone must set {name}, and nobody has set it yet"
+            return f"someone must set {name}, and nobody has set it yet" + never
         last = signals[-1]
         if last.kind == "event.clear":
             return (f"someone must set {name} again: {_thread_words(state, last.pid, last.tid)} "
                     f"cleared it after its last set()")
         return "who must act is not recorded"
     if not signals:
-        return f"someone must notify {name}, and nobody has notified it yet"
+        return f"someone must notify {name}, and nobody has notified it yet" + never
     last = signals[-1]
     how = "notify_all()" if last.args.get("all") else "notify()"
     who = _thread_words(state, last.pid, last.tid)
