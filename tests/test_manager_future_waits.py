@@ -17,6 +17,8 @@ Programs written as their authors would (tests/hang_programs/), run through
                                    which waits for a lock the parent holds
     fastest_mirror.py              wait(..., FIRST_COMPLETED) on 3 ThreadPoolExecutor tasks,
                                    inside `with cache_lock:` -- which each task takes
+    one_worker_pipeline.py         a task of a one-thread ThreadPoolExecutor submits the next
+                                   stage to it and waits: queued behind itself
 
 What must be said: a Manager's server process is the Manager's machinery -- its polling loop
 (serve_forever wakes each second) can end no wait of the program, so the verdict is a DEADLOCK,
@@ -39,7 +41,8 @@ FORK = multiprocessing.get_start_method() == "fork"
 PROGRAMS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "hang_programs")
 NAMES = ("manager_queue_no_sentinel.py", "manager_event_never_set.py",
          "executor_task_waits_lock.py", "executor_reads_manager_queue.py",
-         "thread_pool_gate_held.py", "resize_as_completed.py", "fastest_mirror.py")
+         "thread_pool_gate_held.py", "resize_as_completed.py", "fastest_mirror.py",
+         "one_worker_pipeline.py")
 
 
 @pytest.fixture(scope="module")
@@ -204,7 +207,7 @@ def test_wait_first_completed_names_its_tasks_and_the_threads_that_run_them(runs
             "fetch('asia.example.org') -- fastest_mirror.py's ThreadPoolExecutor-0_0 and "
             "fastest_mirror.py's ThreadPoolExecutor-0_1 and fastest_mirror.py's "
             "ThreadPoolExecutor-0_2 run them, and one must finish") in waits, waits
-    assert "or a lock held while waiting for a task that takes it" in err, err
+    assert "a lock held while waiting for a task that takes it" in err, err
 
 
 @pytest.mark.timeout(150)
@@ -241,3 +244,20 @@ def test_the_stacks_kept_in_the_trace_show_no_frame_of_mpvizs_hooks(runs):
     assert not any(hooks in s for s in stacks), stacks
     with open(os.path.join(folder, "trace.json")) as f:
         assert hooks not in f.read().replace("\\/", "/")
+
+
+@pytest.mark.timeout(150)
+def test_a_task_waiting_for_a_task_queued_behind_it_is_named_and_is_one_cycle(runs):
+    # Said before: "ThreadPoolExecutor-0_0 waits: a future's result -- who must act is not
+    # recorded", and no cycle: a future no thread runs yet was nameless.
+    waits = _waits(hung(result(runs, "one_worker_pipeline.py")))
+    me = "one_worker_pipeline.py's ThreadPoolExecutor-0_0"
+    assert (f"  {me} waits: the result of tokenize('a b c') -- {me} must finish its own task "
+            f"first -- and that thread is this one, waiting here; tokenize('a b c') waits in "
+            f"the executor's queue for a free thread (the ThreadPoolExecutor has 1)") in waits, \
+        waits
+    assert (f"  STUCK FOR GOOD: a cycle: one_worker_pipeline.py's main thread waits for the "
+            f"result of parse('a b c'), which {me} runs; {me} waits for the result of "
+            f"tokenize('a b c'), which waits in the executor's queue for a free thread -- and "
+            f"the executor's only thread is {me} itself.") in waits, waits
+    assert "who must act is not recorded" not in waits, waits

@@ -957,6 +957,13 @@ class _Index:
             if b.on == "pipe.send":
                 return f"{who(key)} waits in send() into the full {self.pipe_name(b.target)} " \
                        f"for {others} to recv"
+            if b.on == "future" and "own task first;" in b.must:
+                if tuple(b.waits_for) == (key,):
+                    return (f"{who(key)} waits for {b.what}, which waits in the executor's "
+                            f"queue for a free thread -- and the executor's only thread is "
+                            f"{who(key)} itself")
+                return (f"{who(key)} waits for {b.what}, which waits in the executor's queue "
+                        f"until one of its threads is free: {others}")
             if b.on in ("future", "pool.result") and b.what.startswith("the result of"):
                 return f"{who(key)} waits for {b.what}, which {others} runs"
             if b.on == "future":              # wait(fs), as_completed(fs): several tasks
@@ -978,6 +985,10 @@ class _Index:
         on several futures (``futures``): whoever runs any of them."""
         out = []
         for a in begin.args.get("futures") or [begin.args]:
+            if a.get("queued"):       # no thread runs it yet: the executor's threads, all busy
+                out += [w for w in ((begin.pid, tid) for tid in a.get("workers") or ())
+                        if w not in out and self.thread_alive(*w, t)]
+                continue
             runner = a.get("runner")
             if runner is not None:
                 found = [(begin.pid, runner)] if self.thread_alive(begin.pid, runner, t) else []
@@ -1015,6 +1026,11 @@ class _Index:
                              f"recorded has called it yet")
         if a.get("on") == "future" and a.get("futures") is not None:
             return self._many_futures_must(a, t)
+        if a.get("on") == "future" and a.get("queued"):
+            n = len(a.get("workers") or ())
+            return (f"must finish {'its' if n == 1 else 'their'} own task first; "
+                    f"{a.get('task') or 'it'} waits in the executor's queue for a free thread "
+                    f"(the ThreadPoolExecutor has {n})"), ""
         if a.get("on") == "pool.result":
             tasks = [task for task in self.tasks_of(a.get("id")) if task[2] <= t]
             if tasks and all(done is not None and done <= t for *_, done in tasks):

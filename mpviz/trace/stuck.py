@@ -454,8 +454,9 @@ def _why(watchdog, stacks, names):
         if start is None:
             reasons.setdefault(
                 "{who}: its threads wait for each other (a lock taken twice, a join of a "
-                "thread that waits for the joiner, or a lock held while waiting for a task "
-                "that takes it); the stacks say where.", []).append(pid)
+                "thread that waits for the joiner, a lock held while waiting for a task "
+                "that takes it, or a task waiting for a task queued behind it); the stacks "
+                "say where.", []).append(pid)
             continue
         forked, ppid = True, start.args.get("ppid")
         parent = f"{names.get(ppid, '?')} (pid {ppid})"

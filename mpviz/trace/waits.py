@@ -29,6 +29,7 @@ import os
 import subprocess
 import sys
 import threading
+import weakref
 import time
 from concurrent import futures
 from concurrent.futures import _base
@@ -415,6 +416,8 @@ def _future_task(fut):
         return {"job": job, **({"task": _call_words(item.fn, item.args, item.kwargs)}
                                if item is not None else {})}
     run = futures_thread._WorkItem.run.__code__
+    if getattr(fut, "_mpviz_queued", None) is not None and not fut.running():
+        return _queued_in_thread_pool(fut)            # (no thread runs it yet)
     for ident, frame in sys._current_frames().items():   # a thread that runs it now
         while frame is not None and frame.f_code is not run:
             frame = frame.f_back
@@ -480,6 +483,27 @@ def _submit(self, fn, /, *args, **kwargs):
         if work_id is not None:
             fut._mpviz_task = (f"{_queue_id(self._call_queue)}/{work_id}", pending, work_id)
     return fut
+
+
+def _thread_submit(self, fn, /, *args, **kwargs):
+    """ThreadPoolExecutor.submit: the future keeps its call and its executor (weakly), so that
+    a wait on it before any thread runs it names the task and the executor's threads, all
+    busy (``queued``, ``workers``)."""
+    fut = _inner("ThreadPoolExecutor.submit")(self, fn, *args, **kwargs)
+    if recorder.writer is not None:
+        fut._mpviz_queued = (fn, args, kwargs, weakref.ref(self))
+    return fut
+
+
+def _queued_in_thread_pool(fut):
+    """A ThreadPoolExecutor's future no thread runs yet: its task, and the OS thread ids of the
+    executor's threads (``workers``), every one busy with another task -- or {}."""
+    fn, args, kwargs, executor = fut._mpviz_queued
+    executor = executor()
+    if executor is None or fut.running() or fut.done():
+        return {}
+    workers = [t.native_id for t in list(getattr(executor, "_threads", ())) if t.is_alive()]
+    return {"task": _call_words(fn, args, kwargs), "queued": True, "workers": workers}
 
 
 def _executor_worker(call_queue, *args, **kwargs):
@@ -908,6 +932,7 @@ _stdlib = {
     "Connection.recv_bytes": connection._ConnectionBase.recv_bytes,
     "Connection.poll": connection._ConnectionBase.poll,
     "ProcessPoolExecutor.submit": futures_process.ProcessPoolExecutor.submit,
+    "ThreadPoolExecutor.submit": futures_thread.ThreadPoolExecutor.submit,
     "futures._process_worker": futures_process._process_worker,
     "futures._sendback_result": futures_process._sendback_result,
     "BaseProxy._callmethod": managers.BaseProxy._callmethod,
@@ -934,6 +959,7 @@ PATCHES = [
     (connection._ConnectionBase, "recv_bytes", _conn_recv_bytes, "Connection.recv_bytes"),
     (connection._ConnectionBase, "poll", _conn_poll, "Connection.poll"),
     (futures_process.ProcessPoolExecutor, "submit", _submit, "ProcessPoolExecutor.submit"),
+    (futures_thread.ThreadPoolExecutor, "submit", _thread_submit, "ThreadPoolExecutor.submit"),
     (futures_process, "_process_worker", _executor_worker, "futures._process_worker"),
     (futures_process, "_sendback_result", _sendback_result, "futures._sendback_result"),
     (managers.BaseProxy, "_callmethod", _proxy_call, "BaseProxy._callmethod"),

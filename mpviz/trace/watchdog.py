@@ -835,6 +835,8 @@ def _who_must_act(state, blocked, trace=None):
         alive = {(p.pid, tid) for p in state.processes for tid, _ in p.threads}
         ended = not any(w in alive for w in blocked.waits_for)   # (the graph says "(ended)")
         must, sep, more = (blocked.must or st.MUST.get(blocked.on, 'must act')).partition("; ")
+        if (blocked.pid, blocked.tid) in blocked.waits_for and blocked.on == "future":
+            must += " -- and that thread is this one, waiting here"
         if ended and blocked.on == "queue.get" and trace is not None:
             lost = _puts_never_fed(state, trace, blocked)
             if lost:
@@ -878,7 +880,8 @@ PIPE_SENDER_ENDED = (
 def _its_own_wait(state, blocked):
     """" (it waits for lock 'l', held by prog.py's main thread)": what the one thread a future
     waits for waits for itself, where the trace recorded it -- the next link of the chain."""
-    if blocked.on != "future" or not blocked.waits_for:
+    if blocked.on != "future" or not blocked.waits_for or \
+            (blocked.pid, blocked.tid) in blocked.waits_for:     # (its own wait: said already)
         return ""
     said = set()
     for pid, tid in blocked.waits_for:      # (several: a wait on many futures -- "each")

@@ -247,6 +247,7 @@ def _add_blocked(state, nodes, edges, dead=frozenset()):
                 nodes[akey] = ("thread", _thread_text(labels, names, pid, tid) + ended)
             actors.append(akey)
         template, must = _OBJECT.get(b.on), b.must or st.MUST.get(b.on, "must act")
+        must = must.partition("; ")[0]               # (the arrow's word; the rest: the verdict's)
         style = "deadlock" if (b.pid, b.tid) in dead else "blocked"   # (`dead`: stuck for good)
         if template is None:                         # a join: straight from the one to the other
             edges.extend((a, wkey, must, style) for a in actors)
