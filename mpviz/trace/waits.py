@@ -486,24 +486,28 @@ def _submit(self, fn, /, *args, **kwargs):
 
 
 def _thread_submit(self, fn, /, *args, **kwargs):
-    """ThreadPoolExecutor.submit: the future keeps its call and its executor (weakly), so that
-    a wait on it before any thread runs it names the task and the executor's threads, all
-    busy (``queued``, ``workers``)."""
+    """ThreadPoolExecutor.submit: the future keeps its call in words and its executor (weakly),
+    so that a wait on it before any thread runs it names the task and the executor's threads,
+    all busy (``queued``, ``workers``). Words, not the call: a future kept in a list must not
+    keep its arguments alive (the work item lets them go once run)."""
     fut = _inner("ThreadPoolExecutor.submit")(self, fn, *args, **kwargs)
     if recorder.writer is not None:
-        fut._mpviz_queued = (fn, args, kwargs, weakref.ref(self))
+        try:
+            fut._mpviz_queued = (_call_words(fn, args, kwargs), weakref.ref(self))
+        except Exception:      # (a recorder never breaks the program's own call)
+            pass
     return fut
 
 
 def _queued_in_thread_pool(fut):
     """A ThreadPoolExecutor's future no thread runs yet: its task, and the OS thread ids of the
     executor's threads (``workers``), every one busy with another task -- or {}."""
-    fn, args, kwargs, executor = fut._mpviz_queued
+    task, executor = fut._mpviz_queued
     executor = executor()
     if executor is None or fut.running() or fut.done():
         return {}
     workers = [t.native_id for t in list(getattr(executor, "_threads", ())) if t.is_alive()]
-    return {"task": _call_words(fn, args, kwargs), "queued": True, "workers": workers}
+    return {"task": task, "queued": True, "workers": workers}
 
 
 def _executor_worker(call_queue, *args, **kwargs):
