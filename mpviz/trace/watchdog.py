@@ -1005,8 +1005,9 @@ def _puts_never_fed(state, trace, blocked):
     why = (f"{its} feeder thread{'' if one else 's'} could not pickle what was put "
            f"({'; '.join(errors)})" if errors else f"{its} feeder thread{'' if one else 's'} "
            f"never wrote it (the process ended first)")
-    fix = (" Fix: put only what pickles (a file's name or its contents, not the open file; no "
-           "lambda, no lock, no socket)" if errors else "")
+    fix = (" Fix: put only what can be pickled -- the error says what could not (an open file: "
+           "put its name or its contents; a lambda, a lock, a socket; a tensor that requires "
+           "grad: .detach() it)" if errors else "")
     return (f"{who} put into {name} and ended, but {its} message{'' if one else 's'} never "
             f"reached the queue's pipe: {why}. put() only hands the object to that thread and "
             f"returns; the feeder's error is printed in the putting process -- or not at all, "
