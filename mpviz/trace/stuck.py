@@ -62,11 +62,7 @@ def headline(watchdog, nkilled):
     if watchdog.broken is not None:
         e, names = watchdog.broken, _names(watchdog.trace, watchdog)
         at = f", raised at {e.args['at']}" if e.args.get("at") else ""
-        busy = [key for key, s in watchdog.seen.items()
-                if key[0] == e.pid and s.view.wait == "running"]
-        spin = (f" Meanwhile {join_and([_thread_who(watchdog.trace, names, k) for k in busy])} "
-                f"{'uses' if len(busy) == 1 else 'use'} CPU: the Pool's own loop, which waits "
-                f"for those results and does nothing else." if busy else "")
+        spin = _pool_spins(watchdog, names, e.pid, "waits for those results")
         return [f"mpviz trace: HANG: DEADLOCK -- {_who(watchdog.trace, names, e.pid)}'s Pool "
                 f"can deliver no result any more: its result handler thread "
                 f"(`{e.args.get('name')}`) ended with {e.args.get('error')}{at}. For {t:.1f} s "
@@ -75,11 +71,7 @@ def headline(watchdog, nkilled):
     if watchdog.handler_wait is not None:
         b, name = watchdog.handler_wait
         names = _names(watchdog.trace, watchdog)
-        busy = [key for key, s in watchdog.seen.items()
-                if key[0] == b.pid and s.view.wait == "running"]
-        spin = (f" Meanwhile {join_and([_thread_who(watchdog.trace, names, k) for k in busy])} "
-                f"{'uses' if len(busy) == 1 else 'use'} CPU: the Pool's own loop, which finds "
-                f"results waiting that nobody takes, and does nothing else." if busy else "")
+        spin = _pool_spins(watchdog, names, b.pid, "finds results waiting that nobody takes")
         return [f"mpviz trace: HANG: DEADLOCK -- {_who(watchdog.trace, names, b.pid)}'s Pool can "
                 f"deliver no result any more: its result handler thread (`{name}`), which runs "
                 f"every callback=, is inside one that waits ({b.what}) -- and while it waits, "
@@ -126,6 +118,19 @@ def headline(watchdog, nkilled):
                 f"waiting by itself (a deadline, a number of tries); mpviz cannot tell whether "
                 f"it does: read its line below. {stop}"]
     return [_everyone_waits(watchdog, servers, t, stop) + _pollers_said(watchdog)]
+
+
+def _pool_spins(watchdog, names, pid, doing):
+    """" Meanwhile prog.py's thread `Thread-1 (_handle_workers)` uses CPU: the Pool's own loop,
+    which <doing>, and does nothing else.": the threads of process `pid` running (using CPU)
+    while its Pool delivers nothing; "" if none is."""
+    busy = [key for key, s in watchdog.seen.items()
+            if key[0] == pid and s.view.wait == "running"]
+    if not busy:
+        return ""
+    return (f" Meanwhile {join_and([_thread_who(watchdog.trace, names, k) for k in busy])} "
+            f"{'uses' if len(busy) == 1 else 'use'} CPU: the Pool's own loop, which {doing}, "
+            f"and does nothing else.")
 
 
 def _pollers_said(watchdog):
