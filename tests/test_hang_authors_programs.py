@@ -40,6 +40,8 @@ it; all are started at once (they spend their time waiting), each judged alone:
                               thread waits for a result only it can deliver
     model_server_never_ready.py  the parent waits on a `ready` Event the server sets after
                               loading its model -- which raises first
+    resize_task_done_skipped.py  a JoinableQueue worker raises on one item before its
+                              task_done(): the parent's q.join() waits for ever
     embed_without_detach.py   (torch) workers put a model's output, a non-leaf tensor that
                               requires grad: torch refuses it in the feeder (pitfall 14)
 """
@@ -72,7 +74,8 @@ def runs(tmp_path_factory):
         "crawler_waits_on_its_own_pool.py", "sort_then_wait.py",
         "child_report_waited_first.py", "worker_crashes_in_native_code.py",
         "decode_with_forkserver.py", "result_with_open_file.py",
-        "callback_runs_next_stage.py", "model_server_never_ready.py")}
+        "callback_runs_next_stage.py", "model_server_never_ready.py",
+        "resize_task_done_skipped.py")}
     programs["wait_go_signal.py 1"] = ("2", _program("wait_go_signal.py"), "1")
     programs["wait_go_signal.py 5"] = ("1.5", _program("wait_go_signal.py"), "5")
     if importlib.util.find_spec("torch") is not None:
@@ -507,3 +510,18 @@ def test_a_non_leaf_tensor_put_on_a_queue_is_named_with_torchs_refusal(runs):
             "(RuntimeError: Cowardly refusing to serialize non-leaf tensor which requires_grad")\
         in err, err
     assert "a tensor that requires grad: .detach() it" in err, err
+
+
+@pytest.mark.timeout(150)
+def test_a_consumer_that_raised_before_task_done_is_named_in_the_join(runs):
+    # Said before: "Process-1's main thread or Process-2's main thread must call task_done()",
+    # and Process-1's end nowhere (not even ENDED BY AN ERROR: the other worker's get() line
+    # was taken to have said it, and had not).
+    err = hung(result(runs, "resize_task_done_skipped.py"))
+    assert re.search(r"resize_task_done_skipped\.py's main thread waits: q\.join\(\) on Queue 1: "
+                     r"until every item is task_done\(\) -- .* must call task_done\(\); but "
+                     r"Process-\d got from Queue 1 and ended \(exit 1, after ValueError: corrupt "
+                     r"image: img3\.png, raised at worker \(resize_task_done_skipped\.py:10\): "
+                     r"`raise ValueError\(f\"corrupt image: \{name\}\"\)`\): what it took last "
+                     r"and did not mark task_done\(\) never will be", err), err
+    assert "Fix: call task_done() in a `finally:`" in err, err

@@ -725,8 +725,11 @@ def _ended_by_errors(state, trace):
     """Threads and processes an exception ended before the hang, where nothing above said so
     already: a dead thread waits for nothing, so it is in no wait line -- but what it would
     have done (a Pool's result handler delivers results) is what the others wait for."""
-    said = {who for b in state.blocked if b.on == "queue.get"      # (_who_must_act's)
+    said = {who for b in state.blocked if b.on == "queue.get" and not b.waits_for
             for who, _ in st.gone_without_putting(trace, b.target, state.t_ns, b.pid)}
+    # (_who_must_act's: a get that names who must put says nothing of those who ended)
+    said |= {who for b in state.blocked if b.on == "queue.join"
+             for who, _ in _ended_getters(state, trace, b)}
     said |= {who for b in state.blocked if b.on in ("event", "condition")   # (_signal_short's)
              for who, _ in st.gone_without_signalling(trace, b.on, b.target, state.t_ns, b.pid)}
     out, ended = [], {}               # how -> the processes that ended so (a Pool's many)
@@ -834,6 +837,10 @@ def _who_must_act(state, blocked, trace=None):
             _thread_words(state, pid, tid) for pid, tid in blocked.waits_for)
         alive = {(p.pid, tid) for p in state.processes for tid, _ in p.threads}
         ended = not any(w in alive for w in blocked.waits_for)   # (the graph says "(ended)")
+        if blocked.on == "queue.join" and trace is not None:
+            gone = _ended_getters(state, trace, blocked)
+            if gone:
+                return _join_never_done(state, blocked, gone, who)
         must, sep, more = (blocked.must or st.MUST.get(blocked.on, 'must act')).partition("; ")
         if (blocked.pid, blocked.tid) in blocked.waits_for and blocked.on == "future":
             must += " -- and that thread is this one, waiting here"
@@ -988,6 +995,33 @@ def _barrier_short(state, blocked, trace):
     return (f"it lets its waiters go when {parties} wait at it, and {n} wait now: "
             f"{parties - n} more must call its wait() (which thread would, the trace does not "
             f"know; was it made for more parties than the program starts?)")
+
+
+def _ended_getters(state, trace, blocked):
+    """The threads that got from the queue a q.join() waits on whose process ended, not with
+    status 0 (an exception, a signal): [(label, how it ended)] -- what each took last and
+    did not mark task_done() never will be."""
+    alive = {p.pid for p in state.processes}
+    out = []
+    for pid in dict.fromkeys(p for p, _ in blocked.waits_for):
+        if pid in alive:
+            continue
+        how = st.how_it_ended(trace, pid)
+        if how.startswith(("exit 0", "its exit status unknown")):
+            continue
+        out.append((str(state.labels.get(pid, pid)), how))
+    return out
+
+
+def _join_never_done(state, blocked, gone, who):
+    """The end of a q.join() wait's line when a consumer ended with an error or a signal."""
+    name = state.channel_names.get(blocked.target, blocked.target)
+    one = len(gone) == 1
+    return (f"{who} must call task_done(); but {join_and([w for w, _ in gone])} got from "
+            f"{name} and ended ({'; '.join(h for _, h in gone)}): what "
+            f"{'it' if one else 'each'} took last and did not mark task_done() never will be, "
+            f"so q.join() waits for ever. Fix: call task_done() in a `finally:` (or catch the "
+            f"error per item), so that an item that fails is done too")
 
 
 def _puts_never_fed(state, trace, blocked):
