@@ -37,12 +37,13 @@ from . import collectives
 from ..trace import analysis as st
 from ..trace.names import human_bytes
 from .colors import BIG_MESSAGE, BLOCKED_FILL, COLORS, legend
-from .figure import Figure
+from .figure import Figure, without_gc
 
 _MIN_SQUEEZE_NS = 20_000_000  # only stretches of 20 ms or more are squeezed
 _BINS = 700                   # a tick column per 1-2 px of the lanes (~870 px at 10 in)
 
 
+@without_gc
 def timeline(trace, ax=None, at=None, title=None, max_arrows=300, max_labels=24,
              compress_idle=True, fast=False):
     """Draw `trace` as one lane per process; return the Figure.
