@@ -1,8 +1,8 @@
 """Big real runs drawn so a person can read them (issue #27, item 4): helper threads on their
 process's lane, and every aggregation said, with honest counts, under the lanes.
 
-A Pool's handler threads are multiprocessing's own machinery: they fold into their process's
-lane, and so do Queue feeders when the picture is crowded -- unless one of them is the story
+A Pool's handler threads and a Manager's connection threads are multiprocessing's own
+machinery: they fold into their process's lane, and so do Queue feeders when the picture is crowded -- unless one of them is the story
 (here: a feeder its process joins at exit while the pipe is full, CPython issue 91594's
 shape). The drawing's speed is measured by bench/bench_dataloader_trace.py, not here.
 """
@@ -81,7 +81,48 @@ def test_pool_handler_threads_fold_into_their_process_but_a_stuck_feeder_keeps_i
     assert [n for n in lanes if "QueueFeederThread" in n] == ["└ QueueFeederThread"], lanes
     handlers = [who for who in ix.busy if "_handle" in ix.thread_name(*who)]
     assert f"{len(handlers)} helper thread{'s' * (len(handlers) > 1)} (Pool handlers, Queue " \
-           f"feeders, fd servers) drawn on their process's lane" in _note(fig), _note(fig)
+           f"feeders, fd servers, a Manager's connections) drawn on their process's lane" \
+        in _note(fig), _note(fig)
+
+
+# A Manager's server runs a handle_request thread per connection: 4 clients, 17 threads.
+MANAGER = textwrap.dedent("""
+    import multiprocessing as mp
+
+    def work(d, i):
+        for j in range(20):
+            d[(i, j)] = j
+
+    if __name__ == "__main__":
+        with mp.Manager() as m:
+            d = m.dict()
+            ps = [mp.Process(target=work, args=(d, i)) for i in range(4)]
+            for p in ps:
+                p.start()
+            for p in ps:
+                p.join()
+            print(len(d))
+""")
+
+
+def test_a_managers_connection_threads_fold_into_its_server_process(tmp_path):
+    program = tmp_path / "manager.py"
+    program.write_text(MANAGER)
+    env = dict(os.environ, PYTHONPATH=ROOT)
+    done = subprocess.run([sys.executable, "-m", "mpviz", "trace", "--no-plot", "-o",
+                           str(tmp_path / "t"), "--", sys.executable, str(program)],
+                          env=env, capture_output=True, text=True, timeout=90)
+    assert done.returncode == 0, done.stderr[-2000:]
+    trace = mt.load(tmp_path / "t")
+    ix = st._index(trace)
+    served = [who for who in ix.busy if "handle_request" in ix.thread_name(*who)]
+    assert len(served) >= 4 and {pid for pid, _ in served} <= set(ix.managers)   # one a client
+    fig = viz.timeline(trace)
+    lanes = _lanes(fig)
+    assert not [n for n in lanes if "handle_request" in n], lanes
+    assert [n for n in lanes if n.startswith("Process-")] and \
+        [n for n in lanes if n.startswith("SyncManager")], lanes
+    assert f"{len(served)} helper threads" in _note(fig), _note(fig)
 
 
 def test_a_big_run_is_aggregated_and_the_note_counts_what_was_aggregated():

@@ -383,6 +383,7 @@ class _Index:
         self.thread_errors = []        # (pid, tid, name, error, at, ts) of threads an
                                        # exception ended
         open_waits, counted, open_blocks = {}, {}, {}
+        firsts = set()                 # (a get?, queue or pipe id, (pid, tid)) in getters/putters
         recv_pipes = {}                # (pid, tid) -> the pipes it read messages from
         self.busy, self.first_seen, self.by_kind, self.ticks = {}, {}, {}, {}
         self.handles = {}              # message id -> how many handles its sender pickled in it
@@ -485,10 +486,11 @@ class _Index:
                     if e.args.get("ok") is False:      # it gave up (a timeout ran out)
                         self.gave_up.add(id(begin))
             elif k == "queue.get" or k == "queue.put" or k == "pipe.send":
-                seen = (self.getters if k == "queue.get" else self.putters).setdefault(
-                    e.args.get("pipe" if k == "pipe.send" else "queue"), [])
-                if all(g[:2] != who for g in seen):
-                    seen.append((e.pid, e.tid, e.ts_ns))
+                on = e.args.get("pipe" if k == "pipe.send" else "queue")
+                if (k == "queue.get", on, who) not in firsts:    # its first per thread
+                    firsts.add((k == "queue.get", on, who))
+                    (self.getters if k == "queue.get" else self.putters).setdefault(
+                        on, []).append((e.pid, e.tid, e.ts_ns))
             elif k == "pipe.open":
                 ends = tuple(e.args.get("ends") or ())
                 for end in ends:
@@ -498,9 +500,10 @@ class _Index:
                 self.signals.setdefault((on, e.args.get("id")), []).append(e)
             elif k == "pipe.recv" and not names.is_arguments(e.args.get("pipe")) and \
                     not self._managers_pipe(e.pid, e.args.get("pipe")):
-                seen = self.getters.setdefault(e.args.get("pipe"), [])   # who read what it sent
-                if all(g[:2] != who for g in seen):
-                    seen.append((e.pid, e.tid, e.ts_ns))
+                on = e.args.get("pipe")                  # who read what it sent
+                if (True, on, who) not in firsts:
+                    firsts.add((True, on, who))
+                    self.getters.setdefault(on, []).append((e.pid, e.tid, e.ts_ns))
                 # a SimpleQueue (a Pool's task queue): its get waits on the queue's id, its
                 # messages are sent and read on its pipe's; who puts into one puts into both
                 # (not a child's arguments, read in its _bootstrap: no get reads them; nor a

@@ -28,13 +28,14 @@ from matplotlib.patches import Rectangle
 from ..trace import analysis as st
 from ..trace.names import human_bytes
 from .colors import COLORS, legend
-from .figure import Figure
+from .figure import Figure, without_gc
 from mpviz.trace.osview import os_view
 from mpviz.trace.trace import UNKNOWN
 
 IN_FLIGHT = "#fde9b6"   # pale amber: nobody maps it, but a handle to it is on its way
 
 
+@without_gc
 def memory_map(trace, at=None, ax=None, check_os=False, max_segments=30, title=None):
     """Draw processes × shared-memory segments at instant `at` (None: the end); return the Figure.
 

@@ -37,12 +37,13 @@ from . import collectives
 from ..trace import analysis as st
 from ..trace.names import human_bytes
 from .colors import BIG_MESSAGE, BLOCKED_FILL, COLORS, legend
-from .figure import Figure
+from .figure import Figure, without_gc
 
 _MIN_SQUEEZE_NS = 20_000_000  # only stretches of 20 ms or more are squeezed
 _BINS = 700                   # a tick column per 1-2 px of the lanes (~870 px at 10 in)
 
 
+@without_gc
 def timeline(trace, ax=None, at=None, title=None, max_arrows=300, max_labels=24,
              compress_idle=True, fast=False):
     """Draw `trace` as one lane per process; return the Figure.
@@ -579,7 +580,7 @@ class _Picture:
         ax, folded, said = self.ax, self.lanes.folded, self.said
         if folded:
             said.append(f"{len(folded)} helper thread{'s' * (len(folded) > 1)} (Pool handlers, "
-                        f"Queue feeders, fd servers) drawn on their process's lane")
+                        f"Queue feeders, fd servers, a Manager's connections) drawn on their process's lane")
         note = _wrap(" · ".join(said), 160) if said else ""
         if not self.fast:
             keys = [k for k in _LEGEND_ORDER if k in self.used]
@@ -1018,7 +1019,10 @@ def _fewer_lanes(trace, ix):
 # waits do not (a hatched process lane says its main thread waits) -- unless the thread is the
 # story: stuck, still waiting when the trace ends, waited for by a wait that never ended (a
 # feeder its process joins at exit), or the one where something failed. Then it keeps its lane.
+# A Manager's server process runs one handle_request thread per connection (each client
+# process, each proxy): folded always too, in a Manager's server process.
 _POOL_THREAD = re.compile(r"\((_handle_workers|_handle_tasks|_handle_results)\)$")
+_MANAGER_THREAD = re.compile(r"\((handle_request|accepter|serve_client)\)$")
 _HELPER_THREAD = re.compile(r"^QueueFeederThread$|^mpviz-fd-peer$|\((_serve|_pin_memory_loop)\)$")
 _FOLD_ABOVE = 12
 
@@ -1042,7 +1046,8 @@ def _thread_lanes(ix, deadlocks):
     own, folded = set(), set()
     for who in threads:
         name = ix.thread_name(*who)
-        helper = _POOL_THREAD.search(name) or (crowded and _HELPER_THREAD.search(name))
+        helper = _POOL_THREAD.search(name) or (crowded and _HELPER_THREAD.search(name)) or \
+            (who[0] in ix.managers and _MANAGER_THREAD.search(name))
         (folded if helper and who not in story else own).add(who)
     return own, folded
 

@@ -31,9 +31,10 @@ from matplotlib.patches import FancyArrowPatch
 
 from ..trace import analysis as st
 from .colors import COLORS, legend
-from .figure import Figure
+from .figure import Figure, without_gc
 
 
+@without_gc
 def wait_for(trace, at=None, ax=None, title=None):
     """Draw threads and locks at instant `at` as a graph (owner → lock → waiter); return the Figure.
 
