@@ -261,3 +261,27 @@ def test_a_task_waiting_for_a_task_queued_behind_it_is_named_and_is_one_cycle(ru
             f"tokenize('a b c'), which waits in the executor's queue for a free thread -- and "
             f"the executor's only thread is {me} itself.") in waits, waits
     assert "who must act is not recorded" not in waits, waits
+
+
+@pytest.mark.timeout(150)
+@pytest.mark.skipif(not FORK, reason="under forkserver (3.14's default) the executor starts "
+                    "one worker here: none is idle")
+def test_the_wait_for_graph_leaves_an_idle_worker_out_and_says_it_is_idle(runs):
+    """An executor's idle worker, waiting for its next task, was drawn in the wait-for graph
+    as a thread blocked on an empty queue that the main thread's feeder must fill -- beside
+    the cycle, as if part of the hang. It is left out, and the title says it is idle."""
+    import importlib
+    wait_for = importlib.import_module("mpviz.viz.wait_for")   # (viz.wait_for: the function)
+    err = hung(result(runs, "executor_task_waits_lock.py"))
+    trace = mt.load(re.search(r"recording into (\S+) ", err).group(1))
+    runner = re.search(r"(ForkProcess-\d)'s main thread runs it", err).group(1)
+    idle = next(p for p in trace.processes() if p.name.startswith("ForkProcess") and
+                p.name != runner)
+    state = st.state_at(trace, st.stuck_moment(trace))
+    assert state.idle == {idle.pid}, state.idle
+    nodes, _, _, _ = wait_for._graph(state)
+    assert ("thread", (idle.pid, idle.pid)) not in nodes, nodes
+    fig = wait_for.wait_for(trace)
+    title = fig.axes[0].get_title(loc="left")
+    assert f"idle, not stuck (waiting for their next task, not drawn): {idle.name}" in title, \
+        title

@@ -254,6 +254,7 @@ class State:
     blocked: tuple = ()
     ended: dict = field(repr=False, default_factory=dict)   # pid -> "killed by SIGKILL" ... of
                                                             # each process ended by the instant
+    idle: frozenset = frozenset()      # Pool / executor workers waiting for their next task
 
     @property
     def t_s(self):
@@ -1632,7 +1633,9 @@ def state_at(trace, t_ns=None):
                  {(p, t): ix.thread_name(p, t) for p in ix.procs for t in ix.procs[p].threads},
                  dict(ix.channel_names), blocked,
                  {p.pid: _how_it_ended(p) for p in ix.procs.values()
-                  if p.start_ns <= t and not ix.alive(p.pid, t)})
+                  if p.start_ns <= t and not ix.alive(p.pid, t)},
+                 frozenset(pid for pid in {b.pid for b in blocked if b.on == "queue.get"}
+                           if ix.idle_pool_worker(pid, t)))
 
 
 def _how_it_ended(p):

@@ -196,6 +196,10 @@ def _title(ax, state, title):
     head = title or (f"Who waits for whom (at {when:.1f} ms): " +
                      ("who must act → what → who waits" if state.blocked else
                       "owner → lock → waiter"))
+    if state.idle and not title:         # (their waits are not drawn: _add_blocked)
+        idle = sorted(str(state.labels.get(pid, pid)) for pid in state.idle)
+        head += (f"\nidle, not stuck (waiting for their next task, not drawn): "
+                 f"{', '.join(idle[:6])}{' ...' if len(idle) > 6 else ''}")
     if state.deadlocks:
         reasons = []
         for d in state.deadlocks:
@@ -238,6 +242,8 @@ def _add_blocked(state, nodes, edges, dead=frozenset()):
     labels, names = state.labels, state.thread_names
     alive = {(p.pid, tid) for p in state.processes for tid, _ in p.threads}
     for b in state.blocked:
+        if b.pid in state.idle:          # waiting for its next task: no part of a hang
+            continue                     # (the title names it idle)
         wkey = ("thread", (b.pid, b.tid))
         nodes[wkey] = ("thread", _thread_text(labels, names, b.pid, b.tid))
         actors = []
