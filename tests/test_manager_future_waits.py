@@ -285,3 +285,26 @@ def test_the_wait_for_graph_leaves_an_idle_worker_out_and_says_it_is_idle(runs):
     title = fig.axes[0].get_title(loc="left")
     assert f"idle, not stuck (waiting for their next task, not drawn): {idle.name}" in title, \
         title
+
+
+@pytest.mark.timeout(150)
+def test_the_words_of_two_arrows_both_ways_between_two_boxes_do_not_overlap(runs, fonts_loaded):
+    """The one-thread pipeline: ThreadPoolExecutor-0_0 -> the result of tokenize(...) ->
+    ThreadPoolExecutor-0_0, two arcs between the same two boxes. Their words were written at
+    the one middle of their chord, over each other ("must finish its own task first" across
+    "blocks"); each now stands beside its own arc."""
+    import importlib
+    wait_for = importlib.import_module("mpviz.viz.wait_for")
+    err = hung(result(runs, "one_worker_pipeline.py"))
+    fig = wait_for.wait_for(mt.load(re.search(r"recording into (\S+) ", err).group(1)))
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    canvas = FigureCanvasAgg(fig)
+    canvas.draw()
+    renderer = canvas.get_renderer()
+    words = [t for t in fig.axes[0].texts if t.get_text() in
+             ("must finish its own task first", "blocks")]
+    assert len(words) >= 2, [t.get_text() for t in fig.axes[0].texts]
+    boxes = [t.get_window_extent(renderer) for t in words]
+    for i, a in enumerate(boxes):
+        for b in boxes[i + 1:]:
+            assert not a.overlaps(b), (a, b)

@@ -167,15 +167,23 @@ def _draw_edges(ax, edges, pos, texts, in_cycle, top):
     aspect = _aspect(ax)
     xs_of = [x for k, (x, _) in pos.items() if k not in in_cycle]
     alone = {x for x in xs_of if xs_of.count(x) == 1}      # columns of one box
+    pairs = {(a, b) for a, b, _, _ in edges}
     for a, b, word, key in edges:
         red = key == "deadlock" or (a in in_cycle and b in in_cycle)
         color = COLORS["deadlock"] if red else COLORS.get(key, "#555555")
         if key == "ghost":
             color = COLORS["ghost"]
         used.add("deadlock" if red else key)
+        ha = "center"
         if a in in_cycle:
             (xa, ya), (xb, yb) = pos[a], pos[b]
             style, at = "arc3,rad=0.12", ((xa + xb) / 2, (ya + yb) / 2)
+            if (b, a) in pairs:          # two arrows both ways between the same two boxes
+                # (a cycle of two): each word beside its own arc, which bends to the right of
+                # its way (arc3), not both at the one middle of their chord
+                dx, dy = (yb - ya) / aspect, -(xb - xa) * aspect
+                side = 1 if dx >= 0 else -1
+                at, ha = (at[0] + 0.12 * side, at[1] - 0.12), "left" if side > 0 else "right"
         else:
             style, at = _route(pos[a], pos[b], top, aspect, alone)
         arrow = FancyArrowPatch(pos[a], pos[b], arrowstyle="-|>", mutation_scale=14,
@@ -185,7 +193,7 @@ def _draw_edges(ax, edges, pos, texts, in_cycle, top):
                                 patchB=texts[b].get_bbox_patch(), shrinkA=4, shrinkB=4,
                                 connectionstyle=style, zorder=2)
         ax.add_patch(arrow)
-        ax.text(at[0], at[1] + 0.12, word, ha="center", va="bottom", fontsize=7.5, color=color,
+        ax.text(at[0], at[1] + 0.12, word, ha=ha, va="bottom", fontsize=7.5, color=color,
                 zorder=4)
     return used
 
