@@ -69,18 +69,7 @@ def headline(watchdog, nkilled):
                 f"its main thread has waited, with no time limit, for what only that thread "
                 f"could deliver: it can never move.{spin} {stop}"]
     if watchdog.handler_wait is not None:
-        b, name = watchdog.handler_wait
-        names = _names(watchdog.trace, watchdog)
-        spin = _pool_spins(watchdog, names, b.pid, "finds results waiting that nobody takes")
-        return [f"mpviz trace: HANG: DEADLOCK -- {_who(watchdog.trace, names, b.pid)}'s Pool can "
-                f"deliver no result any more: its result handler thread (`{name}`), which runs "
-                f"every callback=, is inside one that waits ({b.what}) -- and while it waits, "
-                f"no result of the Pool is delivered, the one it waits for among them: it "
-                f"waits for itself. The main thread, waiting for a result too, can never "
-                f"move.{spin} Fix: a callback runs in the Pool's own thread: let it neither "
-                f"wait nor block (no pool.apply(), no .get() there: submit the next stage with "
-                f"apply_async from the main program, or from the callback without waiting). "
-                f"{stop}"]
+        return _handler_waits_for_itself(watchdog, stop)
     if watchdog.for_good:
         # recorded lock waits that can never end, while other threads wait with a deadline
         names = _names(watchdog.trace, watchdog)
@@ -118,6 +107,23 @@ def headline(watchdog, nkilled):
                 f"waiting by itself (a deadline, a number of tries); mpviz cannot tell whether "
                 f"it does: read its line below. {stop}"]
     return [_everyone_waits(watchdog, servers, t, stop) + _pollers_said(watchdog)]
+
+
+def _handler_waits_for_itself(watchdog, stop):
+    """The headline of a Pool whose result handler thread waits inside a callback (watchdog's
+    ``handler_wait``): it delivers no result while it waits -- the one it waits for too."""
+    b, name = watchdog.handler_wait
+    names = _names(watchdog.trace, watchdog)
+    spin = _pool_spins(watchdog, names, b.pid, "finds results waiting that nobody takes")
+    return [f"mpviz trace: HANG: DEADLOCK -- {_who(watchdog.trace, names, b.pid)}'s Pool can "
+            f"deliver no result any more: its result handler thread (`{name}`), which runs "
+            f"every callback=, is inside one that waits ({b.what}) -- and while it waits, "
+            f"no result of the Pool is delivered, the one it waits for among them: it "
+            f"waits for itself. The main thread, waiting for a result too, can never "
+            f"move.{spin} Fix: a callback runs in the Pool's own thread: let it neither "
+            f"wait nor block (no pool.apply(), no .get() there: submit the next stage with "
+            f"apply_async from the main program, or from the callback without waiting). "
+            f"{stop}"]
 
 
 def _pool_spins(watchdog, names, pid, doing):

@@ -26,6 +26,7 @@ shows the stacks; ``--hang-after 0`` turns it off; below MIN_HANG_AFTER it is re
 """
 import math
 import os
+import re
 import signal
 import time
 
@@ -1031,6 +1032,9 @@ def _puts_never_fed(state, trace, blocked):
     lost = st.unfed_puts(trace, blocked.target, state.t_ns)
     if not lost:
         return ""
+    lost.sort(key=lambda pe: [int(part) if part.isdigit() else part     # (Process-2 before
+                              for part in re.split(r"(\d+)", str(state.labels.get(pe[0], pe[0])))])
+    # Process-10, whichever put first)
     name = state.channel_names.get(blocked.target, blocked.target)
     who = join_and([str(state.labels.get(pid, pid)) for pid, _ in lost])
     errors = list(dict.fromkeys(err for _, err in lost if err))
