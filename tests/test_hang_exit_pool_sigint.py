@@ -132,10 +132,19 @@ def test_a_pool_worker_that_exits_in_its_task_leaves_the_pool_waiting_for_ever(h
              if a.get_gid() == "stuck text"]
     assert len(texts) == 1 and "Pool waits for its result for ever" in texts[0], texts
     # the Pool's task queue is empty, but its task handler put tasks there and would put more:
-    # the wait-for graph says who must put, not "nobody has put into it yet"
-    graph = [a.get_text() for a in viz.wait_for(t).axes[0].texts]
+    # the wait-for graph never says "nobody has put into it yet". The workers that wait for
+    # their next task are idle, no part of the hang: the graph leaves them out and its title
+    # names them idle, so the one chain drawn is the main thread's wait for the dead worker's job
+    fig = viz.wait_for(t)
+    graph = [a.get_text() for a in fig.axes[0].texts]
     assert not any("nobody has put" in text for text in graph), graph
-    assert any("_handle_tasks" in text for text in graph), graph
+    assert any("Pool job 0" in text for text in graph), graph
+    assert any("exited, status 1" in text for text in graph), graph
+    title = fig.axes[0].get_title(loc="left")
+    assert "idle, not stuck" in title, title
+    for idle in {"0", "1", "2"} - {died.group(1)}:
+        assert f"worker {idle}" in title, title
+        assert not any(text.startswith(f"worker {idle} ") for text in graph), graph
 
 
 def test_a_pool_worker_killed_by_a_signal_gets_a_fix_for_a_kill_not_for_an_exit(tmp_path,
