@@ -3,6 +3,7 @@
 The two hangs run as real programs under ``python -m mpviz trace``, in a session of their own,
 and are killed after their waits were recorded: these tests never hang and leave no process.
 """
+import array
 import multiprocessing as mp
 import os
 import signal
@@ -360,13 +361,30 @@ def test_waits_that_end_are_recorded_with_both_ends(tmp_path):
     assert st.state_at(trace).blocked == ()
 
 
+def _until_pipe_full(q, timeout=20):
+    """Wait until `q`'s pipe is full (what it holds stops growing, at tens of KiB: Linux's pipe
+    holds up to 16 pages, fewer bytes when writes fill pages part way): its writer is blocked."""
+    import fcntl
+    import termios
+    deadline, last = time.monotonic() + timeout, -1
+    while True:
+        held = array.array("i", [0])
+        fcntl.ioctl(q._reader.fileno(), termios.FIONREAD, held)
+        if held[0] > 32768 and held[0] == last:
+            return
+        assert time.monotonic() < deadline, f"the producer's pipe holds {held[0]} bytes"
+        last = held[0]
+        time.sleep(0.05)
+
+
 def test_a_feeder_blocked_on_a_full_pipe_is_a_wait_on_the_reader(tmp_path):
     ctx = mp.get_context("fork")
     with mt.record(tmp_path / "t") as trace:
         q = ctx.Queue()
         p = ctx.Process(target=w.put_big, args=(q,), name="producer")
         p.start()
-        time.sleep(0.3)                                         # the feeder blocks meanwhile
+        _until_pipe_full(q)       # the feeder blocks: the pipe holds all it can (a busy machine
+        time.sleep(0.3)           # may take long to start the child; a fixed sleep was too short)
         assert len(q.get(timeout=10)) == w.BIG
         p.join()
     ((begin, end),) = _pairs(trace, "pipe.write")
