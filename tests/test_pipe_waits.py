@@ -9,6 +9,8 @@ The programs hang as their authors wrote them, and run through ``python -m mpviz
                                   parent's recv() waits for ever
     pipe_threads_no_serve.py      two threads of one process, each given one end: both recv()
     pipe_sender_raised.py         a worker raises before its send_bytes(); recv_bytes() waits
+    wait_readers_not_closed.py    the docs' connection.wait() example without its w.close():
+                                  wait(readers) never sees an end of file
     result_joined_first.py        a worker sends a big result; the parent joins it first
 
 and one that does not hang: a ping-pong of 200 small messages and 30 big ones beside a Pool and
@@ -38,7 +40,10 @@ def runs(tmp_path_factory):
         "never sent": ("1.5", os.path.join(PROGRAMS, "pipe_never_sent.py")),
         "big send": ("1.5", os.path.join(PROGRAMS, "result_joined_first.py")),
         "threads": ("1.5", os.path.join(PROGRAMS, "pipe_threads_no_serve.py")),
-        "sender raised": ("1.5", os.path.join(PROGRAMS, "pipe_sender_raised.py"))})
+        "sender raised": ("1.5", os.path.join(PROGRAMS, "pipe_sender_raised.py")),
+        "wait readers": ("1.5", os.path.join(PROGRAMS, "wait_readers_not_closed.py")),
+        "wait readers spawn": ("1.5", os.path.join(PROGRAMS, "wait_readers_not_closed.py"),
+                               "spawn")})
 
 
 @pytest.mark.timeout(150)
@@ -79,6 +84,45 @@ def test_a_recv_whose_only_sender_ended_without_sending_names_it_and_how_it_ende
             "only once no process holds the Pipe's other end open any more") in err, err
     assert "after p.start(), close() the end given to the child" in err, err
     assert "STUCK FOR GOOD" not in err, err       # (no cycle: a sender that ended is no wait)
+
+
+@pytest.mark.timeout(150)
+@pytest.mark.parametrize("name", ["wait readers", "wait readers spawn"])
+def test_connection_wait_over_pipes_whose_writers_the_parent_kept_names_them_and_the_fix(runs,
+                                                                                       name):
+    # Said before: "the trace recorded no wait that was still open" (connection.wait() was
+    # no recorded wait), with only the stack's `for r in wait(readers):`.
+    err = hung(result(runs, name))
+    assert ("wait_readers_not_closed.py's main thread waits: wait() on Pipe 1, Pipe 2, Pipe 3 "
+            "and Pipe 4: nothing in any of them yet -- Process-1's main thread or Process-2's "
+            "main thread or Process-3's main thread or Process-4's main thread must send -- but "
+            "they have ended. wait() reports a Pipe's end ready at its end of file (so that "
+            "recv() raises EOFError) only once no process holds that Pipe's other end open any "
+            "more") in err, err
+    assert "after p.start(), close() the end given to the child (w.close())" in err, err
+    assert "the trace recorded no wait that was still open" not in err, err
+
+
+WAIT_READERS_CLOSED = open(os.path.join(PROGRAMS, "wait_readers_not_closed.py")).read().replace(
+    "        p.start()\n", "        p.start()\n        w.close()\n")
+
+
+@pytest.mark.timeout(90)
+@pytest.mark.parametrize("method", ["fork", "spawn"])
+def test_the_docs_connection_wait_example_ends_with_each_wait_ended(tmp_path, method):
+    """The docs' example as written (the parent closes each w): it ends, and every wait() it
+    recorded ended too -- no verdict, nothing stuck at any instant."""
+    assert "w.close()\n" in WAIT_READERS_CLOSED
+    run = trace(tmp_path, WAIT_READERS_CLOSED, method)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.count("Process-") == 40, run.stdout
+    assert "HANG" not in run.stderr and "waits:" not in run.stderr, run.stderr
+    t = mt.load(re.search(r"recording into (\S+) ", run.stderr).group(1))
+    waits = [e for e in t.of_kind("wait.begin") if e.args.get("call") == "wait"]
+    ends = [e for e in t.of_kind("wait.end") if e.args.get("on") == "pipe.recv"]
+    assert len(ends) >= len(waits), (waits, ends)
+    from mpviz.trace import analysis as st
+    assert not [b for b in st.state_at(t).blocked if b.on == "pipe.recv"]
 
 
 @pytest.mark.timeout(150)

@@ -806,7 +806,13 @@ class _Index:
         if on == "pipe.write":
             return f"write {human_bytes(a.get('nbytes'))} into the full pipe of {self.queue_name(target)}"
         if on == "pipe.recv":
-            return f"{a.get('call', 'recv')}() on {self.pipe_name(target)}: nothing in it yet"
+            ends = a.get("ends") or [target]       # (connection.wait(): several ends at once)
+            pipes = sorted(set(self.pipe_name(end) for end in ends), key=names.in_order)
+            more = a.get("others")
+            listed = pipes + ([f"{more} other object{'s' if more != 1 else ''} (a process's "
+                               f"sentinel, a socket)"] if more else [])
+            nothing = "nothing in it yet" if len(pipes) == 1 else "nothing in any of them yet"
+            return f"{a.get('call', 'recv')}() on {names.join_and(listed)}: {nothing}"
         if on == "pipe.send":
             return f"write {human_bytes(a.get('nbytes'))} into the full {self.pipe_name(target)}"
         if on == "queue.join":
@@ -894,21 +900,21 @@ class _Index:
         used that end so (sent on it; received what this end sent), the children given it as
         a Process (or Thread) argument, else the thread that made the Pipe; not the waiting
         thread."""
-        end = begin.args.get("id")
-        other = self.other_end(end)
-        if begin.args.get("on") == "pipe.recv":
-            used = self.putters.get(other, ())
-        else:
-            used = self.getters.get(end, ())
-        must = [(p, d) for p, d, first in used if first <= t]
-        given = [(c, c) for c in self.given.get(other, ()) if c in self.procs and
-                 self.procs[c].start_ns <= t] + \
-            [w for w in self.given_threads.get(other, ()) if self.first_seen.get(w, t) <= t]
-        maker = self.pipe_maker.get(other)
         out = []
-        for w in must + (given or ([maker] if maker else [])):
-            if w != (begin.pid, begin.tid) and w not in out:
-                out.append(w)
+        for end in begin.args.get("ends") or [begin.args.get("id")]:   # (wait(): several)
+            other = self.other_end(end)
+            if begin.args.get("on") == "pipe.recv":
+                used = self.putters.get(other, ())
+            else:
+                used = self.getters.get(end, ())
+            must = [(p, d) for p, d, first in used if first <= t]
+            given = [(c, c) for c in self.given.get(other, ()) if c in self.procs and
+                     self.procs[c].start_ns <= t] + \
+                [w for w in self.given_threads.get(other, ()) if self.first_seen.get(w, t) <= t]
+            maker = self.pipe_maker.get(other)
+            for w in must + (given or ([maker] if maker else [])):
+                if w != (begin.pid, begin.tid) and w not in out:
+                    out.append(w)
         return out
 
     def knots(self, blocked, in_flight, locks):
@@ -925,12 +931,14 @@ class _Index:
         result's wait in it: the main thread waits for a task's result, and the worker that
         runs it waits for a lock the main thread holds."""
         coming = {f.channel for f in in_flight}
-        never = {(p, d, begin.ts_ns) for p, d, begin, until in self.blocked if until is None or
+        never = {(p, d, begin.ts_ns): begin.args.get("ends") or [begin.args.get("id")]
+                 for p, d, begin, until in self.blocked if until is None or
                  (self.kill_ns is not None and until >= self.kill_ns)}   # (or ended by a kill:
         # the first process killed closes its ends, and the other's recv() raises EOFError)
         waits = {(b.pid, b.tid): b for b in blocked if (b.pid, b.tid, b.since_ns) in never and (
-                 (b.on == "pipe.recv" and self.other_end(b.target) not in coming) or
-                 b.on in ("pipe.send", "process", "future", "pool.result"))}
+                 (b.on == "pipe.recv" and not any(   # (connection.wait(): on several ends)
+                     self.other_end(end) in coming for end in never[b.pid, b.tid, b.since_ns]))
+                 or b.on in ("pipe.send", "process", "future", "pool.result"))}
         for lk in locks:            # (a lock has no deadline once acquire() waits without one)
             owners = tuple((o.pid, o.tid) for o in lk.owners if not o.ghost)
             for pid, tid, since in lk.waiters:

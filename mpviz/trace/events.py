@@ -140,7 +140,8 @@ KINDS = {
         "queue or lock id, a Pool job, an OS thread id, a Pipe end's id, a Manager's token id), "
         "name, nbytes, timeout, maxsize (queue.put: the full queue's size), call (Popen.wait: "
         "a subprocess's wait, not a join; recv_bytes, poll: a Pipe's recv wait that call "
-        "made), manager, typeid, method (proxy: the Manager's "
+        "made; wait: multiprocessing.connection.wait()), ends (its Pipe ends, when more than "
+        "one), others (how many of its objects are no Pipe end: sentinels, sockets), manager, typeid, method (proxy: the Manager's "
         "address, its object's type, the method called), task ('task(3)'), job (a "
         "ProcessPoolExecutor's work item, as executor.task), runner (the OS thread id of the "
         "ThreadPoolExecutor thread running it)",

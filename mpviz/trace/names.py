@@ -182,6 +182,12 @@ def for_trace(trace, flows=None):
     return channels, locks
 
 
+def in_order(name):
+    """A sort key that puts "Pipe 2" before "Pipe 10": the number in a name counted."""
+    base = name.rstrip("0123456789")
+    return base, int(name[len(base):] or 0)
+
+
 def join_and(items):
     """"A", "A and B", "A, B and C": a list in a sentence."""
     return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]

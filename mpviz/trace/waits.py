@@ -828,6 +828,32 @@ def _conn_poll(self, timeout=0.0):
     return _recv_wait(_inner("Connection.poll"), self, end, (timeout,), "poll")
 
 
+def _connection_wait(object_list, timeout=None):
+    """``multiprocessing.connection.wait(objects)`` with no time limit, over at least one of the
+    program's Pipe ends, none ready yet: a recorded wait, as a recv's on each of those ends
+    (``wait.begin {on: "pipe.recv", call: "wait", id: <the first end>, ends: [...]}``): whoever
+    holds the other end of any of them must send (or close it, for an EOF). The objects beside
+    them (a process's sentinel, a socket) are counted (``others``), not named. One with a
+    timeout ends by itself: not recorded, as ``poll(timeout)``."""
+    call = _inner("connection.wait")
+    if timeout is not None or not _outermost():
+        return call(object_list, timeout)
+    objects = list(object_list)                  # (an iterator is read once: pass the list on)
+    ends = [marked_end(o) for o in objects]
+    ends = [e for e in ends if e is not None]
+    if not ends:                                 # (the library's own waits: not the program's)
+        return call(objects, timeout)
+    ready = call(objects, 0)                     # something to read already: no wait
+    if ready:
+        return ready
+    begin = {"on": "pipe.recv", "id": ends[0], "call": "wait"}
+    if len(ends) > 1:
+        begin["ends"] = ends
+    if len(objects) > len(ends):
+        begin["others"] = len(objects) - len(ends)
+    return _until_read(call, (objects, None), begin)
+
+
 def _recv_wait(call, conn, end, more, name):
     """`call(conn, *more)` between a ``wait.begin {on: "pipe.recv"}`` and the ``pipe.recv`` of
     the message it reads, which ends the wait (the reader writes its ``wait.end`` back in, as for
@@ -935,6 +961,7 @@ _stdlib = {
     "Connection.recv": connection._ConnectionBase.recv,
     "Connection.recv_bytes": connection._ConnectionBase.recv_bytes,
     "Connection.poll": connection._ConnectionBase.poll,
+    "connection.wait": connection.wait,
     "ProcessPoolExecutor.submit": futures_process.ProcessPoolExecutor.submit,
     "ThreadPoolExecutor.submit": futures_thread.ThreadPoolExecutor.submit,
     "futures._process_worker": futures_process._process_worker,
@@ -962,6 +989,7 @@ PATCHES = [
     (connection._ConnectionBase, "recv", _conn_recv, "Connection.recv"),
     (connection._ConnectionBase, "recv_bytes", _conn_recv_bytes, "Connection.recv_bytes"),
     (connection._ConnectionBase, "poll", _conn_poll, "Connection.poll"),
+    (connection, "wait", _connection_wait, "connection.wait"),
     (futures_process.ProcessPoolExecutor, "submit", _submit, "ProcessPoolExecutor.submit"),
     (futures_thread.ThreadPoolExecutor, "submit", _thread_submit, "ThreadPoolExecutor.submit"),
     (futures_process, "_process_worker", _executor_worker, "futures._process_worker"),

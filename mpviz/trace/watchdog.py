@@ -852,7 +852,9 @@ def _who_must_act(state, blocked, trace=None):
         return f"{who} {must}" + (
             f" -- but {'it has' if len(blocked.waits_for) == 1 else 'they have'} ended"
             if ended else _its_own_wait(state, blocked)) + sep + more + (
-                PIPE_SENDER_ENDED if ended and blocked.on == "pipe.recv" else "")
+                "" if not ended or blocked.on != "pipe.recv" else
+                PIPE_SENDERS_ENDED_WAIT if blocked.what.startswith("wait() on") else
+                PIPE_SENDER_ENDED)
     if blocked.nobody:
         return blocked.nobody
     if blocked.on == "process":              # a child the trace does not record (Popen.wait)
@@ -885,6 +887,16 @@ PIPE_SENDER_ENDED = (
     "what the receiver waits for on every path; and in the parent, after p.start(), close() "
     "the end given to the child, so that recv() raises EOFError instead of waiting for ever "
     "when the child ends without sending")
+# ... the same for multiprocessing.connection.wait() over Pipe ends (the docs' example,
+# whose comment says why the parent closes each w)
+PIPE_SENDERS_ENDED_WAIT = (
+    ". wait() reports a Pipe's end ready at its end of file (so that recv() raises EOFError) "
+    "only once no process holds that Pipe's other end open any more -- and the process that "
+    "made each Pipe holds both ends until it closes one. Fix: in the parent, after p.start(), "
+    "close() the end given to the child (w.close()), so that each child is the only holder of "
+    "its write end and wait() reports the read end ready when the child ends")
+
+
 def _its_own_wait(state, blocked):
     """" (it waits for lock 'l', held by prog.py's main thread)": what the one thread a future
     waits for waits for itself, where the trace recorded it -- the next link of the chain."""
