@@ -308,3 +308,28 @@ def test_the_words_of_two_arrows_both_ways_between_two_boxes_do_not_overlap(runs
     for i, a in enumerate(boxes):
         for b in boxes[i + 1:]:
             assert not a.overlaps(b), (a, b)
+
+
+@pytest.mark.timeout(150)
+def test_no_word_of_the_circle_stands_on_a_box(runs, fonts_loaded):
+    """The one-thread pipeline's circle: the long arc from ThreadPoolExecutor-0_0 back to "the
+    result of parse(...)" passes over the main thread's box, and its words ("runs it and must
+    finish it") were written at its chord's middle -- on that box. Each word now stands by the
+    middle of its own arc, on the side the arc bends to, and on no box."""
+    import importlib
+    wait_for = importlib.import_module("mpviz.viz.wait_for")
+    err = hung(result(runs, "one_worker_pipeline.py"))
+    fig = wait_for.wait_for(mt.load(re.search(r"recording into (\S+) ", err).group(1)))
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    canvas = FigureCanvasAgg(fig)
+    canvas.draw()
+    renderer = canvas.get_renderer()
+    texts = fig.axes[0].texts
+    boxes = [t.get_bbox_patch().get_window_extent(renderer) for t in texts
+             if t.get_bbox_patch() is not None]
+    words = [t for t in texts if t.get_bbox_patch() is None]
+    assert any(t.get_text() == "runs it and must finish it" for t in words), \
+        [t.get_text() for t in texts]
+    for word in words:
+        extent = word.get_window_extent(renderer)
+        assert not any(extent.overlaps(box) for box in boxes), word.get_text()

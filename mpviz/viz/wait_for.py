@@ -28,6 +28,7 @@ import math
 import textwrap
 
 from matplotlib.patches import FancyArrowPatch
+from matplotlib.transforms import Affine2D
 
 from ..trace import analysis as st
 from .colors import COLORS, legend
@@ -167,25 +168,24 @@ def _draw_edges(ax, edges, pos, texts, in_cycle, top):
     aspect = _aspect(ax)
     xs_of = [x for k, (x, _) in pos.items() if k not in in_cycle]
     alone = {x for x in xs_of if xs_of.count(x) == 1}      # columns of one box
-    pairs = {(a, b) for a, b, _, _ in edges}
     for a, b, word, key in edges:
         red = key == "deadlock" or (a in in_cycle and b in in_cycle)
         color = COLORS["deadlock"] if red else COLORS.get(key, "#555555")
         if key == "ghost":
             color = COLORS["ghost"]
         used.add("deadlock" if red else key)
-        ha = "center"
         if a in in_cycle:
-            (xa, ya), (xb, yb) = pos[a], pos[b]
-            style, at = "arc3,rad=0.12", ((xa + xb) / 2, (ya + yb) / 2)
-            if (b, a) in pairs:          # two arrows both ways between the same two boxes
-                # (a cycle of two): each word beside its own arc, which bends to the right of
-                # its way (arc3), not both at the one middle of their chord
-                dx, dy = (yb - ya) / aspect, -(xb - xa) * aspect
-                side = 1 if dx >= 0 else -1
-                at, ha = (at[0] + 0.12 * side, at[1] - 0.12), "left" if side > 0 else "right"
+            # the circle's arcs: each word beside the middle of its own arc, on the side it
+            # bends to -- not at the middle of its chord, which may lie on a box (a long arc
+            # over another box) or on the arc back (two arrows both ways between two boxes)
+            style = "arc3,rad=0.12"
+            at, (ox, oy), ha, va = _beside_arc(ax, pos[a], pos[b], 0.12)
+            ax.annotate(word, (0, 0), xycoords=at, xytext=(ox, oy), textcoords="offset points",
+                        ha=ha, va=va, fontsize=7.5, color=color, zorder=4)
         else:
             style, at = _route(pos[a], pos[b], top, aspect, alone)
+            ax.text(at[0], at[1] + 0.12, word, ha="center", va="bottom", fontsize=7.5,
+                    color=color, zorder=4)
         arrow = FancyArrowPatch(pos[a], pos[b], arrowstyle="-|>", mutation_scale=14,
                                 lw=2.2 if red else 1.5, color=color,
                                 ls="--" if key == "ghost" else "-",
@@ -193,9 +193,25 @@ def _draw_edges(ax, edges, pos, texts, in_cycle, top):
                                 patchB=texts[b].get_bbox_patch(), shrinkA=4, shrinkB=4,
                                 connectionstyle=style, zorder=2)
         ax.add_patch(arrow)
-        ax.text(at[0], at[1] + 0.12, word, ha=ha, va="bottom", fontsize=7.5, color=color,
-                zorder=4)
     return used
+
+
+def _beside_arc(ax, a, b, rad):
+    """Where the word of an ``arc3,rad=rad`` arrow from `a` to `b` goes: (its point, in
+    coordinates found when the figure is drawn: the figure's layout moves the axes after this
+    and so changes where the arc bends; an offset in points away from the chord; ha, va).
+    matplotlib's arc3 is a quadratic curve whose control point sits `rad` × the chord's length
+    off its middle, to the left of the way, on screen; the curve's middle is half as far off."""
+    def middle(renderer):
+        (x1, y1), (x2, y2) = ax.transData.transform([a, b])
+        nx, ny = rad * (y2 - y1), -rad * (x2 - x1)          # (display units: pixels)
+        return Affine2D().translate((x1 + x2 + nx) / 2, (y1 + y2 + ny) / 2)
+
+    (x1, y1), (x2, y2) = a, b                     # the side it bends to, which the layout
+    nx, ny = y2 - y1, -(x2 - x1) * _aspect(ax)    # does not change (in units of a data y)
+    if abs(ny) >= abs(nx):                                 # bends up or down: word above/below
+        return middle, (0, 5 if ny >= 0 else -5), "center", "bottom" if ny >= 0 else "top"
+    return middle, (6 if nx > 0 else -6, 0), "left" if nx > 0 else "right", "center"
 
 
 def _title(ax, state, title):
