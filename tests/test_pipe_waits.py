@@ -92,15 +92,40 @@ def test_connection_wait_over_pipes_whose_writers_the_parent_kept_names_them_and
                                                                                        name):
     # Said before: "the trace recorded no wait that was still open" (connection.wait() was
     # no recorded wait), with only the stack's `for r in wait(readers):`.
+    # Which Pipes hang is CPython's: `r, w = Pipe()` rebinds w, and the Connection dropped
+    # closes its end; only the last w, still bound, stays open in the parent. So Pipes 1-3
+    # reach their end of file and the wait is on the 4th alone (untraced too: a traced run
+    # once kept every w open -- mpviz's look at the Process's arguments held them in a cycle).
     err = hung(result(runs, name))
-    assert ("wait_readers_not_closed.py's main thread waits: wait() on Pipe 1, Pipe 2, Pipe 3 "
-            "and Pipe 4: nothing in any of them yet -- Process-1's main thread or Process-2's "
-            "main thread or Process-3's main thread or Process-4's main thread must send -- but "
-            "they have ended. wait() reports a Pipe's end ready at its end of file (so that "
-            "recv() raises EOFError) only once no process holds that Pipe's other end open any "
-            "more") in err, err
+    found = re.search(r"wait_readers_not_closed\.py's main thread waits: wait\(\) on (Pipe \d): "
+                      r"nothing in it yet -- (Process-\d)'s main thread must send -- but it has "
+                      r"ended\. wait\(\) reports a Pipe's end ready at its end of file \(so that "
+                      r"recv\(\) raises EOFError\) only once no process holds that Pipe's other "
+                      r"end open any more", err)
+    assert found and found.group(2) == "Process-4", err
     assert "after p.start(), close() the end given to the child (w.close())" in err, err
     assert "the trace recorded no wait that was still open" not in err, err
+
+
+def test_looking_at_a_processs_arguments_keeps_none_of_them_alive():
+    """The recorder looks at a Process's arguments before start() (the queues and Pipe ends it
+    is given); that look must hold none of them once done -- by reference counting alone, no
+    garbage collection: a Pipe end the program drops must close then, as it does untraced."""
+    import gc
+    import multiprocessing as stdlib_mp
+    import weakref
+    from mpviz.trace import hooks
+    r, w = stdlib_mp.Pipe(duplex=False)
+    p = stdlib_mp.Process(target=print, args=(w, [w], {"w": w}), kwargs={"end": w})
+    gone = weakref.ref(w)
+    gc.disable()
+    try:
+        assert hooks._in_arguments(p).count(w) == 4
+        del p, w
+        assert gone() is None
+    finally:
+        gc.enable()
+        r.close()
 
 
 WAIT_READERS_CLOSED = open(os.path.join(PROGRAMS, "wait_readers_not_closed.py")).read().replace(

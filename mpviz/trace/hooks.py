@@ -107,24 +107,25 @@ def _connections_given(proc):
 def _in_arguments(proc):
     """The values among a Process's arguments, and one level inside a tuple, list or dict of
     them (torch's mp.spawn hands the user's args to its wrapper as one tuple): a bounded look,
-    for a Process given a big nested list."""
-    found, budget = [], [256]
+    for a Process given a big nested list.
 
-    def look(value, depth):
-        budget[0] -= 1
-        if budget[0] < 0:
-            return
+    A loop, not a function that calls itself: a nested function that refers to itself is a
+    reference cycle, and the list of values it holds (the program's Pipe ends, its queues)
+    would outlive this call until the garbage collector ran -- keeping open a Pipe end the
+    program had dropped, so that a traced program waited for an end of file that, untraced,
+    comes (the docs' connection.wait() example without its w.close())."""
+    found, budget = [], 256
+    todo = [((tuple(getattr(proc, "_args", ()) or ()),
+              dict(getattr(proc, "_kwargs", {}) or {})), 3)]
+    while todo and budget > 0:
+        value, depth = todo.pop()
+        budget -= 1
         if depth and isinstance(value, (tuple, list)):
-            for item in value[:64]:
-                look(item, depth - 1)
+            todo.extend((item, depth - 1) for item in reversed(value[:64]))
         elif depth and isinstance(value, dict):
-            for item in list(value.values())[:64]:
-                look(item, depth - 1)
+            todo.extend((item, depth - 1) for item in reversed(list(value.values())[:64]))
         else:
             found.append(value)
-
-    look((tuple(getattr(proc, "_args", ()) or ()),
-          dict(getattr(proc, "_kwargs", {}) or {})), 3)
     return found
 
 
@@ -263,7 +264,8 @@ def _thread_bootstrap_inner(self):
         recorder.forget_thread()             # this ident may have belonged to a dead thread
         ends = [waits.marked_end(c) for c in _connections_given(self)]   # (a Thread has
         ends = [end for end in ends if end is not None]                # _args as a Process)
-        recorder.emit("thread.start", name=self.name, ident=self.ident, daemon=self.daemon,
+        recorder.emit("thread.start", name=self.name, daemon=self.daemon,
+                      ident=threading.get_ident(),   # (self.ident: None yet, before 3.13)
                       **({"pipes": ends} if ends else {}))
     try:
         _orig["_bootstrap_inner"](self)
