@@ -44,9 +44,12 @@ it; all are started at once (they spend their time waiting), each judged alone:
                               task_done(): the parent's q.join() waits for ever
     embed_without_detach.py   (torch) workers put a model's output, a non-leaf tensor that
                               requires grad: torch refuses it in the feeder (pitfall 14)
+    count_words_threads.py    threads and a queue.Queue: the producer thread raises before
+                              its None; the consumer's get() and the main thread's join wait
 """
 import importlib.util
 import os
+import pickle
 import re
 import sys
 
@@ -75,7 +78,7 @@ def runs(tmp_path_factory):
         "child_report_waited_first.py", "worker_crashes_in_native_code.py",
         "decode_with_forkserver.py", "result_with_open_file.py",
         "callback_runs_next_stage.py", "model_server_never_ready.py",
-        "resize_task_done_skipped.py")}
+        "resize_task_done_skipped.py", "count_words_threads.py")}
     programs["wait_go_signal.py 1"] = ("2", _program("wait_go_signal.py"), "1")
     programs["wait_go_signal.py 5"] = ("1.5", _program("wait_go_signal.py"), "5")
     if importlib.util.find_spec("torch") is not None:
@@ -458,10 +461,15 @@ def test_a_put_whose_object_cannot_be_pickled_is_named_with_the_feeders_error(ru
     # have ended": false -- both put; their messages died in their feeder threads, which
     # printed nothing (the processes were exiting).
     err = hung(result(runs, "result_with_open_file.py"))
+    with open(__file__) as f:           # this Python's own words for it (3.13 changed them:
+        try:                            # "cannot pickle 'TextIOWrapper' instances")
+            pickle.dumps(f)
+        except TypeError as e:
+            words = f"TypeError: {e}"
     assert ("result_with_open_file.py's main thread waits: get() on Queue 1: nothing in it yet "
             "-- Process-1 and Process-2 put into Queue 1 and ended, but their messages never "
             "reached the queue's pipe: their feeder threads could not pickle what was put "
-            "(TypeError: cannot pickle '_io.TextIOWrapper' object).") in err, err
+            f"({words}).") in err, err
     assert "Fix: put only what can be pickled" in err, err
     assert "but they have ended" not in err, err
 
@@ -525,3 +533,27 @@ def test_a_consumer_that_raised_before_task_done_is_named_in_the_join(runs):
                      r"`raise ValueError\(f\"corrupt image: \{name\}\"\)`\): what it took last "
                      r"and did not mark task_done\(\) never will be", err), err
     assert "Fix: call task_done() in a `finally:`" in err, err
+
+
+@pytest.mark.timeout(150)
+def test_a_consumer_thread_whose_producer_thread_raised_is_not_said_to_wait_for_each_other(runs):
+    # Said before: "count_words_threads.py: its threads wait for each other (a lock taken
+    # twice, a join of a thread that waits for the joiner, ...)" -- false: nobody waits for
+    # the joiner; the producer thread had ended with an error. Nor was the join a recorded
+    # wait, nor was the consumer's /proc line given its line (its thread.start had no ident).
+    err = hung(result(runs, "count_words_threads.py"))
+    assert "its threads wait for each other" not in err, err
+    assert ("count_words_threads.py: every thread left waits, with no time limit, for "
+            "something only a thread of its own could do -- and `Thread-1 (producer)` ended "
+            "with an error (below): what it would have done next (a put, a release, a set) "
+            "never comes") in err, err
+    assert ("count_words_threads.py's main thread waits: join thread Thread-2 (consumer) -- "
+            "count_words_threads.py's Thread-2 (consumer) must finish") in err, err
+    assert re.search(r"thread `Thread-2 \(consumer\)`: waits for a lock of its own process, .* "
+                     r"-- at consumer \(count_words_threads\.py:19\): `while \(text := "
+                     r"q\.get\(\)\) is not None:`", err), err
+    assert re.search(r"    thread `Thread-2 \(consumer\)`: wait \(threading\.py:\d+\) <- get "
+                     r"\(queue\.py:\d+\) <- consumer \(count_words_threads\.py:19\)", err), err
+    assert ("ENDED BY AN ERROR: count_words_threads.py's thread `Thread-1 (producer)` ended "
+            "with FileNotFoundError: [Errno 2] No such file or directory: 'b.txt', raised at "
+            "producer (count_words_threads.py:13)") in err, err

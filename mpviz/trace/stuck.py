@@ -24,7 +24,8 @@ import os
 import sysconfig
 
 from . import osview
-from .analysis import how_it_ended, manager_servers, process_labels, state_at, stuck_moment
+from .analysis import (errors_before, how_it_ended, manager_servers, process_labels, state_at,
+                       stuck_moment)
 from .names import join_and
 
 FORK_FIX = ("start the children with 'spawn' or 'forkserver' "
@@ -454,6 +455,25 @@ def _native_call(calls):
 
 # --- why one process can never move --------------------------------------------------------------
 
+def _own_threads_why(trace, pid):
+    """Why a process no fork made can never move: its threads wait for each other -- or for a
+    thread of it that an exception ended (a producer thread that raised: the put its consumer
+    waits for, the release or set another waits for, never comes)."""
+    at = stuck_moment(trace) or (trace.events[-1].ts_ns if trace.events else 0)
+    dead = [name for p, tid, name, *_ in errors_before(trace, at)      # (before the kill: a
+            if p == pid and tid is not None]                          # thread of a live one)
+    if dead:
+        which = join_and([f"`{name}`" for name in dead])
+        return ("{who}: every thread left waits, with no time limit, for something only a "
+                f"thread of its own could do -- and {which} ended with an error (below): what "
+                f"{'it' if len(dead) == 1 else 'they'} would have done next (a put, a release, "
+                f"a set) never comes; the stacks say where each waits.")
+    return ("{who}: its threads wait for each other (a lock taken twice, a join of a "
+            "thread that waits for the joiner, a lock held while waiting for a task "
+            "that takes it, or a task waiting for a task queued behind it); the stacks "
+            "say where.")
+
+
 def _why(watchdog, stacks, names):
     """Why the processes that can never move cannot: a fork while threads ran, a fork after
     native threads, the native call their line made; then the fix (once, and only where a
@@ -463,11 +483,7 @@ def _why(watchdog, stacks, names):
         start = next((e for e in trace.of_kind("process.start")
                       if e.pid == pid and e.args.get("how") == "fork"), None)
         if start is None:
-            reasons.setdefault(
-                "{who}: its threads wait for each other (a lock taken twice, a join of a "
-                "thread that waits for the joiner, a lock held while waiting for a task "
-                "that takes it, or a task waiting for a task queued behind it); the stacks "
-                "say where.", []).append(pid)
+            reasons.setdefault(_own_threads_why(trace, pid), []).append(pid)
             continue
         forked, ppid = True, start.args.get("ppid")
         parent = f"{names.get(ppid, '?')} (pid {ppid})"

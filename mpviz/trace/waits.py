@@ -241,6 +241,19 @@ def _finalize_join(twr):
                      {"name": thread.name, **_at_exit()}, (twr,), {})
 
 
+def _thread_join(self, timeout=None):
+    """``Thread.join()`` with no time limit, of a thread still running, called from the
+    program's own code: a recorded wait (``{on: "thread", id: its OS thread id, name}``), so
+    that a verdict says who the joiner waits for. The libraries' own joins (a Pool's, an
+    executor's at shutdown) are theirs to tell, as a Pipe() they make is (_MAKERS)."""
+    call = _inner("Thread.join")
+    if timeout is not None or not _outermost() or self.native_id is None or \
+            not self.is_alive() or self is threading.current_thread() or \
+            sys._getframe(1).f_globals.get("__name__", "").startswith(_JOINERS):
+        return call(self, timeout)
+    return _recorded(call, "thread", self.native_id, {"name": self.name}, (self, timeout), {})
+
+
 # --- synchronisation objects -------------------------------------------------------------------
 
 def _event_wait(self, timeout=None):
@@ -723,6 +736,9 @@ def feeder_writes(send_bytes, qid, fd):
 
 _MAKERS = ("multiprocessing.", "concurrent.", "torch.", "mpviz.trace.", "mpviz.sharing.",
            "mpviz.multiprocessing.spawn")
+# the libraries whose Thread.join() calls are theirs (_thread_join)
+_JOINERS = _MAKERS + ("threading", "queue", "logging", "socketserver", "asyncio", "subprocess",
+                      "mpviz.")
 # Pipe() wrappers, whose caller is the one that counts: a function named Pipe in the stdlib's
 # context or in mpviz's multiprocessing package (its context, its own Pipe)
 _PASS_THROUGH = ("multiprocessing.context", "mpviz.multiprocessing")
@@ -962,6 +978,7 @@ _stdlib = {
     "Connection.recv_bytes": connection._ConnectionBase.recv_bytes,
     "Connection.poll": connection._ConnectionBase.poll,
     "connection.wait": connection.wait,
+    "Thread.join": threading.Thread.join,
     "ProcessPoolExecutor.submit": futures_process.ProcessPoolExecutor.submit,
     "ThreadPoolExecutor.submit": futures_thread.ThreadPoolExecutor.submit,
     "futures._process_worker": futures_process._process_worker,
@@ -990,6 +1007,7 @@ PATCHES = [
     (connection._ConnectionBase, "recv_bytes", _conn_recv_bytes, "Connection.recv_bytes"),
     (connection._ConnectionBase, "poll", _conn_poll, "Connection.poll"),
     (connection, "wait", _connection_wait, "connection.wait"),
+    (threading.Thread, "join", _thread_join, "Thread.join"),
     (futures_process.ProcessPoolExecutor, "submit", _submit, "ProcessPoolExecutor.submit"),
     (futures_thread.ThreadPoolExecutor, "submit", _thread_submit, "ThreadPoolExecutor.submit"),
     (futures_process, "_process_worker", _executor_worker, "futures._process_worker"),

@@ -492,7 +492,7 @@ class Watchdog:
         lines += stuck.threads_in_words(self, stacks)
         lines += ["Where each process was (Python stacks captured before they were killed, "
                   "innermost call first; ... leads to the program's own line):",
-                  stack_summary(stacks)]
+                  stack_summary(stacks, trace=self.trace)]
         lines += waits_in_words(self.trace)
         return "\n".join(lines)
 
@@ -543,7 +543,7 @@ def interrupt_report(trace, stacks, at=None, who="mpviz trace", threads=()):
     process's stack down to the program's own line, what each waits for, who must act. `at`:
     the instant to judge the waits at (default: the trace's end). `threads`: lines saying
     where each thread is by /proc (``Watchdog.look_now``): working, or waiting on what."""
-    where = stack_summary(stacks) if stacks else (
+    where = stack_summary(stacks, trace=trace) if stacks else (
         "  (no process left to ask: the same Ctrl-C reached them all, and each had already "
         "raised KeyboardInterrupt and ended -- a Ctrl-C to this process alone, `kill -INT PID`, "
         "shows where they were)")
@@ -595,16 +595,20 @@ def _last_dump(text):
     return "\n".join(dumps[-1]).strip()
 
 
-def stack_summary(stacks, frames=3):
+def stack_summary(stacks, frames=3, trace=None):
     """Each process's threads, one line each: the innermost `frames` calls and, if they are
     all in the stdlib or mpviz, the innermost call in the program's own code (the line to
-    read first). The whole stacks are in the trace (``watchdog.stuck`` events)."""
+    read first). A thread the `trace` saw start is called by its name. The whole stacks are
+    in the trace (``watchdog.stuck`` events)."""
     if not stacks:
         return "  (no stacks: the processes had already exited)"
     lines = []
     for pid, info in stacks.items():
         lines.append(f"  pid {pid} ({info['name'] or '?'}):")
-        threads = parse_stacks(info["stacks"])
+        named = {} if trace is None else {    # faulthandler's "Thread 0x..." is its ident
+            e.args.get("ident"): e.args.get("name") for e in trace.of_kind("thread.start")
+            if e.pid == pid and e.args.get("ident") is not None}
+        threads = parse_stacks(info["stacks"], named)
         if not threads:
             lines.append(f"    {info['stacks'].strip()[:200]}")
         for thread, calls in threads:
@@ -619,16 +623,22 @@ def stack_summary(stacks, frames=3):
     return "\n".join(lines)
 
 
-def parse_stacks(text):
+def parse_stacks(text, named=None):
     """faulthandler's text as [(thread label, [("fn (file.py:line)", in the program?)])]
-    (in the program: stuck's test, which the verdict's own lines use)."""
+    (in the program: stuck's test, which the verdict's own lines use). `named`: {ident: a
+    thread's name}, for "thread `Thread-2 (consumer)`" rather than "thread"."""
     from .stuck import _HOOKS, _mine, garbled_frame
     threads, forked = [], False       # forked: below a fork, the parent's frames (own_frames)
     garbled = set()                   # threads whose block faulthandler read while it ran
+    names = []                        # each block's thread name, where `named` knows it
     for line in text.splitlines():
         line = line.strip()
         if line.startswith(("Thread 0x", "Current thread 0x")):
             threads.append([])
+            try:
+                names.append((named or {}).get(int(line.split("0x", 1)[1].split()[0], 16)))
+            except ValueError:
+                names.append(None)
             forked = False
         elif line.startswith("File ") and threads and not forked:
             try:
@@ -651,7 +661,9 @@ def parse_stacks(text):
             threads[-1].append((f"{fn} ({os.path.basename(path)}:{lineno})", _mine(path)))
     # faulthandler does not say which thread is the main one: the others began in threading's
     # Thread._bootstrap
-    return [("thread" if calls and calls[-1][0].startswith("_bootstrap (threading.py") else
+    return [(f"thread `{names[i]}`" if names[i] and calls and
+             calls[-1][0].startswith("_bootstrap (threading.py") else
+             "thread" if calls and calls[-1][0].startswith("_bootstrap (threading.py") else
              "a thread" if i in garbled else "main thread", calls)
             for i, calls in enumerate(threads)]
 
