@@ -406,9 +406,13 @@ def test_record_reports_both_waiting_children_when_the_whole_group_is_interrupte
     usually die before the parent reads their stacks, and interrupted the parent alone."""
     out = interrupted_recorded_program(os.killpg)
     start = out.index("mpviz: INTERRUPTED")
-    assert "Process worker-" in out[:start], out                   # they unwound first ...
     report = out[start:out.index("Traceback", start)]
-    assert "wait_for_work (debugging.py" in report, report          # ... yet their stacks are here
+    # each child unwinds by itself: before the report (its traceback printed first), or the
+    # report was first and the parent stopped it (3.13 showed both) -- never neither
+    unwound = out[:start].count("Process worker-")
+    stopped = re.search(r"stopped (\d) process\(es\)", report)
+    assert unwound + (int(stopped.group(1)) if stopped else 0) >= 2, out
+    assert "wait_for_work (debugging.py" in report, report          # their stacks are here
     assert report.count("waits: get() on Queue") == 2, report
     assert sum(f"(worker-{i}):" in report for i in range(2)) == 2, report
     text = json.loads(NOTEBOOK.read_text())["cells"]
