@@ -46,6 +46,8 @@ it; all are started at once (they spend their time waiting), each judged alone:
                               requires grad: torch refuses it in the feeder (pitfall 14)
     count_words_threads.py    threads and a queue.Queue: the producer thread raises before
                               its None; the consumer's get() and the main thread's join wait
+    replace_worker_with_terminate.py  terminate() kills an idle worker inside its get(),
+                              holding the queue's read lock: its replacement never gets a task
 """
 import importlib.util
 import os
@@ -78,7 +80,8 @@ def runs(tmp_path_factory):
         "child_report_waited_first.py", "worker_crashes_in_native_code.py",
         "decode_with_forkserver.py", "result_with_open_file.py",
         "callback_runs_next_stage.py", "model_server_never_ready.py",
-        "resize_task_done_skipped.py", "count_words_threads.py")}
+        "resize_task_done_skipped.py", "count_words_threads.py",
+        "replace_worker_with_terminate.py")}
     programs["wait_go_signal.py 1"] = ("2", _program("wait_go_signal.py"), "1")
     programs["wait_go_signal.py 5"] = ("1.5", _program("wait_go_signal.py"), "5")
     if importlib.util.find_spec("torch") is not None:
@@ -557,3 +560,24 @@ def test_a_consumer_thread_whose_producer_thread_raised_is_not_said_to_wait_for_
     assert ("ENDED BY AN ERROR: count_words_threads.py's thread `Thread-1 (producer)` ended "
             "with FileNotFoundError: [Errno 2] No such file or directory: 'b.txt', raised at "
             "producer (count_words_threads.py:13)") in err, err
+
+
+@pytest.mark.timeout(150)
+def test_a_get_behind_the_read_lock_of_a_terminated_reader_is_not_said_empty(runs):
+    # Said before: "Process-2's main thread waits: get() on Queue 1: nothing in it yet --
+    # replace_worker_with_terminate.py's main thread must put" -- false twice: three tasks
+    # were in Queue 1, put by that very thread; the get waited for the queue's read lock, which
+    # the worker terminate() killed inside its own get() held for ever.
+    err = hung(result(runs, "replace_worker_with_terminate.py"))
+    assert ("Process-2's main thread waits: get() on Queue 1: 3 messages wait in it, but this "
+            "get() waits for the queue's read lock -- Process-1's main thread must release "
+            "Queue 1's read lock -- but it has ended; it took it in its own get(): only one "
+            "reader at a time reads a Queue, and a lock held by a process that ended (killed by "
+            "SIGTERM) inside get() is never released: every get() on Queue 1 waits for ever. "
+            "Fix: never terminate() a process that may be inside a queue's get() or put()") \
+        in err, err
+    assert "Queue 1: nothing in it yet" not in err, err
+    assert ("replace_worker_with_terminate.py's main thread waits: get() on Queue 2: nothing in "
+            "it yet -- Process-1's main thread must put -- but it has ended; Process-2 was given "
+            "Queue 2 too, but waits itself (see its line): no put before that wait ends") in err, \
+        err

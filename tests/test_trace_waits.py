@@ -487,3 +487,44 @@ def test_waits_off_cost_nothing_and_leave_the_stdlib_as_it_was():
     after = (synchronize.Event.wait, queues.JoinableQueue.join, pool.ApplyResult.get,
              futures.wait, queues.Queue.__dict__["_finalize_join"])
     assert after == before
+
+
+BEHIND_THE_READ_LOCK = """
+import multiprocessing as mp, sys, threading, time
+import mpviz.trace as mt
+
+q = mp.Queue()
+q.put("task")                                # a message waits in the queue's pipe ...
+time.sleep(0.2)                              # (the feeder has written it)
+with mt.record(sys.argv[1]) as trace:
+    q._rlock.acquire()                       # ... and another reader holds the read lock
+    got = []
+    reader = threading.Thread(target=lambda: got.append(q.get()), name="reader")
+    reader.start()
+    time.sleep(0.3)
+    q._rlock.release()
+    reader.join()
+begins = [e for e in trace.of_kind("wait.begin")
+          if e.args.get("on") == "queue.get" and e.tid != e.pid]
+print(got, len(begins))
+"""
+
+
+@pytest.mark.parametrize("writer", ["C", "Python"])
+def test_a_get_that_finds_a_message_but_not_the_read_lock_is_a_recorded_wait(tmp_path, writer):
+    """Only one reader at a time reads a Queue: a get that finds a message there but another
+    reader holding the read lock waits for that lock -- for ever, where that reader was
+    killed inside its own get (tests/hang_programs/replace_worker_with_terminate.py). It was
+    no recorded wait (only "nothing to read" was), by either Writer."""
+    env = dict(os.environ, PYTHONPATH=ROOT)
+    env.pop("MPVIZ_PURE_PYTHON", None)
+    if writer == "Python":
+        env["MPVIZ_PURE_PYTHON"] = "1"
+    if writer == "C":
+        from mpviz.trace import native
+        if native.load() is None:
+            pytest.skip(f"no C Writer here: {native.problem}")
+    run = subprocess.run([sys.executable, "-c", BEHIND_THE_READ_LOCK, str(tmp_path / "t")],
+                         env=env, capture_output=True, text=True, timeout=60)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.strip() == "['task'] 1", run.stdout

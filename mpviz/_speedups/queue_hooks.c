@@ -795,6 +795,8 @@ fd_readable(int fd)
     return n < 0 ? -1 : n > 0;
 }
 
+static int read_lock_held(PyObject *q);
+
 /* The `block` argument of get(q, block, timeout) or put(q, obj, block, timeout), given by
    position at `i` (absent: True). 1, 0, or -1 with an error set. */
 static int
@@ -828,7 +830,8 @@ hook_get(Hook *h, PyObject *const *args, size_t nargsf, PyObject *kwnames)
             return NULL;
         }
         int inside = 0;
-        if (block && (fd < 0 || fd_readable(fd) == 0)              /* it will wait ... */
+        if (block && (fd < 0 || fd_readable(fd) == 0              /* it will wait ... */
+                      || read_lock_held(args[0]))      /* (for the read lock, if not data) */
                 && (inside = inside_wait()) == 0) {     /* ... and not inside another wait */
             Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
             PyObject *w = current_writer;
@@ -848,7 +851,34 @@ hook_get(Hook *h, PyObject *const *args, size_t nargsf, PyObject *kwnames)
     return PyObject_Vectorcall(recording ? h->slow : h->call, args, nargsf, kwnames);
 }
 
-static PyObject *MAXSIZE, *SEM, *SEMLOCK, *IS_ZERO;      /* interned strs */
+static PyObject *MAXSIZE, *SEM, *SEMLOCK, *IS_ZERO, *RLOCK;      /* interned strs */
+
+/* Whether another reader holds q's read lock (q._rlock._semlock._is_zero()): a get that finds
+   a message there still waits for that lock -- for ever, if its holder was killed inside its
+   own get (terminate()). 1 or 0 (0 too for a queue with no such lock). messages.py's
+   _read_lock_held is the reference. */
+static int
+read_lock_held(PyObject *q)
+{
+    PyObject *lock = NULL;
+    if (optional_attr(q, RLOCK, &lock) < 0 || lock == NULL) {
+        PyErr_Clear();
+        return 0;
+    }
+    PyObject *semlock = PyObject_GetAttr(lock, SEMLOCK);
+    Py_DECREF(lock);
+    PyObject *zero = semlock != NULL ? PyObject_CallMethodNoArgs(semlock, IS_ZERO) : NULL;
+    Py_XDECREF(semlock);
+    if (zero == NULL) {
+        PyErr_Clear();
+        return 0;
+    }
+    int r = PyObject_IsTrue(zero);
+    Py_DECREF(zero);
+    if (r < 0)
+        PyErr_Clear();
+    return r > 0;
+}
 static PyObject *WAIT_BEGIN, *WAIT_END, *GET_KIND, *ON, *ID, *OK, *ERROR, *TIMEOUT, *READER;
 
 /* wait.begin {on, id[, timeout]} (ok < 0), or wait.end {on, id, ok[, error]}: the events of
@@ -989,7 +1019,8 @@ get_would_wait_function(PyObject *module, PyObject *q)
         PyErr_Clear();
         Py_RETURN_FALSE;
     }
-    if (fd_readable((int)fd) != 0)          /* a message (or EOF) is there, or poll failed */
+    /* a message (or EOF) is there, or poll failed -- and no other reader holds the read lock */
+    if (fd_readable((int)fd) != 0 && !read_lock_held(q))
         Py_RETURN_FALSE;
     int inside = inside_wait();             /* inside another recorded wait: not recorded */
     if (inside < 0)

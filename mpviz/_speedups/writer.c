@@ -891,11 +891,12 @@ PyInit__writer(void)
     const char *words[] = {"queue", "msg", "nbytes", "sig", "emit_at", "name", "mark",
                            "_mpviz_qid", "_thread", "_mpviz_hooked_feeder", "_recv_bytes", "obj",
                            "queue.put", "_handle", "_maxsize", "_sem", "_semlock", "_is_zero", "wait.begin", "wait.end",
-                           "queue.get", "on", "id", "ok", "error", "timeout", "_reader", "handles"};
+                           "queue.get", "on", "id", "ok", "error", "timeout", "_reader", "handles",
+                           "_rlock"};
     PyObject **interned[] = {&QUEUE, &MSG, &NBYTES, &SIG, &EMIT_AT, &NAME, &MARK, &QID, &THREAD,
                              &HOOKED_FEEDER, &RECV_BYTES, &OBJ, &PUT_KIND, &HANDLE, &MAXSIZE,
                              &SEM, &SEMLOCK, &IS_ZERO, &WAIT_BEGIN, &WAIT_END, &GET_KIND, &ON, &ID,
-                             &OK, &ERROR, &TIMEOUT, &READER, &HANDLES};
+                             &OK, &ERROR, &TIMEOUT, &READER, &HANDLES, &RLOCK};
     for (size_t i = 0; i < sizeof words / sizeof words[0]; i++)
         if (*interned[i] == NULL && (*interned[i] = PyUnicode_InternFromString(words[i])) == NULL)
             return NULL;

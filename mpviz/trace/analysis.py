@@ -775,10 +775,52 @@ class _Index:
                     self.thread_alive(pid, tid, t):
                 on, target = begin.args.get("on"), begin.args.get("id")
                 must, nobody = self.must_words(begin, t)
-                out.append(Blocked(pid, tid, on, target, begin.ts_ns,
-                                   self.wait_words(begin), tuple(self.must_act(begin, t)),
-                                   must, nobody))
+                what, acts = self.wait_words(begin), tuple(self.must_act(begin, t))
+                held = self.read_lock_holder(begin, t)
+                if held is not None:        # messages wait in it: the get waits for its lock
+                    what, acts, must, nobody = self._behind_read_lock(begin, t, held)
+                out.append(Blocked(pid, tid, on, target, begin.ts_ns, what, acts, must,
+                                   nobody))
         return out
+
+    def read_lock_holder(self, begin, t):
+        """For a get's wait on a Queue that holds messages at `t` (put, none of them got): the
+        reader that holds the queue's read lock -- another get() begun earlier that never
+        ended, in a process that has ended since. Killed inside get() (``terminate()``), it
+        never releases the lock: every later get() waits for ever (the multiprocessing docs'
+        warning on terminate()). ``(pid, tid, its get's wait.begin, messages waiting)`` or
+        None."""
+        if begin.args.get("on") != "queue.get":
+            return None
+        qid = begin.args.get("id")
+        channels = {qid, self.pipe_of.get(qid)}
+        waiting = sum(1 for f in self.flows if f.channel in channels and f.put.ts_ns <= t and
+                      (f.get is None or f.get.ts_ns > t))
+        if not waiting:
+            return None
+        dead = [(other.ts_ns, pid, tid, other) for pid, tid, other, until in self.blocked
+                if other is not begin and other.args.get("on") == "queue.get" and
+                other.args.get("id") == qid and other.ts_ns <= begin.ts_ns and
+                (until is None or until > t) and not self.alive(pid, t)]
+        if not dead:
+            return None
+        _, pid, tid, other = min(dead, key=lambda d: d[0])   # (the first reader in took it;
+        return pid, tid, other, waiting                      # those after it waited for it)
+
+    def _behind_read_lock(self, begin, t, held):
+        """(what, must_act, must, nobody) of a get that waits for a queue's read lock, which a
+        reader that ended holds (read_lock_holder)."""
+        pid, tid, _, waiting = held
+        name = self.queue_name(begin.args.get("id"))
+        what = (f"get() on {name}: {waiting} message{'s' if waiting != 1 else ''} wait in it, "
+                f"but this get() waits for the queue's read lock")
+        must = (f"must release {name}'s read lock; it took it in its own get(): only one "
+                f"reader at a time reads a Queue, and a lock held by a process that ended "
+                f"({self.how_it_ended(pid)}) inside get() is never released: every get() on "
+                f"{name} waits for ever. Fix: never terminate() a process that may be inside a "
+                f"queue's get() or put() (the multiprocessing docs' warning on terminate()): "
+                f"put a sentinel it stops at (None) and join() it")
+        return what, ((pid, tid),), must, ""
 
     def queue_name(self, qid):
         """"Queue 2": the name the pictures give a queue (one that carried no message gets the
@@ -1529,6 +1571,19 @@ def gone_without_putting(trace, qid, t_ns, waiter):
     """Who was given queue `qid` (a Process argument) and ended by `t_ns` without putting into
     it: [("Process-1", "exit 1, after ...")]; `waiter`'s pid is left out."""
     return _index(trace).gone_without_putting(qid, int(t_ns), waiter)
+
+
+def given_but_waiting(trace, qid, t_ns, waiter):
+    """Who was given queue `qid` (a Process argument), has not put into it by `t_ns`, and is
+    alive but inside a recorded wait of its own then: ["Process-2"] (it cannot put before
+    that wait ends); `waiter`'s pid is left out."""
+    ix, t = _index(trace), int(t_ns)
+    put = {p for p, _, first in ix.putters.get(qid, []) +
+           ix.putters.get(ix.pipe_of.get(qid), []) if first <= t}
+    waiting = {pid for pid, _, begin, until in ix.blocked
+               if begin.ts_ns <= t and (until is None or until > t)}
+    return [ix.labels.get(pid, f"pid {pid}") for pid in ix.given.get(qid, ())
+            if pid != waiter and pid not in put and ix.alive(pid, t) and pid in waiting]
 
 
 def unfed_puts(trace, qid, t_ns):

@@ -332,10 +332,22 @@ def readable(fd):
 
 
 def get_would_wait(q):
-    """Whether `q.get()` would wait now, as a recorded wait (see below). Called for every
+    """Whether `q.get()` would wait now, as a recorded wait (see below): nothing to read, or
+    a message there but another reader holding the queue's read lock. Called for every
     recorded get of mpviz's Queue: the Connection's fd is read as an attribute, not by a call."""
     fd = getattr(q._reader, "_handle", None)     # None: closed (the get itself says so)
-    return fd is not None and _not_in_a_wait() and not readable(fd)
+    return fd is not None and _not_in_a_wait() and (not readable(fd) or _read_lock_held(q))
+
+
+def _read_lock_held(q):
+    """Whether another reader holds `q`'s read lock (only one reader at a time reads a Queue):
+    a get that finds a message there still waits for that lock -- for ever, if its holder was
+    killed inside its own get (terminate(): the multiprocessing docs' warning). One look at
+    the semaphore, as put_would_wait's. (queue_hooks.c's read_lock_held is the same.)"""
+    try:
+        return q._rlock._semlock._is_zero()
+    except (AttributeError, OSError):
+        return False
 
 
 def put_would_wait(q):

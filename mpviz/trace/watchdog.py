@@ -866,7 +866,7 @@ def _who_must_act(state, blocked, trace=None):
             if ended else _its_own_wait(state, blocked)) + sep + more + (
                 "" if not ended or blocked.on != "pipe.recv" else
                 PIPE_SENDERS_ENDED_WAIT if blocked.what.startswith("wait() on") else
-                PIPE_SENDER_ENDED)
+                PIPE_SENDER_ENDED) + (_given_but_waiting(state, trace, blocked) if ended else "")
     if blocked.nobody:
         return blocked.nobody
     if blocked.on == "process":              # a child the trace does not record (Popen.wait)
@@ -884,7 +884,7 @@ def _who_must_act(state, blocked, trace=None):
         gone = st.gone_without_putting(trace, blocked.target, state.t_ns, blocked.pid) \
             if trace is not None else []
         return f"someone must put into {name}, and nobody has put into it yet" + \
-            _gone_without_putting(gone, name)
+            _gone_without_putting(gone, name) + _given_but_waiting(state, trace, blocked)
     if blocked.on == "barrier" and trace is not None:
         return _barrier_short(state, blocked, trace)
     if blocked.on in ("event", "condition") and trace is not None:
@@ -1074,6 +1074,21 @@ def _puts_never_fed(state, trace, blocked):
             f"reached the queue's pipe: {why}. put() only hands the object to that thread and "
             f"returns; the feeder's error is printed in the putting process -- or not at all, "
             f"when that process is exiting by then. Nothing is coming.{fix}")
+
+
+def _given_but_waiting(state, trace, blocked):
+    """"; Process-2 was given Queue 2 too, but waits itself (see its line): no put before that wait
+    ends", or "": the processes given the queue a get waits on that have not put into it and
+    wait themselves (in the terminate() hang, the worker kept waits for a read lock)."""
+    if trace is None or blocked.on != "queue.get":
+        return ""
+    stuck = st.given_but_waiting(trace, blocked.target, state.t_ns, blocked.pid)
+    if not stuck:
+        return ""
+    name = state.channel_names.get(blocked.target, blocked.target)
+    one = len(stuck) == 1
+    return (f"; {join_and(stuck)} {'was' if one else 'were'} given {name} too, but "
+            f"{'waits' if one else 'wait'} itself (see its line): no put before that wait ends")
 
 
 def _gone_without_putting(gone, name):

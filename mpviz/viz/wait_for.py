@@ -292,6 +292,9 @@ def _add_blocked(state, nodes, edges, dead=frozenset()):
             elif b.on in ("future", "proxy"):      # "the result of task(3)", never an id
                 name = b.what
             text = template.format(id=name, who=who if not actors else "")
+            if b.on == "queue.get" and ", but this get() waits for" in b.what:
+                # not empty: messages wait in it, behind a read lock nobody releases
+                text = f"{name}'s read lock\n({b.what.split(': ', 1)[1].split(', but')[0]})"
             nodes[okey] = ("lock", text.rstrip(": \n"))
         edges.extend((a, okey, must, style) for a in actors
                      if (a, okey, must, style) not in edges)
