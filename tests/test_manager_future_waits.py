@@ -176,7 +176,10 @@ def test_a_managers_server_is_never_who_must_put_into_a_queue_of_the_program(run
     assert servers, err
     if FORK:                     # (forkserver: no idle worker to take for the Manager's)
         idle = [b for b in state.blocked if b.on == "queue.get"]
-        assert idle, state.blocked
+        # (the idle worker's get may find the task the other worker then takes first: then
+        # no wait of its is recorded -- 1 run of 3.13's whole suite -- and the verdict knows
+        # it idle by its stack)
+        assert idle or re.search(r"ForkProcess-\d is idle, not stuck", err), (state.blocked, err)
     for b in state.blocked:
         assert not any(pid in servers for pid, _ in b.waits_for), (b, servers)
     assert not any(d.pid in servers for d in state.deadlocks), state.deadlocks
