@@ -577,6 +577,13 @@ def test_a_get_behind_the_read_lock_of_a_terminated_reader_is_not_said_empty(run
             "Fix: never terminate() a process that may be inside a queue's get() or put()") \
         in err, err
     assert "Queue 1: nothing in it yet" not in err, err
+    # ... and the timeline's label of that wait says the same
+    import mpviz.trace as mt
+    from mpviz.viz import timeline
+    trace = mt.load(re.search(r"recording into (\S+) \(", err).group(1))
+    texts = [t.get_text() for t in timeline(trace).axes[0].texts]
+    assert any(t.startswith("waits: get() on Queue 1: 3 messages wait in it, but this get() "
+                            "waits for the queue's read lock") for t in texts), texts
     assert ("replace_worker_with_terminate.py's main thread waits: get() on Queue 2: nothing in "
             "it yet -- Process-1's main thread must put -- but it has ended; Process-2 was given "
             "Queue 2 too, but waits itself (see its line): no put before that wait ends") in err, \

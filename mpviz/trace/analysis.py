@@ -783,6 +783,13 @@ class _Index:
                                    nobody))
         return out
 
+    def wait_words_at(self, begin, t):
+        """wait_words, as things stand at `t`: a get behind a dead reader's read lock is said so
+        (read_lock_holder), not "nothing in it yet"."""
+        held = self.read_lock_holder(begin, t)
+        return self.wait_words(begin) if held is None else \
+            self._behind_read_lock(begin, t, held)[0]
+
     def read_lock_holder(self, begin, t):
         """For a get's wait on a Queue that holds messages at `t` (put, none of them got): the
         reader that holds the queue's read lock -- another get() begun earlier that never

@@ -1339,7 +1339,7 @@ def _runs_of_waits(ix, t1):
     runs = []
     for pid, tid, begin, until in sorted(ix.blocked, key=lambda w: (w[0], w[1], w[2].ts_ns)):
         end = until or _end_of(ix, pid, tid, t1)
-        words = ix.wait_words(begin)
+        words = ix.wait_words(begin) if until else ix.wait_words_at(begin, end - 1)
         last = runs[-1] if runs else None
         if (last and last[:2] == (pid, tid) and last[4] and last[5] == words and last[7]
                 and begin.ts_ns - last[3] <= _RETRY_GAP_NS):
