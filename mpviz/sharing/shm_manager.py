@@ -454,6 +454,7 @@ def fates(names):
         result[name] = "not yours", (f"belongs to uid {owner}, not to you (uid {os.getuid()}): "
                                      f"only its owner can map it or say what will become of it")
     answers = _ask([f"FATE {name}\n" for name in headers])
+    answers = _not_held_by_the_dead(list(headers), answers)
     unknown = []
     for name, answer in zip(headers, answers or [None] * len(headers)):
         if answer is None or answer[0] == "unknown":
@@ -485,6 +486,28 @@ def fates(names):
         for name in unknown:
             result[name] = _fate_from_proc(headers[name], holders[name], readers, why)
     return result
+
+
+def _not_held_by_the_dead(names, answers, tries=20, pause=0.05):
+    """`answers` to FATE `names`, asked again (up to `tries` × `pause` s) where the manager said
+    "held" by pids that have all ended: a client that died has closed its connection, but the
+    manager may not have read that end yet when our question comes (its next round will), and
+    "mapped by pid N" of a dead N is false. (3.14's whole suite saw it once: a child SIGKILLed
+    and joined just before the question.)"""
+    def stale(answer):
+        return answer is not None and answer[0] == "held" and not any(
+            _proc.alive(_proc.stat(int(p))) for p in answer[2].split(",") if p.isdigit())
+    for _ in range(tries):
+        again = [i for i, a in enumerate(answers or ()) if stale(a)]
+        if not again:
+            break
+        time.sleep(pause)
+        fresh = _ask([f"FATE {names[i]}\n" for i in again])
+        if fresh is None:
+            break
+        for i, a in zip(again, fresh):
+            answers[i] = a
+    return answers
 
 
 def _fate_from_proc(header, holders, readers, why):
