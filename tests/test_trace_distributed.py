@@ -436,6 +436,31 @@ def test_an_all_reduce_that_meets_one_of_another_size_is_named_with_both_sizes(r
 
 
 @pytest.mark.timeout(SETUP_TIMEOUT)
+def test_a_rank_left_alone_in_a_collective_is_drawn_waiting_not_with_every_rank_there(
+        runs, fonts_loaded):
+    """The same run: rank 1 leaves all_reduce #5 at once, rank 0 stays in it ~0.4 s, until
+    gloo's connection closes. Solid means "every rank is there, the backend moves the bytes":
+    drawn so before, rank 0's 0.4 s said a collective went on that rank 1 had left. From rank
+    1's leaving on, rank 0's call is hatched: it waits for what never comes."""
+    from mpviz import viz
+    trace = runs["grad average"].trace()
+    pids = _pids_by_rank(trace)
+    fives = {e.pid: e for e in trace.of_kind("dist.collective")
+             if e.args.get("seq") == 5 and e.args.get("phase") == "end"}
+    left, stayed = fives[pids[1]].ts_ns, fives[pids[0]].ts_ns
+    assert stayed - left > 100e6, (left, stayed)      # (the story: rank 0 stays on alone)
+    ax = viz.timeline(trace).axes[0]
+    row = next(y for y, t in zip(ax.get_yticks(), ax.get_yticklabels())
+               if t.get_text().startswith("rank 0\n"))
+
+    def right_end(gid):                         # where rank 0's last box of that kind ends
+        (drawn,) = [c for c in ax.collections if c.get_gid() == gid]
+        boxes = [p.get_extents() for p in drawn.get_paths()]
+        return max(b.x1 for b in boxes if abs((b.y0 + b.y1) / 2 - row) < 0.3)
+    assert right_end("collective waits") > right_end("collectives")   # hatched to its end
+
+
+@pytest.mark.timeout(SETUP_TIMEOUT)
 def test_ranks_that_raised_in_another_groups_collective_are_said_to_have_raised_in_it(runs):
     run = runs["group src"]
     err = run.stderr

@@ -8,6 +8,9 @@ drawn on its lane in two parts, and the ranks are joined at the moment the last 
     rank 1  ───────────────[████]──     solid: every rank is there, the backend moves the bytes
                            ^ the last arrival: who waited for whom reads off the hatching
 
+A rank still inside a call after every other rank has left it (their calls disagreed in
+size; they were aborted) is hatched from there on: it waits, for bytes that will not come.
+
 A call that some rank of its group never made is hatched to its end, and says who is missing
 ("all_reduce #2: rank 1 never came"); ranks at the same seq in different collectives are joined
 in magenta ("all_reduce #3 ≠ barrier #3"). ``init_process_group`` is drawn the same way (the
@@ -62,13 +65,20 @@ def draw(ax, trace, x, proc_row, t1, span, labels, used, max_labels, end_of, sai
         last = max(c.begin_ns for c in calls.values()) if everyone else None
         met_at = last if len(ops) == 1 else None
         rows = []
-        for c in calls.values():
+        ends = {k: c.end_ns or end_of(c.pid) for k, c in calls.items()}
+        for k, c in calls.items():
             r = proc_row[c.pid]
-            end = c.end_ns or end_of(c.pid)
+            end = ends[k]
             met = met_at if met_at is not None and met_at < end else end
             waits.append((x(c.begin_ns), x(met), r))
+            # solid while the others are in it too; a rank still in it after every other
+            # rank has left it (their calls disagreed in size, or they were aborted) waits --
+            # for bytes that will not come: hatched, not "every rank is there"
+            others = max((e for j, e in ends.items() if j != k), default=end)
             if met < end:
-                works.append((x(met), x(end), r))
+                works.append((x(met), x(max(met, min(end, others))), r))
+                if others < end:
+                    waits.append((x(max(met, others)), x(end), r))
             rows.append(r)
         name = ops[0] if p2p else " ≠ ".join(f"{op} #{seq}" for op in ops)
         if everyone and len(rows) > 1:

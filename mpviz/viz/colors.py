@@ -39,8 +39,10 @@ COLORS = {
     "signal": "#252525",        # black: killed by a signal
     "running": "#9ecae1",       # light blue: still running when the trace ends
     "fd": "#1b7837",            # dark green, dashed: an fd passed over a Unix socket
-    "collective": "#01665e",    # dark teal: in a collective (torch's or mpviz's), all ranks there
-    "collective_wait": "#35978f",   # teal, hatched: in a collective, waiting for other ranks
+    "collective": "#3f007d",    # indigo: in a collective (torch's or mpviz's), all ranks there
+    "collective_wait": "#807dba",   # lavender, hatched: in a collective, waiting for other ranks
+    # (not teal: the mark() ticks are teal, and a rank's work steps are marks -- they looked
+    # alike; purple is the memory map's "leaked" elsewhere, never on a timeline)
     "disagree": "#c51b7d",      # magenta line: ranks at the same collective number, other ops
     "mark": "#17becf",          # teal: your own mark() events
     "event": "#555555",         # dark grey ticks: other events
@@ -75,7 +77,7 @@ WORDS = {
     "collective": "in a collective or init_process_group once every rank arrived; the "
                   "vertical line joins the ranks at the last arrival",
     "collective_wait": "in a collective or init_process_group, waiting for the other ranks "
-                       "to arrive",
+                       "to arrive (or, after they left it, for what never comes)",
     "disagree": "ranks that disagree: other operations at one collective number (the "
                 "label says which)",
     "lost": "a message put and never got: no get was recorded before the trace ended",
