@@ -48,10 +48,51 @@ def draw(ax, trace, x, proc_row, t1, span, labels, used, max_labels, end_of, sai
     ranks = _ranks_of(trace)
     if not ranks:
         return
-    waits, works, joins, odd, words = [], [], [], [], []
     killed = watchdog_killed(trace)          # (killed after the verdict: they never left)
     ended = {p.pid: p.exit_ns for p in trace.processes()
              if p.exit_ns is not None and p.pid not in killed}
+    waits, works, joins, odd, words = _meetings(ranks, x, proc_row, end_of, ended, t1)
+    _rendezvous(ranks, x, proc_row, end_of, waits, works, joins, words)
+    if not waits:
+        return
+    boxes = _boxes(waits, span)
+    labels.widen(ax.add_collection(PatchCollection(
+        _rects(boxes), facecolors="white", edgecolors=COLORS["collective_wait"], hatch="\\\\\\",
+        linewidths=0.8, zorder=2, gid="collective waits")), boxes)
+    used.add("collective_wait")
+    if works:
+        boxes = _boxes(works, span)
+        labels.widen(ax.add_collection(PatchCollection(
+            _rects(boxes), facecolors=COLORS["collective"], edgecolors="none", zorder=2,
+            gid="collectives")), boxes)
+        used.add("collective")
+    if len(joins) + len(odd) > MAX_JOINS:
+        said.append(f"{len(joins) + len(odd):,} collectives: their joins are not drawn (more "
+                    f"than {MAX_JOINS}); each rank's calls are, merged to pixel columns")
+    for lines, color, gid in ((joins, COLORS["collective"], "collective joins"),
+                              (odd, COLORS["disagree"], "collectives that disagree")):
+        if lines and len(joins) + len(odd) <= MAX_JOINS:
+            ax.add_collection(LineCollection([((a, lo - 0.2), (a, hi + 0.2))
+                                              for a, lo, hi in lines], colors=color,
+                                             linewidths=1.6 if gid == "collective joins"
+                                             else 2.2, zorder=6, gid=gid))
+            labels.lines += [((a, lo), (a, hi)) for a, lo, hi in lines]
+            used.add("collective" if gid == "collective joins" else "disagree")
+    if len(words) <= max_labels:
+        for a, r, text, bad in words:
+            labels.add(ax.annotate(text, (a, r), xytext=(0, 9), textcoords="offset points",
+                                   fontsize=6.5, ha="center", va="bottom",
+                                   color=COLORS["failed"] if bad else COLORS["collective"],
+                                   fontweight="bold" if bad else "normal", zorder=7,
+                                   bbox=dict(boxstyle="square,pad=0.05", fc="white", ec="none",
+                                             alpha=0.8)),
+                       -1 if bad else 1, _FROM_START if bad else _ABOVE)
+
+
+def _meetings(ranks, x, proc_row, end_of, ended, t1):
+    """Each collective's meeting, as spans and words: (waits, works -- (x0, x1, row) each --,
+    joins and odd -- (x, lowest row, highest row) --, words -- (x, row, text, bad?))."""
+    waits, works, joins, odd, words = [], [], [], [], []
     meetings = defaultdict(dict)
     for c in ranks.calls:     # (an async one never waited for: when it ended is not known)
         if c.pid in proc_row and not (c.async_op and c.end_ns is None):
@@ -92,41 +133,7 @@ def draw(ax, trace, x, proc_row, t1, span, labels, used, max_labels, end_of, sai
             words.append((x(first.begin_ns), proc_row[first.pid],
                           f"{name}: {_ranks(missing)} never came" if gone else
                           f"{name}: waits for {_ranks(missing)}", True))
-    _rendezvous(ranks, x, proc_row, end_of, waits, works, joins, words)
-    if not waits:
-        return
-    boxes = _boxes(waits, span)
-    labels.widen(ax.add_collection(PatchCollection(
-        _rects(boxes), facecolors="white", edgecolors=COLORS["collective_wait"], hatch="\\\\\\",
-        linewidths=0.8, zorder=2, gid="collective waits")), boxes)
-    used.add("collective_wait")
-    if works:
-        boxes = _boxes(works, span)
-        labels.widen(ax.add_collection(PatchCollection(
-            _rects(boxes), facecolors=COLORS["collective"], edgecolors="none", zorder=2,
-            gid="collectives")), boxes)
-        used.add("collective")
-    if len(joins) + len(odd) > MAX_JOINS:
-        said.append(f"{len(joins) + len(odd):,} collectives: their joins are not drawn (more "
-                    f"than {MAX_JOINS}); each rank's calls are, merged to pixel columns")
-    for lines, color, gid in ((joins, COLORS["collective"], "collective joins"),
-                              (odd, COLORS["disagree"], "collectives that disagree")):
-        if lines and len(joins) + len(odd) <= MAX_JOINS:
-            ax.add_collection(LineCollection([((a, lo - 0.2), (a, hi + 0.2))
-                                              for a, lo, hi in lines], colors=color,
-                                             linewidths=1.6 if gid == "collective joins"
-                                             else 2.2, zorder=6, gid=gid))
-            labels.lines += [((a, lo), (a, hi)) for a, lo, hi in lines]
-            used.add("collective" if gid == "collective joins" else "disagree")
-    if len(words) <= max_labels:
-        for a, r, text, bad in words:
-            labels.add(ax.annotate(text, (a, r), xytext=(0, 9), textcoords="offset points",
-                                   fontsize=6.5, ha="center", va="bottom",
-                                   color=COLORS["failed"] if bad else COLORS["collective"],
-                                   fontweight="bold" if bad else "normal", zorder=7,
-                                   bbox=dict(boxstyle="square,pad=0.05", fc="white", ec="none",
-                                             alpha=0.8)),
-                       -1 if bad else 1, _FROM_START if bad else _ABOVE)
+    return waits, works, joins, odd, words
 
 
 # where a wait's words go ("all_reduce #2: waits for rank 1", anchored at the wait's start): to
