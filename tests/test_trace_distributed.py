@@ -259,9 +259,12 @@ def test_ranks_that_disagree_at_a_collective_are_a_deadlock_that_names_both_ops(
 def test_a_rank_that_raised_is_named_with_its_exception_while_the_other_waited(runs):
     run = runs["raises"]
     assert run.returncode == 1, run.stderr
-    assert ("mpviz trace: FAILED (torch.distributed) -- rank 1 raised ValueError: sample 1 of "
-            "rank 1 is corrupt after collective #1 (exit code 1), without calling all_reduce #2: "
-            "rank 0 waited in all_reduce #2, which could never complete.") in run.stderr
+    # (rank 1 exits with 1 -- or, as it exits, gloo's teardown aborts it: 1 run in 8 of 2 cores
+    # at load 10; the verdict says so, and it is still rank 1 that raised)
+    assert re.search(r"mpviz trace: FAILED \(torch.distributed\) -- rank 1 raised ValueError: "
+                     r"sample 1 of rank 1 is corrupt after collective #1 \((exit code 1|later it "
+                     r"was killed by SIGABRT)\), without calling all_reduce #2: rank 0 waited in "
+                     r"all_reduce #2, which could never complete.", run.stderr), run.stderr
     assert "Fix: read the traceback of the rank that failed" in run.stderr
 
 
@@ -438,17 +441,19 @@ def test_an_all_reduce_that_meets_one_of_another_size_is_named_with_both_sizes(r
 @pytest.mark.timeout(SETUP_TIMEOUT)
 def test_a_rank_left_alone_in_a_collective_is_drawn_waiting_not_with_every_rank_there(
         runs, fonts_loaded):
-    """The same run: rank 1 leaves all_reduce #5 at once, rank 0 stays in it ~0.4 s, until
-    gloo's connection closes. Solid means "every rank is there, the backend moves the bytes":
-    drawn so before, rank 0's 0.4 s said a collective went on that rank 1 had left. From rank
-    1's leaving on, rank 0's call is hatched: it waits for what never comes."""
+    """The same run: rank 1 leaves all_reduce #5 at once, rank 0 stays in it until gloo's
+    connection closes: 0.6-9 s as rank 1 prints, destroys its group and exits (1 to 20 runs at
+    once), 80 ms where gloo's teardown aborted rank 1 (SIGABRT: 1 run of 4 at load 28). Solid
+    means "every rank is there, the backend moves the bytes": drawn so before, rank 0's stay
+    said a collective went on that rank 1 had left. From rank 1's leaving on, rank 0's call is
+    hatched: it waits for what never comes."""
     from mpviz import viz
     trace = runs["grad average"].trace()
     pids = _pids_by_rank(trace)
     fives = {e.pid: e for e in trace.of_kind("dist.collective")
              if e.args.get("seq") == 5 and e.args.get("phase") == "end"}
     left, stayed = fives[pids[1]].ts_ns, fives[pids[0]].ts_ns
-    assert stayed - left > 100e6, (left, stayed)      # (the story: rank 0 stays on alone)
+    assert stayed > left, (left, stayed)      # (the story: rank 0 stays on alone)
     ax = viz.timeline(trace).axes[0]
     row = next(y for y, t in zip(ax.get_yticks(), ax.get_yticklabels())
                if t.get_text().startswith("rank 0\n"))
@@ -457,7 +462,8 @@ def test_a_rank_left_alone_in_a_collective_is_drawn_waiting_not_with_every_rank_
         (drawn,) = [c for c in ax.collections if c.get_gid() == gid]
         boxes = [p.get_extents() for p in drawn.get_paths()]
         return max(b.x1 for b in boxes if abs((b.y0 + b.y1) / 2 - row) < 0.3)
-    assert right_end("collective waits") > right_end("collectives")   # hatched to its end
+    hatched, solid = right_end("collective waits"), right_end("collectives")
+    assert hatched > solid, (hatched, solid, stayed - left)             # hatched to its end
 
 
 @pytest.mark.timeout(SETUP_TIMEOUT)
