@@ -48,6 +48,10 @@ it; all are started at once (they spend their time waiting), each judged alone:
                               its None; the consumer's get() and the main thread's join wait
     replace_worker_with_terminate.py  terminate() kills an idle worker inside its get(),
                               holding the queue's read lock: its replacement never gets a task
+    fetch_without_sentinel.py threads loop on a queue.Queue's get() with no sentinel; the main
+                              thread joins them after q.join(): a cycle of a join and a get
+    queue_docs_worker_raises.py  the queue docs' daemon worker raises before one task_done():
+                              the main thread's q.join() waits for ever
 """
 import importlib.util
 import os
@@ -81,7 +85,8 @@ def runs(tmp_path_factory):
         "decode_with_forkserver.py", "result_with_open_file.py",
         "callback_runs_next_stage.py", "model_server_never_ready.py",
         "resize_task_done_skipped.py", "count_words_threads.py",
-        "replace_worker_with_terminate.py")}
+        "replace_worker_with_terminate.py", "fetch_without_sentinel.py",
+        "queue_docs_worker_raises.py")}
     programs["wait_go_signal.py 1"] = ("2", _program("wait_go_signal.py"), "1")
     programs["wait_go_signal.py 5"] = ("1.5", _program("wait_go_signal.py"), "5")
     if importlib.util.find_spec("torch") is not None:
@@ -551,8 +556,12 @@ def test_a_consumer_thread_whose_producer_thread_raised_is_not_said_to_wait_for_
     assert "its threads wait for each other" not in err, err
     assert ("count_words_threads.py: every thread left waits, with no time limit, for "
             "something only a thread of its own could do -- and `Thread-1 (producer)` ended "
-            "with an error (below): what it would have done next (a put, a release, a set) "
-            "never comes") in err, err
+            "with an error (below): what it would have done next (a put, a task_done(), a "
+            "release, a set) never comes") in err, err
+    # (before: the consumer's get() on the queue.Queue was no recorded wait)
+    assert ("count_words_threads.py's Thread-2 (consumer) waits: get() on queue.Queue 1: "
+            "nothing in it yet -- count_words_threads.py's Thread-1 (producer) must put -- but "
+            "it has ended") in err, err
     assert ("count_words_threads.py's main thread waits: join thread Thread-2 (consumer) -- "
             "count_words_threads.py's Thread-2 (consumer) must finish") in err, err
     assert re.search(r"thread `Thread-2 \(consumer\)`: waits for a lock of its own process, .* "
@@ -591,3 +600,40 @@ def test_a_get_behind_the_read_lock_of_a_terminated_reader_is_not_said_empty(run
             "it yet -- Process-1's main thread must put -- but it has ended; Process-2 was given "
             "Queue 2 too, but waits itself (see its line): no put before that wait ends") in err, \
         err
+
+
+@pytest.mark.timeout(150)
+def test_threads_that_loop_on_a_queue_get_and_are_joined_are_a_cycle_with_the_fix(runs):
+    # Before: "its threads wait for each other (a lock taken twice, a join of a thread that
+    # waits for the joiner, ...)" and the main thread's join alone: the threads' get() on the
+    # queue.Queue was not recorded, so nothing said who must put.
+    res = result(runs, "fetch_without_sentinel.py")
+    err = hung(res)
+    assert "fetched 10 pages" in res.stdout, res.stdout
+    assert ("fetch_without_sentinel.py: its threads wait for each other: 3 threads wait in "
+            "get() on queue.Queue 1, with nothing in it, and every thread that put into it "
+            "waits too") in err, err
+    assert "put one sentinel per worker thread (`q.put(None)`)" in err, err
+    for k in (1, 2, 3):
+        assert (f"fetch_without_sentinel.py's Thread-{k} (fetch) waits: get() on queue.Queue 1: "
+                f"nothing in it yet -- fetch_without_sentinel.py's main thread must put") in err
+    assert ("STUCK FOR GOOD: a cycle: fetch_without_sentinel.py's main thread waits in join() "
+            "for fetch_without_sentinel.py's Thread-1 (fetch) to finish; "
+            "fetch_without_sentinel.py's Thread-1 (fetch) waits in get() on queue.Queue 1 for "
+            "fetch_without_sentinel.py's main thread to put. Each waits for the next: none "
+            "can go on -- and behind them, ") in err, err
+    assert "tq-" not in err, err                      # (never an internal id)
+
+
+@pytest.mark.timeout(150)
+def test_the_queue_docs_worker_that_raised_is_who_q_join_waits_for(runs):
+    # Before: only "every thread left waits ... `Thread-1 (worker)` ended with an error": the
+    # q.join() on the queue.Queue was no recorded wait, and who must call task_done() unsaid.
+    err = hung(result(runs, "queue_docs_worker_raises.py"))
+    assert re.search(r"queue_docs_worker_raises.py's main thread waits: q.join\(\) on "
+                     r"queue.Queue 1: until every item is task_done\(\) \((10|[1-9]) unfinished "
+                     r"when join\(\) began\) -- queue_docs_worker_raises.py's Thread-1 \(worker\) "
+                     r"must call task_done\(\) -- but it has ended", err), err
+    assert re.search(r"ENDED BY AN ERROR: queue_docs_worker_raises.py's thread `Thread-1 "
+                     r"\(worker\)` ended with ZeroDivisionError: integer division or modulo by "
+                     r"zero, raised at worker \(queue_docs_worker_raises.py:14\)", err), err

@@ -261,10 +261,12 @@ def test_a_task_waiting_for_a_task_queued_behind_it_is_named_and_is_one_cycle(ru
             f"first -- and that thread is this one, waiting here; tokenize('a b c') waits in "
             f"the executor's queue for a free thread (the ThreadPoolExecutor has 1)") in waits, \
         waits
-    assert (f"  STUCK FOR GOOD: a cycle: one_worker_pipeline.py's main thread waits for the "
-            f"result of parse('a b c'), which {me} runs; {me} waits for the result of "
-            f"tokenize('a b c'), which waits in the executor's queue for a free thread -- and "
-            f"the executor's only thread is {me} itself.") in waits, waits
+    # (the cycle is the executor's thread alone; the main thread waits behind it)
+    assert (f"  STUCK FOR GOOD: a cycle: {me} waits for the result of tokenize('a b c'), "
+            f"which waits in the executor's queue for a free thread -- and the executor's "
+            f"only thread is {me} itself: it waits for itself, and can never go on -- and "
+            f"behind it, one_worker_pipeline.py's main thread waits for the result of "
+            f"parse('a b c'), which {me} runs") in waits, waits
     assert "who must act is not recorded" not in waits, waits
 
 

@@ -169,8 +169,8 @@ def test_a_file_in_any_site_directory_is_a_librarys_not_the_users():
     # lock one of them makes is the library's, as one a venv's site-packages' module makes is
     import site
     for directory in site.getsitepackages() + [site.getusersitepackages()]:
-        assert mt.locks._in_library(os.path.join(directory, "somelib", "__init__.py")), directory
-    assert not mt.locks._in_library(os.path.join(ROOT, "tests", "a_users_program.py"))
+        assert mt.locks.in_library(os.path.join(directory, "somelib", "__init__.py")), directory
+    assert not mt.locks.in_library(os.path.join(ROOT, "tests", "a_users_program.py"))
 
 
 def test_every_internal_the_recorder_hooks_is_in_this_python():

@@ -478,6 +478,59 @@ def test_a_put_on_a_full_queue_is_a_wait_and_a_put_with_room_is_not(tmp_path, wr
     assert any(t.startswith("Queue 1") and "full" in t for t in words)
 
 
+def test_a_queue_queues_get_and_join_are_waits_and_a_librarys_own_queue_is_not(tmp_path):
+    """The stdlib's queue.Queue, between the program's threads: its get() on an empty one and
+    its join() are waits, its puts and gets say who puts and who gets (once per thread) --
+    put_nowait() included; a library's use of one (logging's QueueHandler and QueueListener)
+    is not the program's and records nothing."""
+    import logging
+    import logging.handlers
+    import queue
+    import threading
+    with mt.record(tmp_path / "t") as trace:
+        q, logs = queue.Queue(), queue.Queue()
+        listener = logging.handlers.QueueListener(logs, logging.NullHandler())
+        listener.start()                  # (its thread waits in logs.get(): logging's code)
+        log = logging.getLogger("mpviz-test-queue")
+        log.addHandler(logging.handlers.QueueHandler(logs))
+        log.warning("into logging's queue")
+        putter = threading.Thread(target=lambda: (time.sleep(0.3), q.put_nowait("x")),
+                                  name="putter")
+        putter.start()
+        assert q.get() == "x"                          # empty for ~0.3 s: a wait
+        putter.join()
+        q.put(1)
+        assert q.get() == 1                            # an item there: no wait
+        with pytest.raises(queue.Empty):
+            q.get(timeout=0.05)                        # a deadline: no wait for ever
+        done = threading.Thread(target=lambda: (time.sleep(0.3), q.task_done(), q.task_done()))
+        done.start()
+        q.join()                                       # 2 unfinished for ~0.3 s: a wait
+        done.join()
+        listener.stop()
+        log.handlers.clear()
+    me = (os.getpid(), threading.get_ident())
+    tid = {e.args.get("name"): e.tid for e in trace.of_kind("thread.start")}
+    (qid,) = {e.args["id"] for e in trace.of_kind("thread_queue.put")}   # (not logging's)
+    assert sorted((e.kind, e.tid) for e in trace.events if e.kind.startswith("thread_queue")) \
+        == sorted([("thread_queue.put", tid["putter"]), ("thread_queue.put", os.getpid()),
+                   ("thread_queue.get", os.getpid())])
+    gets, joins = _pairs(trace, "thread_queue.get"), _pairs(trace, "thread_queue.join")
+    assert [(b.pid, b.tid, b.args["id"]) for b, _ in gets + joins] == [(os.getpid(),) * 2 +
+                                                                       (qid,)] * 2, me
+    for waited, end in gets + joins:
+        assert end.args["ok"] is True and end.ts_ns - waited.ts_ns > 200e6
+    assert joins[0][0].args["unfinished"] == 2
+    (waited, end), = gets
+    state = st.state_at(trace, (waited.ts_ns + end.ts_ns) // 2)
+    (b,) = [b for b in state.blocked if b.pid == os.getpid()]
+    assert b.what == "get() on queue.Queue 1: nothing in it yet"
+    assert b.waits_for == ()            # (the putter has not put yet: who will, nobody knows)
+    from mpviz.trace.watchdog import _who_must_act
+    assert _who_must_act(state, b, trace) == ("someone must put into queue.Queue 1, and no "
+                                              "thread has put into it yet")
+
+
 def test_waits_off_cost_nothing_and_leave_the_stdlib_as_it_was():
     from multiprocessing import pool, queues, synchronize
     before = (synchronize.Event.wait, queues.JoinableQueue.join, pool.ApplyResult.get,

@@ -49,7 +49,8 @@ PIPE_BYTES = 64 * 1024         # what a Linux pipe holds before a write waits fo
 MUST = {"process": "must exit", "thread": "must finish", "pipe.write": "must read",
         "queue.join": "must call task_done()", "pool.result": "must finish its task",
         "queue.get": "must put", "queue.put": "must get", "future": "runs it and must finish it",
-        "pipe.recv": "must send", "pipe.send": "must recv"}
+        "pipe.recv": "must send", "pipe.send": "must recv", "thread_queue.get": "must put",
+        "thread_queue.join": "must call task_done()"}
 # A wait through a Manager's proxy, by (its object's type, the method): the methods whose call
 # by another thread ends it, what that thread must do, and what the wait is, in words.
 _QUEUES = ("Queue", "JoinableQueue")
@@ -368,6 +369,7 @@ class _Index:
         self.gave_up = set()           # id() of the wait.begin of each wait that timed out
         self.getters = {}              # queue id -> [(pid, tid, ts) of its first get per thread]
         self.putters = {}              # queue id -> [(pid, tid, ts) of its first put per thread]
+        self.tqueue_names = {}         # a queue.Queue's id (tq-PID-N) -> "queue.Queue 1"
         self.pipe_of = {}              # a SimpleQueue's id -> its pipe's (its sends are there)
         self.managers = {}             # pid -> the address a Manager's server process serves
         self.proxy_users = {}          # (manager address, token id) -> [(pid, tid, ts, method)]
@@ -492,6 +494,11 @@ class _Index:
                     firsts.add((k == "queue.get", on, who))
                     (self.getters if k == "queue.get" else self.putters).setdefault(
                         on, []).append((e.pid, e.tid, e.ts_ns))
+            elif k == "thread_queue.put" or k == "thread_queue.get":   # (first per thread)
+                tq = e.args.get("id")
+                self.tqueue_names.setdefault(tq, f"queue.Queue {len(self.tqueue_names) + 1}")
+                (self.getters if k == "thread_queue.get" else self.putters).setdefault(
+                    tq, []).append((e.pid, e.tid, e.ts_ns))
             elif k == "pipe.open":
                 ends = tuple(e.args.get("ends") or ())
                 for end in ends:
@@ -868,6 +875,12 @@ class _Index:
             return f"q.join() on {self.queue_name(target)}: until every item is task_done()"
         if on == "queue.get":
             return f"get() on {self.queue_name(target)}: nothing in it yet"
+        if on == "thread_queue.get":
+            return f"get() on {self.tqueue_name(target)}: nothing in it yet"
+        if on == "thread_queue.join":
+            n = a.get("unfinished")
+            return (f"q.join() on {self.tqueue_name(target)}: until every item is task_done()"
+                    + (f" ({n} unfinished when join() began)" if n else ""))
         if on == "queue.put":
             size = a.get("maxsize")
             return (f"put() on {self.queue_name(target)}: it is full"
@@ -894,6 +907,10 @@ class _Index:
             return [(target, target)]
         if on == "thread":
             return [(begin.pid, target)] if self.thread_alive(begin.pid, target, t) else []
+        if on == "thread_queue.get" or on == "thread_queue.join":   # a queue.Queue's: those
+            used = (self.putters if on == "thread_queue.get" else self.getters).get(target, ())
+            return [(p, d) for p, d, first in used          # that put (got) before, but not
+                    if first <= t and (p, d) != (begin.pid, begin.tid)]   # the waiter
         if on in ("pipe.write", "queue.join", "queue.put"):  # those that got from it, ended or
             return [(p, d) for p, d, first in self.getters.get(target, ())   # not: a consumer
                     if first <= t]                     # that ended without task_done() is the story
@@ -922,6 +939,10 @@ class _Index:
                     if a <= t and (b is None or t < b) and self.thread_alive(pid, tid, t)] + \
                 [(lost.pid, lost.pid) for lost in self.lost_tasks(target, t)]
         return []
+
+    def tqueue_name(self, tq):
+        """"queue.Queue 1": a stdlib queue.Queue's name (numbered as the trace first met it)."""
+        return self.tqueue_names.setdefault(tq, f"queue.Queue {len(self.tqueue_names) + 1}")
 
     def pipe_name(self, end):
         """"Pipe 2": the name of the Pipe whose end is `end` (one that carried no message yet
@@ -968,7 +989,8 @@ class _Index:
 
     def knots(self, blocked, in_flight, locks):
         """Threads that wait on each other for good through Pipes, futures, Pool results,
-        joins and locks: a ``Deadlock`` each. A knot is a set of blocked threads in which
+        joins (of processes and of threads), a queue.Queue's get() and join(), and locks: a
+        ``Deadlock`` each. A knot is a set of blocked threads in which
         everyone who could end each one's wait is in the set too: nobody outside can help, and
         nobody inside can move. Found by striking out, until nothing changes, every thread
         whose wait someone outside the set could end (or whom nobody known can). Only waits
@@ -987,7 +1009,8 @@ class _Index:
         waits = {(b.pid, b.tid): b for b in blocked if (b.pid, b.tid, b.since_ns) in never and (
                  (b.on == "pipe.recv" and not any(   # (connection.wait(): on several ends)
                      self.other_end(end) in coming for end in never[b.pid, b.tid, b.since_ns]))
-                 or b.on in ("pipe.send", "process", "future", "pool.result"))}
+                 or b.on in ("pipe.send", "process", "future", "pool.result", "thread",
+                             "thread_queue.get", "thread_queue.join"))}
         for lk in locks:            # (a lock has no deadline once acquire() waits without one)
             owners = tuple((o.pid, o.tid) for o in lk.owners if not o.ghost)
             for pid, tid, since in lk.waiters:
@@ -1003,6 +1026,11 @@ class _Index:
                     changed = True
         if all(b.on in ("lock", "process") for b in waits.values()):
             return []
+        return self._knot_told(waits)
+
+    def _knot_told(self, waits):
+        """The knot `waits` ({(pid, tid): Blocked}) as one Deadlock per thread, each with the
+        cycle in words: its threads in the cycle's order, then those that wait behind them."""
         # told from the oldest process's oldest thread (a race decides which thread began to
         # wait first: the story is the same each time)
         waits = dict(sorted(waits.items(), key=lambda kb: (
@@ -1032,11 +1060,24 @@ class _Index:
                     " and ".join(who(w) for w in b.waits_for)
             if b.on == "lock":
                 return f"{who(key)} waits for {b.what}, which {others} holds"
+            if b.on == "thread":
+                return f"{who(key)} waits in join() for {others} to finish"
+            if b.on == "thread_queue.get":
+                return f"{who(key)} waits in {b.what.split(':')[0]} for {others} to put"
+            if b.on == "thread_queue.join":
+                return f"{who(key)} waits in {b.what.split(':')[0]} for {others} to call " \
+                       f"task_done()"
             call = "Popen.wait()" if b.what.startswith("Popen.wait()") else "join()"
             return f"{who(key)} waits in {call} for {self.labels.get(b.target, b.target)} to exit"
-        steps = [step(key, b) for key, b in waits.items()]
-        reason = "a cycle: " + "; ".join(steps) + ". Each waits for the next: none can go on"
         ring = _ring(waits)
+        # the cycle's threads in its order; the knot's others (each waits for one of them) after
+        in_ring = list(dict.fromkeys(ring[::2]))
+        behind = [step(key, b) for key, b in waits.items() if key not in in_ring]
+        reason = ("a cycle: " + "; ".join(step(key, waits[key]) for key in in_ring) +
+                  (". Each waits for the next: none can go on" if len(in_ring) > 1 else
+                   ": it waits for itself, and can never go on") +
+                  (f" -- and behind {'them' if len(in_ring) > 1 else 'it'}, "
+                   f"{'; '.join(behind)}" if behind else ""))
         return [Deadlock(k[0], k[1], reason, ring) for k in waits]
 
     def _runners(self, begin, t):

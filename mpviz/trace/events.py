@@ -136,8 +136,10 @@ KINDS = {
     "lock.release": Kind("lock, type", "the owner"),
     "wait.begin": Kind(
         "on (process, queue.get, queue.put, queue.join, event, condition, barrier, "
-        "pool.result, future, pipe.write, thread, pipe.recv, pipe.send, proxy), id (a pid, a "
-        "queue or lock id, a Pool job, an OS thread id, a Pipe end's id, a Manager's token id), "
+        "pool.result, future, pipe.write, thread, pipe.recv, pipe.send, proxy, "
+        "thread_queue.get, thread_queue.join: a queue.Queue's), id (a pid, a queue or lock id, "
+        "a Pool job, an OS thread id, a Pipe end's id, a Manager's token id, tq-PID-N: a "
+        "queue.Queue), unfinished (thread_queue.join: its tasks not yet task_done()), "
         "name, nbytes, timeout, maxsize (queue.put: the full queue's size), call (Popen.wait: "
         "a subprocess's wait, not a join; recv_bytes, poll: a Pipe's recv wait that call "
         "made; wait: multiprocessing.connection.wait()), ends (its Pipe ends, when more than "
@@ -147,6 +149,10 @@ KINDS = {
         "ThreadPoolExecutor thread running it)",
         "a thread about to block (none when the wait cannot block: a get with a message to "
         "read, a put with a free place)"),
+    "thread_queue.put": Kind("id (tq-PID-N, as its waits')",
+                             "a thread's first put() on a queue.Queue (the stdlib's, between "
+                             "threads), called from the program's own code"),
+    "thread_queue.get": Kind("id", "a thread's first get() on a queue.Queue, likewise"),
     "event.set": Kind("id (as the Event's waits')", "the thread that sets an Event"),
     "event.clear": Kind("id (as the Event's waits')", "the thread that clears an Event"),
     "condition.notify": Kind(

@@ -70,7 +70,7 @@ def _creator_is_user(skip_modules, lock_type):
     if module.startswith("mpviz."):      # mpviz's own, but for the programs that play a user's
         user = module == "mpviz.trace.testing" or module.startswith("mpviz.scenarios")
     else:
-        user = not _in_library(f.f_code.co_filename)
+        user = not in_library(f.f_code.co_filename)
     if user:
         if any(q.startswith(o + ".") for q in inside for o in _QUIET_OWNERS):
             return False
@@ -81,7 +81,7 @@ def _creator_is_user(skip_modules, lock_type):
 
 
 @functools.lru_cache(maxsize=512)
-def _in_library(filename):
+def in_library(filename):
     """True for a file of the stdlib (a frozen module of it included) or of an installed
     package: code that no user of mpviz wrote."""
     if filename.startswith("<frozen "):

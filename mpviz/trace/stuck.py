@@ -466,12 +466,53 @@ def _own_threads_why(trace, pid):
         which = join_and([f"`{name}`" for name in dead])
         return ("{who}: every thread left waits, with no time limit, for something only a "
                 f"thread of its own could do -- and {which} ended with an error (below): what "
-                f"{'it' if len(dead) == 1 else 'they'} would have done next (a put, a release, "
-                f"a set) never comes; the stacks say where each waits.")
+                f"{'it' if len(dead) == 1 else 'they'} would have done next (a put, a "
+                f"task_done(), a release, a set) never comes; the stacks say where each "
+                f"waits.")
+    getters = _starved_thread_queues(trace, pid, at)
+    if getters:
+        queues = join_and(sorted(getters))
+        n = sum(getters.values())
+        return ("{who}: its threads wait for each other: "
+                f"{n} thread{'s wait' if n > 1 else ' waits'} in get() on {queues}, with "
+                f"nothing in it, and every thread that put into it waits too (for how long "
+                f"and for what: below) -- nothing more will ever be put. A thread that loops "
+                f"on `q.get()` never ends by itself. Fix: after the last item, put one "
+                f"sentinel per worker thread (`q.put(None)`) and return from the worker when "
+                f"it gets one; or make the workers daemon threads (`daemon=True`) and wait "
+                f"with `q.join()` instead of joining them.")
     return ("{who}: its threads wait for each other (a lock taken twice, a join of a "
             "thread that waits for the joiner, a lock held while waiting for a task "
             "that takes it, or a task waiting for a task queued behind it); the stacks "
             "say where.")
+
+
+def _starved_thread_queues(trace, pid, at):
+    """{"queue.Queue 1": how many threads wait in its get()} for the queue.Queues of process
+    `pid` that threads wait on at `at` (a get() begun, not ended) while every thread that
+    ever put into them waits too (any recorded wait still open then, a lock's included)."""
+    names, putters, began = {}, {}, {}
+    for e in trace.events:
+        if e.ts_ns > at:
+            break
+        if e.pid != pid:
+            continue
+        if e.kind in ("thread_queue.put", "thread_queue.get"):
+            tq = e.args.get("id")
+            names.setdefault(tq, f"queue.Queue {len(names) + 1}")
+            if e.kind == "thread_queue.put":
+                putters.setdefault(tq, set()).add(e.tid)
+        elif e.kind in ("wait.begin", "lock.wait"):
+            began[e.tid] = e
+        elif e.kind in ("wait.end", "lock.acquire", "lock.timeout"):
+            began.pop(e.tid, None)
+    waiting, out = set(began), {}
+    for tid, e in began.items():
+        tq = e.args.get("id")
+        if e.kind == "wait.begin" and e.args.get("on") == "thread_queue.get" and \
+                putters.get(tq) and putters[tq] <= waiting:
+            out[names[tq]] = out.get(names[tq], 0) + 1
+    return out
 
 
 def _why(watchdog, stacks, names):
