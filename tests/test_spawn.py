@@ -238,9 +238,15 @@ def test_apply_async_runs_in_parallel_with_callbacks(pool2):
 def test_map_default_chunksize_costs_an_extra_round(pool2, chunksize, expected_units):
     # Tutorial: 10 items on 2 workers take 12 units with chunksize=None (chunks of 2: 5 chunks,
     # the last one runs alone), 10 with chunksize 1 or 5. Each item here takes one UNIT: 6 vs 5.
-    result, units = _elapsed_units(lambda: pool2.map(workers.slow_identity, range(10), chunksize=chunksize))
-    assert result == list(range(10))
-    assert expected_units - 0.5 < units < expected_units + 1.5
+    # (a busy machine only adds time -- 8.6 units for chunksize=1 with 2 CPU burners beside
+    # the suite on 2 cores: the fastest of up to 3 runs)
+    tries = []
+    while len(tries) < 3 and not (tries and min(tries) < expected_units + 1.5):
+        result, units = _elapsed_units(
+            lambda: pool2.map(workers.slow_identity, range(10), chunksize=chunksize))
+        assert result == list(range(10))
+        tries.append(units)
+    assert expected_units - 0.5 < min(tries) < expected_units + 1.5, tries
 
 
 def test_starmap_and_async_forms(pool2):
