@@ -52,6 +52,8 @@ it; all are started at once (they spend their time waiting), each judged alone:
                               thread joins them after q.join(): a cycle of a join and a get
     queue_docs_worker_raises.py  the queue docs' daemon worker raises before one task_done():
                               the main thread's q.join() waits for ever
+    slow_sensor_thread.py     a sensor thread sleeps 3 s between its puts: the main thread's
+                              join and the logger's get() wait for it -- STALLED, no cycle
 """
 import importlib.util
 import os
@@ -86,7 +88,7 @@ def runs(tmp_path_factory):
         "callback_runs_next_stage.py", "model_server_never_ready.py",
         "resize_task_done_skipped.py", "count_words_threads.py",
         "replace_worker_with_terminate.py", "fetch_without_sentinel.py",
-        "queue_docs_worker_raises.py")}
+        "queue_docs_worker_raises.py", "slow_sensor_thread.py")}
     programs["wait_go_signal.py 1"] = ("2", _program("wait_go_signal.py"), "1")
     programs["wait_go_signal.py 5"] = ("1.5", _program("wait_go_signal.py"), "5")
     if importlib.util.find_spec("torch") is not None:
@@ -637,3 +639,17 @@ def test_the_queue_docs_worker_that_raised_is_who_q_join_waits_for(runs):
     assert re.search(r"ENDED BY AN ERROR: queue_docs_worker_raises.py's thread `Thread-1 "
                      r"\(worker\)` ended with ZeroDivisionError: integer division or modulo by "
                      r"zero, raised at worker \(queue_docs_worker_raises.py:14\)", err), err
+
+
+@pytest.mark.timeout(150)
+def test_a_thread_that_sleeps_before_its_put_leaves_no_cycle_said(runs):
+    # The main thread joins the logger thread, which waits in get() on the queue.Queue the main
+    # thread put into -- a cycle only if no other thread could put: the sensor thread sleeps
+    # 3 s and then puts. Said, in the first version of the queue.Queue waits: "STUCK FOR
+    # GOOD: a cycle" -- false.
+    err = hung(result(runs, "slow_sensor_thread.py"))
+    assert "HANG: STALLED" in err, err
+    assert "STUCK FOR GOOD" not in err and "DEADLOCK" not in err, err
+    assert ("slow_sensor_thread.py's Thread-2 (logger) waits: get() on queue.Queue 1: nothing "
+            "in it yet") in err, err
+    assert "in `time.sleep` (a deadline)" in err and "`time.sleep(3)`" in err, err

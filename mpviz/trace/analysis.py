@@ -1021,12 +1021,22 @@ class _Index:
         while changed:
             changed = False
             for key, b in list(waits.items()):
-                if not b.waits_for or any(w not in waits for w in b.waits_for):
+                if not b.waits_for or any(w not in waits for w in b.waits_for) or \
+                        b.on in _THREADS_WAITS and self._free_threads(key[0], waits):
                     del waits[key]
                     changed = True
         if all(b.on in ("lock", "process") for b in waits.values()):
             return []
         return self._knot_told(waits)
+
+    def _free_threads(self, pid, waits):
+        """The program's threads of `pid` that had not ended and are not in `waits`: a thread
+        the trace saw start, which may still put into a queue.Queue or end (sleeping, or
+        computing) -- then a wait on a thread of `pid` is no wait for good."""
+        return [key for key in self.threads if key[0] == pid and key not in waits and
+                not _LIBRARY_THREAD.search(self.threads[key] or "") and
+                (self.thread_end.get(key) is None or
+                 (self.kill_ns is not None and self.thread_end[key] >= self.kill_ns))]
 
     def _knot_told(self, waits):
         """The knot `waits` ({(pid, tid): Blocked}) as one Deadlock per thread, each with the
@@ -1416,6 +1426,14 @@ def _number_waitables(blocked):
             n = sum(k[0] == key[0] for k in names) + 1
             names[key] = f"{key[0].capitalize()} {n}"
     return names
+
+
+# waits on a thread of the waiter's own process (its join, a queue.Queue's get() and join()):
+# any other live thread of that process may still act (_free_threads)
+_THREADS_WAITS = ("thread", "thread_queue.get", "thread_queue.join")
+# threads of the libraries, which never put into a program's queue.Queue nor end by themselves
+_LIBRARY_THREAD = re.compile(r"^QueueFeederThread$|^mpviz-|\((_handle_\w+|_serve|"
+                             r"_pin_memory_loop)\)$")
 
 
 def _ring(waits):
