@@ -266,31 +266,35 @@ def _thread_join(self, timeout=None):
 # one event each: who puts and who gets is who must act ("Thread-1 must put -- it waits to join
 # ..."); the items themselves stay in the process and are not recorded.
 
-_tq_first = set()                   # (thread ident, queue id, kind) already recorded here
 _tq_count = [0]
+_tq_gen = [0]                       # one more in each forked child: its first puts are its own
 _PROGRAMS = {}                      # a caller's code object -> its frame is the program's?
 _NOWAIT = ("put_nowait", "get_nowait")    # (queue's own: their caller is the one that counts)
-os.register_at_fork(after_in_child=_tq_first.clear)    # (a child's first put is its own)
+_UNSEEN = object()
+_QUEUE_PUT, _QUEUE_GET = queue.Queue.put, queue.Queue.get
+os.register_at_fork(after_in_child=lambda: _tq_gen.__setitem__(0, _tq_gen[0] + 1))
 
 
 def _tqueue_id(q):
-    """`q`'s id in the trace: ``tq-<pid that first used it>-<n>``, kept on the queue."""
+    """`q`'s id in the trace: ``tq-<pid that first used it>-<n>``, kept on the queue with the
+    callers it has seen (``_mpviz_callers``: (fork generation, thread, code, 0 for a put or 1
+    for a get) -> its id, or None for a library's call); None for a queue that cannot keep
+    them (__slots__)."""
     tq = getattr(q, "_mpviz_tq", None)
     if tq is None:
         _tq_count[0] += 1
         tq = f"tq-{os.getpid()}-{_tq_count[0]}"
         try:
-            q._mpviz_tq = tq
-        except AttributeError:            # (a subclass with __slots__: an id per call would
-            return None                   # name one queue many times; not recorded)
+            q._mpviz_tq, q._mpviz_callers = tq, {}
+        except AttributeError:            # (an id per call would name one queue many times)
+            return None
     return tq
 
 
 def _programs_code(f):
     """Whether frame `f` runs the program's own code: no library's by its module's name
     (_JOINERS, mpviz's own included) nor by its file's place (the stdlib's directories, an
-    installed package's: a Jupyter kernel's own queues are not the program's). Asked once per
-    code object (a queue's put and get run often: ~0.2 µs each, not ~2 µs)."""
+    installed package's: a Jupyter kernel's own queues are not the program's)."""
     code = f.f_code
     mine = _PROGRAMS.get(code)
     if mine is None:
@@ -300,36 +304,47 @@ def _programs_code(f):
     return mine
 
 
-def _programs_queue(q, kind):
-    """The queue's id if recording and the caller of the hooked method (of put_nowait(),
-    get_nowait()) is the program's own code, after recording this thread's first `kind` on
-    it; else None."""
-    if recorder.writer is None:
-        return None
-    f = sys._getframe(2)
+def _first_call(q, key, f, kind):
+    """A caller `key` the queue has not seen yet, in frame `f`: the queue's id if it is the
+    program's own code (of put_nowait(), get_nowait(): their caller), else None -- kept, and
+    this thread's first `kind` on it recorded."""
     if f.f_code.co_name in _NOWAIT and f.f_globals.get("__name__") == "queue":
         f = f.f_back
-    if not (_PROGRAMS.get(f.f_code) or _PROGRAMS.get(f.f_code) is None and _programs_code(f)):
-        return None
-    tq = _tqueue_id(q)
-    key = (threading.get_ident(), tq, kind)
-    if key not in _tq_first and tq is not None:
-        _tq_first.add(key)
-        recorder.emit(kind, id=tq)
+    tq = _tqueue_id(q) if _programs_code(f) else None
+    if tq is not None:
+        callers = q._mpviz_callers
+        if (key[0], key[1], kind) not in callers:        # (its first, from any line)
+            callers[key[0], key[1], kind] = tq
+            recorder.emit(kind, id=tq)
+        callers[key] = tq
+    elif getattr(q, "_mpviz_tq", None) is not None:
+        q._mpviz_callers[key] = None
     return tq
 
 
 def _tqueue_put(self, item, block=True, timeout=None):
-    _programs_queue(self, "thread_queue.put")
-    return _inner("queue.Queue.put")(self, item, block, timeout)
+    """``queue.Queue.put()``: a look at who calls (each caller once: ~0.3 µs a put after)."""
+    if recorder.writer is not None:
+        f = sys._getframe(1)
+        key = (_tq_gen[0], threading.get_ident(), f.f_code, 0)
+        callers = getattr(self, "_mpviz_callers", None)
+        if callers is None or key not in callers:
+            _first_call(self, key, f, "thread_queue.put")
+    return (_orig.get("queue.Queue.put") or _QUEUE_PUT)(self, item, block, timeout)
 
 
 def _tqueue_get(self, block=True, timeout=None):
     """``queue.Queue.get()``: a recorded wait when it is empty (an unlocked look: a put that
     comes at once makes it a short wait), the program's own, with no time limit."""
-    call = _inner("queue.Queue.get")
-    tq = _programs_queue(self, "thread_queue.get")
-    if tq is None or not block or timeout is not None or not _outermost() or self._qsize():
+    call = _orig.get("queue.Queue.get") or _QUEUE_GET          # (_inner's, one call less)
+    if recorder.writer is None:
+        return call(self, block, timeout)
+    f = sys._getframe(1)
+    key = (_tq_gen[0], threading.get_ident(), f.f_code, 1)
+    tq = getattr(self, "_mpviz_callers", {}).get(key, _UNSEEN)
+    if tq is _UNSEEN:
+        tq = _first_call(self, key, f, "thread_queue.get")
+    if tq is None or not block or timeout is not None or self._qsize() or not _outermost():
         return call(self, block, timeout)
     return _recorded(call, "thread_queue.get", tq, None, (self, block, timeout), {})
 
