@@ -97,6 +97,7 @@ def main():
     r.close()
     w.close()
     queue_gets()
+    thread_queues()
 
 
 def queue_gets(n=2_000):
@@ -128,6 +129,41 @@ def queue_gets(n=2_000):
                                 messages.waiting_get(None, get, q, True, None)
                         times[how].append((time.perf_counter() - t) / n * 1e6)
         print(f"| {name} | {min(times['get']):.2f} | {min(times['wait']):.2f} |")
+
+
+def thread_queues(n=200_000):
+    """The stdlib's queue.Queue between threads (waits.py's thread_queue hooks): µs per put +
+    get from this module (the program's own code: each caller looked at once), three ways;
+    and a producer thread putting `n` items for the main thread, off and recorded."""
+    import queue
+    import threading
+
+    def pair(q=queue.Queue()):
+        q.put(1)
+        q.get()
+
+    def handoff():
+        q = queue.Queue()
+        t = threading.Thread(target=lambda: [q.put(i) for i in range(n)] and q.put(None))
+        t0 = time.perf_counter()
+        t.start()
+        while q.get() is not None:
+            pass
+        t.join()
+        return time.perf_counter() - t0
+    plain, off = best(pair), handoff()
+    hooks.install()
+    try:
+        installed = best(pair)
+    finally:
+        hooks.uninstall()
+    with tempfile.TemporaryDirectory() as tmp:
+        with mt.record(os.path.join(tmp, "t")):
+            recorded, on = best(pair), handoff()
+    print(f"\n| queue.Queue (threads) | stdlib | hooks, not recording | recording |\n"
+          f"|---|---|---|---|\n| put + get, µs | {plain:.2f} | {installed:.2f} | "
+          f"{recorded:.2f} |\n| {n:,} items from a producer thread, s | {off:.2f} | — | "
+          f"{on:.2f} ({on / off:.2f}×) |")
 
 
 if __name__ == "__main__":
