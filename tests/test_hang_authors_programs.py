@@ -654,6 +654,8 @@ def test_a_thread_that_sleeps_before_its_put_leaves_no_cycle_said(runs):
     err = hung(result(runs, "slow_sensor_thread.py"))
     assert "HANG: STALLED" in err, err
     assert "STUCK FOR GOOD" not in err and "DEADLOCK" not in err, err
+    # (the sensor thread was given the queue and has not put yet: it is named too)
     assert ("slow_sensor_thread.py's Thread-2 (logger) waits: get() on queue.Queue 1: nothing "
-            "in it yet") in err, err
+            "in it yet -- slow_sensor_thread.py's main thread or slow_sensor_thread.py's "
+            "Thread-1 (sensor) must put") in err, err
     assert "in `time.sleep` (a deadline)" in err and "`time.sleep(3)`" in err, err

@@ -370,6 +370,7 @@ class _Index:
         self.getters = {}              # queue id -> [(pid, tid, ts) of its first get per thread]
         self.putters = {}              # queue id -> [(pid, tid, ts) of its first put per thread]
         self.tqueue_names = {}         # a queue.Queue's id (tq-PID-N) -> "queue.Queue 1"
+        self.tqueue_given = {}         # a queue.Queue's id -> the threads given it as an argument
         self.pipe_of = {}              # a SimpleQueue's id -> its pipe's (its sends are there)
         self.managers = {}             # pid -> the address a Manager's server process serves
         self.proxy_users = {}          # (manager address, token id) -> [(pid, tid, ts, method)]
@@ -453,6 +454,8 @@ class _Index:
                 self.threads[(e.pid, e.tid)] = e.args.get("name")
                 for end in e.args.get("pipes") or ():       # a Pipe end among its arguments
                     self.given_threads.setdefault(end, []).append(who)
+                for tq in e.args.get("queues") or ():       # a queue.Queue among them
+                    self.tqueue_given.setdefault(tq, []).append(who)
             elif k == "thread.exit":
                 self.thread_end[(e.pid, e.tid)] = e.ts_ns
                 if e.args.get("error"):
@@ -907,10 +910,8 @@ class _Index:
             return [(target, target)]
         if on == "thread":
             return [(begin.pid, target)] if self.thread_alive(begin.pid, target, t) else []
-        if on == "thread_queue.get" or on == "thread_queue.join":   # a queue.Queue's: those
-            used = (self.putters if on == "thread_queue.get" else self.getters).get(target, ())
-            return [(p, d) for p, d, first in used          # that put (got) before, but not
-                    if first <= t and (p, d) != (begin.pid, begin.tid)]   # the waiter
+        if on == "thread_queue.get" or on == "thread_queue.join":
+            return self._tqueue_acts(begin, t)
         if on in ("pipe.write", "queue.join", "queue.put"):  # those that got from it, ended or
             return [(p, d) for p, d, first in self.getters.get(target, ())   # not: a consumer
                     if first <= t]                     # that ended without task_done() is the story
@@ -939,6 +940,20 @@ class _Index:
                     if a <= t and (b is None or t < b) and self.thread_alive(pid, tid, t)] + \
                 [(lost.pid, lost.pid) for lost in self.lost_tasks(target, t)]
         return []
+
+    def _tqueue_acts(self, begin, t):
+        """Who must act for a wait on a queue.Queue (see must_act): the threads that put into
+        it (got from it, for a join) by `t`; for a get, also the live threads given it as an
+        argument that have not got from it (a producer that has not put yet), not the waiter."""
+        on, target, me = begin.args.get("on"), begin.args.get("id"), (begin.pid, begin.tid)
+        used = (self.putters if on == "thread_queue.get" else self.getters).get(target, ())
+        out = [(p, d) for p, d, first in used if first <= t and (p, d) != me]
+        if on == "thread_queue.get":
+            got = {(p, d) for p, d, _ in self.getters.get(target, ())}
+            out += [w for w in self.tqueue_given.get(target, ()) if w not in got and
+                    w not in out and w != me and self.first_seen.get(w, t) <= t and
+                    self.thread_alive(*w, t)]
+        return out
 
     def tqueue_name(self, tq):
         """"queue.Queue 1": a stdlib queue.Queue's name (numbered as the trace first met it)."""

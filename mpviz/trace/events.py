@@ -45,7 +45,8 @@ KINDS = {
         "the parent, on join/is_alive: also sees children killed before they wrote an exit; "
         "the launcher; the launcher's watchdog for what it killed"),
     "thread.start": Kind("name, ident, daemon, pipes (ids of the program's Pipe ends among "
-                         "its arguments)", "the new thread (hooks.py)"),
+                         "its arguments), queues (tq-PID-N: the queue.Queues among them)",
+                         "the new thread (hooks.py)"),
     "thread.exit": Kind(
         "name, ident, error ('ValueError: ...' that ended its run()), at (where it was raised "
         "in the program's code), via (the library function that called that code: '_set')",

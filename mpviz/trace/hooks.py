@@ -26,6 +26,7 @@ Adapted from VizTracer's patch.py (spawnv_passfds rewriting); left out: Windows.
 """
 import functools
 import os
+import queue as thread_queue
 import signal
 import sys
 import threading
@@ -262,11 +263,16 @@ def _hook_exit_function():
 def _thread_bootstrap_inner(self):
     if recorder.ENABLED:
         recorder.forget_thread()             # this ident may have belonged to a dead thread
-        ends = [waits.marked_end(c) for c in _connections_given(self)]   # (a Thread has
-        ends = [end for end in ends if end is not None]                # _args as a Process)
+        given = _in_arguments(self)                       # (a Thread has _args as a Process)
+        ends = [waits.marked_end(c) for c in given if isinstance(c, connection._ConnectionBase)]
+        ends = [end for end in ends if end is not None]
+        tqueues = [waits.tqueue_id(q) for q in given if isinstance(q, thread_queue.Queue)]
+        tqueues = [tq for tq in tqueues if tq is not None]
+        del given
         recorder.emit("thread.start", name=self.name, daemon=self.daemon,
                       ident=threading.get_ident(),   # (self.ident: None yet, before 3.13)
-                      **({"pipes": ends} if ends else {}))
+                      **({"pipes": ends} if ends else {}),
+                      **({"queues": tqueues} if tqueues else {}))
     try:
         _orig["_bootstrap_inner"](self)
     finally:

@@ -275,7 +275,7 @@ _QUEUE_PUT, _QUEUE_GET = queue.Queue.put, queue.Queue.get
 os.register_at_fork(after_in_child=lambda: _tq_gen.__setitem__(0, _tq_gen[0] + 1))
 
 
-def _tqueue_id(q):
+def tqueue_id(q):
     """`q`'s id in the trace: ``tq-<pid that first used it>-<n>``, kept on the queue with the
     callers it has seen (``_mpviz_callers``: (fork generation, thread, code, 0 for a put or 1
     for a get) -> its id, or None for a library's call); None for a queue that cannot keep
@@ -310,7 +310,7 @@ def _first_call(q, key, f, kind):
     this thread's first `kind` on it recorded."""
     if f.f_code.co_name in _NOWAIT and f.f_globals.get("__name__") == "queue":
         f = f.f_back
-    tq = _tqueue_id(q) if _programs_code(f) else None
+    tq = tqueue_id(q) if _programs_code(f) else None
     if tq is not None:
         callers = q._mpviz_callers
         if (key[0], key[1], kind) not in callers:        # (its first, from any line)
@@ -354,7 +354,7 @@ def _tqueue_join(self):
     if recorder.writer is None or not self.unfinished_tasks or not _outermost() or \
             not _programs_code(sys._getframe(1)):
         return call(self)
-    tq = _tqueue_id(self)
+    tq = tqueue_id(self)
     if tq is None:
         return call(self)
     return _recorded(call, "thread_queue.join", tq, {"unfinished": self.unfinished_tasks},
