@@ -54,6 +54,8 @@ it; all are started at once (they spend their time waiting), each judged alone:
                               the main thread's q.join() waits for ever
     slow_sensor_thread.py     a sensor thread sleeps 3 s between its puts: the main thread's
                               join and the logger's get() wait for it -- STALLED, no cycle
+    account_lock_taken_twice.py  deposit() holds the account's threading.Lock and calls
+                              report(), which takes it again: with and without --threading-locks
 """
 import importlib.util
 import os
@@ -88,7 +90,10 @@ def runs(tmp_path_factory):
         "callback_runs_next_stage.py", "model_server_never_ready.py",
         "resize_task_done_skipped.py", "count_words_threads.py",
         "replace_worker_with_terminate.py", "fetch_without_sentinel.py",
-        "queue_docs_worker_raises.py", "slow_sensor_thread.py")}
+        "queue_docs_worker_raises.py", "slow_sensor_thread.py",
+        "account_lock_taken_twice.py")}
+    programs["account_lock_taken_twice.py locks"] = ("1.5 --threading-locks",
+                                                     _program("account_lock_taken_twice.py"))
     programs["wait_go_signal.py 1"] = ("2", _program("wait_go_signal.py"), "1")
     programs["wait_go_signal.py 5"] = ("1.5", _program("wait_go_signal.py"), "5")
     if importlib.util.find_spec("torch") is not None:
@@ -659,3 +664,20 @@ def test_a_thread_that_sleeps_before_its_put_leaves_no_cycle_said(runs):
             "in it yet -- slow_sensor_thread.py's main thread or slow_sensor_thread.py's "
             "Thread-1 (sensor) must put") in err, err
     assert "in `time.sleep` (a deadline)" in err and "`time.sleep(3)`" in err, err
+
+
+@pytest.mark.timeout(150)
+def test_a_threading_lock_taken_twice_says_how_to_see_it_and_then_is_a_cycle_of_one(runs):
+    # Without --threading-locks the verdict cannot know which lock: it said the list of
+    # possible causes and no more. Now it says how to record them; with them, the thread that
+    # waits for the lock it holds is a cycle of one ("Each waits for the next" before).
+    err = hung(result(runs, "account_lock_taken_twice.py"))
+    assert "--threading-locks ...` (or `record(threading_locks=True)`) records them" in err, err
+    assert "report (account_lock_taken_twice.py:11): `with self.lock:`" in err, err
+    err = hung(result(runs, "account_lock_taken_twice.py locks"))
+    assert "--threading-locks ...`" not in err, err
+    # (which of the two threads takes the lock first is a race)
+    me = r"account_lock_taken_twice.py's (Thread-[12] \(deposit\))"
+    assert re.search(rf"STUCK FOR GOOD: a cycle: {me} waits for threading.Lock 1, which "
+                     rf"account_lock_taken_twice.py's \1 holds: it waits for itself, and can "
+                     rf"never go on -- and behind it, ", err), err

@@ -37,7 +37,8 @@ def start(tmp_path, program, *args, hang_after="1.5"):
         program = "prog.py"
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([ROOT] + [p for p in [env.get("PYTHONPATH")] if p])
-    return subprocess.Popen([PY, "-m", "mpviz", "trace", "--hang-after", hang_after,
+    # (hang_after "1.5 --threading-locks": more of the launcher's flags after the value)
+    return subprocess.Popen([PY, "-m", "mpviz", "trace", "--hang-after", *hang_after.split(),
                              "--no-plot", "-o", str(tmp_path / "out"), "--", PY, program,
                              *args], cwd=tmp_path, env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)

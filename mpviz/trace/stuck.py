@@ -26,7 +26,7 @@ import sysconfig
 from . import osview
 from .analysis import (errors_before, how_it_ended, manager_servers, process_labels, state_at,
                        stuck_moment)
-from .names import join_and
+from .names import is_thread_lock, join_and
 
 FORK_FIX = ("start the children with 'spawn' or 'forkserver' "
             "(multiprocessing.get_context('forkserver'), or a Pool's context=...): a fresh "
@@ -481,10 +481,15 @@ def _own_threads_why(trace, pid):
                 f"sentinel per worker thread (`q.put(None)`) and return from the worker when "
                 f"it gets one; or make the workers daemon threads (`daemon=True`) and wait "
                 f"with `q.join()` instead of joining them.")
+    seen = any(e.kind.startswith("lock.") and is_thread_lock(e.args.get("lock"))
+               for e in trace.events if e.pid == pid)
     return ("{who}: its threads wait for each other (a lock taken twice, a join of a "
             "thread that waits for the joiner, a lock held while waiting for a task "
             "that takes it, or a task waiting for a task queued behind it); the stacks "
-            "say where.")
+            "say where." + ("" if seen else " Its threading locks were not recorded: "
+                            "`python -m mpviz trace --threading-locks ...` (or "
+                            "`record(threading_locks=True)`) records them, and then says "
+                            "which lock each thread waits for and who holds it."))
 
 
 def _starved_thread_queues(trace, pid, at):
