@@ -56,6 +56,8 @@ it; all are started at once (they spend their time waiting), each judged alone:
                               join and the logger's get() wait for it -- STALLED, no cycle
     account_lock_taken_twice.py  deposit() holds the account's threading.Lock and calls
                               report(), which takes it again: with and without --threading-locks
+    consumers_fed_after_with.py  ThreadPoolExecutor tasks get() from a queue.Queue that the
+                              main thread fills after the `with` block, which waits for them
 """
 import importlib.util
 import os
@@ -91,7 +93,7 @@ def runs(tmp_path_factory):
         "resize_task_done_skipped.py", "count_words_threads.py",
         "replace_worker_with_terminate.py", "fetch_without_sentinel.py",
         "queue_docs_worker_raises.py", "slow_sensor_thread.py",
-        "account_lock_taken_twice.py")}
+        "account_lock_taken_twice.py", "consumers_fed_after_with.py")}
     programs["account_lock_taken_twice.py locks"] = ("1.5 --threading-locks",
                                                      _program("account_lock_taken_twice.py"))
     programs["wait_go_signal.py 1"] = ("2", _program("wait_go_signal.py"), "1")
@@ -681,3 +683,20 @@ def test_a_threading_lock_taken_twice_says_how_to_see_it_and_then_is_a_cycle_of_
     assert re.search(rf"STUCK FOR GOOD: a cycle: {me} waits for threading.Lock 1, which "
                      rf"account_lock_taken_twice.py's \1 holds: it waits for itself, and can "
                      rf"never go on -- and behind it, ", err), err
+
+
+@pytest.mark.timeout(150)
+def test_consumers_waiting_for_items_put_after_the_with_block_are_told_with_the_fix(runs):
+    # Before: "its threads wait for each other (a lock taken twice, a join of a thread that
+    # waits for the joiner, ...)" -- none of these; no thread had put into the queue at all.
+    err = hung(result(runs, "consumers_fed_after_with.py"))
+    assert ("consumers_fed_after_with.py: 3 threads wait in get() on queue.Queue 1, which no "
+            "thread has put into yet -- and every other thread of it waits too, with no time "
+            "limit (below): nothing will ever be put. Fix: put into it before waiting for the "
+            "threads that get from it (a join(), or the end of a `with ThreadPoolExecutor(...)` "
+            "block, which waits for its tasks)") in err, err
+    assert "a lock taken twice" not in err, err
+    for k in range(3):
+        assert (f"consumers_fed_after_with.py's ThreadPoolExecutor-0_{k} waits: get() on "
+                f"queue.Queue 1: nothing in it yet -- someone must put into queue.Queue 1, and "
+                f"no thread has put into it yet") in err, err

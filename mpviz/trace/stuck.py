@@ -469,7 +469,16 @@ def _own_threads_why(trace, pid):
                 f"{'it' if len(dead) == 1 else 'they'} would have done next (a put, a "
                 f"task_done(), a release, a set) never comes; the stacks say where each "
                 f"waits.")
-    getters = _starved_thread_queues(trace, pid, at)
+    getters, unfed = _starved_thread_queues(trace, pid, at)
+    if unfed and not getters:
+        n = sum(unfed.values())
+        return ("{who}: "
+                f"{n} thread{'s wait' if n > 1 else ' waits'} in get() on "
+                f"{join_and(sorted(unfed))}, which no thread has put into yet -- and every "
+                f"other thread of it waits too, with no time limit (below): nothing will ever "
+                f"be put. Fix: put into it before waiting for the threads that get from it (a "
+                f"join(), or the end of a `with ThreadPoolExecutor(...)` block, which waits "
+                f"for its tasks), or give that get() a timeout.")
     if getters:
         queues = join_and(sorted(getters))
         n = sum(getters.values())
@@ -493,9 +502,10 @@ def _own_threads_why(trace, pid):
 
 
 def _starved_thread_queues(trace, pid, at):
-    """{"queue.Queue 1": how many threads wait in its get()} for the queue.Queues of process
-    `pid` that threads wait on at `at` (a get() begun, not ended) while every thread that
-    ever put into them waits too (any recorded wait still open then, a lock's included)."""
+    """({"queue.Queue 1": how many threads wait in its get()}, the same for queues nobody has
+    put into) for the queue.Queues of process `pid` that threads wait on at `at` (a get()
+    begun, not ended) while every thread that ever put into them waits too (any recorded wait
+    still open then, a lock's included)."""
     names, putters, began = {}, {}, {}
     for e in trace.events:
         if e.ts_ns > at:
@@ -511,13 +521,14 @@ def _starved_thread_queues(trace, pid, at):
             began[e.tid] = e
         elif e.kind in ("wait.end", "lock.acquire", "lock.timeout"):
             began.pop(e.tid, None)
-    waiting, out = set(began), {}
+    waiting, out, unfed = set(began), {}, {}
     for tid, e in began.items():
         tq = e.args.get("id")
         if e.kind == "wait.begin" and e.args.get("on") == "thread_queue.get" and \
-                putters.get(tq) and putters[tq] <= waiting:
-            out[names[tq]] = out.get(names[tq], 0) + 1
-    return out
+                putters.get(tq, set()) <= waiting:
+            into = out if putters.get(tq) else unfed
+            into[names[tq]] = into.get(names[tq], 0) + 1
+    return out, unfed
 
 
 def _why(watchdog, stacks, names):
