@@ -503,14 +503,22 @@ class Stepper:
         with self._cv:
             self._stable = False
             procs = sum(p["alive"] for p in self._procs.values())
-        asleep = {(pid, tid): _switches(pid, tid) for pid, tid, what in self._moved_by_time()
-                  if what != "running"}
-        while time.monotonic() < deadline and not self._closing and self._proc.poll() is None:
+        asleep = {}         # (pid, tid) of each sleeper -> its context switches when it slept
+        moved = self._moved_by_time()
+        while True:
+            # (a thread that was running as the step began -- between two sleeps, on a busy
+            # machine -- is watched from its next sleep: its waking ends the step, not the 5 s)
+            for pid, tid, what in moved:
+                if what != "running" and (pid, tid) not in asleep:
+                    asleep[pid, tid] = _switches(pid, tid)
+            if time.monotonic() >= deadline or self._closing or self._proc.poll() is not None:
+                break
             with self._cv:
                 if self._waiting or sum(p["alive"] for p in self._procs.values()) != procs:
                     break
                 self._cv.wait(0.05)
-            if not self._moved_by_time():
+            moved = self._moved_by_time()
+            if not moved:
                 break
             if any(_switches(pid, tid) != n for (pid, tid), n in asleep.items()):
                 break
