@@ -58,6 +58,8 @@ it; all are started at once (they spend their time waiting), each judged alone:
                               report(), which takes it again: with and without --threading-locks
     consumers_fed_after_with.py  ThreadPoolExecutor tasks get() from a queue.Queue that the
                               main thread fills after the `with` block, which waits for them
+    bounded_queue_writer_raises.py  a reader thread fills a queue.Queue(maxsize=2); the writer
+                              thread raises on a bad line: the reader's put() waits for ever
 """
 import importlib.util
 import os
@@ -93,7 +95,8 @@ def runs(tmp_path_factory):
         "resize_task_done_skipped.py", "count_words_threads.py",
         "replace_worker_with_terminate.py", "fetch_without_sentinel.py",
         "queue_docs_worker_raises.py", "slow_sensor_thread.py",
-        "account_lock_taken_twice.py", "consumers_fed_after_with.py")}
+        "account_lock_taken_twice.py", "consumers_fed_after_with.py",
+        "bounded_queue_writer_raises.py")}
     programs["account_lock_taken_twice.py locks"] = ("1.5 --threading-locks",
                                                      _program("account_lock_taken_twice.py"))
     programs["wait_go_signal.py 1"] = ("2", _program("wait_go_signal.py"), "1")
@@ -565,8 +568,8 @@ def test_a_consumer_thread_whose_producer_thread_raised_is_not_said_to_wait_for_
     assert "its threads wait for each other" not in err, err
     assert ("count_words_threads.py: every thread left waits, with no time limit, for "
             "something only a thread of its own could do -- and `Thread-1 (producer)` ended "
-            "with an error (below): what it would have done next (a put, a task_done(), a "
-            "release, a set) never comes") in err, err
+            "with an error (below): what it would have done next (a put, a get, a "
+            "task_done(), a release, a set) never comes") in err, err
     # (before: the consumer's get() on the queue.Queue was no recorded wait)
     assert ("count_words_threads.py's Thread-2 (consumer) waits: get() on queue.Queue 1: "
             "nothing in it yet -- count_words_threads.py's Thread-1 (producer) must put -- but "
@@ -700,3 +703,14 @@ def test_consumers_waiting_for_items_put_after_the_with_block_are_told_with_the_
         assert (f"consumers_fed_after_with.py's ThreadPoolExecutor-0_{k} waits: get() on "
                 f"queue.Queue 1: nothing in it yet -- someone must put into queue.Queue 1, and "
                 f"no thread has put into it yet") in err, err
+
+
+@pytest.mark.timeout(150)
+def test_a_put_on_a_full_bounded_queue_queue_whose_getter_raised_names_it(runs):
+    # Before: only the join of the reader and the writer's error: the reader's put() on the
+    # full queue.Queue was no recorded wait.
+    err = hung(result(runs, "bounded_queue_writer_raises.py"))
+    assert ("bounded_queue_writer_raises.py's Thread-1 (read) waits: put() on queue.Queue 1: it "
+            "is full (2 items) -- bounded_queue_writer_raises.py's Thread-2 (write) must get -- "
+            "but it has ended") in err, err
+    assert "`Thread-2 (write)` ended with ValueError: cannot write 'BAD C'" in err, err

@@ -50,7 +50,7 @@ MUST = {"process": "must exit", "thread": "must finish", "pipe.write": "must rea
         "queue.join": "must call task_done()", "pool.result": "must finish its task",
         "queue.get": "must put", "queue.put": "must get", "future": "runs it and must finish it",
         "pipe.recv": "must send", "pipe.send": "must recv", "thread_queue.get": "must put",
-        "thread_queue.join": "must call task_done()"}
+        "thread_queue.join": "must call task_done()", "thread_queue.put": "must get"}
 # A wait through a Manager's proxy, by (its object's type, the method): the methods whose call
 # by another thread ends it, what that thread must do, and what the wait is, in words.
 _QUEUES = ("Queue", "JoinableQueue")
@@ -880,6 +880,10 @@ class _Index:
             return f"get() on {self.queue_name(target)}: nothing in it yet"
         if on == "thread_queue.get":
             return f"get() on {self.tqueue_name(target)}: nothing in it yet"
+        if on == "thread_queue.put":
+            size = a.get("maxsize")
+            return (f"put() on {self.tqueue_name(target)}: it is full"
+                    + (f" ({size} item{'s' if size != 1 else ''})" if size else ""))
         if on == "thread_queue.join":
             n = a.get("unfinished")
             return (f"q.join() on {self.tqueue_name(target)}: until every item is task_done()"
@@ -910,7 +914,7 @@ class _Index:
             return [(target, target)]
         if on == "thread":
             return [(begin.pid, target)] if self.thread_alive(begin.pid, target, t) else []
-        if on == "thread_queue.get" or on == "thread_queue.join":
+        if on in _THREADS_WAITS and on != "thread":
             return self._tqueue_acts(begin, t)
         if on in ("pipe.write", "queue.join", "queue.put"):  # those that got from it, ended or
             return [(p, d) for p, d, first in self.getters.get(target, ())   # not: a consumer
@@ -943,14 +947,16 @@ class _Index:
 
     def _tqueue_acts(self, begin, t):
         """Who must act for a wait on a queue.Queue (see must_act): the threads that put into
-        it (got from it, for a join) by `t`; for a get, also the live threads given it as an
-        argument that have not got from it (a producer that has not put yet), not the waiter."""
+        it (got from it, for a put or a join) by `t`; for a get (a put), also the live threads
+        given it as an argument that have not got from it (put into it): a producer that has
+        not put yet (a consumer that has not got yet); never the waiter."""
         on, target, me = begin.args.get("on"), begin.args.get("id"), (begin.pid, begin.tid)
         used = (self.putters if on == "thread_queue.get" else self.getters).get(target, ())
         out = [(p, d) for p, d, first in used if first <= t and (p, d) != me]
-        if on == "thread_queue.get":
-            got = {(p, d) for p, d, _ in self.getters.get(target, ())}
-            out += [w for w in self.tqueue_given.get(target, ()) if w not in got and
+        if on != "thread_queue.join":      # (a put: the given threads that have not put)
+            other = (self.getters if on == "thread_queue.get" else self.putters).get(target, ())
+            done = {(p, d) for p, d, _ in other}
+            out += [w for w in self.tqueue_given.get(target, ()) if w not in done and
                     w not in out and w != me and self.first_seen.get(w, t) <= t and
                     self.thread_alive(*w, t)]
         return out
@@ -1025,7 +1031,7 @@ class _Index:
                  (b.on == "pipe.recv" and not any(   # (connection.wait(): on several ends)
                      self.other_end(end) in coming for end in never[b.pid, b.tid, b.since_ns]))
                  or b.on in ("pipe.send", "process", "future", "pool.result", "thread",
-                             "thread_queue.get", "thread_queue.join"))}
+                             "thread_queue.get", "thread_queue.put", "thread_queue.join"))}
         for lk in locks:            # (a lock has no deadline once acquire() waits without one)
             owners = tuple((o.pid, o.tid) for o in lk.owners if not o.ghost)
             for pid, tid, since in lk.waiters:
@@ -1089,6 +1095,8 @@ class _Index:
                 return f"{who(key)} waits in join() for {others} to finish"
             if b.on == "thread_queue.get":
                 return f"{who(key)} waits in {b.what.split(':')[0]} for {others} to put"
+            if b.on == "thread_queue.put":
+                return f"{who(key)} waits in {b.what.split(':')[0]} (full) for {others} to get"
             if b.on == "thread_queue.join":
                 return f"{who(key)} waits in {b.what.split(':')[0]} for {others} to call " \
                        f"task_done()"
@@ -1445,7 +1453,7 @@ def _number_waitables(blocked):
 
 # waits on a thread of the waiter's own process (its join, a queue.Queue's get() and join()):
 # any other live thread of that process may still act (_free_threads)
-_THREADS_WAITS = ("thread", "thread_queue.get", "thread_queue.join")
+_THREADS_WAITS = ("thread", "thread_queue.get", "thread_queue.put", "thread_queue.join")
 # threads of the libraries, which never put into a program's queue.Queue nor end by themselves
 _LIBRARY_THREAD = re.compile(r"^QueueFeederThread$|^mpviz-|\((_handle_\w+|_serve|"
                              r"_pin_memory_loop)\)$")

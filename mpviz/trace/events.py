@@ -138,7 +138,8 @@ KINDS = {
     "wait.begin": Kind(
         "on (process, queue.get, queue.put, queue.join, event, condition, barrier, "
         "pool.result, future, pipe.write, thread, pipe.recv, pipe.send, proxy, "
-        "thread_queue.get, thread_queue.join: a queue.Queue's), id (a pid, a queue or lock id, "
+        "thread_queue.get, thread_queue.put, thread_queue.join: a queue.Queue's), id (a pid, "
+        "a queue or lock id, "
         "a Pool job, an OS thread id, a Pipe end's id, a Manager's token id, tq-PID-N: a "
         "queue.Queue), unfinished (thread_queue.join: its tasks not yet task_done()), "
         "name, nbytes, timeout, maxsize (queue.put: the full queue's size), call (Popen.wait: "

@@ -466,7 +466,7 @@ def _own_threads_why(trace, pid):
         which = join_and([f"`{name}`" for name in dead])
         return ("{who}: every thread left waits, with no time limit, for something only a "
                 f"thread of its own could do -- and {which} ended with an error (below): what "
-                f"{'it' if len(dead) == 1 else 'they'} would have done next (a put, a "
+                f"{'it' if len(dead) == 1 else 'they'} would have done next (a put, a get, a "
                 f"task_done(), a release, a set) never comes; the stacks say where each "
                 f"waits.")
     getters, unfed = _starved_thread_queues(trace, pid, at)

@@ -260,6 +260,7 @@ def _thread_join(self, timeout=None):
 # multiprocessing's). Called from the program's own code (not a library's: _JOINERS):
 #
 #     q.get() on an empty one, no time limit   wait.begin {on: "thread_queue.get", id: tq-<pid>-<n>}
+#     q.put(x) on a full bounded one           {on: "thread_queue.put", id, maxsize}
 #     q.join() with tasks not task_done()      {on: "thread_queue.join", id, unfinished}
 #     a thread's first put() / get() on each   thread_queue.put / thread_queue.get {id}
 #
@@ -323,14 +324,21 @@ def _first_call(q, key, f, kind):
 
 
 def _tqueue_put(self, item, block=True, timeout=None):
-    """``queue.Queue.put()``: a look at who calls (each caller once: ~0.3 µs a put after)."""
-    if recorder.writer is not None:
-        f = sys._getframe(1)
-        key = (_tq_gen[0], threading.get_ident(), f.f_code, 0)
-        callers = getattr(self, "_mpviz_callers", None)
-        if callers is None or key not in callers:
-            _first_call(self, key, f, "thread_queue.put")
-    return (_orig.get("queue.Queue.put") or _QUEUE_PUT)(self, item, block, timeout)
+    """``queue.Queue.put()``: a look at who calls (each caller once), and a recorded wait when
+    a bounded queue is full (the program's own put, with no time limit)."""
+    call = _orig.get("queue.Queue.put") or _QUEUE_PUT          # (_inner's, one call less)
+    if recorder.writer is None:
+        return call(self, item, block, timeout)
+    f = sys._getframe(1)
+    key = (_tq_gen[0], threading.get_ident(), f.f_code, 0)
+    tq = getattr(self, "_mpviz_callers", {}).get(key, _UNSEEN)
+    if tq is _UNSEEN:
+        tq = _first_call(self, key, f, "thread_queue.put")
+    if tq is None or not block or timeout is not None or not 0 < self.maxsize <= self._qsize() \
+            or not _outermost():
+        return call(self, item, block, timeout)
+    return _recorded(call, "thread_queue.put", tq, {"maxsize": self.maxsize},
+                     (self, item, block, timeout), {})
 
 
 def _tqueue_get(self, block=True, timeout=None):

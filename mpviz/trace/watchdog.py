@@ -885,10 +885,12 @@ def _who_must_act(state, blocked, trace=None):
             if trace is not None else []
         return f"someone must put into {name}, and nobody has put into it yet" + \
             _gone_without_putting(gone, name) + _given_but_waiting(state, trace, blocked)
-    if blocked.on in ("thread_queue.get", "thread_queue.join"):     # a queue.Queue's
+    if blocked.on.startswith("thread_queue."):                       # a queue.Queue's
         name = blocked.what.split(":")[0].split(" on ", 1)[-1]
         return (f"someone must put into {name}, and no thread has put into it yet"
                 if blocked.on == "thread_queue.get" else
+                f"someone must get from {name}, and no thread has got from it yet"
+                if blocked.on == "thread_queue.put" else
                 f"someone must get from {name} and call task_done(), and no thread has got "
                 f"from it yet")
     if blocked.on == "barrier" and trace is not None:
