@@ -531,6 +531,26 @@ def test_a_queue_queues_get_and_join_are_waits_and_a_librarys_own_queue_is_not(t
                                               "thread has put into it yet")
 
 
+def test_a_forked_childs_first_put_on_its_copy_of_a_queue_queue_is_its_own(tmp_path):
+    """fork copies the queue with the callers it has seen (kept on it): the child's first put
+    from the same thread and line is still recorded, as the child's."""
+    import queue
+    ctx = mp.get_context("fork")
+    with mt.record(tmp_path / "t") as trace:
+        q = queue.Queue()
+        for item in (1, 2):
+            if item == 2:
+                p = ctx.Process(target=w.put_into_queue_queue, args=(q,))
+                p.start()
+                p.join()
+                assert p.exitcode == 0
+            else:
+                w.put_into_queue_queue(q)
+    puts = [(e.pid, e.args["id"]) for e in trace.of_kind("thread_queue.put")]
+    assert [pid for pid, _ in puts] == [os.getpid(), p.pid], puts
+    assert len({tq for _, tq in puts}) == 1, puts         # (the same queue, copied)
+
+
 def test_waits_off_cost_nothing_and_leave_the_stdlib_as_it_was():
     from multiprocessing import pool, queues, synchronize
     before = (synchronize.Event.wait, queues.JoinableQueue.join, pool.ApplyResult.get,

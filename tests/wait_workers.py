@@ -109,6 +109,11 @@ def put_later(q, items=(1,)):
         q.put(x)
 
 
+def put_into_queue_queue(q):
+    """One put into a queue.Queue (a thread queue: in a forked child, into its own copy)."""
+    q.put("x")
+
+
 def get_later(q, n=1):
     time.sleep(0.2)
     for _ in range(n):
