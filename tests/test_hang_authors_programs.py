@@ -69,6 +69,7 @@ import sys
 
 import pytest
 
+import mpviz.trace as mt
 from test_hang_classes import hung, result, together, trace
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -714,3 +715,16 @@ def test_a_put_on_a_full_bounded_queue_queue_whose_getter_raised_names_it(runs):
             "is full (2 items) -- bounded_queue_writer_raises.py's Thread-2 (write) must get -- "
             "but it has ended") in err, err
     assert "`Thread-2 (write)` ended with ValueError: cannot write 'BAD C'" in err, err
+
+
+
+@pytest.mark.timeout(150)
+def test_a_thread_an_exception_ended_is_marked_on_its_lane_with_the_error(runs, fonts_loaded):
+    # Before: the writer thread's lane just ended, as if the thread had finished its work.
+    from test_viz_truth import crosses, lane
+    from mpviz import viz
+    err = hung(result(runs, "bounded_queue_writer_raises.py"))
+    fig = viz.timeline(mt.load(re.search(r"recording into (\S+) \(", err).group(1)))
+    where, words = crosses(fig)
+    assert words == ["✗ thread ended: ValueError: cannot write 'BAD C'"], words
+    assert [row for _, row in where] == [lane(fig, "└ Thread-2 (write)")], where

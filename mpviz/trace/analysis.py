@@ -13,7 +13,7 @@ of a trace: answered once, here beside ``Trace``, in plain Python (testable with
     state.deadlocks    threads that can never go on, with the reason (an idle Pool worker is
                        not one: idle_pool_workers)
     print(state.text())
-    failures(trace)    actions that failed (a put or get that raised, a blocked write, ...)
+    failures(trace)    actions that failed (a put or get that raised, a thread that raised, ...)
 
 Names are for people (mpviz/trace/names.py, shared with trace.json): a lock is called by the
 variable the waiting code used for it (or "Queue 1's lock", "Lock 2"), a queue "Queue 1" or
@@ -639,6 +639,8 @@ class _Index:
         for k, verb in (("queue.put_failed", "put"), ("queue.get_failed", "get")):
             for e in self.by_kind.get(k, ()):
                 out.append(Failure(e.ts_ns, e.pid, e.tid, f"{verb} failed: {e.args.get('error')}"))
+        for pid, tid, _, error, _, ts, _ in self.thread_errors:     # (its lane just ended)
+            out.append(Failure(ts, pid, tid, f"thread ended: {error}"))
         # A write bigger than a pipe, never read, in a process the watchdog found stuck: the
         # writer is waiting for a reader that never comes (the "queue-join-deadlock" story).
         stuck = {e.args.get("pid") for e in self.stuck}
