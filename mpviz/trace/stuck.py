@@ -24,8 +24,8 @@ import os
 import sysconfig
 
 from . import osview
-from .analysis import (errors_before, how_it_ended, manager_servers, process_labels, state_at,
-                       stuck_moment)
+from .analysis import (_index, errors_before, how_it_ended, manager_servers, process_labels,
+                       state_at, stuck_moment)
 from .names import is_thread_lock, join_and
 
 FORK_FIX = ("start the children with 'spawn' or 'forkserver' "
@@ -503,31 +503,21 @@ def _own_threads_why(trace, pid):
 
 def _starved_thread_queues(trace, pid, at):
     """({"queue.Queue 1": how many threads wait in its get()}, the same for queues nobody has
-    put into) for the queue.Queues of process `pid` that threads wait on at `at` (a get()
-    begun, not ended) while every thread that ever put into them waits too (any recorded wait
-    still open then, a lock's included)."""
-    names, putters, began = {}, {}, {}
-    for e in trace.events:
-        if e.ts_ns > at:
-            break
-        if e.pid != pid:
+    put into) for the queue.Queues of process `pid` that threads wait on at `at` (a recorded
+    get() still open, as ``state_at`` has it) while every thread that ever put into them waits
+    too (any recorded wait, a lock's included). The names and putters are the index's."""
+    ix, state = _index(trace), state_at(trace, at)
+    waiting = {b.tid for b in state.blocked if b.pid == pid} | \
+        {t for lk in state.locks for p, t, _ in lk.waiters if p == pid}
+    out, unfed = {}, {}
+    for b in state.blocked:
+        if b.pid != pid or b.on != "thread_queue.get":
             continue
-        if e.kind in ("thread_queue.put", "thread_queue.get"):
-            tq = e.args.get("id")
-            names.setdefault(tq, f"queue.Queue {len(names) + 1}")
-            if e.kind == "thread_queue.put":
-                putters.setdefault(tq, set()).add(e.tid)
-        elif e.kind in ("wait.begin", "lock.wait"):
-            began[e.tid] = e
-        elif e.kind in ("wait.end", "lock.acquire", "lock.timeout"):
-            began.pop(e.tid, None)
-    waiting, out, unfed = set(began), {}, {}
-    for tid, e in began.items():
-        tq = e.args.get("id")
-        if e.kind == "wait.begin" and e.args.get("on") == "thread_queue.get" and \
-                putters.get(tq, set()) <= waiting:
-            into = out if putters.get(tq) else unfed
-            into[names[tq]] = into.get(names[tq], 0) + 1
+        putters = {t for p, t, _ in ix.putters.get(b.target, ()) if p == pid}
+        if putters <= waiting:
+            into = out if putters else unfed
+            name = ix.tqueue_name(b.target)
+            into[name] = into.get(name, 0) + 1
     return out, unfed
 
 
