@@ -1056,8 +1056,9 @@ class _Index:
         """The program's threads of `pid` that had not ended and are not in `waits`: a thread
         the trace saw start, which may still put into a queue.Queue or end (sleeping, or
         computing) -- then a wait on a thread of `pid` is no wait for good."""
-        return [key for key in self.threads if key[0] == pid and key not in waits and
-                not _LIBRARY_THREAD.search(self.threads[key] or "") and
+        main = [(pid, pid)] if pid in self.procs else []     # (no thread.start of its own)
+        return [key for key in main + list(self.threads) if key[0] == pid and
+                key not in waits and not _LIBRARY_THREAD.search(self.threads.get(key) or "") and
                 (self.thread_end.get(key) is None or
                  (self.kill_ns is not None and self.thread_end[key] >= self.kill_ns))]
 
