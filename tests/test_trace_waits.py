@@ -478,6 +478,14 @@ def test_a_put_on_a_full_queue_is_a_wait_and_a_put_with_room_is_not(tmp_path, wr
     assert any(t.startswith("Queue 1") and "full" in t for t in words)
 
 
+def _inside(condition, timeout=20):
+    """Until a thread waits on `condition` (a queue.Queue's not_empty or all_tasks_done)."""
+    deadline = time.monotonic() + timeout
+    while not condition._waiters:
+        assert time.monotonic() < deadline, "nobody came to wait"
+        time.sleep(0.002)
+
+
 def test_a_queue_queues_get_and_join_are_waits_and_a_librarys_own_queue_is_not(tmp_path):
     """The stdlib's queue.Queue, between the program's threads: its get() on an empty one and
     its join() are waits, its puts and gets say who puts and who gets (once per thread) --
@@ -494,8 +502,10 @@ def test_a_queue_queues_get_and_join_are_waits_and_a_librarys_own_queue_is_not(t
         log = logging.getLogger("mpviz-test-queue")
         log.addHandler(logging.handlers.QueueHandler(logs))
         log.warning("into logging's queue")
-        putter = threading.Thread(target=lambda: (time.sleep(0.3), q.put_nowait("x")),
-                                  name="putter")
+        # (each helper thread acts 0.3 s after the main thread is inside its wait -- seen on
+        # the queue's own Condition -- so that the wait lasts >= 0.3 s on a busy machine too)
+        putter = threading.Thread(target=lambda: (_inside(q.not_empty), time.sleep(0.3),
+                                                  q.put_nowait("x")), name="putter")
         putter.start()
         assert q.get() == "x"                          # empty for ~0.3 s: a wait
         putter.join()
@@ -503,7 +513,8 @@ def test_a_queue_queues_get_and_join_are_waits_and_a_librarys_own_queue_is_not(t
         assert q.get() == 1                            # an item there: no wait
         with pytest.raises(queue.Empty):
             q.get(timeout=0.05)                        # a deadline: no wait for ever
-        done = threading.Thread(target=lambda: (time.sleep(0.3), q.task_done(), q.task_done()))
+        done = threading.Thread(target=lambda: (_inside(q.all_tasks_done), time.sleep(0.3),
+                                                q.task_done(), q.task_done()))
         done.start()
         q.join()                                       # 2 unfinished for ~0.3 s: a wait
         done.join()
