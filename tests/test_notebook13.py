@@ -206,13 +206,18 @@ def test_a_worker_past_the_cgroup_limit_is_killed_by_the_kernel_and_the_verdict_
     assert run.status != 0 and run.oom_kills >= 1 and run.cgroup_removed, run.messages[-2000:]
     pid, sig = run.killed()
     assert sig == "SIGKILL" and pid in run.workers.values(), (pid, run.workers)
-    # torch 2.13's own words, both, in the order the traceback has them
+    # torch 2.13's own words, in the order the traceback has them: its SIGCHLD handler's, then,
+    # when the handler raised inside the loader's wait for a batch, the loader's chained one;
+    # when it raised anywhere else, only the handler's (seen on a busy machine); when the handler
+    # missed the death, torch's next check (every 5 s) says only the loader's
     said = run.messages
-    first = said.index(f"RuntimeError: DataLoader worker (pid {pid}) is killed by signal: Killed.")
+    first = said.find(f"RuntimeError: DataLoader worker (pid {pid}) is killed by signal: Killed.")
     # (the other worker may be killed too, before torch shuts it down: "(pid(s) N, M)")
     gone = re.search(r"RuntimeError: DataLoader worker \(pid\(s\) ([\d, ]+)\) exited unexpectedly",
                      said)
-    assert gone and first < gone.start() and str(pid) in gone.group(1).split(", "), said[-2000:]
+    assert first >= 0 or gone, said[-2000:]
+    assert first < 0 or not gone or (first < gone.start() and str(pid) in gone.group(1).split(", ")), \
+        said[-2000:]
     outcome, verdict = watch.oom_verdict(run)
     assert outcome == "error" and verdict.startswith(f"{run.name(pid)} (pid {pid}) was killed by "
                                                      f"SIGKILL"), verdict
@@ -489,8 +494,12 @@ def test_mpvizs_dataloader_says_torchs_words_when_a_worker_is_killed():
         for p in {pid, *run.workers.values()}:
             said = [line.replace(str(p), "N") for line in said]
         return [re.sub(r"N(, N)+", "N", line) for line in said]
-    assert words(ours, pid) == words(torch_run, tpid) == [
-        "RuntimeError: DataLoader worker (pid N) is killed by signal: Killed.",
-        "RuntimeError: DataLoader worker (pid(s) N) exited unexpectedly"]
+    both = ["RuntimeError: DataLoader worker (pid N) is killed by signal: Killed.",
+            "RuntimeError: DataLoader worker (pid(s) N) exited unexpectedly"]
+    assert words(ours, pid) == both, ours.messages[-2000:]
+    # torch's handler raises wherever the main thread is when SIGCHLD comes: inside the wait for
+    # a batch both lines, elsewhere only its own (the chained one is the loader's, in that wait);
+    # when it missed the death, torch's next check says only the loader's
+    assert words(torch_run, tpid) in (both, both[:1], both[1:]), torch_run.messages[-2000:]
     outcome, verdict = watch.oom_verdict(ours)
     assert "DataLoader (mpviz.utils.data's (asked for)) said" in verdict, verdict
