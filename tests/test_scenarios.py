@@ -222,3 +222,26 @@ def test_pool_chunksize_on_three_workers_blames_no_chunksize_for_what_whole_item
     assert "no chunksize would finish sooner" in result.explanation, result.explanation
     assert "starting each chunk" not in result.explanation, result.explanation
     assert_nothing_left(result)
+
+
+@pytest.mark.timeout(90)
+def test_a_case_whose_workers_sleep_longer_than_the_stall_time_is_no_deadlock():
+    # chunksize=10: one worker takes all ten items, 2 s of sleep each, and sends nothing for
+    # 20 s. The runner once judged "stuck" by silence (no event, no CPU for 4 s) and called this
+    # a deadlock after 4.4 s; the hang watchdog sees each sleep end (progress)
+    r = sc.run("pool-chunksize", chunksize=10, unit=1)
+    assert r.outcome == "warning", (r.outcome, r.explanation)
+    assert "1 chunk(s) of [10] item(s)" in r.explanation, r.explanation
+    assert 19 < r.duration_s < 25, r.duration_s
+    assert not [e for e in r.trace.events if e.kind == "watchdog.stuck"]
+
+
+@pytest.mark.timeout(60)
+def test_a_parent_joining_a_child_stuck_for_good_is_stuck_for_good_too():
+    # fork-held-lock: the child waits for ever on a lock copied held; its parent joins it with
+    # no time limit, so it never moves either (the watchdog's reason, for the pictures)
+    r = sc.run("fork-held-lock")
+    assert r.outcome == "deadlock", r.explanation
+    reasons = {e.args["pid"]: e.args["reason"] for e in r.trace.events
+               if e.kind == "watchdog.stuck"}
+    assert len(reasons) == 2 and set(reasons.values()) == {"deadlock"}, reasons

@@ -13,8 +13,8 @@ How a run works (one mechanism per module)::
     start(): validate params, make a trace dir,     records into the trace dir (mpviz.trace.record)
       start the driver in its own session  ───────▶ runs the case's drive(p, details): starts its
     watchdog thread (runner.py):                    processes, observes, writes details.json
-      reads the trace dir ~10x a second;
-      no new event for STALL_SECONDS → stuck:
+      the hang watchdog of `mpviz trace`: every
+      thread waits for ever, STALL_SECONDS → stuck:
         SIGUSR1 to every process of the run ──────▶ faulthandler prints each one's Python stacks
         (registered in every process by _site/sitecustomize.py) into the trace dir
         stacks become watchdog.stuck events; then SIGKILL the whole session

@@ -11,7 +11,8 @@ A scenario is one module in this package (see ``__init__.py`` for the list). It 
                                                   runs in the caller afterwards: reads the outcome
                                                   off what was recorded and observed
 
-and optionally ``STALL_SECONDS`` (how long without a new event counts as stuck),
+and optionally ``STALL_SECONDS`` (how long every thread must wait for what never comes before the run is
+stuck: the hang watchdog's ``--hang-after``),
 ``TIME_LIMIT`` (seconds) and ``THREADING_LOCKS`` (record ``threading.Lock`` too).
 """
 import math

@@ -3,26 +3,23 @@
 ``Running`` starts ``python -m mpviz.scenarios._driver NAME PARAMS DIR`` in a session of its own
 and returns at once; a watchdog thread in *this* process then looks after it::
 
-    every 0.1 s:  new events in DIR?  the run's processes used CPU?  → progress
-                  the driver exited?                                → finish
-                  no progress for STALL_SECONDS                     → stuck (a deadlock)
+    every 0.1 s:  the driver exited?                                → finish
+                  the hang watchdog (trace/watchdog.py): every thread
+                  waits for ever (no sleep, no timeout), STALL_SECONDS → stuck
                   past TIME_LIMIT, or stop() was called             → stop it
-
-    stuck:   SIGUSR1 to each recorded process of the run; faulthandler (registered in every
-             process by _site/sitecustomize.py) writes its threads' Python stacks to
-             DIR/.stacks/PID.txt; they go into the trace as ``watchdog.stuck`` events
+    stuck:   SIGUSR1 to each recorded process: faulthandler (registered in each by
+             _site/sitecustomize.py) writes its stacks to DIR/.stacks/PID.txt; they become
+             ``watchdog.stuck`` events with the watchdog's reason ("deadlock" or "stopped")
     always:  kill what is left of the session (resource trackers last, so that they unlink
-             the semaphores they track), then unlink the /dev/shm segments that the trace
-             says this run created and that are still there; then load the trace and ask the
-             case's ``verdict(trace, details)``
+             the semaphores they track), unlink the /dev/shm segments this run created that
+             are still there; then load the trace and ask the case's ``verdict(trace, details)``
 
-Why a session: every process the driver starts inherits its session id, even one whose parent
-died and which was re-parented to init, so "all processes of the run" is "all processes of the
-session" -- minus mpviz's shm manager, which starts a session of its own on purpose (it serves
-every mpviz process of this user, and exits by itself when idle).
+Why a session: every process the driver starts inherits its session id, even one re-parented
+to init: "all processes of the run" is "all of the session" -- minus mpviz's shm manager, which
+starts a session of its own on purpose (it serves every mpviz process of this user).
 
-The session's helpers (list, kill, stacks, segments) are mpviz/trace/session.py's, and the
-events are written as the hang watchdog of ``mpviz trace`` writes them (watchdog.record_stuck).
+One watchdog: the judge is ``mpviz trace``'s own (``Watchdog.poll``), with STALL_SECONDS as its
+``--hang-after``; the session's helpers (list, kill, stacks, segments) are mpviz/trace/session.py's.
 """
 import atexit
 import json
@@ -44,7 +41,6 @@ from .base import Result
 DEFAULT_STALL_SECONDS = 4.0
 DEFAULT_TIME_LIMIT = 25.0
 POLL_SECONDS = 0.1
-CPU_PROGRESS_SECONDS = 0.25      # this much CPU used by the run since the last progress = progress
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SITE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_site")
 
@@ -151,34 +147,32 @@ class Running:
 
     def _watch(self):
         try:
-            live = mtrace.Trace(self.trace_dir)
-            last_progress = time.monotonic()
-            cpu_mark = session.session_cpu(self.pid)
+            live = mtrace.Trace(self.trace_dir)       # (the events so far, for progress())
+            # the hang watchdog of `mpviz trace`: stuck is judged by what each thread waits
+            # on, not by silence (a case that sleeps is not stuck)
+            eyes = watchdog.Watchdog(self.trace_dir, self.stall_seconds,
+                                     watchdog.SessionPids(self.pid))
             reason = None
             while True:
                 finished = self._proc.poll() is not None
                 try:
-                    new = live.refresh()
+                    live.refresh()
                 except Exception:
-                    new = 0
-                now = time.monotonic()
-                cpu = session.session_cpu(self.pid)
-                if new or cpu - cpu_mark > CPU_PROGRESS_SECONDS:
-                    last_progress, cpu_mark = now, cpu
+                    pass
                 self._events = len(live)
                 if finished:
                     break
                 if self._stop_requested:
                     reason = "stopped"
                     break
-                if now - last_progress > self.stall_seconds:
-                    reason = "stuck"
-                    break
-                if now - self.started > self.time_limit:
+                if eyes.poll() and eyes.kind == "deadlock":
+                    reason = "stuck"       # (stalled -- a sleep longer than STALL_SECONDS --
+                    break                  # is no hang of a case: it goes on, to TIME_LIMIT)
+                if time.monotonic() - self.started > self.time_limit:
                     reason = "time limit"
                     break
                 self._wake.wait(POLL_SECONDS)
-            self._result = self._finish(reason, live, now - last_progress)
+            self._result = self._finish(reason, live, eyes)
         except BaseException as exc:      # never leave a caller waiting forever
             import traceback
             session.kill_session(self.pid, self._proc, graceful=False)
@@ -190,13 +184,19 @@ class Running:
             _active.discard(self)
             self._finished.set()
 
-    def _finish(self, reason, live, stalled_for):
+    def _finish(self, reason, live, eyes):
         stacks = {}
-        if reason in ("stuck", "time limit"):
+        if reason == "stuck":
+            stacks = eyes.capture_stacks()
+        elif reason == "time limit":
             stacks = self._capture_stacks(live)
+        kill_ns = time.monotonic_ns()
         killed = session.kill_session(self.pid, self._proc, graceful=reason is None)
         duration = time.monotonic() - self.started
-        if reason is not None:
+        stalled_for = eyes.stalled_for
+        if reason == "stuck":        # per process: "deadlock", "stalled" or "stopped"
+            eyes.record_verdict(stacks, killed, kill_ns)
+        elif reason is not None:
             watchdog.record_stuck(self.trace_dir, stacks, lambda pid: reason, stalled_for,
                                   killed, why=reason)
         trace = mtrace.load(self.trace_dir)
@@ -215,8 +215,9 @@ class Running:
                            f"is left: {len(killed)} process(es) killed, {len(removed)} shared-"
                            f"memory segment(s) removed. Run it again to see the verdict.")
         elif reason == "time limit":
-            outcome, problem = "error", (f"the run did not finish within its time limit of "
-                                         f"{self.time_limit:.0f} s (it kept making progress)")
+            outcome, problem = "error", (
+                f"the run did not finish within its time limit of {self.time_limit:.0f} s (it "
+                f"was not stuck: its threads kept moving, or waited with a deadline)")
             explanation = (f"mpviz could not finish this case: {problem}. Where each process "
                            f"was:\n{_stack_summary(stacks)}")
         elif "driver_error" in details or (reason is None and not details.get("finished")):
@@ -234,9 +235,11 @@ class Running:
                 explanation = f"mpviz failed to judge this run:\n{problem}"
             if reason == "stuck":
                 if outcome != "deadlock":
-                    explanation = (f"No process of the run made progress for "
-                                   f"{stalled_for:.1f} s, so the watchdog stopped it; the case "
-                                   f"did not expect that. {explanation}")
+                    explanation = (f"The watchdog found the run stuck for good (every thread "
+                                   f"of {'a process' if eyes.stuck_pids else 'the run'} waited "
+                                   f"{stalled_for:.1f} s with no time limit, for what no "
+                                   f"thread could still do), so it stopped it; the case did not "
+                                   f"expect that. {explanation}")
                 outcome = "deadlock"
                 explanation += ("\n\nWhere the stuck processes were (captured with faulthandler "
                                 "before they were killed):\n" + _stack_summary(stacks))

@@ -20,7 +20,7 @@ processes (the launcher: the program's session; ``record()``: see ``Guard``); th
 thread was and what it waits on; who waits for whom as far as the trace recorded it). A Ctrl-C
 gets the same report first (``interrupt_report``), then the processes left are ended.
 
-The scenarios' runner judges by silence alone, with this one's parts (session.py, record_stuck).
+The scenarios' runner (scenarios/runner.py) judges with this one too: one watchdog.
 A wait on something outside the program (a slow network read) looks like a hang: the verdict
 shows the stacks; ``--hang-after 0`` turns it off; below MIN_HANG_AFTER it is refused.
 """
@@ -121,6 +121,7 @@ class Watchdog:
         self.threads_changed = {}           # pid -> when a thread of it last started or ended
         self.helpers = {}                   # pid -> "Python's fork server", or None: read once
         self.kind, self.stuck_pids, self.facts = None, [], None
+        self._joiners = (None, None)        # (stuck_pids, events read) -> _stuck_with_joiners
         self.for_good = []                  # analysis.Deadlocks that made a stall a deadlock
         self.handler_wait = None            # a Pool's result handler waiting in a callback
         self.broken, self._broken_looked = None, time.monotonic()   # a Pool's dead result
@@ -394,10 +395,33 @@ class Watchdog:
         still move, but was ended with the processes that cannot; a Manager's server process,
         which waits for the program's calls)."""
         if self.stuck_pids:
-            return "deadlock" if pid in self.stuck_pids else "stopped"
+            return "deadlock" if pid in self._stuck_with_joiners() else "stopped"
         if pid in st.manager_servers(self.trace):
             return "stopped"        # a Manager's server serves the others: they are the hang
         return self.kind or "deadlock"
+
+    def _stuck_with_joiners(self):
+        """`stuck_pids` and, with them, each process with a thread inside a join of one of
+        them with no time limit (recorded: ``wait.begin`` on "process", not ended), and so on
+        up: a parent in ``p.join()`` of a child that can never move never moves either."""
+        key = (tuple(self.stuck_pids), len(self.trace.events))
+        if self._joiners[0] == key:
+            return self._joiners[1]
+        stuck = set(self.stuck_pids)
+        open_joins = {}
+        for e in self.trace.events:
+            if e.kind == "wait.begin" and e.args.get("on") == "process" and \
+                    e.args.get("timeout") is None:
+                open_joins[(e.pid, e.tid)] = e.args.get("id")
+            elif e.kind == "wait.end":
+                open_joins.pop((e.pid, e.tid), None)
+        while True:
+            more = {pid for (pid, _tid), child in open_joins.items()
+                    if child in stuck and pid not in stuck}
+            if not more:
+                self._joiners = (key, stuck)
+                return stuck
+            stuck |= more
 
     def capture_stacks(self, extra=None):
         """``{pid: {"name", "stacks"}}`` of every recorded process still running, asked with
