@@ -62,6 +62,10 @@ it; all are started at once (they spend their time waiting), each judged alone:
                               thread raises on a bad line: the reader's put() waits for ever
     parser_fed_by_main_later.py  a collector thread puts a header and joins the parser; the
                               main thread sleeps 3 s, then puts the rest: no cycle
+    stop_event_worker.py      a worker process loops on a multiprocessing Queue's get() until a
+                              stop Event is set; the parent sets it and joins: a cycle
+    stop_event_late_producer.py  the same, with a producer process still asleep before its last
+                              put: no cycle (it may still put)
 """
 import importlib.util
 import os
@@ -99,7 +103,8 @@ def runs(tmp_path_factory):
         "replace_worker_with_terminate.py", "fetch_without_sentinel.py",
         "queue_docs_worker_raises.py", "slow_sensor_thread.py",
         "account_lock_taken_twice.py", "consumers_fed_after_with.py",
-        "bounded_queue_writer_raises.py", "parser_fed_by_main_later.py")}
+        "bounded_queue_writer_raises.py", "parser_fed_by_main_later.py",
+        "stop_event_worker.py", "stop_event_late_producer.py")}
     programs["account_lock_taken_twice.py locks"] = ("1.5 --threading-locks",
                                                      _program("account_lock_taken_twice.py"))
     programs["wait_go_signal.py 1"] = ("2", _program("wait_go_signal.py"), "1")
@@ -741,3 +746,33 @@ def test_a_main_thread_that_sleeps_before_its_put_leaves_no_cycle_said(runs):
     err = hung(result(runs, "parser_fed_by_main_later.py"))
     assert "HANG: STALLED" in err, err
     assert "STUCK FOR GOOD" not in err and "DEADLOCK" not in err, err
+
+
+@pytest.mark.timeout(150)
+def test_a_worker_process_in_get_joined_after_stop_set_is_one_cycle_with_the_fix(runs):
+    # Before: two lines, true but apart -- the worker's get() waits for the main thread to put,
+    # the main thread's join waits for the worker -- and no cycle: a multiprocessing Queue's get
+    # was left out of cycles (another process might put)
+    res = result(runs, "stop_event_worker.py")
+    err = hung(res)
+    assert "[0, 1, 4, 9, 16]" in res.stdout, res.stdout
+    assert "HANG: DEADLOCK" in err, err
+    assert ("STUCK FOR GOOD: a cycle: stop_event_worker.py's main thread waits in join() for "
+            "Process-1 to exit; Process-1's main thread waits in get() on Queue 1 for "
+            "stop_event_worker.py's main thread to put. Each waits for the next: none can go "
+            "on. A process that loops on `q.get()` never ends by itself, and a stop Event it "
+            "checks between items is never seen while it waits inside get(). Fix: before "
+            "join(), put one sentinel per worker (`q.put(None)`)") in err, err
+    assert "sem-" not in err, err                     # (never an internal id)
+
+
+@pytest.mark.timeout(150)
+def test_a_producer_process_still_asleep_leaves_the_stop_event_worker_no_cycle(runs):
+    # the same get() and join, but a second process given the queue sleeps before its put: it
+    # may still put, so nobody is stuck for good (the rule: every live thread of every process
+    # must be in the knot for a multiprocessing Queue's get() to be in it)
+    err = hung(result(runs, "stop_event_late_producer.py"))
+    assert "HANG: STALLED" in err, err
+    assert "STUCK FOR GOOD" not in err and "DEADLOCK" not in err, err
+    assert "`time.sleep(4)`" in err, err
+    assert ("Process-1's main thread waits: get() on Queue 1: nothing in it yet") in err, err

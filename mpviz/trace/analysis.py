@@ -1010,7 +1010,7 @@ class _Index:
                     out.append(w)
         return out
 
-    def knots(self, blocked, in_flight, locks):
+    def knots(self, blocked, in_flight, locks, t=None):
         """Threads that wait on each other for good through Pipes, futures, Pool results,
         joins (of processes and of threads), a queue.Queue's get() and join(), and locks: a
         ``Deadlock`` each. A knot is a set of blocked threads in which
@@ -1023,17 +1023,25 @@ class _Index:
         with a message on its way is no wait for good either. A knot of locks alone is
         ``deadlocks``' to tell (a lock cycle); here one has a Pipe's, a future's or a Pool
         result's wait in it: the main thread waits for a task's result, and the worker that
-        runs it waits for a lock the main thread holds."""
+        runs it waits for a lock the main thread holds.
+
+        A multiprocessing Queue's get() is in a knot only when nothing is on its way to that
+        queue and every live program thread of every process (given the queue or not: a forked
+        child inherits it) is in the knot too: any other could still put."""
         coming = {f.channel for f in in_flight}
         never = {(p, d, begin.ts_ns): begin.args.get("ends") or [begin.args.get("id")]
                  for p, d, begin, until in self.blocked if until is None or
                  (self.kill_ns is not None and until >= self.kill_ns)}   # (or ended by a kill:
         # the first process killed closes its ends, and the other's recv() raises EOFError)
+        timed = {(p, d, begin.ts_ns) for p, d, begin, _ in self.blocked    # (a get that times
+                 if begin.args.get("timeout") is not None}   # out may then do anything: put)
         waits = {(b.pid, b.tid): b for b in blocked if (b.pid, b.tid, b.since_ns) in never and (
                  (b.on == "pipe.recv" and not any(   # (connection.wait(): on several ends)
                      self.other_end(end) in coming for end in never[b.pid, b.tid, b.since_ns]))
                  or b.on in ("pipe.send", "process", "future", "pool.result", "thread",
-                             "thread_queue.get", "thread_queue.put", "thread_queue.join"))}
+                             "thread_queue.get", "thread_queue.put", "thread_queue.join")
+                 or (b.on == "queue.get" and t is not None and (b.pid, b.tid, b.since_ns)
+                     not in timed and not {b.target, self.pipe_of.get(b.target)} & coming))}
         for lk in locks:            # (a lock has no deadline once acquire() waits without one)
             owners = tuple((o.pid, o.tid) for o in lk.owners if not o.ghost)
             for pid, tid, since in lk.waiters:
@@ -1045,7 +1053,10 @@ class _Index:
             changed = False
             for key, b in list(waits.items()):
                 if not b.waits_for or any(w not in waits for w in b.waits_for) or \
-                        b.on in _THREADS_WAITS and self._free_threads(key[0], waits):
+                        b.on in _THREADS_WAITS and self._free_threads(key[0], waits) or \
+                        b.on == "queue.get" and any(
+                            self._free_threads(pid, waits) for pid, p in self.procs.items()
+                            if p.how not in ("launcher", "watchdog") and self.alive(pid, t)):
                     del waits[key]
                     changed = True
         if all(b.on in ("lock", "process") for b in waits.values()):
@@ -1096,7 +1107,7 @@ class _Index:
                 return f"{who(key)} waits for {b.what}, which {others} holds"
             if b.on == "thread":
                 return f"{who(key)} waits in join() for {others} to finish"
-            if b.on == "thread_queue.get":
+            if b.on in ("thread_queue.get", "queue.get"):
                 return f"{who(key)} waits in {b.what.split(':')[0]} for {others} to put"
             if b.on == "thread_queue.put":
                 return f"{who(key)} waits in {b.what.split(':')[0]} (full) for {others} to get"
@@ -1114,6 +1125,13 @@ class _Index:
                    ": it waits for itself, and can never go on") +
                   (f" -- and behind {'them' if len(in_ring) > 1 else 'it'}, "
                    f"{'; '.join(behind)}" if behind else ""))
+        if any(b.on == "queue.get" for b in waits.values()) and \
+                any(b.on == "process" for b in waits.values()):
+            reason += (". A process that loops on `q.get()` never ends by itself, and a stop "
+                       "Event it checks between items is never seen while it waits inside "
+                       "get(). Fix: before join(), put one sentinel per worker (`q.put(None)`) "
+                       "and return from the loop when it gets one; or get(timeout=...) and "
+                       "check the Event each time round")
         return [Deadlock(k[0], k[1], reason, ring) for k in waits]
 
     def _runners(self, begin, t):
@@ -1780,7 +1798,7 @@ def state_at(trace, t_ns=None):
     in_flight = tuple(f for f in ix.flows
                       if f.put.ts_ns <= t and (f.get is None or f.get.ts_ns > t))
     blocked = tuple(ix.blocked_states(t))   # (first: it names the queues nobody put into yet)
-    knots = ix.knots(blocked, in_flight, locks)   # (they say more than "the watchdog found it")
+    knots = ix.knots(blocked, in_flight, locks, t)   # (they say more than "the watchdog found it")
     tied = {(d.pid, d.tid) for d in knots}
     deadlocks = [d for d in ix.deadlocks(locks, t) if (d.pid, d.tid) not in tied] + knots
     return State(t, ix.t0, procs, tuple(ix.segment_states(t)), tuple(locks), in_flight,
