@@ -770,9 +770,12 @@ def test_a_worker_process_in_get_joined_after_stop_set_is_one_cycle_with_the_fix
 def test_a_producer_process_still_asleep_leaves_the_stop_event_worker_no_cycle(runs):
     # the same get() and join, but a second process given the queue sleeps before its put: it
     # may still put, so nobody is stuck for good (the rule: every live thread of every process
-    # must be in the knot for a multiprocessing Queue's get() to be in it)
+    # must be in the knot for a multiprocessing Queue's get() to be in it). Who must put names
+    # the producer too (given the queue, not yet put, not waiting): it said the main thread only
     err = hung(result(runs, "stop_event_late_producer.py"))
     assert "HANG: STALLED" in err, err
     assert "STUCK FOR GOOD" not in err and "DEADLOCK" not in err, err
     assert "`time.sleep(4)`" in err, err
-    assert ("Process-1's main thread waits: get() on Queue 1: nothing in it yet") in err, err
+    assert ("Process-1's main thread waits: get() on Queue 1: nothing in it yet -- "
+            "stop_event_late_producer.py's main thread or Process-2's main thread must put") \
+        in err, err

@@ -361,6 +361,7 @@ def test_the_fork_server_and_resource_tracker_are_named_where_each_thread_is(tmp
     status, err = trace("forkserver_never_sent.py", directory=tmp_path)
     assert status == HANG_STATUS, err
     assert re.search(r"\n  Python's fork server \(pid \d+\), main thread: ", err), err
-    assert re.search(r"\n  Python's resource tracker \(pid \d+\), main thread: reads a pipe", err)
+    assert re.search(r"\n  Python's resource tracker \(pid \d+\), main thread: reads a pipe",
+                     err), err
     assert "? (pid" not in err, err
     assert re.search(r"ForkServerProcess-1 \(pid \d+\), main thread: reads a (socket|pipe)", err)

@@ -928,7 +928,16 @@ class _Index:
                     if first <= t and (p, d) != (begin.pid, begin.tid)]
             # a DataLoader's data queue: its live workers put there, even before their first batch
             workers = [(p, p) for p in self.dataloader_queues.get(target, ()) if self.alive(p, t)]
-            return must + [w for w in workers if w not in must]
+            # a live process given the queue as an argument that has not put yet and is not in
+            # a recorded wait of its own (a producer still reading its input, asleep ...)
+            put = {p for p, _ in must}
+            waiting = {p for p, _, b, until in self.blocked
+                       if b.ts_ns <= t and (until is None or until > t)}
+            given = [(c, c) for c in (*self.given.get(target, ()),
+                                      *self.given.get(self.pipe_of.get(target), ()))
+                     if c != begin.pid and c not in put and c not in waiting and
+                     self.alive(c, t)]
+            return list(dict.fromkeys(must + workers + given))
 
         if on in ("pipe.recv", "pipe.send"):
             return self.other_end_acts(begin, t)
