@@ -115,6 +115,13 @@ def test_torch_queue_segments_and_fds(strategy, fds, traced):
     assert len(segments) == 4 and {s.nbytes for s in segments} == {256 * 1024}
     assert {s.strategy for s in segments} == {strategy}
     assert sum(e.kind == "fd.send" for e in run.trace.events) == fds
+    # the notebook: "Four messages: the four handles on the queue. The four requests for a
+    # descriptor ... are not among them", and the torch: line counts them
+    import mpviz.viz as viz
+    summary = viz.summary(run.trace)
+    assert summary.splitlines()[1].startswith("4 messages: 4 carried shared-memory handles"), \
+        summary
+    assert (f"{fds} fds handed over ({fds} asked for by a request of " in summary) == bool(fds)
 
 
 @pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="torch is not installed")

@@ -82,20 +82,56 @@ def test_each_worker_collates_its_batches_straight_into_shared_memory(tmp_path):
     # what travels on the queue is a handle: well under a KiB, not the 1 MiB
     handles = [e for e in run.trace.events if e.kind == "queue.put" and e.pid in workers]
     assert handles and max(e.args.get("nbytes", 0) for e in handles) < 1024, handles
-    # the notebook: the requests into a worker's _serve thread are "about 90 B each, one per
-    # tensor of a batch" (it once said "3× 91 B", which the picture did not show)
-    requests = [f for f in run.trace.flows() if f.get is not None and f.get.pid in workers
-                and f.get.tid != f.get.pid]
-    assert len(requests) == 3 * 3, requests                 # 3 batches × (image, worker, pid)
-    assert all(85 <= f.put.args["nbytes"] <= 95 for f in requests), requests
+    # the notebook: the grey arrows into a worker's _serve thread are the requests, "some 20 B
+    # each, one per tensor of a batch" (torch's pickled (key, pid): it once said "about 90 B",
+    # which was mostly mpviz's envelope), recorded with the hand-over, not as messages
+    check_requests(run, workers)
     with open(os.path.join(ROOT, "notebooks", "13_dataloader.ipynb")) as f:
         text = " ".join("".join(json.load(f)["cells"][9]["source"]).split())
-    assert "(about 90 B each, one per tensor of a batch" in text, text
+    assert "the grey arrows into `_serve` (some 20 B each, one per tensor of a batch" in text, text
+    assert "not as a message, so the summary counts the requests on its `torch:` line" in text
 
     zero = trace_program("dataloader_lesson.py", "workers", 0, directory=str(tmp_path / "zero"))
     assert zero.output.count("made by the main process") == 3, zero.output
     assert zero.output.count("in shared memory: False") == 3
     assert not zero.trace.of_kind("copy") and not zero.trace.of_kind("shm.create")
+
+
+def check_requests(run, workers):
+    """3 batches × (image, worker, pid): 9 requests from the main thread into the workers'
+    _serve threads, of torch's true size; none of them a message; each drawn as a grey arrow;
+    the summary counts them beside the fds."""
+    from matplotlib.colors import to_hex
+    from matplotlib.patches import FancyArrowPatch
+    from multiprocessing.reduction import ForkingPickler
+
+    import mpviz.viz as viz
+    from mpviz.trace import analysis
+    from mpviz.viz.colors import COLORS
+    trace = run.trace
+    assert not [f for f in trace.flows() if f.get is not None and f.get.pid in workers
+                and f.get.tid != f.get.pid]             # no message into a worker's thread
+    (main,) = {e.pid for e in trace.of_kind("fd.recv")}
+    requests = analysis.fd_requests(trace)
+    assert len(requests) == 3 * 3, requests
+    for r in requests:
+        key = int(r.recv.args["token"].rsplit("#", 1)[1])
+        assert r.nbytes == len(ForkingPickler.dumps((key, main))) and 18 <= r.nbytes <= 24, r
+        assert r.put.pid == r.put.tid == main and r.get.pid in workers and r.get.tid != r.get.pid
+        assert r.put.ts_ns < r.get.ts_ns < r.recv.ts_ns
+    ax = viz.timeline(trace).axes[0]
+    lanes = [t.get_text() for t in ax.get_yticklabels()]
+    grey = [a for a in ax.patches if isinstance(a, FancyArrowPatch) and a.get_gid() != "fd"
+            and "_serve" in lanes[round(a._posA_posB[1][1])]]
+    assert len(grey) == 9 and {to_hex(a.get_edgecolor()) for a in grey} == {COLORS["message"]}
+    assert {lanes[round(a._posA_posB[0][1])] for a in grey} == \
+        {lane for lane in lanes if lane.endswith(f"pid {main} · exec")}, lanes
+    sizes = sorted({r.nbytes for r in requests})
+    each = f"{sizes[0]} B" if len(sizes) == 1 else f"{sizes[0]} B–{sizes[-1]} B"
+    summary = viz.summary(trace)
+    assert f"9 fds handed over (9 asked for by a request of {each} to the sender's " \
+        f"resource_sharer thread: hand-overs, not counted among the messages)" in summary, summary
+    assert f"{len(trace.flows())} messages:" in summary and len(trace.flows()) == 8, summary
 
 
 @pytest.mark.timeout(120)

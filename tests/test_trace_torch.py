@@ -229,6 +229,54 @@ def test_queue_fd_hand_overs_are_drawn_as_dashed_arrows(queue_run):
 
 
 @pytest.mark.timeout(SETUP_TIMEOUT)
+def test_queue_fd_requests_are_not_messages_but_are_drawn_into_serve(queue_run):
+    """The consumer's request to the producer's resource_sharer (torch's pickled (key, pid)) is
+    recorded once, with the hand-over (fd.recv's request_ns, request_nbytes): no pipe.send or
+    pipe.recv, no envelope for _serve to unpickle. The timeline still draws it: a grey arrow
+    from the consumer's thread, when it asked, to the _serve thread, when it answered."""
+    strategy, trace, seen = queue_run
+    from matplotlib.colors import to_hex
+    from matplotlib.patches import FancyArrowPatch
+    from multiprocessing.reduction import ForkingPickler
+    from mpviz.viz.colors import COLORS
+    producer, consumer = seen["producer"], seen["pid"]
+    # the producer's _serve thread receives no message at all: nothing it reads is a message
+    serve = {e.tid for e in _torch(trace, "fd.send", producer)}
+    assert not [f for f in trace.flows() if f.get is not None and
+                (f.get.pid, f.get.tid) in {(producer, t) for t in serve}]
+    assert not [e for e in trace.of_kind("pipe.send") if e.pid == consumer]
+    requests = st.fd_requests(trace)
+    if strategy == "file_system":               # by name: nothing is asked for
+        assert not requests and not serve
+        return
+    passes = st.fd_passes(trace)
+    assert len(requests) == len(passes) == 12
+    for r in requests:
+        key = int(r.recv.args["token"].rsplit("#", 1)[1])
+        # its true size: the bytes torch's request is, as Connection.send pickles it
+        assert r.nbytes == len(ForkingPickler.dumps((key, consumer))), r
+        assert (r.put.pid, r.get.pid) == (consumer, producer) and r.get.tid in serve
+        assert r.get.kind == "fd.send" and r.get.args["token"] == r.recv.args["token"]
+        assert r.put.ts_ns < r.get.ts_ns < r.recv.ts_ns        # asked, answered, received
+        assert r.put.tid == r.recv.tid                          # the thread that unpickled
+    fig = viz.timeline(trace)
+    ax = fig.axes[0]
+    lanes = [t.get_text() for t in ax.get_yticklabels()]
+    into_serve = [a for a in ax.patches if isinstance(a, FancyArrowPatch) and a.get_gid() != "fd"
+                  and lanes[round(a._posA_posB[1][1])] == "└ Thread-1 (_serve)"]
+    assert len(into_serve) == 12, [lanes[round(a._posA_posB[1][1])] for a in ax.patches]
+    assert {to_hex(a.get_edgecolor()) for a in into_serve} == {COLORS["message"]}
+    assert {lanes[round(a._posA_posB[0][1])] for a in into_serve} == \
+        {lane for lane in lanes if f"pid {consumer}" in lane}
+    summary = viz.summary(trace)
+    sizes = sorted({r.nbytes for r in requests})
+    each = f"{sizes[0]} B" if len(sizes) == 1 else f"{sizes[0]} B–{sizes[-1]} B"
+    assert f"12 fds handed over (12 asked for by a request of {each} to the sender's " \
+        f"resource_sharer thread: hand-overs, not counted among the messages)" in summary, summary
+    assert f"{len(trace.flows())} messages" in summary
+
+
+@pytest.mark.timeout(SETUP_TIMEOUT)
 def test_hogwild_parameter_segments_are_mapped_by_every_worker(hogwild_run):
     trace, seen = hogwild_run
     program = _program(trace).pid

@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from . import names
+from .events import Request
 from .names import human_bytes, is_thread_lock
 from .trace import without_gc
 
@@ -562,6 +563,8 @@ class _Index:
                 self.pipe_of.setdefault(begin.args.get("id"), next(iter(pipes)))
         self.pool_tasks = [e for e in self.by_kind.get("pool.task", ())]
         self.fd_passes = [(d["fd.send"], d["fd.recv"]) for d in fds.values() if len(d) == 2]
+        # torch's requests for those fds (not messages: the hand-over says them, events.Request)
+        self.fd_requests = [r for r in (Request.of(*p) for p in self.fd_passes) if r is not None]
         self.labels = _make_labels(self.procs, self.watchdogs, self.scripts)
         self.channel_names = names.channel_names(self.flows, self.threads,
                                                  self.dataloader_workers, self.pipes)
@@ -1630,6 +1633,13 @@ def fd_message(trace, event):
     _serve), so the event names the token of the handle, and the handle's message is known by
     the token."""
     return _index(trace).fd_messages.get(_fd_key(event))
+
+
+def fd_requests(trace):
+    """Every request for an fd that the hand-over records (torch's resource_sharer: the asker's
+    thread to the sender's ``_serve``), as ``events.Request``: not messages, so not in
+    ``Trace.flows()``; the timeline draws them as grey arrows all the same."""
+    return list(_index(trace).fd_requests)
 
 
 def fd_passes(trace):

@@ -123,8 +123,10 @@ KINDS = {
     "fd.send": Kind("name, token, peer, nbytes, via ('resource_sharer'), torch",
                     "the sender of an fd over SCM_RIGHTS, as it sends it (fd_passing.py's server "
                     "thread; torch_hooks.py)"),
-    "fd.recv": Kind("name, token, peer, nbytes, via, torch",
-                    "the receiver of an fd (reductions.py; torch_hooks.py)"),
+    "fd.recv": Kind("name, token, peer, nbytes, via, torch, request_ns, request_nbytes",
+                    "the receiver of an fd (reductions.py; torch_hooks.py: when it sent its "
+                    "request to the sender's resource_sharer, and the request's pickled size -- "
+                    "the request is not a message of the trace)"),
     "fd.withdraw": Kind("name, token",
                         "the sender, taking an offer back: its message failed to pickle, so "
                         "no receiver will ask (fd_passing.py)"),
@@ -280,6 +282,35 @@ class Flow(NamedTuple):
             if ev is not None and ev.args.get("nbytes") is not None:
                 return ev.args["nbytes"]
         return None
+
+
+class Request(NamedTuple):
+    """A request for an fd: the receiver's thread asks the sender's resource_sharer ``_serve``
+    thread for it (torch's ``file_descriptor`` strategy). Not a message of the trace: it is read
+    off the hand-over, from the fd.recv's ``request_ns`` (sent) to the fd.send (answered).
+    ``put``/``get``/``nbytes`` as a Flow's, so a picture draws it as it draws a message."""
+    put: Event                         # where it starts: the asker's thread, at request_ns
+    get: Event                         # the fd.send: the _serve thread that answered it
+    recv: Event                        # the asker's fd.recv, which says all of it
+
+    @property
+    def nbytes(self):
+        return self.recv.args.get("request_nbytes")
+
+    @property
+    def channel(self):
+        return None
+
+    @classmethod
+    def of(cls, sent, got):
+        """The request behind a hand-over (fd.send `sent`, fd.recv `got`), or None when the
+        fd.recv does not say when it was sent (an older trace: there it is a message)."""
+        at = got.args.get("request_ns")
+        if at is None:
+            return None
+        put = Event(at, got.pid, got.tid, "fd.request",
+                    {"token": got.args.get("token"), "nbytes": got.args.get("request_nbytes")})
+        return cls(put, sent, got)
 
 
 class Segment(NamedTuple):

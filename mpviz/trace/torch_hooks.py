@@ -13,7 +13,8 @@ process boundary goes through (torch/multiprocessing/reductions.py, torch/storag
       ─► shm.handle {name, strategy, nbytes, via, token}     this message carries a handle
          (resource_sharer's _serve thread, later: fd.send {token} when the receiver asks for it)
     receiver (while it unpickles)
-      rebuild_storage_fd(cls, df, size)   df.detach(): fd.recv {token}; then shm.attach, or
+      rebuild_storage_fd(cls, df, size)   df.detach(): fd.recv {token, request_ns, request_nbytes}
+                                          (_ask: the request to _serve); then shm.attach, or
       rebuild_storage_filename(...)       shm.cache {hit: True} when torch's shared_cache had it
     ... and the rest of what is hooked: install()
 
@@ -30,7 +31,9 @@ import os
 import sys
 import threading
 import time
+from multiprocessing import connection, process, reduction
 from multiprocessing.context import get_spawning_popen as _spawning_popen
+from multiprocessing.reduction import ForkingPickler
 
 from .. import _proc
 from . import recorder
@@ -135,7 +138,7 @@ def install():
     if not version_supported(version):
         _unsupported(version)
         return
-    from multiprocessing import reduction, resource_sharer
+    from multiprocessing import resource_sharer
 
     import torch.multiprocessing.reductions as R
     from torch.utils.data import dataloader
@@ -428,21 +431,41 @@ class _WatchedFd:
         self.df = df
 
     def detach(self):
-        fd = self.df.detach()
+        ident = getattr(self.df, "_id", None)
+        if ident is None or not _on():
+            fd, request = self.df.detach(), None
+        else:
+            fd, request = _ask(ident)
         if _on():
-            _guard(_fd_received, self.df, fd)
+            _guard(_fd_received, self.df, fd, request)
         return fd
 
 
-def _fd_received(df, fd):
+def _ask(ident):
+    """resource_sharer's ``DupFd.detach``, in the stdlib's own steps (``get_connection``): connect
+    to the sender's ``_serve`` thread, send it the request ``(key, pid)``, receive the fd. The
+    request goes as the stdlib's ``Connection.send`` would send it -- its pickled bytes, with
+    no mpviz envelope -- so it is not a message of the trace (no pipe.send/pipe.recv, and
+    ``_serve`` unpickles no envelope before it answers): the fd.recv says when it was sent and
+    its size, and the fd.send says when ``_serve`` answered it. Returns (fd, (sent at, nbytes))."""
+    address, key = ident
+    with connection.Client(address, authkey=process.current_process().authkey) as conn:
+        data = ForkingPickler.dumps((key, os.getpid()))
+        asked_ns = time.monotonic_ns()
+        conn.send_bytes(data)
+        return reduction.recv_handle(conn), (asked_ns, len(data))
+
+
+def _fd_received(df, fd, request):
     st = os.fstat(fd)                            # (one fstat for the name, the key, the size)
     name = _fd_name(fd, st)
     token = _token(getattr(df, "_id", None))
     # torch looks in its shared_cache by the fd's (inode, device) next -- reductions.fd_id(fd):
     # a hit maps nothing new
     _here.received = (name, _cached((st.st_ino, st.st_dev)))
+    asked = {} if request is None else {"request_ns": request[0], "request_nbytes": request[1]}
     recorder.emit("fd.recv", name=name, token=token, via="resource_sharer" if token else
-                  "process start", nbytes=st.st_size, torch=True)
+                  "process start", nbytes=st.st_size, torch=True, **asked)
 
 
 def _cached(key):

@@ -151,9 +151,21 @@ def _torch_lines(trace):
     fds = [e for e in trace.of_kind("fd.recv") if e.args.get("torch")]
     hits = [e for e in trace.of_kind("shm.cache") if e.args.get("torch") and e.args.get("hit")]
     nbytes = human_bytes(sum(e.args["nbytes"] for e in made))
-    return [f"torch: {len(made)} segments made ({nbytes}), {len(fds)} fds handed over, "
-            f"{len(hits)} receive-cache hits; torch's unmaps are read from /proc/PID/maps (a few "
-            f"segments behind at most), its unlinks are not seen"]
+    return [f"torch: {len(made)} segments made ({nbytes}), {len(fds)} fds handed over"
+            f"{_requests_words(trace)}, {len(hits)} receive-cache hits; torch's unmaps are read "
+            f"from /proc/PID/maps (a few segments behind at most), its unlinks are not seen"]
+
+
+def _requests_words(trace):
+    """How the fds were asked for, when the trace records the requests with the hand-overs
+    (not as messages: an older trace counts them among the messages, and this says nothing)."""
+    sizes = sorted(r.nbytes for r in _index(trace).fd_requests if r.nbytes is not None)
+    if not sizes:
+        return ""
+    each = human_bytes(sizes[0]) if sizes[0] == sizes[-1] else \
+        f"{human_bytes(sizes[0])}–{human_bytes(sizes[-1])}"
+    return (f" ({len(sizes)} asked for by a request of {each} to the sender's resource_sharer "
+            f"thread: hand-overs, not counted among the messages)")
 
 
 def _heap_lines(trace):

@@ -11,7 +11,9 @@ something: a Queue's feeder thread, say (``└ QueueFeederThread``), which write
 the pipe when ``put`` could not. An arrow starts where ``put`` was called; it is green when its
 sender pickled a handle into the message (``trace/analysis.py``). A thin dashed arrow is a file
 descriptor passed over a Unix socket (SCM_RIGHTS) for such a handle, from the thread that sent
-it to the one that received it (torch's ``_serve`` thread answers the consumer). A magenta ✗
+it to the one that received it (torch's ``_serve`` thread answers the consumer; the consumer's
+request to ``_serve`` is a grey arrow, read off the hand-over: not a message of the trace,
+``analysis.fd_requests``). A magenta ✗
 marks an action that failed, with what failed beside it (``analysis.failures``); ▸ a message put
 and never got. Colours are mpviz.viz.colors' vocabulary.
 
@@ -430,14 +432,19 @@ class _Picture:
         self.used.add("copy")
 
     def draw_messages(self, max_arrows):
-        """Messages: an arrow put → get (bundled above `max_arrows`), fds passed, ▸ never got."""
+        """Messages: an arrow put → get (bundled above `max_arrows`), fds passed, ▸ never got.
+        A request for an fd (torch's, to the sender's ``_serve``) is drawn as a message, though
+        the trace has it from the hand-over (``analysis.fd_requests``), not as one."""
         ax, ix, x, row, span = self.ax, self.ix, self.x, self.row, self.span
         flows = [f for f in ix.flows if f.get is not None]
         lost = [f for f in ix.flows if f.get is None]
-        if len(flows) <= max_arrows:
-            self._draw_arrows(flows)
+        if len(flows) + len(ix.fd_requests) <= max_arrows:
+            self._draw_arrows(flows + ix.fd_requests)
         else:
-            _bundled_arrows(ax, flows, ix.handles, self.axis, row, span, self.used, self.said)
+            for drawn, what in ((flows, "messages"), (ix.fd_requests, "requests for an fd")):
+                if drawn:
+                    _bundled_arrows(ax, drawn, ix.handles, self.axis, row, span, self.used,
+                                    self.said, what)
         self.labels.lines += _draw_fd_passes(ax, ix, x, row, span, max_arrows, self.used,
                                              self.said)
         for f in lost:
@@ -1233,8 +1240,9 @@ def _message_kind(flow, handles):
     return "message"
 
 
-def _bundled_arrows(ax, flows, handles, axis, row, span, used, said):
-    """Too many arrows to see one by one: one line per (from row, to row, kind, time bin)."""
+def _bundled_arrows(ax, flows, handles, axis, row, span, used, said, what="messages"):
+    """Too many arrows to see one by one: one line per (from row, to row, kind, time bin).
+    `what` the arrows are (messages, or requests for an fd) names the collection and the note."""
     groups = defaultdict(lambda: ([], []))
     for f in flows:
         key = _message_kind(f, handles)
@@ -1251,8 +1259,8 @@ def _bundled_arrows(ax, flows, handles, axis, row, span, used, said):
             widths.append(min(5.0, 0.6 + 0.8 * math.log10(n)))
         used.add(key)
     ax.add_collection(LineCollection(segs, colors=colors, linewidths=widths, alpha=0.6,
-                                     zorder=5, gid="messages"))
-    said.append(f"{len(flows):,} messages drawn as {len(segs):,} bundles (thicker = more)")
+                                     zorder=5, gid=what))
+    said.append(f"{len(flows):,} {what} drawn as {len(segs):,} bundles (thicker = more)")
 
 
 def _bundle(xa, xb, ra, rb, span, nbins=16):
