@@ -585,3 +585,26 @@ def test_gloos_polling_threads_are_not_taken_for_the_programs_loop(runs):
                      r"pid \d+\), torch\.distributed's own threads \(gloo's\) wake every 10 ms",
                      err), err
     assert "at log (save_before_destroy.py:17): `with _log_lock:`" in err, err
+
+
+def test_the_watchdog_reads_the_logs_for_a_rendezvous_only_where_a_process_began_one(tmp_path):
+    # the rendezvous check read every log once per --hang-after, for every program: a
+    # 10,000-batch DataLoader's 240,000 events were decoded again at 10 s, on the machine's
+    # 2 cores beside the program, for a rendezvous it never began. Now only where a process
+    # of the run flagged one (recorder.flag_rendezvous, at init_process_group's start)
+    from mpviz.trace import recorder
+    from mpviz.trace.watchdog import Watchdog
+    eyes = Watchdog(str(tmp_path), 1.0, lambda: [])
+    reads = []
+    eyes._read_logs = lambda: reads.append(1) or []
+    eyes._dist_looked = 0.0
+    assert eyes._rendezvous_stalled(time.monotonic()) is False and reads == []
+    recorder.start(str(tmp_path), "record")
+    try:
+        recorder.flag_rendezvous()
+    finally:
+        recorder.stop()
+    assert os.path.exists(tmp_path / recorder.RENDEZVOUS)
+    assert oct(os.stat(tmp_path / recorder.RENDEZVOUS).st_mode & 0o777) == "0o600"
+    eyes._dist_looked = 0.0
+    assert eyes._rendezvous_stalled(time.monotonic()) is False and reads == [1]

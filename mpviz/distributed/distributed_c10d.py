@@ -188,6 +188,7 @@ def init_process_group(backend=None, init_method=None, timeout=None, world_size=
     seconds = timeout.total_seconds()
     backend = backend or "mpviz"
     if recorder.ENABLED:
+        recorder.flag_rendezvous()
         recorder.emit("dist.rendezvous", phase="begin", rank=rank, world_size=world_size,
                       backend=backend, init_method=init_method, library=LIBRARY)
     error, made = None, []

@@ -114,6 +114,7 @@ def _init_process_group(original, *args, **kwargs):
     init_method = named.get("init_method") or ("store" if named.get("store") else "env://")
     about = dict(rank=rank, world_size=world, backend=backend, init_method=init_method,
                  library="torch.distributed")
+    recorder.flag_rendezvous()
     recorder.emit("dist.rendezvous", phase="begin", **about)
     try:
         result = original(*args, **kwargs)

@@ -545,6 +545,29 @@ def note(directory, text):
         os.close(fd)
 
 
+RENDEZVOUS = ".rendezvous"   # a trace directory's flag: some process began a rendezvous
+
+
+def flag_rendezvous():
+    """Say in the trace directory, once per process, that this process entered a
+    torch.distributed (or mpviz.distributed) rendezvous: the hang watchdog reads the logs for
+    a rendezvous that waits for ranks that never come only where this flag is (a program with
+    no rendezvous, a 10,000-batch DataLoader, is not read again for it). Never raises."""
+    global _flagged
+    directory = current_directory()
+    if directory is None or _flagged == directory:
+        return
+    _flagged = directory
+    try:
+        os.close(os.open(os.path.join(directory, RENDEZVOUS),
+                         os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW, 0o600))
+    except OSError:
+        pass
+
+
+_flagged = None
+
+
 def create_private(directory, name):
     """Create the file `name` in the trace `directory` for writing, private (0600), never
     through a link and never over an existing file: a link another user planted would make us

@@ -307,6 +307,8 @@ class Watchdog:
         if now - self._dist_looked < max(self.hang_after, 1.0):
             return False
         self._dist_looked = now
+        if not os.path.exists(os.path.join(self.directory, recorder.RENDEZVOUS)):
+            return False                  # (no process began one: nothing to read the logs for)
         self._read_logs()
         from . import dist_verdict
         moving = {pid for (pid, _), seen in self.seen.items()
@@ -403,11 +405,13 @@ class Watchdog:
     def _stuck_with_joiners(self):
         """`stuck_pids` and, with them, each process with a thread inside a join of one of
         them with no time limit (recorded: ``wait.begin`` on "process", not ended), and so on
-        up: a parent in ``p.join()`` of a child that can never move never moves either."""
+        up: a parent in ``p.join()`` of a child that can never move never moves either --
+        except this process (``record()``'s, a notebook's kernel): the kill this watchdog sets
+        off ends its join, and its other threads go on."""
         key = (tuple(self.stuck_pids), len(self.trace.events))
         if self._joiners[0] == key:
             return self._joiners[1]
-        stuck = set(self.stuck_pids)
+        stuck, me = set(self.stuck_pids), os.getpid()
         open_joins = {}
         for e in self.trace.events:
             if e.kind == "wait.begin" and e.args.get("on") == "process" and \
@@ -417,7 +421,7 @@ class Watchdog:
                 open_joins.pop((e.pid, e.tid), None)
         while True:
             more = {pid for (pid, _tid), child in open_joins.items()
-                    if child in stuck and pid not in stuck}
+                    if child in stuck and pid not in stuck and pid != me}
             if not more:
                 self._joiners = (key, stuck)
                 return stuck
