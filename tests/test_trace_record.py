@@ -308,3 +308,23 @@ def test_os_view_sees_segments_and_fds():
         seg.unlink()
     with pytest.raises(ProcessLookupError):
         mt.os_view(2 ** 22 + 12345)
+
+
+def test_a_record_blocks_watchdog_that_raises_is_said_and_the_block_goes_on(tmp_path):
+    # a bug in the watchdog once ended its thread with Python's bare "Exception in thread
+    # mpviz-hang-watchdog": the block went on unwatched, and nothing said why
+    code = (
+        "import time, mpviz.trace as mt, mpviz.trace.watchdog as w\n"
+        "def poll(self):\n"
+        "    raise RuntimeError('a bug in the watchdog, made for this test')\n"
+        "w.Watchdog.poll = poll\n"
+        f"with mt.record({str(tmp_path / 't')!r}, hang_after=1):\n"
+        "    time.sleep(0.5)\n"
+        "print('after the block', flush=True)\n")
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=60)
+    assert run.returncode == 0 and "after the block" in run.stdout, run.stderr
+    assert ("mpviz: the hang watchdog failed -- a bug in mpviz, not in your program") in \
+        run.stderr, run.stderr
+    assert "RuntimeError: a bug in the watchdog, made for this test" in run.stderr
+    assert "Exception in thread" not in run.stderr, run.stderr

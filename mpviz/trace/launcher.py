@@ -367,8 +367,24 @@ def _wait(child, watchdog, forwarder, eyes):
         if forwarder.interrupted and forwarder._held:
             _report_interrupt(eyes)
             forwarder.pass_on_interrupt()
-        elif watchdog is not None and watchdog.poll():
-            return None
+        elif watchdog is not None:
+            try:
+                if watchdog.poll():
+                    return None
+            except Exception:           # a bug of mpviz's: never an orphaned, unwatched program
+                _say_watchdog_failed()
+                watchdog = None         # (the program goes on; Ctrl-C still reports and stops)
+
+
+def _say_watchdog_failed():
+    """The hang watchdog raised (a bug in mpviz, not in the program): say so with its
+    traceback, and go on waiting for the program without it. Leaving instead would orphan the
+    program -- a hung one would run on, unwatched, for ever."""
+    import traceback
+    say("the hang watchdog failed -- a bug in mpviz, not in your program (please report it, "
+        "with the lines below); it is off for the rest of this run: the program goes on, and "
+        "Ctrl-C still stops it and says where each process is.\n" +
+        "".join(traceback.format_exc(limit=-4)).rstrip())
 
 
 def _report_interrupt(eyes):
@@ -433,7 +449,16 @@ def _stop_hung(child, watchdog):
     watchdog.record_verdict(stacks, killed, kill_ns)
     watchdog.trace.refresh(final=True)
     session.remove_segments(watchdog.trace, wait=0.0)
-    verdict = watchdog.verdict(stacks, killed)
+    try:
+        verdict = watchdog.verdict(stacks, killed)
+    except Exception:                     # (stopped and cleaned up already: say what is known)
+        import traceback
+        from .watchdog import stack_summary
+        where = stack_summary(stacks, trace=watchdog.trace)
+        verdict = (f"mpviz trace: HANG -- mpviz stopped {len(killed)} process(es) with SIGKILL, "
+                   f"but failed to say why -- a bug in mpviz (please report it, with the lines "
+                   f"below); where each process was:\n{where}\n" +
+                   "".join(traceback.format_exc(limit=-4)).rstrip())
     return verdict + (f"\nmpviz trace: after the kill{cleaned}" if cleaned else "")
 
 

@@ -1302,8 +1302,18 @@ class Guard:
         import threading
         self._tid = threading.get_native_id()
         while not self._done.wait(POLL_SECONDS):
-            if self.watchdog.poll():
-                self._fire()
+            try:
+                if self.watchdog.poll():
+                    self._fire()
+                    return
+            except Exception:       # a bug of mpviz's: said, and the block goes on unwatched
+                import sys
+                import traceback
+                print("mpviz: the hang watchdog failed -- a bug in mpviz, not in your program "
+                      "(please report it, with the lines below); it is off for the rest of "
+                      "this record() block, which goes on.\n" +
+                      "".join(traceback.format_exc(limit=-4)).rstrip(), file=sys.stderr,
+                      flush=True)
                 return
 
     def _fire(self):
