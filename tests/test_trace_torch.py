@@ -555,3 +555,27 @@ def test_a_reused_fd_number_is_named_for_the_file_it_holds_now():
     finally:
         os.close(other)
         os.close(number)
+
+
+@pytest.mark.timeout(SETUP_TIMEOUT)
+def test_queue_fd_requests_are_flows_in_the_chrome_export(queue_run):
+    """Perfetto shows each request as the timeline does: an arrow from the asker's thread, when
+    it asked, to the sender's _serve thread, when it answered (a flow between two zero-length
+    slices); the export still validates (slices nest, flows match one to one)."""
+    from test_trace_chrome import validate
+    strategy, trace, seen = queue_run
+    data = trace.to_chrome()
+    assert validate(data) == []
+    asks = [ev for ev in data["traceEvents"] if ev.get("name", "").startswith("ask for an fd")]
+    answers = [ev for ev in data["traceEvents"] if ev.get("name") == "hand the fd over"]
+    if strategy == "file_system":
+        assert not asks and not answers
+        return
+    requests = st.fd_requests(trace)
+    assert len(asks) == len(answers) == len(requests) == 12
+    by_flow = {ev["bind_id"]: ev for ev in answers}
+    for ask in asks:
+        answer = by_flow[ask["bind_id"]]
+        assert ask["flow_out"] and answer["flow_in"] and ask["ts"] < answer["ts"]
+        assert (ask["pid"], answer["pid"]) == (seen["pid"], seen["producer"])
+        assert ask["name"] == f"ask for an fd ({ask['args']['nbytes']} B)"

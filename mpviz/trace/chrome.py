@@ -8,6 +8,7 @@ since the first event, the origin is in ``otherData.t0_ns``). What mpviz concept
     queue put/get, pipe        X  short slices; the put carries  bind_id + flow_out, the get
       send/recv                   bind_id + flow_in  (flow v2): Perfetto draws the arrow
     pool task start→done       X  slice in the worker thread
+    torch's request for an fd  X  zero-length, asker → the sender's _serve, bound by a flow
     shm segment lifetime       b/e  async, cat "shm", id2.global = segment name; attach and
                                   detach are  n  instants on the same id
     lock wait / hold           b/e  async, cat "lock" (holds of different locks need not nest)
@@ -26,6 +27,7 @@ from itertools import compress
 from operator import itemgetter
 
 from . import names
+from .events import Request
 
 SHORT_US = 1.0
 _MESSAGE_OUT = ("queue.put", "pipe.send")
@@ -115,6 +117,7 @@ def to_chrome(trace, path=None):
         else:
             out.append(dict(base, ph="i", s="t", cat=e.kind.split(".")[0], name=e.kind,
                             args=dict(a)))
+    _fd_requests(trace, us, out)
     for (pid, tid, _job, _index), s in starts.items():        # tasks that never finished
         out.append(dict(pid=pid, tid=tid, ts=us(s.ts_ns), ph="i", s="t", cat="pool",
                         name="pool.task (unfinished)", args=dict(s.args)))
@@ -127,6 +130,28 @@ def to_chrome(trace, path=None):
         with open(path, "w") as f:
             f.write(json.dumps(data))
     return data
+
+
+def _fd_requests(trace, us, out):
+    """torch's requests for an fd (events.Request: read off the hand-over, not messages): a
+    zero-length slice where the asker's thread sent it and one where the sender's ``_serve``
+    thread answered, bound by a flow -- the arrow the timeline draws. (Zero-length: they sit
+    between the thread's recorded events and can overlap no slice.)"""
+    fds = trace.of_kind("fd.send", "fd.recv")                  # (one pass over the events)
+    sent = {e.args.get("token"): e for e in fds if e.kind == "fd.send" and e.args.get("token")}
+    for got in (e for e in fds if e.kind == "fd.recv"):
+        answer = sent.get(got.args.get("token"))
+        request = Request.of(answer, got) if answer is not None else None
+        if request is None:
+            continue
+        flow = f"fd-request {got.args['token']}"
+        args = {"token": got.args["token"], "nbytes": request.nbytes}
+        out.append({"pid": got.pid, "tid": got.tid, "ts": us(request.put.ts_ns), "ph": "X",
+                    "dur": 0, "cat": "fd", "name": f"ask for an fd ({request.nbytes} B)",
+                    "args": args, "bind_id": flow, "flow_out": True})
+        out.append({"pid": answer.pid, "tid": answer.tid, "ts": us(answer.ts_ns), "ph": "X",
+                    "dur": 0, "cat": "fd", "name": "hand the fd over", "args": args,
+                    "bind_id": flow, "flow_in": True})
 
 
 def _names(trace, procs, out):
