@@ -66,6 +66,8 @@ it; all are started at once (they spend their time waiting), each judged alone:
                               stop Event is set; the parent sets it and joins: a cycle
     stop_event_late_producer.py  the same, with a producer process still asleep before its last
                               put: no cycle (it may still put)
+    squares_sentinel_forgotten.py  a worker loops `for n in iter(jobs.get, None)`; the parent
+                              joins it without sending the None: the cycle, and no stop Event
 """
 import importlib.util
 import os
@@ -104,7 +106,8 @@ def runs(tmp_path_factory):
         "queue_docs_worker_raises.py", "slow_sensor_thread.py",
         "account_lock_taken_twice.py", "consumers_fed_after_with.py",
         "bounded_queue_writer_raises.py", "parser_fed_by_main_later.py",
-        "stop_event_worker.py", "stop_event_late_producer.py")}
+        "stop_event_worker.py", "stop_event_late_producer.py",
+        "squares_sentinel_forgotten.py")}
     programs["account_lock_taken_twice.py locks"] = ("1.5 --threading-locks",
                                                      _program("account_lock_taken_twice.py"))
     programs["wait_go_signal.py 1"] = ("2", _program("wait_go_signal.py"), "1")
@@ -779,3 +782,17 @@ def test_a_producer_process_still_asleep_leaves_the_stop_event_worker_no_cycle(r
     assert ("Process-1's main thread waits: get() on Queue 1: nothing in it yet -- "
             "stop_event_late_producer.py's main thread or Process-2's main thread must put") \
         in err, err
+
+
+@pytest.mark.timeout(150)
+def test_a_worker_joined_before_its_sentinel_is_sent_gets_the_sentinel_fix_not_an_event(runs):
+    # the first words of this cycle's fix spoke of "a stop Event it checks between items" for
+    # every such program -- false for one with no Event, which only forgot its None
+    err = hung(result(runs, "squares_sentinel_forgotten.py"))
+    assert ("STUCK FOR GOOD: a cycle: squares_sentinel_forgotten.py's main thread waits in "
+            "join() for Process-1 to exit; Process-1's main thread waits in get() on Queue 1 "
+            "for squares_sentinel_forgotten.py's main thread to put. Each waits for the next: "
+            "none can go on. A process that loops on `q.get()` ends only when it gets what it "
+            "stops at, and nothing more will be put. Fix: before join(), put one sentinel per "
+            "worker (`q.put(None)`, what `iter(q.get, None)` stops at)") in err, err
+    assert "Event" not in err, err

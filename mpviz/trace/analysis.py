@@ -391,6 +391,7 @@ class _Index:
         firsts = set()                 # (a get?, queue or pipe id, (pid, tid)) in getters/putters
         recv_pipes = {}                # (pid, tid) -> the pipes it read messages from
         self.busy, self.first_seen, self.by_kind, self.ticks = {}, {}, {}, {}
+        self.event_sets = []           # every event.set (who set an Event, when)
         self.handles = {}              # message id -> how many handles its sender pickled in it
         self.writes = {}               # message id -> (its queue.feed,) when a feeder wrote it
         special = {"copy", "cuda.warning", "pool.task", "executor.task", "mark",
@@ -426,6 +427,8 @@ class _Index:
                 self.first_seen[who] = e.ts_ns
             if e.tid != e.pid and k != "thread.start" and k != "thread.exit":
                 self.busy[who] = self.busy.get(who, 0) + 1
+            if k == "event.set":       # (ticked as any event; kept for _get_then_join_fix)
+                self.event_sets.append(e)
             if k in special:
                 self.by_kind.setdefault(k, []).append(e)
             elif k not in GLYPH_KINDS:
@@ -1137,14 +1140,27 @@ class _Index:
                    ": it waits for itself, and can never go on") +
                   (f" -- and behind {'them' if len(in_ring) > 1 else 'it'}, "
                    f"{'; '.join(behind)}" if behind else ""))
-        if any(b.on == "queue.get" for b in waits.values()) and \
-                any(b.on == "process" for b in waits.values()):
-            reason += (". A process that loops on `q.get()` never ends by itself, and a stop "
-                       "Event it checks between items is never seen while it waits inside "
-                       "get(). Fix: before join(), put one sentinel per worker (`q.put(None)`) "
-                       "and return from the loop when it gets one; or get(timeout=...) and "
-                       "check the Event each time round")
+        joins = [b for b in waits.values() if b.on == "process"]
+        if joins and any(b.on == "queue.get" for b in waits.values()):
+            reason += ". " + self._get_then_join_fix(joins)
         return [Deadlock(k[0], k[1], reason, ring) for k in waits]
+
+    def _get_then_join_fix(self, joins):
+        """The fix for a process joined while it waits in a multiprocessing Queue's get(): said
+        for a stop Event only where the joiner set one before its join (a stop flag the worker
+        checks between items), else for the sentinel it was not sent."""
+        told = any(e.pid == b.pid and e.ts_ns <= b.since_ns
+                   for e in self.event_sets for b in joins)
+        if told:
+            return ("A process that loops on `q.get()` never ends by itself, and a stop Event it "
+                    "checks between items is never seen while it waits inside get(). Fix: "
+                    "before join(), put one sentinel per worker (`q.put(None)`) and return from "
+                    "the loop when it gets one; or get(timeout=...) and check the Event each "
+                    "time round")
+        return ("A process that loops on `q.get()` ends only when it gets what it stops at, and "
+                "nothing more will be put. Fix: before join(), put one sentinel per worker "
+                "(`q.put(None)`, what `iter(q.get, None)` stops at) and return from the loop "
+                "when it gets one")
 
     def _runners(self, begin, t):
         """Who runs the task a future's wait waits for, at `t`: the ThreadPoolExecutor's
