@@ -936,14 +936,8 @@ class _Index:
             workers = [(p, p) for p in self.dataloader_queues.get(target, ()) if self.alive(p, t)]
             # a live process given the queue as an argument that has not put yet and is not in
             # a recorded wait of its own (a producer still reading its input, asleep ...)
-            put = {p for p, _ in must}
-            waiting = {p for p, _, b, until in self.blocked
-                       if b.ts_ns <= t and (until is None or until > t)}
-            given = [(c, c) for c in (*self.given.get(target, ()),
-                                      *self.given.get(self.pipe_of.get(target), ()))
-                     if c != begin.pid and c not in put and c not in waiting and
-                     self.alive(c, t)]
-            return list(dict.fromkeys(must + workers + given))
+            free, _ = self.given_not_put(target, t, begin.pid)
+            return list(dict.fromkeys(must + workers + [(c, c) for c in free]))
 
         if on in ("pipe.recv", "pipe.send"):
             return self.other_end_acts(begin, t)
@@ -961,6 +955,19 @@ class _Index:
                     if a <= t and (b is None or t < b) and self.thread_alive(pid, tid, t)] + \
                 [(lost.pid, lost.pid) for lost in self.lost_tasks(target, t)]
         return []
+
+    def given_not_put(self, qid, t, waiter):
+        """The live processes given queue `qid` as a Process argument that have not put into
+        it by `t` (`waiter`'s pid left out), as (those free to put, those inside a recorded
+        wait of their own: no put before it ends)."""
+        put = {p for p, _, first in self.putters.get(qid, []) +
+               self.putters.get(self.pipe_of.get(qid), []) if first <= t}
+        waiting = {pid for pid, _, begin, until in self.blocked
+                   if begin.ts_ns <= t and (until is None or until > t)}
+        given = [c for c in dict.fromkeys((*self.given.get(qid, ()),
+                                           *self.given.get(self.pipe_of.get(qid), ())))
+                 if c != waiter and c not in put and self.alive(c, t)]
+        return [c for c in given if c not in waiting], [c for c in given if c in waiting]
 
     def _tqueue_acts(self, begin, t):
         """Who must act for a wait on a queue.Queue (see must_act): the threads that put into
@@ -1658,6 +1665,14 @@ def fd_requests(trace):
     return list(_index(trace).fd_requests)
 
 
+def open_joins(trace):
+    """``{(pid, tid): child pid}``: the joins of a process (``p.join()``, ``Popen.wait()``) with no
+    time limit that had not ended when the trace ends."""
+    return {(pid, tid): begin.args.get("id") for pid, tid, begin, until in _index(trace).blocked
+            if until is None and begin.args.get("on") == "process" and
+            begin.args.get("timeout") is None}
+
+
 def fd_passes(trace):
     """Every fd handed over on a Unix socket (SCM_RIGHTS) whose both ends were recorded:
     ``[(fd.send event, fd.recv event)]``, paired by the handle's token."""
@@ -1722,13 +1737,9 @@ def given_but_waiting(trace, qid, t_ns, waiter):
     """Who was given queue `qid` (a Process argument), has not put into it by `t_ns`, and is
     alive but inside a recorded wait of its own then: ["Process-2"] (it cannot put before
     that wait ends); `waiter`'s pid is left out."""
-    ix, t = _index(trace), int(t_ns)
-    put = {p for p, _, first in ix.putters.get(qid, []) +
-           ix.putters.get(ix.pipe_of.get(qid), []) if first <= t}
-    waiting = {pid for pid, _, begin, until in ix.blocked
-               if begin.ts_ns <= t and (until is None or until > t)}
-    return [ix.labels.get(pid, f"pid {pid}") for pid in ix.given.get(qid, ())
-            if pid != waiter and pid not in put and ix.alive(pid, t) and pid in waiting]
+    ix = _index(trace)
+    _, waiting = ix.given_not_put(qid, int(t_ns), waiter)
+    return [ix.labels.get(pid, f"pid {pid}") for pid in waiting]
 
 
 def unfed_puts(trace, qid, t_ns):

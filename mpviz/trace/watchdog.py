@@ -412,13 +412,7 @@ class Watchdog:
         if self._joiners[0] == key:
             return self._joiners[1]
         stuck, me = set(self.stuck_pids), os.getpid()
-        open_joins = {}
-        for e in self.trace.events:
-            if e.kind == "wait.begin" and e.args.get("on") == "process" and \
-                    e.args.get("timeout") is None:
-                open_joins[(e.pid, e.tid)] = e.args.get("id")
-            elif e.kind == "wait.end":
-                open_joins.pop((e.pid, e.tid), None)
+        open_joins = st.open_joins(self.trace)
         while True:
             more = {pid for (pid, _tid), child in open_joins.items()
                     if child in stuck and pid not in stuck and pid != me}
