@@ -226,13 +226,17 @@ def test_pool_chunksize_on_three_workers_blames_no_chunksize_for_what_whole_item
 
 @pytest.mark.timeout(90)
 def test_a_case_whose_workers_sleep_longer_than_the_stall_time_is_no_deadlock():
-    # chunksize=10: one worker takes all ten items, 2 s of sleep each, and sends nothing for
-    # 20 s. The runner once judged "stuck" by silence (no event, no CPU for 4 s) and called this
-    # a deadlock after 4.4 s; the hang watchdog sees each sleep end (progress)
-    r = sc.run("pool-chunksize", chunksize=10, unit=1)
+    # chunksize=10: one worker takes all ten items, 1 s of sleep each, and sends nothing for
+    # 10 s. The runner once judged "stuck" by silence (no event, no CPU for 4 s) and called this
+    # a deadlock after 4.4 s (unit=1: 2 s items); the hang watchdog sees each sleep end
+    r = sc.run("pool-chunksize", chunksize=10, unit=0.5)
     assert r.outcome == "warning", (r.outcome, r.explanation)
     assert "1 chunk(s) of [10] item(s)" in r.explanation, r.explanation
-    assert 19 < r.duration_s < 25, r.duration_s
+    assert r.duration_s > 9.5, r.duration_s
+    # (and a map whose busiest worker would pass the 15 s the case allows is refused first:
+    # chunksize=10 with unit=1 is 20 s on one worker, not the 10 s of an even share)
+    with pytest.raises(ValueError, match=r"up to 20.0 s: the busiest worker runs 1 chunk"):
+        sc.run("pool-chunksize", chunksize=10, unit=1)
     assert not [e for e in r.trace.events if e.kind == "watchdog.stuck"]
 
 

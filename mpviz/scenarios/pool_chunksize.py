@@ -15,6 +15,7 @@ chunks on two workers leaves one idle at the end. Bigger chunks cost less overhe
 per chunk), smaller ones balance better; choose ``chunksize`` so the chunks divide evenly among
 the workers, or use small chunks when items take long.
 """
+import math
 import time
 
 from ._common import check_between, context, start_method_param, step
@@ -35,10 +36,16 @@ def check_params(p):
     check_between(p, "items", 1, 40)
     check_between(p, "processes", 1, 4)
     check_between(p, "unit", 0.02, 1, " seconds")
-    if p["items"] * 2 * p["unit"] / p["processes"] > 15:
-        raise ValueError(f"the whole map must take at most 15 s (items x 2 units / processes), "
-                         f"got {p['items'] * 2 * p['unit'] / p['processes']:.1f} s: fewer items, "
-                         f"a smaller unit or more processes")
+    # the busiest worker's time: whole chunks, so the items need not share out evenly
+    # (chunksize=10 on 2 workers: one worker takes all 10 items)
+    size = p["chunksize"] or math.ceil(p["items"] / (4 * p["processes"]))
+    rounds = math.ceil(math.ceil(p["items"] / size) / p["processes"])
+    longest = rounds * min(size, p["items"]) * 2 * p["unit"]
+    if longest > 15:
+        raise ValueError(f"the whole map must take at most 15 s, got up to {longest:.1f} s: the "
+                         f"busiest worker runs {rounds} chunk(s) of up to {min(size, p['items'])}"
+                         f" item(s), 2 units each. Fix: fewer items, a smaller unit, a smaller "
+                         f"chunksize or more processes")
 
 
 def foo(x, unit=0.1):
