@@ -266,6 +266,11 @@ def test_queue_fd_requests_are_not_messages_but_are_drawn_into_serve(queue_run):
                   and lanes[round(a._posA_posB[1][1])] == "└ Thread-1 (_serve)"]
     assert len(into_serve) == 12, [lanes[round(a._posA_posB[1][1])] for a in ax.patches]
     assert {to_hex(a.get_edgecolor()) for a in into_serve} == {COLORS["message"]}
+    # grey as a message, but the legend says what they are (they are not counted as messages)
+    from mpviz.viz.colors import WORDS
+    said = [t.get_text() for legend in fig.legends + [ax.get_legend()] if legend is not None
+            for t in legend.get_texts()]
+    assert WORDS["fd_request"] in said, said
     assert {lanes[round(a._posA_posB[0][1])] for a in into_serve} == \
         {lane for lane in lanes if f"pid {consumer}" in lane}
     summary = viz.summary(trace)

@@ -6,7 +6,8 @@ memory map, the wait-for graph and the Live widget::
 
     green    shared: a handle travelled, the data stayed in shared memory
     red      you paid: bytes were copied (into shared memory, or pickled through a pipe)
-    grey     an ordinary small message / a process that ended normally
+    grey     an ordinary small message (torch's request for an fd too) / a process that ended
+             normally
     orange   waiting (hatched): a thread blocked on a lock
     blue     holding a lock
     purple   leaked: a segment left in /dev/shm that no live process maps
@@ -25,6 +26,7 @@ COLORS = {
     "handle": "#2ca02c",        # green: shared, only a handle travelled
     "copy": "#d62728",          # red: bytes copied / a big pickle through the pipe
     "message": "#7f7f7f",       # grey: an ordinary (small) pickled message
+    "fd_request": "#7f7f7f",    # the same grey: torch's request for an fd (a small pickle too)
     "waiting": "#ff7f0e",       # orange, drawn hatched
     "blocked": "#b15928",       # dark orange-brown, drawn cross-hatched on a pale fill
     "holding": "#1f77b4",       # blue
@@ -55,6 +57,7 @@ WORDS = {
     "handle": "shared: only a handle travelled (data stayed in shared memory)",
     "copy": "you paid: bytes copied (into shared memory, or pickled through the pipe)",
     "message": "an ordinary small message (pickled)",
+    "fd_request": "torch's request for an fd, to the sender's _serve (not a message)",
     "waiting": "waiting for a lock",
     "blocked": "blocked in a wait (join, get() on an empty queue, Event, a full pipe ...): the "
                "label says on what",

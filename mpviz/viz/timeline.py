@@ -37,6 +37,7 @@ from matplotlib.path import Path
 
 from . import collectives
 from ..trace import analysis as st
+from ..trace.events import Request
 from ..trace.names import human_bytes
 from .colors import BIG_MESSAGE, BLOCKED_FILL, COLORS, legend
 from .figure import Figure, without_gc
@@ -474,7 +475,7 @@ class _Picture:
         groups = _clusters(arrow_labels, self.span)
         if len(groups) > self.max_labels:
             return
-        rank = {"copy": 0, "handle": 1, "message": 3}        # the lesson first
+        rank = {"copy": 0, "handle": 1, "message": 3, "fd_request": 3}   # the lesson first
         for g in groups:
             sizes = sorted({i[2][1] for i in g})
             each = human_bytes(sizes[0]) if len(sizes) == 1 else \
@@ -603,8 +604,8 @@ class _Picture:
             notes_under(fig, notes)
 
 
-_LEGEND_ORDER = ["handle", "fd", "copy", "message", "lost", "failed", "collective",
-                 "collective_wait", "disagree", "blocked", "waiting", "holding",
+_LEGEND_ORDER = ["handle", "fd", "copy", "message", "fd_request", "lost", "failed",
+                 "collective", "collective_wait", "disagree", "blocked", "waiting", "holding",
                  "deadlock", "warning", "task", "task_failed", "exit0", "exitcode", "signal",
                  "running", "mark", "event"]
 
@@ -1233,6 +1234,8 @@ def _clusters(items, span, gap=0.05):
 
 
 def _message_kind(flow, handles):
+    if isinstance(flow, Request):               # (grey as a message; its own legend line)
+        return "fd_request"
     if flow.put.args.get("msg") in handles:
         return "handle"
     if (flow.nbytes or 0) >= BIG_MESSAGE:
