@@ -137,7 +137,9 @@ def _fd_requests(trace, us, out):
     zero-length slice where the asker's thread sent it and one where the sender's ``_serve``
     thread answered, bound by a flow -- the arrow the timeline draws. (Zero-length: they sit
     between the thread's recorded events and can overlap no slice.)"""
-    fds = trace.of_kind("fd.send", "fd.recv")                  # (one pass over the events)
+    # torch's hand-overs, paired by token as analysis._fd_key pairs them (torch's token names
+    # its sender's socket); not through the analysis index, which trace.json is written without
+    fds = [e for e in trace.of_kind("fd.send", "fd.recv") if e.args.get("torch")]
     sent = {e.args.get("token"): e for e in fds if e.kind == "fd.send" and e.args.get("token")}
     for got in (e for e in fds if e.kind == "fd.recv"):
         answer = sent.get(got.args.get("token"))
