@@ -584,3 +584,27 @@ def test_queue_fd_requests_are_flows_in_the_chrome_export(queue_run):
         assert ask["flow_out"] and answer["flow_in"] and ask["ts"] < answer["ts"]
         assert (ask["pid"], answer["pid"]) == (seen["pid"], seen["producer"])
         assert ask["name"] == f"ask for an fd ({ask['args']['nbytes']} B)"
+
+
+@pytest.mark.timeout(SETUP_TIMEOUT)
+@pytest.mark.parametrize("name", ["queue file_descriptor", "queue file_system", "hogwild",
+                                  "dataloader"])
+def test_perfetto_ends_each_segment_when_the_memory_map_calls_it_freed(runs, name):
+    """trace.json's segment slices and its "shm bytes live" counter say what the memory map
+    says: a torch segment unmapped by every process that mapped it is freed (file_descriptor:
+    there is no name to unlink), not "open at end". (Before: a slice ended only at an unlink,
+    which torch never records, so a DataLoader's every batch segment read "open at end" and
+    the counter only ever rose.)"""
+    trace, _seen = _result(runs[name])
+    data = trace.to_chrome()
+    events = data["traceEvents"]
+    segments = {s.name: s for s in st.state_at(trace).segments}
+    begun = {ev["id2"]["global"] for ev in events if ev.get("cat") == "shm" and ev["ph"] == "b"}
+    open_at_end = {ev["id2"]["global"] for ev in events if ev.get("cat") == "shm" and
+                   ev["ph"] == "e" and ev["args"].get("open_at_end")}
+    assert begun and begun <= set(segments)
+    assert open_at_end == {n for n in begun if segments[n].status != "freed"}
+    live = [ev["args"]["bytes"] for ev in events if ev.get("name") == "shm bytes live"]
+    assert live[-1] == sum(segments[n].nbytes for n in open_at_end)
+    if name == "dataloader":                   # every batch's segment, freed on both sides
+        assert len(begun) >= 4 and not open_at_end and live[-1] == 0

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from . import names
-from .events import Request
+from .events import Request, has_name
 from .names import human_bytes, is_thread_lock
 from .trace import without_gc
 
@@ -1418,8 +1418,7 @@ class _Index:
             # (torch unmaps in C++, a heap arena when it is collected, both unseen: a holder of
             # one that ended by itself let go at its exit; only one killed by a signal is said
             # to have died holding it)
-            named = s["strategy"] in ("file_system", None) or str(s["name"]).startswith(
-                ("/mpviz_fs", "mpviz_fs"))
+            named = has_name(s["strategy"], s["name"])
             if mapped:
                 status = "in use" if s["unlinked_by"] is None or not named else \
                     "unlinked, still mapped"

@@ -326,6 +326,13 @@ class Segment(NamedTuple):
     detached_by: tuple = ()
 
 
+def has_name(strategy, name):
+    """Whether a segment has a name in /dev/shm that someone must unlink (file_system, mpviz's
+    own fs names, an unknown strategy); a file_descriptor segment (torch's, a memfd) has none:
+    it is freed when no process maps it any more. The memory map and trace.json both ask."""
+    return strategy in ("file_system", None) or str(name).startswith(("/mpviz_fs", "mpviz_fs"))
+
+
 class ProcessInfo(NamedTuple):
     """One recorded process; `exitcode`/`signal` come from the child or, if killed, its parent."""
     pid: int
