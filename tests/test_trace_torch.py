@@ -606,5 +606,34 @@ def test_perfetto_ends_each_segment_when_the_memory_map_calls_it_freed(runs, nam
     assert open_at_end == {n for n in begun if segments[n].status != "freed"}
     live = [ev["args"]["bytes"] for ev in events if ev.get("name") == "shm bytes live"]
     assert live[-1] == sum(segments[n].nbytes for n in open_at_end)
+    spans = {}                                 # each segment's slice, from b to e
+    for ev in events:
+        if ev.get("cat") == "shm" and ev["ph"] in "be":
+            spans.setdefault(ev["id2"]["global"], []).append(ev["ts"])
+    for ev in events:                          # every attach, detach, handle: inside its slice
+        if ev.get("cat") == "shm" and ev["ph"] == "n" and ev["id2"]["global"] in spans:
+            begin, end = spans[ev["id2"]["global"]]
+            assert begin <= ev["ts"] <= end, ev
+    # Between the sender's unmap and the receiver's map, a segment with no name is on its
+    # way (its fd held by resource_sharer), not freed
+    between = _sent_before_received(trace)
+    for seg, t in between:
+        assert {s.name: s.status for s in st.state_at(trace, t).segments}[seg] == \
+            "not mapped yet"
     if name == "dataloader":                   # every batch's segment, freed on both sides
         assert len(begun) >= 4 and not open_at_end and live[-1] == 0
+
+
+def _sent_before_received(trace):
+    """(segment, an instant) where the sender had unmapped a torch file_descriptor segment and
+    the receiver had not mapped it yet."""
+    out, detached = [], {}
+    for e in trace.of_kind("shm.detach", "shm.attach"):
+        name = e.args.get("name")
+        if e.args.get("strategy") != "file_descriptor" or not e.args.get("torch"):
+            continue
+        if e.kind == "shm.detach" and name not in detached:
+            detached[name] = e.ts_ns
+        elif e.kind == "shm.attach" and name in detached and detached[name] < e.ts_ns - 1:
+            out.append((name, (detached[name] + e.ts_ns) // 2))
+    return out

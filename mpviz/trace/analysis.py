@@ -1422,10 +1422,10 @@ class _Index:
             if mapped:
                 status = "in use" if s["unlinked_by"] is None or not named else \
                     "unlinked, still mapped"
+            elif s["name"] in later_attach and s["unlinked_by"] is None:
+                status = "not mapped yet"       # (one with no name: its fd on its way to it)
             elif s["unlinked_by"] is not None or not named:
                 status = "freed"
-            elif s["name"] in later_attach:
-                status = "not mapped yet"
             elif s["name"] in self.torch_segments:   # torch's manager unlinks it, unseen by us
                 status = "unlink not seen (torch)"
             elif self._maybe_in_flight(s["ever"], t):

@@ -25,7 +25,7 @@ Reference: the Trace Event Format document and Perfetto's JSON importer.
 """
 import json
 from itertools import compress
-from operator import itemgetter
+from operator import attrgetter, itemgetter
 
 from . import names
 from .events import Request, has_name
@@ -69,7 +69,7 @@ def to_chrome(trace, path=None):
     next_ts = _next_event_ts(events)
     starts = {}                                               # pool task (pid, tid, job, index)
     depth, lock_open = {}, {}
-    segments = _Segments(out, root, procs, t0)
+    segments = _Segments(out, root, procs, t0, events)
     route = {}                          # kind -> how it is drawn (_route), asked once a kind
     for i, e in enumerate(events):
         ts, a, kind = (e.ts_ns - t0) / 1000.0, e.args, e.kind
@@ -206,9 +206,13 @@ class _Segments:
     (Before: a slice ended only at an unlink, so torch's 20,000 DataLoader segments, each
     unmapped by both sides, all read "open at end", 960,000 B "live".)"""
 
-    def __init__(self, out, root, procs, t0):
+    def __init__(self, out, root, procs, t0, events):
         self.out, self.root, self.t0, self.live_bytes = out, root, t0, 0
         self.segs = {}                   # name -> _Seg, while it is not freed
+        # A segment with no name is not freed while a process will still map it: its fd is
+        # on its way (torch's resource_sharer holds it until the receiver asks). Its last map:
+        self.last_attach = {e.args.get("name"): e.ts_ns for e in compress(
+            events, map(_ATTACH.__eq__, map(_KIND, events)))}
         self.exits = sorted((p.exit_ns, p.pid) for p in procs if p.exit_ns is not None)
         self.next_exit = 0
 
@@ -235,7 +239,7 @@ class _Segments:
                 self._free(name, seg, e.pid, e.tid, ts, dict(a))
                 return
         self._put(e, ts, "n", name, dict(a, what=kind))
-        if kind == "shm.detach" and (seg.unlinked or not seg.named) and not seg.mapped():
+        if kind == "shm.detach" and self._freed(name, seg, e.ts_ns):
             self._free(name, seg, e.pid, e.tid, ts, {"freed": (
                 "unlinked, and no process maps it any more" if seg.named else
                 "no process maps it any more (it has no name to unlink)")})
@@ -247,9 +251,15 @@ class _Segments:
             self.next_exit += 1
             ts = (at - self.t0) / 1000.0
             for name, seg in [(n, s) for n, s in self.segs.items() if pid in s.maps]:
-                if seg.maps.pop(pid) and (seg.unlinked or not seg.named) and not seg.mapped():
+                if seg.maps.pop(pid) and self._freed(name, seg, at):
                     self._free(name, seg, pid, pid, ts, {"freed": (
                         f"the last process that mapped it ended (pid {pid})")})
+
+    def _freed(self, name, seg, t_ns):
+        """Is `seg` freed at `t_ns`, now that one of its maps went away?"""
+        if seg.mapped():
+            return False
+        return seg.unlinked or not seg.named and self.last_attach.get(name, t_ns) <= t_ns
 
     def _free(self, name, seg, pid, tid, ts, args):
         del self.segs[name]
@@ -314,6 +324,7 @@ def _async(out, base, cat, name, args):
 
 
 _ASYNC_PHASES, _PHASE = frozenset(("b", "e")), itemgetter("ph")
+_ATTACH, _KIND = "shm.attach", attrgetter("kind")
 
 
 def _close_async(out, end_us):
