@@ -215,7 +215,7 @@ def run(program, output=None, hang_after=10.0, plot=None, threading_locks=False)
     docs/PERFORMANCE.md). They are drawn when asked (``--plot``) or when the run ended in a way
     worth looking at: a hang verdict, a signal, a non-zero exit status. ``--no-plot`` never draws;
     ``mpviz.trace.load(DIR).plot()`` draws later."""
-    from .watchdog import HANG_EXIT_STATUS, STACKS, Watchdog, check_hang_after
+    from .watchdog import HANG_EXIT_STATUS, STACKS, ReadAside, Watchdog, check_hang_after
     try:
         hang_after = check_hang_after(hang_after, "--hang-after")
     except ValueError as exc:
@@ -248,7 +248,11 @@ def run(program, output=None, hang_after=10.0, plot=None, threading_locks=False)
         from .watchdog import SessionPids
         eyes = Watchdog(directory, hang_after, SessionPids(child.pid))
         watchdog = eyes if hang_after else None
-        code = _wait(child, watchdog, forwarder, eyes)
+        eyes.aside = ReadAside(eyes.trace)
+        try:
+            code = _wait(child, watchdog, forwarder, eyes)
+        finally:
+            eyes.aside.stop()
         if code is None:                          # hung: stacks, then end the whole session
             verdict = _stop_hung(child, watchdog)
             code = HANG_EXIT_STATUS
@@ -360,7 +364,8 @@ def _wait(child, watchdog, forwarder, eyes):
     A Ctrl-C meanwhile: the report (``_report_interrupt``), then the SIGINT passed on."""
     while True:
         try:
-            returncode = child.wait(timeout=0.1)
+            with eyes.aside.while_waiting():   # (the logs are read meanwhile: ReadAside)
+                returncode = child.wait(timeout=0.1)
             return returncode if returncode >= 0 else 128 - returncode
         except subprocess.TimeoutExpired:
             pass
