@@ -68,6 +68,8 @@ it; all are started at once (they spend their time waiting), each judged alone:
                               put: no cycle (it may still put)
     squares_sentinel_forgotten.py  a worker loops `for n in iter(jobs.get, None)`; the parent
                               joins it without sending the None: the cycle, and no stop Event
+    results_via_global.py     three threads put into a module-level queue.Queue; the first
+                              ends holding the lock the other two wait for
 """
 import importlib.util
 import os
@@ -107,7 +109,7 @@ def runs(tmp_path_factory):
         "account_lock_taken_twice.py", "consumers_fed_after_with.py",
         "bounded_queue_writer_raises.py", "parser_fed_by_main_later.py",
         "stop_event_worker.py", "stop_event_late_producer.py",
-        "squares_sentinel_forgotten.py")}
+        "squares_sentinel_forgotten.py", "results_via_global.py")}
     programs["account_lock_taken_twice.py locks"] = ("1.5 --threading-locks",
                                                      _program("account_lock_taken_twice.py"))
     programs["wait_go_signal.py 1"] = ("2", _program("wait_go_signal.py"), "1")
@@ -796,3 +798,20 @@ def test_a_worker_joined_before_its_sentinel_is_sent_gets_the_sentinel_fix_not_a
             "stops at, and nothing more will be put. Fix: before join(), put one sentinel per "
             "worker (`q.put(None)`, what `iter(q.get, None)` stops at)") in err, err
     assert "Event" not in err, err
+
+
+@pytest.mark.timeout(150)
+def test_a_queue_reached_through_a_global_never_blames_the_thread_that_put_and_ended(runs):
+    # Three threads put into a module-level queue.Queue; the first ends holding the lock the
+    # other two wait for. Said before: "Thread-1 (fetch_and_keep_lock) must put -- but it has
+    # ended" -- false: it put its one result; the two that must put wait for its lock, and
+    # mpviz never saw them use the queue (a global: no argument, no put yet).
+    err = hung(result(runs, "results_via_global.py"))
+    assert "HANG: DEADLOCK" in err, err
+    assert ("results_via_global.py's main thread waits: get() on queue.Queue 1: nothing in it "
+            "yet -- results_via_global.py's Thread-1 (fetch_and_keep_lock) put into it and "
+            "has ended: no thread seen putting into it can put again. A thread that reaches "
+            "queue.Queue 1 another way (a global, a closure, an attribute) is seen only once it "
+            "puts: the stacks above say where each thread is") in err, err
+    assert "must put -- but it has ended" not in err, err
+    assert "at fetch (results_via_global.py:11): `with db_lock:`" in err, err

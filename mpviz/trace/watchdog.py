@@ -917,6 +917,27 @@ def _lost_why(tasks):
     return LOST_KILLED_WHY if all(task.signal for task in tasks) else LOST_WHY
 
 
+def _any_raised(state, trace, threads):
+    """Did an exception end one of `threads` ((pid, tid)s) before the hang?"""
+    return trace is not None and any(
+        (pid, tid) in threads for pid, tid, *_ in st.errors_before(trace, state.t_ns))
+
+
+def _putters_ended(state, blocked, who):
+    """A get on a queue.Queue whose every thread seen putting has ended, none by an error (one
+    that raised is the story: it "must put -- but it has ended", and its error is said). They
+    put already, so "they must put" is no fact: a queue.Queue is most often a global, and a
+    thread that reaches it so is unseen until it puts -- the one that would put may be waiting
+    elsewhere (for a lock the ended thread still holds: tests/hang_programs/
+    results_via_global.py)."""
+    name = blocked.what.split(":")[0].split(" on ", 1)[-1]
+    one = len(blocked.waits_for) == 1
+    return (f"{who} put into it and {'has' if one else 'have'} ended: no thread seen putting "
+            f"into it can put again. A thread that reaches {name} another way (a global, a "
+            f"closure, an attribute) is seen only once it puts: the stacks above say where "
+            f"each thread is")
+
+
 def _who_must_act(state, blocked, trace=None):
     """The end of a wait's line: who must act, as the wait-for graph's arrows say it."""
     if blocked.on == "pool.result" and trace is not None:
@@ -943,6 +964,9 @@ def _who_must_act(state, blocked, trace=None):
             lost = _puts_never_fed(state, trace, blocked)
             if lost:
                 return lost
+        if ended and blocked.on == "thread_queue.get" and not _any_raised(state, trace,
+                                                                          blocked.waits_for):
+            return _putters_ended(state, blocked, who)
         return f"{who} {must}" + (
             f" -- but {'it has' if len(blocked.waits_for) == 1 else 'they have'} ended"
             if ended else _its_own_wait(state, blocked)) + sep + more + (
