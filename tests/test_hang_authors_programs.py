@@ -70,6 +70,8 @@ it; all are started at once (they spend their time waiting), each judged alone:
                               joins it without sending the None: the cycle, and no stop Event
     results_via_global.py     three threads put into a module-level queue.Queue; the first
                               ends holding the lock the other two wait for
+    worker_never_started.py   forked workers use module-level multiprocessing Queues; the
+                              parent waits for two workers' results and started one
 """
 import importlib.util
 import os
@@ -109,7 +111,8 @@ def runs(tmp_path_factory):
         "account_lock_taken_twice.py", "consumers_fed_after_with.py",
         "bounded_queue_writer_raises.py", "parser_fed_by_main_later.py",
         "stop_event_worker.py", "stop_event_late_producer.py",
-        "squares_sentinel_forgotten.py", "results_via_global.py")}
+        "squares_sentinel_forgotten.py", "results_via_global.py",
+        "worker_never_started.py")}
     programs["account_lock_taken_twice.py locks"] = ("1.5 --threading-locks",
                                                      _program("account_lock_taken_twice.py"))
     programs["wait_go_signal.py 1"] = ("2", _program("wait_go_signal.py"), "1")
@@ -815,3 +818,18 @@ def test_a_queue_reached_through_a_global_never_blames_the_thread_that_put_and_e
             "puts: the stacks above say where each thread is") in err, err
     assert "must put -- but it has ended" not in err, err
     assert "at fetch (results_via_global.py:11): `with db_lock:`" in err, err
+
+
+@pytest.mark.timeout(150)
+def test_a_worker_that_put_and_ended_well_is_not_said_to_owe_a_put(runs):
+    # Said before: "Process-1's main thread must put -- but it has ended" -- it put all four
+    # results and ended (exit 0); the four the parent still waits for would have come from a
+    # second worker it never started (module-level queues: nothing was given as an argument)
+    res = result(runs, "worker_never_started.py")
+    err = hung(res)
+    assert ("worker_never_started.py's main thread waits: get() on Queue 2: nothing in it yet "
+            "-- Process-1's main thread put into it and has ended: no thread seen putting into "
+            "it can put again. A process or thread that reaches Queue 2 another way (a global, "
+            "which a forked child inherits; a closure; an attribute) is seen only once it "
+            "puts") in err, err
+    assert "must put -- but it has ended" not in err, err

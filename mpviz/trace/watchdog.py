@@ -917,25 +917,35 @@ def _lost_why(tasks):
     return LOST_KILLED_WHY if all(task.signal for task in tasks) else LOST_WHY
 
 
-def _any_raised(state, trace, threads):
-    """Did an exception end one of `threads` ((pid, tid)s) before the hang?"""
-    return trace is not None and any(
-        (pid, tid) in threads for pid, tid, *_ in st.errors_before(trace, state.t_ns))
+def _ended_badly(state, trace, threads):
+    """Did an exception, a signal or a non-zero exit status end one of `threads` ((pid, tid)s)
+    or its process before the hang? (Not known -- no trace -- counts as yes.)"""
+    if trace is None:
+        return True
+    raised = {(pid, tid) for pid, tid, *_ in st.errors_before(trace, state.t_ns)}
+    alive = {p.pid for p in state.processes}
+    return any((pid, tid) in raised or (pid, None) in raised or
+               (pid not in alive and st.how_it_ended(trace, pid) != "exit 0")
+               for pid, tid in threads)
 
 
 def _putters_ended(state, blocked, who):
-    """A get on a queue.Queue whose every thread seen putting has ended, none by an error (one
-    that raised is the story: it "must put -- but it has ended", and its error is said). They
-    put already, so "they must put" is no fact: a queue.Queue is most often a global, and a
-    thread that reaches it so is unseen until it puts -- the one that would put may be waiting
-    elsewhere (for a lock the ended thread still holds: tests/hang_programs/
-    results_via_global.py)."""
+    """A get on a queue whose every thread seen putting has ended, none badly (one that raised,
+    was killed or exited non-zero is the story: it "must put -- but it has ended", and how it
+    ended is said). They put already and ended well, so "they must put" is no fact: a queue is
+    often a global (a queue.Queue in threads; a multiprocessing.Queue a forked child inherits),
+    and who reaches it so is unseen until it puts -- the one that would put may be waiting
+    elsewhere, or was never started (tests/hang_programs/results_via_global.py,
+    worker_never_started.py)."""
     name = blocked.what.split(":")[0].split(" on ", 1)[-1]
     one = len(blocked.waits_for) == 1
+    other = ("A thread that reaches {} another way (a global, a closure, an attribute)"
+             if blocked.on == "thread_queue.get" else
+             "A process or thread that reaches {} another way (a global, which a forked child "
+             "inherits; a closure; an attribute)").format(name)
     return (f"{who} put into it and {'has' if one else 'have'} ended: no thread seen putting "
-            f"into it can put again. A thread that reaches {name} another way (a global, a "
-            f"closure, an attribute) is seen only once it puts: the stacks above say where "
-            f"each thread is")
+            f"into it can put again. {other} is seen only once it puts: the stacks above say "
+            f"where each thread is")
 
 
 def _who_must_act(state, blocked, trace=None):
@@ -964,9 +974,10 @@ def _who_must_act(state, blocked, trace=None):
             lost = _puts_never_fed(state, trace, blocked)
             if lost:
                 return lost
-        if ended and blocked.on == "thread_queue.get" and not _any_raised(state, trace,
-                                                                          blocked.waits_for):
-            return _putters_ended(state, blocked, who)
+        if ended and blocked.on in ("thread_queue.get", "queue.get") and \
+                not _ended_badly(state, trace, blocked.waits_for):
+            return _putters_ended(state, blocked, who) + (
+                _given_but_waiting(state, trace, blocked) if blocked.on == "queue.get" else "")
         return f"{who} {must}" + (
             f" -- but {'it has' if len(blocked.waits_for) == 1 else 'they have'} ended"
             if ended else _its_own_wait(state, blocked)) + sep + more + (
