@@ -194,8 +194,10 @@ def test_under_the_cap_a_real_small_dev_shm_that_fills_first_is_named_as_such():
             "print(json.dumps([r.outcome, r.details['batches'], r.explanation]))")
     out = run_with_small_dev_shm("32m", code, timeout=60)
     outcome, batches, explanation = json.loads(out.stdout.strip().splitlines()[-1])
-    assert outcome == "error" and batches == 3        # 3 x (8 MiB + a page) fit in 32 MiB
-    assert "this machine's own /dev/shm (32 MiB)" in explanation
+    assert outcome == "error" and batches in (2, 3)   # 3 x (8 MiB + a page) fit in 32 MiB,
+    assert "this machine's own /dev/shm (32 MiB)" in explanation    # one at a time ...
+    if batches == 2:        # ... but two workers writing into the last room at once both fail
+        assert "at the same moment" in explanation, explanation      # (a busy CI run: 2)
 
 
 def test_two_batches_written_into_the_last_room_at_once_are_said_to_have_raced():

@@ -11,9 +11,8 @@
        gets: where everyone is (Forwarder)
     4. wait; the hang watchdog (watchdog.py) looks
        at the session's threads 10x a second (and
-       at DIR when none of them moved); meanwhile a
-       thread reads DIR every 0.5 s (ReadAside), so
-       that little is left to read at the end:
+       at DIR when none moved; ReadAside reads DIR
+       every 0.5 s, for a short read at the end):
        no progress for --hang-after S → stacks ───▶  SIGUSR1: stacks;  SIGKILL: the session
        + verdict, the session killed, exit 124
     5. always: DIR/trace.json; the pictures when they are worth their cost (below); where they
