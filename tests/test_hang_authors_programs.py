@@ -72,6 +72,8 @@ it; all are started at once (they spend their time waiting), each judged alone:
                               ends holding the lock the other two wait for
     worker_never_started.py   forked workers use module-level multiprocessing Queues; the
                               parent waits for two workers' results and started one
+    spawn_global_event.py     a spawned worker waits on a module-level Event; the parent sets
+                              its own (the child made another when it imported the module)
 """
 import importlib.util
 import os
@@ -112,7 +114,7 @@ def runs(tmp_path_factory):
         "bounded_queue_writer_raises.py", "parser_fed_by_main_later.py",
         "stop_event_worker.py", "stop_event_late_producer.py",
         "squares_sentinel_forgotten.py", "results_via_global.py",
-        "worker_never_started.py")}
+        "worker_never_started.py", "spawn_global_event.py")}
     programs["account_lock_taken_twice.py locks"] = ("1.5 --threading-locks",
                                                      _program("account_lock_taken_twice.py"))
     programs["wait_go_signal.py 1"] = ("2", _program("wait_go_signal.py"), "1")
@@ -833,3 +835,16 @@ def test_a_worker_that_put_and_ended_well_is_not_said_to_owe_a_put(runs):
             "which a forked child inherits; a closure; an attribute) is seen only once it "
             "puts") in err, err
     assert "must put -- but it has ended" not in err, err
+
+
+@pytest.mark.timeout(150)
+def test_a_spawned_child_waiting_on_its_own_module_level_event_is_told_so(runs):
+    # Said before: only "someone must set Event 1, and nobody has set it yet" -- true of the
+    # child's Event, but silent on the stop.set() the learner sees in the parent: under spawn
+    # the child made its own Event when it imported the module
+    err = hung(result(runs, "spawn_global_event.py"))
+    assert ("Process-1's main thread waits: Event 1.wait() -- someone must set Event 1, and "
+            "nobody has set it yet; spawn_global_event.py's main thread set an Event, but "
+            "another one, which nobody waits on: most likely the same module-level Event, made "
+            "again when this child (started by spawn) imported the program's module") in err, err
+    assert "pass it to the child as a Process argument" in err, err

@@ -1107,7 +1107,8 @@ def _signal_short(state, blocked, trace):
     if blocked.on == "event":
         sets = [e for e in signals if e.kind == "event.set"]
         if not sets:
-            return f"someone must set {name}, and nobody has set it yet" + never
+            return f"someone must set {name}, and nobody has set it yet" + never + \
+                _set_another_event(state, blocked, trace)
         last = signals[-1]
         if last.kind == "event.clear":
             return (f"someone must set {name} again: {_thread_words(state, last.pid, last.tid)} "
@@ -1123,6 +1124,28 @@ def _signal_short(state, blocked, trace):
                 f"{(blocked.since_ns - last.ts_ns) / 1e9:.1f} s before this wait began and "
                 f"woke {_waiting_words(last.args.get('waiting'))}: " + LOST_WAKEUP)
     return f"someone must notify {name} again (its last {how} was by {who})"
+
+
+def _set_another_event(state, blocked, trace):
+    """A child started by spawn or forkserver waits on an Event nobody set, while another
+    process set an Event nobody ever waited on: most often the one module-level
+    ``mp.Event()``, made again when the child imported the program's module
+    (tests/hang_programs/spawn_global_event.py). '' when it is not that shape."""
+    how = {p.pid: p.how for p in trace.processes()}.get(blocked.pid)
+    if how not in ("spawn", "forkserver"):
+        return ""
+    seen = trace.of_kind("wait.begin", "event.set")
+    waited = {e.args.get("id") for e in seen if e.kind == "wait.begin" and
+              e.args.get("on") == "event"}
+    other = [e for e in seen if e.kind == "event.set" and e.pid != blocked.pid and
+             e.ts_ns <= state.t_ns and e.args.get("id") not in waited]
+    if not other:
+        return ""
+    return (f"; {_thread_words(state, other[0].pid, other[0].tid)} set an Event, but another "
+            f"one, which nobody waits on: most likely the same module-level Event, made again "
+            f"when this child (started by {how}) imported the program's module -- a child "
+            f"never sees another process's set() of it. Fix: make the Event under "
+            f"`if __name__ == \"__main__\":` and pass it to the child as a Process argument")
 
 
 def _waiting_words(waiting):
