@@ -207,3 +207,19 @@ def test_trace_json_is_the_same_bytes_json_dumps_writes(tmp_path):
     launcher._json_into(fast, data)
     launcher._json_into(plain, data, fast=False)
     assert fast.getvalue() == plain.getvalue() == json.dumps(data).encode()
+
+
+def test_a_segment_whose_attach_was_recorded_before_its_create_still_gets_its_slice():
+    # Two processes read their clocks at different moments of one exchange: a consumer's attach
+    # can be recorded before the producer's create (test_export_validates' workers did so in a
+    # fresh-clone run, and trace.json had no slice and no "shm bytes live" at all)
+    seg = dict(name="mpviz_fs_order", strategy="file_system", nbytes=4096)
+    with mt.record() as trace:
+        for kind in ("shm.attach", "shm.create", "shm.detach", "shm.detach", "shm.unlink"):
+            mt.recorder.emit(kind, **seg)
+    events = trace.to_chrome()["traceEvents"]
+    mine = [e["ph"] for e in events if e.get("cat") == "shm" and
+            e["id2"]["global"] == "mpviz_fs_order"]
+    assert mine == ["n", "b", "n", "n", "e"], mine        # begun at the create, freed at unlink
+    live = [e["args"]["bytes"] for e in events if e.get("name") == "shm bytes live"]
+    assert live == [4096, 0], live

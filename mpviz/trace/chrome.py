@@ -221,8 +221,13 @@ class _Segments:
             self.ended_by(e.ts_ns)
         name, kind = a.get("name"), e.kind
         seg = self.segs.get(name)
-        if kind == "shm.create" and (seg is None or seg.unlinked):
+        if kind == "shm.create" and (seg is None or seg.unlinked or not seg.begun):
+            # (not begun: an attach was recorded first -- the processes' clocks are read at
+            # different moments of the same exchange -- and the slice begins at the create)
+            maps = {} if seg is None or seg.unlinked else seg.maps
             seg = self.segs[name] = _Seg(a, e.pid)
+            for pid, n in maps.items():
+                seg.maps[pid] = seg.maps.get(pid, 0) + n
             self._put(e, ts, "b", name, dict(a))
             self.live_bytes += seg.nbytes
             self._count(ts)
