@@ -74,6 +74,8 @@ it; all are started at once (they spend their time waiting), each judged alone:
                               parent waits for two workers' results and started one
     spawn_global_event.py     a spawned worker waits on a module-level Event; the parent sets
                               its own (the child made another when it imported the module)
+    wrong_event_set.py        a spawned worker given its Event as an argument waits on it; the
+                              parent sets another one
 """
 import importlib.util
 import os
@@ -114,7 +116,7 @@ def runs(tmp_path_factory):
         "bounded_queue_writer_raises.py", "parser_fed_by_main_later.py",
         "stop_event_worker.py", "stop_event_late_producer.py",
         "squares_sentinel_forgotten.py", "results_via_global.py",
-        "worker_never_started.py", "spawn_global_event.py")}
+        "worker_never_started.py", "spawn_global_event.py", "wrong_event_set.py")}
     programs["account_lock_taken_twice.py locks"] = ("1.5 --threading-locks",
                                                      _program("account_lock_taken_twice.py"))
     programs["wait_go_signal.py 1"] = ("2", _program("wait_go_signal.py"), "1")
@@ -848,3 +850,16 @@ def test_a_spawned_child_waiting_on_its_own_module_level_event_is_told_so(runs):
             "another one, which nobody waits on: most likely the same module-level Event, made "
             "again when this child (started by spawn) imported the program's module") in err, err
     assert "pass it to the child as a Process argument" in err, err
+
+
+@pytest.mark.timeout(150)
+def test_a_child_given_its_event_is_not_told_of_a_module_level_one(runs):
+    # The first words of the hint above said "most likely the same module-level Event ... pass
+    # it to the child as a Process argument" to a program that had passed it -- false; the
+    # parent had set another Event
+    err = hung(result(runs, "wrong_event_set.py"))
+    assert ("SpawnProcess-1's main thread waits: Event 1.wait() -- someone must set Event 1, "
+            "and nobody has set it yet; wrong_event_set.py's main thread set an Event, but "
+            "another one, which nobody waits on -- SpawnProcess-1 was given this one as a "
+            "Process argument: set that one") in err, err
+    assert "module-level" not in err, err

@@ -1127,25 +1127,34 @@ def _signal_short(state, blocked, trace):
 
 
 def _set_another_event(state, blocked, trace):
-    """A child started by spawn or forkserver waits on an Event nobody set, while another
-    process set an Event nobody ever waited on: most often the one module-level
-    ``mp.Event()``, made again when the child imported the program's module
-    (tests/hang_programs/spawn_global_event.py). '' when it is not that shape."""
-    how = {p.pid: p.how for p in trace.processes()}.get(blocked.pid)
-    if how not in ("spawn", "forkserver"):
-        return ""
-    seen = trace.of_kind("wait.begin", "event.set")
+    """An Event nobody set, while another process set an Event nobody ever waited on: said, as
+    a fact. Where the waiter was started by spawn or forkserver and was not given its Event as
+    a Process argument, the likely story too: the one module-level ``mp.Event()``, made again
+    when the child imported the program's module (tests/hang_programs/spawn_global_event.py);
+    where it was given it, that it was (wrong_event_set.py: the parent set another).
+    '' when no other Event was set."""
+    seen = trace.of_kind("wait.begin", "event.set", "process.launch")
     waited = {e.args.get("id") for e in seen if e.kind == "wait.begin" and
               e.args.get("on") == "event"}
     other = [e for e in seen if e.kind == "event.set" and e.pid != blocked.pid and
              e.ts_ns <= state.t_ns and e.args.get("id") not in waited]
     if not other:
         return ""
-    return (f"; {_thread_words(state, other[0].pid, other[0].tid)} set an Event, but another "
-            f"one, which nobody waits on: most likely the same module-level Event, made again "
-            f"when this child (started by {how}) imported the program's module -- a child "
-            f"never sees another process's set() of it. Fix: make the Event under "
-            f"`if __name__ == \"__main__\":` and pass it to the child as a Process argument")
+    said = (f"; {_thread_words(state, other[0].pid, other[0].tid)} set an Event, but another "
+            f"one, which nobody waits on")
+    given = any(e.kind == "process.launch" and e.args.get("child") == blocked.pid and
+                blocked.target in (e.args.get("queues") or ()) for e in seen)
+    if given:
+        return said + (f" -- {state.labels.get(blocked.pid, blocked.pid)} was given this one "
+                       f"as a Process argument: set that one")
+    how = {p.pid: p.how for p in trace.processes()}.get(blocked.pid)
+    if how not in ("spawn", "forkserver"):
+        return said
+    return said + (f": most likely the same module-level Event, made again when this child "
+                   f"(started by {how}) imported the program's module -- a child never sees "
+                   f"another process's set() of it. Fix: make the Event under "
+                   f"`if __name__ == \"__main__\":` and pass it to the child as a Process "
+                   f"argument")
 
 
 def _waiting_words(waiting):
