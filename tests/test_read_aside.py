@@ -24,6 +24,20 @@ def _writer(directory, go, done, kinds):
     recorder.stop()
 
 
+def _kinds(trace):
+    return [e.kind for e in list(trace.events)]
+
+
+def _until(condition, seconds=10.0):
+    """Poll `condition` (the thread reads every EVERY_S) until true or `seconds` pass."""
+    deadline = time.monotonic() + seconds
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
 def test_reads_only_while_the_main_thread_waits_and_keeps_progress(tmp_path):
     ctx = mp.get_context("fork")
     go, done = ctx.Event(), ctx.Event()
@@ -34,22 +48,22 @@ def test_reads_only_while_the_main_thread_waits_and_keeps_progress(tmp_path):
     aside = ReadAside(trace)
     try:
         with aside.while_waiting():             # the child's start: progress
-            time.sleep(3 * ReadAside.EVERY_S)
-        assert [e.kind for e in trace.events] == ["process.start"] and aside.take_progress()
+            assert _until(lambda: _kinds(trace) == ["process.start"]), _kinds(trace)
+        assert aside.take_progress()
         with aside.while_waiting():             # a wait that begins: no progress
             go.set()
             assert done.wait(10)
             done.clear()
-            time.sleep(3 * ReadAside.EVERY_S)
-        kinds = [e.kind for e in trace.events]
-        assert kinds[-1] == "wait.begin" and not aside.take_progress()
+            assert _until(lambda: _kinds(trace)[-1:] == ["wait.begin"]), _kinds(trace)
+        kinds = _kinds(trace)
+        assert not aside.take_progress()
         go.set()                                 # held by the main thread: nothing is read
         assert done.wait(10)
+        # (an absence cannot be waited for: three of the thread's periods pass, then we look)
         time.sleep(3 * ReadAside.EVERY_S)
-        assert [e.kind for e in trace.events] == kinds
+        assert _kinds(trace) == kinds
         with aside.while_waiting():              # ... until it waits again
-            time.sleep(3 * ReadAside.EVERY_S)
-        assert "mark" in [e.kind for e in trace.events]
+            assert _until(lambda: "mark" in _kinds(trace)), _kinds(trace)
         assert aside.take_progress() and not aside.take_progress()
         assert aside.failed is None
     finally:
