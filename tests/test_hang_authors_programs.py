@@ -61,7 +61,7 @@ it; all are started at once (they spend their time waiting), each judged alone:
     bounded_queue_writer_raises.py  a reader thread fills a queue.Queue(maxsize=2); the writer
                               thread raises on a bad line: the reader's put() waits for ever
     parser_fed_by_main_later.py  a collector thread puts a header and joins the parser; the
-                              main thread sleeps 3 s, then puts the rest: no cycle
+                              main thread sleeps 20 s, then puts the rest: no cycle
     stop_event_worker.py      a worker process loops on a multiprocessing Queue's get() until a
                               stop Event is set; the parent sets it and joins: a cycle
     stop_event_late_producer.py  the same, with a producer process still asleep before its last

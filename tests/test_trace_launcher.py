@@ -123,6 +123,35 @@ def test_hang_after_zero_turns_the_watchdog_off(tmp_path):
     assert not (tmp_path / "o" / ".stacks").exists()
 
 
+@pytest.mark.timeout(60)
+def test_a_program_that_ends_while_its_stacks_are_taken_gets_no_hang_verdict(tmp_path):
+    # On a busy machine, taking the stacks after the judgment can take seconds; a wait with a
+    # deadline may run out meanwhile and the program end by itself. Said before: "HANG:
+    # STALLED ... mpviz stopped 0 process(es) with SIGKILL" and exit 124, for a program that
+    # ended well. Here the window is made sure of: the program blocks SIGUSR1, so its stacks
+    # never come and the capture waits its whole 1.5 s, while the 1.8 s sleep runs out.
+    (tmp_path / "prog.py").write_text(textwrap.dedent("""
+        import signal, time
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGUSR1})
+        time.sleep(1.8)
+        print("done", flush=True)
+    """))
+    out = tmp_path / "out"
+    run = mpviz("trace", "--hang-after", "1", "--no-plot", "-o", str(out), "--", PY, "prog.py",
+                cwd=tmp_path)
+    assert run.returncode == 0, run.stderr
+    assert "done" in run.stdout
+    assert "HANG" not in run.stderr and "stopped 0 process" not in run.stderr, run.stderr
+    assert re.search(r"no hang: the program ended by itself \(exit status 0\) while mpviz "
+                     r"took its stacks, after 1\.\d s with no progress seen \(--hang-after "
+                     r"1\)\. A wait with a deadline longer than --hang-after looks like a "
+                     r"stall until it runs out; a longer --hang-after gives it the time", run.stderr), run.stderr
+    trace = mt.load(out)
+    assert not trace.verdict and not trace.of_kind("watchdog.kill")
+    (program,) = [p for p in trace.processes() if p.how == "exec"]
+    assert program.exitcode == 0 and program.signal is None
+
+
 # --- signals to the launcher ------------------------------------------------------------------
 
 @pytest.mark.timeout(90)

@@ -328,3 +328,29 @@ def test_a_record_blocks_watchdog_that_raises_is_said_and_the_block_goes_on(tmp_
         run.stderr, run.stderr
     assert "RuntimeError: a bug in the watchdog, made for this test" in run.stderr
     assert "Exception in thread" not in run.stderr, run.stderr
+
+
+@pytest.mark.timeout(60)
+def test_a_block_that_ends_while_its_stacks_are_taken_gets_no_hang_verdict(tmp_path):
+    # As the launcher's test: the child blocks SIGUSR1, so the capture waits its whole 1.5 s,
+    # and the child's 1.8 s sleep runs out meanwhile; the block ends by itself. Said before: a
+    # HANG verdict, the child killed (or "stopped 0 process(es)"), for a block that ended well.
+    code = (
+        "import signal, time\n"
+        "import mpviz.trace as mt\n"
+        "import multiprocessing as mp\n"
+        "def nap():\n"
+        "    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGUSR1})\n"
+        "    time.sleep(1.8)\n"
+        "if __name__ == '__main__':\n"
+        f"    with mt.record({str(tmp_path / 't')!r}, hang_after=1):\n"
+        "        p = mp.get_context('fork').Process(target=nap)\n"
+        "        p.start()\n"
+        "        p.join()\n"
+        "    print('after the block', p.exitcode, flush=True)\n")
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=60)
+    assert run.returncode == 0 and "after the block 0" in run.stdout, run.stderr
+    assert "HANG" not in run.stderr, run.stderr
+    assert "mpviz: no hang: the record() block ended by itself while mpviz took the stacks" \
+        in run.stderr, run.stderr

@@ -256,8 +256,11 @@ def run(program, output=None, hang_after=10.0, plot=None, threading_locks=False)
             eyes.aside.stop()
         if code is None:                          # hung: stacks, then end the whole session
             verdict = _stop_hung(child, watchdog)
-            code = HANG_EXIT_STATUS
-        else:
+            if verdict is None:                   # (it ended by itself while judged: ended)
+                code = _shell_status(child.returncode)
+            else:
+                code = HANG_EXIT_STATUS
+        if verdict is None:
             _wait_for_the_rest(child, stop=forwarder.interrupted, trace=eyes.trace,
                                directory=directory)
             eyes.trace.refresh()              # how its children ended that nobody waited for
@@ -367,7 +370,7 @@ def _wait(child, watchdog, forwarder, eyes):
         try:
             with eyes.aside.while_waiting():   # (the logs are read meanwhile: ReadAside)
                 returncode = child.wait(timeout=0.1)
-            return returncode if returncode >= 0 else 128 - returncode
+            return _shell_status(returncode)
         except subprocess.TimeoutExpired:
             pass
         if forwarder.interrupted and forwarder._held:
@@ -447,11 +450,25 @@ def _wait_for_the_rest(child, seconds=1.0, stop=False, trace=None, directory=Non
                 f"program left in /dev/shm")
 
 
+def _shell_status(returncode):
+    """A Popen returncode as a shell says it: -9 (killed by SIGKILL) is 137."""
+    return returncode if returncode >= 0 else 128 - returncode
+
+
 def _stop_hung(child, watchdog):
+    """Stacks, the kill, the verdict -- or None when the program's main process ended by itself
+    before the kill (a wait with a deadline, judged stalled, ran out while the stacks were
+    taken: on a busy machine that takes seconds). Then there was no hang to report."""
     import time
     stacks = watchdog.capture_stacks()
+    if child.poll() is not None:
+        _say_ended_while_judged(child, watchdog)
+        return None
     kill_ns = time.monotonic_ns()
     killed, cleaned = _kill(child, watchdog.directory)
+    if child.pid not in killed and child.returncode != -signal.SIGKILL:
+        _say_ended_while_judged(child, watchdog, killed)      # (in the moment before the kill)
+        return None
     watchdog.record_verdict(stacks, killed, kill_ns)
     watchdog.trace.refresh(final=True)
     session.remove_segments(watchdog.trace, wait=0.0)
@@ -466,6 +483,17 @@ def _stop_hung(child, watchdog):
                    f"below); where each process was:\n{where}\n" +
                    "".join(traceback.format_exc(limit=-4)).rstrip())
     return verdict + (f"\nmpviz trace: after the kill{cleaned}" if cleaned else "")
+
+
+def _say_ended_while_judged(child, watchdog, killed=()):
+    how = (f"exit status {child.returncode}" if child.returncode >= 0 else
+           f"{signal.Signals(-child.returncode).name}")
+    left = (f"; mpviz stopped the {len(killed)} process(es) it left (pids "
+            f"{', '.join(map(str, killed[:10]))}) with SIGKILL" if killed else "")
+    say(f"no hang: the program ended by itself ({how}) while mpviz took its stacks, after "
+        f"{watchdog.stalled_for:.1f} s with no progress seen (--hang-after "
+        f"{watchdog.hang_after:g}){left}. A wait with a deadline longer than --hang-after "
+        f"looks like a stall until it runs out; a longer --hang-after gives it the time")
 
 
 def _kill(child, directory):

@@ -1449,6 +1449,13 @@ class Guard:
             own = f.read().strip()
         own = "\n".join(block for block in own.split("\n\n") if "_fire" not in block) or own
         stacks = self.watchdog.capture_stacks(extra={os.getpid(): own})
+        if self._done.is_set():         # the block ended by itself while the stacks were taken
+            print(f"mpviz: no hang: the record() block ended by itself while mpviz took the "
+                  f"stacks, after {self.watchdog.stalled_for:.1f} s with no progress seen "
+                  f"(hang_after={self.watchdog.hang_after:g}). A wait with a deadline longer "
+                  f"than hang_after looks like a stall until it runs out; a longer hang_after "
+                  f"gives it the time", file=sys.stderr, flush=True)
+            return
         kill_ns = time.monotonic_ns()
         killed = kill_descendants(os.getpid(), {p.pid for p in self.watchdog.trace.processes()})
         self.watchdog.record_verdict(stacks, killed, kill_ns)

@@ -1,5 +1,5 @@
 """A collector thread joins the parser thread; the parser waits for lines the main thread
-reads from a slow source (3 s) and then puts."""
+reads from a slow source (20 s) and then puts."""
 import queue
 import threading
 import time
@@ -23,7 +23,7 @@ if __name__ == "__main__":
     collector = threading.Thread(target=collect, args=(parser, q, out))
     parser.start()
     collector.start()
-    time.sleep(3)                      # the slow source
+    time.sleep(20)                     # the slow source
     q.put("a b c")
     q.put(None)
     collector.join()

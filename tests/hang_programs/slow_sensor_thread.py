@@ -6,7 +6,7 @@ import time
 
 
 def sensor(q):
-    for i in range(2):
+    for i in range(10):
         time.sleep(3)                  # the next reading
         q.put(f"reading {i}: {20 + i} C")
     q.put(None)
