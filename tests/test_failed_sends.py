@@ -197,11 +197,8 @@ def test_a_pool_result_that_cannot_be_pickled_gives_back_what_the_worker_took(st
         assert _settles(lambda: _fds_of(worker), fds), "descriptors left open in the worker"
         assert pool.apply_async(check_and_mark, (t, EXPECTED)).get(30) is True
         assert pool.apply_async(echo, (t,)).get(30).tolist() == [MARK] + EXPECTED[1:]
-        # The worker ends by itself, not by the with block's terminate(): a SIGTERM that lands
-        # between a holder's "DROP" line to the shm manager and its count given back in the
-        # header leaves one count the manager takes for a handle in flight, and it keeps the
-        # name while this process group lives (1 run in ~5 of a round trip then terminate():
-        # docs/INTERNALS.md, Limits; not this test's subject).
+        # (A terminate() that kills the worker while it gives its count back is
+        # test_inflight.py's holder-killed test; here the worker ends by itself.)
         pool.close()
         pool.join()
 

@@ -585,3 +585,99 @@ def test_a_segment_the_cache_hands_out_again_forgets_its_old_channels():
         mp.set_sharing_strategy(old)
         q.close()
         q.join_thread()
+
+
+# -- a holder killed while it gives its count back ------------------------------------------------
+
+def give_back_and_die(inbox, when):
+    """A holder of the tensor it gets from `inbox`, killed by SIGKILL while it gives its count
+    back: after the manager heard "LETGO" and before the count went ("before"), or after the
+    count went and before the manager heard the new number ("after"). Where a terminate()'s
+    SIGTERM landed 1 run in ~5 of a Pool round trip (docs/INTERNALS.md)."""
+    import signal
+    t = inbox.get(timeout=60)
+    hold = t.untyped_storage()._segment._hold
+    hold.counting_out()
+    if when == "after":
+        hold.give_back()
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+@pytest.mark.parametrize("when", ["before", "after"])
+def test_a_holder_killed_while_giving_its_count_back_neither_leaks_nor_loses_a_handle(when):
+    # Before: killed between its line and its give-back ("before"), the holder left a count the
+    # manager took for a handle in flight, and the name stayed while the program's process group
+    # lived (a notebook kernel's whole life). The other order ("after") must not cost a handle
+    # still in flight: here one is in a queue this process can read when the holder dies.
+    from mpviz.sharing import shm_manager
+    old = mp.get_sharing_strategy()
+    mp.set_sharing_strategy("file_system")
+    try:
+        ctx = mp.get_context("fork")
+        inbox, q = ctx.Queue(), ctx.Queue()
+        p = ctx.Process(target=give_back_and_die, args=(inbox, when))
+        p.start()                                  # (before the tensor: it receives it)
+        t = mpviz.full((1000,), 7.0).share_memory_()
+        name = t.untyped_storage()._segment.name
+        inbox.put(t)
+        p.join(60)
+        assert p.exitcode == -9
+        q.put(t)
+        del t
+        gc.collect()
+        # nobody alive maps it now; one handle is in the queue: kept, and it arrives intact
+        assert _wait_for(lambda: shm_manager.fate(name)[0] != "held", 10) is not None
+        assert shm_manager.fate(name)[0] == "in flight", shm_manager.fate(name)
+        got = q.get(timeout=30)
+        assert got.tolist() == [7.0] * 1000
+        del got
+        gc.collect()
+        # its last holder let it go: the name goes (the manager settles the killed one's count)
+        assert _wait_for(lambda: not os.path.exists("/dev/shm" + name), 10) is not None, \
+            shm_manager.fate(name)
+    finally:
+        mp.set_sharing_strategy(old)
+    for queue in (inbox, q):
+        queue.close()
+        queue.join_thread()
+
+
+def keep_then_send(t, go, q):
+    """A forked child that keeps `t` (its parent's, inherited) until `go`, then sends it back."""
+    go.wait(60)
+    q.put(t)
+    q.close()
+    q.join_thread()
+
+
+def test_a_forked_child_still_holding_a_tensor_its_parent_dropped_keeps_its_name():
+    # Before: the child's at-fork count reached the manager on a connection that the next
+    # at-fork hook closed at once -- the manager took the child for dead, and when the parent
+    # let go it removed the name the child still mapped: the child's put of it then reached
+    # nobody (its receiver: "no such file").
+    from mpviz.sharing import shm_manager
+    old = mp.get_sharing_strategy()
+    mp.set_sharing_strategy("file_system")
+    try:
+        ctx = mp.get_context("fork")
+        q, go = ctx.Queue(), ctx.Event()
+        t = mpviz.full((1000,), 7.0).share_memory_()
+        name = t.untyped_storage()._segment.name
+        p = ctx.Process(target=keep_then_send, args=(t, go, q))
+        p.start()
+        del t
+        gc.collect()
+        assert _wait_for(lambda: shm_manager.fate(name) == ("held", f"mapped by pid {p.pid}"),
+                         10) is not None, shm_manager.fate(name)
+        go.set()
+        got = q.get(timeout=30)
+        assert got.tolist() == [7.0] * 1000
+        p.join(60)
+        del got
+        gc.collect()
+        assert _wait_for(lambda: not os.path.exists("/dev/shm" + name), 10) is not None, \
+            shm_manager.fate(name)
+    finally:
+        mp.set_sharing_strategy(old)
+    q.close()
+    q.join_thread()

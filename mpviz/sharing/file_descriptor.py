@@ -51,8 +51,12 @@ class FdHold(Hold):
     def add(self, delta):
         return add_at(self.buf, self.fd, delta)
 
-    def counted_out(self):
-        os.close(self.fd)   # the kernel frees the memory when every holder has done the same
+    def counted_out(self, kept=False):
+        if not kept:
+            os.close(self.fd)   # the kernel frees the memory when every holder has done the same
+
+    def dropped(self):
+        os.close(self.fd)
 
     def forget(self):
         os.close(self.fd)   # in a forked child: our copy of the parent's descriptor

@@ -35,6 +35,7 @@ from .segment import HEADER, Hold, Segment, add_at, atomic_add, fill_and_map, fi
 # The header after the count: defined and drawn in shm_manager.py (which reads it too, with the
 # standard library only).
 from .shm_manager import CHANNELS_AT, SLOTS_AT, SLOTS, UNKNOWN_CHANNEL, channels  # noqa: F401
+from .shm_manager import RELEASE, split_count
 
 try:
     import _posixshmem
@@ -56,9 +57,11 @@ PREFIX = "/mpviz_" + _TAG
 class FsHold(Hold):
     """This process's hold: the mapping, and one reference counted in the header (no descriptor).
 
-    The shm manager hears of every change to what we hold *before* our count changes: killed in
-    between, we leave it a count it thinks is ours (it keeps the name longer), never one it
-    thinks is ours and is not (it would remove a name whose handle is still in a queue)."""
+    The shm manager hears of a count we take before we take it: killed in between, we leave it
+    a count it thinks is ours (it keeps the name longer), never one it thinks is ours and is
+    not (it would remove a name whose handle is still in a queue). A count we give back is said
+    before (``LETGO``) and after (the new number): killed in between, we leave it in doubt, and
+    the header's count of releases, which our give-back adds to, tells it which."""
 
     strategy = STRATEGY
 
@@ -69,9 +72,15 @@ class FsHold(Hold):
         return _add_mapped(self.name, self.buf, delta)
 
     def counting_out(self):
-        shm_manager.client().change(self.name, counted=-1, uncounted=+1)
+        shm_manager.client().letting_go(self.name)
 
-    def counted_out(self):
+    def give_back(self):
+        return _add_mapped(self.name, self.buf, -1, release=True)
+
+    def counted_out(self, kept=False):
+        shm_manager.client().change(self.name, counted=-1, uncounted=+1 if kept else 0)
+
+    def dropped(self):
         shm_manager.client().change(self.name, uncounted=-1)
 
     def counted_in(self, kept=False):
@@ -81,12 +90,14 @@ class FsHold(Hold):
             shm_manager.client().change(self.name, counted=+1)
 
     def orphaned(self):
-        count = atomic_add(self.buf, 0)
-        if count is None:               # no atomics here: ask by name
+        word = atomic_add(self.buf, 0)
+        if word is None:                # no atomics here: ask by name
             try:
                 count = _add(self.name, 0)
             except FileNotFoundError:
                 return True             # its name is gone
+        else:
+            count = split_count(word)[0]
         return count <= 0
 
     def reused(self):
@@ -184,11 +195,14 @@ def refcount(name):
         return None
 
 
-def _add_mapped(name, buf, delta):
-    """Change the count through our own mapping of the header: one atomic add, no system call."""
-    count = atomic_add(buf, delta)
-    if count is None:
-        return _add(name, delta)  # no atomics here: the locked path by name
+def _add_mapped(name, buf, delta, release=False):
+    """Change the count through our own mapping of the header: one atomic add, no system call.
+    `release`: a holder gives its count back (`delta` -1), the releases counted with it. The
+    new count."""
+    word = atomic_add(buf, RELEASE if release else delta)
+    if word is None:
+        return _add(name, delta, release)  # no atomics here: the locked path by name
+    count = split_count(word)[0]
     if count <= 0 and delta < 0:
         _unlink(name)
     return count
@@ -207,7 +221,7 @@ def _claim_channel_slot(name, buf):
     return n - 1
 
 
-def _add(name, delta):
+def _add(name, delta, release=False):
     """Change the count of a segment we may not map (by name: open it, map its header, add)."""
     try:
         fd = _open(name, os.O_RDWR)
@@ -216,7 +230,7 @@ def _add(name, delta):
             raise
         return 0  # already unlinked (by the manager, or by hand): nothing left to count
     try:
-        count = add_at(map_shared(fd, HEADER), fd, delta)
+        count = split_count(add_at(map_shared(fd, HEADER), fd, RELEASE if release else delta))[0]
         if count <= 0 and delta < 0:
             _unlink(name)
     finally:

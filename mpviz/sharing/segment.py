@@ -182,8 +182,17 @@ class Hold:
     def counting_out(self):
         """Our count is about to go (file_system tells its shm manager)."""
 
-    def counted_out(self):
-        """Our count is gone: let go of the rest (a descriptor; the manager's record)."""
+    def give_back(self):
+        """Give our count back; the new count."""
+        return self.add(-1)
+
+    def counted_out(self, kept=False):
+        """Our count is gone: let go of the rest (a descriptor; the manager's record), or, `kept`,
+        keep the mapping (the allocator's Kept)."""
+
+    def dropped(self):
+        """A kept mapping, whose count went when it was kept, goes too."""
+        self.counted_out()
 
     def counted_in(self, kept=False):
         """Our count is back: after a fork, or (`kept`) a kept mapping taken up again."""
@@ -243,10 +252,11 @@ def _let_go(token, hold):
         # while someone else still counts it (see the allocator)
         _emit("shm.detach", hold)
         hold.counting_out()
-        if hold.add(-1) > 0 and allocator.keep_received(Kept(hold)):
+        if hold.give_back() > 0 and allocator.keep_received(Kept(hold)):
+            hold.counted_out(kept=True)
             _emit("shm.cache", hold, kept=True)
             return
-        hold.counted_out()  # not kept: we are counted out already
+        hold.counted_out()  # not kept
         return
     release(hold)
 
@@ -255,7 +265,7 @@ def release(hold):
     """Count this process out of the segment for good."""
     _emit("shm.detach", hold)
     hold.counting_out()
-    hold.add(-1)
+    hold.give_back()
     hold.counted_out()
 
 
@@ -305,14 +315,21 @@ class Kept(_Idle):
         return self.hold.segment_class(hold=self.hold)
 
     def free(self):
-        self.hold.counted_out()   # the count was given back when it was kept
+        self.hold.dropped()       # the count was given back when it was kept
 
 
 # -- fork and exit: keep the count true --------------------------------------------------------
 
-def _count_inherited_after_fork():
+_for_the_child = []   # the holds counted for a child about to be forked
+
+
+def _count_the_child_in_before_fork():
     # A forked child maps every segment its parent mapped: count it in, or the first of the two
-    # to let go could unlink the other's name, or the allocator reuse memory the child still sees.
+    # to let go could unlink the other's name, or the allocator reuse memory the child still
+    # sees. Here, before the fork, not in the child: a parent that lets go right after start()
+    # (Process.start() drops its args) would otherwise race the child's count, and unlink a
+    # name the child maps. (A fork that fails leaves these counts: the names are kept longer.)
+    _for_the_child.clear()
     for finalizer in list(_live.values()):
         info = finalizer.peek()
         if info is None:
@@ -320,12 +337,24 @@ def _count_inherited_after_fork():
         hold = info[2][1]
         try:
             hold.add(+1)
-            hold.counted_in()   # (then the manager: killed in between, it keeps the name)
+        except OSError:
+            continue
+        _for_the_child.append(hold)
+
+
+def _count_inherited_after_fork():
+    # The child tells the manager what it holds (killed before it does: the name is kept longer).
+    for hold in _for_the_child:
+        try:
+            hold.counted_in()
         except OSError:
             pass
+    _for_the_child.clear()
 
 
-os.register_at_fork(after_in_child=_count_inherited_after_fork)
+os.register_at_fork(before=_count_the_child_in_before_fork,
+                    after_in_parent=_for_the_child.clear,
+                    after_in_child=_count_inherited_after_fork)
 
 
 def release_all():

@@ -5,9 +5,10 @@ for why and for the client's side), it runs one loop::
 
     clients' sockets ──lines──▶ _Manager.round(): every select() (+1 ms to gather more)
       HOLD name n / DROP name     per client (_Peer): what it holds and its count in the header
+      LETGO name                  (a count about to be given back: see left())
       GROUP g / UNLINKED / FATE   a client that closes (exited, or SIGKILLed) holds nothing
                                   ▼
-    a name nobody alive holds ──▶ decide(): no handle in flight → unlink it
+    a name nobody alive holds ──▶ decide(): no handle in flight (left()) → unlink it
                                   handles in flight → check_in_flight() every CHECK_SECONDS:
                                   look_at_proc() reads /proc, judge() the header's channels
 
@@ -30,9 +31,9 @@ import socket
 import time
 
 if __package__:          # imported as mpviz.sharing.shm_daemon (to read it, or in a test)
-    from .shm_manager import MAX_LINE, _header, _peer, _proc, address, channels
+    from .shm_manager import MAX_LINE, _header, _peer, _proc, address, channels, header_count
 else:                    # in the daemon, started as shm_manager.py --serve (see its end)
-    from shm_manager import MAX_LINE, _header, _peer, _proc, address, channels
+    from shm_manager import MAX_LINE, _header, _peer, _proc, address, channels, header_count
 
 IDLE_SECONDS = 1.0
 CHECK_SECONDS = 1.0     # how often names in flight are looked at again (a scan of /proc)
@@ -155,6 +156,7 @@ class _Peer:
     def __init__(self, pid):
         self.pid, self.group = pid, process_group(pid)
         self.holds = {}
+        self.letting_go = set()    # names it said LETGO of, and has not said the new number of
         self.buffer = b""
         self.skipping = False      # inside a line longer than MAX_LINE: dropped to its end
 
@@ -175,7 +177,8 @@ _NAME = re.compile(r"/mpviz_[\x21-\x2e\x30-\x7e]{1,248}")   # printable ASCII, n
 
 def parse(line):
     """(op, name, n) of one message, or None if it is not one we know: ``GROUP g``, ``HOLD name
-    [n]``, ``DROP name``, ``UNLINKED name``, ``FATE name``. n is None or 0..2**31."""
+    [n]``, ``LETGO name``, ``DROP name``, ``UNLINKED name``, ``FATE name``. n is None or
+    0..2**31."""
     try:
         words = line.decode("ascii").split(" ")
     except UnicodeDecodeError:
@@ -184,7 +187,7 @@ def parse(line):
         return "GROUP", None, int(words[1])
     if len(words) == 3 and words[0] == "HOLD" and words[2].isdigit() and len(words[2]) < 10:
         op, name, n = words[0], words[1], int(words[2])
-    elif len(words) == 2 and words[0] in ("HOLD", "DROP", "UNLINKED", "FATE"):
+    elif len(words) == 2 and words[0] in ("HOLD", "LETGO", "DROP", "UNLINKED", "FATE"):
         op, name, n = words[0], words[1], None
     else:
         return None
@@ -239,6 +242,9 @@ class _Manager:
         self.peers = {}       # client socket -> _Peer
         self.counted = set()  # names whose header counts holders, handles in flight (file_system)
         self.dead = {}        # name -> counts in its header of clients that died holding it
+        self.doubt = {}       # name -> how many of those died between LETGO and the new number
+        self.confirmed = {}   # name -> releases its clients said the new number of (LETGO ...)
+        self.base = {}        # name -> releases already in its header when we adopted it
         self.groups = {}      # name -> the process groups of the clients that ever held it
         self.known = set()    # every name ever mentioned, for the final sweep
         self.in_flight = {}   # name -> since when nobody holds it, with handles in flight
@@ -316,6 +322,9 @@ class _Manager:
         self.known.discard(name)
         self.counted.discard(name)
         self.dead.pop(name, None)
+        self.doubt.pop(name, None)
+        self.confirmed.pop(name, None)
+        self.base.pop(name, None)
         self.groups.pop(name, None)
         self.in_flight.pop(name, None)
         self.adopted.pop(name, None)
@@ -329,9 +338,20 @@ class _Manager:
         if name not in self.counted:
             return self.unlink(name)
         header = _header(name)
-        if header is None or header[0] - self.dead.get(name, 0) <= 0:
+        if header is None or self.left(name, header) <= 0:
             return self.unlink(name)       # no handle in flight: nobody can come for it
         self.in_flight.setdefault(name, time.monotonic())
+
+    def left(self, name, header):
+        """Handles of `name` in flight: its count less the counts of clients that died holding
+        it. A client that died between ``LETGO`` and its new number may or may not have given
+        its count back; the releases in the header settle it: those nobody said the new number
+        of were given back by such clients (at most one each). Where a release is not said at
+        all (a process with the manager switched off), the doubt falls on the keeping side."""
+        count, releases = header_count(header)
+        doubt = self.doubt.get(name, 0)
+        unsaid = releases - self.confirmed.get(name, 0) - self.base.get(name, 0)
+        return count - self.dead.get(name, 0) + min(doubt, max(unsaid, 0))
 
     def adopt(self):
         """A manager killed before us left these names: each is held for the live processes
@@ -343,6 +363,8 @@ class _Manager:
             self.known.add(name)
             if has_count:
                 self.counted.add(name)
+                header = _header(name)   # (releases said to the manager before us: not ours)
+                self.base[name] = header_count(header)[1] if header else 0
             self.groups[name] = {g for g in (process_group(p) for p in holders[name])
                                  if g is not None}
             self.adopted[name] = set(holders[name])
@@ -373,7 +395,7 @@ class _Manager:
                 del self.in_flight[name]   # it arrived: its receiver holds it now
             elif now - since >= CHECK_SECONDS:
                 header = _header(name)
-                if header is None or header[0] - self.dead.get(name, 0) <= 0:
+                if header is None or self.left(name, header) <= 0:
                     self.unlink(name)      # its last handle arrived, and was let go
                 else:
                     waiting[name] = header
@@ -401,7 +423,7 @@ class _Manager:
             no channel named, and a process of a holder's process group lives   -> "group": kept
             otherwise: no live process can ever receive a handle to it       -> "unreachable"
         """
-        left = header[0] - self.dead.get(name, 0)
+        left = self.left(name, header)
         pipes, unknown = channels(header)
         pids = sorted({p for ino in pipes for p in readers.get(ino, ())})
         if left > 0 and pids:
@@ -489,9 +511,13 @@ class _Manager:
             op, name, n = message
             if op == "GROUP":              # the client's process group, said first
                 peer.group = n
+            elif op == "LETGO":
+                if name in peer.holds:
+                    peer.letting_go.add(name)
             elif op == "HOLD":
                 if name not in peer.holds and len(peer.holds) >= MAX_NAMES:
                     continue
+                self.said(peer, name)
                 peer.holds[name] = n
                 self.known.add(name)
                 self.groups.setdefault(name, set()).add(peer.group)
@@ -499,6 +525,7 @@ class _Manager:
                 if n is not None:
                     self.counted.add(name)
             elif op == "DROP":
+                self.said(peer, name)
                 if peer.holds.pop(name, False) is not False:
                     candidates.add(name)
             elif op == "UNLINKED":
@@ -509,13 +536,23 @@ class _Manager:
         if closed:
             self.drop_peer(conn, candidates)
 
+    def said(self, peer, name):
+        """`peer` said its new number of `name`: if after a LETGO, one release is accounted for."""
+        if name in peer.letting_go:
+            peer.letting_go.discard(name)
+            self.confirmed[name] = self.confirmed.get(name, 0) + 1
+
     def drop_peer(self, conn, candidates):
         """The client exited, normally or killed: what it held may be nobody's now, and the
-        counts it held in headers will never be given back."""
+        counts it held in headers will never be given back (one it was giving back when it
+        died, between LETGO and the new number, is in doubt: see left)."""
         self.sel.unregister(conn)
-        for name, n in self.peers.pop(conn).holds.items():
+        peer = self.peers.pop(conn)
+        for name, n in peer.holds.items():
             if n:                          # counts of ours it will never give back
                 self.dead[name] = self.dead.get(name, 0) + n
+                if name in peer.letting_go:
+                    self.doubt[name] = self.doubt.get(name, 0) + 1
             candidates.add(name)
         conn.close()
 

@@ -62,11 +62,30 @@ _ENV_DIR = "MPVIZ_SHM_MANAGER_DIR"
 #     how many holders and in-flight handles exist, in all processes (segment.py counts)
 #                      how many channels its handles took; which ones (a queue pipe's
 #                      inode, or -1: a channel mpviz cannot name)
-_HEADER = struct.Struct("=qq6q")    # count, channels claimed, 6 channel slots
+#
+# The count's 8 bytes hold two numbers, changed together by one atomic add: the count (the low
+# 32 bits, signed) and how many holders have given theirs back (the high 32: "releases"). A
+# holder gives back with one add of RELEASE (count -1, releases +1); a handle's count that a
+# receiver already mapping the memory drops is a plain -1. Why: a holder killed between its
+# "LETGO" line and that add leaves the manager in doubt -- did it give back? -- and the number
+# of releases settles it (shm_daemon._Manager.left).
+_HEADER = struct.Struct("=qq6q")    # count and releases, channels claimed, 6 channel slots
 CHANNELS_AT, SLOTS_AT, SLOTS = 8, 16, 6
 UNKNOWN_CHANNEL = -1                # a slot's value for a channel mpviz cannot name
+RELEASE = (1 << 32) - 1             # one add: the count -1, the releases +1
 
-PROTOCOL = 5  # in the address: a manager that speaks older lines never serves newer clients
+
+def split_count(word):
+    """(count, releases) of the header's first 8 bytes read as a signed integer."""
+    count = ((word + (1 << 31)) & 0xFFFFFFFF) - (1 << 31)
+    return count, ((word - count) >> 32) & 0xFFFFFFFF
+
+
+def header_count(header):
+    """(count, releases) of a header read by _header()."""
+    return split_count(_HEADER.unpack_from(header, 0)[0])
+
+PROTOCOL = 6  # in the address: a manager that speaks older lines never serves newer clients
 
 
 class ManagerUnsafe(RuntimeError):
@@ -185,8 +204,10 @@ class _Client:
     A line per message, unanswered: ``GROUP g`` (first: my process group), ``HOLD name 1`` (I map
     it, counted), ``HOLD name 0`` (I map it, counted out: a kept mapping), ``HOLD name`` (a
     simulated CUDA block), ``DROP``, ``UNLINKED`` -- sent when a process maps or unmaps, not per
-    tensor; a holder says it before it gives its count back (a kill in between errs towards
-    keeping). After a reconnect (the manager was killed) it says again everything it holds.
+    tensor. A count goes up after the manager hears of it; a count given back is said twice:
+    ``LETGO name`` before, and the new number (``HOLD name 0`` or ``DROP``) after. Killed in
+    between, the holder leaves the manager in doubt, which the header's count of releases
+    settles. After a reconnect (the manager was killed) it says again everything it holds.
     """
 
     def __init__(self):
@@ -215,6 +236,12 @@ class _Client:
             else:
                 del self.mapped[name]
                 self._write(f"DROP {name}\n")
+
+    def letting_go(self, name):
+        """Our count of `name` is about to be given back (``change`` says the new number after)."""
+        with self.lock:
+            if name in self.mapped:
+                self._write(f"LETGO {name}\n")
 
     def hold(self, name):
         """We map `name`, a segment with no count in it: removed once nobody alive holds it."""
@@ -301,6 +328,7 @@ def _readable(fd):
 
 class _Off:
     def change(self, name, counted=0, uncounted=0): pass
+    def letting_go(self, name): pass
     def hold(self, name): pass
     def drop(self, name): pass
     def unlinked(self, name): pass
@@ -317,7 +345,7 @@ def client():
     holder gave back while switched off.)"""
     global _client
     if _client is not None and _client.pid != os.getpid():
-        _client = None                 # after fork: the parent's isn't ours
+        _forget_client()               # after fork: the parent's isn't ours
     if _client is None:
         if not _enabled:
             return _OFF
@@ -326,7 +354,12 @@ def client():
 
 
 def _forget_client():
+    """In a forked child: close the parent's connection, once. Not the child's own: another
+    at-fork hook (segment.py's, which counts the child in) may have run first and made it, and
+    closing it would tell the manager that the child died holding what it holds."""
     global _client
+    if _client is None or _client.pid == os.getpid():
+        return
     fd = getattr(_client, "fd", None)
     if fd is not None:
         try:
