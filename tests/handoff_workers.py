@@ -171,8 +171,8 @@ def let_go_and_die_halfway(q, out):
     q.put(t)
     real_add = file_system._add_mapped
 
-    def add_then_die(segment, buf, delta):
-        count = real_add(segment, buf, delta)
+    def add_then_die(segment, buf, delta, **how):
+        count = real_add(segment, buf, delta, **how)
         if segment == name and delta < 0:
             out.put((name, witness.untyped_storage().segment_name, count))
             os.kill(os.getpid(), signal.SIGKILL)

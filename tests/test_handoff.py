@@ -26,8 +26,13 @@ fd_only = pytest.mark.parametrize("strategy", ["file_descriptor"], indirect=True
 
 
 def _count(tensor):
-    """The count in the tensor's segment header (holders + handles in flight)."""
-    return segment.atomic_add(tensor.untyped_storage()._segment._buf, 0)
+    """The count in the tensor's segment header (holders + handles in flight). (file_system's
+    header word also counts give-backs, in its high 32 bits: shm_manager.split_count.)"""
+    word = segment.atomic_add(tensor.untyped_storage()._segment._buf, 0)
+    if tensor.untyped_storage()._segment.strategy == "file_system":
+        from mpviz.sharing.shm_manager import split_count
+        return split_count(word)[0]
+    return word
 
 
 # -- a lone tensor travels as a short handle ---------------------------------------------------
