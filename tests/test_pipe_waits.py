@@ -9,6 +9,8 @@ The programs hang as their authors wrote them, and run through ``python -m mpviz
                                   parent's recv() waits for ever
     pipe_threads_no_serve.py      two threads of one process, each given one end: both recv()
     pipe_sender_raised.py         a worker raises before its send_bytes(); recv_bytes() waits
+    greeting_never_sent.py        the docs' Listener and Client (AF_INET, AF_UNIX): the server
+                                  waits for a request, the client for a greeting: a cycle
     wait_readers_not_closed.py    the docs' connection.wait() example without its w.close():
                                   wait(readers) never sees an end of file
     result_joined_first.py        a worker sends a big result; the parent joins it first
@@ -43,7 +45,9 @@ def runs(tmp_path_factory):
         "sender raised": ("1.5", os.path.join(PROGRAMS, "pipe_sender_raised.py")),
         "wait readers": ("1.5", os.path.join(PROGRAMS, "wait_readers_not_closed.py")),
         "wait readers spawn": ("1.5", os.path.join(PROGRAMS, "wait_readers_not_closed.py"),
-                               "spawn")})
+                               "spawn"),
+        "greeting AF_INET": ("1.5", os.path.join(PROGRAMS, "greeting_never_sent.py"), "AF_INET"),
+        "greeting AF_UNIX": ("1.5", os.path.join(PROGRAMS, "greeting_never_sent.py"), "AF_UNIX")})
 
 
 @pytest.mark.timeout(150)
@@ -58,8 +62,28 @@ def test_two_ends_that_both_recv_first_wait_for_each_other_in_a_cycle(runs, meth
     assert ("STUCK FOR GOOD: a cycle: pipe_ping_pong.py's main thread waits in recv() on Pipe 1 "
             "for Process-1's main thread to send; Process-1's main thread waits in recv() on "
             "Pipe 1 for pipe_ping_pong.py's main thread to send. Each waits for the next: none "
-            "can go on") in err, err
+            "can go on. Both ends of Pipe 1 wait to receive, and neither sent first. Fix: agree "
+            "on who speaks first") in err, err
     assert "conn-" not in err, err                   # (an end's id is no word for a learner)
+
+
+@pytest.mark.timeout(150)
+@pytest.mark.parametrize("family", ["AF_INET", "AF_UNIX"])
+def test_a_listener_and_a_client_that_both_recv_first_are_a_cycle_on_their_connection(runs,
+                                                                                      family):
+    # Said before: "the trace recorded no wait that was still open" -- a Listener/Client
+    # connection's recv() was no recorded wait, and its two ends were no one channel.
+    err = hung(result(runs, f"greeting {family}"))
+    assert ("Process-1's main thread waits: recv() on Connection 1: nothing in it yet -- "
+            "greeting_never_sent.py's main thread must send") in err, err
+    assert ("greeting_never_sent.py's main thread waits: recv() on Connection 1: nothing in it "
+            "yet -- Process-1's main thread must send") in err, err
+    assert re.search(r"STUCK FOR GOOD: a cycle: (greeting_never_sent\.py's main thread|Process-1's "
+                     r"main thread) waits in recv\(\) on Connection 1 .*Each waits for the next: "
+                     r"none can go on\. Both ends of Connection 1 wait to receive, and neither "
+                     r"sent first\. Fix: agree on who speaks first -- one side sends \(its "
+                     r"request, a greeting\) before its first recv\(\)", err), err
+    assert "conn-" not in err and "recorded no wait" not in err, err
 
 
 @pytest.mark.timeout(150)
@@ -231,3 +255,50 @@ def test_a_ping_pong_that_ends_has_every_recv_wait_ended_and_one_name_for_its_pi
     for e in t.of_kind("wait.begin"):
         state = mt.analysis.state_at(t, e.ts_ns)
         assert not state.deadlocks, state.text()
+
+
+DOCS_LISTENER_CLIENT = """
+import multiprocessing
+from array import array
+from multiprocessing.connection import Client, Listener
+
+def serve(listener):
+    with listener.accept() as conn:
+        print('connection accepted from', listener.last_accepted)
+        conn.send([2.25, None, 'junk', float])
+        conn.send_bytes(b'hello')
+        conn.send_bytes(array('i', [42, 1729]))
+
+if __name__ == '__main__':
+    with multiprocessing.Manager() as manager:          # (its own connections: not the program's)
+        seen = manager.list()
+        with Listener(('localhost', 0), authkey=b'secret password') as listener:
+            server = multiprocessing.Process(target=serve, args=(listener,))
+            server.start()
+            with Client(listener.address, authkey=b'secret password') as conn:
+                seen.append(conn.recv())
+                seen.append(conn.recv_bytes())
+                arr = array('i', [0, 0, 0, 0, 0])
+                print(conn.recv_bytes_into(arr), arr, list(seen))
+            server.join()
+"""
+
+
+@pytest.mark.timeout(90)
+def test_the_docs_listener_and_client_are_one_connection_whose_waits_all_end(tmp_path):
+    run = trace(tmp_path, DOCS_LISTENER_CLIENT)
+    assert run.returncode == 0, run.stderr
+    assert "8 array('i', [42, 1729, 0, 0, 0])" in run.stdout, run.stdout
+    t = mt.load(str(tmp_path / "out"))
+    opened = t.of_kind("pipe.open")                 # one from each side, the Manager's none
+    assert sorted(e.args["connect"] for e in opened) == ["Client", "accept"], opened
+    (a, b), (c, d) = (e.args["ends"] for e in opened)
+    assert (a, b) == (d, c), opened                 # each names its own end first, the same two
+    assert len({e.pid for e in opened}) == 2
+    server_end = next(e.args["ends"][0] for e in opened if e.args["connect"] == "accept")
+    assert {e.args["pipe"] for e in t.of_kind("pipe.send") if e.args["pipe"] in (a, b)} == \
+        {server_end}                                # (only the server sends)
+    channels, _ = names.for_trace(t)
+    assert channels[server_end] == "Connection 1", channels
+    state = mt.analysis.state_at(t)
+    assert not state.blocked and not state.deadlocks, state.text()

@@ -380,6 +380,7 @@ class _Index:
         self.given = {}                # queue id -> pids of the children given it as an argument
                                        # (a Pipe end's id too)
         self.pipes = {}                # a Pipe end's id -> (both ends' ids): pipe.open
+        self.connections = set()       # the ends of Listener/Client connections among them
         self.pipe_maker = {}           # a Pipe end's id -> (pid, tid) of the thread that made it
         self.given_threads = {}        # a Pipe end's id -> (pid, tid) of threads given it
         self.signals = {}              # ("event"/"condition", id) -> its set/clear/notify events
@@ -506,10 +507,14 @@ class _Index:
                 self.tqueue_names.setdefault(tq, f"queue.Queue {len(self.tqueue_names) + 1}")
                 (self.getters if k == "thread_queue.get" else self.putters).setdefault(
                     tq, []).append((e.pid, e.tid, e.ts_ns))
-            elif k == "pipe.open":
+            elif k == "pipe.open":           # (a Listener/Client side: its own end only)
                 ends = tuple(e.args.get("ends") or ())
                 for end in ends:
-                    self.pipes[end], self.pipe_maker[end] = ends, who
+                    self.pipes[end] = ends
+                for end in ends[:1] if e.args.get("connect") else ends:
+                    self.pipe_maker[end] = who
+                if e.args.get("connect"):
+                    self.connections.update(ends)
             elif k == "event.set" or k == "event.clear" or k == "condition.notify":
                 on = "condition" if k == "condition.notify" else "event"
                 self.signals.setdefault((on, e.args.get("id")), []).append(e)
@@ -570,7 +575,8 @@ class _Index:
         self.fd_requests = [r for r in (Request.of(*p) for p in self.fd_passes) if r is not None]
         self.labels = _make_labels(self.procs, self.watchdogs, self.scripts)
         self.channel_names = names.channel_names(self.flows, self.threads,
-                                                 self.dataloader_workers, self.pipes)
+                                                 self.dataloader_workers, self.pipes,
+                                                 self.connections)
         self.names = names.LockNames({i: lk.type for i, lk in self.lock_infos.items()},
                                      self.lock_names, self.channel_names)
         self.waitable_names = _number_waitables(self.blocked)
@@ -995,8 +1001,8 @@ class _Index:
         if end not in self.channel_names:
             named = [self.channel_names[e] for e in self.pipes.get(end, ())
                      if e in self.channel_names]
-            self.channel_names[end] = named[0] if named else \
-                names.next_pipe_name(self.channel_names)
+            self.channel_names[end] = named[0] if named else names.next_pipe_name(
+                self.channel_names, "Connection" if end in self.connections else "Pipe")
             for e in self.pipes.get(end, ()):
                 self.channel_names.setdefault(e, self.channel_names[end])
         return self.channel_names[end]
@@ -1150,6 +1156,12 @@ class _Index:
         joins = [b for b in waits.values() if b.on == "process"]
         if joins and any(b.on == "queue.get" for b in waits.values()):
             reason += ". " + self._get_then_join_fix(joins)
+        channels = {self.pipe_name(b.target) for b in waits.values() if b.on == "pipe.recv"}
+        if len(waits) == 2 and len(channels) == 1 and \
+                all(b.on == "pipe.recv" for b in waits.values()):
+            reason += (f". Both ends of {channels.pop()} wait to receive, and neither sent "
+                       f"first. Fix: agree on who speaks first -- one side sends (its request, "
+                       f"a greeting) before its first recv()")
         return [Deadlock(k[0], k[1], reason, ring) for k in waits]
 
     def _get_then_join_fix(self, joins):

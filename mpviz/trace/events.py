@@ -76,8 +76,10 @@ KINDS = {
                       "pickled for a spawn/forkserver child carried handles (hooks.py)"),
     "pipe.recv": Kind("pipe, msg", "the receiver, as it unpickles (a child: in _bootstrap)"),
     "pipe.open": Kind("ends (the ids of its two ends: 'conn-<inode>', r/w for a one-way "
-                      "Pipe), duplex", "the thread that made one of the program's own Pipes "
-                      "(waits.py)"),
+                      "Pipe; a connection's: its own end first), duplex, connect ('accept' or "
+                      "'Client': a Listener/Client connection), address",
+                      "the thread that made one of the program's own Pipes, or got one end of "
+                      "a connection (waits.py)"),
     "executor.worker": Kind("call_queue (the id of the executor's call queue)",
                             "a ProcessPoolExecutor's worker process, as it starts (waits.py)"),
     "executor.task": Kind(

@@ -13,6 +13,7 @@ learner, so nothing a person reads shows them. Instead::
     a Process's arguments       "the arguments of pid 7"    (hooks.py: a pickled Process)
     any other queue, pipe       "Queue 1", "Pipe 1"         in the order of their first message
                                 (a Pipe() is one name, both ends: what it sends either way)
+    a Listener/Client one       "Connection 1"              (both ends, as a Pipe's)
     a lock                      "lock 'forks'"   the variable a waiter called it by, if only one
                                                  lock was called so
                                 "Queue 1's lock" a queue's own lock
@@ -30,12 +31,14 @@ _POOL_THREADS = (("get", "_handle_results", "the Pool's result queue"),
                  ("put", "_handle_tasks", "the Pool's task queue"))
 
 
-def channel_names(flows, thread_names=None, dataloader_workers=None, pipes=None):
+def channel_names(flows, thread_names=None, dataloader_workers=None, pipes=None,
+                  connections=()):
     """``{queue or pipe id: name}`` for every channel that carried a message (see the top).
 
     `thread_names`: ``{(pid, tid): name}`` from ``thread.start``; `dataloader_workers`:
     ``{pid: worker_id}`` from ``dataloader.worker``; `pipes`: ``{end id: its Pipe}``
-    (pipe_ends: both ends of a Pipe get its one name). Any may be None (plain numbers)."""
+    (pipe_ends: both ends of a Pipe get its one name); `connections`: the ends a Listener or
+    Client made (connection_ends). Any may be None (plain numbers)."""
     thread_names, workers, pipes = thread_names or {}, dataloader_workers or {}, pipes or {}
     same_pipe = {}                               # a Pipe -> the name one of its ends got
     putters, getters = {}, {}
@@ -53,7 +56,8 @@ def channel_names(flows, thread_names=None, dataloader_workers=None, pipes=None)
             continue
         role = _role(ch, putters.get(ch, ()), getters.get(ch, ()), thread_names, workers)
         if role is None:
-            kind = "Pipe" if f.put.kind == "pipe.send" else "Queue"
+            kind = "Queue" if f.put.kind != "pipe.send" else \
+                "Connection" if ch in connections else "Pipe"
             counts[kind] = counts.get(kind, 0) + 1
             role = f"{kind} {counts[kind]}"
         names[ch] = role
@@ -73,9 +77,16 @@ def pipe_ends(events):
     return out
 
 
-def next_pipe_name(names):
-    """The name for a Pipe that carried no message yet: the next "Pipe N"."""
-    return f"Pipe {len({v for v in names.values() if v.startswith('Pipe ')}) + 1}"
+def connection_ends(events):
+    """The end ids of the connections a ``Listener.accept()`` or a ``Client()`` made (their
+    ``pipe.open`` says ``connect``)."""
+    return {end for e in events if e.kind == "pipe.open" and e.args.get("connect")
+            for end in e.args.get("ends") or ()}
+
+
+def next_pipe_name(names, kind="Pipe"):
+    """The name for a Pipe (or a Connection) that carried no message yet: the next "Pipe N"."""
+    return f"{kind} {len({v for v in names.values() if v.startswith(kind + ' ')}) + 1}"
 
 
 def arguments_pipe(pid):
@@ -177,7 +188,7 @@ def for_trace(trace, flows=None):
         elif e.kind == "pipe.open":
             opened.append(e)
     channels = channel_names(trace.flows() if flows is None else flows, threads, workers,
-                             pipe_ends(opened))
+                             pipe_ends(opened), connection_ends(opened))
     locks = LockNames({lk.id: lk.type for lk in trace.locks()}, variables, channels)
     return channels, locks
 

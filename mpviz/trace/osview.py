@@ -288,3 +288,85 @@ def fd_target(pid, fd):
         return os.readlink(f"/proc/{pid}/fd/{fd}")
     except OSError:
         return ""
+
+
+# --- the other end of a connected socket -----------------------------------------------------
+#
+# A ``Listener``/``Client`` connection is a socket whose other end another process holds. Each
+# side names its own end by its inode (waits.end_id) and the other end by the other socket's
+# inode, which Linux tells without asking the other process:
+#
+#     AF_UNIX   sock_diag (netlink, as `ss -x` asks): UNIX_DIAG_PEER of our socket's inode
+#     AF_INET   /proc/net/tcp[6]: the socket whose local address is our peer's and whose
+#               peer is us (the other end, on this machine)
+
+def peer_socket_inode(fd):
+    """The inode of the socket at the other end of the connected socket `fd`, or None where
+    Linux does not say (another machine's, a closed one, no sock_diag)."""
+    import socket
+    sock = socket.socket(fileno=os.dup(fd))
+    try:
+        if sock.family == socket.AF_UNIX:
+            return _unix_peer(os.fstat(fd).st_ino)
+        if sock.family in (socket.AF_INET, socket.AF_INET6):
+            return _tcp_peer(sock.family, sock.getsockname()[:2], sock.getpeername()[:2])
+        return None
+    except OSError:
+        return None
+    finally:
+        sock.close()
+
+
+def _unix_peer(inode):
+    import socket
+    import struct
+    sock_diag, by_family, request, show_peer, peer = 4, 20, 1, 4, 2
+    query = struct.pack("=BBHIII2I", socket.AF_UNIX, 0, 0, 0xFFFFFFFF, inode, show_peer,
+                        0xFFFFFFFF, 0xFFFFFFFF)
+    nl = socket.socket(socket.AF_NETLINK, socket.SOCK_DGRAM, sock_diag)
+    try:
+        nl.settimeout(1.0)
+        nl.send(struct.pack("=IHHII", 16 + len(query), by_family, request, 1, 0) + query)
+        data = nl.recv(65536)
+    finally:
+        nl.close()
+    length, kind = struct.unpack_from("=IH", data)
+    if kind != by_family:
+        return None                     # an error message: no such socket, or not allowed
+    at = 16 + 16                        # after the netlink header and unix_diag_msg
+    while at + 4 <= min(length, len(data)):
+        size, attribute = struct.unpack_from("=HH", data, at)
+        if attribute == peer and size >= 8:
+            return struct.unpack_from("=I", data, at + 4)[0]
+        if size < 4:
+            break
+        at += (size + 3) & ~3
+    return None
+
+
+def _tcp_peer(family, local, remote):
+    import socket
+    path = "/proc/net/tcp" if family == socket.AF_INET else "/proc/net/tcp6"
+    want = (_tcp_address(family, remote), _tcp_address(family, local))
+    try:
+        with open(path) as f:
+            next(f)
+            for line in f:
+                fields = line.split()
+                if len(fields) > 9 and (fields[1], fields[2]) == want:
+                    return int(fields[9])
+    except OSError:
+        return None
+    return None
+
+
+def _tcp_address(family, address):
+    """`address` (host, port) as /proc/net/tcp writes it: the address's 32-bit words in this
+    machine's byte order, in hex, then ':' and the port."""
+    import socket
+    import sys
+    raw = socket.inet_pton(family, address[0])
+    words = [raw[i:i + 4] for i in range(0, len(raw), 4)]
+    if sys.byteorder == "little":
+        words = [w[::-1] for w in words]
+    return "".join(w.hex().upper() for w in words) + f":{address[1]:04X}"

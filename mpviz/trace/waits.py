@@ -895,6 +895,42 @@ def _pipe(duplex=True):
     return a, b
 
 
+# A Listener/Client connection is a Pipe of two processes: each side marks its end when it has
+# it (``accept()``, ``Client()``, the handshake done) and records ``pipe.open {ends: [its end,
+# the other end], connect: "accept" | "Client", address}`` -- the other end named by its inode,
+# which Linux tells (osview.peer_socket_inode). Only the program's own: a Manager's and the
+# resource sharer's connections are multiprocessing's (_MAKERS).
+
+def _listener_accept(self):
+    conn = _inner("Listener.accept")(self)
+    if recorder.ENABLED and _made_by_the_program():
+        _mark_connected(conn, "accept", self.address)
+    return conn
+
+
+def _client(address, family=None, authkey=None):
+    conn = _inner("connection.Client")(address, family, authkey)
+    if recorder.ENABLED and _made_by_the_program():
+        _mark_connected(conn, "Client", address)
+    return conn
+
+
+def _mark_connected(conn, how, address):
+    from .osview import peer_socket_inode
+    try:
+        mine = end_id(conn)
+        peer = peer_socket_inode(conn.fileno())
+    except OSError:
+        return
+    if peer is None:                      # (the other end is not on this machine: no pair)
+        return
+    _mark(conn, mine)
+    where = address if isinstance(address, str) else \
+        ":".join(str(part) for part in tuple(address)[:2])
+    recorder.emit("pipe.open", ends=[mine, f"conn-{peer}"], duplex=True, connect=how,
+                  address=where)
+
+
 def marked_end(value):
     """The end id of `value` if it is a marked Connection (hooks.py: a Process's arguments)."""
     if isinstance(value, connection._ConnectionBase):
@@ -1089,6 +1125,8 @@ _stdlib = {
     "futures.wait": futures.wait,
     "futures.as_completed": futures.as_completed,
     "connection.Pipe": connection.Pipe,
+    "Listener.accept": connection.Listener.accept,
+    "connection.Client": connection.Client,
     "Connection.recv": connection._ConnectionBase.recv,
     "Connection.recv_bytes": connection._ConnectionBase.recv_bytes,
     "Connection.poll": connection._ConnectionBase.poll,
@@ -1121,6 +1159,8 @@ PATCHES = [
     (futures, "wait", _futures_wait, "futures.wait"),
     (futures, "as_completed", _as_completed, "futures.as_completed"),
     (connection, "Pipe", _pipe, "connection.Pipe"),
+    (connection.Listener, "accept", _listener_accept, "Listener.accept"),
+    (connection, "Client", _client, "connection.Client"),
     (connection._ConnectionBase, "recv", _conn_recv, "Connection.recv"),
     (connection._ConnectionBase, "recv_bytes", _conn_recv_bytes, "Connection.recv_bytes"),
     (connection._ConnectionBase, "poll", _conn_poll, "Connection.poll"),
