@@ -461,12 +461,13 @@ def _stop_hung(child, watchdog):
     taken: on a busy machine that takes seconds). Then there was no hang to report."""
     import time
     stacks = watchdog.capture_stacks()
-    if child.poll() is not None:
+    if child.poll() is not None and child.returncode >= 0:
         _say_ended_while_judged(child, watchdog)
         return None
+    crashed = child.returncode          # (a signal during the capture: not an end by itself)
     kill_ns = time.monotonic_ns()
     killed, cleaned = _kill(child, watchdog.directory)
-    if child.pid not in killed and child.returncode != -signal.SIGKILL:
+    if crashed is None and child.pid not in killed and child.returncode >= 0:
         _say_ended_while_judged(child, watchdog, killed)      # (in the moment before the kill)
         return None
     watchdog.record_verdict(stacks, killed, kill_ns)
@@ -482,7 +483,29 @@ def _stop_hung(child, watchdog):
                    f"but failed to say why -- a bug in mpviz (please report it, with the lines "
                    f"below); where each process was:\n{where}\n" +
                    "".join(traceback.format_exc(limit=-4)).rstrip())
+    if crashed is not None and crashed < 0:
+        verdict += (f"\nmpviz trace: while mpviz took the stacks, the program's main process "
+                    f"(pid {child.pid}) died of {signal.Signals(-crashed).name}"
+                    + (": in the middle of writing its stacks (the file ends mid-line) -- "
+                       "faulthandler, which writes them when mpviz asks (SIGUSR1), can crash a "
+                       "process while another of its threads runs Python: a fault of mpviz's "
+                       "report, not of your program; the verdict above stands on what was "
+                       "recorded before it"
+                       if _dump_cut_short(watchdog, child.pid) else ""))
     return verdict + (f"\nmpviz trace: after the kill{cleaned}" if cleaned else "")
+
+
+def _dump_cut_short(watchdog, pid):
+    """Did `pid` die while faulthandler wrote its stacks (its stacks file ends mid-line)?"""
+    try:
+        with open(os.path.join(watchdog.stacks_dir, f"{pid}.txt"), "rb") as f:
+            f.seek(0, os.SEEK_END)
+            if f.tell() == 0:
+                return False
+            f.seek(-1, os.SEEK_END)
+            return f.read(1) != b"\n"
+    except OSError:
+        return False
 
 
 def _say_ended_while_judged(child, watchdog, killed=()):

@@ -38,7 +38,7 @@ from concurrent.futures import process as futures_process
 from concurrent.futures import thread as futures_thread
 from multiprocessing import connection, managers, pool, process, queues, synchronize, util
 
-from . import locks, recorder
+from . import locks, osview, recorder
 from .events import queue_id as _queue_id
 from .events import semlock_id
 
@@ -916,10 +916,9 @@ def _client(address, family=None, authkey=None):
 
 
 def _mark_connected(conn, how, address):
-    from .osview import peer_socket_inode
     try:
         mine = end_id(conn)
-        peer = peer_socket_inode(conn.fileno())
+        peer = osview.peer_socket_inode(conn.fileno())
     except OSError:
         return
     if peer is None:                      # (the other end is not on this machine: no pair)
