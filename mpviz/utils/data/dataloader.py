@@ -234,14 +234,18 @@ class _Workers:
         return n + 1
 
     def _get(self):
-        """The next batch any worker put; raise torch's errors once a worker is gone."""
+        """The next batch any worker put; raise torch's errors once a worker is gone -- after
+        any error of the get, as torch's _try_get_data does: a batch whose worker was killed
+        before it was received fails to arrive (file_descriptor: its fd cannot be fetched)."""
         while True:
             try:
                 return self.data_queue.get(timeout=POLL_SECONDS)
-            except queue.Empty:
+            except Exception as error:
                 gone = [w for w in self.workers if w.exitcode is not None]
                 if not gone:
-                    continue
+                    if isinstance(error, queue.Empty):
+                        continue
+                    raise
                 pids = ", ".join(str(w.pid) for w in gone)
                 try:
                     killed = next((w for w in gone if w.exitcode < 0), None)
