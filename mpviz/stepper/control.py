@@ -645,8 +645,15 @@ class Stepper:
 
     def _finish(self):
         details = self.details()
-        failed = [f"{n} ({s})" for n, _, s in self.state_processes() if "exit code 0" not in s
-                  and s != "alive"]
+        failed, unknown = [], []
+        for n, pid, s in self.state_processes():
+            if s == "ended":                  # neither the trace nor the run saw how: /proc
+                s = f"ended ({_process_end(pid)})" if _process_end(pid) not in (None, "ended") \
+                    else s
+            if s == "ended":
+                unknown.append(n)             # (reaped, unrecorded: not said to have failed)
+            elif "exit code 0" not in s and s != "alive":
+                failed.append(f"{n} ({s})")
         if self._proc.returncode < 0 and not details.get("error"):
             # killed (SIGKILL from the OOM killer, a kill from outside): no exception to show
             self._outcome = "error"
@@ -664,7 +671,9 @@ class Stepper:
                 ", ".join(failed)
         else:
             self._outcome = "ok"
-            self.explanation = "Every process ended normally."
+            self.explanation = "Every process ended normally." if not unknown else (
+                f"Every process whose end was recorded ended normally; how "
+                f"{', '.join(unknown)} ended was not recorded.")
         self._apply_verdict()
 
     def _apply_verdict(self):
