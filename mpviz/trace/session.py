@@ -36,7 +36,7 @@ def capture_stacks(pids, names, stacks_dir):
                           f"file now has that number, maybe one of its own; not sent)")
             continue
         try:
-            os.kill(pid, signal.SIGUSR1)
+            _ask_for_stacks(pid)
         except OSError:
             pass
     pids = [pid for pid in pids if pid not in blind]
@@ -57,6 +57,51 @@ def capture_stacks(pids, names, stacks_dir):
     for pid, why in blind.items():
         out[pid] = {"name": names.get(pid), "stacks": why}
     return out
+
+
+def _ask_for_stacks(pid):
+    """SIGUSR1 to `pid` -- to the one thread of it that runs, if exactly one does.
+
+    faulthandler writes every thread's stacks from inside the signal handler, without the GIL,
+    so it walks the frames of whatever thread runs Python meanwhile -- and crashed so
+    (hang_logging_pool.py's busy logging thread: 3 runs in 18 under load). Only a thread that
+    holds the GIL runs Python, and it shows as running (state R): handed the signal itself, it
+    is inside the handler while its frames are read, and the others wait for the GIL. With no
+    thread running, any may take it (the process); with several, the one with the GIL cannot be
+    told from those in C code: looked at again, a few times, for a moment when one runs or none
+    does; else the process takes it, as before."""
+    for look in range(10):
+        running = [tid for tid in (_proc.threads(pid) or ())
+                   if (_proc.stat(pid, tid) or _NOT_RUNNING).state == "R"]
+        if len(running) == 1 and _tgkill(pid, running[0], signal.SIGUSR1):
+            return
+        if len(running) <= 1:
+            break
+        time.sleep(0.002)     # (polling /proc: a moment when fewer run; bounded, 20 ms)
+    os.kill(pid, signal.SIGUSR1)
+
+
+_NOT_RUNNING = _proc.Stat("S", 0, 0, 0, 0.0, 0, None)
+
+
+def _tgkill(pid, tid, sig):
+    """Send `sig` to thread `tid` of process `pid` (tgkill(2)); False where it cannot be sent
+    so (no such call here), True once sent. OSError as os.kill's (the thread is gone)."""
+    import ctypes
+    import errno
+    global _tgkill_call
+    if _tgkill_call is None:
+        libc = ctypes.CDLL(None, use_errno=True)
+        _tgkill_call = getattr(libc, "tgkill", False)        # glibc >= 2.30
+    if not _tgkill_call:
+        return False
+    if _tgkill_call(ctypes.c_int(pid), ctypes.c_int(tid), ctypes.c_int(sig)) != 0:
+        number = ctypes.get_errno()
+        raise OSError(number, os.strerror(number or errno.ESRCH))
+    return True
+
+
+_tgkill_call = None
 
 
 def _holds_open(pid, path):
