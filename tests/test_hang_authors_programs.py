@@ -52,6 +52,8 @@ it; all are started at once (they spend their time waiting), each judged alone:
                               thread joins them after q.join(): a cycle of a join and a get
     queue_docs_worker_raises.py  the queue docs' daemon worker raises before one task_done():
                               the main thread's q.join() waits for ever
+    start_signal_threading_event.py  a worker waits on a module-level threading.Event; the
+                              parent's set() sets its own copy (fork and spawn)
     slow_sensor_thread.py     a sensor thread sleeps 3 s between its puts: the main thread's
                               join and the logger's get() wait for it -- STALLED, no cycle
     account_lock_taken_twice.py  deposit() holds the account's threading.Lock and calls
@@ -117,6 +119,9 @@ def runs(tmp_path_factory):
         "stop_event_worker.py", "stop_event_late_producer.py",
         "squares_sentinel_forgotten.py", "results_via_global.py",
         "worker_never_started.py", "spawn_global_event.py", "wrong_event_set.py")}
+    for method in ("fork", "spawn"):
+        programs[f"start_signal_threading_event.py {method}"] = (
+            "1.5", _program("start_signal_threading_event.py"), method)
     programs["account_lock_taken_twice.py locks"] = ("1.5 --threading-locks",
                                                      _program("account_lock_taken_twice.py"))
     programs["wait_go_signal.py 1"] = ("2", _program("wait_go_signal.py"), "1")
@@ -787,7 +792,7 @@ def test_a_producer_process_still_asleep_leaves_the_stop_event_worker_no_cycle(r
     err = hung(result(runs, "stop_event_late_producer.py"))
     assert "HANG: STALLED" in err, err
     assert "STUCK FOR GOOD" not in err and "DEADLOCK" not in err, err
-    assert "`time.sleep(4)`" in err, err
+    assert "`time.sleep(30)`" in err, err
     assert ("Process-1's main thread waits: get() on Queue 1: nothing in it yet -- "
             "stop_event_late_producer.py's main thread or Process-2's main thread must put") \
         in err, err
@@ -863,3 +868,23 @@ def test_a_child_given_its_event_is_not_told_of_a_module_level_one(runs):
             "another one, which nobody waits on -- SpawnProcess-1 was given this one as a "
             "Process argument: set that one") in err, err
     assert "module-level" not in err, err
+
+
+@pytest.mark.timeout(150)
+@pytest.mark.parametrize("method", ["fork", "spawn"])
+def test_a_child_waiting_on_a_threading_event_is_told_it_has_its_own_copy(runs, method):
+    # Said before, under fork: "forked by ...; a lock it waits for was copied held, or its
+    # threads wait for each other", then "Fix: start the children with 'spawn' or
+    # 'forkserver'" -- false, and spawn hangs the same; under spawn: "its threads wait for each
+    # other (a lock taken twice, ...)" -- it has one thread.
+    err = hung(result(runs, f"start_signal_threading_event.py {method}"))
+    child = f"{method.capitalize()}Process-1"
+    assert (f"{child} waits in a threading.Event's wait() (work "
+            f"(start_signal_threading_event.py:12): `start.wait()`): a threading.Event lives in "
+            f"one process's memory -- {child} has a copy of its own (fork copies it, spawn makes "
+            f"a new one), which only a thread of {child} can set; a set() in another process "
+            f"sets that process's own. Fix: a multiprocessing Event (`multiprocessing.Event()`, "
+            f"or your context's), made before the Process is started and passed to it as an "
+            f"argument.") in err, err
+    assert "copied held" not in err and "wait for each other" not in err, err
+    assert "start the children with 'spawn'" not in err, err

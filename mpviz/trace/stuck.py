@@ -527,6 +527,17 @@ def _why(watchdog, stacks, names):
     process was forked: a program's own threads that wait for each other are no fork's fault)."""
     trace, reasons, native_seen, forked = watchdog.trace, {}, False, False
     for pid in watchdog.stuck_pids:
+        event_wait = _threading_event_wait(trace, pid, (stacks.get(pid) or {}).get("stacks", ""))
+        if event_wait:
+            reasons.setdefault(
+                "{who} waits in a threading.Event's wait() (" + event_wait + "): a "
+                "threading.Event lives in one process's memory -- {who} has a copy of its own "
+                "(fork copies it, spawn makes a new one), which only a thread of {who} can "
+                "set; a set() in another process sets that process's own. Fix: a "
+                "multiprocessing Event (`multiprocessing.Event()`, or your context's), made "
+                "before the Process is started and passed to it as an argument.",
+                []).append(pid)
+            continue
         start = next((e for e in trace.of_kind("process.start")
                       if e.pid == pid and e.args.get("how") == "fork"), None)
         if start is None:
@@ -575,6 +586,17 @@ def _why(watchdog, stacks, names):
     if lines and forked:
         lines.append(f"  Fix: {FORK_FIX}" + (f"; {NATIVE_FIX}." if native_seen else "."))
     return lines
+
+
+def _threading_event_wait(trace, pid, text):
+    """The program's line where a thread of `pid` waits in a ``threading.Event``'s ``wait()``
+    (its stack, innermost first: Condition.wait and Event.wait, both ``wait`` in threading.py,
+    then the program's own frame), or None."""
+    for calls in _stacks_by_thread(trace, pid, text).values():
+        if len(calls) > 2 and all(fn == "wait" and os.path.basename(path) == "threading.py"
+                                  for fn, path, _ in calls[:2]) and _mine(calls[2][1]):
+            return own_line(calls[2:])
+    return None
 
 
 def _python_threads_at(trace, pid, ts_ns, child):

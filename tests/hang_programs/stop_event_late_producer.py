@@ -14,7 +14,7 @@ def worker(jobs, results, stop):
 
 
 def producer(jobs):
-    time.sleep(4)                 # a slow source
+    time.sleep(30)                # a slow source
     jobs.put(5)
 
 
