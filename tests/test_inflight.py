@@ -589,6 +589,17 @@ def test_a_segment_the_cache_hands_out_again_forgets_its_old_channels():
 
 # -- a holder killed while it gives its count back ------------------------------------------------
 
+def _arrives_then_goes(q, name):
+    """The tensor of sevens comes out of `q` intact; once we let it go, its name goes."""
+    from mpviz.sharing import shm_manager
+    got = q.get(timeout=30)
+    assert got.tolist() == [7.0] * 1000
+    del got
+    gc.collect()
+    assert _wait_for(lambda: not os.path.exists("/dev/shm" + name), 10) is not None, \
+        shm_manager.fate(name)
+
+
 def give_back_and_die(inbox, when):
     """A holder of the tensor it gets from `inbox`, killed by SIGKILL while it gives its count
     back: after the manager heard "LETGO" and before the count went ("before"), or after the
@@ -628,13 +639,7 @@ def test_a_holder_killed_while_giving_its_count_back_neither_leaks_nor_loses_a_h
         # nobody alive maps it now; one handle is in the queue: kept, and it arrives intact
         assert _wait_for(lambda: shm_manager.fate(name)[0] != "held", 10) is not None
         assert shm_manager.fate(name)[0] == "in flight", shm_manager.fate(name)
-        got = q.get(timeout=30)
-        assert got.tolist() == [7.0] * 1000
-        del got
-        gc.collect()
-        # its last holder let it go: the name goes (the manager settles the killed one's count)
-        assert _wait_for(lambda: not os.path.exists("/dev/shm" + name), 10) is not None, \
-            shm_manager.fate(name)
+        _arrives_then_goes(q, name)   # (the manager settles the killed one's count)
     finally:
         mp.set_sharing_strategy(old)
     for queue in (inbox, q):
@@ -670,13 +675,8 @@ def test_a_forked_child_still_holding_a_tensor_its_parent_dropped_keeps_its_name
         assert _wait_for(lambda: shm_manager.fate(name) == ("held", f"mapped by pid {p.pid}"),
                          10) is not None, shm_manager.fate(name)
         go.set()
-        got = q.get(timeout=30)
-        assert got.tolist() == [7.0] * 1000
+        _arrives_then_goes(q, name)
         p.join(60)
-        del got
-        gc.collect()
-        assert _wait_for(lambda: not os.path.exists("/dev/shm" + name), 10) is not None, \
-            shm_manager.fate(name)
     finally:
         mp.set_sharing_strategy(old)
     q.close()
