@@ -52,6 +52,8 @@ it; all are started at once (they spend their time waiting), each judged alone:
                               thread joins them after q.join(): a cycle of a join and a get
     queue_docs_worker_raises.py  the queue docs' daemon worker raises before one task_done():
                               the main thread's q.join() waits for ever
+    count_reaches_three.py    a consumer's Condition.wait_for(count >= 3); the producer adds 2:
+                              its notifies came before the wait, and found the condition false
     start_signal_threading_event.py  a worker waits on a module-level threading.Event; the
                               parent's set() sets its own copy (fork and spawn)
     slow_sensor_thread.py     a sensor thread sleeps 3 s between its puts: the main thread's
@@ -118,7 +120,8 @@ def runs(tmp_path_factory):
         "bounded_queue_writer_raises.py", "parser_fed_by_main_later.py",
         "stop_event_worker.py", "stop_event_late_producer.py",
         "squares_sentinel_forgotten.py", "results_via_global.py",
-        "worker_never_started.py", "spawn_global_event.py", "wrong_event_set.py")}
+        "worker_never_started.py", "spawn_global_event.py", "wrong_event_set.py",
+        "count_reaches_three.py")}
     for method in ("fork", "spawn"):
         programs[f"start_signal_threading_event.py {method}"] = (
             "1.5", _program("start_signal_threading_event.py"), method)
@@ -888,3 +891,19 @@ def test_a_child_waiting_on_a_threading_event_is_told_it_has_its_own_copy(runs, 
             f"argument.") in err, err
     assert "copied held" not in err and "wait for each other" not in err, err
     assert "start the children with 'spawn'" not in err, err
+
+
+@pytest.mark.timeout(150)
+def test_a_wait_for_whose_condition_is_never_met_is_not_told_to_use_wait_for(runs):
+    # Said before: "its last notify_all() ... came 0.0 s before this wait began and woke nobody:
+    # a notify wakes only the threads already waiting. Fix: ... or cond.wait_for(...)" -- to a
+    # program that waits with wait_for(), which checks its condition before waiting: the
+    # notifies were not lost, the condition (count >= 3) was false.
+    err = hung(result(runs, "count_reaches_three.py"))
+    assert re.search(r"Process-1's main thread waits: Condition 1\.wait_for\(\) -- someone must "
+                     r"make its wait_for\(\) condition true and notify Condition 1 again; its "
+                     r"last notify_all\(\), by count_reaches_three\.py's main thread, came "
+                     r"\d+\.\d s before this wait began, and wait_for\(\) checked its condition "
+                     r"after it and found it false", err), err
+    assert "cond.wait_for(...)" not in err and "woke nobody" not in err, err
+    assert "`cond.wait_for(lambda: count.value >= 3)`" in err, err      # (its line)

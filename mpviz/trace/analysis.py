@@ -918,7 +918,7 @@ class _Index:
             what = _PROXY_MUST.get((a.get("typeid"), a.get("method")), ((), "", ""))[2]
             return f"{a.get('method')}() on {self.proxy_words(a)}" + (f": {what}" if what else "")
         if (on, target) in self.waitable_names:          # "Event 1", never its internal id
-            return f"{self.waitable_names[on, target]}.wait()"
+            return f"{self.waitable_names[on, target]}.{a.get('via', 'wait')}()"
         return f"{on} {target}.wait()" if on else "a wait"
 
     def must_act(self, begin, t):

@@ -386,8 +386,11 @@ def signal_id(obj):
 def _condition_wait(self, timeout=None):
     if not _outermost():
         return _inner("Condition.wait")(self, timeout)
+    more = _timeout(timeout)
+    if sys._getframe(1).f_code.co_name == "wait_for":  # (it checked its predicate first)
+        more = dict(more or {}, via="wait_for")
     return _recorded(_inner("Condition.wait"), "condition", _lock_id(self, self._lock),
-                     _timeout(timeout), (self, timeout), {}, bool)
+                     more, (self, timeout), {}, bool)
 
 
 def _barrier_wait(self, timeout=None):

@@ -1093,7 +1093,8 @@ LOST_WAKEUP = ("a notify wakes only the threads already waiting. Fix: change wha
 def _signal_short(state, blocked, trace):
     """Who must set an Event or notify a Condition, from their recorded set/clear/notify:
     nobody has yet; or one did, before this wait began, and woke nobody (the lost wake-up)."""
-    name = blocked.what[:-len(".wait()")] if blocked.what.endswith(".wait()") else blocked.what
+    name = blocked.what.rsplit(".wait", 1)[0] if blocked.what.endswith(("wait()", "wait_for()")) \
+        else blocked.what
     signals = st.signals_before(trace, blocked.on, blocked.target, state.t_ns)
     gone = st.gone_without_signalling(trace, blocked.on, blocked.target, state.t_ns,
                                       blocked.pid)
@@ -1119,6 +1120,14 @@ def _signal_short(state, blocked, trace):
     last = signals[-1]
     how = "notify_all()" if last.args.get("all") else "notify()"
     who = _thread_words(state, last.pid, last.tid)
+    via = next((e.args.get("via") for e in trace.of_kind("wait.begin")
+                if e.pid == blocked.pid and e.tid == blocked.tid and
+                e.ts_ns == blocked.since_ns), None)
+    if via == "wait_for" and last.ts_ns < blocked.since_ns:
+        return (f"someone must make its wait_for() condition true and notify {name} again; "
+                f"its last {how}, by {who}, came {(blocked.since_ns - last.ts_ns) / 1e9:.1f} s "
+                f"before this wait began, and wait_for() checked its condition after it and "
+                f"found it false")
     if last.ts_ns < blocked.since_ns:
         return (f"someone must notify {name} again; its last {how}, by {who}, came "
                 f"{(blocked.since_ns - last.ts_ns) / 1e9:.1f} s before this wait began and "

@@ -288,7 +288,7 @@ def _add_blocked(state, nodes, edges, dead=frozenset()):
         if okey not in nodes:
             name = state.channel_names.get(b.target, b.target)   # "Queue 1", as the timeline
             if b.on in ("event", "condition", "barrier"):          # "Event 1", as the timeline
-                name = b.what.removesuffix(".wait()")
+                name = b.what.removesuffix(".wait()").removesuffix(".wait_for()")
             elif b.on in ("future", "proxy"):      # "the result of task(3)", never an id
                 name = b.what
             text = template.format(id=name, who=who if not actors else "")
