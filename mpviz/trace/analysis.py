@@ -1063,13 +1063,20 @@ class _Index:
         # the first process killed closes its ends, and the other's recv() raises EOFError)
         timed = {(p, d, begin.ts_ns) for p, d, begin, _ in self.blocked    # (a get that times
                  if begin.args.get("timeout") is not None}   # out may then do anything: put)
+        # a get() on a Manager's queue, through its proxy: as a Queue's get (any live thread
+        # of the program could still put, through a proxy of its own), the Manager's server
+        # process aside (its threads serve calls; they put nothing of their own)
+        proxy_gets = {(p, d, begin.ts_ns) for p, d, begin, _ in self.blocked
+                      if begin.args.get("on") == "proxy" and begin.args.get("method") == "get"
+                      and begin.args.get("typeid") in _QUEUES}
         waits = {(b.pid, b.tid): b for b in blocked if (b.pid, b.tid, b.since_ns) in never and (
                  (b.on == "pipe.recv" and not any(   # (connection.wait(): on several ends)
                      self.other_end(end) in coming for end in never[b.pid, b.tid, b.since_ns]))
                  or b.on in ("pipe.send", "process", "future", "pool.result", "thread",
                              "thread_queue.get", "thread_queue.put", "thread_queue.join")
                  or (b.on == "queue.get" and t is not None and (b.pid, b.tid, b.since_ns)
-                     not in timed and not {b.target, self.pipe_of.get(b.target)} & coming))}
+                     not in timed and not {b.target, self.pipe_of.get(b.target)} & coming)
+                 or (t is not None and (b.pid, b.tid, b.since_ns) in proxy_gets - timed))}
         for lk in locks:            # (a lock has no deadline once acquire() waits without one)
             owners = tuple((o.pid, o.tid) for o in lk.owners if not o.ghost)
             for pid, tid, since in lk.waiters:
@@ -1082,9 +1089,10 @@ class _Index:
             for key, b in list(waits.items()):
                 if not b.waits_for or any(w not in waits for w in b.waits_for) or \
                         b.on in _THREADS_WAITS and self._free_threads(key[0], waits) or \
-                        b.on == "queue.get" and any(
-                            self._free_threads(pid, waits) for pid, p in self.procs.items()
-                            if p.how not in ("launcher", "watchdog") and self.alive(pid, t)):
+                        (b.on == "queue.get" or (key[0], key[1], b.since_ns) in proxy_gets) \
+                        and any(self._free_threads(pid, waits) for pid, p in self.procs.items()
+                                if p.how not in ("launcher", "watchdog") and
+                                pid not in self.managers and self.alive(pid, t)):
                     del waits[key]
                     changed = True
         if all(b.on in ("lock", "process") for b in waits.values()):
@@ -1135,7 +1143,7 @@ class _Index:
                 return f"{who(key)} waits for {b.what}, which {others} holds"
             if b.on == "thread":
                 return f"{who(key)} waits in join() for {others} to finish"
-            if b.on in ("thread_queue.get", "queue.get"):
+            if b.on in ("thread_queue.get", "queue.get", "proxy"):    # (proxy: a get here)
                 return f"{who(key)} waits in {b.what.split(':')[0]} for {others} to put"
             if b.on == "thread_queue.put":
                 return f"{who(key)} waits in {b.what.split(':')[0]} (full) for {others} to get"
@@ -1154,7 +1162,7 @@ class _Index:
                   (f" -- and behind {'them' if len(in_ring) > 1 else 'it'}, "
                    f"{'; '.join(behind)}" if behind else ""))
         joins = [b for b in waits.values() if b.on == "process"]
-        if joins and any(b.on == "queue.get" for b in waits.values()):
+        if joins and any(b.on in ("queue.get", "proxy") for b in waits.values()):
             reason += ". " + self._get_then_join_fix(joins)
         channels = {self.pipe_name(b.target) for b in waits.values() if b.on == "pipe.recv"}
         if len(waits) == 2 and len(channels) == 1 and \
