@@ -52,8 +52,6 @@ it; all are started at once (they spend their time waiting), each judged alone:
                               thread joins them after q.join(): a cycle of a join and a get
     queue_docs_worker_raises.py  the queue docs' daemon worker raises before one task_done():
                               the main thread's q.join() waits for ever
-    manager_queue_no_sentinel.py  a worker loops on a Manager Queue's get() until None; the
-                              parent joins it without putting the None: the cycle
     count_reaches_three.py    a consumer's Condition.wait_for(count >= 3); the producer adds 2:
                               its notifies came before the wait, and found the condition false
     start_signal_threading_event.py  a worker waits on a module-level threading.Event; the
@@ -123,7 +121,7 @@ def runs(tmp_path_factory):
         "stop_event_worker.py", "stop_event_late_producer.py",
         "squares_sentinel_forgotten.py", "results_via_global.py",
         "worker_never_started.py", "spawn_global_event.py", "wrong_event_set.py",
-        "count_reaches_three.py", "manager_queue_no_sentinel.py")}
+        "count_reaches_three.py")}
     for method in ("fork", "spawn"):
         programs[f"start_signal_threading_event.py {method}"] = (
             "1.5", _program("start_signal_threading_event.py"), method)
@@ -910,16 +908,3 @@ def test_a_wait_for_whose_condition_is_never_met_is_not_told_to_use_wait_for(run
     assert "cond.wait_for(...)" not in err and "woke nobody" not in err, err
     assert "`cond.wait_for(lambda: count.value >= 3)`" in err, err      # (its line)
 
-
-@pytest.mark.timeout(150)
-def test_a_worker_on_a_manager_queue_joined_without_its_sentinel_is_one_cycle_with_the_fix(runs):
-    # Said before: the two lines, true but apart -- a get() on a Manager's queue, through its
-    # proxy, was left out of cycles
-    err = hung(result(runs, "manager_queue_no_sentinel.py"))
-    assert ("STUCK FOR GOOD: a cycle: manager_queue_no_sentinel.py's main thread waits in join() "
-            "for Process-2 to exit; Process-2's main thread waits in get() on the Manager's "
-            "Queue 1 (kept in SyncManager-1, pid ") in err, err
-    assert (") for manager_queue_no_sentinel.py's main thread to put. Each waits for the next: "
-            "none can go on. A process that loops on `q.get()` ends only when it gets what it "
-            "stops at, and nothing more will be put. Fix: before join(), put one sentinel per "
-            "worker (`q.put(None)`") in err, err

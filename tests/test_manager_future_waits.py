@@ -340,3 +340,18 @@ def test_no_word_of_the_circle_stands_on_a_box(runs, fonts_loaded):
     for word in words:
         extent = word.get_window_extent(renderer)
         assert not any(extent.overlaps(box) for box in boxes), word.get_text()
+
+
+@pytest.mark.timeout(150)
+def test_a_worker_on_a_manager_queue_joined_without_its_sentinel_is_one_cycle_with_the_fix(
+        runs):
+    # Said before: the two lines, true but apart -- a get() on a Manager's queue, through its
+    # proxy, was left out of cycles
+    err = hung(result(runs, "manager_queue_no_sentinel.py"))
+    assert ("STUCK FOR GOOD: a cycle: manager_queue_no_sentinel.py's main thread waits in join() "
+            "for Process-2 to exit; Process-2's main thread waits in get() on the Manager's "
+            "Queue 1 (kept in SyncManager-1, pid ") in err, err
+    assert (") for manager_queue_no_sentinel.py's main thread to put. Each waits for the next: "
+            "none can go on. A process that loops on `q.get()` ends only when it gets what it "
+            "stops at, and nothing more will be put. Fix: before join(), put one sentinel per "
+            "worker (`q.put(None)`") in err, err

@@ -1,19 +1,25 @@
-"""A worker pulls jobs from a Manager's queue until it gets None; the parent puts the jobs after
-starting it, then joins it -- and forgot the None."""
+"""A worker doubles what it reads from a Manager's queue until it reads None; the parent puts
+five numbers and joins it -- but forgot ``q.put(None)``. The worker's get() waits for ever, and
+so does the join. (issue 27's mgrq.py: the Manager's own polling loop must not be taken for a
+loop of the program's that may still end it.)"""
 from multiprocessing import Manager, Process
 
 
-def work(jobs, done):
-    while (job := jobs.get()) is not None:
-        done.append(job * 2)
+def worker(q, results):
+    while True:
+        item = q.get()
+        if item is None:
+            break
+        results.put(item * 2)
 
 
-if __name__ == "__main__":
+if __name__ == '__main__':
     with Manager() as manager:
-        jobs, done = manager.Queue(), manager.list()
-        p = Process(target=work, args=(jobs, done))
+        q = manager.Queue()
+        results = manager.Queue()
+        p = Process(target=worker, args=(q, results))
         p.start()
-        for n in range(3):
-            jobs.put(n)
+        for i in range(5):
+            q.put(i)
+        # forgot q.put(None)
         p.join()
-        print(list(done))
