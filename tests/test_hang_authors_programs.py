@@ -52,6 +52,8 @@ it; all are started at once (they spend their time waiting), each judged alone:
                               thread joins them after q.join(): a cycle of a join and a get
     queue_docs_worker_raises.py  the queue docs' daemon worker raises before one task_done():
                               the main thread's q.join() waits for ever
+    ready_never_given.py      one process: a thread waits on a threading.Event the main thread
+                              never sets, and the main thread joins it
     count_reaches_three.py    a consumer's Condition.wait_for(count >= 3); the producer adds 2:
                               its notifies came before the wait, and found the condition false
     start_signal_threading_event.py  a worker waits on a module-level threading.Event; the
@@ -121,7 +123,7 @@ def runs(tmp_path_factory):
         "stop_event_worker.py", "stop_event_late_producer.py",
         "squares_sentinel_forgotten.py", "results_via_global.py",
         "worker_never_started.py", "spawn_global_event.py", "wrong_event_set.py",
-        "count_reaches_three.py")}
+        "count_reaches_three.py", "ready_never_given.py")}
     for method in ("fork", "spawn"):
         programs[f"start_signal_threading_event.py {method}"] = (
             "1.5", _program("start_signal_threading_event.py"), method)
@@ -908,3 +910,15 @@ def test_a_wait_for_whose_condition_is_never_met_is_not_told_to_use_wait_for(run
     assert "cond.wait_for(...)" not in err and "woke nobody" not in err, err
     assert "`cond.wait_for(lambda: count.value >= 3)`" in err, err      # (its line)
 
+
+
+@pytest.mark.timeout(150)
+def test_a_threading_event_of_the_programs_own_process_is_not_said_to_be_a_copy(runs):
+    # The child's words ("has a copy of its own ... a set() in another process") said to a
+    # program of one process, by the first version of the threading.Event verdict -- false
+    err = hung(result(runs, "ready_never_given.py"))
+    assert ("ready_never_given.py waits in a threading.Event's wait() (serve "
+            "(ready_never_given.py:8): `ready.wait()`), which only a thread of "
+            "ready_never_given.py can set -- and every thread of ready_never_given.py waits (the "
+            "stacks say where): nobody is left to set it.") in err, err
+    assert "copy of its own" not in err and "multiprocessing.Event()" not in err, err

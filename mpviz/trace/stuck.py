@@ -528,7 +528,9 @@ def _why(watchdog, stacks, names):
     trace, reasons, native_seen, forked = watchdog.trace, {}, False, False
     for pid in watchdog.stuck_pids:
         event_wait = _threading_event_wait(trace, pid, (stacks.get(pid) or {}).get("stacks", ""))
-        if event_wait:
+        child = any(e.pid == pid and e.args.get("how") in ("fork", "spawn", "forkserver")
+                    for e in trace.of_kind("process.start"))
+        if event_wait and child:
             reasons.setdefault(
                 "{who} waits in a threading.Event's wait() (" + event_wait + "): a "
                 "threading.Event lives in one process's memory -- {who} has a copy of its own "
@@ -537,6 +539,12 @@ def _why(watchdog, stacks, names):
                 "multiprocessing Event (`multiprocessing.Event()`, or your context's), made "
                 "before the Process is started and passed to it as an argument.",
                 []).append(pid)
+            continue
+        if event_wait:                 # (the program's own process: its Event, its threads)
+            reasons.setdefault(
+                "{who} waits in a threading.Event's wait() (" + event_wait + "), which only a "
+                "thread of {who} can set -- and every thread of {who} waits (the stacks say "
+                "where): nobody is left to set it.", []).append(pid)
             continue
         start = next((e for e in trace.of_kind("process.start")
                       if e.pid == pid and e.args.get("how") == "fork"), None)
