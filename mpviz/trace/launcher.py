@@ -509,14 +509,12 @@ def _dump_cut_short(watchdog, pid):
 
 
 def _say_ended_while_judged(child, watchdog, killed=()):
-    how = (f"exit status {child.returncode}" if child.returncode >= 0 else
-           f"{signal.Signals(-child.returncode).name}")
+    """The program's main process exited (status >= 0) between the judgment and the kill."""
+    from .watchdog import no_hang_words
     left = (f"; mpviz stopped the {len(killed)} process(es) it left (pids "
             f"{', '.join(map(str, killed[:10]))}) with SIGKILL" if killed else "")
-    say(f"no hang: the program ended by itself ({how}) while mpviz took its stacks, after "
-        f"{watchdog.stalled_for:.1f} s with no progress seen (--hang-after "
-        f"{watchdog.hang_after:g}){left}. A wait with a deadline longer than --hang-after "
-        f"looks like a stall until it runs out; a longer --hang-after gives it the time")
+    say(no_hang_words(watchdog, f"the program ended by itself (exit status {child.returncode}) "
+                                f"while mpviz took its stacks", "--hang-after", left))
 
 
 def _kill(child, directory):

@@ -1090,6 +1090,16 @@ LOST_WAKEUP = ("a notify wakes only the threads already waiting. Fix: change wha
                "`while not ready.value: cond.wait()`, or cond.wait_for(...)")
 
 
+def no_hang_words(watchdog, ended, option, more=""):
+    """What a run that ended by itself while its stacks were taken gets instead of a verdict.
+    `ended`: "the program ended by itself (exit status 0) while mpviz took its stacks";
+    `option`: "--hang-after" or "hang_after"; `more`: what mpviz did then."""
+    return (f"no hang: {ended}, after {watchdog.stalled_for:.1f} s with no progress seen "
+            f"({option} {watchdog.hang_after:g}){more}. A wait with a deadline longer than "
+            f"{option} looks like a stall until it runs out; a longer {option} gives it the "
+            f"time")
+
+
 def _signal_short(state, blocked, trace):
     """Who must set an Event or notify a Condition, from their recorded set/clear/notify:
     nobody has yet; or one did, before this wait began, and woke nobody (the lost wake-up)."""
@@ -1120,10 +1130,7 @@ def _signal_short(state, blocked, trace):
     last = signals[-1]
     how = "notify_all()" if last.args.get("all") else "notify()"
     who = _thread_words(state, last.pid, last.tid)
-    via = next((e.args.get("via") for e in trace.of_kind("wait.begin")
-                if e.pid == blocked.pid and e.tid == blocked.tid and
-                e.ts_ns == blocked.since_ns), None)
-    if via == "wait_for" and last.ts_ns < blocked.since_ns:
+    if blocked.what.endswith(".wait_for()") and last.ts_ns < blocked.since_ns:   # (its `via`)
         return (f"someone must make its wait_for() condition true and notify {name} again; "
                 f"its last {how}, by {who}, came {(blocked.since_ns - last.ts_ns) / 1e9:.1f} s "
                 f"before this wait began, and wait_for() checked its condition after it and "
@@ -1459,11 +1466,9 @@ class Guard:
         own = "\n".join(block for block in own.split("\n\n") if "_fire" not in block) or own
         stacks = self.watchdog.capture_stacks(extra={os.getpid(): own})
         if self._done.is_set():         # the block ended by itself while the stacks were taken
-            print(f"mpviz: no hang: the record() block ended by itself while mpviz took the "
-                  f"stacks, after {self.watchdog.stalled_for:.1f} s with no progress seen "
-                  f"(hang_after={self.watchdog.hang_after:g}). A wait with a deadline longer "
-                  f"than hang_after looks like a stall until it runs out; a longer hang_after "
-                  f"gives it the time", file=sys.stderr, flush=True)
+            print("mpviz: " + no_hang_words(self.watchdog, "the record() block ended by "
+                                            "itself while mpviz took the stacks", "hang_after"),
+                  file=sys.stderr, flush=True)
             return
         kill_ns = time.monotonic_ns()
         killed = kill_descendants(os.getpid(), {p.pid for p in self.watchdog.trace.processes()})
