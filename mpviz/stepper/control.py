@@ -631,13 +631,8 @@ class Stepper:
         out = []
         output = self._read_output()
         for name, pid, status in self.state_processes():
-            if status == "alive" or "exit code 0" in status:
-                continue
-            if status == "ended":
-                ended = _process_end(pid)
-                if ended is None or ended == "exit code 0":
-                    continue
-                status = f"ended ({ended})"
+            if status in ("alive", "ended") or "exit code 0" in status:
+                continue                       # ("ended": how is not known)
             error = _last_exception(output, name)
             out.append(f"Process {name} (pid {pid}) {status}" +
                        (f", of {error}." if error else "."))
@@ -645,15 +640,10 @@ class Stepper:
 
     def _finish(self):
         details = self.details()
-        failed, unknown = [], []
-        for n, pid, s in self.state_processes():
-            if s == "ended":                  # neither the trace nor the run saw how: /proc
-                s = f"ended ({_process_end(pid)})" if _process_end(pid) not in (None, "ended") \
-                    else s
-            if s == "ended":
-                unknown.append(n)             # (reaped, unrecorded: not said to have failed)
-            elif "exit code 0" not in s and s != "alive":
-                failed.append(f"{n} ({s})")
+        processes = self.state_processes()
+        failed = [f"{n} ({s})" for n, _, s in processes
+                  if "exit code 0" not in s and s not in ("alive", "ended")]
+        unknown = [n for n, _, s in processes if s == "ended"]   # (not said to have failed)
         if self._proc.returncode < 0 and not details.get("error"):
             # killed (SIGKILL from the OOM killer, a kill from outside): no exception to show
             self._outcome = "error"
@@ -767,8 +757,9 @@ class Stepper:
                 status = f"ended (exit code {t.exitcode})"
             elif pid == self._proc.pid and self._proc.returncode is not None:
                 status = f"ended (exit code {self._proc.returncode})"
-            else:
-                status = "ended"
+            else:                             # unrecorded: /proc, while it is a zombie
+                end = _process_end(pid)
+                status = "ended" if end in (None, "ended") else f"ended ({end})"
             out.append((name, pid, status))
         return out
 

@@ -64,24 +64,21 @@ def _ask_for_stacks(pid):
 
     faulthandler writes every thread's stacks from inside the signal handler, without the GIL,
     so it walks the frames of whatever thread runs Python meanwhile -- and crashed so
-    (hang_logging_pool.py's busy logging thread: 3 runs in 18 under load). Only a thread that
+    (hang_logging_pool.py's busy logging thread: 3-4 runs in 24 under load). Only a thread that
     holds the GIL runs Python, and it shows as running (state R): handed the signal itself, it
     is inside the handler while its frames are read, and the others wait for the GIL. With no
     thread running, any may take it (the process); with several, the one with the GIL cannot be
     told from those in C code: looked at again, a few times, for a moment when one runs or none
     does; else the process takes it, as before."""
-    for look in range(10):
+    for _ in range(10):
         running = [tid for tid in (_proc.threads(pid) or ())
-                   if (_proc.stat(pid, tid) or _NOT_RUNNING).state == "R"]
+                   if getattr(_proc.stat(pid, tid), "state", None) == "R"]
         if len(running) == 1 and _tgkill(pid, running[0], signal.SIGUSR1):
             return
         if len(running) <= 1:
             break
         time.sleep(0.002)     # (polling /proc: a moment when fewer run; bounded, 20 ms)
     os.kill(pid, signal.SIGUSR1)
-
-
-_NOT_RUNNING = _proc.Stat("S", 0, 0, 0, 0.0, 0, None)
 
 
 def _tgkill(pid, tid, sig):
