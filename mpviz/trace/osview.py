@@ -302,7 +302,8 @@ def fd_target(pid, fd):
 
 def peer_socket_inode(fd):
     """The inode of the socket at the other end of the connected socket `fd`, or None where
-    Linux does not say (another machine's, a closed one, no sock_diag)."""
+    Linux does not say (another machine's, a closed one, no sock_diag); 0 for a TCP end on this
+    machine that its listener has not accepted yet (/proc/net/tcp shows it with inode 0)."""
     import socket
     sock = socket.socket(fileno=os.dup(fd))
     try:

@@ -922,9 +922,14 @@ def _mark_connected(conn, how, address):
     try:
         mine = end_id(conn)
         peer = osview.peer_socket_inode(conn.fileno())
+        for _ in range(40):               # (a TCP end not accepted yet has no inode: bounded)
+            if peer != 0:
+                break
+            time.sleep(0.005)             # polling /proc/net/tcp for the listener's accept()
+            peer = osview.peer_socket_inode(conn.fileno())
     except OSError:
         return
-    if peer is None:                      # (the other end is not on this machine: no pair)
+    if not peer:                          # (the other end is not on this machine: no pair)
         return
     _mark(conn, mine)
     where = address if isinstance(address, str) else \
