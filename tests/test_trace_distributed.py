@@ -608,3 +608,48 @@ def test_the_watchdog_reads_the_logs_for_a_rendezvous_only_where_a_process_began
     assert oct(os.stat(tmp_path / recorder.RENDEZVOUS).st_mode & 0o777) == "0o600"
     eyes._dist_looked = 0.0
     assert eyes._rendezvous_stalled(time.monotonic()) is False and reads == [1]
+
+
+_NAMES_ITSELF_LATE = r"""
+import ctypes, select, sys, threading
+def loop():
+    sys.stdin.readline()                  # (the test lets it name itself after a first look)
+    ctypes.CDLL(None).prctl(15, b"gloo_tcp_loop", 0, 0, 0)      # PR_SET_NAME, as gloo does
+    print("named", flush=True)
+    while True:
+        select.select([], [], [], 0.01)   # gloo's poll: every 10 ms, whatever comes
+t = threading.Thread(target=loop, daemon=True)
+t.start()
+print("started", flush=True)
+threading.Lock().acquire(); threading.Event().wait()
+"""
+
+
+def test_a_gloo_thread_seen_before_it_named_itself_is_still_known_for_a_poller(tmp_path):
+    """gloo's threads name themselves once they run; the watchdog read each thread's name only
+    at its first look, and one that looked too early kept its process's name: its polling was
+    "the polling loop of rank 0's native thread ... can still end this" (a fresh CI run of
+    save_before_destroy.py; 1 in many runs, on a busy machine). The name is read again as it
+    runs."""
+    from mpviz.trace import watchdog as wd
+    proc = subprocess.Popen([sys.executable, "-c", _NAMES_ITSELF_LATE], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline() == "started\n"
+        eyes = wd.Watchdog(str(tmp_path), 1.0, lambda: [proc.pid])
+        eyes._look(time.monotonic())
+        loopers = [key for key in eyes.seen if key[1] != proc.pid]
+        assert len(loopers) == 1 and not eyes.seen[loopers[0]].poller
+        proc.stdin.write("go\n")
+        proc.stdin.flush()
+        assert proc.stdout.readline() == "named\n"
+        for _ in range(3):
+            time.sleep(0.1)
+            eyes._look(time.monotonic())
+        assert eyes.seen[loopers[0]].poller, \
+            "a thread that named itself gloo_tcp_loop after the first look is no poller"
+    finally:
+        proc.kill()
+        proc.wait()
+        proc.stdout.close()
+        proc.stdin.close()

@@ -86,7 +86,8 @@ POLLERS = frozenset({"gloo_tcp_loop", "pt_gloo_runloop", "pt_tcpstore_uv"})
 class _Seen:
     """What the watchdog last saw of one thread. `again`: since it last moved, a wait of it
     with a deadline ran out and the same wait began again (a loop that polls: get(timeout=5)
-    until something comes, as a DataLoader's main thread does). `poller`: one of POLLERS."""
+    until something comes, as a DataLoader's main thread does). `poller`: one of POLLERS (its
+    name is read again each time it runs until it is one: see _look)."""
     __slots__ = ("view", "moved", "since", "cpu_since_move", "again", "poller")
 
     def __init__(self, view, now):
@@ -423,6 +424,11 @@ class Watchdog:
             prev, old.view = old.view, view
             old.cpu_since_move += view.cpu_ns - prev.cpu_ns
             ran = view.runs != prev.runs or view.cpu_ns != prev.cpu_ns
+            if ran and not old.poller and key[1] != key[0]:
+                # A thread names itself once it runs (gloo's do, first thing): seen before
+                # that, it had its process's name -- and its polling was taken for the
+                # program's loop ("DEADLOCK, unless a loop gives up by itself", a CI run)
+                old.poller = osview.thread_name(*key) in POLLERS
             if old.poller:                  # (its wake-ups are no progress: see POLLERS)
                 old.again = True
             elif view.wait == "terminal" or old.cpu_since_move >= MOVE_CPU_NS or (
