@@ -335,7 +335,18 @@ def test_plot_drops_an_empty_wait_for_panel_and_the_memory_map_is_not_blank():
     mm = fig.axes[1]
     greens = [p for p in mm.patches if to_hex(p.get_facecolor()) == COLORS["mapped"]]
     assert greens, "the memory map shows who mapped the segment, not a row of white cells"
-    assert "when the most were mapped" in mm.get_title(loc="left")
+    # Drawn at the end, the map would be all white (freed); then it is drawn when the most were
+    # mapped, and says so. But the parent's second offer of the tensor keeps its segment until
+    # its fd server thread reads the child's release (fd_passing.release: within 5 ms, or at
+    # the child's exit): on a busy machine that came after the scenario's end (a fresh-clone
+    # run), the segment was still mapped at the end -- and the map, drawn there, says so.
+    end = viz._index(clean.trace).segment_states(viz._index(clean.trace).t1)
+    title = mm.get_title(loc="left")
+    if all(s.status == "freed" for s in end):
+        assert "when the most were mapped" in title, title
+    else:
+        assert [s.status for s in end] == ["in use"], end
+        assert "when the most were mapped" not in title and "none leaked" in title, title
     stuck = sc.run("fork-held-lock")             # a lock, a deadlock, no shared memory:
     titles = [ax.get_title(loc="left") for ax in viz.plot(stuck).axes]
     assert len(titles) == 2 and titles[1].startswith("Who waits for whom")   # no empty map
