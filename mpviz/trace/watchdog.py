@@ -81,20 +81,24 @@ def _progress(event):
 # Seen hiding a hang: a rank's main thread waited in ~ProcessGroupGloo for ever while these
 # woke ~200 times a second, and the watchdog never fired (torch 2.13).
 POLLERS = frozenset({"gloo_tcp_loop", "pt_gloo_runloop", "pt_tcpstore_uv"})
+# A thread names itself as it begins to run: the watchdog reads a new thread's name again the
+# first NAME_LOOKS times it has run since the last look, not only when it first sees it.
+NAME_LOOKS = 5
 
 
 class _Seen:
     """What the watchdog last saw of one thread. `again`: since it last moved, a wait of it
     with a deadline ran out and the same wait began again (a loop that polls: get(timeout=5)
-    until something comes, as a DataLoader's main thread does). `poller`: one of POLLERS (its
-    name is read again each time it runs until it is one: see _look)."""
-    __slots__ = ("view", "moved", "since", "cpu_since_move", "again", "poller")
+    until something comes, as a DataLoader's main thread does). `poller`: one of POLLERS."""
+    __slots__ = ("view", "moved", "since", "cpu_since_move", "again", "poller", "name_looks")
 
     def __init__(self, view, now):
         self.view, self.moved, self.since, self.cpu_since_move = view, now, now, 0
         self.again = False
         self.poller = view.tid != view.pid and \
             osview.thread_name(view.pid, view.tid) in POLLERS
+        # (its name is read again the next few times it runs: _look)
+        self.name_looks = NAME_LOOKS if view.tid != view.pid and not self.poller else 0
 
 
 class ReadAside:
@@ -424,11 +428,12 @@ class Watchdog:
             prev, old.view = old.view, view
             old.cpu_since_move += view.cpu_ns - prev.cpu_ns
             ran = view.runs != prev.runs or view.cpu_ns != prev.cpu_ns
-            if ran and not old.poller and key[1] != key[0]:
+            if ran and old.name_looks:
                 # A thread names itself once it runs (gloo's do, first thing): seen before
                 # that, it had its process's name -- and its polling was taken for the
                 # program's loop ("DEADLOCK, unless a loop gives up by itself", a CI run)
                 old.poller = osview.thread_name(*key) in POLLERS
+                old.name_looks = 0 if old.poller else old.name_looks - 1
             if old.poller:                  # (its wake-ups are no progress: see POLLERS)
                 old.again = True
             elif view.wait == "terminal" or old.cpu_since_move >= MOVE_CPU_NS or (
