@@ -20,7 +20,6 @@ _PENDING = "split pending (another change in flight)"
 LONG = {
     "mpviz/trace/analysis.py:_Index.__init__": _PENDING,
     "mpviz/trace/dist_verdict.py:Verdict.missing": _PENDING,
-    "mpviz/trace/chrome.py:to_chrome": _PENDING,
 }
 
 

@@ -171,6 +171,48 @@ def test_trace_json_encoded_in_slices_is_the_text_json_dumps_writes_whole(tmp_pa
     assert os.listdir(directory) == ["trace.json"]
 
 
+def test_trace_json_made_in_two_processes_is_the_same_bytes(tmp_path, monkeypatch):
+    """A long trace's trace.json is made in two halves at once (launcher._trace_json_into: a
+    forked child makes the instants and messages): byte for byte what json.dumps of
+    to_chrome() writes; the child is reaped and its file leaves no trace. A child that fails
+    (here: it raises) costs only time -- its half is made again -- and the bytes are the same."""
+    from mpviz.trace import chrome, launcher
+    trace = _producer_and_consumer(tmp_path, 60, "mpviz_chrome_halves")
+    one = json.dumps(trace.to_chrome()).encode()
+    monkeypatch.setattr(launcher, "TWO_HALVES_FROM", 1)          # (this trace is short)
+    monkeypatch.setattr(launcher, "_JSON_SLICE", 7)
+    if len(os.sched_getaffinity(0)) < 2:
+        pytest.skip("one CPU: trace.json is made in one process")
+    forked, again = [], []
+    fork = launcher._fork_quietly
+
+    def counted_fork():
+        pid = fork()
+        if pid:
+            forked.append(pid)
+        return pid
+    monkeypatch.setattr(launcher, "_fork_quietly", counted_fork)
+    parent, flow_part = os.getpid(), chrome.flow_part
+
+    def fails_in_the_child(*args):
+        if os.getpid() != parent:
+            raise RuntimeError("the child's half failed")
+        again.append(1)                              # (made again here, after the child)
+        return flow_part(*args)
+    for name in ("halves", "halves_again"):
+        directory = tmp_path / name
+        directory.mkdir()
+        launcher._write_trace_json(str(directory), trace)
+        assert (directory / "trace.json").read_bytes() == one
+        assert os.listdir(directory) == ["trace.json"]
+        monkeypatch.setattr(chrome, "flow_part", fails_in_the_child)
+    assert len(forked) == 2, "trace.json was not made in two processes"
+    assert again == [1], "the failed child's half was not made again"
+    for pid in forked:
+        with pytest.raises(ChildProcessError):
+            os.waitpid(pid, os.WNOHANG)              # (both children reaped)
+
+
 # Values that take every branch of _speedups/json_events.c: escapes (short ones, \u00XX, DEL,
 # a surrogate pair, a lone surrogate), non-ASCII, ints past 64 bits, float reprs, NaN and
 # the infinities, empty and nested containers, tuples, bools (ints to Python, not to JSON), an

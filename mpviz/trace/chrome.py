@@ -37,50 +37,128 @@ _MESSAGE_IN = ("queue.get", "pipe.recv")
 
 def to_chrome(trace, path=None):
     """Convert `trace` to a Chrome trace dict; write it as JSON to `path` if given."""
-    events = trace.events
-    t0 = events[0].ts_ns if events else 0
+    ready = Ready(trace)
+    data = ready.as_dict(state_part(trace, ready) + flow_part(trace, ready))
+    if path is not None:
+        # json.dumps, not json.dump: dump encodes piece by piece in Python (~10x slower: 15 s
+        # for a 240,000-event DataLoader trace); dumps uses the C encoder in one go.
+        with open(path, "w") as f:
+            f.write(json.dumps(data))
+    return data
+
+
+class Ready:
+    """What both parts of the export read, worked out once. The export is two lists that do
+    not depend on each other: ``state_part`` (names, process lifetimes, segments, locks, pool
+    tasks: each event's slice depends on those before it) and ``flow_part`` (the plain
+    instants, the message slices and the queues' depth: most of the events). The launcher
+    makes them in two processes at once (launcher._trace_json_into); ``to_chrome`` one after
+    the other, in this order -- the same list either way."""
+
+    def __init__(self, trace):
+        events = self.events = trace.events
+        self.t0 = events[0].ts_ns if events else 0
+        self.end_us = (events[-1].ts_ns - self.t0) / 1000.0 if events else 0.0
+        self.procs = trace.processes()
+        self.root = self.procs[0].pid if self.procs else 0
+        self.flows = trace.flows()
+        self.channels, self.locks = names.for_trace(trace, self.flows)
+
+    def as_dict(self, events):
+        """The Chrome trace dict around `events` (what to_chrome returns)."""
+        return dict(traceEvents=events, displayTimeUnit="ms",
+                    otherData=dict(t0_ns=self.t0, clock="CLOCK_MONOTONIC",
+                                   generator="mpviz.trace"))
+
+
+def state_part(trace, ready):
+    """The events whose slices depend on what came before them, in the order to_chrome puts
+    them: names, process lifetimes, segments, pool tasks, locks, the puts that failed, the
+    rest of the pool's and the lock's events, what is still open at the end."""
+    events, t0, procs, root = ready.events, ready.t0, ready.procs, ready.root
 
     def us(ns):
         return (ns - t0) / 1000.0
 
-    out, end_us = [], us(events[-1].ts_ns) if events else 0.0
-    procs = trace.processes()
-    recorded = {e.pid for e in events}
-    root = procs[0].pid if procs else 0
+    out = []
     _names(trace, procs, out)
-    flows = trace.flows()
-    channels, locks = names.for_trace(trace, flows)
+    recorded = {e.pid for e in events}
+    for p in procs:                                          # process lifetimes
+        track = p.ppid if p.ppid in recorded else p.pid
+        common = dict(cat="process", id=f"proc-{p.pid}", pid=track, tid=track,
+                      name=f"{p.name or 'process'} ({p.pid})")
+        out.append(dict(common, ph="b", ts=us(p.start_ns), args=dict(how=p.how)))
+        out.append(dict(common, ph="e", ts=us(p.exit_ns) if p.exit_ns else ready.end_us,
+                        args=dict(exitcode=p.exitcode, signal=p.signal)))
+    starts = {}                                               # pool task (pid, tid, job, index)
+    lock_open = {}
+    segments = _Segments(out, root, procs, t0, events)
+    route = {}                          # kind -> how it is drawn (_route), asked once a kind
+    for e in events:
+        kind = e.kind
+        way = route.get(kind)
+        if way is None:
+            way = route[kind] = _route(kind)
+        if way is _INSTANT or way is _MESSAGE:            # (flow_part's)
+            continue
+        ts, a = (e.ts_ns - t0) / 1000.0, e.args
+        if way is _SEGMENT:
+            segments.event(e, ts, a)
+            continue
+        base = dict(pid=e.pid, tid=e.tid, ts=ts)
+        if kind == "queue.put_failed":                     # it never entered the queue
+            out.append(dict(base, ph="i", s="t", cat="queue", name=kind, args=dict(a)))
+        elif kind == "pool.task" and a.get("phase") in ("start", "done"):
+            key = (e.pid, e.tid, a.get("job"), a.get("index"))
+            if a["phase"] == "start":
+                starts[key] = e
+            elif key in starts:
+                s = starts.pop(key)
+                out.append(dict(pid=e.pid, tid=e.tid, ts=us(s.ts_ns), ph="X", cat="pool",
+                                dur=us(e.ts_ns) - us(s.ts_ns), name=f"task {a.get('func')}",
+                                args=dict(a)))
+        elif kind.startswith("lock."):
+            _lock(e, base, a, out, lock_open, ready.locks.name(a.get("lock")))
+        else:
+            out.append(dict(base, ph="i", s="t", cat=kind.split(".")[0], name=kind,
+                            args=dict(a)))
+    segments.ended_by(events[-1].ts_ns if events else t0)
+    for (pid, tid, _job, _index), s in starts.items():        # tasks that never finished
+        out.append(dict(pid=pid, tid=tid, ts=us(s.ts_ns), ph="i", s="t", cat="pool",
+                        name="pool.task (unfinished)", args=dict(s.args)))
+    _close_async(out, ready.end_us)
+    return out
+
+
+def flow_part(trace, ready):
+    """The plain instants (most events: one dict each), the message slices with their flow
+    arrows, each queue's depth (a counter; a put that failed takes its item back out), and
+    torch's requests for an fd. Names a queue that carried no message as it comes
+    (``ready.channels`` grows). No async slice: state_part closes those."""
+    events, t0, root, channels = ready.events, ready.t0, ready.root, ready.channels
+    flows = ready.flows
 
     def channel_name(ch):
         if ch not in channels:                 # (a queue that carried no message)
             channels[ch] = names.next_queue_name(channels)
         return channels[ch]
 
-    for p in procs:                                          # process lifetimes
-        track = p.ppid if p.ppid in recorded else p.pid
-        common = dict(cat="process", id=f"proc-{p.pid}", pid=track, tid=track,
-                      name=f"{p.name or 'process'} ({p.pid})")
-        out.append(dict(common, ph="b", ts=us(p.start_ns), args=dict(how=p.how)))
-        out.append(dict(common, ph="e", ts=us(p.exit_ns) if p.exit_ns else end_us,
-                        args=dict(exitcode=p.exitcode, signal=p.signal)))
-
+    out, depth = [], {}
     gets = {f.get.args["msg"] for f in flows if f.get is not None}
     puts = {f.put.args["msg"] for f in flows}
     next_ts = _next_event_ts(events)
-    starts = {}                                               # pool task (pid, tid, job, index)
-    depth, lock_open = {}, {}
-    segments = _Segments(out, root, procs, t0, events)
     route = {}                          # kind -> how it is drawn (_route), asked once a kind
     for i, e in enumerate(events):
-        ts, a, kind = (e.ts_ns - t0) / 1000.0, e.args, e.kind
+        kind = e.kind
         way = route.get(kind)
         if way is None:
             way = route[kind] = _route(kind)
         if way is _INSTANT:                  # (most events: one dict, made at once)
-            out.append({"pid": e.pid, "tid": e.tid, "ts": ts, "ph": "i", "s": "t",
-                        "cat": kind.partition(".")[0], "name": kind, "args": dict(a)})
-            continue
-        if way is _MESSAGE:
+            out.append({"pid": e.pid, "tid": e.tid, "ts": (e.ts_ns - t0) / 1000.0, "ph": "i",
+                        "s": "t", "cat": kind.partition(".")[0], "name": kind,
+                        "args": dict(e.args)})
+        elif way is _MESSAGE:
+            ts, a = (e.ts_ns - t0) / 1000.0, e.args
             channel = channel_name(a.get("queue") or a.get("pipe"))
             after = next_ts[i]
             dur = min(SHORT_US, (after - t0) / 1000.0 - ts) if after is not None else SHORT_US
@@ -95,44 +173,13 @@ def to_chrome(trace, path=None):
             out.append(x)
             if cat == "queue":
                 _depth(out, depth, channel, 1 if kind == "queue.put" else -1, root, ts)
-            continue
-        if way is _SEGMENT:
-            segments.event(e, ts, a)
-            continue
-        base = dict(pid=e.pid, tid=e.tid, ts=ts)
-        if e.kind == "queue.put_failed":                   # it never entered the queue
+        elif kind == "queue.put_failed":
+            a = e.args
             if a.get("msg") is not None and a.get("queue") is not None:  # (None: mpviz's
                 # Queue, which records no put then; a feeder's pickler, which knows no queue)
-                _depth(out, depth, channel_name(a["queue"]), -1, root, ts)
-            out.append(dict(base, ph="i", s="t", cat="queue", name=e.kind, args=dict(a)))
-        elif e.kind == "pool.task" and a.get("phase") in ("start", "done"):
-            key = (e.pid, e.tid, a.get("job"), a.get("index"))
-            if a["phase"] == "start":
-                starts[key] = e
-            elif key in starts:
-                s = starts.pop(key)
-                out.append(dict(pid=e.pid, tid=e.tid, ts=us(s.ts_ns), ph="X", cat="pool",
-                                dur=us(e.ts_ns) - us(s.ts_ns), name=f"task {a.get('func')}",
-                                args=dict(a)))
-        elif e.kind.startswith("lock."):
-            _lock(e, base, a, out, lock_open, locks.name(a.get("lock")))
-        else:
-            out.append(dict(base, ph="i", s="t", cat=e.kind.split(".")[0], name=e.kind,
-                            args=dict(a)))
-    segments.ended_by(events[-1].ts_ns if events else t0)
-    _fd_requests(trace, us, out)
-    for (pid, tid, _job, _index), s in starts.items():        # tasks that never finished
-        out.append(dict(pid=pid, tid=tid, ts=us(s.ts_ns), ph="i", s="t", cat="pool",
-                        name="pool.task (unfinished)", args=dict(s.args)))
-    _close_async(out, end_us)
-    data = dict(traceEvents=out, displayTimeUnit="ms",
-                otherData=dict(t0_ns=t0, clock="CLOCK_MONOTONIC", generator="mpviz.trace"))
-    if path is not None:
-        # json.dumps, not json.dump: dump encodes piece by piece in Python (~10x slower: 15 s
-        # for a 240,000-event DataLoader trace); dumps uses the C encoder in one go.
-        with open(path, "w") as f:
-            f.write(json.dumps(data))
-    return data
+                _depth(out, depth, channel_name(a["queue"]), -1, root, (e.ts_ns - t0) / 1000.0)
+    _fd_requests(trace, lambda ns: (ns - t0) / 1000.0, out)
+    return out
 
 
 def _fd_requests(trace, us, out):
