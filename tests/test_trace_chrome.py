@@ -175,7 +175,8 @@ def test_trace_json_made_in_two_processes_is_the_same_bytes(tmp_path, monkeypatc
     """A long trace's trace.json is made in two halves at once (launcher._trace_json_into: a
     forked child makes the instants and messages): byte for byte what json.dumps of
     to_chrome() writes; the child is reaped and its file leaves no trace. A child that fails
-    (here: it raises) costs only time -- its half is made again -- and the bytes are the same."""
+    (here: it raises) costs only time -- its half is made again -- and the bytes are the same;
+    a fork that fails, the same again."""
     from mpviz.trace import chrome, launcher
     trace = _producer_and_consumer(tmp_path, 60, "mpviz_chrome_halves")
     one = json.dumps(trace.to_chrome()).encode()
@@ -211,6 +212,16 @@ def test_trace_json_made_in_two_processes_is_the_same_bytes(tmp_path, monkeypatc
     for pid in forked:
         with pytest.raises(ChildProcessError):
             os.waitpid(pid, os.WNOHANG)              # (both children reaped)
+
+    def no_process_to_spare():
+        raise BlockingIOError(11, "Resource temporarily unavailable")
+    monkeypatch.setattr(launcher, "_fork_quietly", no_process_to_spare)   # fork fails: all
+    monkeypatch.setattr(chrome, "flow_part", flow_part)                   # made here, as one
+    directory = tmp_path / "one_process"
+    directory.mkdir()
+    launcher._write_trace_json(str(directory), trace)
+    assert (directory / "trace.json").read_bytes() == one
+    assert os.listdir(directory) == ["trace.json"]
 
 
 # Values that take every branch of _speedups/json_events.c: escapes (short ones, \u00XX, DEL,

@@ -629,12 +629,18 @@ def _trace_json_into(f, trace, directory):
     while this process makes and encodes chrome.state_part; a child that fails costs only the
     time: its half is made here again."""
     ready = chrome.Ready(trace)
-    if len(trace.events) < TWO_HALVES_FROM or len(os.sched_getaffinity(0)) < 2:
+    child = None
+    if len(trace.events) >= TWO_HALVES_FROM and len(os.sched_getaffinity(0)) >= 2:
+        _fast_dumps()                    # (built or loaded here, once: not by both processes)
+        half = tempfile.TemporaryFile(dir=directory)         # (0600, and no name to find)
+        try:
+            child = _fork_quietly()
+        except OSError:                  # (no process to spare: EAGAIN, a limit on them)
+            half.close()
+    if child is None:
         return _json_into(f, ready.as_dict(chrome.state_part(trace, ready) +
                                            chrome.flow_part(trace, ready)))
-    _fast_dumps()                        # (built or loaded here, once: not by both processes)
-    with tempfile.TemporaryFile(dir=directory) as half:      # (0600, and no name to find)
-        child = _fork_quietly()
+    with half:
         if child == 0:                                         # the child: flow_part only
             status = 1
             try:
