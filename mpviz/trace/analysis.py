@@ -32,7 +32,7 @@ from typing import Optional
 
 from . import names
 from .events import Request, has_name
-from .names import human_bytes, is_thread_lock
+from .names import human_bytes, is_thread_lock, join_ends
 from .trace import without_gc
 
 _THREAD_LOCK = re.compile(r"^t(\d+)\.\d+$")
@@ -509,8 +509,7 @@ class _Index:
                     tq, []).append((e.pid, e.tid, e.ts_ns))
             elif k == "pipe.open":           # (a Listener/Client side: its own end only)
                 ends = tuple(e.args.get("ends") or ())
-                for end in ends:
-                    self.pipes[end] = ends
+                join_ends(self.pipes, ends)
                 for end in ends[:1] if e.args.get("connect") else ends:
                     self.pipe_maker[end] = who
                 if e.args.get("connect"):

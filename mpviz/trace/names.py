@@ -67,14 +67,22 @@ def channel_names(flows, thread_names=None, dataloader_workers=None, pipes=None,
 
 
 def pipe_ends(events):
-    """``{end id: (its Pipe: the two end ids), ...}`` from ``pipe.open`` events (waits.py)."""
+    """``{end id: (its Pipe: the two end ids), ...}`` from ``pipe.open`` events (waits.py). A
+    Client() that could not see its other end names its own alone: the accept() side's pair,
+    before or after it, is kept (join_ends)."""
     out = {}
     for e in events:
         if e.kind == "pipe.open":
-            ends = tuple(e.args.get("ends") or ())
-            for end in ends:
-                out[end] = ends
+            join_ends(out, tuple(e.args.get("ends") or ()))
     return out
+
+
+def join_ends(pipes, ends):
+    """Record `ends` (a pipe.open's) in `pipes` ({end: its Pipe's ends}); a one-end record
+    never takes the place of a pair that names that end."""
+    for end in ends:
+        if len(ends) >= len(pipes.get(end, ())):
+            pipes[end] = ends
 
 
 def connection_ends(events):

@@ -349,16 +349,52 @@ def _tcp_peer(family, local, remote):
     import socket
     path = "/proc/net/tcp" if family == socket.AF_INET else "/proc/net/tcp6"
     want = (_tcp_address(family, remote), _tcp_address(family, local))
+    for line in (_read_whole(path) or "").splitlines()[1:]:
+        fields = line.split()
+        if len(fields) > 9 and (fields[1], fields[2]) == want:
+            return int(fields[9])
+    return None
+
+
+def _read_whole(path):
+    """A /proc table read in reads of 1 MiB: the kernel fills each read with as many lines as
+    fit, and between two reads of a few KiB (what open() asks) a table that changes -- other
+    connections made, closed -- can skip a line (a fresh-clone test run, many connections at
+    once: a Client's own connection was not found)."""
     try:
-        with open(path) as f:
-            next(f)
-            for line in f:
-                fields = line.split()
-                if len(fields) > 9 and (fields[1], fields[2]) == want:
-                    return int(fields[9])
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     except OSError:
         return None
-    return None
+    try:
+        parts = []
+        while True:
+            part = os.read(fd, 1 << 20)
+            if not part:
+                return b"".join(parts).decode(errors="replace")
+            parts.append(part)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+
+
+def same_host_peer(fd):
+    """Is the other end of connected socket `fd` on this machine: an AF_UNIX socket, or a TCP
+    one whose peer's address is a loopback one or our own?"""
+    import ipaddress
+    import socket
+    sock = socket.socket(fileno=os.dup(fd))
+    try:
+        if sock.family == socket.AF_UNIX:
+            return True
+        if sock.family not in (socket.AF_INET, socket.AF_INET6):
+            return False
+        peer = ipaddress.ip_address(sock.getpeername()[0].split("%")[0])
+        return peer.is_loopback or sock.getpeername()[0] == sock.getsockname()[0]
+    except (OSError, ValueError):
+        return False
+    finally:
+        sock.close()
 
 
 def _tcp_address(family, address):
