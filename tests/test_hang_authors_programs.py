@@ -58,6 +58,10 @@ it; all are started at once (they spend their time waiting), each judged alone:
                               its notifies came before the wait, and found the condition false
     start_signal_threading_event.py  a worker waits on a module-level threading.Event; the
                               parent's set() sets its own copy (fork and spawn)
+    total_via_thread_queue.py  a forked worker puts its total on a queue.Queue it was given;
+                              the parent's get() waits on its own
+    file_checks_module_queue.py  workers put their verdicts on a module-level queue.Queue
+                              (fork and spawn); the parent's get() waits on its own
     slow_sensor_thread.py     a sensor thread sleeps 3 s between its puts: the main thread's
                               join and the logger's get() wait for it -- STALLED, no cycle
     account_lock_taken_twice.py  deposit() holds the account's threading.Lock and calls
@@ -123,10 +127,12 @@ def runs(tmp_path_factory):
         "stop_event_worker.py", "stop_event_late_producer.py",
         "squares_sentinel_forgotten.py", "results_via_global.py",
         "worker_never_started.py", "spawn_global_event.py", "wrong_event_set.py",
-        "count_reaches_three.py", "ready_never_given.py")}
+        "count_reaches_three.py", "ready_never_given.py", "total_via_thread_queue.py")}
     for method in ("fork", "spawn"):
         programs[f"start_signal_threading_event.py {method}"] = (
             "1.5", _program("start_signal_threading_event.py"), method)
+        programs[f"file_checks_module_queue.py {method}"] = (
+            "1.5", _program("file_checks_module_queue.py"), method)
     programs["account_lock_taken_twice.py locks"] = ("1.5 --threading-locks",
                                                      _program("account_lock_taken_twice.py"))
     programs["wait_go_signal.py 1"] = ("2", _program("wait_go_signal.py"), "1")
@@ -922,3 +928,27 @@ def test_a_threading_event_of_the_programs_own_process_is_not_said_to_be_a_copy(
             "ready_never_given.py can set -- and every thread of ready_never_given.py waits (the "
             "stacks say where): nobody is left to set it.") in err, err
     assert "copy of its own" not in err and "multiprocessing.Event()" not in err, err
+
+
+@pytest.mark.timeout(150)
+def test_a_queue_queue_a_child_puts_into_is_its_own(runs):
+    """A queue.Queue (the threads' queue) given to a forked child, or made at the top of the
+    module, which a child under spawn makes again: the child's put() goes into its own, and
+    the parent's get() waits for ever. Said before: "1 thread waits in get() on queue.Queue 1,
+    which no thread has put into yet ... Fix: put into it before waiting for the threads that
+    get from it (a join() ...), or give that get() a timeout" -- false: the children did put,
+    and neither fix mends it."""
+    runs_of = {"total_via_thread_queue.py": ["Process-1"],
+               "file_checks_module_queue.py fork": ["ForkProcess-1", "ForkProcess-2"],
+               "file_checks_module_queue.py spawn": ["SpawnProcess-1", "SpawnProcess-2"]}
+    for name, children in runs_of.items():
+        err = hung(result(runs, name))
+        program = name.split()[0]
+        who = " and ".join(fr"{child} \(pid \d+\)" for child in children)
+        assert re.search(
+            rf"{re.escape(program)}: 1 thread waits in get\(\) on queue\.Queue \d, which no "
+            rf"thread of it has put into -- and {who} put into a queue\.Queue that no thread "
+            rf"of (it|them) gets from: a queue\.Queue lives in one process's memory", err), err
+        assert ("Fix: a multiprocessing Queue (`multiprocessing.Queue()`, or your context's), "
+                "made before the Process is started and passed to it as an argument.") in err, err
+        assert "give that get() a timeout" not in err, err

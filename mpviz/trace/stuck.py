@@ -455,7 +455,7 @@ def _native_call(calls):
 
 # --- why one process can never move --------------------------------------------------------------
 
-def _own_threads_why(trace, pid):
+def _own_threads_why(trace, pid, names):
     """Why a process no fork made can never move: its threads wait for each other -- or for a
     thread of it that an exception ended (a producer thread that raised: the put its consumer
     waits for, the release or set another waits for, never comes)."""
@@ -470,6 +470,17 @@ def _own_threads_why(trace, pid):
                 f"task_done(), a release, a set) never comes; the stacks say where each "
                 f"waits.")
     getters, unfed = _starved_thread_queues(trace, pid, at)
+    copies = _puts_into_their_own(trace, pid, at) if unfed and not getters else []
+    if copies:
+        n, who = sum(unfed.values()), join_and([_who(trace, names, q) for q in copies])
+        return ("{who}: "
+                f"{n} thread{'s wait' if n > 1 else ' waits'} in get() on "
+                f"{join_and(sorted(unfed))}, which no thread of it has put into -- and {who} "
+                f"put into a queue.Queue that no thread of {'it' if len(copies) == 1 else 'them'}"
+                f" gets from: a queue.Queue lives in one process's memory, and a child process "
+                f"has a queue.Queue of its own (fork copies it, spawn makes a new one): its "
+                f"put() never reaches another process's queue. Fix: a multiprocessing Queue "
+                f"(`multiprocessing.Queue()`, or your context's), " + PASSED_TO_IT)
     if unfed and not getters:
         n = sum(unfed.values())
         return ("{who}: "
@@ -499,6 +510,26 @@ def _own_threads_why(trace, pid):
                             "`python -m mpviz trace --threading-locks ...` (or "
                             "`record(threading_locks=True)`) records them, and then says "
                             "which lock each thread waits for and who holds it."))
+
+
+# How a process gets the multiprocessing object a fix names: the same one, not a copy.
+PASSED_TO_IT = "made before the Process is started and passed to it as an argument."
+
+
+def _puts_into_their_own(trace, pid, at):
+    """The other processes of the run that put into a queue.Queue (by `at`) which no thread of
+    theirs gets from: meant for another process, which cannot see it -- a queue.Queue lives in
+    one process's memory. (A child that uses queue.Queues between its own threads gets from
+    them: not one of these.)"""
+    put, got = {}, set()
+    for e in trace.of_kind("thread_queue.put", "thread_queue.get", "wait.begin"):
+        if e.pid == pid or e.ts_ns > at:
+            continue
+        if e.kind == "thread_queue.put":
+            put.setdefault(e.pid, set()).add(e.args.get("id"))
+        elif e.kind == "thread_queue.get" or e.args.get("on") == "thread_queue.get":
+            got.add((e.pid, e.args.get("id")))
+    return sorted(q for q, ids in put.items() if any((q, i) not in got for i in ids))
 
 
 def _starved_thread_queues(trace, pid, at):
@@ -536,8 +567,8 @@ def _why(watchdog, stacks, names):
                 "threading.Event lives in one process's memory -- {who} has a copy of its own "
                 "(fork copies it, spawn makes a new one), which only a thread of {who} can "
                 "set; a set() in another process sets that process's own. Fix: a "
-                "multiprocessing Event (`multiprocessing.Event()`, or your context's), made "
-                "before the Process is started and passed to it as an argument.",
+                "multiprocessing Event (`multiprocessing.Event()`, or your context's), " +
+                PASSED_TO_IT,
                 []).append(pid)
             continue
         if event_wait:                 # (the program's own process: its Event, its threads)
@@ -549,7 +580,7 @@ def _why(watchdog, stacks, names):
         start = next((e for e in trace.of_kind("process.start")
                       if e.pid == pid and e.args.get("how") == "fork"), None)
         if start is None:
-            reasons.setdefault(_own_threads_why(trace, pid), []).append(pid)
+            reasons.setdefault(_own_threads_why(trace, pid, names), []).append(pid)
             continue
         forked, ppid = True, start.args.get("ppid")
         parent = f"{names.get(ppid, '?')} (pid {ppid})"
