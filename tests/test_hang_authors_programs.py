@@ -62,6 +62,12 @@ it; all are started at once (they spend their time waiting), each judged alone:
                               the parent's get() waits on its own
     file_checks_module_queue.py  workers put their verdicts on a module-level queue.Queue
                               (fork and spawn); the parent's get() waits on its own
+    slots_threading_semaphore.py  a worker acquires a module-level threading.Semaphore(0); the
+                              parent releases its own (fork and spawn)
+    batch_ready_condition.py  a loader waits on a module-level threading.Condition; the
+                              parent notifies its own (fork and spawn)
+    phases_threading_barrier.py  two forked workers meet at a module-level threading.Barrier(2):
+                              each waits at its own copy
     slow_sensor_thread.py     a sensor thread sleeps 3 s between its puts: the main thread's
                               join and the logger's get() wait for it -- STALLED, no cycle
     account_lock_taken_twice.py  deposit() holds the account's threading.Lock and calls
@@ -127,12 +133,17 @@ def runs(tmp_path_factory):
         "stop_event_worker.py", "stop_event_late_producer.py",
         "squares_sentinel_forgotten.py", "results_via_global.py",
         "worker_never_started.py", "spawn_global_event.py", "wrong_event_set.py",
-        "count_reaches_three.py", "ready_never_given.py", "total_via_thread_queue.py")}
+        "count_reaches_three.py", "ready_never_given.py", "total_via_thread_queue.py",
+        "phases_threading_barrier.py")}
     for method in ("fork", "spawn"):
         programs[f"start_signal_threading_event.py {method}"] = (
             "1.5", _program("start_signal_threading_event.py"), method)
         programs[f"file_checks_module_queue.py {method}"] = (
             "1.5", _program("file_checks_module_queue.py"), method)
+        programs[f"slots_threading_semaphore.py {method}"] = (
+            "1.5", _program("slots_threading_semaphore.py"), method)
+        programs[f"batch_ready_condition.py {method}"] = (
+            "1.5", _program("batch_ready_condition.py"), method)
     programs["account_lock_taken_twice.py locks"] = ("1.5 --threading-locks",
                                                      _program("account_lock_taken_twice.py"))
     programs["wait_go_signal.py 1"] = ("2", _program("wait_go_signal.py"), "1")
@@ -892,11 +903,11 @@ def test_a_child_waiting_on_a_threading_event_is_told_it_has_its_own_copy(runs, 
     child = f"{method.capitalize()}Process-1"
     assert (f"{child} waits in a threading.Event's wait() (work "
             f"(start_signal_threading_event.py:12): `start.wait()`): a threading.Event lives in "
-            f"one process's memory -- {child} has a copy of its own (fork copies it, spawn makes "
-            f"a new one), which only a thread of {child} can set; a set() in another process "
-            f"sets that process's own. Fix: a multiprocessing Event (`multiprocessing.Event()`, "
-            f"or your context's), made before the Process is started and passed to it as an "
-            f"argument.") in err, err
+            f"one process's memory -- each process has a copy of its own (fork copies it, spawn "
+            f"makes a new one), which only a thread of that process can set; a set() in another "
+            f"process sets that process's own. Fix: a multiprocessing Event "
+            f"(`multiprocessing.Event()`, or your context's), made before the Process is "
+            f"started and passed to it as an argument.") in err, err
     assert "copied held" not in err and "wait for each other" not in err, err
     assert "start the children with 'spawn'" not in err, err
 
@@ -952,3 +963,41 @@ def test_a_queue_queue_a_child_puts_into_is_its_own(runs):
         assert ("Fix: a multiprocessing Queue (`multiprocessing.Queue()`, or your context's), "
                 "made before the Process is started and passed to it as an argument.") in err, err
         assert "give that get() a timeout" not in err, err
+
+
+@pytest.mark.timeout(150)
+def test_a_threading_semaphore_condition_or_barrier_in_a_child_is_its_own(runs):
+    """The threading.Event rule, for the other objects of threading a child may wait on: a
+    Semaphore's acquire(), a Condition's wait(), a Barrier's wait(). Said before, under fork:
+    "forked by ...; a lock it waits for was copied held ... Fix: start the children with
+    'spawn' or 'forkserver'" -- false, spawn hangs the same; under spawn: "its threads wait for
+    each other (a lock taken twice ...)" -- of a process with one thread."""
+    cases = {"slots_threading_semaphore.py fork": (
+                 "ForkProcess-1 waits", "Semaphore", "acquire()",
+                 "work (slots_threading_semaphore.py:12): `slots.acquire()`",
+                 "release; a release() in another process releases", "Semaphore()"),
+             "batch_ready_condition.py fork": (
+                 "ForkProcess-1 waits", "Condition", "wait()",
+                 "load (batch_ready_condition.py:14): `ready.wait()`",
+                 "notify; a notify() in another process notifies", "Condition()"),
+             "phases_threading_barrier.py": (
+                 "ForkProcess-1 and ForkProcess-2 wait", "Barrier", "wait()",
+                 "phase (phases_threading_barrier.py:11): `both_ready.wait()`",
+                 "arrive at; a wait() in another process arrives at", "Barrier(parties)")}
+    for name in ("slots_threading_semaphore.py", "batch_ready_condition.py"):
+        cases[f"{name} spawn"] = ("SpawnProcess-1 waits",) + cases[f"{name} fork"][1:]
+    for name, (who, kind, call, line, verbs, make) in cases.items():
+        err = hung(result(runs, name))
+        if kind == "Barrier" and who not in err:
+            # (the two reach the barrier a few ms apart: the watchdog may judge the first
+            # alone, the second a look later -- "ForkProcess-2 waits ...", or the other way)
+            who = re.search(r"ForkProcess-\d waits(?= in a threading\.Barrier)", err)
+            who = who.group(0) if who else "ForkProcess-1 and ForkProcess-2 wait"
+        assert (f"{who} in a threading.{kind}'s {call} ({line}): a threading.{kind} lives in "
+                f"one process's memory -- each process has a copy of its own (fork copies it, "
+                f"spawn makes a new one), which only a thread of that process can {verbs} that "
+                f"process's own. Fix: a multiprocessing {kind} (`multiprocessing.{make}`, or "
+                f"your context's), made before the Process is started and passed to it as an "
+                f"argument.") in err, err
+        assert "start the children with 'spawn'" not in err, err
+        assert "its threads wait for each other" not in err, err

@@ -558,24 +558,28 @@ def _why(watchdog, stacks, names):
     process was forked: a program's own threads that wait for each other are no fork's fault)."""
     trace, reasons, native_seen, forked = watchdog.trace, {}, False, False
     for pid in watchdog.stuck_pids:
-        event_wait = _threading_event_wait(trace, pid, (stacks.get(pid) or {}).get("stacks", ""))
+        waits = _threading_wait(trace, pid, (stacks.get(pid) or {}).get("stacks", ""))
         child = any(e.pid == pid and e.args.get("how") in ("fork", "spawn", "forkserver")
                     for e in trace.of_kind("process.start"))
-        if event_wait and child:
+        if waits and child:
+            kind, call, line = waits
+            verb, theirs, does, _, make = _WAKES[kind]
             reasons.setdefault(
-                "{who} waits in a threading.Event's wait() (" + event_wait + "): a "
-                "threading.Event lives in one process's memory -- {who} has a copy of its own "
-                "(fork copies it, spawn makes a new one), which only a thread of {who} can "
-                "set; a set() in another process sets that process's own. Fix: a "
-                "multiprocessing Event (`multiprocessing.Event()`, or your context's), " +
-                PASSED_TO_IT,
-                []).append(pid)
+                f"{{who}} {{waits}} in a threading.{kind}'s {call} ({line}): a "
+                f"threading.{kind} lives in one process's memory -- each process has a copy "
+                f"of its own (fork copies it, spawn makes a new one), which only a thread of "
+                f"that process can {verb}; a {theirs} in another process {does} that "
+                f"process's own. Fix: a "
+                f"multiprocessing {kind} (`multiprocessing.{make}`, or your context's), " +
+                PASSED_TO_IT, []).append(pid)
             continue
-        if event_wait:                 # (the program's own process: its Event, its threads)
+        if waits:                 # (the program's own process: its Event, its threads)
+            kind, call, line = waits
+            verb, _, _, nobody, _ = _WAKES[kind]
             reasons.setdefault(
-                "{who} waits in a threading.Event's wait() (" + event_wait + "), which only a "
-                "thread of {who} can set -- and every thread of {who} waits (the stacks say "
-                "where): nobody is left to set it.", []).append(pid)
+                f"{{who}} waits in a threading.{kind}'s {call} ({line}), which only a thread "
+                f"of {{who}} can {verb} -- and every thread of {{who}} waits (the stacks say "
+                f"where): nobody is left to {nobody}.", []).append(pid)
             continue
         start = next((e for e in trace.of_kind("process.start")
                       if e.pid == pid and e.args.get("how") == "fork"), None)
@@ -621,21 +625,45 @@ def _why(watchdog, stacks, names):
     lines = []
     for text, pids in reasons.items():
         who = join_and([names.get(p, str(p)) for p in pids])
-        lines.append("  " + text.format(who=who, was="were" if len(pids) > 1 else "was"))
+        lines.append("  " + text.format(who=who, was="were" if len(pids) > 1 else "was",
+                                        waits="wait" if len(pids) > 1 else "waits"))
     if lines and forked:
         lines.append(f"  Fix: {FORK_FIX}" + (f"; {NATIVE_FIX}." if native_seen else "."))
     return lines
 
 
-def _threading_event_wait(trace, pid, text):
-    """The program's line where a thread of `pid` waits in a ``threading.Event``'s ``wait()``
-    (its stack, innermost first: Condition.wait and Event.wait, both ``wait`` in threading.py,
-    then the program's own frame), or None."""
+# What ends a wait on each threading object: (the verb, the call that does it, "it ...s",
+# "nobody is left to ...", the multiprocessing object to make instead).
+_WAKES = {"Event": ("set", "set()", "sets", "set it", "Event()"),
+          "Semaphore": ("release", "release()", "releases", "release it", "Semaphore()"),
+          "Condition": ("notify", "notify()", "notifies", "notify it", "Condition()"),
+          "Barrier": ("arrive at", "wait()", "arrives at", "arrive", "Barrier(parties)")}
+
+# The threading.py frames (innermost first) under the program's call, and what it called.
+_THREADING_CALLS = {("wait",): ("Condition", "wait()"), ("wait", "wait"): ("Event", "wait()"),
+                    ("wait", "acquire"): ("Semaphore", "acquire()"),
+                    ("wait", "wait_for"): ("Condition", "wait_for()"),
+                    ("wait", "wait_for", "_wait", "wait"): ("Barrier", "wait()"),
+                    ("wait", "wait_for", "_enter", "wait"): ("Barrier", "wait()")}
+
+
+def _threading_wait(trace, pid, text):
+    """``(kind, its call, the program's line)`` where a thread of `pid` waits on a threading
+    Event, Semaphore (or BoundedSemaphore), Condition or Barrier -- read off its stack: the
+    frames in threading.py under the program's own (_THREADING_CALLS) -- or None.
+    ("Event", "wait()", "work (prog.py:12): `start.wait()`")."""
     for calls in _stacks_by_thread(trace, pid, text).values():
-        if len(calls) > 2 and all(fn == "wait" and os.path.basename(path) == "threading.py"
-                                  for fn, path, _ in calls[:2]) and _mine(calls[2][1]):
-            return own_line(calls[2:])
+        inner = 0
+        while inner < len(calls) and _in_threading(calls[inner][1]):
+            inner += 1
+        what = _THREADING_CALLS.get(tuple(fn for fn, _, _ in calls[:inner]))
+        if what and inner < len(calls) and _mine(calls[inner][1]):
+            return what + (own_line(calls[inner:]),)
     return None
+
+
+def _in_threading(path):
+    return os.path.basename(path) == "threading.py"
 
 
 def _python_threads_at(trace, pid, ts_ns, child):
