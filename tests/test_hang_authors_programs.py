@@ -963,6 +963,16 @@ def test_a_queue_queue_a_child_puts_into_is_its_own(runs):
         assert ("Fix: a multiprocessing Queue (`multiprocessing.Queue()`, or your context's), "
                 "made before the Process is started and passed to it as an argument.") in err, err
         assert "give that get() a timeout" not in err, err
+    # its wait-for graph: the parent's get() on the queue.Queue, by its name (it drew none:
+    # a queue.Queue's wait had no node, and its name would have been its id, "tq-<pid>-1")
+    import matplotlib
+    matplotlib.use("Agg")
+    from mpviz import viz
+    run = result(runs, "total_via_thread_queue.py")
+    fig = viz.wait_for(mt.load(run.args[run.args.index("-o") + 1]))
+    texts = [t.get_text() for t in fig.findobj(matplotlib.text.Text)]
+    assert "queue.Queue 1\nempty: no thread of its process has put into it yet" in texts, texts
+    assert not [t for t in texts if "tq-" in t], texts
 
 
 @pytest.mark.timeout(150)

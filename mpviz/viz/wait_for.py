@@ -244,6 +244,9 @@ _OBJECT = {"pipe.write": "{id}\npipe full: {who}",
            "queue.join": "{id} (a JoinableQueue)\nnot every item is task_done(): {who}",
            "queue.get": "{id}\nempty: {who}",
            "queue.put": "{id}\nfull: {who}",
+           "thread_queue.get": "{id}\nempty: {who}",             # (a queue.Queue's: threads')
+           "thread_queue.put": "{id}\nfull: {who}",
+           "thread_queue.join": "{id}\nnot every item is task_done(): {who}",
            "pool.result": "Pool job {id}\n{who}",
            "event": "{id}\nwho will set() it: not recorded",
            "condition": "{id}\nwho will notify() it: not recorded",
@@ -255,6 +258,9 @@ _OBJECT = {"pipe.write": "{id}\npipe full: {who}",
 # Who must act, when the trace shows nobody who could.
 _NOBODY = {"pipe.write": "nobody has read it yet", "queue.put": "nobody has got from it yet",
            "queue.get": "nobody has put into it yet", "pool.result": "no task of it is running",
+           "thread_queue.get": "no thread of its process has put into it yet",
+           "thread_queue.put": "no thread of its process has got from it yet",
+           "thread_queue.join": "no thread of its process has got from it yet",
            "future": "who runs its task: not recorded", "proxy": "who must act: not recorded"}
 
 
@@ -291,6 +297,8 @@ def _add_blocked(state, nodes, edges, dead=frozenset()):
                 name = b.what.removesuffix(".wait()").removesuffix(".wait_for()")
             elif b.on in ("future", "proxy"):      # "the result of task(3)", never an id
                 name = b.what
+            elif b.on.startswith("thread_queue."):  # "get() on queue.Queue 1: ...", never an id
+                name = b.what.split(":")[0].split(" on ", 1)[-1]
             text = template.format(id=name, who=who if not actors else "")
             if b.on == "queue.get" and ", but this get() waits for" in b.what:
                 # not empty: messages wait in it, behind a read lock nobody releases
