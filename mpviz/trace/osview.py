@@ -175,9 +175,10 @@ def ended_unwaited(pid, ppid=None):
     return (status >> 8) & 0xFF, None
 
 
-def _read(path):
+def _read(path, size=4096):
     """The text of a small /proc file, or None. ``os.open``/``os.read``, not ``open()``: half
-    the cost (11 against 23 µs), and the watchdog reads thousands of these a second."""
+    the cost (11 against 23 µs), and the watchdog reads thousands of these a second. `size`:
+    how much one read asks for (a /proc table: see _tcp_peer)."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     except OSError:
@@ -185,7 +186,7 @@ def _read(path):
     try:
         parts = []
         while True:
-            part = os.read(fd, 4096)
+            part = os.read(fd, size)
             if not part:
                 return b"".join(parts).decode(errors="replace")
             parts.append(part)
@@ -349,33 +350,14 @@ def _tcp_peer(family, local, remote):
     import socket
     path = "/proc/net/tcp" if family == socket.AF_INET else "/proc/net/tcp6"
     want = (_tcp_address(family, remote), _tcp_address(family, local))
-    for line in (_read_whole(path) or "").splitlines()[1:]:
+    # In reads of 1 MiB: the kernel fills each read with as many lines as fit, and between
+    # two reads of a few KiB (what open() asks) a table that changes -- other connections
+    # made, closed -- can skip a line (a fresh-clone test run: a Client's connection not found)
+    for line in (_read(path, 1 << 20) or "").splitlines()[1:]:
         fields = line.split()
         if len(fields) > 9 and (fields[1], fields[2]) == want:
             return int(fields[9])
     return None
-
-
-def _read_whole(path):
-    """A /proc table read in reads of 1 MiB: the kernel fills each read with as many lines as
-    fit, and between two reads of a few KiB (what open() asks) a table that changes -- other
-    connections made, closed -- can skip a line (a fresh-clone test run, many connections at
-    once: a Client's own connection was not found)."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-    except OSError:
-        return None
-    try:
-        parts = []
-        while True:
-            part = os.read(fd, 1 << 20)
-            if not part:
-                return b"".join(parts).decode(errors="replace")
-            parts.append(part)
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
 
 
 def same_host_peer(fd):
