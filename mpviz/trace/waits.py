@@ -904,9 +904,6 @@ def _pipe(duplex=True):
 # which Linux tells (osview.peer_socket_inode). Only the program's own: a Manager's and the
 # resource sharer's connections are multiprocessing's (_MAKERS).
 
-PEER_WAIT_S = 0.2                         # the longest a Client() looks for its other end
-
-
 def _listener_accept(self):
     conn = _inner("Listener.accept")(self)
     if recorder.ENABLED and _made_by_the_program():
@@ -926,10 +923,6 @@ def _mark_connected(conn, how, address):
         mine = end_id(conn)
         peer = osview.peer_socket_inode(conn.fileno())
         here = bool(peer) or osview.same_host_peer(conn.fileno())
-        deadline = time.monotonic() + PEER_WAIT_S
-        while here and not peer and time.monotonic() < deadline:
-            time.sleep(0.005)             # (a TCP end not accepted yet: inode 0 -- bounded)
-            peer = osview.peer_socket_inode(conn.fileno())
     except OSError:
         return
     if not here:                          # (the other end is not on this machine: no pair)
@@ -937,9 +930,10 @@ def _mark_connected(conn, how, address):
     _mark(conn, mine)
     where = address if isinstance(address, str) else \
         ":".join(str(part) for part in tuple(address)[:2])
-    # Its other end is named only if seen: a listener that accepts late, or that accepts,
-    # sends and closes at once (its end then has no inode any more), leaves the Client its own
-    # end alone -- the accept() side's pipe.open names both (names.pipe_ends joins them)
+    # Its other end is named only if seen now: a TCP end its listener has not accepted yet has
+    # inode 0 in /proc/net/tcp, and so has one the listener accepted and closed at once. The
+    # accept() side's pipe.open names both ends (names.join_ends joins the two records): the
+    # Client is never held up waiting for it.
     recorder.emit("pipe.open", ends=[mine, f"conn-{peer}"] if peer else [mine], duplex=True,
                   connect=how, address=where)
 
