@@ -68,6 +68,8 @@ it; all are started at once (they spend their time waiting), each judged alone:
                               parent notifies its own (fork and spawn)
     phases_threading_barrier.py  two forked workers meet at a module-level threading.Barrier(2):
                               each waits at its own copy
+    config_loaded_condition.py  the main thread waits on a threading.Condition that a loader
+                              thread would notify -- the loader raised on a bad line
     slow_sensor_thread.py     a sensor thread sleeps 3 s between its puts: the main thread's
                               join and the logger's get() wait for it -- STALLED, no cycle
     account_lock_taken_twice.py  deposit() holds the account's threading.Lock and calls
@@ -134,7 +136,7 @@ def runs(tmp_path_factory):
         "squares_sentinel_forgotten.py", "results_via_global.py",
         "worker_never_started.py", "spawn_global_event.py", "wrong_event_set.py",
         "count_reaches_three.py", "ready_never_given.py", "total_via_thread_queue.py",
-        "phases_threading_barrier.py")}
+        "phases_threading_barrier.py", "config_loaded_condition.py")}
     for method in ("fork", "spawn"):
         programs[f"start_signal_threading_event.py {method}"] = (
             "1.5", _program("start_signal_threading_event.py"), method)
@@ -1011,3 +1013,16 @@ def test_a_threading_semaphore_condition_or_barrier_in_a_child_is_its_own(runs):
                 f"argument.") in err, err
         assert "start the children with 'spawn'" not in err, err
         assert "its threads wait for each other" not in err, err
+
+
+@pytest.mark.timeout(150)
+def test_a_threading_condition_whose_notifier_raised_names_the_thread_that_raised(runs):
+    """One process: the main thread waits on a threading.Condition; the thread that would
+    notify it raised. The rule for a threading object's wait in the program's own process
+    said only "nobody is left to notify it" (it was tried on a program whose threads all
+    wait); the story is the thread that raised, and it is told."""
+    err = hung(result(runs, "config_loaded_condition.py"))
+    assert ("config_loaded_condition.py: every thread left waits, with no time limit, for "
+            "something only a thread of its own could do -- and `loader` ended with an error"
+            ) in err, err
+    assert "nobody is left to notify it" not in err, err

@@ -460,8 +460,7 @@ def _own_threads_why(trace, pid, names):
     thread of it that an exception ended (a producer thread that raised: the put its consumer
     waits for, the release or set another waits for, never comes)."""
     at = stuck_moment(trace) or (trace.events[-1].ts_ns if trace.events else 0)
-    dead = [name for p, tid, name, *_ in errors_before(trace, at)      # (before the kill: a
-            if p == pid and tid is not None]                          # thread of a live one)
+    dead = _threads_that_raised(trace, pid, at)
     if dead:
         which = join_and([f"`{name}`" for name in dead])
         return ("{who}: every thread left waits, with no time limit, for something only a "
@@ -514,6 +513,12 @@ def _own_threads_why(trace, pid, names):
 
 # How a process gets the multiprocessing object a fix names: the same one, not a copy.
 PASSED_TO_IT = "made before the Process is started and passed to it as an argument."
+
+
+def _threads_that_raised(trace, pid, at):
+    """The names of the threads of process `pid` that an exception ended before `at` (the
+    stuck moment: before the kill)."""
+    return [name for p, tid, name, *_ in errors_before(trace, at) if p == pid and tid is not None]
 
 
 def _puts_into_their_own(trace, pid, at):
@@ -573,7 +578,10 @@ def _why(watchdog, stacks, names):
                 f"multiprocessing {kind} (`multiprocessing.{make}`, or your context's), " +
                 PASSED_TO_IT, []).append(pid)
             continue
-        if waits:                 # (the program's own process: its Event, its threads)
+        at = stuck_moment(trace) or (trace.events[-1].ts_ns if trace.events else 0)
+        if waits and not _threads_that_raised(trace, pid, at):
+            # (the program's own process, all its threads waiting; one that raised -- the
+            # one that would have set or notified -- is the story: _own_threads_why says it)
             kind, call, line = waits
             verb, _, _, nobody, _ = _WAKES[kind]
             reasons.setdefault(
