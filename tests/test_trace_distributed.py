@@ -643,8 +643,9 @@ def test_a_gloo_thread_seen_before_it_named_itself_is_still_known_for_a_poller(t
         proc.stdin.write("go\n")
         proc.stdin.flush()
         assert proc.stdout.readline() == "named\n"
-        for _ in range(3):
-            time.sleep(0.1)
+        deadline = time.monotonic() + 10        # (looks until its polls have run: a busy
+        while not eyes.seen[loopers[0]].poller and time.monotonic() < deadline:   # machine)
+            time.sleep(wd.POLL_SECONDS)
             eyes._look(time.monotonic())
         assert eyes.seen[loopers[0]].poller, \
             "a thread that named itself gloo_tcp_loop after the first look is no poller"
