@@ -562,8 +562,12 @@ def _why(watchdog, stacks, names):
     native threads, the native call their line made; then the fix (once, and only where a
     process was forked: a program's own threads that wait for each other are no fork's fault)."""
     trace, reasons, native_seen, forked = watchdog.trace, {}, False, False
+    at = stuck_moment(trace) or (trace.events[-1].ts_ns if trace.events else 0)
     for pid in watchdog.stuck_pids:
         waits = _threading_wait(trace, pid, (stacks.get(pid) or {}).get("stacks", ""))
+        if waits and _threads_that_raised(trace, pid, at):
+            waits = None   # (a thread of it that raised -- the one that would have set or
+            #                notified -- is the story: _own_threads_why says it)
         child = any(e.pid == pid and e.args.get("how") in ("fork", "spawn", "forkserver")
                     for e in trace.of_kind("process.start"))
         if waits and child:
@@ -578,10 +582,7 @@ def _why(watchdog, stacks, names):
                 f"multiprocessing {kind} (`multiprocessing.{make}`, or your context's), " +
                 PASSED_TO_IT, []).append(pid)
             continue
-        at = stuck_moment(trace) or (trace.events[-1].ts_ns if trace.events else 0)
-        if waits and not _threads_that_raised(trace, pid, at):
-            # (the program's own process, all its threads waiting; one that raised -- the
-            # one that would have set or notified -- is the story: _own_threads_why says it)
+        if waits:                 # (the program's own process: its object, its threads)
             kind, call, line = waits
             verb, _, _, nobody, _ = _WAKES[kind]
             reasons.setdefault(
