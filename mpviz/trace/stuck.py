@@ -564,31 +564,9 @@ def _why(watchdog, stacks, names):
     trace, reasons, native_seen, forked = watchdog.trace, {}, False, False
     at = stuck_moment(trace) or (trace.events[-1].ts_ns if trace.events else 0)
     for pid in watchdog.stuck_pids:
-        waits = _threading_wait(trace, pid, (stacks.get(pid) or {}).get("stacks", ""))
-        if waits and _threads_that_raised(trace, pid, at):
-            waits = None   # (a thread of it that raised -- the one that would have set or
-            #                notified -- is the story: _own_threads_why says it)
-        child = any(e.pid == pid and e.args.get("how") in ("fork", "spawn", "forkserver")
-                    for e in trace.of_kind("process.start"))
-        if waits and child:
-            kind, call, line = waits
-            verb, theirs, does, _, make = _WAKES[kind]
-            reasons.setdefault(
-                f"{{who}} {{waits}} in a threading.{kind}'s {call} ({line}): a "
-                f"threading.{kind} lives in one process's memory -- each process has a copy "
-                f"of its own (fork copies it, spawn makes a new one), which only a thread of "
-                f"that process can {verb}; a {theirs} in another process {does} that "
-                f"process's own. Fix: a "
-                f"multiprocessing {kind} (`multiprocessing.{make}`, or your context's), " +
-                PASSED_TO_IT, []).append(pid)
-            continue
-        if waits:                 # (the program's own process: its object, its threads)
-            kind, call, line = waits
-            verb, _, _, nobody, _ = _WAKES[kind]
-            reasons.setdefault(
-                f"{{who}} waits in a threading.{kind}'s {call} ({line}), which only a thread "
-                f"of {{who}} can {verb} -- and every thread of {{who}} waits (the stacks say "
-                f"where): nobody is left to {nobody}.", []).append(pid)
+        said = _threading_reason(trace, pid, (stacks.get(pid) or {}).get("stacks", ""), at)
+        if said:
+            reasons.setdefault(said, []).append(pid)
             continue
         start = next((e for e in trace.of_kind("process.start")
                       if e.pid == pid and e.args.get("how") == "fork"), None)
@@ -639,6 +617,29 @@ def _why(watchdog, stacks, names):
     if lines and forked:
         lines.append(f"  Fix: {FORK_FIX}" + (f"; {NATIVE_FIX}." if native_seen else "."))
     return lines
+
+
+def _threading_reason(trace, pid, text, at):
+    """The reason of a process whose thread waits on a threading Event, Semaphore, Condition or
+    Barrier (its stacks `text`): a child's is its own copy; the program's own process's has
+    nobody left to wake it. None when no thread waits so, or when one of its threads raised
+    (the one that would have set or notified: _own_threads_why tells that story)."""
+    waits = _threading_wait(trace, pid, text)
+    if not waits or _threads_that_raised(trace, pid, at):
+        return None
+    kind, call, line = waits
+    verb, theirs, does, nobody, make = _WAKES[kind]
+    if any(e.pid == pid and e.args.get("how") in ("fork", "spawn", "forkserver")
+           for e in trace.of_kind("process.start")):
+        return (f"{{who}} {{waits}} in a threading.{kind}'s {call} ({line}): a "
+                f"threading.{kind} lives in one process's memory -- each process has a copy "
+                f"of its own (fork copies it, spawn makes a new one), which only a thread of "
+                f"that process can {verb}; a {theirs} in another process {does} that "
+                f"process's own. Fix: a multiprocessing {kind} (`multiprocessing.{make}`, or "
+                f"your context's), " + PASSED_TO_IT)
+    return (f"{{who}} waits in a threading.{kind}'s {call} ({line}), which only a thread of "
+            f"{{who}} can {verb} -- and every thread of {{who}} waits (the stacks say where): "
+            f"nobody is left to {nobody}.")
 
 
 # What ends a wait on each threading object: (the verb, the call that does it, "it ...s",
