@@ -62,6 +62,8 @@ it; all are started at once (they spend their time waiting), each judged alone:
                               the parent's get() waits on its own
     file_checks_module_queue.py  workers put their verdicts on a module-level queue.Queue
                               (fork and spawn); the parent's get() waits on its own
+    downloads_into_module_queue.py  the same, with workers that download for 2.5 s (spawn):
+                              the parent can never move after 1 s; the verdict waits for them
     slots_threading_semaphore.py  a worker acquires a module-level threading.Semaphore(0); the
                               parent releases its own (fork and spawn)
     batch_ready_condition.py  a loader waits on a module-level threading.Condition; the
@@ -146,6 +148,10 @@ def runs(tmp_path_factory):
             "1.5", _program("slots_threading_semaphore.py"), method)
         programs[f"batch_ready_condition.py {method}"] = (
             "1.5", _program("batch_ready_condition.py"), method)
+    # (workers that download for 2.5 s: the parent's get() can never move after 1 s, but the
+    # story is what the children do next)
+    programs["downloads_into_module_queue.py"] = ("1", _program("downloads_into_module_queue.py"),
+                                                  "spawn")
     programs["account_lock_taken_twice.py locks"] = ("1.5 --threading-locks",
                                                      _program("account_lock_taken_twice.py"))
     programs["wait_go_signal.py 1"] = ("2", _program("wait_go_signal.py"), "1")
@@ -953,7 +959,8 @@ def test_a_queue_queue_a_child_puts_into_is_its_own(runs):
     and neither fix mends it."""
     runs_of = {"total_via_thread_queue.py": ["Process-1"],
                "file_checks_module_queue.py fork": ["ForkProcess-1", "ForkProcess-2"],
-               "file_checks_module_queue.py spawn": ["SpawnProcess-1", "SpawnProcess-2"]}
+               "file_checks_module_queue.py spawn": ["SpawnProcess-1", "SpawnProcess-2"],
+               "downloads_into_module_queue.py": ["SpawnProcess-1", "SpawnProcess-2"]}
     for name, children in runs_of.items():
         err = hung(result(runs, name))
         program = name.split()[0]
@@ -965,6 +972,12 @@ def test_a_queue_queue_a_child_puts_into_is_its_own(runs):
         assert ("Fix: a multiprocessing Queue (`multiprocessing.Queue()`, or your context's), "
                 "made before the Process is started and passed to it as an argument.") in err, err
         assert "give that get() a timeout" not in err, err
+        # ... and the line of who waits for whom, which said "no thread has put into it yet"
+        plural = "queue.Queues of their" if len(children) > 1 else "a queue.Queue of its"
+        assert re.search(
+            rf"someone must put into queue\.Queue \d, and no thread of its process has put into "
+            rf"it -- {' and '.join(children)} put into {plural} own \(a queue\.Queue lives in "
+            rf"one process's memory\)", err), err
     # its wait-for graph: the parent's get() on the queue.Queue, by its name (it drew none:
     # a queue.Queue's wait had no node, and its name would have been its id, "tq-<pid>-1")
     import matplotlib

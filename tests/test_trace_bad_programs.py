@@ -88,6 +88,24 @@ def test_a_hang_after_closerange_writes_no_stacks_into_the_programs_file(tmp_pat
     assert "closed the file its stacks go to" in run.stderr
 
 
+@pytest.mark.timeout(60)
+def test_a_process_still_starting_is_said_so_and_not_sent_sigusr1(tmp_path):
+    # A child under spawn that the watchdog stops before mpviz's start-up in it has opened its
+    # stacks file: it was "closed the file its stacks go to -- os.closerange?", a guess at
+    # something the program never did. And SIGUSR1 is not sent: its default ends the process.
+    from mpviz.trace import session
+    child = subprocess.Popen([PY, "-c", "import time; time.sleep(30)"])
+    try:
+        out = session.capture_stacks([child.pid], {child.pid: "SpawnProcess-1"}, str(tmp_path))
+        assert out[child.pid]["stacks"] == (
+            "(no stacks captured: it was still starting -- mpviz's start-up in it had not "
+            "yet opened the file its stacks go to)"), out
+        assert child.poll() is None                     # not sent: still alive
+    finally:
+        child.kill()
+        child.wait()
+
+
 RECORD_DUP2 = """
 import os, sys
 import mpviz.trace as mt

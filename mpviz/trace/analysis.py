@@ -1751,6 +1751,22 @@ def gone_without_putting(trace, qid, t_ns, waiter):
     return _index(trace).gone_without_putting(qid, int(t_ns), waiter)
 
 
+def puts_into_their_own(trace, pid, at):
+    """The other processes of the run that put into a queue.Queue (by `at`) which no thread of
+    theirs gets from: meant for another process, which cannot see it -- a queue.Queue lives in
+    one process's memory. (A child that uses queue.Queues between its own threads gets from
+    them: not one of these.)"""
+    put, got = {}, set()
+    for e in trace.of_kind("thread_queue.put", "thread_queue.get", "wait.begin"):
+        if e.pid == pid or e.ts_ns > at:
+            continue
+        if e.kind == "thread_queue.put":
+            put.setdefault(e.pid, set()).add(e.args.get("id"))
+        elif e.kind == "thread_queue.get" or e.args.get("on") == "thread_queue.get":
+            got.add((e.pid, e.args.get("id")))
+    return sorted(q for q, ids in put.items() if any((q, i) not in got for i in ids))
+
+
 def given_but_waiting(trace, qid, t_ns, waiter):
     """Who was given queue `qid` (a Process argument), has not put into it by `t_ns`, and is
     alive but inside a recorded wait of its own then: ["Process-2"] (it cannot put before

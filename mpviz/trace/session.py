@@ -30,6 +30,10 @@ def capture_stacks(pids, names, stacks_dir):
     for pid in pids:
         path = os.path.join(stacks_dir, f"{pid}.txt")
         sizes[pid] = _size(path)
+        if not os.path.exists(path):
+            blind[pid] = ("(no stacks captured: it was still starting -- mpviz's start-up in "
+                          "it had not yet opened the file its stacks go to)")
+            continue
         if not _holds_open(pid, path):
             blind[pid] = (f"(no stacks captured: the process closed the file its stacks go to "
                           f"-- os.closerange? -- and SIGUSR1 would write them into whatever "

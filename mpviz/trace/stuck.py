@@ -25,7 +25,7 @@ import sysconfig
 
 from . import osview
 from .analysis import (_index, errors_before, how_it_ended, manager_servers, process_labels,
-                       state_at, stuck_moment)
+                       puts_into_their_own, state_at, stuck_moment)
 from .names import is_thread_lock, join_and
 
 FORK_FIX = ("start the children with 'spawn' or 'forkserver' "
@@ -469,7 +469,7 @@ def _own_threads_why(trace, pid, names):
                 f"task_done(), a release, a set) never comes; the stacks say where each "
                 f"waits.")
     getters, unfed = _starved_thread_queues(trace, pid, at)
-    copies = _puts_into_their_own(trace, pid, at) if unfed and not getters else []
+    copies = puts_into_their_own(trace, pid, at) if unfed and not getters else []
     if copies:
         n, who = sum(unfed.values()), join_and([_who(trace, names, q) for q in copies])
         return ("{who}: "
@@ -519,22 +519,6 @@ def _threads_that_raised(trace, pid, at):
     """The names of the threads of process `pid` that an exception ended before `at` (the
     stuck moment: before the kill)."""
     return [name for p, tid, name, *_ in errors_before(trace, at) if p == pid and tid is not None]
-
-
-def _puts_into_their_own(trace, pid, at):
-    """The other processes of the run that put into a queue.Queue (by `at`) which no thread of
-    theirs gets from: meant for another process, which cannot see it -- a queue.Queue lives in
-    one process's memory. (A child that uses queue.Queues between its own threads gets from
-    them: not one of these.)"""
-    put, got = {}, set()
-    for e in trace.of_kind("thread_queue.put", "thread_queue.get", "wait.begin"):
-        if e.pid == pid or e.ts_ns > at:
-            continue
-        if e.kind == "thread_queue.put":
-            put.setdefault(e.pid, set()).add(e.args.get("id"))
-        elif e.kind == "thread_queue.get" or e.args.get("on") == "thread_queue.get":
-            got.add((e.pid, e.args.get("id")))
-    return sorted(q for q, ids in put.items() if any((q, i) not in got for i in ids))
 
 
 def _starved_thread_queues(trace, pid, at):

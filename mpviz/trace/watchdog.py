@@ -91,6 +91,11 @@ POLLERS = frozenset({"gloo_tcp_loop", "pt_gloo_runloop", "pt_tcpstore_uv"})
 # first NAME_LOOKS times it has run since the last look, not only when it first sees it.
 NAME_LOOKS = 5
 
+# A process that can never move is judged when its children have done what they would: they may
+# still be starting (spawn, on a busy machine: seconds) and about to put into a queue.Queue of
+# their own -- the story of its wait. At most this many seconds (or hang_after) more.
+CHILDREN_GRACE = 5.0
+
 
 class _Seen:
     """What the watchdog last saw of one thread. `again`: since it last moved, a wait of it
@@ -191,6 +196,7 @@ class Watchdog:
         self.threads_changed = {}           # pid -> when a thread of it last started or ended
         self.helpers = {}                   # pid -> "Python's fork server", or None: read once
         self.kind, self.stuck_pids, self.facts = None, [], None
+        self._stuck_since = None            # when _never_moving first found a process
         self._joiners = (None, None)        # (stuck_pids, events read) -> _stuck_with_joiners
         self.for_good = []                  # analysis.Deadlocks that made a stall a deadlock
         self.handler_wait = None            # a Pool's result handler waiting in a callback
@@ -219,6 +225,11 @@ class Watchdog:
             self.last_progress = now
         self.stalled_for = now - self.last_progress
         self.stuck_pids = self._never_moving(now)
+        if not self.stuck_pids:
+            self._stuck_since = None
+        elif self._children_move(now):
+            self.stuck_pids = []                 # (their next step may be the story: below)
+            return False
         if self.stuck_pids:
             self.kind = "deadlock"
             self.stalled_for = max(now - self.seen[k].moved for k in self.seen
@@ -471,6 +482,30 @@ class Watchdog:
                 if all(s.view.private and
                        now - max(s.moved, self.threads_changed.get(pid, 0)) > self.hang_after
                        for s in threads)]
+
+    def _children_move(self, now):
+        """Do descendants of the processes that can never move still move -- and have they for
+        less than CHILDREN_GRACE (or hang_after) s since those were found? Then the verdict
+        waits for them: a child under spawn still starting when its parent's get() had waited
+        1.5 s (a CI run) was killed before its put() into a queue.Queue of its own, and the
+        verdict said "no thread has put into it yet ... Fix: put into it before waiting". A
+        child in a sleep counts as moving: a sleep ends."""
+        if self._stuck_since is None:
+            self._stuck_since = now
+        if now - self._stuck_since > max(CHILDREN_GRACE, self.hang_after):
+            return False
+        parents = {pid: getattr(_proc.stat(pid), "ppid", None) for pid, _ in self.seen}
+        stuck, theirs = set(self.stuck_pids), set()
+        for pid in parents:
+            up, hops = parents.get(pid), 0
+            while up is not None and up not in stuck and hops < 16:
+                up, hops = parents.get(up), hops + 1
+            if up in stuck:
+                theirs.add(pid)
+        # (moving: it ran since the last looks, or it waits with a deadline -- a sleep ends)
+        return any(now - s.moved < 2 * self.look_every + POLL_SECONDS or
+                   s.view.wait in ("sleep", "deadline")
+                   for (pid, _), s in self.seen.items() if pid in theirs)
 
     def reason(self, pid):
         """What the verdict says of process `pid`, for its ``watchdog.stuck`` event (the
@@ -1026,7 +1061,7 @@ def _who_must_act(state, blocked, trace=None):
             _gone_without_putting(gone, name) + _given_but_waiting(state, trace, blocked)
     if blocked.on.startswith("thread_queue."):                       # a queue.Queue's
         name = blocked.what.split(":")[0].split(" on ", 1)[-1]
-        return (f"someone must put into {name}, and no thread has put into it yet"
+        return (_put_into_their_own(state, trace, blocked, name)
                 if blocked.on == "thread_queue.get" else
                 f"someone must get from {name}, and no thread has got from it yet"
                 if blocked.on == "thread_queue.put" else
@@ -1284,6 +1319,20 @@ def _given_but_waiting(state, trace, blocked):
     one = len(stuck) == 1
     return (f"; {join_and(stuck)} {'was' if one else 'were'} given {name} too, but "
             f"{'waits' if one else 'wait'} itself (see its line): no put before that wait ends")
+
+
+def _put_into_their_own(state, trace, blocked, name):
+    """"someone must put into queue.Queue 1, and no thread has put into it yet" -- or, where
+    other processes put into a queue.Queue none of their threads gets from (by the state's
+    moment), that no thread *of its process* has, and who put into a copy of their own. Said
+    alone, "no thread has put into it" sent a learner to look for a put() the child did make."""
+    copies = st.puts_into_their_own(trace, blocked.pid, state.t_ns) if trace is not None else []
+    if not copies:
+        return f"someone must put into {name}, and no thread has put into it yet"
+    who = join_and([state.labels.get(pid, f"pid {pid}") for pid in copies])
+    return (f"someone must put into {name}, and no thread of its process has put into it -- "
+            f"{who} put into {'a queue.Queue of its' if len(copies) == 1 else 'queue.Queues of their'}"
+            f" own (a queue.Queue lives in one process's memory)")
 
 
 def _gone_without_putting(gone, name):
