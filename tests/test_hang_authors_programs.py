@@ -62,6 +62,14 @@ it; all are started at once (they spend their time waiting), each judged alone:
                               the parent's get() waits on its own
     file_checks_module_queue.py  workers put their verdicts on a module-level queue.Queue
                               (fork and spawn); the parent's get() waits on its own
+    thumbnails_no_task_done.py  workers take images from a JoinableQueue and never call
+                              task_done(); the main process waits in q.join()
+    jobs_with_callbacks.py    jobs put on a JoinableQueue with a lambda to call: the feeder
+                              cannot pickle them and drops them; q.join() waits for ever
+    log_file_on_task_queue.py  a task put with the open log file: dropped by the feeder; the
+                              worker waits in get(), the main process joins it
+    transfer_two_locks.py     two clerks lock the account they take from, then the one they
+                              pay into: opposite orders (multiprocessing.Lock)
     downloads_into_module_queue.py  the same, with workers that download for 2.5 s (spawn):
                               the parent can never move after 1 s; the verdict waits for them
     slots_threading_semaphore.py  a worker acquires a module-level threading.Semaphore(0); the
@@ -138,7 +146,9 @@ def runs(tmp_path_factory):
         "squares_sentinel_forgotten.py", "results_via_global.py",
         "worker_never_started.py", "spawn_global_event.py", "wrong_event_set.py",
         "count_reaches_three.py", "ready_never_given.py", "total_via_thread_queue.py",
-        "phases_threading_barrier.py", "config_loaded_condition.py")}
+        "phases_threading_barrier.py", "config_loaded_condition.py",
+        "thumbnails_no_task_done.py", "jobs_with_callbacks.py", "log_file_on_task_queue.py",
+        "transfer_two_locks.py")}
     for method in ("fork", "spawn"):
         programs[f"start_signal_threading_event.py {method}"] = (
             "1.5", _program("start_signal_threading_event.py"), method)
@@ -1039,3 +1049,54 @@ def test_a_threading_condition_whose_notifier_raised_names_the_thread_that_raise
             "something only a thread of its own could do -- and `loader` ended with an error"
             ) in err, err
     assert "nobody is left to notify it" not in err, err
+
+
+@pytest.mark.timeout(150)
+def test_a_joinable_queue_whose_items_are_never_marked_done_says_so(runs):
+    """Workers that got every item and wait in get() for more while q.join() waits: an item got
+    was never task_done(). Said before: "Process-1's main thread or Process-2's main thread must
+    call task_done()" -- and nothing of why they never will."""
+    err = hung(result(runs, "thumbnails_no_task_done.py"))
+    assert re.search(
+        r"thumbnails_no_task_done\.py's main thread waits: q\.join\(\) on Queue 1: until every "
+        r"item is task_done\(\) -- (Process-\d's main thread( or )?)+ must call task_done\(\) -- "
+        r"but (it|they) got every item put into Queue 1 and now waits? in its get\(\) for more: "
+        r"q\.join\(\) ends when task_done\(\) has been called once for each item put", err), err
+    assert "Fix: call q.task_done() once for every item a worker gets, after handling it" in err
+
+
+@pytest.mark.timeout(150)
+def test_an_item_the_feeder_could_not_pickle_is_named_where_its_getter_or_join_waits(runs):
+    """put() returns at once; the feeder thread pickles later, and drops what it cannot (it
+    prints the error in the putting process and raises nothing). A get() then waits for an
+    item that is not coming, a q.join() for items nobody can get. Said before: "... main
+    thread must put" and, for the join, "who must act is not recorded" -- though the putter
+    had put, and the error was recorded."""
+    err = hung(result(runs, "jobs_with_callbacks.py"))
+    assert ("q.join() on Queue 1: until every item is task_done() -- nobody has got from it -- "
+            "jobs_with_callbacks.py put 3 items into Queue 1 that never reached it: the feeder "
+            "thread could not pickle them (PicklingError: Can't pickle <function <lambda>>: "
+            "attribute lookup <lambda> on __main__ failed) and dropped them") in err, err
+    assert "q.join() counts a dropped item unfinished for ever" in err, err
+    assert "who must act is not recorded" not in err, err
+    err = hung(result(runs, "log_file_on_task_queue.py"))
+    assert ("Process-1's main thread waits: get() on Queue 1: nothing in it yet -- "
+            "log_file_on_task_queue.py's main thread must put -- and log_file_on_task_queue.py "
+            "put an item into Queue 1 that never reached it: the feeder thread could not pickle "
+            "it (TypeError: cannot pickle '_io.TextIOWrapper' object) and dropped it") in err, err
+    assert "What was dropped is not coming. Fix: put only what can be pickled" in err, err
+
+
+@pytest.mark.timeout(150)
+def test_two_processes_taking_two_locks_in_opposite_orders_get_the_cycle_and_its_fix(runs):
+    """The classic lock-order deadlock, as a bank-transfer program writes it. The cycle was
+    found before; its fix was not said."""
+    err = hung(result(runs, "transfer_two_locks.py"))
+    assert re.search(
+        r"STUCK FOR GOOD: a cycle: Process-(\d)'s main thread waits for Lock (\d), which "
+        r"Process-(?!\1)\d's main thread holds; Process-(?!\1)\d's main thread waits for Lock "
+        r"(?!\2)\d, which Process-\1's main thread holds\. Each waits for the next: none can go "
+        r"on\. Fix: take the locks in one order everywhere \(every process and thread takes "
+        r"Lock 1 before Lock 2, say -- or sort them by a key first\), or hold only one at a "
+        r"time", err), err
+    assert "at transfer (transfer_two_locks.py:10): `with dst_lock:`" in err, err

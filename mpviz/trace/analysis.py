@@ -751,7 +751,12 @@ class _Index:
             who = lambda n: f"{self.labels.get(n[0], n[0])}'s {self.thread_name(*n)}"  # noqa
             steps = [f"{who(cycle[i])} waits for {self.lock_name(cycle[i + 1])}, which "
                      f"{who(cycle[i + 2])} holds" for i in range(0, len(cycle) - 1, 2)]
-            reason = "a cycle: " + "; ".join(steps) + ". Each waits for the next: none can go on"
+            reason = ("a cycle: " + "; ".join(steps) + ". Each waits for the next: none can go "
+                      "on. Fix: take the locks in one order everywhere (every process and "
+                      "thread takes " + " before ".join(
+                          sorted({self.lock_name(lid) for lid in cycle[1::2]},
+                                 key=names.in_order)) +
+                      ", say -- or sort them by a key first), or hold only one at a time")
             if len(cycle) == 3:        # one thread, one lock: it waits for what it holds
                 reason = (f"{who(cycle[0])} waits for {self.lock_name(cycle[1])}, which it "
                           f"holds itself: a Lock is not re-entrant (a second acquire() before "
@@ -1795,6 +1800,34 @@ def unfed_puts(trace, qid, t_ns):
         if e.pid not in out or out[e.pid] is None:
             out[e.pid] = errors.get(e.args.get("msg"), errors.get(e.pid))
     return list(out.items())
+
+
+def dropped_puts(trace, qid, t_ns):
+    """The puts into queue `qid` by `t_ns` that its feeder thread could not pickle -- dropped,
+    though the putting process lives on: [(pid, error)], in the order put. A feeder sends its
+    queue's messages in order, so the one it failed on (``queue.put_failed`` with ``feeder``,
+    by message id where known) is the first of that process's puts it never sent. An item
+    dropped so is never got: a q.join() counts it unfinished for ever."""
+    fed = {e.args.get("msg") for e in trace.of_kind("queue.feed", "queue.get")}
+    feeds = {}                                          # (pid, tid) -> the queues it fed
+    for e in trace.of_kind("queue.feed"):
+        feeds.setdefault((e.pid, e.tid), set()).add(e.args.get("queue"))
+    unsent = [e for e in trace.of_kind("queue.put")
+              if e.args.get("msg") not in fed and e.ts_ns <= t_ns]
+    out, taken = [], set()
+    for fail in trace.of_kind("queue.put_failed"):
+        if not fail.args.get("feeder") or fail.ts_ns > t_ns:
+            continue
+        fed_by_it = feeds.get((fail.pid, fail.tid))
+        put = next((e for e in unsent if e.pid == fail.pid and e.ts_ns <= fail.ts_ns and
+                    e.args.get("msg") not in taken and
+                    (e.args.get("msg") == fail.args.get("msg") if fail.args.get("msg") else
+                     not fed_by_it or e.args.get("queue") in fed_by_it)), None)
+        if put is not None:
+            taken.add(put.args.get("msg"))
+            if put.args.get("queue") == qid:
+                out.append((put.pid, fail.args.get("error")))
+    return out
 
 
 def gone_without_signalling(trace, on, target, t_ns, waiter):

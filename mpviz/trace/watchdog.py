@@ -1015,6 +1015,10 @@ def _who_must_act(state, blocked, trace=None):
             queued = st.unstarted_job(trace, blocked.target, state.t_ns)
             if queued is not None:
                 return _queued_job_words(state, blocked, *queued)
+    if blocked.on == "queue.join" and not blocked.waits_for and trace is not None:
+        dropped = _dropped_words(state, trace, blocked)
+        if dropped:
+            return "nobody has got from it -- " + dropped
     if blocked.waits_for:
         who = (" and " if blocked.on == "future" else " or ").join(   # (futures: each runs one)
             _thread_words(state, pid, tid) for pid, tid in blocked.waits_for)
@@ -1024,6 +1028,11 @@ def _who_must_act(state, blocked, trace=None):
             gone = _ended_getters(state, trace, blocked)
             if gone:
                 return _join_never_done(state, blocked, gone, who)
+            dropped = _dropped_words(state, trace, blocked)
+            if dropped:
+                return f"{who} must call task_done() -- but " + dropped
+            if _getters_want_more(state, trace, blocked):
+                return _join_never_marked(state, blocked, who)
         must, sep, more = (blocked.must or st.MUST.get(blocked.on, 'must act')).partition("; ")
         if (blocked.pid, blocked.tid) in blocked.waits_for and blocked.on == "future":
             must += " -- and that thread is this one, waiting here"
@@ -1031,6 +1040,10 @@ def _who_must_act(state, blocked, trace=None):
             lost = _puts_never_fed(state, trace, blocked)
             if lost:
                 return lost
+        if not ended and blocked.on == "queue.get" and trace is not None:
+            dropped = _dropped_words(state, trace, blocked)
+            if dropped:
+                return f"{who} must put -- and " + dropped
         if ended and blocked.on in ("thread_queue.get", "queue.get") and \
                 not _ended_badly(state, trace, blocked.waits_for):
             return _putters_ended(state, blocked, who) + (
@@ -1266,6 +1279,59 @@ def _ended_getters(state, trace, blocked):
             continue
         out.append((str(state.labels.get(pid, pid)), how))
     return out
+
+
+def _dropped_words(state, trace, blocked):
+    """"Process-1 put an item into Queue 1 that never reached it: its feeder thread could not
+    pickle it (TypeError: ...) ..." for a q.join() or get() on a queue whose putter lives on;
+    "" if no put into it was dropped (analysis.dropped_puts)."""
+    dropped = st.dropped_puts(trace, blocked.target, state.t_ns)
+    if not dropped:
+        return ""
+    name = state.channel_names.get(blocked.target, blocked.target)
+    who = join_and(list(dict.fromkeys(str(state.labels.get(pid, pid)) for pid, _ in dropped)))
+    errors = "; ".join(dict.fromkeys(re.sub(r" at 0x[0-9a-f]+", "", err)   # (each lambda's
+                                     for _, err in dropped if err))           # own address)
+    n = len(dropped)
+    them = "it" if n == 1 else "them"
+    return (f"{who} put {'an item' if n == 1 else f'{n} items'} into {name} that never reached "
+            f"it: the feeder thread could not pickle {them} ({errors}) and dropped {them}, "
+            f"after put() had returned -- the error is printed in the putting process, and "
+            f"nothing is raised there. " + (
+                "q.join() counts a dropped item unfinished for ever: nobody can get it, so "
+                "nobody calls task_done() for it. " if blocked.on == "queue.join" else
+                "What was dropped is not coming. ") +
+            "Fix: put only what can be pickled -- the error says what could not (an open "
+            "file: put its name or its contents; a lambda, a lock, a socket; a tensor that "
+            "requires grad: .detach() it)")
+
+
+def _getters_want_more(state, trace, blocked):
+    """Was every item put into the queue a q.join() waits on got (by the state's moment), and
+    does every thread that got from it wait in a get() on it again? (An item its feeder could
+    not send was never got: that q.join() waits for a put that failed, not a task_done().)"""
+    getting = {(b.pid, b.tid) for b in state.blocked
+               if b.on == "queue.get" and b.target == blocked.target}
+    if not blocked.waits_for or not set(blocked.waits_for) <= getting:
+        return False
+    put, got = set(), set()
+    for e in trace.of_kind("queue.put", "queue.get"):
+        if e.args.get("queue") == blocked.target and e.ts_ns <= state.t_ns:
+            (put if e.kind == "queue.put" else got).add(e.args.get("msg"))
+    return bool(put) and put <= got
+
+
+def _join_never_marked(state, blocked, who):
+    """The end of a q.join() wait's line when the consumers got every item and wait for more:
+    an item got was never marked task_done() (a worker that forgot it), and none will be."""
+    name = state.channel_names.get(blocked.target, blocked.target)
+    one = len(blocked.waits_for) == 1
+    return (f"{who} must call task_done() -- but {'it' if one else 'they'} got every item put "
+            f"into {name} and now {'waits' if one else 'wait'} in its get() for more: q.join() "
+            f"ends when task_done() has been called once for each item put, and an item got "
+            f"without a task_done() after it stays unfinished for ever. Fix: call "
+            f"q.task_done() once for every item a worker gets, after handling it (in a "
+            f"`finally:` if handling can fail)")
 
 
 def _join_never_done(state, blocked, gone, who):
