@@ -68,6 +68,7 @@ it; all are started at once (they spend their time waiting), each judged alone:
                               cannot pickle them and drops them; q.join() waits for ever
     log_file_on_task_queue.py  a task put with the open log file: dropped by the feeder; the
                               worker waits in get(), the main process joins it
+    resize_tasks_with_log.py  the same with a None to stop: it ends well, the tasks lost
     transfer_two_locks.py     two clerks lock the account they take from, then the one they
                               pay into: opposite orders (multiprocessing.Lock)
     downloads_into_module_queue.py  the same, with workers that download for 2.5 s (spawn):
@@ -148,7 +149,7 @@ def runs(tmp_path_factory):
         "count_reaches_three.py", "ready_never_given.py", "total_via_thread_queue.py",
         "phases_threading_barrier.py", "config_loaded_condition.py",
         "thumbnails_no_task_done.py", "jobs_with_callbacks.py", "log_file_on_task_queue.py",
-        "transfer_two_locks.py")}
+        "transfer_two_locks.py", "resize_tasks_with_log.py")}
     for method in ("fork", "spawn"):
         programs[f"start_signal_threading_event.py {method}"] = (
             "1.5", _program("start_signal_threading_event.py"), method)
@@ -1100,3 +1101,16 @@ def test_two_processes_taking_two_locks_in_opposite_orders_get_the_cycle_and_its
         r"Lock 1 before Lock 2, say -- or sort them by a key first\), or hold only one at a "
         r"time", err), err
     assert "at transfer (transfer_two_locks.py:10): `with dst_lock:`" in err, err
+
+
+@pytest.mark.timeout(150)
+def test_messages_the_feeder_dropped_are_named_when_the_program_ends_well(runs):
+    """Nothing hangs -- the None after them arrives -- and the program prints that all went
+    well; but neither task reached the worker. Said before: "24 events from 2 processes"."""
+    run = result(runs, "resize_tasks_with_log.py")
+    assert run.returncode == 0 and "all tasks sent" in run.stdout, run.stderr
+    assert ("resize_tasks_with_log.py (pid " in run.stderr and
+            ") put 2 messages into Queue 1 that never reached it: the feeder thread could not "
+            "pickle them (TypeError: cannot pickle '_io.TextIOWrapper' object) and dropped them "
+            "-- put() had returned, and nothing was raised in the program. Fix: put only what "
+            "can be pickled") in run.stderr, run.stderr

@@ -1802,6 +1802,12 @@ def unfed_puts(trace, qid, t_ns):
     return list(out.items())
 
 
+# The fix for a message that could not be pickled (a feeder's error, a put's).
+PICKLE_FIX = ("put only what can be pickled -- the error says what could not (an open file: "
+              "put its name or its contents; a lambda, a lock, a socket; a tensor that requires "
+              "grad: .detach() it)")
+
+
 def dropped_puts(trace, qid, t_ns):
     """The puts into queue `qid` by `t_ns` that its feeder thread could not pickle -- dropped,
     though the putting process lives on: [(pid, error)], in the order put. A feeder sends its
@@ -1825,8 +1831,9 @@ def dropped_puts(trace, qid, t_ns):
                      not fed_by_it or e.args.get("queue") in fed_by_it)), None)
         if put is not None:
             taken.add(put.args.get("msg"))
-            if put.args.get("queue") == qid:
-                out.append((put.pid, fail.args.get("error")))
+            if put.args.get("queue") == qid:      # (each lambda's own address left out)
+                out.append((put.pid, re.sub(r" at 0x[0-9a-f]+", "", fail.args.get("error") or "")
+                            or None))
     return out
 
 

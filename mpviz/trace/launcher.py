@@ -600,6 +600,7 @@ def _report(directory, child, code, watchdog, verdict, received, plot):
     _say_unended(trace, program)
     if verdict is None:
         _say_crashes(trace, program)
+        _say_dropped(trace)
     worth = verdict is not None or code != 0
     if plot is False or (plot is None and not worth):
         say(f"no pictures drawn{' (--no-plot)' if plot is False else ''}: "
@@ -744,6 +745,29 @@ def _say_crashes(trace, program):
             from . import analysis
             if p.signal in analysis.CRASHES:
                 say(f"pid {p.pid} ({p.name}) {analysis.how_it_ended(trace, p.pid)}")
+
+
+def _say_dropped(trace):
+    """Name the messages a Queue's feeder thread could not pickle and dropped (a lambda, an open
+    file ...): put() had returned, the error went to the putting process's stderr, and the
+    program went on without them -- a loss nothing in the program raised. (After a hang, the
+    verdict says it where a get() or q.join() waits for them.)"""
+    if not trace.of_kind("queue.put_failed"):
+        return
+    from . import analysis
+    labels, names = analysis.process_labels(trace), analysis.channel_names(trace)
+    end = trace.events[-1].ts_ns if trace.events else 0
+    for qid in dict.fromkeys(e.args.get("queue") for e in trace.of_kind("queue.put")):
+        dropped = analysis.dropped_puts(trace, qid, end)
+        for pid in dict.fromkeys(p for p, _ in dropped):
+            errors = [err for p, err in dropped if p == pid]
+            n = len(errors)
+            say(f"{labels.get(pid, f'pid {pid}')} (pid {pid}) put {n} message"
+                f"{'s' if n > 1 else ''} into {names.get(qid, 'a Queue')} that never reached "
+                f"it: the feeder thread could not pickle {'them' if n > 1 else 'it'} "
+                f"({'; '.join(dict.fromkeys(errors))}) and dropped {'them' if n > 1 else 'it'}"
+                f" -- put() had returned, and nothing was raised in the program. Fix: "
+                + analysis.PICKLE_FIX)
 
 
 def _say_notes(trace):

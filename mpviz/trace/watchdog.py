@@ -1290,8 +1290,7 @@ def _dropped_words(state, trace, blocked):
         return ""
     name = state.channel_names.get(blocked.target, blocked.target)
     who = join_and(list(dict.fromkeys(str(state.labels.get(pid, pid)) for pid, _ in dropped)))
-    errors = "; ".join(dict.fromkeys(re.sub(r" at 0x[0-9a-f]+", "", err)   # (each lambda's
-                                     for _, err in dropped if err))           # own address)
+    errors = "; ".join(dict.fromkeys(err for _, err in dropped if err))
     n = len(dropped)
     them = "it" if n == 1 else "them"
     return (f"{who} put {'an item' if n == 1 else f'{n} items'} into {name} that never reached "
@@ -1301,9 +1300,7 @@ def _dropped_words(state, trace, blocked):
                 "q.join() counts a dropped item unfinished for ever: nobody can get it, so "
                 "nobody calls task_done() for it. " if blocked.on == "queue.join" else
                 "What was dropped is not coming. ") +
-            "Fix: put only what can be pickled -- the error says what could not (an open "
-            "file: put its name or its contents; a lambda, a lock, a socket; a tensor that "
-            "requires grad: .detach() it)")
+            "Fix: " + st.PICKLE_FIX)
 
 
 def _getters_want_more(state, trace, blocked):
@@ -1363,9 +1360,7 @@ def _puts_never_fed(state, trace, blocked):
     why = (f"{its} feeder thread{'' if one else 's'} could not pickle what was put "
            f"({'; '.join(errors)})" if errors else f"{its} feeder thread{'' if one else 's'} "
            f"never wrote it (the process ended first)")
-    fix = (" Fix: put only what can be pickled -- the error says what could not (an open file: "
-           "put its name or its contents; a lambda, a lock, a socket; a tensor that requires "
-           "grad: .detach() it)" if errors else "")
+    fix = " Fix: " + st.PICKLE_FIX if errors else ""
     return (f"{who} put into {name} and ended, but {its} message{'' if one else 's'} never "
             f"reached the queue's pipe: {why}. put() only hands the object to that thread and "
             f"returns; the feeder's error is printed in the putting process -- or not at all, "
