@@ -69,6 +69,9 @@ it; all are started at once (they spend their time waiting), each judged alone:
     log_file_on_task_queue.py  a task put with the open log file: dropped by the feeder; the
                               worker waits in get(), the main process joins it
     resize_tasks_with_log.py  the same with a None to stop: it ends well, the tasks lost
+    printer_thread_not_stopped.py  a thread loops on a queue.Queue's get(); the main thread
+                              ends without stopping it: Python waits for it at exit
+    server_never_stopped.py   the same with a worker process and a multiprocessing Queue
     transfer_two_locks.py     two clerks lock the account they take from, then the one they
                               pay into: opposite orders (multiprocessing.Lock)
     downloads_into_module_queue.py  the same, with workers that download for 2.5 s (spawn):
@@ -149,7 +152,8 @@ def runs(tmp_path_factory):
         "count_reaches_three.py", "ready_never_given.py", "total_via_thread_queue.py",
         "phases_threading_barrier.py", "config_loaded_condition.py",
         "thumbnails_no_task_done.py", "jobs_with_callbacks.py", "log_file_on_task_queue.py",
-        "transfer_two_locks.py", "resize_tasks_with_log.py")}
+        "transfer_two_locks.py", "resize_tasks_with_log.py", "printer_thread_not_stopped.py",
+        "server_never_stopped.py")}
     for method in ("fork", "spawn"):
         programs[f"start_signal_threading_event.py {method}"] = (
             "1.5", _program("start_signal_threading_event.py"), method)
@@ -1114,3 +1118,26 @@ def test_messages_the_feeder_dropped_are_named_when_the_program_ends_well(runs):
             "pickle them (TypeError: cannot pickle '_io.TextIOWrapper' object) and dropped them "
             "-- put() had returned, and nothing was raised in the program. Fix: put only what "
             "can be pickled") in run.stderr, run.stderr
+
+
+@pytest.mark.timeout(150)
+def test_a_program_that_ends_without_stopping_its_loop_waits_at_exit_and_is_told_so(runs):
+    """A thread (not daemon) or a process that loops on get(), never told to stop: the program's
+    last line has run, and Python waits at exit for it. Said before, of the thread: "its threads
+    wait for each other (a lock taken twice, a join of a thread that waits for the joiner
+    ...)" -- none of which the program did."""
+    err = hung(result(runs, "printer_thread_not_stopped.py"))
+    assert ("printer_thread_not_stopped.py: its main thread has run the program to its end and "
+            "waits, at exit, for the thread not made with daemon=True to end -- Python waits for "
+            "every such thread -- and `Thread-1 (printer)` (it waits: get() on queue.Queue 1: "
+            "nothing in it yet) never ends: a loop waiting for more work ends only when it is "
+            "told to stop. Fix: tell it to stop before the program ends (a sentinel, "
+            "`q.put(None)`, that its loop returns on; or an Event it checks) and join() it; or "
+            "make it a daemon thread (`daemon=True`)") in err, err
+    assert "a lock taken twice" not in err, err
+    err = hung(result(runs, "server_never_stopped.py"))
+    assert "server_never_stopped.py's main thread waits: join Process-1 (pid " in err, err
+    assert re.search(r"STUCK FOR GOOD: a cycle: server_never_stopped\.py's main thread waits in "
+                     r"join\(\) for Process-1 to exit; Process-1's main thread waits in get\(\) "
+                     r"on Queue 1 for server_never_stopped\.py's main thread to put\. .* Fix: "
+                     r"before join\(\), put one sentinel per worker", err), err

@@ -455,12 +455,16 @@ def _native_call(calls):
 
 # --- why one process can never move --------------------------------------------------------------
 
-def _own_threads_why(trace, pid, names):
+def _own_threads_why(trace, pid, names, text=""):
     """Why a process no fork made can never move: its threads wait for each other -- or for a
     thread of it that an exception ended (a producer thread that raised: the put its consumer
-    waits for, the release or set another waits for, never comes)."""
+    waits for, the release or set another waits for, never comes) -- or, its program done, it
+    waits at exit for a thread that never ends (its stacks `text` say so)."""
     at = stuck_moment(trace) or (trace.events[-1].ts_ns if trace.events else 0)
     dead = _threads_that_raised(trace, pid, at)
+    at_exit = _waits_at_exit_for(trace, pid, text, at)
+    if at_exit and not dead:
+        return at_exit
     if dead:
         which = join_and([f"`{name}`" for name in dead])
         return ("{who}: every thread left waits, with no time limit, for something only a "
@@ -515,6 +519,41 @@ def _own_threads_why(trace, pid, names):
 PASSED_TO_IT = "made before the Process is started and passed to it as an argument."
 
 
+def _waits_at_exit_for(trace, pid, text, at):
+    """The reason of a process whose main thread has run the program to its end and waits, in
+    threading's _shutdown, for its threads not made daemon=True -- one of which never ends (a
+    loop on q.get() nobody stops). None when the main thread is elsewhere."""
+    calls = _stacks_by_thread(trace, pid, text).get(pid)
+    if not calls or calls[-1][0] != "_shutdown" or not _in_threading(calls[-1][1]):
+        return None
+    alive = {}
+    for e in trace.events:
+        if e.pid != pid or e.ts_ns > at:
+            continue
+        if e.kind == "thread.start" and not e.args.get("daemon") and \
+                not str(e.args.get("name")).startswith("mpviz"):
+            alive[e.tid] = e.args.get("name")
+        elif e.kind == "thread.exit":
+            alive.pop(e.tid, None)
+    if not alive:
+        return None
+    waits = {b.tid: b.what for b in state_at(trace, at).blocked if b.pid == pid}
+    said = [f"`{name}`" + (f" (it waits: {waits[tid]})" if tid in waits else "")
+            for tid, name in alive.items()]
+    one = len(alive) == 1
+    return ("{who}: its main thread has run the program to its end and waits, at exit, for "
+            f"the thread{'' if one else 's'} not made with daemon=True to end -- Python waits "
+            f"for every such thread -- and {join_and(said)} never "
+            f"{'ends' if one else 'end'}" + (
+                ": a loop waiting for more work ends only when it is told to stop"
+                if all(str(waits.get(tid, "")).startswith("get()") for tid in alive) else
+                " (the stacks say where it waits)") + f". Fix: tell {'it' if one else 'each'} to stop before the program "
+            f"ends (a sentinel, `q.put(None)`, that its loop returns on; or an Event it checks) "
+            f"and join() {'it' if one else 'them'}; or make {'it a daemon thread' if one else 'them daemon threads'} "
+            f"(`daemon=True`) if what {'it has' if one else 'they have'} not done yet may be "
+            f"lost.")
+
+
 def _threads_that_raised(trace, pid, at):
     """The names of the threads of process `pid` that an exception ended before `at` (the
     stuck moment: before the kill)."""
@@ -555,7 +594,8 @@ def _why(watchdog, stacks, names):
         start = next((e for e in trace.of_kind("process.start")
                       if e.pid == pid and e.args.get("how") == "fork"), None)
         if start is None:
-            reasons.setdefault(_own_threads_why(trace, pid, names), []).append(pid)
+            reasons.setdefault(_own_threads_why(trace, pid, names, (stacks.get(pid) or {})
+                                                .get("stacks", "")), []).append(pid)
             continue
         forked, ppid = True, start.args.get("ppid")
         parent = f"{names.get(ppid, '?')} (pid {ppid})"
