@@ -93,7 +93,8 @@ KINDS = {
         "a thread calling a Manager's object through a proxy: its first call of each method "
         "(waits.py)"),
     "pool.task": Kind(
-        "phase (submit/start/done), job, index, chunk, func, ok (done only)",
+        "phase (submit/start/done), job, index, chunk, func, ok (done only), error (a done "
+        "that raised: 'FileNotFoundError: ...')",
         "submit: the Pool's task thread; start/done: the worker"),
 
     # -- shared memory and fds (mpviz.storage, sharing, reductions; torch_hooks.py) -----------

@@ -601,6 +601,8 @@ def _report(directory, child, code, watchdog, verdict, received, plot):
     if verdict is None:
         _say_crashes(trace, program)
         _say_dropped(trace)
+        if code == 0:
+            _say_task_errors(trace)
     worth = verdict is not None or code != 0
     if plot is False or (plot is None and not worth):
         say(f"no pictures drawn{' (--no-plot)' if plot is False else ''}: "
@@ -768,6 +770,26 @@ def _say_dropped(trace):
                 f"({'; '.join(dict.fromkeys(errors))}) and dropped {'them' if n > 1 else 'it'}"
                 f" -- put() had returned, and nothing was raised in the program. Fix: "
                 + analysis.PICKLE_FIX)
+
+
+def _say_task_errors(trace):
+    """Name the Pool tasks that raised, in a program that ended with status 0: a Pool keeps a
+    task's exception in its result, and only .get() raises it -- apply_async() results never
+    asked for hide it ("all files parsed", and none was)."""
+    failed = sorted((e for e in trace.of_kind("pool.task")
+                     if e.args.get("phase") == "done" and e.args.get("ok") is False),
+                    key=lambda e: (e.args.get("job") or 0, e.args.get("index") or 0))
+    if not failed:
+        return
+    listed = "; ".join(f"{e.args.get('func')} (job {e.args.get('job')}) raised "
+                       f"{e.args.get('error', 'an exception')}" for e in failed[:5])
+    n = len(failed)
+    say(f"{n} Pool task{'s' if n > 1 else ''} raised, and the program ended with status 0: "
+        f"{listed}{' ...' if n > 5 else ''}. A Pool keeps a task's exception in its result, and "
+        f"only the result's .get() raises it: the program never asked for "
+        f"{'these results' if n > 1 else 'this result'}, or caught what .get() raised. Fix: "
+        f"call .get() on every AsyncResult apply_async() returns (or pass it "
+        f"error_callback=print)")
 
 
 def _say_notes(trace):

@@ -561,14 +561,17 @@ class _TaskProbe:
         info = dict(job=self.job, index=self.index, chunk=self.chunk, func=self.name)
         if recorder.ENABLED:
             recorder.emit("pool.task", phase="start", **info)
-        ok = False
+        ok, error = False, None
         try:
             result = self.func(*args, **kwargs)
             ok = True
             return result
+        except BaseException as exc:     # (what it raised: a result nobody asks for hides it)
+            error = {"error": f"{type(exc).__name__}: {exc}"[:300]}
+            raise
         finally:
             if recorder.ENABLED:
-                recorder.emit("pool.task", phase="done", ok=ok, **info)
+                recorder.emit("pool.task", phase="done", ok=ok, **info, **(error or {}))
 
 
 def _task_name(func, args):
