@@ -74,6 +74,7 @@ it; all are started at once (they spend their time waiting), each judged alone:
     server_never_stopped.py   the same with a worker process and a multiprocessing Queue
     parse_files_apply_async.py  Pool tasks that raise, their results never asked for: it
                               ends with status 0 and "all files parsed"
+    parse_files_executor.py   the same with a ProcessPoolExecutor's futures
     transfer_two_locks.py     two clerks lock the account they take from, then the one they
                               pay into: opposite orders (multiprocessing.Lock)
     downloads_into_module_queue.py  the same, with workers that download for 2.5 s (spawn):
@@ -155,7 +156,7 @@ def runs(tmp_path_factory):
         "phases_threading_barrier.py", "config_loaded_condition.py",
         "thumbnails_no_task_done.py", "jobs_with_callbacks.py", "log_file_on_task_queue.py",
         "transfer_two_locks.py", "resize_tasks_with_log.py", "printer_thread_not_stopped.py",
-        "server_never_stopped.py", "parse_files_apply_async.py")}
+        "server_never_stopped.py", "parse_files_apply_async.py", "parse_files_executor.py")}
     for method in ("fork", "spawn"):
         programs[f"start_signal_threading_event.py {method}"] = (
             "1.5", _program("start_signal_threading_event.py"), method)
@@ -1147,8 +1148,9 @@ def test_a_program_that_ends_without_stopping_its_loop_waits_at_exit_and_is_told
 
 @pytest.mark.timeout(150)
 def test_pool_tasks_that_raised_unseen_are_named_when_the_program_ends_well(runs):
-    """apply_async() results never asked for: each task's FileNotFoundError stays in its result,
-    and the program says "all files parsed". Said before: "57 events from 3 processes"."""
+    """apply_async() results (or a ProcessPoolExecutor's futures) never asked for: each task's
+    FileNotFoundError stays in its result, and the program says "all files parsed". Said
+    before: "57 events from 3 processes"."""
     run = result(runs, "parse_files_apply_async.py")
     assert run.returncode == 0 and "all files parsed" in run.stdout, run.stderr
     assert ("2 Pool tasks raised, and the program ended with status 0: parse (job 0) raised "
@@ -1157,3 +1159,10 @@ def test_pool_tasks_that_raised_unseen_are_named_when_the_program_ends_well(runs
             "A Pool keeps a task's exception in its result, and only the result's .get() raises "
             "it") in run.stderr, run.stderr
     assert "Fix: call .get() on every AsyncResult apply_async() returns" in run.stderr
+    run = result(runs, "parse_files_executor.py")
+    assert run.returncode == 0 and "all files parsed" in run.stdout, run.stderr
+    assert ("2 ProcessPoolExecutor tasks raised, and the program ended with status 0: parse "
+            "raised FileNotFoundError: [Errno 2] No such file or directory: 'missing_a.txt'; "
+            "parse raised FileNotFoundError: [Errno 2] No such file or directory: "
+            "'missing_b.txt'. A future keeps its task's exception, and only its .result() raises "
+            "it") in run.stderr, run.stderr

@@ -83,7 +83,8 @@ KINDS = {
     "executor.worker": Kind("call_queue (the id of the executor's call queue)",
                             "a ProcessPoolExecutor's worker process, as it starts (waits.py)"),
     "executor.task": Kind(
-        "phase (start/done), job (the call queue's id / the work id), func",
+        "phase (start/done), job (the call queue's id / the work id), func (start), error "
+        "(a done that raised)",
         "a ProcessPoolExecutor's worker: start as it takes a work item, done as it sends its "
         "result back (waits.py)"),
     "manager.serve": Kind("manager (the address it listens on)",

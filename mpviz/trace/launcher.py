@@ -779,6 +779,7 @@ def _say_task_errors(trace):
     failed = sorted((e for e in trace.of_kind("pool.task")
                      if e.args.get("phase") == "done" and e.args.get("ok") is False),
                     key=lambda e: (e.args.get("job") or 0, e.args.get("index") or 0))
+    _say_future_errors(trace)
     if not failed:
         return
     listed = "; ".join(f"{e.args.get('func')} (job {e.args.get('job')}) raised "
@@ -790,6 +791,27 @@ def _say_task_errors(trace):
         f"{'these results' if n > 1 else 'this result'}, or caught what .get() raised. Fix: "
         f"call .get() on every AsyncResult apply_async() returns (or pass it "
         f"error_callback=print)")
+
+
+def _say_future_errors(trace):
+    """The same for a ProcessPoolExecutor: its tasks that raised, in a program that ended with
+    status 0 -- a future keeps its task's exception, and only .result() raises it."""
+    funcs = {e.args.get("job"): e.args.get("func") for e in trace.of_kind("executor.task")
+             if e.args.get("phase") == "start"}
+    failed = sorted((e for e in trace.of_kind("executor.task")
+                     if e.args.get("phase") == "done" and e.args.get("error")),
+                    key=lambda e: int(str(e.args.get("job")).rpartition("/")[2] or 0))
+    if not failed:
+        return
+    n = len(failed)
+    listed = "; ".join(f"{funcs.get(e.args.get('job'), 'a task')} raised {e.args['error']}"
+                       for e in failed[:5])
+    say(f"{n} ProcessPoolExecutor task{'s' if n > 1 else ''} raised, and the program ended "
+        f"with status 0: {listed}{' ...' if n > 5 else ''}. A future keeps its task's "
+        f"exception, and only its .result() raises it: the program never asked for "
+        f"{'these results' if n > 1 else 'this result'}, or caught what .result() raised. "
+        f"Fix: call .result() on every future submit() returns (or use executor.map and "
+        f"read what it returns)")
 
 
 def _say_notes(trace):

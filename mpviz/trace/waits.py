@@ -668,7 +668,10 @@ def _sendback_result(result_queue, work_id, *args, **kwargs):
     """A ProcessPoolExecutor's worker sends a work item's result (or its error) back: that
     task is done (``executor.task``)."""
     if recorder.writer is not None and _executor_queue[0] is not None:
-        recorder.emit("executor.task", phase="done", job=f"{_executor_queue[0]}/{work_id}")
+        exc = kwargs.get("exception")             # (the stdlib's _ExceptionWithTraceback)
+        exc = getattr(exc, "exc", exc)
+        recorder.emit("executor.task", phase="done", job=f"{_executor_queue[0]}/{work_id}",
+                      **({"error": f"{type(exc).__name__}: {exc}"[:300]} if exc else {}))
     return _inner("futures._sendback_result")(result_queue, work_id, *args, **kwargs)
 
 
