@@ -75,6 +75,8 @@ it; all are started at once (they spend their time waiting), each judged alone:
     parse_files_apply_async.py  Pool tasks that raise, their results never asked for: it
                               ends with status 0 and "all files parsed"
     parse_files_executor.py   the same with a ProcessPoolExecutor's futures
+    hogwild_forgot_share_memory.py  mnist_hogwild's shape without model.share_memory():
+                              each forked worker trains its own copy
     transfer_two_locks.py     two clerks lock the account they take from, then the one they
                               pay into: opposite orders (multiprocessing.Lock)
     downloads_into_module_queue.py  the same, with workers that download for 2.5 s (spawn):
@@ -156,7 +158,10 @@ def runs(tmp_path_factory):
         "phases_threading_barrier.py", "config_loaded_condition.py",
         "thumbnails_no_task_done.py", "jobs_with_callbacks.py", "log_file_on_task_queue.py",
         "transfer_two_locks.py", "resize_tasks_with_log.py", "printer_thread_not_stopped.py",
-        "server_never_stopped.py", "parse_files_apply_async.py", "parse_files_executor.py")}
+        "server_never_stopped.py", "parse_files_apply_async.py", "parse_files_executor.py",
+        "hogwild_forgot_share_memory.py")}
+    programs["hogwild_forgot_share_memory.py share"] = (
+        "10", _program("hogwild_forgot_share_memory.py"), "share")
     for method in ("fork", "spawn"):
         programs[f"start_signal_threading_event.py {method}"] = (
             "1.5", _program("start_signal_threading_event.py"), method)
@@ -1166,3 +1171,22 @@ def test_pool_tasks_that_raised_unseen_are_named_when_the_program_ends_well(runs
             "parse raised FileNotFoundError: [Errno 2] No such file or directory: "
             "'missing_b.txt'. A future keeps its task's exception, and only its .result() raises "
             "it") in run.stderr, run.stderr
+
+
+@pytest.mark.timeout(150)
+def test_a_model_forked_without_share_memory_is_named_as_each_workers_own_copy(runs):
+    """Hogwild without model.share_memory(): each forked worker's optimizer steps its own
+    copy, the main process's model never learns, and nothing fails. Said before: "20 events
+    from 3 processes". With share_memory() (or under spawn, where torch shares what it
+    pickles), nothing is said."""
+    run = result(runs, "hogwild_forgot_share_memory.py")
+    assert run.returncode == 0 and "the model learned: False" in run.stdout, run.stderr
+    assert re.search(
+        r"Process-1 \(pid \d+\) and Process-2 \(pid \d+\) were forked with Linear \(2 "
+        r"tensors, 20 B\) among their arguments, not in shared memory: each has a copy of its "
+        r"own \(fork copies memory page by page as it is written\) -- what one writes into "
+        r"them \(an optimizer's step\), the parent and the others never see\. Fix, if they "
+        r"are to be shared: model\.share_memory\(\)", run.stderr), run.stderr
+    run = result(runs, "hogwild_forgot_share_memory.py share")
+    assert run.returncode == 0 and "the model learned: True" in run.stdout, run.stderr
+    assert "not in shared memory" not in run.stderr, run.stderr

@@ -33,6 +33,10 @@ KINDS = {
         "socket (torch_shm_manager's), torch",
         "the parent, in Process.start (hooks.py); the trace launcher (start_method 'exec'); "
         "torch_hooks.py for torch_shm_manager"),
+    "process.private_args": Kind(
+        "child, what (['Linear (2 tensors, 20 B)']: torch tensors and modules among its "
+        "arguments not in shared memory)",
+        "the parent, in Process.start under fork (hooks.py): the child has a copy of its own"),
     "process.bootstrap": Kind("name, target", "the child, entering _bootstrap (hooks.py)"),
     "process.exit": Kind(
         "exitcode, how ('atexit': a traced script), error ('FileNotFoundError: ...' that "

@@ -63,16 +63,48 @@ def _process_start(self):
     ends = [g for g in given if str(g).startswith("conn-")]     # Pipe ends: waits.py
     if ends:
         self._mpviz_pipe_ends = ends         # (pickled with it: the child marks them)
+    private = _private_tensors(self)
     recorder.take_handles()
     _orig["start"](self)                     # spawn/forkserver: pickles self (args) here
     handles = recorder.take_handles()
+    method = getattr(self._popen, "method", None)
     recorder.emit_at(ts, "process.launch", child=self.pid, name=self.name,
-                     start_method=getattr(self._popen, "method", None),
-                     **({"queues": given} if given else {}))
+                     start_method=method, **({"queues": given} if given else {}))
+    if private and method == "fork":         # (pickled, under spawn, torch shares them)
+        recorder.emit_at(ts, "process.private_args", child=self.pid, what=private)
     nbytes = self.__dict__.pop("_mpviz_pickled", None)
     if handles:                              # the arguments carried handles: a message
         pipe = names.arguments_pipe(self.pid)
         recorder.emit_at(ts, "pipe.send", pipe=pipe, msg=pipe, nbytes=nbytes, handles=handles)
+
+
+def _private_tensors(proc):
+    """["Linear (2 tensors, 20 B)", "a Tensor (4.0 KiB)"]: the torch tensors and modules among
+    a Process's arguments (_in_arguments) that are not in shared memory. Under fork the child
+    gets a copy of them, page by page as either side writes: an optimizer's step in a Hogwild
+    worker that was not given model.share_memory()'s tensors trains its own copy, and the
+    parent's model never changes. Looked at only where the program has imported torch."""
+    torch = sys.modules.get("torch")
+    if torch is None or not hasattr(torch, "Tensor"):
+        return []
+    out = []
+    for value in _in_arguments(proc):
+        try:
+            if isinstance(value, torch.nn.Module):
+                tensors = list(value.parameters()) + list(value.buffers())
+                name = type(value).__name__
+            elif isinstance(value, torch.Tensor):
+                tensors, name = [value], "a Tensor"
+            else:
+                continue
+            mine = [t for t in tensors if t.device.type == "cpu" and not t.is_shared()]
+            if mine:
+                size = names.human_bytes(sum(t.untyped_storage().nbytes() for t in mine))
+                out.append(f"{name} ({len(mine)} tensors, {size})" if len(tensors) > 1 or
+                           name != "a Tensor" else f"{name} ({size})")
+        except Exception:                    # (a tensor subclass, a meta tensor: not judged)
+            continue
+    return out
 
 
 def _queues_given(proc):

@@ -35,6 +35,7 @@ import tempfile
 import warnings
 
 from . import autostart, chrome, recorder, session
+from .names import join_and
 
 FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 TO_GROUP = (signal.SIGINT, signal.SIGHUP)   # a terminal sends these to the whole process group
@@ -603,6 +604,7 @@ def _report(directory, child, code, watchdog, verdict, received, plot):
         _say_dropped(trace)
         if code == 0:
             _say_task_errors(trace)
+        _say_private_args(trace)
     worth = verdict is not None or code != 0
     if plot is False or (plot is None and not worth):
         say(f"no pictures drawn{' (--no-plot)' if plot is False else ''}: "
@@ -791,6 +793,29 @@ def _say_task_errors(trace):
         f"{'these results' if n > 1 else 'this result'}, or caught what .get() raised. Fix: "
         f"call .get() on every AsyncResult apply_async() returns (or pass it "
         f"error_callback=print)")
+
+
+def _say_private_args(trace):
+    """Name the processes forked with torch tensors (a model) among their arguments that were
+    not in shared memory: each trains (or writes) a copy of its own, which nobody else sees --
+    Hogwild without model.share_memory(), whose parent's model never changes."""
+    given = {}
+    for e in trace.of_kind("process.private_args"):
+        given.setdefault(tuple(e.args.get("what") or ()), []).append(e.args.get("child"))
+    if not given:
+        return
+    from . import analysis
+    labels = analysis.process_labels(trace)
+    for what, pids in given.items():
+        who = join_and([f"{labels.get(pid, f'pid {pid}')} (pid {pid})" for pid in pids])
+        one = len(pids) == 1
+        say(f"{who} {'was' if one else 'were'} forked with {join_and(list(what))} among "
+            f"{'its' if one else 'their'} arguments, not in shared memory: "
+            f"{'it has' if one else 'each has'} a copy of its own (fork "
+            f"copies memory page by page as it is written) -- what {'it' if one else 'one'} "
+            f"writes into them (an optimizer's step), the parent{'' if one else ' and the others'}"
+            f" never see. Fix, if they are to be shared: model.share_memory() (a tensor's "
+            f".share_memory_()) before starting {'it' if one else 'them'}, as mnist_hogwild does")
 
 
 def _say_future_errors(trace):
