@@ -7,7 +7,7 @@ it; all are started at once (they spend their time waiting), each judged alone:
     wait_go_signal.py 1       a worker checks an Event every second and gives up after a
                               minute: the others wait for ever, but its loop may still end it
                               -- mpviz cannot tell, so never "nobody can ever move"
-    wait_go_signal.py 5       the same, checking every 5 s: a wait with a deadline to come,
+    wait_go_signal.py 20      the same, checking every 20 s: a wait with a deadline to come,
                               STALLED, not a deadlock
     slots_never_released.py   Semaphore(0): its count is 0 and nobody releases it -- not "a lock
                               which nobody holds"
@@ -178,7 +178,10 @@ def runs(tmp_path_factory):
     programs["account_lock_taken_twice.py locks"] = ("1.5 --threading-locks",
                                                      _program("account_lock_taken_twice.py"))
     programs["wait_go_signal.py 1"] = ("2", _program("wait_go_signal.py"), "1")
-    programs["wait_go_signal.py 5"] = ("1.5", _program("wait_go_signal.py"), "5")
+    # (STALLED only while its first deadline is still to come: every 5 s was too short once,
+    # when the launchers of ~70 programs at once on 2 cores judged it after that deadline had
+    # run out and begun again -- a loop that polls, rightly "DEADLOCK, unless a loop gives up")
+    programs["wait_go_signal.py 20"] = ("1.5", _program("wait_go_signal.py"), "20")
     if importlib.util.find_spec("torch") is not None:
         programs["spawn_nothing_to_send.py"] = ("2", _program("spawn_nothing_to_send.py"))
         programs["loader_lock_left_held.py"] = ("2", _program("loader_lock_left_held.py"))
@@ -332,7 +335,7 @@ def test_a_worker_waiting_for_the_lock_it_holds_is_a_deadlock_whatever_deadline_
 
 @pytest.mark.timeout(150)
 def test_a_wait_with_a_deadline_still_to_come_is_stalled_not_a_deadlock(runs):
-    err = hung(result(runs, "wait_go_signal.py 5"))
+    err = hung(result(runs, "wait_go_signal.py 20"))
     assert "HANG: STALLED" in err and "DEADLOCK" not in err, err
     assert re.search(r"Process-1 \(pid \d+\), main thread: waits for a lock or condition, with a "
                      r"timeout .* at worker \(wait_go_signal.py:13\): "
