@@ -601,10 +601,13 @@ def _report(directory, child, code, watchdog, verdict, received, plot):
     _say_unended(trace, program)
     if verdict is None:
         _say_crashes(trace, program)
-        _say_dropped(trace)
-        if code == 0:
+        kinds = {e.kind for e in trace.events}    # (one pass: each below reads its kinds)
+        if "queue.put_failed" in kinds:
+            _say_dropped(trace)
+        if code == 0 and kinds & {"pool.task", "executor.task"}:
             _say_task_errors(trace)
-        _say_private_args(trace)
+        if "process.private_args" in kinds:
+            _say_private_args(trace)
     worth = verdict is not None or code != 0
     if plot is False or (plot is None and not worth):
         say(f"no pictures drawn{' (--no-plot)' if plot is False else ''}: "
@@ -756,8 +759,6 @@ def _say_dropped(trace):
     file ...): put() had returned, the error went to the putting process's stderr, and the
     program went on without them -- a loss nothing in the program raised. (After a hang, the
     verdict says it where a get() or q.join() waits for them.)"""
-    if not trace.of_kind("queue.put_failed"):
-        return
     from . import analysis
     labels, names = analysis.process_labels(trace), analysis.channel_names(trace)
     end = trace.events[-1].ts_ns if trace.events else 0
