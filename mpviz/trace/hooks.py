@@ -100,8 +100,9 @@ def _private_tensors(proc):
             mine = [t for t in tensors if t.device.type == "cpu" and not t.is_shared()]
             if mine:
                 size = names.human_bytes(sum(t.untyped_storage().nbytes() for t in mine))
-                out.append(f"{name} ({len(mine)} tensors, {size})" if len(tensors) > 1 or
-                           name != "a Tensor" else f"{name} ({size})")
+                n = len(mine)
+                out.append(f"{name} ({n} tensor{'s' if n > 1 else ''}, {size})" if
+                           len(tensors) > 1 or name != "a Tensor" else f"{name} ({size})")
         except Exception:                    # (a tensor subclass, a meta tensor: not judged)
             continue
     return out
