@@ -71,6 +71,7 @@ it; all are started at once (they spend their time waiting), each judged alone:
     resize_tasks_with_log.py  the same with a None to stop: it ends well, the tasks lost
     printer_thread_not_stopped.py  a thread loops on a queue.Queue's get(); the main thread
                               ends without stopping it: Python waits for it at exit
+    flush_on_stop_event.py    the same, the thread waiting for a threading.Event nobody sets
     server_never_stopped.py   the same with a worker process and a multiprocessing Queue
     parse_files_apply_async.py  Pool tasks that raise, their results never asked for: it
                               ends with status 0 and "all files parsed"
@@ -159,7 +160,7 @@ def runs(tmp_path_factory):
         "thumbnails_no_task_done.py", "jobs_with_callbacks.py", "log_file_on_task_queue.py",
         "transfer_two_locks.py", "resize_tasks_with_log.py", "printer_thread_not_stopped.py",
         "server_never_stopped.py", "parse_files_apply_async.py", "parse_files_executor.py",
-        "hogwild_forgot_share_memory.py")}
+        "hogwild_forgot_share_memory.py", "flush_on_stop_event.py")}
     programs["hogwild_forgot_share_memory.py share"] = (
         "10", _program("hogwild_forgot_share_memory.py"), "share")
     for method in ("fork", "spawn"):
@@ -1146,6 +1147,14 @@ def test_a_program_that_ends_without_stopping_its_loop_waits_at_exit_and_is_told
             "`q.put(None)`, that its loop returns on; or an Event it checks) and join() it; or "
             "make it a daemon thread (`daemon=True`)") in err, err
     assert "a lock taken twice" not in err, err
+    # a thread waiting for an Event at exit: the at-exit story comes before the threading
+    # object's ("... nobody is left to set it", which said nothing of the end, nor a fix)
+    err = hung(result(runs, "flush_on_stop_event.py"))
+    assert ("flush_on_stop_event.py: its main thread has run the program to its end and waits, "
+            "at exit, for the thread not made with daemon=True to end -- Python waits for every "
+            "such thread -- and `watcher` (it waits: a threading.Event's wait(), at watcher "
+            "(flush_on_stop_event.py:9): `stop.wait()`) never ends. Fix: tell it to stop") in err
+    assert "nobody is left to set it" not in err, err
     err = hung(result(runs, "server_never_stopped.py"))
     assert "server_never_stopped.py's main thread waits: join Process-1 (pid " in err, err
     assert re.search(r"STUCK FOR GOOD: a cycle: server_never_stopped\.py's main thread waits in "

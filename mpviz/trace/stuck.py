@@ -455,16 +455,12 @@ def _native_call(calls):
 
 # --- why one process can never move --------------------------------------------------------------
 
-def _own_threads_why(trace, pid, names, text=""):
+def _own_threads_why(trace, pid, names):
     """Why a process no fork made can never move: its threads wait for each other -- or for a
     thread of it that an exception ended (a producer thread that raised: the put its consumer
-    waits for, the release or set another waits for, never comes) -- or, its program done, it
-    waits at exit for a thread that never ends (its stacks `text` say so)."""
+    waits for, the release or set another waits for, never comes)."""
     at = stuck_moment(trace) or (trace.events[-1].ts_ns if trace.events else 0)
     dead = _threads_that_raised(trace, pid, at)
-    at_exit = _waits_at_exit_for(trace, pid, text, at)
-    if at_exit and not dead:
-        return at_exit
     if dead:
         which = join_and([f"`{name}`" for name in dead])
         return ("{who}: every thread left waits, with no time limit, for something only a "
@@ -522,7 +518,10 @@ PASSED_TO_IT = "made before the Process is started and passed to it as an argume
 def _waits_at_exit_for(trace, pid, text, at):
     """The reason of a process whose main thread has run the program to its end and waits, in
     threading's _shutdown, for its threads not made daemon=True -- one of which never ends (a
-    loop on q.get() nobody stops). None when the main thread is elsewhere."""
+    loop on q.get() nobody stops, a wait for an Event nobody sets). None when the main thread is
+    elsewhere, or when a thread of it raised (_own_threads_why tells that story)."""
+    if _threads_that_raised(trace, pid, at):
+        return None
     calls = _stacks_by_thread(trace, pid, text).get(pid)
     if not calls or calls[-1][0] != "_shutdown" or not _in_threading(calls[-1][1]):
         return None
@@ -538,20 +537,25 @@ def _waits_at_exit_for(trace, pid, text, at):
     if not alive:
         return None
     waits = {b.tid: b.what for b in state_at(trace, at).blocked if b.pid == pid}
+    one = len(alive) == 1
+    threading_wait = _threading_wait(trace, pid, text) if one else None   # (not recorded)
+    if threading_wait and not waits:
+        kind, call, line = threading_wait
+        waits = {tid: f"a threading.{kind}'s {call}, at {line}" for tid in alive}
     said = [f"`{name}`" + (f" (it waits: {waits[tid]})" if tid in waits else "")
             for tid, name in alive.items()]
-    one = len(alive) == 1
+    if all(str(waits.get(tid, "")).startswith("get()") for tid in alive):
+        why = ": a loop waiting for more work ends only when it is told to stop"
+    else:
+        why = "" if len(waits) == len(alive) else " (the stacks say where it waits)"
+    it, them = ("it", "it a daemon thread") if one else ("each", "them daemon threads")
     return ("{who}: its main thread has run the program to its end and waits, at exit, for "
             f"the thread{'' if one else 's'} not made with daemon=True to end -- Python waits "
-            f"for every such thread -- and {join_and(said)} never "
-            f"{'ends' if one else 'end'}" + (
-                ": a loop waiting for more work ends only when it is told to stop"
-                if all(str(waits.get(tid, "")).startswith("get()") for tid in alive) else
-                " (the stacks say where it waits)") + f". Fix: tell {'it' if one else 'each'} to stop before the program "
-            f"ends (a sentinel, `q.put(None)`, that its loop returns on; or an Event it checks) "
-            f"and join() {'it' if one else 'them'}; or make {'it a daemon thread' if one else 'them daemon threads'} "
-            f"(`daemon=True`) if what {'it has' if one else 'they have'} not done yet may be "
-            f"lost.")
+            f"for every such thread -- and {join_and(said)} never {'ends' if one else 'end'}"
+            f"{why}. Fix: tell {it} to stop before the program ends (a sentinel, "
+            f"`q.put(None)`, that its loop returns on; or an Event it checks) and join() "
+            f"{'it' if one else 'them'}; or make {them} (`daemon=True`) if what "
+            f"{'it has' if one else 'they have'} not done yet may be lost.")
 
 
 def _threads_that_raised(trace, pid, at):
@@ -587,15 +591,16 @@ def _why(watchdog, stacks, names):
     trace, reasons, native_seen, forked = watchdog.trace, {}, False, False
     at = stuck_moment(trace) or (trace.events[-1].ts_ns if trace.events else 0)
     for pid in watchdog.stuck_pids:
-        said = _threading_reason(trace, pid, (stacks.get(pid) or {}).get("stacks", ""), at)
+        text = (stacks.get(pid) or {}).get("stacks", "")
+        # (at exit first: what its threads wait on is why they never end, not the story)
+        said = _waits_at_exit_for(trace, pid, text, at) or _threading_reason(trace, pid, text, at)
         if said:
             reasons.setdefault(said, []).append(pid)
             continue
         start = next((e for e in trace.of_kind("process.start")
                       if e.pid == pid and e.args.get("how") == "fork"), None)
         if start is None:
-            reasons.setdefault(_own_threads_why(trace, pid, names, (stacks.get(pid) or {})
-                                                .get("stacks", "")), []).append(pid)
+            reasons.setdefault(_own_threads_why(trace, pid, names), []).append(pid)
             continue
         forked, ppid = True, start.args.get("ppid")
         parent = f"{names.get(ppid, '?')} (pid {ppid})"

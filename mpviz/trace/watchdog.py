@@ -494,7 +494,8 @@ class Watchdog:
             self._stuck_since = now
         if now - self._stuck_since > max(CHILDREN_GRACE, self.hang_after):
             return False
-        parents = {pid: getattr(_proc.stat(pid), "ppid", None) for pid, _ in self.seen}
+        parents = {pid: getattr(_proc.stat(pid), "ppid", None)
+                   for pid in {p for p, _ in self.seen}}       # (one stat a process)
         stuck, theirs = set(self.stuck_pids), set()
         for pid in parents:
             up, hops = parents.get(pid), 0
@@ -1391,9 +1392,9 @@ def _put_into_their_own(state, trace, blocked, name):
     if not copies:
         return f"someone must put into {name}, and no thread has put into it yet"
     who = join_and([state.labels.get(pid, f"pid {pid}") for pid in copies])
+    copy = "a queue.Queue of its" if len(copies) == 1 else "queue.Queues of their"
     return (f"someone must put into {name}, and no thread of its process has put into it -- "
-            f"{who} put into {'a queue.Queue of its' if len(copies) == 1 else 'queue.Queues of their'}"
-            f" own (a queue.Queue lives in one process's memory)")
+            f"{who} put into {copy} own (a queue.Queue lives in one process's memory)")
 
 
 def _gone_without_putting(gone, name):
