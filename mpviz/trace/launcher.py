@@ -790,9 +790,10 @@ def _say_task_errors(trace):
     n = len(failed)
     say(f"{n} Pool task{'s' if n > 1 else ''} raised, and the program ended with status 0: "
         f"{listed}{' ...' if n > 5 else ''}. A Pool keeps a task's exception in its result, and "
-        f"only the result's .get() raises it: the program never asked for "
-        f"{'these results' if n > 1 else 'this result'}, or caught what .get() raised. Fix: "
-        f"call .get() on every AsyncResult apply_async() returns (or pass it "
+        f"only the result's .get() raises it (or an error_callback gets it): the program "
+        f"never asked for {'these results' if n > 1 else 'this result'}, caught what .get() "
+        f"raised, or handled {'them' if n > 1 else 'it'} in an error_callback (then nothing "
+        f"is amiss). Fix: call .get() on every AsyncResult apply_async() returns (or pass it "
         f"error_callback=print)")
 
 
@@ -834,10 +835,11 @@ def _say_future_errors(trace):
                        for e in failed[:5])
     say(f"{n} ProcessPoolExecutor task{'s' if n > 1 else ''} raised, and the program ended "
         f"with status 0: {listed}{' ...' if n > 5 else ''}. A future keeps its task's "
-        f"exception, and only its .result() raises it: the program never asked for "
-        f"{'these results' if n > 1 else 'this result'}, or caught what .result() raised. "
-        f"Fix: call .result() on every future submit() returns (or use executor.map and "
-        f"read what it returns)")
+        f"exception, and only its .result() raises it (or .exception() returns it): the "
+        f"program never asked for {'these results' if n > 1 else 'this result'}, caught what "
+        f".result() raised, or read .exception() (in a done callback, say: then nothing is "
+        f"amiss). Fix: call .result() on every future submit() returns (or use executor.map "
+        f"and read what it returns)")
 
 
 def _say_notes(trace):
