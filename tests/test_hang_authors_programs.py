@@ -1096,6 +1096,17 @@ def test_an_item_the_feeder_could_not_pickle_is_named_where_its_getter_or_join_w
             "attribute lookup <lambda> on __main__ failed) and dropped them") in err, err
     assert "q.join() counts a dropped item unfinished for ever" in err, err
     assert "who must act is not recorded" not in err, err
+    # the wait-for graph says it too, at both waits' queue (it said only "empty" and "not
+    # every item is task_done()": the main thread "must put", which it had)
+    import matplotlib
+    matplotlib.use("Agg")
+    from mpviz import viz
+    run = result(runs, "jobs_with_callbacks.py")
+    fig = viz.wait_for(mt.load(run.args[run.args.index("-o") + 1]))
+    texts = [t.get_text() for t in fig.findobj(matplotlib.text.Text)]
+    assert ("Queue 1 (a JoinableQueue)\nnot every item is task_done()\n3 put, dropped by its "
+            "feeder (could not pickle)") in texts, texts
+    assert "Queue 1\nempty\n3 put, dropped by its feeder (could not pickle)" in texts, texts
     err = hung(result(runs, "log_file_on_task_queue.py"))
     assert ("Process-1's main thread waits: get() on Queue 1: nothing in it yet -- "
             "log_file_on_task_queue.py's main thread must put -- and log_file_on_task_queue.py "

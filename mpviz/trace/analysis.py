@@ -257,6 +257,8 @@ class State:
     ended: dict = field(repr=False, default_factory=dict)   # pid -> "killed by SIGKILL" ... of
                                                             # each process ended by the instant
     idle: frozenset = frozenset()      # Pool / executor workers waiting for their next task
+    dropped: dict = field(repr=False, default_factory=dict)  # queue id -> [(pid, error)]: puts
+                                                   # its feeder could not pickle (dropped_by_queue)
 
     @property
     def t_s(self):
@@ -1808,22 +1810,24 @@ PICKLE_FIX = ("put only what can be pickled -- the error says what could not (an
               "grad: .detach() it)")
 
 
-def dropped_puts(trace, qid, t_ns):
-    """The puts into queue `qid` by `t_ns` that its feeder thread could not pickle -- dropped,
-    though the putting process lives on: [(pid, error)], in the order put. A feeder sends its
-    queue's messages in order, so the one it failed on (``queue.put_failed`` with ``feeder``,
-    by message id where known) is the first of that process's puts it never sent. An item
-    dropped so is never got: a q.join() counts it unfinished for ever."""
+def dropped_by_queue(trace, t_ns):
+    """``{queue id: [(pid, error)]}``: the puts by `t_ns` that a feeder thread could not pickle
+    and dropped. A feeder sends its queue's messages in order, so the one it failed on
+    (``queue.put_failed`` with ``feeder``, by message id where known) is the first of that
+    process's puts it never sent. An item dropped so is never got: a q.join() counts it
+    unfinished for ever. {} at once where no feeder failed (the index keeps those events)."""
+    failures = [e for e in _index(trace).by_kind.get("queue.put_failed", ())
+                if e.args.get("feeder") and e.ts_ns <= t_ns]
+    if not failures:
+        return {}
     fed = {e.args.get("msg") for e in trace.of_kind("queue.feed", "queue.get")}
     feeds = {}                                          # (pid, tid) -> the queues it fed
     for e in trace.of_kind("queue.feed"):
         feeds.setdefault((e.pid, e.tid), set()).add(e.args.get("queue"))
     unsent = [e for e in trace.of_kind("queue.put")
               if e.args.get("msg") not in fed and e.ts_ns <= t_ns]
-    out, taken = [], set()
-    for fail in trace.of_kind("queue.put_failed"):
-        if not fail.args.get("feeder") or fail.ts_ns > t_ns:
-            continue
+    out, taken = {}, set()
+    for fail in failures:
         fed_by_it = feeds.get((fail.pid, fail.tid))
         put = next((e for e in unsent if e.pid == fail.pid and e.ts_ns <= fail.ts_ns and
                     e.args.get("msg") not in taken and
@@ -1831,9 +1835,8 @@ def dropped_puts(trace, qid, t_ns):
                      not fed_by_it or e.args.get("queue") in fed_by_it)), None)
         if put is not None:
             taken.add(put.args.get("msg"))
-            if put.args.get("queue") == qid:      # (each lambda's own address left out)
-                out.append((put.pid, re.sub(r" at 0x[0-9a-f]+", "", fail.args.get("error") or "")
-                            or None))
+            error = re.sub(r" at 0x[0-9a-f]+", "", fail.args.get("error") or "")  # (a lambda's
+            out.setdefault(put.args.get("queue"), []).append((put.pid, error or None))  # own)
     return out
 
 
@@ -1928,7 +1931,8 @@ def state_at(trace, t_ns=None):
                  {p.pid: _how_it_ended(p) for p in ix.procs.values()
                   if p.start_ns <= t and not ix.alive(p.pid, t)},
                  frozenset(pid for pid in {b.pid for b in blocked if b.on == "queue.get"}
-                           if ix.idle_pool_worker(pid, t)))
+                           if ix.idle_pool_worker(pid, t)),
+                 dropped_by_queue(trace, t))
 
 
 def _how_it_ended(p):

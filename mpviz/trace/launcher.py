@@ -762,8 +762,7 @@ def _say_dropped(trace):
     from . import analysis
     labels, names = analysis.process_labels(trace), analysis.channel_names(trace)
     end = trace.events[-1].ts_ns if trace.events else 0
-    for qid in dict.fromkeys(e.args.get("queue") for e in trace.of_kind("queue.put")):
-        dropped = analysis.dropped_puts(trace, qid, end)
+    for qid, dropped in analysis.dropped_by_queue(trace, end).items():
         for pid in dict.fromkeys(p for p, _ in dropped):
             errors = [err for p, err in dropped if p == pid]
             n = len(errors)

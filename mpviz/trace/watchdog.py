@@ -1017,7 +1017,7 @@ def _who_must_act(state, blocked, trace=None):
             if queued is not None:
                 return _queued_job_words(state, blocked, *queued)
     if blocked.on == "queue.join" and not blocked.waits_for and trace is not None:
-        dropped = _dropped_words(state, trace, blocked)
+        dropped = _dropped_words(state, blocked)
         if dropped:
             return "nobody has got from it -- " + dropped
     if blocked.waits_for:
@@ -1029,7 +1029,7 @@ def _who_must_act(state, blocked, trace=None):
             gone = _ended_getters(state, trace, blocked)
             if gone:
                 return _join_never_done(state, blocked, gone, who)
-            dropped = _dropped_words(state, trace, blocked)
+            dropped = _dropped_words(state, blocked)
             if dropped:
                 return f"{who} must call task_done() -- but " + dropped
             if _getters_want_more(state, trace, blocked):
@@ -1042,7 +1042,7 @@ def _who_must_act(state, blocked, trace=None):
             if lost:
                 return lost
         if not ended and blocked.on == "queue.get" and trace is not None:
-            dropped = _dropped_words(state, trace, blocked)
+            dropped = _dropped_words(state, blocked)
             if dropped:
                 return f"{who} must put -- and " + dropped
         if ended and blocked.on in ("thread_queue.get", "queue.get") and \
@@ -1282,11 +1282,11 @@ def _ended_getters(state, trace, blocked):
     return out
 
 
-def _dropped_words(state, trace, blocked):
+def _dropped_words(state, blocked):
     """"Process-1 put an item into Queue 1 that never reached it: its feeder thread could not
     pickle it (TypeError: ...) ..." for a q.join() or get() on a queue whose putter lives on;
-    "" if no put into it was dropped (analysis.dropped_puts)."""
-    dropped = st.dropped_puts(trace, blocked.target, state.t_ns)
+    "" if no put into it was dropped (State.dropped: analysis.dropped_by_queue)."""
+    dropped = state.dropped.get(blocked.target)
     if not dropped:
         return ""
     name = state.channel_names.get(blocked.target, blocked.target)

@@ -303,6 +303,10 @@ def _add_blocked(state, nodes, edges, dead=frozenset()):
             if b.on == "queue.get" and ", but this get() waits for" in b.what:
                 # not empty: messages wait in it, behind a read lock nobody releases
                 text = f"{name}'s read lock\n({b.what.split(': ', 1)[1].split(', but')[0]})"
+            dropped = len(state.dropped.get(b.target, ())) if b.on.startswith("queue.") else 0
+            if dropped:                  # (what it waits for was put, and will never come)
+                text = (text.rstrip(": \n") + f"\n{dropped} put, dropped by its feeder "
+                        f"(could not pickle)")
             nodes[okey] = ("lock", text.rstrip(": \n"))
         edges.extend((a, okey, must, style) for a in actors
                      if (a, okey, must, style) not in edges)
