@@ -82,6 +82,8 @@ it; all are started at once (they spend their time waiting), each judged alone:
                               pay into: opposite orders (multiprocessing.Lock)
     downloads_into_module_queue.py  the same, with workers that download for 2.5 s (spawn):
                               the parent can never move after 1 s; the verdict waits for them
+    downloads_after_module_setup.py  the same, with a table of word ids built at import: each
+                              spawn child builds it again (seconds) before it begins to run
     slots_threading_semaphore.py  a worker acquires a module-level threading.Semaphore(0); the
                               parent releases its own (fork and spawn)
     batch_ready_condition.py  a loader waits on a module-level threading.Condition; the
@@ -176,6 +178,11 @@ def runs(tmp_path_factory):
     # story is what the children do next)
     programs["downloads_into_module_queue.py"] = ("1", _program("downloads_into_module_queue.py"),
                                                   "spawn")
+    # (the same, with children that take seconds to start: the module they import builds a
+    # table; the grace is counted from when they began to run -- a CI run judged them killed
+    # while still importing, with the false words)
+    programs["downloads_after_module_setup.py"] = (
+        "1", _program("downloads_after_module_setup.py"), "spawn")
     programs["account_lock_taken_twice.py locks"] = ("1.5 --threading-locks",
                                                      _program("account_lock_taken_twice.py"))
     programs["wait_go_signal.py 1"] = ("2", _program("wait_go_signal.py"), "1")
@@ -987,7 +994,8 @@ def test_a_queue_queue_a_child_puts_into_is_its_own(runs):
     runs_of = {"total_via_thread_queue.py": ["Process-1"],
                "file_checks_module_queue.py fork": ["ForkProcess-1", "ForkProcess-2"],
                "file_checks_module_queue.py spawn": ["SpawnProcess-1", "SpawnProcess-2"],
-               "downloads_into_module_queue.py": ["SpawnProcess-1", "SpawnProcess-2"]}
+               "downloads_into_module_queue.py": ["SpawnProcess-1", "SpawnProcess-2"],
+               "downloads_after_module_setup.py": ["SpawnProcess-1", "SpawnProcess-2"]}
     for name, children in runs_of.items():
         err = hung(result(runs, name))
         program = name.split()[0]

@@ -93,8 +93,11 @@ NAME_LOOKS = 5
 
 # A process that can never move is judged when its children have done what they would: they may
 # still be starting (spawn, on a busy machine: seconds) and about to put into a queue.Queue of
-# their own -- the story of its wait. At most this many seconds (or hang_after) more.
+# their own -- the story of its wait. At most this many seconds (or hang_after) more, counted
+# from when the last of them began to run the program's code (process.bootstrap): one still
+# importing took more than the 5 s on a busy CI machine. At most CHILDREN_START_MOST s in all.
 CHILDREN_GRACE = 5.0
+CHILDREN_START_MOST = 60.0
 
 
 class _Seen:
@@ -196,7 +199,10 @@ class Watchdog:
         self.threads_changed = {}           # pid -> when a thread of it last started or ended
         self.helpers = {}                   # pid -> "Python's fork server", or None: read once
         self.kind, self.stuck_pids, self.facts = None, [], None
-        self._stuck_since = None            # when _never_moving first found a process
+        self._stuck_since = None            # when _never_moving first found a process, or
+                                            # a child of it last was still starting
+        self._stuck_found = None            # when _never_moving first found a process
+        self._booted = (None, None, None)   # (events read, launched, booted): _starting
         self._joiners = (None, None)        # (stuck_pids, events read) -> _stuck_with_joiners
         self.for_good = []                  # analysis.Deadlocks that made a stall a deadlock
         self.handler_wait = None            # a Pool's result handler waiting in a callback
@@ -226,7 +232,7 @@ class Watchdog:
         self.stalled_for = now - self.last_progress
         self.stuck_pids = self._never_moving(now)
         if not self.stuck_pids:
-            self._stuck_since = None
+            self._stuck_since = self._stuck_found = None
         elif self._children_move(now):
             self.stuck_pids = []                 # (their next step may be the story: below)
             return False
@@ -489,9 +495,12 @@ class Watchdog:
         waits for them: a child under spawn still starting when its parent's get() had waited
         1.5 s (a CI run) was killed before its put() into a queue.Queue of its own, and the
         verdict said "no thread has put into it yet ... Fix: put into it before waiting". A
-        child in a sleep counts as moving: a sleep ends."""
+        child in a sleep counts as moving: a sleep ends. The grace is counted again while a child
+        is still starting (it moves, and has not begun to run the program's code): one still
+        importing after the 5 s on a busy CI machine, then downloading for 2.5 s, was killed
+        with the same false words."""
         if self._stuck_since is None:
-            self._stuck_since = now
+            self._stuck_since = self._stuck_found = now
         if now - self._stuck_since > max(CHILDREN_GRACE, self.hang_after):
             return False
         parents = {pid: getattr(_proc.stat(pid), "ppid", None)
@@ -504,9 +513,26 @@ class Watchdog:
             if up in stuck:
                 theirs.add(pid)
         # (moving: it ran since the last looks, or it waits with a deadline -- a sleep ends)
-        return any(now - s.moved < 2 * self.look_every + POLL_SECONDS or
-                   s.view.wait in ("sleep", "deadline")
-                   for (pid, _), s in self.seen.items() if pid in theirs)
+        moving = {pid for (pid, _), s in self.seen.items() if pid in theirs and (
+            now - s.moved < 2 * self.look_every + POLL_SECONDS or
+            s.view.wait in ("sleep", "deadline"))}
+        if moving and moving & self._starting() and now - self._stuck_found < CHILDREN_START_MOST:
+            self._stuck_since = now
+        return bool(moving)
+
+    def _starting(self):
+        """Pids of the processes started by Process.start() (recorded: ``process.launch``)
+        that have not begun to run the program's code yet (no ``process.bootstrap``): still
+        importing, under spawn. (The logs are read here: while the children import, every
+        look sees a thread move, and poll() does not read them.)"""
+        self._read_logs()
+        key = len(self.trace.events)
+        if self._booted[0] != key:
+            launched = {e.args.get("child") for e in self.trace.of_kind("process.launch")
+                        if e.args.get("start_method") in ("fork", "spawn", "forkserver")}
+            booted = {e.pid for e in self.trace.of_kind("process.bootstrap")}
+            self._booted = (key, launched, booted)
+        return self._booted[1] - self._booted[2]
 
     def reason(self, pid):
         """What the verdict says of process `pid`, for its ``watchdog.stuck`` event (the

@@ -6,7 +6,7 @@ import time
 
 def transfer(src, dst, src_lock, dst_lock, amount):
     with src_lock:
-        time.sleep(0.1)             # read the balance, check it covers the amount
+        time.sleep(1)               # ask the bank for the balance, check it covers the amount
         with dst_lock:
             src.value -= amount
             dst.value += amount
