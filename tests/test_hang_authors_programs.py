@@ -84,6 +84,10 @@ it; all are started at once (they spend their time waiting), each judged alone:
                               the parent can never move after 1 s; the verdict waits for them
     downloads_after_module_setup.py  the same, with a table of word ids built at import: each
                               spawn child builds it again (seconds) before it begins to run
+    squares_after_with.py     map_async() inside `with Pool(...)`, its get() after the block:
+                              __exit__ terminated the Pool, and the result never comes
+    thumbnails_after_with.py  the same with a list of apply_async() results
+    scores_pool_terminate.py  terminate() where close() was meant, then get()
     slots_threading_semaphore.py  a worker acquires a module-level threading.Semaphore(0); the
                               parent releases its own (fork and spawn)
     batch_ready_condition.py  a loader waits on a module-level threading.Condition; the
@@ -162,7 +166,8 @@ def runs(tmp_path_factory):
         "thumbnails_no_task_done.py", "jobs_with_callbacks.py", "log_file_on_task_queue.py",
         "transfer_two_locks.py", "resize_tasks_with_log.py", "printer_thread_not_stopped.py",
         "server_never_stopped.py", "parse_files_apply_async.py", "parse_files_executor.py",
-        "hogwild_forgot_share_memory.py", "flush_on_stop_event.py")}
+        "hogwild_forgot_share_memory.py", "flush_on_stop_event.py", "squares_after_with.py",
+        "thumbnails_after_with.py", "scores_pool_terminate.py")}
     programs["hogwild_forgot_share_memory.py share"] = (
         "10", _program("hogwild_forgot_share_memory.py"), "share")
     for method in ("fork", "spawn"):
@@ -1191,17 +1196,19 @@ def test_pool_tasks_that_raised_unseen_are_named_when_the_program_ends_well(runs
     assert run.returncode == 0 and "all files parsed" in run.stdout, run.stderr
     assert ("2 Pool tasks raised, and the program ended with status 0: parse (job 0) raised "
             "FileNotFoundError: [Errno 2] No such file or directory: 'missing_a.txt'; parse (job "
-            "1) raised FileNotFoundError: [Errno 2] No such file or directory: 'missing_b.txt'. "
-            "A Pool keeps a task's exception in its result, and only the result's .get() raises "
-            "it") in run.stderr, run.stderr
+            "1) raised FileNotFoundError: [Errno 2] No such file or directory: 'missing_b.txt' "
+            "-- and the program never saw these errors: no .get() of their results raised them, "
+            "and no error_callback was given. A Pool keeps a task's exception in its result, and "
+            "only the result's .get() raises it") in run.stderr, run.stderr
     assert "Fix: call .get() on every AsyncResult apply_async() returns" in run.stderr
     run = result(runs, "parse_files_executor.py")
     assert run.returncode == 0 and "all files parsed" in run.stdout, run.stderr
     assert ("2 ProcessPoolExecutor tasks raised, and the program ended with status 0: parse "
             "raised FileNotFoundError: [Errno 2] No such file or directory: 'missing_a.txt'; "
             "parse raised FileNotFoundError: [Errno 2] No such file or directory: "
-            "'missing_b.txt'. A future keeps its task's exception, and only its .result() raises "
-            "it") in run.stderr, run.stderr
+            "'missing_b.txt' -- and the program never saw these errors: no .result() of their "
+            "futures raised them, and no .exception() returned them. A future keeps its task's "
+            "exception, and only its .result() raises it") in run.stderr, run.stderr
 
 
 @pytest.mark.timeout(150)
@@ -1221,3 +1228,38 @@ def test_a_model_forked_without_share_memory_is_named_as_each_workers_own_copy(r
     run = result(runs, "hogwild_forgot_share_memory.py share")
     assert run.returncode == 0 and "the model learned: True" in run.stdout, run.stderr
     assert "not in shared memory" not in run.stderr, run.stderr
+
+
+@pytest.mark.timeout(150)
+def test_a_result_got_after_its_pool_was_terminated_says_so_and_the_fix(runs):
+    """map_async() or apply_async() inside `with Pool(...) as pool:`, the get() after the block
+    -- whose __exit__ calls terminate(): the workers are killed and the job is dropped; or
+    terminate() where close() was meant. Said before: "its threads wait for each other (a lock
+    taken twice, a join of a thread that waits for the joiner, ...)" -- none of which the
+    program did -- and "the result of Pool job 0 -- who must act is not recorded"."""
+    for name, what, why in [
+            ("squares_after_with.py", r"Pool job 0 \(slow_square: \d of its 8 tasks done\)",
+             r"the Pool was terminated at the end of its `with` block \(<module> "
+             r"\(squares_after_with\.py:12\): `with Pool\(4\) as pool:`\): a Pool's __exit__ "
+             r"calls terminate\(\), not close\(\) and join\(\)"),
+            ("thumbnails_after_with.py", r"Pool job \d \(make_thumbnail: 0 of its 1 task done\)",
+             r"the Pool was terminated at the end of its `with` block \(<module> "
+             r"\(thumbnails_after_with\.py:13\)"),
+            ("scores_pool_terminate.py", r"Pool job 0 \(score: \d of its 4 tasks done\)",
+             r"the program called the Pool's terminate\(\) \(<module> "
+             r"\(scores_pool_terminate\.py:16\): `pool\.terminate\(\)`\) before the job was "
+             r"done")]:
+        err = hung(result(runs, name))
+        program = re.escape(name)
+        assert re.search(
+            rf"  {program} waits for the result of {what}, which will never come: {why}.*; "
+            rf"terminate\(\) kills the workers and drops every job not finished\. Fix: ", err), err
+        assert re.search(rf"{program}'s main thread waits: the result of Pool job \d -- nobody "
+                         rf"can: {what} will never finish: {why}", err), err
+        assert "its threads wait for each other" not in err, err
+        assert "who must act is not recorded" not in err, err
+    assert ("Fix: get the results inside the `with` block (`.get()` before it ends), or call "
+            "pool.close() and pool.join() as its last lines: they wait for the jobs."
+            ) in hung(result(runs, "squares_after_with.py"))
+    assert ("Fix: get the results before terminate(), or end the Pool with close() and join(), "
+            "which wait for its jobs.") in hung(result(runs, "scores_pool_terminate.py"))

@@ -397,7 +397,7 @@ class _Index:
         self.event_sets = []           # every event.set (who set an Event, when)
         self.handles = {}              # message id -> how many handles its sender pickled in it
         self.writes = {}               # message id -> (its queue.feed,) when a feeder wrote it
-        special = {"copy", "cuda.warning", "pool.task", "executor.task", "mark",
+        special = {"copy", "cuda.warning", "pool.task", "pool.terminate", "executor.task", "mark",
                    "queue.put_failed",
                    "queue.get_failed", "dist.rendezvous"}
         self.lock_names = {}           # lock id -> the variable name a waiter used for it
@@ -774,10 +774,14 @@ class _Index:
                 continue            # the watchdog's verdict: it could still move (watchdog.py)
             if self._found_at(e) <= t and (pid, pid) not in found and \
                     not any(k[0] == pid for k in found):
-                lost = [task.words() for _, _, b, until in self.blocked
+                jobs = [b.args.get("id") for _, _, b, until in self.blocked
                         if b.pid == pid and b.args.get("on") == "pool.result" and
-                        b.ts_ns <= t and (until is None or t < until)
-                        for task in self.lost_tasks(b.args.get("id"), t)]
+                        b.ts_ns <= t and (until is None or t < until)]
+                dropped = [_terminated(self, job, t, pid) for job in jobs]
+                lost = [f"{self.labels.get(pid, f'pid {pid}')} waits for the result of "
+                        f"{d[0]}, which will never come: {d[1]}"
+                        for d in dropped if d] or \
+                    [task.words() for job in jobs for task in self.lost_tasks(job, t)]
                 found[(pid, pid)] = Deadlock(pid, pid, (lost[0] if lost else
                                                         "the watchdog found it stuck") +
                                              user_line(e.args.get("stacks")))
@@ -1736,6 +1740,46 @@ def lost_pool_tasks(trace, job, t_ns=None):
     return ix.lost_tasks(job, ix.t1 if t_ns is None else int(t_ns))
 
 
+def terminated_job(trace, job, t_ns, pid):
+    """Where Pool job `job` of process `pid` was dropped unfinished by `t_ns` -- its Pool
+    terminated (the end of a ``with Pool(...)`` block, terminate(), its garbage collection),
+    its workers killed: ``(what, why, fix)`` in words, or None. A get() of its result waits for
+    ever (squares_after_with.py: map_async in the block, get() after it)."""
+    return _terminated(_index(trace), job, int(t_ns), pid)
+
+
+def _terminated(ix, job, t, pid):
+    end = next((e for e in ix.by_kind.get("pool.terminate", ()) if e.pid == pid and
+                e.ts_ns <= t and job in (e.args.get("jobs") or ())), None)
+    if end is None:
+        return None
+    tasks = [e for e in ix.pool_tasks if e.args.get("job") == job]
+    n = sum(e.args.get("phase") == "submit" for e in tasks)
+    done = sum(e.args.get("phase") == "done" and e.ts_ns <= end.ts_ns for e in tasks)
+    func = next((e.args.get("func") for e in tasks if e.args.get("func")), None)
+    at = f" ({end.args['at']})" if end.args.get("at") else ""
+    how = end.args.get("how")
+    if how == "with":
+        why = (f"the Pool was terminated at the end of its `with` block{at}: a Pool's "
+               f"__exit__ calls terminate(), not close() and join()")
+        fix = ("get the results inside the `with` block (`.get()` before it ends), or call "
+               "pool.close() and pool.join() as its last lines: they wait for the jobs")
+    elif how == "terminate()":
+        why = f"the program called the Pool's terminate(){at} before the job was done"
+        fix = ("get the results before terminate(), or end the Pool with close() and join(), "
+               "which wait for its jobs")
+    elif how == "at exit":
+        why = "the Pool was terminated as the interpreter exited"
+        fix = "get the results before the program ends"
+    else:
+        why = (f"the Pool was garbage-collected{at} before the job was done -- nothing kept "
+               f"a reference to it, and its finalizer terminates it")
+        fix = "keep the Pool (a variable, or a `with` block) until its results are got"
+    count = f"{done} of its {n} task{'s' if n != 1 else ''} done" if n else "not done"
+    return (f"Pool job {job} ({f'{func}: ' if func else ''}{count})",
+            f"{why}; terminate() kills the workers and drops every job not finished", fix)
+
+
 def unstarted_job(trace, job, t_ns):
     """If Pool job `job` was submitted by `t_ns` and no worker had started it: (its submit
     event, the ``pool.task`` starts of the tasks running then of jobs the same process
@@ -2024,3 +2068,118 @@ def deadlocks(trace):
     """The ``Deadlock``s of the whole run (judged at ``stuck_moment``), or ``[]``."""
     t = stuck_moment(trace)
     return [] if t is None else list(state_at(trace, t).deadlocks)
+
+
+# --- work a run lost without a word --------------------------------------------------------------
+
+def lost_work(trace, ended=None):
+    """What a run that did not hang lost without a word, as lines for a learner: messages a
+    Queue's feeder thread could not pickle and dropped, Pool and ProcessPoolExecutor tasks that
+    raised where the program never saw the error (``task.error_seen``: a .get() or .result()
+    that raised it, an .exception() that returned it, an error_callback), and processes forked with torch tensors (a model)
+    not in shared memory. `ended`: how the run ended well ("the program ended with status 0",
+    "the recorded block ended without an error"); None (it failed: its own error says why) leaves
+    the task errors out. ``mpviz trace`` prints these lines at its end; ``record()`` prints them
+    and keeps them as ``trace.lost_work``. (After a hang, the verdict says what a wait waits
+    for.) [] when nothing was lost."""
+    kinds = {e.kind for e in trace.events}        # (one pass: each below reads its kinds)
+    lines = []
+    if "queue.put_failed" in kinds:
+        lines += _dropped_lines(trace)
+    if ended and "pool.task" in kinds:
+        lines += _pool_error_lines(trace, ended)
+    if ended and "executor.task" in kinds:
+        lines += _future_error_lines(trace, ended)
+    if "process.private_args" in kinds:
+        lines += _private_args_lines(trace)
+    return lines
+
+
+def _dropped_lines(trace):
+    """The messages a Queue's feeder thread could not pickle and dropped (a lambda, an open
+    file ...): put() had returned, the error went to the putting process's stderr, and the
+    program went on without them -- a loss nothing in the program raised."""
+    labels, names = process_labels(trace), channel_names(trace)
+    end = trace.events[-1].ts_ns if trace.events else 0
+    lines = []
+    for qid, dropped in dropped_by_queue(trace, end).items():
+        for pid in dict.fromkeys(p for p, _ in dropped):
+            errors = [err for p, err in dropped if p == pid]
+            n = len(errors)
+            them = "them" if n > 1 else "it"
+            lines.append(
+                f"{labels.get(pid, f'pid {pid}')} (pid {pid}) put {n} message"
+                f"{'s' if n > 1 else ''} into {names.get(qid, 'a Queue')} that never reached "
+                f"it: the feeder thread could not pickle {them} "
+                f"({'; '.join(dict.fromkeys(errors))}) and dropped {them} -- put() had "
+                f"returned, and nothing was raised in the program. Fix: " + PICKLE_FIX)
+    return lines
+
+
+def _pool_error_lines(trace, ended):
+    """The Pool tasks that raised, in a run that ended well: a Pool keeps a task's exception in
+    its result, and only .get() raises it -- apply_async() results never asked for hide it
+    ("all files parsed", and none was)."""
+    seen = {e.args.get("job") for e in trace.of_kind("task.error_seen")}
+    failed = sorted((e for e in trace.of_kind("pool.task")
+                     if e.args.get("phase") == "done" and e.args.get("ok") is False
+                     and e.args.get("job") not in seen),
+                    key=lambda e: (e.args.get("job") or 0, e.args.get("index") or 0))
+    if not failed:
+        return []
+    listed = "; ".join(f"{e.args.get('func')} (job {e.args.get('job')}) raised "
+                       f"{e.args.get('error', 'an exception')}" for e in failed[:5])
+    n = len(failed)
+    return [f"{n} Pool task{'s' if n > 1 else ''} raised, and {ended}: "
+            f"{listed}{' ...' if n > 5 else ''} -- and the program never saw "
+            f"{'these errors' if n > 1 else 'this error'}: no .get() of "
+            f"{'their results' if n > 1 else 'its result'} raised {'them' if n > 1 else 'it'}, "
+            f"and no error_callback was given. A Pool keeps a task's exception in its result, "
+            f"and only the result's .get() raises it. Fix: call .get() on every AsyncResult "
+            f"apply_async() returns (or pass it error_callback=print)"]
+
+
+def _future_error_lines(trace, ended):
+    """The same for a ProcessPoolExecutor: a future keeps its task's exception, and only
+    .result() raises it."""
+    funcs = {e.args.get("job"): e.args.get("func") for e in trace.of_kind("executor.task")
+             if e.args.get("phase") == "start"}
+    seen = {e.args.get("job") for e in trace.of_kind("task.error_seen")}
+    failed = sorted((e for e in trace.of_kind("executor.task")
+                     if e.args.get("phase") == "done" and e.args.get("error")
+                     and e.args.get("job") not in seen),
+                    key=lambda e: int(str(e.args.get("job")).rpartition("/")[2] or 0))
+    if not failed:
+        return []
+    n = len(failed)
+    listed = "; ".join(f"{funcs.get(e.args.get('job'), 'a task')} raised {e.args['error']}"
+                       for e in failed[:5])
+    return [f"{n} ProcessPoolExecutor task{'s' if n > 1 else ''} raised, and {ended}: "
+            f"{listed}{' ...' if n > 5 else ''} -- and the program never saw "
+            f"{'these errors' if n > 1 else 'this error'}: no .result() of "
+            f"{'their futures' if n > 1 else 'its future'} raised {'them' if n > 1 else 'it'}, "
+            f"and no .exception() returned {'them' if n > 1 else 'it'}. A future keeps its "
+            f"task's exception, and only its .result() raises it. Fix: call .result() on every "
+            f"future submit() returns (or use executor.map and read what it returns)"]
+
+
+def _private_args_lines(trace):
+    """The processes forked with torch tensors (a model) among their arguments that were not in
+    shared memory: each trains (or writes) a copy of its own, which nobody else sees -- Hogwild
+    without model.share_memory(), whose parent's model never changes."""
+    given = {}
+    for e in trace.of_kind("process.private_args"):
+        given.setdefault(tuple(e.args.get("what") or ()), []).append(e.args.get("child"))
+    labels, lines = process_labels(trace), []
+    for what, pids in given.items():
+        who = names.join_and([f"{labels.get(pid, f'pid {pid}')} (pid {pid})" for pid in pids])
+        one = len(pids) == 1
+        lines.append(
+            f"{who} {'was' if one else 'were'} forked with {names.join_and(list(what))} among "
+            f"{'its' if one else 'their'} arguments, not in shared memory: "
+            f"{'it has' if one else 'each has'} a copy of its own (fork copies memory page by "
+            f"page as it is written) -- what {'it' if one else 'one'} writes into them (an "
+            f"optimizer's step), the parent{'' if one else ' and the others'} never see. Fix, "
+            f"if they are to be shared: model.share_memory() (a tensor's .share_memory_()) "
+            f"before starting {'it' if one else 'them'}, as mnist_hogwild does")
+    return lines

@@ -91,6 +91,17 @@ KINDS = {
         "(a done that raised)",
         "a ProcessPoolExecutor's worker: start as it takes a work item, done as it sends its "
         "result back (waits.py)"),
+    "pool.terminate": Kind(
+        "jobs (the Pool's jobs still unfinished: dropped), how (with: the end of a `with "
+        "Pool(...)` block; terminate(); garbage collected; at exit), at (the program's line)",
+        "the process whose Pool is terminated, in Pool._terminate_pool (waits.py); only where "
+        "a job was unfinished"),
+    "task.error_seen": Kind(
+        "job (a Pool job's number, or an executor task's 'queue id/work id'), how (get, next, "
+        "result, exception: it raised or returned the task's exception; error_callback: the "
+        "job has one)",
+        "the program's thread that saw a task's error (waits.py): analysis.lost_work names "
+        "only the errors nobody saw"),
     "manager.serve": Kind("manager (the address it listens on)",
                           "a Manager's server process, as it starts serving (waits.py)"),
     "manager.use": Kind(

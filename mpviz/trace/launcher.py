@@ -35,7 +35,6 @@ import tempfile
 import warnings
 
 from . import autostart, chrome, recorder, session
-from .names import join_and
 
 FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 TO_GROUP = (signal.SIGINT, signal.SIGHUP)   # a terminal sends these to the whole process group
@@ -54,8 +53,8 @@ def say(message):
 
 # What mpviz writes beside the logs, by these names: a directory that already holds one of them
 # is refused (mpviz never overwrites a file it did not write in this run).
-OUTPUTS = ("trace.json", "timeline.png", "wait_for.png", "verdict.txt", recorder.NOTES,
-           ".stacks")                      # (trace.VERDICT_FILE, watchdog.STACKS)
+OUTPUTS = ("trace.json", "timeline.png", "wait_for.png", "verdict.txt", "lost_work.txt",
+           recorder.NOTES, ".stacks")      # (trace.VERDICT_FILE, LOST_WORK_FILE, watchdog.STACKS)
 
 
 def prepare_directory(output):
@@ -601,13 +600,7 @@ def _report(directory, child, code, watchdog, verdict, received, plot):
     _say_unended(trace, program)
     if verdict is None:
         _say_crashes(trace, program)
-        kinds = {e.kind for e in trace.events}    # (one pass: each below reads its kinds)
-        if "queue.put_failed" in kinds:
-            _say_dropped(trace)
-        if code == 0 and kinds & {"pool.task", "executor.task"}:
-            _say_task_errors(trace)
-        if "process.private_args" in kinds:
-            _say_private_args(trace)
+        _say_lost_work(trace, directory, code)
     worth = verdict is not None or code != 0
     if plot is False or (plot is None and not worth):
         say(f"no pictures drawn{' (--no-plot)' if plot is False else ''}: "
@@ -754,91 +747,22 @@ def _say_crashes(trace, program):
                 say(f"pid {p.pid} ({p.name}) {analysis.how_it_ended(trace, p.pid)}")
 
 
-def _say_dropped(trace):
-    """Name the messages a Queue's feeder thread could not pickle and dropped (a lambda, an open
-    file ...): put() had returned, the error went to the putting process's stderr, and the
-    program went on without them -- a loss nothing in the program raised. (After a hang, the
-    verdict says it where a get() or q.join() waits for them.)"""
-    from . import analysis
-    labels, names = analysis.process_labels(trace), analysis.channel_names(trace)
-    end = trace.events[-1].ts_ns if trace.events else 0
-    for qid, dropped in analysis.dropped_by_queue(trace, end).items():
-        for pid in dict.fromkeys(p for p, _ in dropped):
-            errors = [err for p, err in dropped if p == pid]
-            n = len(errors)
-            say(f"{labels.get(pid, f'pid {pid}')} (pid {pid}) put {n} message"
-                f"{'s' if n > 1 else ''} into {names.get(qid, 'a Queue')} that never reached "
-                f"it: the feeder thread could not pickle {'them' if n > 1 else 'it'} "
-                f"({'; '.join(dict.fromkeys(errors))}) and dropped {'them' if n > 1 else 'it'}"
-                f" -- put() had returned, and nothing was raised in the program. Fix: "
-                + analysis.PICKLE_FIX)
-
-
-def _say_task_errors(trace):
-    """Name the Pool tasks that raised, in a program that ended with status 0: a Pool keeps a
-    task's exception in its result, and only .get() raises it -- apply_async() results never
-    asked for hide it ("all files parsed", and none was)."""
-    failed = sorted((e for e in trace.of_kind("pool.task")
-                     if e.args.get("phase") == "done" and e.args.get("ok") is False),
-                    key=lambda e: (e.args.get("job") or 0, e.args.get("index") or 0))
-    _say_future_errors(trace)
-    if not failed:
-        return
-    listed = "; ".join(f"{e.args.get('func')} (job {e.args.get('job')}) raised "
-                       f"{e.args.get('error', 'an exception')}" for e in failed[:5])
-    n = len(failed)
-    say(f"{n} Pool task{'s' if n > 1 else ''} raised, and the program ended with status 0: "
-        f"{listed}{' ...' if n > 5 else ''}. A Pool keeps a task's exception in its result, and "
-        f"only the result's .get() raises it (or an error_callback gets it): the program "
-        f"never asked for {'these results' if n > 1 else 'this result'}, caught what .get() "
-        f"raised, or handled {'them' if n > 1 else 'it'} in an error_callback (then nothing "
-        f"is amiss). Fix: call .get() on every AsyncResult apply_async() returns (or pass it "
-        f"error_callback=print)")
-
-
-def _say_private_args(trace):
-    """Name the processes forked with torch tensors (a model) among their arguments that were
-    not in shared memory: each trains (or writes) a copy of its own, which nobody else sees --
-    Hogwild without model.share_memory(), whose parent's model never changes."""
-    given = {}
-    for e in trace.of_kind("process.private_args"):
-        given.setdefault(tuple(e.args.get("what") or ()), []).append(e.args.get("child"))
-    if not given:
-        return
-    from . import analysis
-    labels = analysis.process_labels(trace)
-    for what, pids in given.items():
-        who = join_and([f"{labels.get(pid, f'pid {pid}')} (pid {pid})" for pid in pids])
-        one = len(pids) == 1
-        say(f"{who} {'was' if one else 'were'} forked with {join_and(list(what))} among "
-            f"{'its' if one else 'their'} arguments, not in shared memory: "
-            f"{'it has' if one else 'each has'} a copy of its own (fork "
-            f"copies memory page by page as it is written) -- what {'it' if one else 'one'} "
-            f"writes into them (an optimizer's step), the parent{'' if one else ' and the others'}"
-            f" never see. Fix, if they are to be shared: model.share_memory() (a tensor's "
-            f".share_memory_()) before starting {'it' if one else 'them'}, as mnist_hogwild does")
-
-
-def _say_future_errors(trace):
-    """The same for a ProcessPoolExecutor: its tasks that raised, in a program that ended with
-    status 0 -- a future keeps its task's exception, and only .result() raises it."""
-    funcs = {e.args.get("job"): e.args.get("func") for e in trace.of_kind("executor.task")
-             if e.args.get("phase") == "start"}
-    failed = sorted((e for e in trace.of_kind("executor.task")
-                     if e.args.get("phase") == "done" and e.args.get("error")),
-                    key=lambda e: int(str(e.args.get("job")).rpartition("/")[2] or 0))
-    if not failed:
-        return
-    n = len(failed)
-    listed = "; ".join(f"{funcs.get(e.args.get('job'), 'a task')} raised {e.args['error']}"
-                       for e in failed[:5])
-    say(f"{n} ProcessPoolExecutor task{'s' if n > 1 else ''} raised, and the program ended "
-        f"with status 0: {listed}{' ...' if n > 5 else ''}. A future keeps its task's "
-        f"exception, and only its .result() raises it (or .exception() returns it): the "
-        f"program never asked for {'these results' if n > 1 else 'this result'}, caught what "
-        f".result() raised, or read .exception() (in a done callback, say: then nothing is "
-        f"amiss). Fix: call .result() on every future submit() returns (or use executor.map "
-        f"and read what it returns)")
+def _say_lost_work(trace, directory, code):
+    """What the run lost without a word (analysis.lost_work: dropped messages, task errors
+    nobody asked for, a model forked without share_memory()), said and kept beside the logs:
+    ``load(directory).lost_work``."""
+    from .analysis import lost_work
+    from .trace import LOST_WORK_FILE
+    lines = trace.lost_work = lost_work(
+        trace, "the program ended with status 0" if code == 0 else None)
+    for line in lines:
+        say(line)
+    if lines:
+        try:
+            _write_private(directory, LOST_WORK_FILE,
+                           lambda f: f.write("".join(f"{line}\n" for line in lines).encode()))
+        except OSError as exc:
+            say(f"could not keep these lines in {directory} ({exc})")
 
 
 def _say_notes(trace):

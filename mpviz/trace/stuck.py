@@ -25,7 +25,7 @@ import sysconfig
 
 from . import osview
 from .analysis import (_index, errors_before, how_it_ended, manager_servers, process_labels,
-                       puts_into_their_own, state_at, stuck_moment)
+                       puts_into_their_own, state_at, stuck_moment, terminated_job)
 from .names import is_thread_lock, join_and
 
 FORK_FIX = ("start the children with 'spawn' or 'forkserver' "
@@ -593,7 +593,8 @@ def _why(watchdog, stacks, names):
     for pid in watchdog.stuck_pids:
         text = (stacks.get(pid) or {}).get("stacks", "")
         # (at exit first: what its threads wait on is why they never end, not the story)
-        said = _waits_at_exit_for(trace, pid, text, at) or _threading_reason(trace, pid, text, at)
+        said = (_terminated_pool_wait(trace, pid, at) or _waits_at_exit_for(trace, pid, text, at)
+                or _threading_reason(trace, pid, text, at))
         if said:
             reasons.setdefault(said, []).append(pid)
             continue
@@ -646,6 +647,21 @@ def _why(watchdog, stacks, names):
     if lines and forked:
         lines.append(f"  Fix: {FORK_FIX}" + (f"; {NATIVE_FIX}." if native_seen else "."))
     return lines
+
+
+def _terminated_pool_wait(trace, pid, at):
+    """The reason of a process whose thread waits for the result of a Pool job that its Pool
+    dropped unfinished when it was terminated (analysis.terminated_job); None if none does.
+    Said before: "its threads wait for each other (a lock taken twice, ...)" -- none of which
+    the program did."""
+    for b in state_at(trace, at).blocked:
+        if b.pid == pid and b.on == "pool.result":
+            dropped = terminated_job(trace, b.target, at, pid)
+            if dropped:
+                what, why, fix = (part.replace("{", "{{").replace("}", "}}") for part in dropped)
+                return (f"{{who}} {{waits}} for the result of {what}, which will never come: "
+                        f"{why}. Fix: {fix}.")
+    return None
 
 
 def _threading_reason(trace, pid, text, at):

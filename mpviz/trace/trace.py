@@ -21,6 +21,7 @@ import contextlib
 import gc
 import importlib
 import os
+import sys
 from itertools import compress
 from operator import itemgetter
 
@@ -50,6 +51,9 @@ class Trace:
         self.last_read = []     # the events the last refresh() read (the hang watchdog's)
         self.verdict = None     # a hang's verdict in words: record(hang_after=...), or load()
                                 # of a directory where `mpviz trace` found a hang
+        self.lost_work = []     # what a run that ended well lost without a word, in lines:
+                                # record()'s end (analysis.lost_work), or load()'s, kept by
+                                # `mpviz trace`
 
     def snapshot(self):
         """A copy of the events as they are now, to draw in another thread while this trace is
@@ -59,6 +63,7 @@ class Trace:
         copy = Trace()
         copy.events = list(self.events)
         copy._notes, copy.verdict = self._file_notes(), self.verdict
+        copy.lost_work = list(self.lost_work)
         return copy
 
     def subset(self, keep):
@@ -68,6 +73,7 @@ class Trace:
         part = Trace()
         part.events = [e for e in self.events if keep(e)]
         part._notes, part.verdict = self._file_notes(), self.verdict
+        part.lost_work = list(self.lost_work)
         return part
 
     @property
@@ -354,6 +360,7 @@ def _pids_in_words(pids, most=5):
 
 
 VERDICT_FILE = "verdict.txt"    # a hang's verdict, beside the logs: the launcher writes it
+LOST_WORK_FILE = "lost_work.txt"  # analysis.lost_work's lines, one a line: the launcher's too
 
 
 def load(path):
@@ -372,6 +379,11 @@ def load(path):
     try:              # a hang's verdict, kept by ``python -m mpviz trace`` (launcher.py)
         with open(os.path.join(trace.path, VERDICT_FILE)) as f:
             trace.verdict = f.read()
+    except OSError:
+        pass
+    try:              # what its good end lost, kept by ``python -m mpviz trace`` too
+        with open(os.path.join(trace.path, LOST_WORK_FILE)) as f:
+            trace.lost_work = [line for line in f.read().splitlines() if line]
     except OSError:
         pass
     return trace
@@ -413,12 +425,13 @@ def record(path=None, *, threading_locks=False, hang_after=None):
         _install_depth += 1
         from . import torch_hooks   # real torch's sharing, now or once torch is imported
         torch_hooks.watch()
-    guard = None
+    guard, ended_well = None, False
     try:
         if ok:        # (no hang_after: no watchdog, but the stacks and the Ctrl-C report)
             from .watchdog import Guard
             guard = Guard(directory, hang_after)
         yield trace
+        ended_well = True
     except KeyboardInterrupt as exc:
         if guard is not None and guard.interrupted is not None:
             guard.hide_handler(exc)
@@ -434,6 +447,8 @@ def record(path=None, *, threading_locks=False, hang_after=None):
             if _install_depth == 0:
                 hooks.uninstall()
             trace.refresh(final=True)
+            if ended_well and (guard is None or guard.verdict is None):
+                _say_lost_work(trace)
         if previous is not None:
             recorder.start(previous, "resume")
         if temporary:
@@ -443,6 +458,23 @@ def record(path=None, *, threading_locks=False, hang_after=None):
             from .watchdog import HangError
             trace.verdict = guard.verdict
             raise HangError(guard.verdict, None if temporary else directory)
+
+
+def _say_lost_work(trace):
+    """At the end of a ``record()`` block that ended well: what it lost without a word (a
+    message its Queue's feeder could not pickle, a Pool task's error nobody asked for, a model
+    forked without share_memory()), printed under the cell, as ``mpviz trace`` prints it at a
+    program's end, and kept as ``trace.lost_work``."""
+    try:
+        from .analysis import lost_work
+        trace.lost_work = lost_work(trace, "the recorded block ended without an error")
+    except Exception as exc:        # (never the block's end: the trace is complete)
+        trace.lost_work = []
+        print(f"mpviz.trace.record: could not look for lost work ({exc!r}); the trace is "
+              f"complete", file=sys.stderr)
+        return
+    for line in trace.lost_work:
+        print(f"mpviz.trace.record: {line}", file=sys.stderr)
 
 
 def mark(name, **args):

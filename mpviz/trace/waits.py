@@ -454,26 +454,125 @@ def _condition_notify(self, n=1):
 # --- Pool results and futures ------------------------------------------------------------------
 
 def _result_wait(key):
-    """AsyncResult.get or .wait (MapResult's too): a wait on the Pool job, if not ready yet."""
+    """AsyncResult.get or .wait (MapResult's too): a wait on the Pool job, if not ready yet.
+    A get() that raises the task's exception records that the program saw it
+    (``task.error_seen``: analysis.lost_work names only the errors nobody saw)."""
     def wait(self, timeout=None):
-        if not _outermost() or self._event.is_set():
-            return _stdlib[key](self, timeout)
-        return _recorded(_stdlib[key], "pool.result", self._job, _timeout(timeout),
-                         (self, timeout), {}, lambda _: self.ready())   # get raises instead
+        try:
+            if not _outermost() or self._event.is_set():
+                return _stdlib[key](self, timeout)
+            return _recorded(_stdlib[key], "pool.result", self._job, _timeout(timeout),
+                             (self, timeout), {}, lambda _: self.ready())  # get raises instead
+        except Exception:
+            if key == "ApplyResult.get" and self._event.is_set():
+                _error_seen(self._job, "get")
+            raise
     wait.__name__ = key.rsplit(".", 1)[1]
     return wait
 
 
+def _error_seen(job, how):
+    """``task.error_seen``: the program got a Pool job's or a future's exception (`how`:
+    get/next/result/exception/error_callback) -- it is not lost work. Only where a task
+    failed: nothing on a good result's way."""
+    if recorder.writer is not None:
+        recorder.emit("task.error_seen", job=job, how=how)
+
+
+def _imap_next(key):
+    """IMapIterator.next / __next__ (imap, imap_unordered): raising a task's exception is the
+    program seeing it."""
+    def next_(self, timeout=None):
+        try:
+            return _inner(key)(self, timeout)
+        except StopIteration:
+            raise
+        except Exception as exc:
+            if not isinstance(exc, pool.TimeoutError):
+                _error_seen(self._job, "next")
+            raise
+    next_.__name__ = key.rsplit(".", 1)[1]
+    return next_
+
+
+def _apply_async(self, func, args=(), kwds={}, callback=None, error_callback=None):
+    """Pool.apply_async: a job with an error_callback has its error seen, if it fails."""
+    res = _inner("Pool.apply_async")(self, func, args, kwds, callback, error_callback)
+    if error_callback is not None:
+        _error_seen(res._job, "error_callback")
+    return res
+
+
+def _map_async(self, func, iterable, mapper, chunksize=None, callback=None,
+               error_callback=None):
+    """Pool._map_async (map_async, starmap_async): the same."""
+    res = _inner("Pool._map_async")(self, func, iterable, mapper, chunksize, callback,
+                                    error_callback)
+    if error_callback is not None:
+        _error_seen(res._job, "error_callback")
+    return res
+
+
+def _terminate_pool(cls, *args, **kwargs):
+    """Pool._terminate_pool, which terminate(), a ``with Pool(...)`` block's end, the Pool's
+    garbage collection and the interpreter's exit all run: the jobs still unfinished then are
+    dropped -- their workers are killed, and a get() of their results waits for ever.
+    ``pool.terminate`` names them (its ``cache``, the Pool's unfinished results), how it came
+    (`how`: with / terminate() / garbage collected / at exit) and the program's line."""
+    cache = kwargs.get("cache", args[-1] if args else None)
+    if recorder.writer is not None and cache:
+        try:
+            _pool_terminated(sorted(cache))
+        except Exception:          # (a recorder never breaks the program's own call)
+            pass
+    return _inner("Pool._terminate_pool").__get__(None, cls)(*args, **kwargs)
+
+
+_POOL_ENDS = {pool.Pool.__exit__.__code__: "with", pool.Pool.terminate.__code__: "terminate()",
+              util._exit_function.__code__: "at exit"}
+
+
+def _pool_terminated(jobs):
+    from .stuck import own_line
+    hows, calls, frame = set(), [], sys._getframe(2)
+    while frame is not None:
+        code = frame.f_code
+        hows.add(_POOL_ENDS.get(code))
+        calls.append((code.co_name, code.co_filename, frame.f_lineno))
+        frame = frame.f_back
+    how = next((h for h in ("with", "terminate()", "at exit") if h in hows), "garbage collected")
+    recorder.emit("pool.terminate", jobs=jobs, how=how, at=own_line(calls))
+
+
+def _future_job(fut):
+    """A ProcessPoolExecutor future's job ("queue id/work id", as its worker records it)."""
+    submitted = getattr(fut, "_mpviz_task", None)
+    return submitted[0] if submitted is not None else None
+
+
 def _future_result(self, timeout=None):
-    if not _outermost() or self._state in (_base.FINISHED, _base.CANCELLED_AND_NOTIFIED):
-        return _inner("Future.result")(self, timeout)
-    more = _timeout(timeout) or {}
     try:
-        more.update(_future_task(self))
-    except Exception:        # (what the stdlib's internals look like: a recorder never breaks
-        pass                 # the program's own call -- 3.14 changed _WorkItem's fields)
-    return _recorded(_inner("Future.result"), "future", f"future-{id(self):x}",
-                     more, (self, timeout), {})
+        if not _outermost() or self._state in (_base.FINISHED, _base.CANCELLED_AND_NOTIFIED):
+            return _inner("Future.result")(self, timeout)
+        more = _timeout(timeout) or {}
+        try:
+            more.update(_future_task(self))
+        except Exception:    # (what the stdlib's internals look like: a recorder never breaks
+            pass             # the program's own call -- 3.14 changed _WorkItem's fields)
+        return _recorded(_inner("Future.result"), "future", f"future-{id(self):x}",
+                         more, (self, timeout), {})
+    except Exception:
+        if self._state == _base.FINISHED and _future_job(self) is not None:
+            _error_seen(_future_job(self), "result")    # (the task's own exception)
+        raise
+
+
+def _future_exception(self, timeout=None):
+    """Future.exception: a task's exception returned is one the program saw."""
+    exc = _inner("Future.exception")(self, timeout)
+    if exc is not None and _future_job(self) is not None:
+        _error_seen(_future_job(self), "exception")
+    return exc
 
 
 def _futures_wait(fs, timeout=None, return_when=futures.ALL_COMPLETED):
@@ -1132,6 +1231,12 @@ _stdlib = {
     "ApplyResult.get": pool.ApplyResult.get,
     "ApplyResult.wait": pool.ApplyResult.wait,
     "Future.result": _base.Future.result,
+    "Future.exception": _base.Future.exception,
+    "IMapIterator.next": pool.IMapIterator.next,
+    "IMapIterator.__next__": pool.IMapIterator.__next__,
+    "Pool.apply_async": pool.Pool.apply_async,
+    "Pool._map_async": pool.Pool._map_async,
+    "Pool._terminate_pool": pool.Pool.__dict__["_terminate_pool"],
     "futures.wait": futures.wait,
     "futures.as_completed": futures.as_completed,
     "connection.Pipe": connection.Pipe,
@@ -1166,6 +1271,13 @@ PATCHES = [
     (pool.ApplyResult, "get", _result_wait("ApplyResult.get"), "ApplyResult.get"),
     (pool.ApplyResult, "wait", _result_wait("ApplyResult.wait"), "ApplyResult.wait"),
     (_base.Future, "result", _future_result, "Future.result"),
+    (_base.Future, "exception", _future_exception, "Future.exception"),
+    (pool.IMapIterator, "next", _imap_next("IMapIterator.next"), "IMapIterator.next"),
+    (pool.IMapIterator, "__next__", _imap_next("IMapIterator.__next__"),
+     "IMapIterator.__next__"),
+    (pool.Pool, "apply_async", _apply_async, "Pool.apply_async"),
+    (pool.Pool, "_map_async", _map_async, "Pool._map_async"),
+    (pool.Pool, "_terminate_pool", classmethod(_terminate_pool), "Pool._terminate_pool"),
     (futures, "wait", _futures_wait, "futures.wait"),
     (futures, "as_completed", _as_completed, "futures.as_completed"),
     (connection, "Pipe", _pipe, "connection.Pipe"),

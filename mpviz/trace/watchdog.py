@@ -1032,16 +1032,28 @@ def _putters_ended(state, blocked, who):
             f"where each thread is")
 
 
+def _pool_job_words(state, blocked, trace):
+    """Why a Pool job's result will not come, where the trace knows: its Pool was terminated,
+    a worker ended while running its task, or no worker has started it; None otherwise."""
+    dropped = st.terminated_job(trace, blocked.target, state.t_ns, blocked.pid)
+    if dropped:
+        return f"nobody can: {dropped[0]} will never finish: {dropped[1]}"
+    lost = st.lost_pool_tasks(trace, blocked.target, state.t_ns)
+    if lost:
+        return "; ".join(task.words() for task in lost) + _lost_why(lost)
+    if not blocked.waits_for:
+        queued = st.unstarted_job(trace, blocked.target, state.t_ns)
+        if queued is not None:
+            return _queued_job_words(state, blocked, *queued)
+    return None
+
+
 def _who_must_act(state, blocked, trace=None):
     """The end of a wait's line: who must act, as the wait-for graph's arrows say it."""
     if blocked.on == "pool.result" and trace is not None:
-        lost = st.lost_pool_tasks(trace, blocked.target, state.t_ns)
-        if lost:
-            return "; ".join(task.words() for task in lost) + _lost_why(lost)
-        if not blocked.waits_for:
-            queued = st.unstarted_job(trace, blocked.target, state.t_ns)
-            if queued is not None:
-                return _queued_job_words(state, blocked, *queued)
+        said = _pool_job_words(state, blocked, trace)
+        if said:
+            return said
     if blocked.on == "queue.join" and not blocked.waits_for and trace is not None:
         dropped = _dropped_words(state, blocked)
         if dropped:

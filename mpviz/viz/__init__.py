@@ -107,7 +107,8 @@ def _map_panel(trace, at):
 
 
 def summary(trace):
-    """The run in words: processes, messages (handles vs copies), segments, deadlocks."""
+    """The run in words: processes, messages (handles vs copies), segments, deadlocks, and
+    what it lost without a word (``trace.lost_work``)."""
     st = state_at(trace)
     flows = trace.flows()
     handles = _index(trace).handles
@@ -138,6 +139,8 @@ def summary(trace):
     lines += [f"NOT RECORDED: {line}" for line in notes
               if "torch's shared memory" not in line]          # (torch's: said just above)
     lines += [f"STUCK: {d.reason}" for d in deadlocks(trace)]
+    # what a run that ended well lost without a word (record()'s end, `mpviz trace`'s)
+    lines += [f"LOST: {line}" for line in getattr(trace, "lost_work", ())]
     return "\n".join(lines)
 
 

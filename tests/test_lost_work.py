@@ -1,0 +1,182 @@
+"""What a recorded block that ends well lost without a word (analysis.lost_work): record() prints
+it under the cell and keeps it as ``trace.lost_work``, ``summary`` says it, and ``mpviz trace``
+keeps it beside the logs (``load(DIR).lost_work``). Each program is written as a notebook's cell
+would be -- and where the program saw the error (a .get() that raised inside try, an
+error_callback, a done callback reading .exception()), nothing is said: a line that cried wolf
+at every handled error would teach a learner to skip it."""
+import multiprocessing
+import os
+import re
+import subprocess
+import sys
+from concurrent.futures import ProcessPoolExecutor
+
+import pytest
+
+import mpviz.trace
+import mpviz.viz as viz
+
+import lost_work_workers as lw
+
+METHODS = ["fork", "spawn", "forkserver"]
+MISSING = ["missing_a.txt", "missing_b.txt"]
+
+
+def lost_lines(capsys):
+    """The lines record() printed at the end of the block."""
+    return [line for line in capsys.readouterr().err.splitlines()
+            if line.startswith("mpviz.trace.record: ")]
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("method", METHODS)
+def test_pool_errors_nobody_saw_are_said_at_the_end_of_the_block(method, tmp_path, capsys):
+    os.chdir(tmp_path)
+    ctx = multiprocessing.get_context(method)
+    with mpviz.trace.record() as trace:
+        with ctx.Pool(2) as pool:
+            results = [pool.apply_async(lw.parse, (path,)) for path in MISSING]
+            pool.close()
+            pool.join()
+    said = lost_lines(capsys)
+    assert len(said) == 1 and trace.lost_work == [said[0][len("mpviz.trace.record: "):]], said
+    assert ("2 Pool tasks raised, and the recorded block ended without an error: parse (job "
+            in said[0]), said
+    assert ("No such file or directory: 'missing_b.txt' -- and the program never saw these "
+            "errors: no .get() of their results raised them, and no error_callback was given."
+            ) in said[0], said
+    assert f"LOST: {trace.lost_work[0]}" in viz.summary(trace)
+    assert all(not r.successful() for r in results)
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("how", ["get in try", "error_callback", "imap in try", "map in try"])
+def test_pool_errors_the_program_saw_are_not_lost(how, tmp_path, capsys):
+    os.chdir(tmp_path)
+    ctx = multiprocessing.get_context("fork")
+    failures = []
+    with mpviz.trace.record() as trace:
+        with ctx.Pool(2) as pool:
+            if how == "get in try":
+                for res in [pool.apply_async(lw.parse, (path,)) for path in MISSING]:
+                    try:
+                        res.get()
+                    except FileNotFoundError as exc:
+                        failures.append(exc)
+            elif how == "error_callback":
+                for path in MISSING:
+                    pool.apply_async(lw.parse, (path,), error_callback=failures.append)
+                pool.close()
+                pool.join()
+            elif how == "imap in try":
+                try:
+                    for n in pool.imap(lw.parse, MISSING):
+                        print(n)
+                except FileNotFoundError as exc:
+                    failures.append(exc)
+            else:
+                try:
+                    pool.map(lw.parse, MISSING)
+                except FileNotFoundError as exc:
+                    failures.append(exc)
+    assert failures, how
+    assert lost_lines(capsys) == [] and trace.lost_work == [], how
+    assert "LOST" not in viz.summary(trace)
+
+
+@pytest.mark.timeout(60)
+def test_executor_errors_are_said_unless_a_done_callback_read_them(tmp_path, capsys):
+    os.chdir(tmp_path)
+    ctx = multiprocessing.get_context("spawn")
+    with mpviz.trace.record() as trace:
+        with ProcessPoolExecutor(2, mp_context=ctx) as ex:
+            for path in MISSING:
+                ex.submit(lw.parse, path)
+    said = lost_lines(capsys)
+    assert len(said) == 1 and said[0].startswith(
+        "mpviz.trace.record: 2 ProcessPoolExecutor tasks raised, and the recorded block ended "
+        "without an error: parse raised FileNotFoundError"), said
+    assert "no .result() of their futures raised them, and no .exception() returned them" in \
+        said[0], said
+    seen = []
+    with mpviz.trace.record() as trace:
+        with ProcessPoolExecutor(2, mp_context=ctx) as ex:
+            for path in MISSING:
+                ex.submit(lw.parse, path).add_done_callback(lambda f: seen.append(f.exception()))
+    assert len(seen) == 2 and lost_lines(capsys) == [] and trace.lost_work == []
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("method", METHODS)
+def test_a_message_the_feeder_dropped_is_said_and_a_failed_block_says_nothing(
+        method, tmp_path, capsys):
+    ctx = multiprocessing.get_context(method)
+    with mpviz.trace.record() as trace:
+        q = ctx.Queue()
+        worker = ctx.Process(target=lw.take_until_none, args=(q,))
+        worker.start()
+        with open(tmp_path / "log.txt", "w") as log:
+            q.put(("resize", "a.png", log))     # the open log file cannot be pickled
+            q.put(None)
+            worker.join()
+    said = lost_lines(capsys)
+    assert len(said) == 1 and re.search(
+        r"^mpviz\.trace\.record: \S+ \(pid \d+\) put 1 message into Queue 1 that never reached "
+        r"it: the feeder thread could not pickle it \(TypeError: cannot pickle "
+        r"'_io\.TextIOWrapper' object\) and dropped it", said[0]), said
+    assert trace.lost_work and trace.lost_work[0] in said[0]
+    with pytest.raises(RuntimeError):                     # the block's own error is the story
+        with mpviz.trace.record() as trace:
+            q = ctx.Queue()
+            q.put(lambda: 1)
+            q.put(None)
+            q.get()
+            raise RuntimeError("the block failed")
+    assert lost_lines(capsys) == [] and trace.lost_work == []
+
+
+@pytest.mark.timeout(60)
+def test_mpviz_trace_keeps_the_lines_for_load(tmp_path):
+    """`mpviz trace` prints them at the program's end and keeps them beside the logs."""
+    program = tmp_path / "parse_files.py"
+    program.write_text(
+        "from multiprocessing import Pool\n"
+        "from lost_work_workers import parse\n"
+        "if __name__ == '__main__':\n"
+        "    with Pool(2) as pool:\n"
+        "        for path in ['missing_a.txt', 'missing_b.txt']:\n"
+        "            pool.apply_async(parse, (path,))\n"
+        "        pool.close()\n"
+        "        pool.join()\n"
+        "    print('all files parsed')\n")
+    out = tmp_path / "out"
+    env = dict(os.environ, PYTHONPATH=os.path.dirname(lw.__file__))
+    run = subprocess.run([sys.executable, "-m", "mpviz", "trace", "--no-plot", "-o", str(out),
+                          sys.executable, str(program)], capture_output=True, text=True,
+                         cwd=tmp_path, env=env, timeout=50)
+    assert run.returncode == 0 and "all files parsed" in run.stdout, run.stderr
+    loaded = mpviz.trace.load(out)
+    assert len(loaded.lost_work) == 1 and loaded.lost_work[0] in run.stderr, run.stderr
+    assert loaded.lost_work[0].startswith("2 Pool tasks raised, and the program ended with "
+                                          "status 0"), loaded.lost_work
+    assert f"LOST: {loaded.lost_work[0]}" in viz.summary(loaded)
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("method", METHODS)
+def test_a_pool_terminated_with_a_job_unfinished_is_recorded_and_one_finished_is_not(method):
+    """``pool.terminate``: the end of a `with Pool(...)` block while a job runs drops it (the
+    verdict of a get() after it says so: test_hang_authors_programs); a block that got its
+    results first drops nothing, and records nothing."""
+    ctx = multiprocessing.get_context(method)
+    with mpviz.trace.record() as trace:
+        with ctx.Pool(2) as pool:
+            done = pool.map_async(lw.slow_square, range(4))
+            assert done.get() == [0, 1, 4, 9]
+        with ctx.Pool(2) as pool:
+            dropped = pool.map_async(lw.slow_square, range(4))
+    ends = trace.of_kind("pool.terminate")
+    assert [(e.args["jobs"], e.args["how"]) for e in ends] == [([dropped._job], "with")], ends
+    assert ends[0].args["at"].startswith("test_a_pool_terminated_with_a_job_unfinished_is_"
+                                         "recorded_and_one_finished_is_not (test_lost_work.py:")
+    assert not dropped.ready()
