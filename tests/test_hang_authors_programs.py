@@ -88,6 +88,8 @@ it; all are started at once (they spend their time waiting), each judged alone:
                               __exit__ terminated the Pool, and the result never comes
     thumbnails_after_with.py  the same with a list of apply_async() results
     scores_pool_terminate.py  terminate() where close() was meant, then get()
+    sum_via_manager_queue.py  a Pool task loops on a Manager Queue's get() until None; main
+                              puts the numbers, no None, and waits for the task's result
     slots_threading_semaphore.py  a worker acquires a module-level threading.Semaphore(0); the
                               parent releases its own (fork and spawn)
     batch_ready_condition.py  a loader waits on a module-level threading.Condition; the
@@ -167,7 +169,7 @@ def runs(tmp_path_factory):
         "transfer_two_locks.py", "resize_tasks_with_log.py", "printer_thread_not_stopped.py",
         "server_never_stopped.py", "parse_files_apply_async.py", "parse_files_executor.py",
         "hogwild_forgot_share_memory.py", "flush_on_stop_event.py", "squares_after_with.py",
-        "thumbnails_after_with.py", "scores_pool_terminate.py")}
+        "thumbnails_after_with.py", "scores_pool_terminate.py", "sum_via_manager_queue.py")}
     programs["hogwild_forgot_share_memory.py share"] = (
         "10", _program("hogwild_forgot_share_memory.py"), "share")
     for method in ("fork", "spawn"):
@@ -1263,3 +1265,19 @@ def test_a_result_got_after_its_pool_was_terminated_says_so_and_the_fix(runs):
             ) in hung(result(runs, "squares_after_with.py"))
     assert ("Fix: get the results before terminate(), or end the Pool with close() and join(), "
             "which wait for its jobs.") in hung(result(runs, "scores_pool_terminate.py"))
+
+
+@pytest.mark.timeout(150)
+def test_a_pool_task_waiting_for_a_sentinel_main_never_put_is_a_cycle_with_its_fix(runs):
+    """Main waits for a Pool task's result; the task loops on a Manager Queue's get() until
+    None, which main never puts. The cycle was not found: the idle worker 1 counted as a
+    process that might still put -- it runs only what main gives it."""
+    err = hung(result(runs, "sum_via_manager_queue.py"))
+    assert re.search(
+        r"STUCK FOR GOOD: a cycle: sum_via_manager_queue\.py's main thread waits for the result "
+        r"of Pool job 0, which worker \d's main thread runs; worker \d's main thread waits in "
+        r"get\(\) on the Manager's Queue 1 \(kept in SyncManager-1, pid \d+\) for "
+        r"sum_via_manager_queue\.py's main thread to put\. Each waits for the next: none can go "
+        r"on\. A task that loops on `q\.get\(\)` ends only when it gets what it stops at, and "
+        r"nothing more will be put\. Fix: before waiting for the result, put one sentinel per "
+        r"worker \(`q\.put\(None\)`", err), err

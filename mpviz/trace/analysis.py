@@ -1102,12 +1102,20 @@ class _Index:
                         (b.on == "queue.get" or (key[0], key[1], b.since_ns) in proxy_gets) \
                         and any(self._free_threads(pid, waits) for pid, p in self.procs.items()
                                 if p.how not in ("launcher", "watchdog") and
-                                pid not in self.managers and self.alive(pid, t)):
+                                pid not in self.managers and self.alive(pid, t) and
+                                not self._idle_for_good(pid, p, waits, t)):
                     del waits[key]
                     changed = True
         if all(b.on in ("lock", "process") for b in waits.values()):
             return []
         return self._knot_told(waits)
+
+    def _idle_for_good(self, pid, p, waits, t):
+        """An idle Pool worker (waiting for its next task) whose Pool's process waits in the
+        knot: it runs only what that process gives it, so it cannot put into a queue the
+        knot waits on. (Counted free, it hid a cycle: main waits for a task's result, the task
+        loops on a Manager Queue's get() for main to put -- sum_via_manager_queue.py.)"""
+        return (p.ppid, p.ppid) in waits and self.idle_pool_worker(pid, t)
 
     def _free_threads(self, pid, waits):
         """The program's threads of `pid` that had not ended and are not in `waits`: a thread
@@ -1172,8 +1180,9 @@ class _Index:
                   (f" -- and behind {'them' if len(in_ring) > 1 else 'it'}, "
                    f"{'; '.join(behind)}" if behind else ""))
         joins = [b for b in waits.values() if b.on == "process"]
-        if joins and any(b.on in ("queue.get", "proxy") for b in waits.values()):
-            reason += ". " + self._get_then_join_fix(joins)
+        results = [b for b in waits.values() if b.on in ("pool.result", "future")]
+        if (joins or results) and any(b.on in ("queue.get", "proxy") for b in waits.values()):
+            reason += ". " + self._get_then_join_fix(joins, results)
         channels = {self.pipe_name(b.target) for b in waits.values() if b.on == "pipe.recv"}
         if len(waits) == 2 and len(channels) == 1 and \
                 all(b.on == "pipe.recv" for b in waits.values()):
@@ -1182,22 +1191,27 @@ class _Index:
                        f"a greeting) before its first recv()")
         return [Deadlock(k[0], k[1], reason, ring) for k in waits]
 
-    def _get_then_join_fix(self, joins):
-        """The fix for a process joined while it waits in a multiprocessing Queue's get(): said
-        for a stop Event only where the joiner set one before its join (a stop flag the worker
-        checks between items), else for the sentinel it was not sent."""
+    def _get_then_join_fix(self, joins, results=()):
+        """The fix for a process joined (or a task whose result is waited for) while it waits
+        in a Queue's get(): said for a stop Event only where the joiner set one before its
+        join (a stop flag the worker checks between items), else for the sentinel it was not
+        sent."""
+        before = "before join()" if not results else \
+            "before waiting for the result" if not joins else \
+            "before join() or waiting for a result"
+        loops = "A process" if not results else "A task"
         told = any(e.pid == b.pid and e.ts_ns <= b.since_ns
-                   for e in self.event_sets for b in joins)
+                   for e in self.event_sets for b in list(joins) + list(results))
         if told:
-            return ("A process that loops on `q.get()` never ends by itself, and a stop Event it "
-                    "checks between items is never seen while it waits inside get(). Fix: "
-                    "before join(), put one sentinel per worker (`q.put(None)`) and return from "
-                    "the loop when it gets one; or get(timeout=...) and check the Event each "
-                    "time round")
-        return ("A process that loops on `q.get()` ends only when it gets what it stops at, and "
-                "nothing more will be put. Fix: before join(), put one sentinel per worker "
-                "(`q.put(None)`, what `iter(q.get, None)` stops at) and return from the loop "
-                "when it gets one")
+            return (f"{loops} that loops on `q.get()` never ends by itself, and a stop Event it "
+                    f"checks between items is never seen while it waits inside get(). Fix: "
+                    f"{before}, put one sentinel per worker (`q.put(None)`) and return from "
+                    f"the loop when it gets one; or get(timeout=...) and check the Event each "
+                    f"time round")
+        return (f"{loops} that loops on `q.get()` ends only when it gets what it stops at, and "
+                f"nothing more will be put. Fix: {before}, put one sentinel per worker "
+                f"(`q.put(None)`, what `iter(q.get, None)` stops at) and return from the loop "
+                f"when it gets one")
 
     def _runners(self, begin, t):
         """Who runs the task a future's wait waits for, at `t`: the ThreadPoolExecutor's
