@@ -90,6 +90,7 @@ it; all are started at once (they spend their time waiting), each judged alone:
     scores_pool_terminate.py  terminate() where close() was meant, then get()
     sum_via_manager_queue.py  a Pool task loops on a Manager Queue's get() until None; main
                               puts the numbers, no None, and waits for the task's result
+    count_under_lock_join.py  the parent holds the Lock its workers take while it joins them
     slots_threading_semaphore.py  a worker acquires a module-level threading.Semaphore(0); the
                               parent releases its own (fork and spawn)
     batch_ready_condition.py  a loader waits on a module-level threading.Condition; the
@@ -169,7 +170,8 @@ def runs(tmp_path_factory):
         "transfer_two_locks.py", "resize_tasks_with_log.py", "printer_thread_not_stopped.py",
         "server_never_stopped.py", "parse_files_apply_async.py", "parse_files_executor.py",
         "hogwild_forgot_share_memory.py", "flush_on_stop_event.py", "squares_after_with.py",
-        "thumbnails_after_with.py", "scores_pool_terminate.py", "sum_via_manager_queue.py")}
+        "thumbnails_after_with.py", "scores_pool_terminate.py", "sum_via_manager_queue.py",
+        "count_under_lock_join.py")}
     programs["hogwild_forgot_share_memory.py share"] = (
         "10", _program("hogwild_forgot_share_memory.py"), "share")
     for method in ("fork", "spawn"):
@@ -777,11 +779,12 @@ def test_a_threading_lock_taken_twice_says_how_to_see_it_and_then_is_a_cycle_of_
     assert "report (account_lock_taken_twice.py:11): `with self.lock:`" in err, err
     err = hung(result(runs, "account_lock_taken_twice.py locks"))
     assert "--threading-locks ...`" not in err, err
-    # (which of the two threads takes the lock first is a race)
-    me = r"account_lock_taken_twice.py's (Thread-[12] \(deposit\))"
-    assert re.search(rf"STUCK FOR GOOD: a cycle: {me} waits for threading.Lock 1, which "
-                     rf"account_lock_taken_twice.py's \1 holds: it waits for itself, and can "
-                     rf"never go on -- and behind it, ", err), err
+    # (which of the two threads takes the lock first is a race; the cycle is of a lock alone,
+    # with a join behind it: the lock rule's words, and its fix)
+    me = r"account_lock_taken_twice.py's Thread-[12] \(deposit\)"
+    assert re.search(rf"STUCK FOR GOOD: {me} waits for threading.Lock 1, which it holds itself: "
+                     rf"a Lock is not re-entrant \(a second acquire\(\) before its release\(\) "
+                     rf"waits for ever\)\. Fix: release it on every path", err), err
 
 
 @pytest.mark.timeout(150)
@@ -1281,3 +1284,18 @@ def test_a_pool_task_waiting_for_a_sentinel_main_never_put_is_a_cycle_with_its_f
         r"on\. A task that loops on `q\.get\(\)` ends only when it gets what it stops at, and "
         r"nothing more will be put\. Fix: before waiting for the result, put one sentinel per "
         r"worker \(`q\.put\(None\)`", err), err
+
+
+@pytest.mark.timeout(150)
+def test_a_parent_joining_workers_while_holding_their_lock_is_a_cycle_with_its_fix(runs):
+    """The parent starts and joins its workers inside `with lock:`; each worker needs that
+    lock to end. Said before: only the waits, one by one -- no cycle, no fix (a knot of a
+    join and a lock was left to the lock-cycle rule, which sees locks alone)."""
+    err = hung(result(runs, "count_under_lock_join.py"))
+    assert re.search(
+        r"STUCK FOR GOOD: a cycle: count_under_lock_join\.py's main thread waits in join\(\) for "
+        r"Process-(\d) to exit; Process-\1's main thread waits for lock 'lock', which "
+        r"count_under_lock_join\.py's main thread holds\. Each waits for the next: none can go "
+        r"on -- and behind them, .*\. A thread waited for others while holding lock 'lock', "
+        r"which they must take before they can end\. Fix: release it before the join\(\) -- "
+        r"hold a lock only around the lines it guards", err), err

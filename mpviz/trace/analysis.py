@@ -1106,8 +1106,9 @@ class _Index:
                                 not self._idle_for_good(pid, p, waits, t)):
                     del waits[key]
                     changed = True
-        if all(b.on in ("lock", "process") for b in waits.values()):
-            return []
+        if all(b.on == "lock" for b in waits.values()) or \
+                all(b.on == "process" for b in waits.values()):
+            return []               # (a knot of locks alone: a lock cycle, said above)
         return self._knot_told(waits)
 
     def _idle_for_good(self, pid, p, waits, t):
@@ -1173,6 +1174,8 @@ class _Index:
         ring = _ring(waits)
         # the cycle's threads in its order; the knot's others (each waits for one of them) after
         in_ring = list(dict.fromkeys(ring[::2]))
+        if all(waits[key].on == "lock" for key in in_ring):
+            return []                # (a cycle of locks, a join behind it: the lock cycle's)
         behind = [step(key, b) for key, b in waits.items() if key not in in_ring]
         reason = ("a cycle: " + "; ".join(step(key, waits[key]) for key in in_ring) +
                   (". Each waits for the next: none can go on" if len(in_ring) > 1 else
@@ -1181,6 +1184,16 @@ class _Index:
                    f"{'; '.join(behind)}" if behind else ""))
         joins = [b for b in waits.values() if b.on == "process"]
         results = [b for b in waits.values() if b.on in ("pool.result", "future")]
+        held = [b for b in waits.values() if b.on == "lock" and
+                any(w in waits and waits[w].on in ("process", "pool.result", "future")
+                    for w in b.waits_for)]
+        if held:
+            names_ = sorted({self.lock_name(b.target) for b in held}, key=names.in_order)
+            wait = "join()" if not results else "wait for the result" if not joins else \
+                "join() or the wait for a result"
+            reason += (f". A thread waited for others while holding {names.join_and(names_)}, "
+                       f"which they must take before they can end. Fix: release it before the "
+                       f"{wait} -- hold a lock only around the lines it guards")
         if (joins or results) and any(b.on in ("queue.get", "proxy") for b in waits.values()):
             reason += ". " + self._get_then_join_fix(joins, results)
         channels = {self.pipe_name(b.target) for b in waits.values() if b.on == "pipe.recv"}
