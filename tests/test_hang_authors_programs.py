@@ -91,6 +91,8 @@ it; all are started at once (they spend their time waiting), each judged alone:
     sum_via_manager_queue.py  a Pool task loops on a Manager Queue's get() until None; main
                               puts the numbers, no None, and waits for the task's result
     count_under_lock_join.py  the parent holds the Lock its workers take while it joins them
+    hogwild_trainer_object.py  Hogwild with the model in a Trainer, target=trainer.train, no
+                              share_memory(): each worker trains its own copy
     slots_threading_semaphore.py  a worker acquires a module-level threading.Semaphore(0); the
                               parent releases its own (fork and spawn)
     batch_ready_condition.py  a loader waits on a module-level threading.Condition; the
@@ -174,6 +176,9 @@ def runs(tmp_path_factory):
         "count_under_lock_join.py")}
     programs["hogwild_forgot_share_memory.py share"] = (
         "10", _program("hogwild_forgot_share_memory.py"), "share")
+    programs["hogwild_trainer_object.py"] = ("10", _program("hogwild_trainer_object.py"))
+    programs["hogwild_trainer_object.py share"] = (
+        "10", _program("hogwild_trainer_object.py"), "share")
     for method in ("fork", "spawn"):
         programs[f"start_signal_threading_event.py {method}"] = (
             "1.5", _program("start_signal_threading_event.py"), method)
@@ -1226,7 +1231,8 @@ def test_a_model_forked_without_share_memory_is_named_as_each_workers_own_copy(r
     assert run.returncode == 0 and "the model learned: False" in run.stdout, run.stderr
     assert re.search(
         r"Process-1 \(pid \d+\) and Process-2 \(pid \d+\) were forked with Linear \(2 "
-        r"tensors, 20 B\) among their arguments, not in shared memory: each has a copy of its "
+        r"tensors, 20 B\) among what they were given \(arguments, or the object whose method is "
+        r"the target\), not in shared memory: each has a copy of its "
         r"own \(fork copies memory page by page as it is written\) -- what one writes into "
         r"them \(an optimizer's step\), the parent and the others never see\. Fix, if they "
         r"are to be shared: model\.share_memory\(\)", run.stderr), run.stderr
@@ -1299,3 +1305,19 @@ def test_a_parent_joining_workers_while_holding_their_lock_is_a_cycle_with_its_f
         r"on -- and behind them, .*\. A thread waited for others while holding lock 'lock', "
         r"which they must take before they can end\. Fix: release it before the join\(\) -- "
         r"hold a lock only around the lines it guards", err), err
+
+
+@pytest.mark.timeout(150)
+def test_a_model_held_by_the_object_whose_method_each_worker_runs_is_named_too(runs):
+    """Hogwild with the model in a Trainer object and `target=trainer.train`: the model is in
+    no argument. Said before: "22 events from 3 processes" -- and the model never learned.
+    With share_memory(), nothing is said."""
+    run = result(runs, "hogwild_trainer_object.py")
+    assert run.returncode == 0 and "the model learned: False" in run.stdout, run.stderr
+    assert re.search(
+        r"Process-1 \(pid \d+\) and Process-2 \(pid \d+\) were forked with Trainer\.model: "
+        r"Linear \(2 tensors, 20 B\) among what they were given \(arguments, or the object "
+        r"whose method is the target\), not in shared memory", run.stderr), run.stderr
+    run = result(runs, "hogwild_trainer_object.py share")
+    assert run.returncode == 0 and "the model learned: True" in run.stdout, run.stderr
+    assert "not in shared memory" not in run.stderr, run.stderr

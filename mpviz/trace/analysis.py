@@ -2203,7 +2203,8 @@ def _private_args_lines(trace):
         one = len(pids) == 1
         lines.append(
             f"{who} {'was' if one else 'were'} forked with {names.join_and(list(what))} among "
-            f"{'its' if one else 'their'} arguments, not in shared memory: "
+            f"what {'it was' if one else 'they were'} given (arguments, or the object whose "
+            f"method is the target), not in shared memory: "
             f"{'it has' if one else 'each has'} a copy of its own (fork copies memory page by "
             f"page as it is written) -- what {'it' if one else 'one'} writes into them (an "
             f"optimizer's step), the parent{'' if one else ' and the others'} never see. Fix, "

@@ -80,32 +80,57 @@ def _process_start(self):
 
 def _private_tensors(proc):
     """["Linear (2 tensors, 20 B)", "a Tensor (4.0 KiB)"]: the torch tensors and modules among
-    a Process's arguments (_in_arguments) that are not in shared memory. Under fork the child
-    gets a copy of them, page by page as either side writes: an optimizer's step in a Hogwild
-    worker that was not given model.share_memory()'s tensors trains its own copy, and the
-    parent's model never changes. Looked at only where the program has imported torch."""
+    a Process's arguments (_in_arguments; and those an object of the program's own class among
+    them holds, or the one whose method is its target) that are not in shared memory. Under
+    fork the child gets a copy of them, page by page as either side writes: an optimizer's
+    step in a Hogwild worker that was not given model.share_memory()'s tensors trains its own
+    copy, and the parent's model never changes. Looked at only where the program has imported
+    torch."""
     torch = sys.modules.get("torch")
     if torch is None or not hasattr(torch, "Tensor"):
         return []
     out = []
-    for value in _in_arguments(proc):
+    owner = getattr(getattr(proc, "_target", None), "__self__", None)   # target=trainer.train
+    for value in _in_arguments(proc) + ([owner] if owner is not None else []):
         try:
             if isinstance(value, torch.nn.Module):
-                tensors = list(value.parameters()) + list(value.buffers())
-                name = type(value).__name__
+                found = [(type(value).__name__, value)]
             elif isinstance(value, torch.Tensor):
-                tensors, name = [value], "a Tensor"
+                found = [("a Tensor", value)]
             else:
-                continue
-            mine = [t for t in tensors if t.device.type == "cpu" and not t.is_shared()]
-            if mine:
-                size = names.human_bytes(sum(t.untyped_storage().nbytes() for t in mine))
-                n = len(mine)
-                out.append(f"{name} ({n} tensor{'s' if n > 1 else ''}, {size})" if
-                           len(tensors) > 1 or name != "a Tensor" else f"{name} ({size})")
+                found = _modules_inside(torch, value)
+            out += [words for words in map(_private_words, found) if words]
         except Exception:                    # (a tensor subclass, a meta tensor: not judged)
             continue
     return out
+
+
+def _modules_inside(torch, value):
+    """[("Trainer.model: Linear", module)]: the torch modules among the attributes of an object
+    of the program's own class (a trainer, an agent that holds the model) -- one level, at
+    most 32 attributes. Tensors alone are not looked for there (a config's, a Dataset's are
+    read, not trained), nor inside a Dataset (each DataLoader worker reads its own copy)."""
+    attrs = getattr(value, "__dict__", None)
+    if not isinstance(attrs, dict) or type(value).__module__ in ("builtins", "functools") or \
+            isinstance(value, torch.utils.data.Dataset) or \
+            type(value).__module__.startswith(("torch.", "multiprocessing.")):
+        return []
+    return [(f"{type(value).__name__}.{attr}: {type(item).__name__}", item)
+            for attr, item in list(attrs.items())[:32] if isinstance(item, torch.nn.Module)]
+
+
+def _private_words(found):
+    """"Linear (2 tensors, 20 B)" for a module or tensor not in shared memory; None if it is."""
+    name, value = found
+    tensors = list(value.parameters()) + list(value.buffers()) if name != "a Tensor" \
+        else [value]
+    mine = [t for t in tensors if t.device.type == "cpu" and not t.is_shared()]
+    if not mine:
+        return None
+    size = names.human_bytes(sum(t.untyped_storage().nbytes() for t in mine))
+    n = len(mine)
+    return (f"{name} ({n} tensor{'s' if n > 1 else ''}, {size})" if
+            len(tensors) > 1 or name != "a Tensor" else f"{name} ({size})")
 
 
 def _queues_given(proc):
