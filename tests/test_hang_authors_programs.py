@@ -91,6 +91,7 @@ it; all are started at once (they spend their time waiting), each judged alone:
     sum_via_manager_queue.py  a Pool task loops on a Manager Queue's get() until None; main
                               puts the numbers, no None, and waits for the task's result
     count_under_lock_join.py  the parent holds the Lock its workers take while it joins them
+    fetch_pages_threadpool.py  map_async() inside `with ThreadPool(...)`, get() after it
     hogwild_trainer_object.py  Hogwild with the model in a Trainer, target=trainer.train, no
                               share_memory(): each worker trains its own copy
     slots_threading_semaphore.py  a worker acquires a module-level threading.Semaphore(0); the
@@ -173,7 +174,7 @@ def runs(tmp_path_factory):
         "server_never_stopped.py", "parse_files_apply_async.py", "parse_files_executor.py",
         "hogwild_forgot_share_memory.py", "flush_on_stop_event.py", "squares_after_with.py",
         "thumbnails_after_with.py", "scores_pool_terminate.py", "sum_via_manager_queue.py",
-        "count_under_lock_join.py")}
+        "count_under_lock_join.py", "fetch_pages_threadpool.py")}
     programs["hogwild_forgot_share_memory.py share"] = (
         "10", _program("hogwild_forgot_share_memory.py"), "share")
     programs["hogwild_trainer_object.py"] = ("10", _program("hogwild_trainer_object.py"))
@@ -1274,6 +1275,13 @@ def test_a_result_got_after_its_pool_was_terminated_says_so_and_the_fix(runs):
             ) in hung(result(runs, "squares_after_with.py"))
     assert ("Fix: get the results before terminate(), or end the Pool with close() and join(), "
             "which wait for its jobs.") in hung(result(runs, "scores_pool_terminate.py"))
+    err = hung(result(runs, "fetch_pages_threadpool.py"))   # threads: none is killed
+    assert ("fetch_pages_threadpool.py waits for the result of ThreadPool job 0 (fetch: 0 of its "
+            "3 tasks done), which will never come: the Pool was terminated at the end of its "
+            "`with` block (<module> (fetch_pages_threadpool.py:14): `with ThreadPool(2) as "
+            "pool:`): a Pool's __exit__ calls terminate(), not close() and join(); terminate() "
+            "drops every job not finished (a ThreadPool's threads are not killed, but what they "
+            "finish is never delivered). Fix: ") in err, err
 
 
 @pytest.mark.timeout(150)

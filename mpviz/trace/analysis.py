@@ -1803,8 +1803,11 @@ def _terminated(ix, job, t, pid):
                f"a reference to it, and its finalizer terminates it")
         fix = "keep the Pool (a variable, or a `with` block) until its results are got"
     count = f"{done} of its {n} task{'s' if n != 1 else ''} done" if n else "not done"
-    return (f"Pool job {job} ({f'{func}: ' if func else ''}{count})",
-            f"{why}; terminate() kills the workers and drops every job not finished", fix)
+    kills = ("drops every job not finished (a ThreadPool's threads are not killed, but what "
+             "they finish is never delivered)" if end.args.get("threads") else
+             "kills the workers and drops every job not finished")
+    return (f"{'ThreadPool' if end.args.get('threads') else 'Pool'} job {job} "
+            f"({f'{func}: ' if func else ''}{count})", f"{why}; terminate() {kills}", fix)
 
 
 def unstarted_job(trace, job, t_ns):

@@ -93,7 +93,8 @@ KINDS = {
         "result back (waits.py)"),
     "pool.terminate": Kind(
         "jobs (the Pool's jobs still unfinished: dropped), how (with: the end of a `with "
-        "Pool(...)` block; terminate(); garbage collected; at exit), at (the program's line)",
+        "Pool(...)` block; terminate(); garbage collected; at exit), at (the program's line), "
+        "threads (a ThreadPool's)",
         "the process whose Pool is terminated, in Pool._terminate_pool (waits.py); only where "
         "a job was unfinished"),
     "task.error_seen": Kind(

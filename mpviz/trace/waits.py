@@ -522,7 +522,7 @@ def _terminate_pool(cls, *args, **kwargs):
     cache = kwargs.get("cache", args[-1] if args else None)
     if recorder.writer is not None and cache:
         try:
-            _pool_terminated(sorted(cache))
+            _pool_terminated(sorted(cache), issubclass(cls, pool.ThreadPool))
         except Exception:          # (a recorder never breaks the program's own call)
             pass
     return _inner("Pool._terminate_pool").__get__(None, cls)(*args, **kwargs)
@@ -532,7 +532,7 @@ _POOL_ENDS = {pool.Pool.__exit__.__code__: "with", pool.Pool.terminate.__code__:
               util._exit_function.__code__: "at exit"}
 
 
-def _pool_terminated(jobs):
+def _pool_terminated(jobs, threads):
     from .stuck import own_line
     hows, calls, frame = set(), [], sys._getframe(2)
     while frame is not None:
@@ -541,7 +541,8 @@ def _pool_terminated(jobs):
         calls.append((code.co_name, code.co_filename, frame.f_lineno))
         frame = frame.f_back
     how = next((h for h in ("with", "terminate()", "at exit") if h in hows), "garbage collected")
-    recorder.emit("pool.terminate", jobs=jobs, how=how, at=own_line(calls))
+    recorder.emit("pool.terminate", jobs=jobs, how=how, at=own_line(calls),
+                  **({"threads": True} if threads else {}))
 
 
 def _future_job(fut):
