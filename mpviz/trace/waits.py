@@ -473,8 +473,9 @@ def _result_wait(key):
 
 def _error_seen(job, how):
     """``task.error_seen``: the program got a Pool job's or a future's exception (`how`:
-    get/next/result/exception/error_callback) -- it is not lost work. Only where a task
-    failed: nothing on a good result's way."""
+    get/next/result/exception) -- it is not lost work -- or gave the job an error_callback
+    (`how` "error_callback", recorded as it is submitted, failing or not: the callback gets
+    the error if one comes). Nothing on a good result's way."""
     if recorder.writer is not None:
         recorder.emit("task.error_seen", job=job, how=how)
 
