@@ -967,6 +967,8 @@ class _Index:
                                       if method in methods and first <= t and
                                       (p, d) != (begin.pid, begin.tid)))
         if on == "pool.result":
+            if _terminated(self, target, t, begin.pid):
+                return []     # (its Pool was terminated: no worker will ever finish it)
             return [(pid, tid) for pid, tid, a, b in self.tasks_of(target)
                     if a <= t and (b is None or t < b) and self.thread_alive(pid, tid, t)] + \
                 [(lost.pid, lost.pid) for lost in self.lost_tasks(target, t)]
