@@ -1270,6 +1270,9 @@ def test_a_result_got_after_its_pool_was_terminated_says_so_and_the_fix(runs):
                          rf"can: {what} will never finish: {why}", err), err
         assert "its threads wait for each other" not in err, err
         assert "who must act is not recorded" not in err, err
+        # its workers were killed by terminate(): none is "idle, not stuck" (a race decided
+        # whether one was still in its first get() when killed; said of a dead worker before)
+        assert "is idle, not stuck" not in err, err
     assert ("Fix: get the results inside the `with` block (`.get()` before it ends), or call "
             "pool.close() and pool.join() as its last lines: they wait for the jobs."
             ) in hung(result(runs, "squares_after_with.py"))

@@ -306,9 +306,6 @@ LAZY_BACK_EDGES = {
         "the watchdog reads Traces; record(hang_after=...) starts it only when asked",
     ("mpviz.trace.trace", "mpviz.trace.analysis"):
         "analysis reads Traces; record()'s end asks it for lost work once the block ended well",
-    ("mpviz.trace.waits", "mpviz.trace.stuck"):
-        "stuck reads what waits recorded; a Pool terminated with a job unfinished asks it for "
-        "the program's line",
 }
 
 

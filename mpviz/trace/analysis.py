@@ -1386,6 +1386,8 @@ class _Index:
         if p is None or ("PoolWorker" not in (p.name or "") and
                          pid not in self.executor_workers):
             return False
+        if not self.alive(pid, t):     # (killed by terminate(), its last get() still open)
+            return False
         if any(e.pid == pid and e.ts_ns <= t for e in self._running_tasks(t)):
             return False
         if any(p_ == pid and start <= t and (done is None or t < done)
@@ -1783,9 +1785,12 @@ def _terminated(ix, job, t, pid):
     if end is None:
         return None
     tasks = [e for e in ix.pool_tasks if e.args.get("job") == job]
-    n = sum(e.args.get("phase") == "submit" for e in tasks)
+    n = (end.args.get("tasks") or {}).get(str(job))     # (in all: some may not be handed out)
+    if n is None:
+        n = sum(e.args.get("phase") == "submit" for e in tasks)
     done = sum(e.args.get("phase") == "done" and e.ts_ns <= end.ts_ns for e in tasks)
-    func = next((e.args.get("func") for e in tasks if e.args.get("func")), None)
+    func = (end.args.get("funcs") or {}).get(str(job)) or \
+        next((e.args.get("func") for e in tasks if e.args.get("func")), None)
     at = f" ({end.args['at']})" if end.args.get("at") else ""
     how = end.args.get("how")
     if how == "with":

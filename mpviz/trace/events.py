@@ -92,7 +92,9 @@ KINDS = {
         "a ProcessPoolExecutor's worker: start as it takes a work item, done as it sends its "
         "result back (waits.py)"),
     "pool.terminate": Kind(
-        "jobs (the Pool's jobs still unfinished: dropped), how (with: the end of a `with "
+        "jobs (the Pool's jobs still unfinished: dropped), tasks (each job's number of "
+        "tasks in all, by job as a string; null where not known yet: an imap), funcs (each "
+        "job's function, the same way; null for an imap), how (with: the end of a `with "
         "Pool(...)` block; terminate(); garbage collected; at exit), at (the program's line), "
         "threads (a ThreadPool's)",
         "the process whose Pool is terminated, in Pool._terminate_pool (waits.py); only where "

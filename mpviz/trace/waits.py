@@ -25,6 +25,7 @@ trace ended: in a hang, that is the picture. Waits inside waits are recorded onc
 Event or notifies a Condition: _event_set.
 """
 import functools
+import linecache
 import os
 import queue
 import subprocess
@@ -499,6 +500,7 @@ def _imap_next(key):
 def _apply_async(self, func, args=(), kwds={}, callback=None, error_callback=None):
     """Pool.apply_async: a job with an error_callback has its error seen, if it fails."""
     res = _inner("Pool.apply_async")(self, func, args, kwds, callback, error_callback)
+    res._mpviz_func = getattr(func, "__qualname__", None)   # (named if the job is dropped)
     if error_callback is not None:
         _error_seen(res._job, "error_callback")
     return res
@@ -509,6 +511,7 @@ def _map_async(self, func, iterable, mapper, chunksize=None, callback=None,
     """Pool._map_async (map_async, starmap_async): the same."""
     res = _inner("Pool._map_async")(self, func, iterable, mapper, chunksize, callback,
                                     error_callback)
+    res._mpviz_func = getattr(func, "__qualname__", None)
     if error_callback is not None:
         _error_seen(res._job, "error_callback")
     return res
@@ -523,7 +526,7 @@ def _terminate_pool(cls, *args, **kwargs):
     cache = kwargs.get("cache", args[-1] if args else None)
     if recorder.writer is not None and cache:
         try:
-            _pool_terminated(sorted(cache), issubclass(cls, pool.ThreadPool))
+            _pool_terminated(cache, issubclass(cls, pool.ThreadPool))
         except Exception:          # (a recorder never breaks the program's own call)
             pass
     return _inner("Pool._terminate_pool").__get__(None, cls)(*args, **kwargs)
@@ -533,16 +536,37 @@ _POOL_ENDS = {pool.Pool.__exit__.__code__: "with", pool.Pool.terminate.__code__:
               util._exit_function.__code__: "at exit"}
 
 
-def _pool_terminated(jobs, threads):
-    from .stuck import own_line
-    hows, calls, frame = set(), [], sys._getframe(2)
+def _job_tasks(result):
+    """How many tasks a Pool job has in all -- its chunks, for a map (the task handler may have
+    handed out only some when terminate() stopped it) -- or None where not yet known (imap)."""
+    if isinstance(result, pool.MapResult):
+        value = getattr(result, "_value", None)      # (a list of `length` results to come)
+        chunk = getattr(result, "_chunksize", 0)
+        return -(-len(value) // chunk) if isinstance(value, list) and chunk > 0 else None
+    if isinstance(result, pool.IMapIterator):
+        return getattr(result, "_length", None)
+    return 1
+
+
+def _pool_terminated(cache, threads):
+    """Cheap, as it runs on the program's way into terminate(): it must not delay it (a
+    terminate() late by half a second lets the workers finish the job it drops -- the
+    program's own race, tipped by the observer). No import, one file line read."""
+    hows, at, frame = set(), None, sys._getframe(2)
     while frame is not None:
-        code = frame.f_code
-        hows.add(_POOL_ENDS.get(code))
-        calls.append((code.co_name, code.co_filename, frame.f_lineno))
+        hows.add(_POOL_ENDS.get(frame.f_code))
+        if at is None and _programs_code(frame) and \
+                not frame.f_code.co_filename.startswith("<"):     # the innermost line of its own
+            code, lineno = frame.f_code, frame.f_lineno
+            text = linecache.getline(code.co_filename, lineno).split("  #")[0].strip()
+            at = f"{code.co_name} ({os.path.basename(code.co_filename)}:{lineno})" + \
+                (f": `{text}`" if text else "")
         frame = frame.f_back
     how = next((h for h in ("with", "terminate()", "at exit") if h in hows), "garbage collected")
-    recorder.emit("pool.terminate", jobs=jobs, how=how, at=own_line(calls),
+    jobs = sorted(cache)
+    tasks = {str(job): _job_tasks(cache[job]) for job in jobs}
+    funcs = {str(job): getattr(cache[job], "_mpviz_func", None) for job in jobs}
+    recorder.emit("pool.terminate", jobs=jobs, tasks=tasks, funcs=funcs, how=how, at=at,
                   **({"threads": True} if threads else {}))
 
 

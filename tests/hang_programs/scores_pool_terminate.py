@@ -5,7 +5,7 @@ from multiprocessing import Pool
 
 
 def score(doc):
-    time.sleep(0.5)                 # run the model on the document
+    time.sleep(2)                   # run the model on the document
     return len(doc)
 
 

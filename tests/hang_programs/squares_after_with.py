@@ -4,7 +4,7 @@ from multiprocessing import Pool
 
 
 def slow_square(x):
-    time.sleep(0.5)                 # a slow computation
+    time.sleep(2)                   # a slow computation
     return x * x
 
 

@@ -4,7 +4,7 @@ from multiprocessing import Pool
 
 
 def make_thumbnail(name):
-    time.sleep(0.5)                 # decode, resize, encode
+    time.sleep(2)                   # decode, resize, encode
     return name, 128 * 128
 
 
