@@ -865,7 +865,8 @@ def waits_in_words(trace, at=None):
                      f"task from the {pool}, and goes on when the program gives the {pool} work")
     for d in state.deadlocks:         # (a cycle is one Deadlock per thread in it: said once)
         said = f"  STUCK FOR GOOD: {d.reason}"
-        if (d.cycle or "watchdog" not in d.reason) and said not in lines:
+        if (d.cycle or "watchdog" not in d.reason) and said not in lines and \
+                not _told_already(d, lines):
             lines.append(said)
     lines += _hang_at_exit(state, trace)
     lines += _ended_by_errors(state, trace)
@@ -873,6 +874,17 @@ def waits_in_words(trace, at=None):
         return ["Who waits for whom: the trace recorded no wait that was still open (read the "
                 "stacks above: the innermost call is where each thread was)."]
     return ["Who waits for whom (recorded waits still open when it stopped):"] + lines
+
+
+def _told_already(deadlock, lines):
+    """A result that will never come, whose why a who-waits line said already ("nobody can:
+    Pool job 0 ... will never finish: the Pool was terminated ..."): the STUCK FOR GOOD line
+    would say it a third time (the thread's line above says it too)."""
+    core = deadlock.reason.split(" (at your line")[0]
+    if deadlock.cycle or "which will never come: " not in core:
+        return False
+    why = core.split("which will never come: ", 1)[1]
+    return any(why in line for line in lines)
 
 
 def _unheld(lock):
