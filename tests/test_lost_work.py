@@ -180,3 +180,64 @@ def test_a_pool_terminated_with_a_job_unfinished_is_recorded_and_one_finished_is
     assert ends[0].args["at"].startswith("test_a_pool_terminated_with_a_job_unfinished_is_"
                                          "recorded_and_one_finished_is_not (test_lost_work.py:")
     assert not dropped.ready()
+
+
+PROGRAMS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "lost_work_programs")
+
+
+def traced(tmp_path, name):
+    out = tmp_path / "out"
+    run = subprocess.run([sys.executable, "-m", "mpviz", "trace", "--no-plot", "-o", str(out),
+                          sys.executable, os.path.join(PROGRAMS, name)], capture_output=True,
+                         text=True, cwd=tmp_path, timeout=100)
+    assert run.returncode == 0 and "collected" in run.stdout, run.stderr
+    return run, mpviz.trace.load(out)
+
+
+@pytest.mark.timeout(120)
+def test_messages_left_in_a_queue_at_the_end_are_said_with_the_empty_call_that_stopped_early(
+        tmp_path):
+    """`while not results.empty(): results.get()` stops as soon as the queue is empty for a
+    moment, before the workers have put the rest: the program printed "collected 14 squares"
+    and mpviz said nothing ("144 events from 5 processes"). The messages left are lost work,
+    and the line that stopped is named (``queue.empty``, recorded once per line)."""
+    run, loaded = traced(tmp_path, "squares_until_empty.py")
+    got = int(re.search(r"collected (\d+) squares", run.stdout).group(1))
+    assert got < 40, run.stdout          # (the program's own race: its workers take ~1 s)
+    line = next((line for line in loaded.lost_work if "never got" in line), None)
+    assert line is not None, loaded.lost_work
+    assert re.fullmatch(
+        rf"{40 - got} of the 40 messages put into Queue 1 \(by Process-\d, Process-\d, "
+        r"Process-\d and Process-\d\) were never got: the program ended with them unread, and "
+        r"nothing was raised\. squares_until_empty\.py called empty\(\) on Queue 1, and it "
+        r"said True \(<module> \(squares_until_empty\.py:19\): `while not results\.empty\(\):`"
+        r"\): empty\(\) says only that nothing is there at that moment -- the others may still "
+        r"be putting\. Fix: if they were meant to be got, get a known number of messages "
+        r"\(`for _ in range\(n\): q\.get\(\)`\), or until each producer's sentinel \(`None`\) "
+        r"has come -- not until empty\(\) says True\.", line), line
+    assert f"mpviz trace: {line}" in run.stderr
+    assert f"LOST: {line}" in viz.summary(loaded)
+    assert len([e for e in loaded.events if e.kind == "queue.empty"]) == 1   # once per line
+
+
+@pytest.mark.timeout(120)
+def test_a_program_that_gets_every_message_loses_nothing(tmp_path):
+    """The same workers, the results got by count (its empty() polls said True too: not a
+    loss where every message was got)."""
+    run, loaded = traced(tmp_path, "squares_counted.py")
+    assert "collected 40 squares" in run.stdout
+    assert loaded.lost_work == [], loaded.lost_work
+    assert "never got" not in run.stderr
+
+
+@pytest.mark.timeout(120)
+def test_a_record_block_says_nothing_of_messages_still_in_its_queue(tmp_path, capsys):
+    """A notebook's Queue outlives the block: the next cell may get what is in it."""
+    q = multiprocessing.get_context("fork").Queue()
+    with mpviz.trace.record(str(tmp_path / "rec"), hang_after=None) as trace:
+        q.put("for the next cell")
+        q.put("and this")
+    assert trace.lost_work == [], trace.lost_work
+    assert q.get(timeout=10) == "for the next cell" and q.get(timeout=10) == "and this"
+    q.close()
+    q.join_thread()

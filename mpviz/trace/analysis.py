@@ -2129,6 +2129,61 @@ def lost_work(trace, ended=None):
         lines += _future_error_lines(trace, ended)
     if "process.private_args" in kinds:
         lines += _private_args_lines(trace)
+    if ended and ended.startswith("the program ended"):
+        lines += _unread_lines(trace, ended)
+    return lines
+
+
+def _unread_lines(trace, ended):
+    """The messages put into a Queue of the program's own that nobody got before the program
+    ended: every process is gone, so they are lost -- and nothing was raised. The classic cause
+    is a loop on ``empty()``, which says True the moment the queue is empty, before the other
+    processes have put the rest (``queue.empty``, recorded once per line, names it). Only
+    where the program ended (``mpviz trace``): a notebook's Queue, still alive after a
+    ``record()`` block, may be read in the next cell. A library's queues are left out (a Pool's,
+    a DataLoader's, an executor's: they end with what their own shutdown leaves)."""
+    ix = _index(trace)
+    chnames = ix.channel_names
+    executors = set(ix.executor_workers)
+    library = lambda pid, tid: tid != pid and bool(                          # noqa: E731
+        _LIBRARY_THREAD.search(ix.threads.get((pid, tid)) or "") or
+        "Manager" in (ix.threads.get((pid, tid)) or ""))
+    totals, unread, excluded = {}, {}, set()
+    for f in ix.flows:
+        ch = f.channel
+        if f.put.kind != "queue.put" or not str(chnames.get(ch, "")).startswith("Queue "):
+            continue
+        sides = [(f.put.pid, f.put.tid)] + ([(f.get.pid, f.get.tid)] if f.get else [])
+        if any(library(*side) or side[0] in executors for side in sides):
+            excluded.add(ch)
+        totals[ch] = totals.get(ch, 0) + 1
+        if f.get is None:
+            unread.setdefault(ch, []).append(f.put)
+    dropped = {e.args.get("queue") for e in ix.by_kind.get("queue.put_failed", ())}
+    said = {}
+    for e in trace.of_kind("queue.empty"):
+        said.setdefault(e.args.get("queue"), e)
+    lines = []
+    for ch, puts in unread.items():
+        if ch in excluded or ch in dropped:       # (a dropped message: _dropped_lines)
+            continue
+        n, total = len(puts), totals[ch]
+        pids = sorted(dict.fromkeys(e.pid for e in puts), key=lambda pid: (
+            ix.procs[pid].start_ns if pid in ix.procs else 0, pid))
+        who = names.join_and([ix.labels.get(pid, f"pid {pid}") for pid in pids])
+        empty = said.get(ch)
+        them = "them" if n != 1 else "it"
+        why = (f" {ix.labels.get(empty.pid, f'pid {empty.pid}')} called empty() on "
+               f"{chnames[ch]}, and it said True ({empty.args.get('at')}): empty() says only "
+               f"that nothing is there at that moment -- the others may still be putting."
+               if empty else "")
+        lines.append(
+            f"{n} of the {total} message{'s' if total != 1 else ''} put into {chnames[ch]} "
+            f"(by {who}) {'were' if n != 1 else 'was'} never got: the program ended with "
+            f"{them} unread, and nothing was raised.{why} Fix: if "
+            f"{'they were' if n != 1 else 'it was'} meant to be got, get a known number of messages "
+            f"(`for _ in range(n): q.get()`), or until each producer's sentinel (`None`) has "
+            f"come -- not until empty() says True.")
     return lines
 
 

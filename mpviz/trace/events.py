@@ -68,6 +68,10 @@ KINDS = {
     "queue.get": Kind(
         "queue, msg (a Queue's is the matching write's, set by Trace), nbytes, sig",
         "the getter, as it reads (Queue; queue_hooks.c's Tap) or unpickles (envelopes)"),
+    "queue.empty": Kind(
+        "queue, at (the program's line)",
+        "the thread whose Queue.empty() said True, the first time at that line for that queue "
+        "(waits.py): a loop on empty() stops there"),
     "queue.put_failed": Kind(
         "queue, msg (None for mpviz's Queue), error (e.g. 'Full'), feeder (True: the feeder "
         "thread could not pickle it -- queue None, msg None where queue_hooks.c pickles)",

@@ -536,6 +536,38 @@ _POOL_ENDS = {pool.Pool.__exit__.__code__: "with", pool.Pool.terminate.__code__:
               util._exit_function.__code__: "at exit"}
 
 
+def _line_words(frame):
+    """"<module> (prog.py:12): `with Pool(4) as pool:`": frame `f`'s line, as stuck.own_line
+    says one -- made here with no import (a hook on the program's way must not delay it)."""
+    code, lineno = frame.f_code, frame.f_lineno
+    text = linecache.getline(code.co_filename, lineno).split("  #")[0].strip()
+    return f"{code.co_name} ({os.path.basename(code.co_filename)}:{lineno})" + \
+        (f": `{text}`" if text else "")
+
+
+_empty_said = set()        # (pid, id(queue), code, line): the empty() calls recorded already
+
+
+def _queue_empty(self):
+    """Queue.empty: the first True each line of the program's own gets from a queue is
+    recorded (``queue.empty``, once per line: a polling loop asks it thousands of times). A
+    loop on ``while not q.empty(): q.get()`` ends the moment the queue is empty -- before the
+    other processes have put the rest: the messages left there are lost work
+    (analysis.lost_work names this line)."""
+    empty = _inner("Queue.empty")(self)
+    if empty and recorder.writer is not None:
+        try:
+            frame = sys._getframe(1)
+            key = (os.getpid(), id(self), frame.f_code, frame.f_lineno)
+            if key not in _empty_said and _programs_code(frame) and \
+                    not frame.f_code.co_filename.startswith("<"):
+                _empty_said.add(key)
+                recorder.emit("queue.empty", queue=_queue_id(self), at=_line_words(frame))
+        except Exception:          # (a recorder never breaks the program's own call)
+            pass
+    return empty
+
+
 def _job_tasks(result):
     """How many tasks a Pool job has in all -- its chunks, for a map (the task handler may have
     handed out only some when terminate() stopped it) -- or None where not yet known (imap)."""
@@ -557,10 +589,7 @@ def _pool_terminated(cache, threads):
         hows.add(_POOL_ENDS.get(frame.f_code))
         if at is None and _programs_code(frame) and \
                 not frame.f_code.co_filename.startswith("<"):     # the innermost line of its own
-            code, lineno = frame.f_code, frame.f_lineno
-            text = linecache.getline(code.co_filename, lineno).split("  #")[0].strip()
-            at = f"{code.co_name} ({os.path.basename(code.co_filename)}:{lineno})" + \
-                (f": `{text}`" if text else "")
+            at = _line_words(frame)
         frame = frame.f_back
     how = next((h for h in ("with", "terminate()", "at exit") if h in hows), "garbage collected")
     jobs = sorted(cache)
@@ -1248,6 +1277,7 @@ _stdlib = {
     "JoinableQueue.join": queues.JoinableQueue.join,
     "Popen.wait": subprocess.Popen.wait,
     "Queue._finalize_join": queues.Queue._finalize_join,
+    "Queue.empty": queues.Queue.empty,
     "Event.wait": synchronize.Event.wait,
     "Condition.wait": synchronize.Condition.wait,
     "Barrier.wait": synchronize.Barrier.wait,
@@ -1288,6 +1318,7 @@ PATCHES = [
     (queues.JoinableQueue, "join", _joinable_join, "JoinableQueue.join"),
     (subprocess.Popen, "wait", _popen_wait, "Popen.wait"),
     (queues.Queue, "_finalize_join", staticmethod(_finalize_join), "Queue._finalize_join"),
+    (queues.Queue, "empty", _queue_empty, "Queue.empty"),
     (synchronize.Event, "wait", _event_wait, "Event.wait"),
     (synchronize.Condition, "wait", _condition_wait, "Condition.wait"),
     (synchronize.Barrier, "wait", _barrier_wait, "Barrier.wait"),
