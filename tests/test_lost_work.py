@@ -241,3 +241,37 @@ def test_a_record_block_says_nothing_of_messages_still_in_its_queue(tmp_path, ca
     assert q.get(timeout=10) == "for the next cell" and q.get(timeout=10) == "and this"
     q.close()
     q.join_thread()
+
+
+@pytest.mark.timeout(120)
+def test_a_daemon_child_terminated_at_exit_mid_work_is_said(tmp_path):
+    """`Process(target=write_report, daemon=True).start()` and the program ends: at exit,
+    multiprocessing terminates every daemon child still running -- the report is never
+    written, and mpviz said "12 events from 2 processes"."""
+    report = tmp_path / "report.txt"
+    out = tmp_path / "out"
+    run = subprocess.run([sys.executable, "-m", "mpviz", "trace", "--no-plot", "-o", str(out),
+                          sys.executable, os.path.join(PROGRAMS, "report_in_daemon.py"),
+                          str(report)], capture_output=True, text=True, cwd=tmp_path,
+                         timeout=100)
+    assert run.returncode == 0 and not report.exists(), run.stderr
+    line = ("Process-1 (write_report) was still running when report_in_daemon.py ended: it was "
+            "a daemon process, and at exit multiprocessing terminates every daemon process "
+            "still running (SIGTERM) -- whatever it had left to do was never done, and nothing "
+            "was raised. Fix: join() it before the program ends (a process that must finish "
+            "its work is no daemon: the program then waits for it at exit).")
+    assert mpviz.trace.load(out).lost_work == [line], run.stderr
+    assert f"mpviz trace: {line}" in run.stderr
+
+
+@pytest.mark.timeout(120)
+def test_a_pool_and_a_manager_ended_by_the_interpreters_exit_lose_nothing(tmp_path):
+    """Their processes are terminated at exit too (a Pool's workers, idle; a Manager's server):
+    the library's own end, not lost work. And the Pool garbage-collected at the interpreter's
+    end puts into its change notifier: mpviz wrapped that message in its envelope, which could
+    no longer be pickled then -- "Exception ignored in: <function Pool.__del__ ...>
+    PicklingError: Can't pickle <function _open ...>" on a program that prints none."""
+    run, loaded = traced(tmp_path, "squares_pool_not_closed.py")
+    assert loaded.lost_work == [], loaded.lost_work
+    assert "Exception ignored" not in run.stderr and "PicklingError" not in run.stderr, \
+        run.stderr

@@ -2131,6 +2131,43 @@ def lost_work(trace, ended=None):
         lines += _private_args_lines(trace)
     if ended and ended.startswith("the program ended"):
         lines += _unread_lines(trace, ended)
+        lines += _daemon_lines(trace)
+    return lines
+
+
+def _daemon_lines(trace):
+    """Children terminated at their parent's exit mid-work: multiprocessing's exit function
+    calls terminate() (SIGTERM) on every daemon child still running, then joins them all -- a
+    join at exit (``wait.begin`` with ``at_exit``) that reaps a SIGTERM, of a child that never
+    finished (no ``process.exit`` of its own), is one. Whatever it had left to do is lost, and
+    nothing is raised (a `daemon=True` writer, uploader, logger the program did not join)."""
+    at_exit = {}
+    for e in trace.of_kind("wait.begin"):
+        if e.args.get("on") == "process" and e.args.get("at_exit"):
+            at_exit[(e.pid, e.args.get("id"))] = e
+    if not at_exit:
+        return []
+    ix = _index(trace)
+    finished = {e.pid for e in trace.of_kind("process.exit")}
+    targets = {e.pid: e.args.get("target") for e in trace.of_kind("process.bootstrap")}
+    library = set(ix.executor_workers) | {e.pid for e in trace.of_kind("dataloader.worker")}
+    lines = []
+    for e in trace.of_kind("process.reaped"):
+        child = e.args.get("child")
+        if e.args.get("signal") != "SIGTERM" or (e.pid, child) not in at_exit or \
+                child in finished or child in library:
+            continue
+        name = ix.labels.get(child, f"pid {child}")
+        p = ix.procs.get(child)
+        if p is not None and any(word in (p.name or "") for word in ("PoolWorker", "Manager")):
+            continue            # (a Pool's workers, a Manager's server: the library's own end)
+        target = f" ({targets[child]})" if targets.get(child) else ""
+        lines.append(
+            f"{name}{target} was still running when {ix.labels.get(e.pid, f'pid {e.pid}')} "
+            f"ended: it was a daemon process, and at exit multiprocessing terminates every "
+            f"daemon process still running (SIGTERM) -- whatever it had left to do was never "
+            f"done, and nothing was raised. Fix: join() it before the program ends (a process "
+            f"that must finish its work is no daemon: the program then waits for it at exit).")
     return lines
 
 

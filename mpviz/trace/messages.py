@@ -508,7 +508,10 @@ class OrderLinks:
 
 def _simple_put(self, obj):
     if _stops.pause: _stops.pause("queue.put", _queue_id(self))  # a stepped run: see stepper/gate.py
-    if not recorder.ENABLED:
+    if not recorder.ENABLED or sys.is_finalizing():
+        # (at the interpreter's end -- a Pool garbage-collected then puts into its change
+        # notifier -- this module can no longer be imported, and an envelope cannot be pickled:
+        # "Exception ignored in: Pool.__del__ ... PicklingError" on a program that has none)
         return _orig["SimpleQueue.put"](self, obj)
     # the stdlib's SimpleQueue.put, with the envelope and the size recorded
     qid, msg = _queue_id(self), next_msg()
@@ -525,7 +528,7 @@ def _simple_put(self, obj):
 
 def _conn_send(self, obj):
     if _stops.pause: _stops.pause("pipe.send", None)  # a stepped run: see stepper/gate.py
-    if not recorder.ENABLED:
+    if not recorder.ENABLED or sys.is_finalizing():       # (as in _simple_put)
         return _orig["Connection.send"](self, obj)
     # the stdlib's Connection.send, with the envelope and the size recorded
     self._check_closed()
