@@ -92,6 +92,8 @@ it; all are started at once (they spend their time waiting), each judged alone:
                               puts the numbers, no None, and waits for the task's result
     count_under_lock_join.py  the parent holds the Lock its workers take while it joins them
     fetch_pages_threadpool.py  map_async() inside `with ThreadPool(...)`, get() after it
+    result_then_os_exit.py    a worker puts its result, then leaves by os._exit(0): the feeder
+                              never writes it, and the parent's get() after join() waits
     hogwild_trainer_object.py  Hogwild with the model in a Trainer, target=trainer.train, no
                               share_memory(): each worker trains its own copy
     slots_threading_semaphore.py  a worker acquires a module-level threading.Semaphore(0); the
@@ -174,7 +176,7 @@ def runs(tmp_path_factory):
         "server_never_stopped.py", "parse_files_apply_async.py", "parse_files_executor.py",
         "hogwild_forgot_share_memory.py", "flush_on_stop_event.py", "squares_after_with.py",
         "thumbnails_after_with.py", "scores_pool_terminate.py", "sum_via_manager_queue.py",
-        "count_under_lock_join.py", "fetch_pages_threadpool.py")}
+        "count_under_lock_join.py", "fetch_pages_threadpool.py", "result_then_os_exit.py")}
     programs["hogwild_forgot_share_memory.py share"] = (
         "10", _program("hogwild_forgot_share_memory.py"), "share")
     programs["hogwild_trainer_object.py"] = ("10", _program("hogwild_trainer_object.py"))
@@ -1332,3 +1334,19 @@ def test_a_model_held_by_the_object_whose_method_each_worker_runs_is_named_too(r
     run = result(runs, "hogwild_trainer_object.py share")
     assert run.returncode == 0 and "the model learned: True" in run.stdout, run.stderr
     assert "not in shared memory" not in run.stderr, run.stderr
+
+
+@pytest.mark.timeout(150)
+def test_a_result_put_before_os_exit_is_said_lost_with_the_fix(runs):
+    """`results.put(...)` then `os._exit(0)` in the worker: the feeder thread never writes the
+    message (os._exit skips the exit where it is joined), and the parent's get() waits for
+    ever. Said before: "its feeder thread never wrote it (the process ended first)", and no
+    fix."""
+    err = hung(result(runs, "result_then_os_exit.py"))
+    assert ("result_then_os_exit.py's main thread waits: get() on Queue 1: nothing in it yet -- "
+            "Process-1 put into Queue 1 and ended, but its message never reached the queue's "
+            "pipe: its feeder thread never wrote it (the process ended first): Process-1 left "
+            "by os._exit(), which skips the interpreter's exit -- where a Queue's feeder is "
+            "joined and writes what is left.") in err, err
+    assert ("Nothing is coming. Fix: return from the process's function (or sys.exit()), or "
+            "call the queue's close() and join_thread() before os._exit()") in err, err

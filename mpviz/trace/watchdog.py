@@ -1412,10 +1412,27 @@ def _puts_never_fed(state, trace, blocked):
            f"({'; '.join(errors)})" if errors else f"{its} feeder thread{'' if one else 's'} "
            f"never wrote it (the process ended first)")
     fix = " Fix: " + st.PICKLE_FIX if errors else ""
+    quit_ = [] if errors else _left_by_os_exit(trace, [pid for pid, _ in lost])
+    if quit_ and len(quit_) == len(lost):
+        why += (f": {join_and(quit_)} left by os._exit(), which skips the interpreter's exit "
+                f"-- where a Queue's feeder is joined and writes what is left")
+        fix = (" Fix: return from the process's function (or sys.exit()), or call the queue's "
+               "close() and join_thread() before os._exit()")
     return (f"{who} put into {name} and ended, but {its} message{'' if one else 's'} never "
             f"reached the queue's pipe: {why}. put() only hands the object to that thread and "
             f"returns; the feeder's error is printed in the putting process -- or not at all, "
             f"when that process is exiting by then. Nothing is coming.{fix}")
+
+
+def _left_by_os_exit(trace, pids):
+    """The labels of `pids` that ended without leaving their Process's _bootstrap (no
+    ``process.exit`` of their own) and not by a signal (reaped with an exit code): os._exit()."""
+    ended = {e.pid for e in trace.of_kind("process.exit")}
+    procs = {p.pid: p for p in trace.processes()}
+    labels = st.process_labels(trace)
+    return [str(labels.get(pid, pid)) for pid in pids
+            if pid not in ended and pid in procs and procs[pid].exitcode is not None and
+            procs[pid].exitcode >= 0 and not procs[pid].signal]
 
 
 def _given_but_waiting(state, trace, blocked):
