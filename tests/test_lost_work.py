@@ -255,12 +255,17 @@ def test_a_daemon_child_terminated_at_exit_mid_work_is_said(tmp_path):
                           str(report)], capture_output=True, text=True, cwd=tmp_path,
                          timeout=100)
     assert run.returncode == 0 and not report.exists(), run.stderr
-    line = ("Process-1 (write_report) was still running when report_in_daemon.py ended: it was "
-            "a daemon process, and at exit multiprocessing terminates every daemon process "
-            "still running (SIGTERM) -- whatever it had left to do was never done, and nothing "
-            "was raised. Fix: join() it before the program ends (a process that must finish "
-            "its work is no daemon: the program then waits for it at exit).")
-    assert mpviz.trace.load(out).lost_work == [line], run.stderr
+    lost = mpviz.trace.load(out).lost_work
+    assert len(lost) == 1, lost
+    line = lost[0]
+    assert re.fullmatch(                 # (a busy machine may end it before it began to run)
+        r"Process-1 \(write_report\) (was still running|had not begun to run its function yet) "
+        r"when report_in_daemon\.py ended, not waiting for work: it was a daemon process, and "
+        r"at exit multiprocessing terminates every daemon process still running \(SIGTERM\) -- "
+        r"what it had left to do \(a file to write, a result to put\) was never done, and "
+        r"nothing was raised\. Fix, if it had work to finish: join\(\) it before the program "
+        r"ends \(a process that must finish its work is no daemon: the program then waits for "
+        r"it at exit\)\.", line), line
     assert f"mpviz trace: {line}" in run.stderr
 
 
@@ -275,3 +280,12 @@ def test_a_pool_and_a_manager_ended_by_the_interpreters_exit_lose_nothing(tmp_pa
     assert loaded.lost_work == [], loaded.lost_work
     assert "Exception ignored" not in run.stderr and "PicklingError" not in run.stderr, \
         run.stderr
+
+
+@pytest.mark.timeout(120)
+def test_a_daemon_server_waiting_for_its_next_request_at_exit_is_no_loss(tmp_path):
+    """What daemon=True is for: a helper that serves until the program ends. Terminated while
+    it waits in get() for the next line to log, it lost nothing."""
+    run, loaded = traced(tmp_path, "log_server_daemon.py")
+    assert "LOG: started" in run.stdout
+    assert loaded.lost_work == [], loaded.lost_work

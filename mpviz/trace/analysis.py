@@ -2135,6 +2135,9 @@ def lost_work(trace, ended=None):
     return lines
 
 
+_WAITING_FOR_WORK = ("queue.get", "pipe.recv", "event", "condition", "barrier")
+
+
 def _daemon_lines(trace):
     """Children terminated at their parent's exit mid-work: multiprocessing's exit function
     calls terminate() (SIGTERM) on every daemon child still running, then joins them all -- a
@@ -2149,7 +2152,10 @@ def _daemon_lines(trace):
         return []
     ix = _index(trace)
     finished = {e.pid for e in trace.of_kind("process.exit")}
-    targets = {e.pid: e.args.get("target") for e in trace.of_kind("process.bootstrap")}
+    begun = {e.pid: e.args.get("target") for e in trace.of_kind("process.bootstrap")}
+    launched = {e.args.get("child"): e.args for e in trace.of_kind("process.launch")}
+    targets = {pid: a.get("target") for pid, a in launched.items()}
+    targets.update((pid, t) for pid, t in begun.items() if t)
     library = set(ix.executor_workers) | {e.pid for e in trace.of_kind("dataloader.worker")}
     lines = []
     for e in trace.of_kind("process.reaped"):
@@ -2161,13 +2167,21 @@ def _daemon_lines(trace):
         p = ix.procs.get(child)
         if p is not None and any(word in (p.name or "") for word in ("PoolWorker", "Manager")):
             continue            # (a Pool's workers, a Manager's server: the library's own end)
+        if any(b_pid == child and until is None and b.args.get("on") in _WAITING_FOR_WORK
+               for b_pid, _, b, until in ix.blocked):
+            continue            # (idle: a daemon server waiting for its next request, ended as
+            #                    daemons are meant to be -- the program gave it nothing more)
         target = f" ({targets[child]})" if targets.get(child) else ""
+        state = ("was still running" if child in begun else "had not begun to run its "
+                 "function yet")
         lines.append(
-            f"{name}{target} was still running when {ix.labels.get(e.pid, f'pid {e.pid}')} "
-            f"ended: it was a daemon process, and at exit multiprocessing terminates every "
-            f"daemon process still running (SIGTERM) -- whatever it had left to do was never "
-            f"done, and nothing was raised. Fix: join() it before the program ends (a process "
-            f"that must finish its work is no daemon: the program then waits for it at exit).")
+            f"{name}{target} {state} when {ix.labels.get(e.pid, f'pid {e.pid}')} "
+            f"ended, not waiting for work: it was a daemon process, and at exit "
+            f"multiprocessing terminates every daemon process still running (SIGTERM) -- what "
+            f"it had left to do (a file to write, a result to put) was never done, and nothing "
+            f"was raised. Fix, if it had work to finish: join() it before the program ends (a "
+            f"process that must finish its work is no daemon: the program then waits for it at "
+            f"exit).")
     return lines
 
 

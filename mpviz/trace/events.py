@@ -29,7 +29,7 @@ KINDS = {
         "the process itself, when it starts recording (recorder.start; a SideLog too)"),
     "process.launch": Kind(
         "child, name, start_method, queues (ids of the queues and Pipe ends among its "
-        "arguments), "
+        "arguments), target (its function's name), daemon (True for a daemon process), "
         "socket (torch_shm_manager's), torch",
         "the parent, in Process.start (hooks.py); the trace launcher (start_method 'exec'); "
         "torch_hooks.py for torch_shm_manager"),

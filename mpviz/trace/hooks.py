@@ -64,12 +64,15 @@ def _process_start(self):
     if ends:
         self._mpviz_pipe_ends = ends         # (pickled with it: the child marks them)
     private = _private_tensors(self)
+    target = getattr(getattr(self, "_target", None), "__qualname__", None)   # (start() drops it)
     recorder.take_handles()
     _orig["start"](self)                     # spawn/forkserver: pickles self (args) here
     handles = recorder.take_handles()
     method = getattr(self._popen, "method", None)
     recorder.emit_at(ts, "process.launch", child=self.pid, name=self.name,
-                     start_method=method, **({"queues": given} if given else {}))
+                     start_method=method, **({"queues": given} if given else {}),
+                     **({"target": target} if target else {}),
+                     **({"daemon": True} if self.daemon else {}))
     if private and method == "fork":         # (pickled, under spawn, torch shares them)
         recorder.emit_at(ts, "process.private_args", child=self.pid, what=private)
     nbytes = self.__dict__.pop("_mpviz_pickled", None)
