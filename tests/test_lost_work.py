@@ -289,3 +289,36 @@ def test_a_daemon_server_waiting_for_its_next_request_at_exit_is_no_loss(tmp_pat
     run, loaded = traced(tmp_path, "log_server_daemon.py")
     assert "LOG: started" in run.stdout
     assert loaded.lost_work == [], loaded.lost_work
+
+
+@pytest.mark.timeout(120)
+def test_items_a_daemon_thread_never_got_from_a_queue_queue_are_said(tmp_path):
+    """A daemon thread resizes what the main thread queues in a queue.Queue; the main thread
+    queues 20 and ends, without `jobs.join()`: the thread is stopped with the interpreter and
+    19 images are never resized -- mpviz said "8 events from 1 process". The queue is looked at
+    in the program's atexit (``thread_queue.left``)."""
+    out = tmp_path / "out"
+    run = subprocess.run([sys.executable, "-m", "mpviz", "trace", "--no-plot", "-o", str(out),
+                          sys.executable, os.path.join(PROGRAMS, "resize_in_daemon_thread.py")],
+                         capture_output=True, text=True, cwd=tmp_path, timeout=100)
+    assert run.returncode == 0 and "queued 20 images" in run.stdout, run.stderr
+    lost = mpviz.trace.load(out).lost_work
+    assert len(lost) == 1, lost
+    assert re.fullmatch(                 # (a busy machine: the thread may not have run yet)
+        r"queue\.Queue 1 still held (1\d|20) items when resize_in_daemon_thread\.py ended: "
+        r"(Thread-1 \(resizer\), which got from it, is a daemon thread: stopped with the "
+        r"interpreter, mid-queue|no thread had got from it yet -- Thread-1 \(resizer\), a "
+        r"daemon thread, stopped with the interpreter) -- they were never handled, and nothing was raised\. Fix: wait "
+        r"for the queue before the program ends -- `q\.join\(\)`, with a `q\.task_done\(\)` "
+        r"after each `get\(\)` -- or give the thread a sentinel to stop at \(`q\.put\(None\)`\) "
+        r"and join it \(a thread that must finish its work is no daemon\)\.", lost[0]), lost
+
+
+@pytest.mark.timeout(120)
+def test_a_queue_queue_waited_for_with_join_loses_nothing(tmp_path):
+    out = tmp_path / "out"
+    run = subprocess.run([sys.executable, "-m", "mpviz", "trace", "--no-plot", "-o", str(out),
+                          sys.executable, os.path.join(PROGRAMS, "resize_and_join_queue.py")],
+                         capture_output=True, text=True, cwd=tmp_path, timeout=100)
+    assert run.returncode == 0 and "resized 20 images" in run.stdout, run.stderr
+    assert mpviz.trace.load(out).lost_work == []

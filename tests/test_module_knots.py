@@ -437,6 +437,8 @@ LAZY_IMPORTS = {
     ("mpviz.trace.hooks", "mpviz.trace.autostart"): (
         "only a fork server's child registers Ctrl-C stacks again (autostart imports hooks)"),
     ("mpviz.trace.autostart", "mpviz.trace.recorder"): "a fresh interpreter joins only if told to",
+    ("mpviz.trace.autostart", "mpviz.trace.waits"): (
+        "a traced program's exit looks at its queue.Queues (loaded with the hooks by then)"),
     ("mpviz.trace.autostart", "mpviz.trace.torch_hooks"): "only once the program imports torch",
     ("mpviz.trace.hooks", "mpviz.trace.internals"): "the interpreter's internals: checked once",
     ("mpviz.trace.internals", "mpviz.trace.hooks"):

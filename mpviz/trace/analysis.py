@@ -2131,7 +2131,52 @@ def lost_work(trace, ended=None):
         lines += _private_args_lines(trace)
     if ended and ended.startswith("the program ended"):
         lines += _unread_lines(trace, ended)
+        lines += _thread_queue_lines(trace)
         lines += _daemon_lines(trace)
+    return lines
+
+
+def _thread_queue_lines(trace):
+    """queue.Queues of the program's own still holding items as it exited
+    (``thread_queue.left``, recorded in its atexit): the threads that get from them are daemons,
+    stopped with the interpreter mid-queue -- or had ended. Nothing is raised."""
+    left = list(trace.of_kind("thread_queue.left"))
+    if not left:
+        return []
+    ix = _index(trace)
+    daemon = {(e.pid, e.tid): bool(e.args.get("daemon")) for e in trace.of_kind("thread.start")}
+    lines = []
+    for e in left:
+        tq, n = e.args.get("id"), e.args.get("items") or 0
+        name = ix.tqueue_name(tq)
+        getters = list(dict.fromkeys((pid, tid) for pid, tid, _ in ix.getters.get(tq, ())
+                                     if pid == e.pid))
+        items = f"{n} item{'s' if n != 1 else ''}"
+        program = ix.labels.get(e.pid, f"pid {e.pid}")
+        ended_threads = {(x.pid, x.tid) for x in trace.of_kind("thread.exit")}
+        daemons = [k for k, d in daemon.items() if d and k[0] == e.pid and
+                   k not in ended_threads]
+        if not getters and daemons:       # (not scheduled yet, on a busy machine)
+            who = names.join_and([ix.thread_name(*k) for k in daemons])
+            why = (f"no thread had got from it yet -- {who}, "
+                   f"{'a daemon thread' if len(daemons) == 1 else 'daemon threads'}, "
+                   f"stopped with the interpreter")
+        elif not getters:
+            why = "no thread of the program ever got from it"
+        elif all(daemon.get(g) for g in getters):
+            who = names.join_and([ix.thread_name(*g) for g in getters])
+            why = (f"{who}, which got from it, "
+                   f"{'is a daemon thread' if len(getters) == 1 else 'are daemon threads'}: "
+                   f"stopped with the interpreter, mid-queue")
+        else:
+            who = names.join_and([ix.thread_name(*g) for g in getters])
+            why = f"{who}, which got from it, had ended"
+        lines.append(
+            f"{name} still held {items} when {program} ended: {why} -- "
+            f"{'they were' if n != 1 else 'it was'} never handled, and nothing was raised. Fix: wait "
+            f"for the queue before the program ends -- `q.join()`, with a `q.task_done()` after "
+            f"each `get()` -- or give the thread a sentinel to stop at (`q.put(None)`) and join "
+            f"it (a thread that must finish its work is no daemon).")
     return lines
 
 

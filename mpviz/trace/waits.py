@@ -290,7 +290,33 @@ def tqueue_id(q):
             q._mpviz_tq, q._mpviz_callers = tq, {}
         except AttributeError:            # (an id per call would name one queue many times)
             return None
+        try:
+            _tqueues_seen[tq] = q         # (looked at once more as the program exits)
+        except TypeError:
+            pass
     return tq
+
+
+_tqueues_seen = weakref.WeakValueDictionary()      # id -> a queue.Queue the program used
+
+
+def thread_queues_left():
+    """As the traced program exits (its atexit, after the threads that are not daemons have
+    been joined): each queue.Queue of the program's own still alive and holding items records
+    ``thread_queue.left {id, items, unfinished}`` -- a daemon thread that would have got them
+    is stopped with the interpreter, mid-queue, and nothing is raised (analysis.lost_work)."""
+    if recorder.writer is None:
+        return
+    for tq, q in list(_tqueues_seen.items()):
+        try:
+            if not tq.startswith(f"tq-{os.getpid()}-"):
+                continue                  # (a forked child's copy: its parent's queue)
+            items = q.qsize()
+            if items > 0:
+                recorder.emit("thread_queue.left", id=tq, items=items,
+                              unfinished=getattr(q, "unfinished_tasks", None))
+        except Exception:
+            continue
 
 
 def _programs_code(f):

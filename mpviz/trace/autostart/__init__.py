@@ -241,6 +241,11 @@ def _still_ours(fd_and_file):
 def _record_exit(directory, launcher):
     from .. import recorder
     if recorder.ENABLED:
+        try:
+            from .. import waits
+            waits.thread_queues_left()     # (items a daemon thread will never get: lost work)
+        except Exception:
+            pass
         recorder.emit("process.exit", exitcode=None, how="atexit")
     if launcher and os.getppid() != launcher:     # re-parented: the launcher has gone
         print(f"mpviz trace: the launcher (pid {launcher}) is gone (killed?), so no trace.json "
