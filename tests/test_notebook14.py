@@ -179,7 +179,11 @@ def test_a_kernel_restart_ends_the_children_in_its_group_not_one_in_its_own_sess
                f"for p in ps: p.start()\n"
                f"while len(open({str(notes)!r}).read().splitlines()) < 2 if os.path.exists("
                f"{str(notes)!r}) else True: time.sleep(0.05)", "start")
-    in_group, own_session = dbg.child_pids(notes)
+    # told apart by their groups, not by the order of their notes: the child in its own
+    # session may write first (a CI run took it for the one in the group, and failed)
+    groups = dbg.child_groups(notes)
+    [own_session] = [pid for pid, pgid in groups.items() if pid == pgid]
+    [in_group] = [pid for pid, pgid in groups.items() if pid != pgid]
     try:
         kernel.km.restart_kernel(now=False)
         assert not dbg.wait_until_gone([in_group], 10)

@@ -161,7 +161,16 @@ def read_notes(path):
 
 
 def child_pids(path):
+    """The pids of the children that wrote "ready" to `path`, in the order they wrote it --
+    which is not always the order they were started in."""
     return [int(line.split()[1]) for line in read_notes(path) if line.startswith("ready")]
+
+
+def child_groups(path):
+    """{pid: its process group} of the children that wrote "ready" to `path`: one that left
+    its parent's group with os.setsid() leads its own (pid == pgid)."""
+    return {int(line.split()[1]): int(line.split()[3]) for line in read_notes(path)
+            if line.startswith("ready") and len(line.split()) >= 4}
 
 
 def is_running(pid):
