@@ -24,6 +24,9 @@ Who puts into and gets from a queue is read off the messages (``Trace.flows()``)
 threads' names (``thread.start``): plain loops, no picture needed -- the launcher names things
 in trace.json without importing matplotlib. analysis.py uses the same functions.
 """
+import linecache
+import os
+
 
 # (which side, the Pool thread's target, the name): the first that fits names the channel
 _POOL_THREADS = (("get", "_handle_results", "the Pool's result queue"),
@@ -221,3 +224,13 @@ def human_bytes(n):
         if abs(n) < 1024 or unit == "GiB":
             return f"{n:.0f} {unit}" if unit == "B" or abs(n) >= 100 else f"{n:.3g} {unit}"
         n /= 1024
+
+
+def line_words(fn, path, lineno):
+    """"task (prog.py:21): `log.info(...)`": a line of the program's own, as a verdict says it
+    (stuck.own_line, and the hooks that record one: waits.py); "task (prog.py)" where the line
+    is not known."""
+    if lineno is None:
+        return f"{fn} ({os.path.basename(path)})"
+    text = linecache.getline(path, lineno).split("  #")[0].strip()
+    return f"{fn} ({os.path.basename(path)}:{lineno})" + (f": `{text}`" if text else "")

@@ -26,7 +26,7 @@ import sysconfig
 from . import osview
 from .analysis import (_index, errors_before, how_it_ended, manager_servers, process_labels,
                        puts_into_their_own, state_at, stuck_moment, terminated_job)
-from .names import is_thread_lock, join_and
+from .names import is_thread_lock, join_and, line_words
 
 FORK_FIX = ("start the children with 'spawn' or 'forkserver' "
             "(multiprocessing.get_context('forkserver'), or a Pool's context=...): a fresh "
@@ -431,11 +431,8 @@ def _mine(path):
 def own_line(calls):
     """"task (prog.py:21): `log.info(...)`": the innermost call in the program's own code."""
     for fn, path, lineno in calls or ():
-        if _mine(path):
-            if lineno is None:                   # (faulthandler could not tell the line)
-                return f"{fn} ({os.path.basename(path)})"
-            text = linecache.getline(path, lineno).split("  #")[0].strip()
-            return f"{fn} ({os.path.basename(path)}:{lineno})" + (f": `{text}`" if text else "")
+        if _mine(path):                          # (lineno None: faulthandler could not tell)
+            return line_words(fn, path, lineno)
     return None
 
 

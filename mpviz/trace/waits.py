@@ -25,7 +25,6 @@ trace ended: in a hang, that is the picture. Waits inside waits are recorded onc
 Event or notifies a Condition: _event_set.
 """
 import functools
-import linecache
 import os
 import queue
 import subprocess
@@ -39,7 +38,7 @@ from concurrent.futures import process as futures_process
 from concurrent.futures import thread as futures_thread
 from multiprocessing import connection, managers, pool, process, queues, synchronize, util
 
-from . import locks, osview, recorder
+from . import locks, names, osview, recorder
 from .events import queue_id as _queue_id
 from .events import semlock_id
 
@@ -303,7 +302,7 @@ _tqueues_seen = weakref.WeakValueDictionary()      # id -> a queue.Queue the pro
 def thread_queues_left():
     """As the traced program exits (its atexit, after the threads that are not daemons have
     been joined): each queue.Queue of the program's own still alive and holding items records
-    ``thread_queue.left {id, items, unfinished}`` -- a daemon thread that would have got them
+    ``thread_queue.left {id, items}`` -- a daemon thread that would have got them
     is stopped with the interpreter, mid-queue, and nothing is raised (analysis.lost_work)."""
     if recorder.writer is None:
         return
@@ -313,8 +312,7 @@ def thread_queues_left():
                 continue                  # (a forked child's copy: its parent's queue)
             items = q.qsize()
             if items > 0:
-                recorder.emit("thread_queue.left", id=tq, items=items,
-                              unfinished=getattr(q, "unfinished_tasks", None))
+                recorder.emit("thread_queue.left", id=tq, items=items)
         except Exception:
             continue
 
@@ -562,13 +560,14 @@ _POOL_ENDS = {pool.Pool.__exit__.__code__: "with", pool.Pool.terminate.__code__:
               util._exit_function.__code__: "at exit"}
 
 
-def _line_words(frame):
-    """"<module> (prog.py:12): `with Pool(4) as pool:`": frame `f`'s line, as stuck.own_line
-    says one -- made here with no import (a hook on the program's way must not delay it)."""
-    code, lineno = frame.f_code, frame.f_lineno
-    text = linecache.getline(code.co_filename, lineno).split("  #")[0].strip()
-    return f"{code.co_name} ({os.path.basename(code.co_filename)}:{lineno})" + \
-        (f": `{text}`" if text else "")
+def _program_line(frame):
+    """"<module> (prog.py:12): `with Pool(4) as pool:`" if `frame` runs the program's own code
+    (names.line_words, as stuck.own_line says a line), else None -- with no import: a hook on
+    the program's way must not delay it."""
+    code = frame.f_code
+    if not _programs_code(frame) or code.co_filename.startswith("<"):
+        return None
+    return names.line_words(code.co_name, code.co_filename, frame.f_lineno)
 
 
 _empty_said = set()        # (pid, id(queue), code, line): the empty() calls recorded already
@@ -585,10 +584,11 @@ def _queue_empty(self):
         try:
             frame = sys._getframe(1)
             key = (os.getpid(), id(self), frame.f_code, frame.f_lineno)
-            if key not in _empty_said and _programs_code(frame) and \
-                    not frame.f_code.co_filename.startswith("<"):
+            if key not in _empty_said:
                 _empty_said.add(key)
-                recorder.emit("queue.empty", queue=_queue_id(self), at=_line_words(frame))
+                at = _program_line(frame)
+                if at is not None:
+                    recorder.emit("queue.empty", queue=_queue_id(self), at=at)
         except Exception:          # (a recorder never breaks the program's own call)
             pass
     return empty
@@ -613,9 +613,8 @@ def _pool_terminated(cache, threads):
     hows, at, frame = set(), None, sys._getframe(2)
     while frame is not None:
         hows.add(_POOL_ENDS.get(frame.f_code))
-        if at is None and _programs_code(frame) and \
-                not frame.f_code.co_filename.startswith("<"):     # the innermost line of its own
-            at = _line_words(frame)
+        if at is None:                                     # the innermost line of its own
+            at = _program_line(frame)
         frame = frame.f_back
     how = next((h for h in ("with", "terminate()", "at exit") if h in hows), "garbage collected")
     jobs = sorted(cache)
