@@ -2113,8 +2113,9 @@ def lost_work(trace, ended=None):
     """What a run that did not hang lost without a word, as lines for a learner: messages a
     Queue's feeder thread could not pickle and dropped, Pool and ProcessPoolExecutor tasks that
     raised where the program never saw the error (``task.error_seen``: a .get() or .result()
-    that raised it, an .exception() that returned it, an error_callback), and processes forked with torch tensors (a model)
-    not in shared memory. `ended`: how the run ended well ("the program ended with status 0",
+    that raised it, an .exception() that returned it, an error_callback), processes forked with
+    torch tensors (a model) not in shared memory; and, where the program ended: messages left
+    in a Queue of its own, items left in its queue.Queues, daemon children terminated mid-work. `ended`: how the run ended well ("the program ended with status 0",
     "the recorded block ended without an error"); None (it failed: its own error says why) leaves
     the task errors out. ``mpviz trace`` prints these lines at its end; ``record()`` prints them
     and keeps them as ``trace.lost_work``. (After a hang, the verdict says what a wait waits
@@ -2130,7 +2131,7 @@ def lost_work(trace, ended=None):
     if "process.private_args" in kinds:
         lines += _private_args_lines(trace)
     if ended and ended.startswith("the program ended"):
-        lines += _unread_lines(trace, ended)
+        lines += _unread_lines(trace)
         lines += _thread_queue_lines(trace)
         lines += _daemon_lines(trace)
     return lines
@@ -2184,10 +2185,11 @@ _WAITING_FOR_WORK = ("queue.get", "pipe.recv", "event", "condition", "barrier")
 
 
 def _daemon_lines(trace):
-    """Children terminated at their parent's exit mid-work: multiprocessing's exit function
-    calls terminate() (SIGTERM) on every daemon child still running, then joins them all -- a
-    join at exit (``wait.begin`` with ``at_exit``) that reaps a SIGTERM, of a child that never
-    finished (no ``process.exit`` of its own), is one. Whatever it had left to do is lost, and
+    """Daemon children terminated at their parent's exit mid-work: multiprocessing's exit
+    function calls terminate() (SIGTERM) on every daemon child still running, then joins them
+    all -- a daemon (``process.launch`` says ``daemon``) whose join at exit (``wait.begin``
+    with ``at_exit``) reaps a SIGTERM, and which never finished (no ``process.exit`` of its
+    own), is one; not one idle in a get() (a server ended as daemons are meant to be). Whatever it had left to do is lost, and
     nothing is raised (a `daemon=True` writer, uploader, logger the program did not join)."""
     at_exit = {}
     for e in trace.of_kind("wait.begin"):
@@ -2206,7 +2208,8 @@ def _daemon_lines(trace):
     for e in trace.of_kind("process.reaped"):
         child = e.args.get("child")
         if e.args.get("signal") != "SIGTERM" or (e.pid, child) not in at_exit or \
-                child in finished or child in library:
+                child in finished or child in library or \
+                not launched.get(child, {}).get("daemon"):   # (recorded at its start)
             continue
         name = ix.labels.get(child, f"pid {child}")
         p = ix.procs.get(child)
@@ -2230,7 +2233,7 @@ def _daemon_lines(trace):
     return lines
 
 
-def _unread_lines(trace, ended):
+def _unread_lines(trace):
     """The messages put into a Queue of the program's own that nobody got before the program
     ended: every process is gone, so they are lost -- and nothing was raised. The classic cause
     is a loop on ``empty()``, which says True the moment the queue is empty, before the other

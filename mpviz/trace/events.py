@@ -69,7 +69,7 @@ KINDS = {
         "queue, msg (a Queue's is the matching write's, set by Trace), nbytes, sig",
         "the getter, as it reads (Queue; queue_hooks.c's Tap) or unpickles (envelopes)"),
     "thread_queue.left": Kind(
-        "id (the queue.Queue's), items (still in it), unfinished (its unfinished_tasks)",
+        "id (the queue.Queue's), items (still in it)",
         "the traced program's main process as it exits (autostart's atexit, waits.py): a "
         "queue.Queue of the program's own that still holds items"),
     "queue.empty": Kind(

@@ -749,7 +749,8 @@ def _say_crashes(trace, program):
 
 def _say_lost_work(trace, directory, code):
     """What the run lost without a word (analysis.lost_work: dropped messages, task errors
-    nobody asked for, a model forked without share_memory()), said and kept beside the logs:
+    nobody asked for, a model forked without share_memory(), messages and queue.Queue items
+    nobody got, daemons terminated mid-work), said and kept beside the logs:
     ``load(directory).lost_work``."""
     from .analysis import lost_work
     from .trace import LOST_WORK_FILE
